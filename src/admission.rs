@@ -1,0 +1,252 @@
+//! A decision becomes an `AdmissionResponse`: status message, warnings, audit
+//! annotations, and on the mutating path a JSON patch recording the drift.
+
+use jiff::Timestamp;
+use json_patch::jsonptr::PointerBuf;
+use json_patch::{AddOperation, Patch, PatchOperation};
+use kube::core::admission::{AdmissionRequest, AdmissionResponse};
+use kube::core::response::StatusSummary;
+use serde_json::{Value, json};
+
+use crate::drift::normalize::DRIFT_ANNOTATION;
+use crate::drift::{Decision, Finding, Operation, Request, Verdict};
+use crate::review::RawObject;
+
+/// Which webhook is answering. The validating webhook decides; the mutating one
+/// never denies and only records drift in warn mode, so `kubectl` shows each
+/// denial and warning once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Endpoint {
+    Validate,
+    Mutate,
+}
+
+/// Paths named in a denial before "and N more".
+const MAX_PATHS_SHOWN: usize = 5;
+const MAX_WARNING_CHARS: usize = 120;
+/// All warnings together stay under this many bytes.
+const MAX_WARNING_BYTES: usize = 4000;
+
+pub fn respond(
+    req: &AdmissionRequest<RawObject>,
+    view: &Request,
+    d: &Decision,
+    endpoint: Endpoint,
+    now: Timestamp,
+) -> AdmissionResponse {
+    let mut resp = AdmissionResponse::from(req);
+    resp.audit_annotations = audit_annotations(d).into_iter().collect();
+    if endpoint == Endpoint::Mutate {
+        if d.verdict == Verdict::Warn
+            && let Some(patch) = drift_patch(view, d, now)
+        {
+            resp = resp.with_patch(patch).expect("a JSON patch serializes");
+        }
+        return resp;
+    }
+    let warnings = warnings(view, d);
+    if !warnings.is_empty() {
+        resp.warnings = Some(warnings);
+    }
+    if d.verdict == Verdict::Deny {
+        resp = resp.deny(denial(view, d));
+        resp.result.code = 403;
+        resp.result.reason = "Forbidden".into();
+        resp.result.status = Some(StatusSummary::Failure);
+    }
+    resp
+}
+
+fn describe_object(view: &Request) -> String {
+    let kind = if view.sub_resource == "scale" {
+        format!("{}/scale", view.resource)
+    } else {
+        view.kind.to_owned()
+    };
+    match (view.namespace, view.name) {
+        ("", name) => format!("{kind} {name}"),
+        (ns, name) => format!("{kind} {ns}/{name}"),
+    }
+}
+
+fn show_path(p: &str) -> &str {
+    if p.is_empty() { "(whole object)" } else { p }
+}
+
+fn path_list(paths: &[String]) -> String {
+    let shown: Vec<&str> = paths.iter().take(MAX_PATHS_SHOWN).map(|p| show_path(p)).collect();
+    let mut out = shown.join(", ");
+    if paths.len() > MAX_PATHS_SHOWN {
+        out.push_str(&format!(" (and {} more)", paths.len() - MAX_PATHS_SHOWN));
+    }
+    out
+}
+
+fn manager_text(d: &Decision) -> String {
+    let Some(m) = &d.manager else {
+        return "its GitOps tool".into();
+    };
+    match &d.source {
+        Some(src) => format!("{m} ({src})"),
+        None => m.to_string(),
+    }
+}
+
+/// One message for the person at the terminal: what, who manages it, the way forward.
+fn denial(view: &Request, d: &Decision) -> String {
+    let obj = describe_object(view);
+    let manager = manager_text(d);
+    let tool = d.manager.as_ref().map_or("the GitOps tool", |m| m.tool());
+    let paths = path_list(&d.drifted_paths);
+    let what = match &d.finding {
+        Finding::DeleteByHand => format!("{obj} is managed by {manager}; only {tool} may delete (prune) it."),
+        Finding::CreateWithTracking => format!("{obj} carries {tool} tracking metadata of {manager}; only {tool} may create it."),
+        Finding::BreakGlassUnauthorized => format!(
+            "{} is not authorized to break glass on {obj} (managed by {manager}); drifted: {paths}.",
+            view.username
+        ),
+        Finding::BreakGlassInvalid(why) => format!("break-glass on {obj} rejected: {why}; drifted: {paths}."),
+        Finding::UnknownParent => format!("{obj}: the parent could not be read to check GitOps ownership; drifted: {paths}."),
+        _ => format!("{obj} is managed by {manager}; this {} drifts from Git at {paths}.", view.operation.as_str()),
+    };
+    let fix = format!("Change it in Git and let {tool} sync it");
+    let glass = match &d.break_glass_hint {
+        Some(hint) if d.finding != Finding::BreakGlassUnauthorized => format!("; in an emergency, if you are authorized, {hint}"),
+        Some(_) => String::new(),
+        None => "; break-glass is disabled in driftguard's policy".into(),
+    };
+    format!("driftguard: {what} {fix}{glass}.")
+}
+
+fn warnings(view: &Request, d: &Decision) -> Vec<String> {
+    let mut out = Vec::new();
+    let obj = describe_object(view);
+    match d.verdict {
+        Verdict::Warn => {
+            out.push(format!("driftguard: drift on {obj}, managed by {}", manager_text(d)));
+            out.extend(d.drifted_paths.iter().map(|p| format!("driftguard: drifted {}", show_path(p))));
+            out.push(format!("driftguard: {} will revert this; change it in Git", d.manager.as_ref().map_or("GitOps", |m| m.tool())));
+        }
+        Verdict::Allow if d.finding == Finding::BreakGlass => {
+            if let Some(bg) = &d.break_glass {
+                out.push(format!("driftguard: BREAK-GLASS by {} on {obj} until {}: {}", bg.user, bg.expires, bg.reason));
+                out.push(format!("driftguard: drifted {}; this use is audited", path_list(&d.drifted_paths)));
+            }
+        }
+        _ => {}
+    }
+    if d.dry_run && (d.finding != Finding::NoDrift || d.verdict != Verdict::Allow) && !matches!(d.finding, Finding::OutOfScope(_) | Finding::Controller | Finding::Trusted) {
+        let would = match d.verdict {
+            Verdict::Deny => "be denied",
+            Verdict::Warn => "be allowed with drift warnings",
+            Verdict::Audit => "be allowed and recorded as drift (audit mode)",
+            Verdict::Allow => "be allowed",
+        };
+        out.push(format!("driftguard: dry run: the real write would {would} ({})", d.finding.code()));
+        if d.verdict == Verdict::Audit {
+            out.push(format!("driftguard: drifted {}", path_list(&d.drifted_paths)));
+        }
+    }
+    out.extend(d.rule_failures.iter().map(|f| format!("driftguard: ignore rule failed, ignored nothing: {}", f.describe())));
+    out.extend(d.notes.iter().map(|n| format!("driftguard: {n}")));
+    limit(out)
+}
+
+/// No newlines, each at most 120 characters, all together under 4 KiB.
+fn limit(warnings: Vec<String>) -> Vec<String> {
+    let mut total = 0;
+    let mut out = Vec::new();
+    for w in warnings {
+        let mut w: String = w.replace(['\n', '\r'], " ");
+        if w.chars().count() > MAX_WARNING_CHARS {
+            w = w.chars().take(MAX_WARNING_CHARS - 3).collect::<String>() + "...";
+        }
+        if total + w.len() > MAX_WARNING_BYTES {
+            out.push("driftguard: more warnings omitted".into());
+            break;
+        }
+        total += w.len();
+        out.push(w);
+    }
+    out
+}
+
+/// Written into the apiserver's audit log next to the request (the apiserver
+/// prefixes each key with the webhook's name).
+pub fn audit_annotations(d: &Decision) -> Vec<(String, String)> {
+    let mut out = vec![
+        ("verdict".to_owned(), d.verdict.as_str().to_owned()),
+        ("reason".to_owned(), d.finding.code().to_owned()),
+        ("mode".to_owned(), d.mode.as_str().to_owned()),
+    ];
+    if let Some(m) = &d.manager {
+        out.push(("manager".into(), m.to_string()));
+    }
+    if !d.drifted_paths.is_empty() {
+        let paths: Vec<&str> = d.drifted_paths.iter().map(|p| show_path(p)).collect();
+        out.push(("drifted-paths".into(), truncate(&paths.join(","), 1024)));
+    }
+    if let Some(bg) = &d.break_glass {
+        out.push(("break-glass-user".into(), bg.user.clone()));
+        out.push(("break-glass-reason".into(), truncate(&bg.reason, 256)));
+        out.push(("break-glass-expires".into(), bg.expires.clone()));
+    }
+    if !d.rule_failures.is_empty() {
+        let text: Vec<String> = d.rule_failures.iter().map(|f| f.describe()).collect();
+        out.push(("rule-failures".into(), truncate(&text.join("; "), 1024)));
+    }
+    out
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_owned();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &s[..end])
+}
+
+/// Adds `driftguard.io/drift` (user, time, paths). Applying it twice gives the
+/// same object: `add` replaces an existing member.
+fn drift_patch(view: &Request, d: &Decision, now: Timestamp) -> Option<Patch> {
+    if view.operation == Operation::Delete || !view.sub_resource.is_empty() {
+        return None;
+    }
+    let object = view.object?;
+    let record = json!({
+        "user": view.username,
+        "time": now.to_string(),
+        "paths": d.drifted_paths,
+    })
+    .to_string();
+    let has_annotations = object.pointer("/metadata/annotations").is_some_and(Value::is_object);
+    let op = if has_annotations {
+        AddOperation {
+            path: PointerBuf::from_tokens(["metadata", "annotations", DRIFT_ANNOTATION]),
+            value: Value::String(record),
+        }
+    } else {
+        AddOperation {
+            path: PointerBuf::from_tokens(["metadata", "annotations"]),
+            value: json!({ DRIFT_ANNOTATION: record }),
+        }
+    };
+    Some(Patch(vec![PatchOperation::Add(op)]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn warnings_are_bounded() {
+        let many: Vec<String> = (0..200).map(|i| format!("{i}\n{}", "x".repeat(300))).collect();
+        let out = limit(many);
+        assert!(out.iter().all(|w| w.chars().count() <= MAX_WARNING_CHARS && !w.contains('\n')));
+        assert!(out.iter().map(String::len).sum::<usize>() < 4096);
+        assert_eq!(out.last().unwrap(), "driftguard: more warnings omitted");
+    }
+}

@@ -1,0 +1,444 @@
+//! The decision: plain data in, a verdict out. No I/O, no clock: the caller
+//! passes `now`, and the scale parent when it has one.
+
+pub mod breakglass;
+pub mod normalize;
+pub mod ownership;
+
+use jiff::Timestamp;
+use serde_json::Value;
+
+pub use breakglass::{BreakGlass, BreakGlassUse};
+pub use ownership::Manager;
+
+use crate::policy::path::is_under;
+use crate::policy::{IgnoreRule, Mode, Policy, RuleFailure, Target, UnknownParent};
+
+/// The annotation, on the stored object, that overrides the mode for that object.
+pub const MODE_ANNOTATION: &str = "driftguard.io/mode";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum Operation {
+    Create,
+    Update,
+    Delete,
+    Connect,
+}
+
+impl Operation {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Operation::Create => "CREATE",
+            Operation::Update => "UPDATE",
+            Operation::Delete => "DELETE",
+            Operation::Connect => "CONNECT",
+        }
+    }
+}
+
+/// The parts of an admission request the decision reads.
+#[derive(Clone, Copy, Debug)]
+pub struct Request<'a> {
+    pub operation: Operation,
+    /// The object's group and kind (`request.kind`).
+    pub group: &'a str,
+    pub kind: &'a str,
+    /// The resource and subresource (`request.resource`, `request.subResource`).
+    pub resource_group: &'a str,
+    pub resource: &'a str,
+    pub sub_resource: &'a str,
+    pub name: &'a str,
+    pub namespace: &'a str,
+    pub username: &'a str,
+    pub groups: &'a [String],
+    pub object: Option<&'a Value>,
+    pub old_object: Option<&'a Value>,
+    pub dry_run: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    /// Not drift, or allowed by identity or break-glass.
+    Allow,
+    /// Drift allowed with a warning (warn mode).
+    Warn,
+    /// Drift allowed and only recorded (audit mode).
+    Audit,
+    /// Drift denied (enforce mode).
+    Deny,
+}
+
+impl Verdict {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Allow => "allow",
+            Verdict::Warn => "warn",
+            Verdict::Audit => "audit",
+            Verdict::Deny => "deny",
+        }
+    }
+}
+
+/// Why the write is, or is not, drift.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Finding {
+    OutOfScope(String),
+    Controller,
+    Trusted,
+    /// Only ignored fields changed.
+    NoDrift,
+    BreakGlass,
+    Drift,
+    DeleteByHand,
+    CreateWithTracking,
+    BreakGlassUnauthorized,
+    BreakGlassInvalid(String),
+    /// A `…/scale` write whose parent could not be read.
+    UnknownParent,
+}
+
+impl Finding {
+    pub fn code(&self) -> &'static str {
+        match self {
+            Finding::OutOfScope(_) => "out-of-scope",
+            Finding::Controller => "controller",
+            Finding::Trusted => "trusted",
+            Finding::NoDrift => "no-drift",
+            Finding::BreakGlass => "break-glass",
+            Finding::Drift => "drift",
+            Finding::DeleteByHand => "manual-delete",
+            Finding::CreateWithTracking => "manual-create",
+            Finding::BreakGlassUnauthorized => "break-glass-unauthorized",
+            Finding::BreakGlassInvalid(_) => "break-glass-invalid",
+            Finding::UnknownParent => "scale-parent-unknown",
+        }
+    }
+
+    fn is_drift(&self) -> bool {
+        matches!(
+            self,
+            Finding::Drift
+                | Finding::DeleteByHand
+                | Finding::CreateWithTracking
+                | Finding::BreakGlassUnauthorized
+                | Finding::BreakGlassInvalid(_)
+                | Finding::UnknownParent
+        )
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Decision {
+    pub verdict: Verdict,
+    pub finding: Finding,
+    pub mode: Mode,
+    pub manager: Option<Manager>,
+    /// Where the manager's desired state lives (repository, path), when known.
+    pub source: Option<String>,
+    /// RFC 6901 pointers; `""` is the whole object (CREATE, DELETE).
+    pub drifted_paths: Vec<String>,
+    pub break_glass: Option<BreakGlassUse>,
+    pub rule_failures: Vec<RuleFailure>,
+    pub notes: Vec<String>,
+    pub dry_run: bool,
+    /// How to break glass, for the denial text; `None` when it is disabled.
+    pub break_glass_hint: Option<String>,
+}
+
+/// A request the engine cannot judge (a malformed review, not a policy matter).
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum DecideError {
+    /// UPDATE and DELETE must carry the stored object.
+    #[error("{0} request has no oldObject")]
+    MissingOldObject(&'static str),
+    /// CREATE and UPDATE must carry the new object.
+    #[error("{0} request has no object")]
+    MissingObject(&'static str),
+}
+
+/// Inputs that are not part of the request.
+#[derive(Clone, Copy, Debug)]
+pub struct Context<'a> {
+    pub now: Timestamp,
+    /// The parent of a `…/scale` write, when the caller could read it.
+    pub parent: Option<&'a Value>,
+}
+
+pub fn decide(policy: &Policy, req: &Request, ctx: &Context) -> Result<Decision, DecideError> {
+    let mut d = Decision {
+        verdict: Verdict::Allow,
+        finding: Finding::NoDrift,
+        mode: policy.mode_for_namespace(req.namespace),
+        manager: None,
+        source: None,
+        drifted_paths: Vec::new(),
+        break_glass: None,
+        rule_failures: Vec::new(),
+        notes: Vec::new(),
+        dry_run: req.dry_run,
+        break_glass_hint: break_glass_hint(policy),
+    };
+    let out_of_scope = |mut d: Decision, why: String| {
+        d.finding = Finding::OutOfScope(why);
+        Ok(d)
+    };
+    match (req.operation, req.sub_resource) {
+        (Operation::Connect, _) => return out_of_scope(d, "CONNECT is not a write".into()),
+        (_, "status") => return out_of_scope(d, "status subresource".into()),
+        (_, "scale") => return decide_scale(policy, req, ctx, d),
+        (_, "") => {}
+        (_, other) => return out_of_scope(d, format!("subresource {other} is not judged")),
+    }
+    let op = req.operation.as_str();
+    let (object, old) = match req.operation {
+        Operation::Create => (Some(req.object.ok_or(DecideError::MissingObject(op))?), None),
+        Operation::Update => (
+            Some(req.object.ok_or(DecideError::MissingObject(op))?),
+            Some(req.old_object.ok_or(DecideError::MissingOldObject(op))?),
+        ),
+        _ => (None, Some(req.old_object.ok_or(DecideError::MissingOldObject(op))?)),
+    };
+    // Ownership is judged on what is stored, or on the new object for CREATE.
+    let owner_obj = old.or(object).expect("one of them is set");
+    if let Some(owner) = ownership::controller_owner(owner_obj) {
+        return out_of_scope(d, format!("child of {owner}"));
+    }
+    let Some(manager) = ownership::detect(owner_obj, policy) else {
+        return out_of_scope(d, "not GitOps-managed".into());
+    };
+    set_manager(policy, &mut d, manager);
+    if let Some(old) = old {
+        d.mode = mode_from_annotation(old, d.mode, &mut d.notes);
+    }
+    if identity_allows(policy, req, &mut d) {
+        return Ok(d);
+    }
+    let (bg_carrier, bg_previous) = match req.operation {
+        Operation::Delete => (old.expect("DELETE has old"), None),
+        _ => (object.expect("CREATE/UPDATE have object"), old),
+    };
+    let bg = breakglass::evaluate(bg_carrier, bg_previous, req.username, req.groups, policy, ctx.now);
+    let (finding, paths) = match req.operation {
+        Operation::Create => (Finding::CreateWithTracking, vec![String::new()]),
+        Operation::Delete => (Finding::DeleteByHand, vec![String::new()]),
+        _ => {
+            let (old, new) = (old.expect("UPDATE has old"), object.expect("UPDATE has object"));
+            let paths = diff(policy, req, old, new, &mut d);
+            let finding = if paths.is_empty() { Finding::NoDrift } else { Finding::Drift };
+            (finding, paths)
+        }
+    };
+    d.drifted_paths = paths;
+    d.finding = finding;
+    apply_break_glass(&mut d, bg);
+    d.verdict = verdict_for(&d.finding, d.mode, policy.unknown_scale_parent);
+    Ok(d)
+}
+
+/// Drifted paths between `old` and `new` under the rules that apply to this
+/// object; rule failures are recorded in `d`.
+fn diff(policy: &Policy, req: &Request, old: &Value, new: &Value, d: &mut Decision) -> Vec<String> {
+    let target = Target {
+        group: req.resource_group_or_kind_group(),
+        kind: kind_of(req, old),
+        name: req.name,
+        namespace: req.namespace,
+    };
+    let rules = rules_for(policy, &target, d.manager.as_ref());
+    let mut failures = Vec::new();
+    let old_n = normalize::normalize(old, &rules, Some(old), &mut failures);
+    let new_n = normalize::normalize(new, &rules, Some(old), &mut failures);
+    let mut paths = normalize::drifted_paths(&old_n, &new_n);
+    for p in normalize::tracking_changes(old, new, policy) {
+        if !paths.iter().any(|q| is_under(&p, q)) {
+            paths.push(p);
+        }
+    }
+    // A rule fails on both objects alike; report it once.
+    failures.dedup();
+    d.rule_failures.extend(failures);
+    paths
+}
+
+impl Request<'_> {
+    /// The group the ignore rules match: the object's own group, which for a
+    /// scale write is the parent resource's group.
+    fn resource_group_or_kind_group(&self) -> &str {
+        if self.sub_resource == "scale" { self.resource_group } else { self.group }
+    }
+}
+
+fn kind_of<'a>(req: &'a Request, obj: &'a Value) -> &'a str {
+    if req.sub_resource == "scale" {
+        obj.get("kind").and_then(Value::as_str).unwrap_or(req.kind)
+    } else {
+        req.kind
+    }
+}
+
+/// Policy rules, then the managing Application's own rules.
+fn rules_for<'p>(policy: &'p Policy, target: &Target, manager: Option<&Manager>) -> Vec<&'p IgnoreRule> {
+    let mut rules: Vec<&IgnoreRule> = policy.rules.iter().filter(|r| r.matches(target)).collect();
+    if let Some(Manager::ArgoCd { application, application_namespace }) = manager
+        && let Some(app) = policy.application(application, application_namespace.as_deref())
+    {
+        rules.extend(app.rules.iter().filter(|r| r.matches(target)));
+    }
+    rules
+}
+
+fn set_manager(policy: &Policy, d: &mut Decision, manager: Manager) {
+    if let Manager::ArgoCd { application, application_namespace } = &manager {
+        d.source = policy
+            .application(application, application_namespace.as_deref())
+            .and_then(|a| a.describe_source());
+    }
+    d.manager = Some(manager);
+}
+
+fn identity_allows(policy: &Policy, req: &Request, d: &mut Decision) -> bool {
+    if policy.controllers.contains(req.username, req.groups) {
+        d.finding = Finding::Controller;
+        true
+    } else if policy.trusted.contains(req.username, req.groups) {
+        d.finding = Finding::Trusted;
+        true
+    } else {
+        false
+    }
+}
+
+/// The stored object's `driftguard.io/mode` annotation, never the incoming one's.
+fn mode_from_annotation(stored: &Value, mode: Mode, notes: &mut Vec<String>) -> Mode {
+    let Some(value) = ownership::annotations(stored).and_then(|a| a.get(MODE_ANNOTATION)).and_then(Value::as_str)
+    else {
+        return mode;
+    };
+    Mode::parse(value).unwrap_or_else(|| {
+        notes.push(format!("ignored {MODE_ANNOTATION}={value}: not enforce, warn or audit"));
+        mode
+    })
+}
+
+fn apply_break_glass(d: &mut Decision, bg: BreakGlass) {
+    let annotation_paths = [breakglass::REASON, breakglass::EXPIRES]
+        .map(|k| format!("/metadata/annotations/{}", crate::policy::path::escape(k)));
+    match bg {
+        BreakGlass::Unauthorized => {
+            d.finding = Finding::BreakGlassUnauthorized;
+            d.drifted_paths.extend(annotation_paths);
+        }
+        BreakGlass::Invalid { why, changed } if changed || d.finding.is_drift() => {
+            d.finding = Finding::BreakGlassInvalid(why);
+        }
+        BreakGlass::Valid(used) if d.finding.is_drift() => {
+            d.finding = Finding::BreakGlass;
+            d.break_glass = Some(used);
+        }
+        _ => {}
+    }
+}
+
+fn verdict_for(finding: &Finding, mode: Mode, unknown_parent: UnknownParent) -> Verdict {
+    if !finding.is_drift() {
+        return Verdict::Allow;
+    }
+    match mode {
+        Mode::Audit => Verdict::Audit,
+        Mode::Warn => Verdict::Warn,
+        Mode::Enforce if *finding == Finding::UnknownParent && unknown_parent == UnknownParent::Warn => Verdict::Warn,
+        Mode::Enforce => Verdict::Deny,
+    }
+}
+
+fn break_glass_hint(policy: &Policy) -> Option<String> {
+    (!policy.break_glass.allowed.is_empty()).then(|| {
+        format!(
+            "annotate it {}=<reason> and {}=<RFC 3339 time, at most {:#} ahead>",
+            breakglass::REASON,
+            breakglass::EXPIRES,
+            policy.break_glass.max_duration
+        )
+    })
+}
+
+/// `kubectl scale` writes an `autoscaling/v1` Scale; its `spec.replicas` is the
+/// parent's `/spec/replicas`, judged with the parent's ownership and rules.
+fn decide_scale(policy: &Policy, req: &Request, ctx: &Context, mut d: Decision) -> Result<Decision, DecideError> {
+    let op = req.operation.as_str();
+    let new = req.object.ok_or(DecideError::MissingObject(op))?;
+    let old = req.old_object.ok_or(DecideError::MissingOldObject(op))?;
+    let replicas = |s: &Value| s.pointer("/spec/replicas").cloned();
+    let Some(parent) = ctx.parent else {
+        return Ok(decide_scale_blind(policy, req, d, replicas(old) != replicas(new)));
+    };
+    if let Some(owner) = ownership::controller_owner(parent) {
+        d.finding = Finding::OutOfScope(format!("child of {owner}"));
+        return Ok(d);
+    }
+    let Some(manager) = ownership::detect(parent, policy) else {
+        d.finding = Finding::OutOfScope("not GitOps-managed".into());
+        return Ok(d);
+    };
+    set_manager(policy, &mut d, manager);
+    d.mode = mode_from_annotation(parent, d.mode, &mut d.notes);
+    if identity_allows(policy, req, &mut d) {
+        return Ok(d);
+    }
+    let with_replicas = |r: Option<Value>| {
+        let mut p = parent.clone();
+        if let (Some(spec), Some(r)) = (p.get_mut("spec").and_then(Value::as_object_mut), r) {
+            spec.insert("replicas".into(), r);
+        }
+        p
+    };
+    let (old_parent, new_parent) = (with_replicas(replicas(old)), with_replicas(replicas(new)));
+    let paths = diff(policy, req, &old_parent, &new_parent, &mut d);
+    d.finding = if paths.is_empty() { Finding::NoDrift } else { Finding::Drift };
+    d.drifted_paths = paths;
+    // Break-glass set earlier on the parent covers a later scale by an authorized user.
+    let bg = breakglass::evaluate(parent, Some(parent), req.username, req.groups, policy, ctx.now);
+    apply_break_glass(&mut d, bg);
+    d.verdict = verdict_for(&d.finding, d.mode, policy.unknown_scale_parent);
+    Ok(d)
+}
+
+/// Without the parent, ownership cannot be checked. Controllers and trusted
+/// identities pass, a rule ignoring `/spec/replicas` for the parent's kind
+/// applies, and otherwise `unknownScaleParent` (warn by default) decides.
+fn decide_scale_blind(policy: &Policy, req: &Request, mut d: Decision, replicas_changed: bool) -> Decision {
+    if identity_allows(policy, req, &mut d) {
+        return d;
+    }
+    if !replicas_changed {
+        return d;
+    }
+    let kind = builtin_kind(req.resource_group, req.resource).unwrap_or(req.resource);
+    let target = Target { group: req.resource_group, kind, name: req.name, namespace: req.namespace };
+    let ignored = rules_for(policy, &target, None)
+        .iter()
+        .any(|r| r.pointers.iter().any(|p| is_under("/spec/replicas", &p.to_pointer())));
+    if ignored {
+        return d;
+    }
+    d.finding = Finding::UnknownParent;
+    d.drifted_paths = vec!["/spec/replicas".into()];
+    d.notes.push(format!(
+        "parent {}/{} {} was not available: GitOps ownership not checked",
+        req.resource_group, req.resource, req.name
+    ));
+    d.verdict = verdict_for(&d.finding, d.mode, policy.unknown_scale_parent);
+    d
+}
+
+fn builtin_kind(group: &str, resource: &str) -> Option<&'static str> {
+    Some(match (group, resource) {
+        ("apps", "deployments") => "Deployment",
+        ("apps", "statefulsets") => "StatefulSet",
+        ("apps", "replicasets") => "ReplicaSet",
+        ("", "replicationcontrollers") => "ReplicationController",
+        _ => return None,
+    })
+}

@@ -1,0 +1,80 @@
+//! Break-glass: an authorized identity may override drift protection for a
+//! bounded time by annotating the object with a reason and an expiry.
+
+use jiff::Timestamp;
+use serde_json::Value;
+
+use super::ownership::annotations;
+use crate::policy::Policy;
+
+pub const REASON: &str = "driftguard.io/break-glass";
+pub const EXPIRES: &str = "driftguard.io/break-glass-expires";
+
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct BreakGlassUse {
+    pub user: String,
+    pub reason: String,
+    pub expires: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BreakGlass {
+    /// No break-glass annotations, or ones left over that this writer did not set.
+    None,
+    Valid(BreakGlassUse),
+    /// The writer added or changed the annotations without being allowed to.
+    Unauthorized,
+    /// An authorized writer's annotations are wrong: the text says why.
+    Invalid { why: String, changed: bool },
+}
+
+fn annotation<'a>(obj: Option<&'a Value>, key: &str) -> Option<&'a str> {
+    annotations(obj?)?.get(key)?.as_str()
+}
+
+/// Reads break-glass from `carrier` (the new object; the old one for DELETE).
+/// `previous` is the stored object when the write could have added the annotations.
+pub fn evaluate(
+    carrier: &Value,
+    previous: Option<&Value>,
+    user: &str,
+    groups: &[String],
+    policy: &Policy,
+    now: Timestamp,
+) -> BreakGlass {
+    let reason = annotation(Some(carrier), REASON);
+    let expires = annotation(Some(carrier), EXPIRES);
+    if reason.is_none() && expires.is_none() {
+        return BreakGlass::None;
+    }
+    let changed = previous.is_some_and(|prev| {
+        annotation(Some(prev), REASON) != reason || annotation(Some(prev), EXPIRES) != expires
+    });
+    if !policy.break_glass.allowed.contains(user, groups) {
+        return if changed { BreakGlass::Unauthorized } else { BreakGlass::None };
+    }
+    let invalid = |why: String| BreakGlass::Invalid { why, changed };
+    let reason = match reason.map(str::trim) {
+        Some(r) if !r.is_empty() => r,
+        _ => return invalid(format!("annotation {REASON} must give a reason")),
+    };
+    let Some(expires) = expires else {
+        return invalid(format!("annotation {EXPIRES} is missing (RFC 3339 time)"));
+    };
+    let at: Timestamp = match expires.parse() {
+        Ok(t) => t,
+        Err(_) => return invalid(format!("{EXPIRES} `{expires}` is not an RFC 3339 time")),
+    };
+    if at <= now {
+        return invalid(format!("break-glass expired at {expires}"));
+    }
+    let max = policy.break_glass.max_duration;
+    if at.duration_since(now) > max {
+        return invalid(format!("{EXPIRES} `{expires}` is more than {max:#} ahead"));
+    }
+    BreakGlass::Valid(BreakGlassUse {
+        user: user.to_owned(),
+        reason: reason.to_owned(),
+        expires: expires.to_owned(),
+    })
+}

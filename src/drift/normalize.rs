@@ -1,0 +1,144 @@
+//! Normalize the stored and the incoming object identically, then diff them.
+
+use serde_json::{Map, Value};
+
+use super::breakglass;
+use super::ownership;
+use crate::policy::path::{self, escape};
+use crate::policy::{IgnoreRule, Policy, RuleFailure};
+
+/// The annotation the mutating webhook writes in warn mode.
+pub const DRIFT_ANNOTATION: &str = "driftguard.io/drift";
+
+/// Set by the apiserver, or by driftguard itself: never a user's change.
+const SERVER_METADATA: [&str; 7] = [
+    "resourceVersion",
+    "generation",
+    "managedFields",
+    "uid",
+    "creationTimestamp",
+    "selfLink",
+    "deletionGracePeriodSeconds",
+];
+/// Records of a write, not state: `last-applied-configuration` only mirrors the
+/// fields that are diffed directly, and driftguard's own annotations are its
+/// bookkeeping (break-glass is judged on its own).
+const BOOKKEEPING_ANNOTATIONS: [&str; 4] = [
+    "kubectl.kubernetes.io/last-applied-configuration",
+    DRIFT_ANNOTATION,
+    breakglass::REASON,
+    breakglass::EXPIRES,
+];
+
+/// `obj` without server-managed fields and ignored paths, with empty maps,
+/// empty lists and nulls removed (Kubernetes serializes them like absent fields).
+/// Ignore paths are computed on the whole object, as Argo CD does.
+pub fn normalize(
+    obj: &Value,
+    rules: &[&IgnoreRule],
+    owners: Option<&Value>,
+    failures: &mut Vec<RuleFailure>,
+) -> Value {
+    let mut out = obj.clone();
+    let mut paths = Vec::new();
+    for rule in rules {
+        paths.extend(rule.paths(obj, owners, failures));
+    }
+    path::remove_all(&mut out, paths);
+    strip_server_fields(&mut out);
+    prune_empty(&mut out);
+    out
+}
+
+fn strip_server_fields(obj: &mut Value) {
+    let Some(map) = obj.as_object_mut() else {
+        return;
+    };
+    map.remove("status");
+    if let Some(meta) = map.get_mut("metadata").and_then(Value::as_object_mut) {
+        for key in SERVER_METADATA {
+            meta.remove(key);
+        }
+        if let Some(annotations) = meta.get_mut("annotations").and_then(Value::as_object_mut) {
+            for key in BOOKKEEPING_ANNOTATIONS {
+                annotations.remove(key);
+            }
+        }
+    }
+}
+
+/// Removes nulls, `{}` and `[]` from objects, bottom-up. Array elements stay:
+/// their positions carry meaning.
+pub fn prune_empty(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            for v in map.values_mut() {
+                prune_empty(v);
+            }
+            map.retain(|_, v| !is_empty(v));
+        }
+        Value::Array(items) => items.iter_mut().for_each(prune_empty),
+        _ => {}
+    }
+}
+
+fn is_empty(v: &Value) -> bool {
+    match v {
+        Value::Null => true,
+        Value::Object(m) => m.is_empty(),
+        Value::Array(a) => a.is_empty(),
+        _ => false,
+    }
+}
+
+/// RFC 6901 pointers of everything that differs between two normalized objects.
+pub fn drifted_paths(old: &Value, new: &Value) -> Vec<String> {
+    json_patch::diff(old, new)
+        .0
+        .iter()
+        .map(|op| op.path().to_string())
+        .collect()
+}
+
+/// Tracking metadata may never be ignored: a change to it is drift under any rule.
+pub fn tracking_changes(old: &Value, new: &Value, policy: &Policy) -> Vec<String> {
+    let empty = Map::new();
+    let mut out = Vec::new();
+    for (is_annotation, key) in ownership::tracking_keys(policy) {
+        let (section, read): (&str, fn(&Value) -> Option<&Map<String, Value>>) = if is_annotation {
+            ("annotations", ownership::annotations)
+        } else {
+            ("labels", ownership::labels)
+        };
+        let before = read(old).unwrap_or(&empty).get(key);
+        let after = read(new).unwrap_or(&empty).get(key);
+        if before != after {
+            out.push(format!("/metadata/{section}/{}", escape(key)));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn empty_annotations_equal_absent() {
+        let old = json!({"spec": {"template": {"metadata": {"labels": {"a": "b"}}}}});
+        let mut new = json!({"spec": {"template": {"metadata": {"labels": {"a": "b"}, "annotations": {}}}}});
+        prune_empty(&mut new);
+        assert_eq!(drifted_paths(&old, &new), Vec::<String>::new());
+    }
+
+    #[test]
+    fn normalization_is_idempotent_and_strips_server_fields() {
+        let obj = json!({"metadata": {"name": "a", "resourceVersion": "1", "generation": 2, "uid": "u",
+                         "managedFields": [{}], "annotations": {"driftguard.io/drift": "x"}},
+                         "spec": {"x": null, "y": []}, "status": {"ready": 1}});
+        let once = normalize(&obj, &[], None, &mut Vec::new());
+        assert_eq!(once, json!({"metadata": {"name": "a"}}));
+        assert_eq!(normalize(&once, &[], None, &mut Vec::new()), once);
+    }
+}

@@ -1,0 +1,45 @@
+//! driftguard: a Kubernetes admission webhook that stops manual drift on
+//! GitOps-managed objects before it happens.
+//!
+//! Data flow: bytes → [`review::parse`] → [`drift::decide`] (pure) →
+//! [`admission::respond`] → AdmissionReview JSON.
+
+#![forbid(unsafe_code)]
+
+pub mod admission;
+pub mod cli;
+pub mod drift;
+pub mod policy;
+pub mod review;
+
+use jiff::Timestamp;
+use kube::core::DynamicObject;
+use kube::core::admission::AdmissionReview;
+use serde_json::Value;
+
+pub use admission::Endpoint;
+pub use drift::Decision;
+pub use policy::Policy;
+pub use review::ReviewError;
+
+/// The result of judging one review: the reply and the decision behind it.
+pub struct Judged {
+    pub response: AdmissionReview<DynamicObject>,
+    pub decision: Decision,
+}
+
+/// The one code path shared by `check` and the server: body in, response out.
+pub fn judge(
+    policy: &Policy,
+    body: &[u8],
+    endpoint: Endpoint,
+    parent: Option<&Value>,
+    now: Timestamp,
+) -> Result<Judged, ReviewError> {
+    let req = review::parse(body)?;
+    let view = review::view(&req);
+    let ctx = drift::Context { now, parent };
+    let decision = drift::decide(policy, &view, &ctx).map_err(|e| ReviewError::Incomplete(e.to_string()))?;
+    let response = admission::respond(&req, &view, &decision, endpoint, now).into_review();
+    Ok(Judged { response, decision })
+}

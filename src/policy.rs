@@ -1,0 +1,229 @@
+//! The policy: loaded from YAML, checked, and compiled once (globs, pointers, jq).
+
+pub mod argocd;
+pub mod ignore;
+pub mod jq;
+pub mod lint;
+pub mod path;
+pub mod pattern;
+pub mod schema;
+
+use std::path::Path as FsPath;
+
+use jiff::SignedDuration;
+
+pub use argocd::Application;
+pub use ignore::{IgnoreRule, RuleFailure, Target};
+pub use schema::{Mode, UnknownParent};
+
+use pattern::PatternSet;
+use schema::PolicyFile;
+
+/// The embedded default policy, used when `--policy` is absent.
+pub const DEFAULT_POLICY_YAML: &str = include_str!("policy/default-policy.yaml");
+
+/// A policy that could not be loaded. The text names the file, the line when
+/// the YAML parser knows it, and the reason.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct PolicyError(pub String);
+
+#[derive(Debug, Default)]
+pub struct Identities {
+    users: PatternSet,
+    groups: PatternSet,
+}
+
+impl Identities {
+    fn new(users: &[String], groups: &[String], what: &str) -> Result<Self, String> {
+        Ok(Self {
+            users: PatternSet::new(users).map_err(|e| format!("{what}.users: {e}"))?,
+            groups: PatternSet::new(groups).map_err(|e| format!("{what}.groups: {e}"))?,
+        })
+    }
+
+    pub fn contains(&self, username: &str, groups: &[String]) -> bool {
+        self.users.is_match(username) || groups.iter().any(|g| self.groups.is_match(g))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.users.is_empty() && self.groups.is_empty()
+    }
+}
+
+#[derive(Debug)]
+pub struct BreakGlass {
+    pub allowed: Identities,
+    pub max_duration: SignedDuration,
+}
+
+#[derive(Debug)]
+pub struct ArgoDetector {
+    pub tracking_annotation: String,
+    pub instance_label: Option<String>,
+}
+
+#[derive(Debug)]
+pub struct Policy {
+    pub mode: Mode,
+    namespaces: Vec<(PatternSet, Mode)>,
+    pub controllers: Identities,
+    pub trusted: Identities,
+    pub break_glass: BreakGlass,
+    pub argocd: Option<ArgoDetector>,
+    pub flux: bool,
+    pub unknown_scale_parent: UnknownParent,
+    pub rules: Vec<IgnoreRule>,
+    pub applications: Vec<Application>,
+}
+
+impl Policy {
+    pub fn embedded() -> Self {
+        Self::from_yaml(DEFAULT_POLICY_YAML, "<embedded default policy>").expect("the embedded policy is valid")
+    }
+
+    pub fn load(path: &FsPath) -> Result<Self, PolicyError> {
+        let name = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| PolicyError(format!("{name}: cannot read: {e}")))?;
+        Self::from_yaml(&text, &name)
+    }
+
+    pub fn from_yaml(text: &str, file: &str) -> Result<Self, PolicyError> {
+        let parsed: PolicyFile = if text.trim().is_empty() {
+            serde_saphyr::from_str("{}")
+        } else {
+            serde_saphyr::from_str(text)
+        }
+        .map_err(|e| PolicyError(format!("{file}: {}", one_line(&e.to_string()))))?;
+        Self::compile(&parsed).map_err(|e| PolicyError(format!("{file}: {e}")))
+    }
+
+    fn compile(file: &PolicyFile) -> Result<Self, String> {
+        let namespaces = file
+            .namespaces
+            .iter()
+            .enumerate()
+            .map(|(i, o)| {
+                PatternSet::new(&o.names)
+                    .map(|p| (p, o.mode))
+                    .map_err(|e| format!("namespaces[{i}].names: {e}"))
+            })
+            .collect::<Result<_, _>>()?;
+        let max_duration = parse_duration(&file.break_glass.max_duration)
+            .map_err(|e| format!("breakGlass.maxDuration: {e}"))?;
+        let rules = file
+            .ignore_differences
+            .iter()
+            .enumerate()
+            .map(|(i, d)| IgnoreRule::compile(d, format!("ignoreDifferences[{i}]")))
+            .collect::<Result<_, _>>()?;
+        let argo = &file.gitops.argocd;
+        Ok(Self {
+            mode: file.mode,
+            namespaces,
+            controllers: Identities::new(&file.controllers.users, &file.controllers.groups, "controllers")?,
+            trusted: Identities::new(&file.trusted.users, &file.trusted.groups, "trusted")?,
+            break_glass: BreakGlass {
+                allowed: Identities::new(
+                    &file.break_glass.allowed_users,
+                    &file.break_glass.allowed_groups,
+                    "breakGlass.allowed",
+                )?,
+                max_duration,
+            },
+            argocd: argo.enabled.then(|| ArgoDetector {
+                tracking_annotation: argo.tracking_annotation.clone(),
+                instance_label: Some(argo.instance_label.clone()).filter(|l| !l.is_empty()),
+            }),
+            flux: file.gitops.flux.enabled,
+            unknown_scale_parent: file.unknown_scale_parent,
+            rules,
+            applications: Vec::new(),
+        })
+    }
+
+    /// Adds the Applications read from `--argocd-application` files.
+    pub fn with_applications(mut self, apps: Vec<Application>) -> Self {
+        self.applications.extend(apps);
+        self
+    }
+
+    /// The global mode, overridden by the first matching `namespaces` entry.
+    pub fn mode_for_namespace(&self, namespace: &str) -> Mode {
+        self.namespaces
+            .iter()
+            .find(|(names, _)| names.is_match(namespace))
+            .map_or(self.mode, |(_, mode)| *mode)
+    }
+
+    pub fn application(&self, app: &str, app_namespace: Option<&str>) -> Option<&Application> {
+        self.applications.iter().find(|a| a.tracks(app, app_namespace))
+    }
+}
+
+fn parse_duration(text: &str) -> Result<SignedDuration, String> {
+    let d: SignedDuration = text
+        .parse()
+        .map_err(|e| format!("`{text}` is not a duration such as 4h or 30m: {e}"))?;
+    if d.is_negative() || d.is_zero() {
+        return Err(format!("`{text}` must be positive"));
+    }
+    Ok(d)
+}
+
+fn one_line(s: &str) -> String {
+    s.lines().map(str::trim_end).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(" | ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn embedded_policy_loads_with_the_documented_defaults() {
+        let p = Policy::embedded();
+        assert_eq!(p.mode, Mode::Enforce);
+        assert_eq!(p.mode_for_namespace("dev-team"), Mode::Warn);
+        assert_eq!(p.mode_for_namespace("production"), Mode::Enforce);
+        assert!(p.controllers.contains("system:serviceaccount:argocd:argocd-application-controller", &[]));
+        assert!(p.trusted.contains("system:serviceaccount:kube-system:horizontal-pod-autoscaler", &[]));
+        assert!(p.trusted.contains("system:node:worker-1", &[]));
+        assert!(p.break_glass.allowed.is_empty());
+        assert_eq!(p.break_glass.max_duration, SignedDuration::from_hours(4));
+        assert_eq!(p.rules.len(), 3);
+    }
+
+    #[test]
+    fn left_out_keys_take_their_defaults() {
+        let p = Policy::from_yaml("mode: warn\n", "p.yaml").unwrap();
+        assert_eq!(p.mode, Mode::Warn);
+        assert!(p.controllers.contains("system:serviceaccount:flux-system:helm-controller", &[]));
+        assert!(p.argocd.as_ref().unwrap().instance_label.is_some());
+        assert!(p.rules.is_empty());
+        let p = Policy::from_yaml("controllers: {groups: [gitops]}\n", "p.yaml").unwrap();
+        assert!(p.controllers.contains("system:serviceaccount:argocd:argocd-server", &[]));
+        assert!(p.controllers.contains("bot", &["gitops".into()]));
+    }
+
+    #[test]
+    fn unknown_keys_are_rejected_with_file_line_and_key() {
+        let err = Policy::from_yaml("mode: enforce\nbreakGlass:\n  allowedGroup: [sre]\n", "p.yaml")
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("p.yaml: "), "{err}");
+        assert!(err.contains("allowedGroup"), "{err}");
+        assert!(err.contains("line 3"), "{err}");
+    }
+
+    #[test]
+    fn bad_values_are_named() {
+        let err = Policy::from_yaml("mode: strict\n", "p.yaml").unwrap_err().to_string();
+        assert!(err.contains("strict"), "{err}");
+        let err = Policy::from_yaml("breakGlass: {maxDuration: soon}\n", "p.yaml").unwrap_err().to_string();
+        assert!(err.contains("breakGlass.maxDuration"), "{err}");
+        let err = Policy::from_yaml("ignoreDifferences: [{kind: X, jqPathExpressions: ['.a[']}]\n", "p.yaml")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("ignoreDifferences[0].jqPathExpressions[0]"), "{err}");
+    }
+}

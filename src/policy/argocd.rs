@@ -1,0 +1,118 @@
+//! Argo CD `Application` manifests as policy input: each application's
+//! `spec.ignoreDifferences` applies only to the objects that application tracks.
+
+use serde::Deserialize;
+
+use super::ignore::IgnoreRule;
+use super::schema::IgnoreDifference;
+
+/// An imported Application: where its objects come from, and its ignore rules.
+#[derive(Debug)]
+pub struct Application {
+    pub name: String,
+    pub namespace: Option<String>,
+    pub repo_url: Option<String>,
+    pub path: Option<String>,
+    pub rules: Vec<IgnoreRule>,
+}
+
+/// One YAML document, read leniently except for `ignoreDifferences`, which
+/// must be Argo CD's schema exactly.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Document {
+    #[serde(default)]
+    api_version: String,
+    #[serde(default)]
+    kind: String,
+    #[serde(default)]
+    metadata: Metadata,
+    #[serde(default)]
+    spec: Option<Spec>,
+}
+
+#[derive(Default, Deserialize)]
+struct Metadata {
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    namespace: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Spec {
+    #[serde(default)]
+    source: Option<Source>,
+    #[serde(default)]
+    sources: Vec<Source>,
+    #[serde(default)]
+    ignore_differences: Vec<IgnoreDifference>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Source {
+    #[serde(default)]
+    repo_url: Option<String>,
+    #[serde(default)]
+    path: Option<String>,
+}
+
+/// What a manifest file held: the Applications, and a note for every other document.
+#[derive(Debug, Default)]
+pub struct Imported {
+    pub applications: Vec<Application>,
+    pub skipped: Vec<String>,
+}
+
+pub fn parse(text: &str, file: &str) -> Result<Imported, String> {
+    let docs: Vec<Document> = serde_saphyr::from_multiple(text).map_err(|e| format!("{file}: {e}"))?;
+    let mut out = Imported::default();
+    for (i, doc) in docs.into_iter().enumerate() {
+        let is_app = doc.kind == "Application" && doc.api_version.starts_with("argoproj.io/");
+        if !is_app {
+            let what = if doc.kind.is_empty() { "an untyped document".to_owned() } else { format!("{} {}", doc.kind, doc.metadata.name) };
+            out.skipped.push(format!("{file}: document {}: {what} is not an Argo CD Application; skipped", i + 1));
+            continue;
+        }
+        if doc.metadata.name.is_empty() {
+            return Err(format!("{file}: document {}: Application has no metadata.name", i + 1));
+        }
+        let spec = doc.spec.unwrap_or(Spec { source: None, sources: vec![], ignore_differences: vec![] });
+        let source = spec.source.or_else(|| spec.sources.into_iter().next());
+        let name = doc.metadata.name;
+        let rules = spec
+            .ignore_differences
+            .iter()
+            .enumerate()
+            .map(|(j, d)| IgnoreRule::compile(d, format!("Application {name} ignoreDifferences[{j}]")))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| format!("{file}: {e}"))?;
+        out.applications.push(Application {
+            namespace: doc.metadata.namespace,
+            repo_url: source.as_ref().and_then(|s| s.repo_url.clone()),
+            path: source.and_then(|s| s.path),
+            name,
+            rules,
+        });
+    }
+    Ok(out)
+}
+
+impl Application {
+    /// Argo CD names an application in another namespace `<namespace>_<name>` in
+    /// its tracking id; a bare name means the control-plane namespace, which we
+    /// accept for any namespace.
+    pub fn tracks(&self, app: &str, app_namespace: Option<&str>) -> bool {
+        self.name == app && app_namespace.is_none_or(|ns| self.namespace.as_deref() == Some(ns))
+    }
+
+    pub fn describe_source(&self) -> Option<String> {
+        match (&self.repo_url, &self.path) {
+            (Some(repo), Some(path)) => Some(format!("{repo}, path {path}")),
+            (Some(repo), None) => Some(repo.clone()),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,216 @@
+//! Compiled `ignoreDifferences` rules and the paths they select in an object.
+
+use serde_json::Value;
+
+use super::jq::JqPath;
+use super::path::{Path, Segment};
+use super::pattern::Pattern;
+use super::schema::IgnoreDifference;
+
+/// What a rule is matched against: the object's group/kind and identity.
+#[derive(Clone, Copy, Debug)]
+pub struct Target<'a> {
+    pub group: &'a str,
+    pub kind: &'a str,
+    pub name: &'a str,
+    pub namespace: &'a str,
+}
+
+#[derive(Debug)]
+pub struct IgnoreRule {
+    group: Pattern,
+    kind: Pattern,
+    name: String,
+    namespace: String,
+    pub pointers: Vec<Path>,
+    pub jq: Vec<JqPath>,
+    pub managers: Vec<String>,
+    /// Where the rule came from, for messages: `policy ignoreDifferences[2]`.
+    pub origin: String,
+}
+
+/// A rule that could not be evaluated on an object: it ignored nothing there.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RuleFailure {
+    pub origin: String,
+    pub expression: String,
+    pub error: String,
+}
+
+impl RuleFailure {
+    pub fn describe(&self) -> String {
+        format!("{} jq `{}` failed: {}", self.origin, self.expression, self.error)
+    }
+}
+
+impl IgnoreRule {
+    pub fn compile(def: &IgnoreDifference, origin: String) -> Result<Self, String> {
+        let at = |what: &str, i: usize, e: String| format!("{origin}.{what}[{i}]: {e}");
+        let pointers = def
+            .json_pointers
+            .iter()
+            .enumerate()
+            .map(|(i, p)| Path::parse_pointer(p).map_err(|e| at("jsonPointers", i, e)))
+            .collect::<Result<_, _>>()?;
+        let jq = def
+            .jq_path_expressions
+            .iter()
+            .enumerate()
+            .map(|(i, e)| JqPath::compile(e).map_err(|err| at("jqPathExpressions", i, err)))
+            .collect::<Result<_, _>>()?;
+        if def.kind.is_empty() {
+            return Err(format!("{origin}: `kind` is required (use \"*\" for every kind)"));
+        }
+        Ok(Self {
+            group: Pattern::new(&def.group).map_err(|e| format!("{origin}.group: {e}"))?,
+            kind: Pattern::new(&def.kind).map_err(|e| format!("{origin}.kind: {e}"))?,
+            name: def.name.clone(),
+            namespace: def.namespace.clone(),
+            pointers,
+            jq,
+            managers: def.managed_fields_managers.clone(),
+            origin,
+        })
+    }
+
+    /// Argo CD matching: group and kind are globs; name and namespace are exact,
+    /// and empty means any.
+    pub fn matches(&self, t: &Target) -> bool {
+        self.group.is_match(t.group)
+            && self.kind.is_match(t.kind)
+            && (self.name.is_empty() || self.name == t.name)
+            && (self.namespace.is_empty() || self.namespace == t.namespace)
+    }
+
+    /// The paths this rule drops from `obj`. Field ownership for
+    /// `managedFieldsManagers` is read from `owners` (the stored object), never
+    /// from the incoming one, whose managedFields the writer chose via fieldManager.
+    pub fn paths(&self, obj: &Value, owners: Option<&Value>, failures: &mut Vec<RuleFailure>) -> Vec<Path> {
+        let mut out = self.pointers.clone();
+        for jq in &self.jq {
+            match jq.paths(obj) {
+                Ok(paths) => out.extend(paths),
+                Err(error) => failures.push(RuleFailure {
+                    origin: self.origin.clone(),
+                    expression: jq.source().to_owned(),
+                    error,
+                }),
+            }
+        }
+        if let (false, Some(owners)) = (self.managers.is_empty(), owners) {
+            out.extend(managed_paths(obj, owners, &self.managers));
+        }
+        out
+    }
+}
+
+/// Paths in `obj` owned, according to `owners.metadata.managedFields`, by any of `managers`.
+fn managed_paths(obj: &Value, owners: &Value, managers: &[String]) -> Vec<Path> {
+    let mut out = Vec::new();
+    let entries = owners.pointer("/metadata/managedFields").and_then(Value::as_array);
+    for entry in entries.into_iter().flatten() {
+        let manager = entry.get("manager").and_then(Value::as_str).unwrap_or_default();
+        if !managers.iter().any(|m| m == manager) {
+            continue;
+        }
+        if let Some(fields) = entry.get("fieldsV1") {
+            walk_fields(fields, obj, &mut Vec::new(), &mut out);
+        }
+    }
+    out
+}
+
+/// Walks a FieldsV1 set alongside `obj`. A leaf (`{}` or only `"."`) is owned
+/// whole; a node with children is recursed into, so fields that other managers
+/// own inside it stay.
+fn walk_fields(fields: &Value, obj: &Value, prefix: &mut Vec<Segment>, out: &mut Vec<Path>) {
+    let Some(map) = fields.as_object() else {
+        return;
+    };
+    for (key, sub) in map {
+        if key == "." {
+            continue;
+        }
+        let Some((seg, child)) = locate(key, obj) else {
+            continue;
+        };
+        prefix.push(seg);
+        let leaf = sub.as_object().is_none_or(|m| m.keys().all(|k| k == "."));
+        if leaf {
+            out.push(Path(prefix.clone()));
+        } else {
+            walk_fields(sub, child, prefix, out);
+        }
+        prefix.pop();
+    }
+}
+
+fn locate<'a>(key: &str, obj: &'a Value) -> Option<(Segment, &'a Value)> {
+    if let Some(name) = key.strip_prefix("f:") {
+        return obj.get(name).map(|v| (Segment::Key(name.to_owned()), v));
+    }
+    let items = obj.as_array()?;
+    let position = if let Some(k) = key.strip_prefix("k:") {
+        let want: serde_json::Map<String, Value> = serde_json::from_str(k).ok()?;
+        items
+            .iter()
+            .position(|item| want.iter().all(|(f, v)| item.get(f) == Some(v)))
+    } else if let Some(v) = key.strip_prefix("v:") {
+        let want: Value = serde_json::from_str(v).ok()?;
+        items.iter().position(|item| *item == want)
+    } else if let Some(i) = key.strip_prefix("i:") {
+        i.parse::<usize>().ok().filter(|i| *i < items.len())
+    } else {
+        None
+    }?;
+    Some((Segment::Index(position as i64), &items[position]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn rule(yaml: &str) -> IgnoreRule {
+        let def: IgnoreDifference = serde_saphyr::from_str(yaml).unwrap();
+        IgnoreRule::compile(&def, "test".into()).unwrap()
+    }
+
+    #[test]
+    fn matches_argo_cd_style() {
+        let r = rule("group: apps\nkind: Deploy*\nnamespace: prod\n");
+        let t = |g, k, ns| Target { group: g, kind: k, name: "x", namespace: ns };
+        assert!(r.matches(&t("apps", "Deployment", "prod")));
+        assert!(!r.matches(&t("apps", "Deployment", "dev")));
+        assert!(!r.matches(&t("", "Deployment", "prod")));
+        let core = rule("kind: Service\n");
+        assert!(core.matches(&t("", "Service", "a")));
+        assert!(!core.matches(&t("apps", "Service", "a")));
+    }
+
+    #[test]
+    fn managed_fields_leaves_and_list_keys() {
+        let owners = json!({"metadata": {"managedFields": [
+            {"manager": "hpa", "fieldsV1": {"f:spec": {"f:replicas": {}}}},
+            {"manager": "mesh", "fieldsV1": {"f:spec": {"f:containers": {
+                "k:{\"name\":\"istio-proxy\"}": {".": {}},
+                "k:{\"name\":\"app\"}": {".": {}, "f:image": {}}}}}},
+            {"manager": "kubectl", "fieldsV1": {"f:spec": {"f:paused": {}}}}
+        ]}});
+        let obj = json!({"spec": {"replicas": 3, "paused": false, "containers": [
+            {"name": "app", "image": "a:1"}, {"name": "istio-proxy"}]}});
+        let managers = vec!["hpa".to_owned(), "mesh".to_owned()];
+        let got: Vec<String> = managed_paths(&obj, &owners, &managers)
+            .iter()
+            .map(Path::to_pointer)
+            .collect();
+        assert_eq!(got, vec!["/spec/replicas", "/spec/containers/0/image", "/spec/containers/1"]);
+    }
+
+    #[test]
+    fn rejects_bad_pointer_with_origin() {
+        let def: IgnoreDifference = serde_saphyr::from_str("kind: X\njsonPointers: [spec]\n").unwrap();
+        let err = IgnoreRule::compile(&def, "policy ignoreDifferences[0]".into()).unwrap_err();
+        assert!(err.starts_with("policy ignoreDifferences[0].jsonPointers[0]"), "{err}");
+    }
+}

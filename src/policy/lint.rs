@@ -1,0 +1,230 @@
+//! `driftguard policy lint`: load a file the way the server would, then flag
+//! jq expressions that are not path expressions (Argo CD's `del(...)` fails on
+//! them at run time and ignores nothing) and print a rewrite that works.
+
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use super::argocd;
+use super::ignore::IgnoreRule;
+use super::jq::JqPath;
+use super::Policy;
+
+/// Findings for one file. `problems` make `lint` exit non-zero.
+#[derive(Debug, Default)]
+pub struct Report {
+    pub notes: Vec<String>,
+    pub problems: Vec<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Header {
+    #[serde(default)]
+    api_version: String,
+    #[serde(default)]
+    kind: String,
+}
+
+pub fn lint(text: &str, file: &str) -> Report {
+    let mut report = Report::default();
+    let headers: Vec<Header> = match serde_saphyr::from_multiple(text) {
+        Ok(h) => h,
+        Err(e) => {
+            report.problems.push(format!("{file}: not YAML: {e}"));
+            return report;
+        }
+    };
+    if headers.iter().any(|h| h.kind == "Application" && h.api_version.starts_with("argoproj.io/")) {
+        match argocd::parse(text, file) {
+            Ok(imported) => {
+                report.notes.extend(imported.skipped);
+                for app in &imported.applications {
+                    report.notes.push(format!(
+                        "{file}: Argo CD Application {} with {} ignore rule(s) loads (use --argocd-application)",
+                        app.name,
+                        app.rules.len()
+                    ));
+                    check_rules(&app.rules, text, file, &mut report);
+                }
+            }
+            Err(e) => report.problems.push(e),
+        }
+        return report;
+    }
+    if let [h] = headers.as_slice()
+        && !h.kind.is_empty()
+    {
+        report.notes.push(format!(
+            "{file}: {} {} is not a driftguard policy; {}",
+            h.api_version,
+            h.kind,
+            advice_for(&h.api_version, &h.kind)
+        ));
+        return report;
+    }
+    match Policy::from_yaml(text, file) {
+        Ok(policy) => {
+            report.notes.push(format!("{file}: driftguard policy with {} ignore rule(s) loads", policy.rules.len()));
+            check_rules(&policy.rules, text, file, &mut report);
+        }
+        Err(e) => report.problems.push(e.to_string()),
+    }
+    report
+}
+
+fn advice_for(api_version: &str, kind: &str) -> &'static str {
+    match (api_version.split('/').next().unwrap_or_default(), kind) {
+        ("audit.k8s.io", "Policy") => {
+            "it is a kube-apiserver audit policy: driftguard's decisions appear in its records as auditAnnotations (level Metadata or above)"
+        }
+        ("kustomize.toolkit.fluxcd.io", "Kustomization") | ("helm.toolkit.fluxcd.io", "HelmRelease") => {
+            "objects it applies are detected as Flux-managed by their kustomize/helm toolkit labels"
+        }
+        _ => "nothing to load",
+    }
+}
+
+fn check_rules(rules: &[IgnoreRule], text: &str, file: &str, report: &mut Report) {
+    for rule in rules {
+        for jq in &rule.jq {
+            if let Some(problem) = check_expression(jq) {
+                let line = line_of(text, jq.source()).map(|l| format!(":{l}")).unwrap_or_default();
+                let mut msg = format!(
+                    "{file}{line}: {} jq `{}` is not a path expression ({problem}); Argo CD's del() fails on it and ignores nothing",
+                    rule.origin,
+                    jq.source()
+                );
+                if let Some(fix) = rewrite(jq.source()) {
+                    msg.push_str(&format!("; use: {fix}"));
+                }
+                report.problems.push(msg);
+            }
+        }
+    }
+}
+
+/// Runs the expression on a probe object that has every key the expression
+/// names at every level, so that most branches are reached. A path expression
+/// yields paths (or nothing); anything else fails.
+pub fn check_expression(jq: &JqPath) -> Option<String> {
+    jq.paths(&probe(jq.source())).err()
+}
+
+fn probe(expr: &str) -> Value {
+    let keys = names_in(expr);
+    // Bound the probe's size: keys^depth nodes.
+    let mut depth = 6;
+    while depth > 2 && (keys.len().max(1) as f64).powi(depth) > 20_000.0 {
+        depth -= 1;
+    }
+    build(&keys, depth)
+}
+
+fn build(keys: &[String], depth: i32) -> Value {
+    if depth == 0 {
+        return Value::String("probe".into());
+    }
+    let child = build(keys, depth - 1);
+    Value::Object(keys.iter().map(|k| (k.clone(), child.clone())).collect::<Map<_, _>>())
+}
+
+/// `.name` identifiers and quoted strings: the keys an expression can reach.
+fn names_in(expr: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    let bytes: Vec<char> = expr.chars().collect();
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            '.' => {
+                let start = i + 1;
+                let mut j = start;
+                while j < bytes.len() && (bytes[j].is_alphanumeric() || bytes[j] == '_') {
+                    j += 1;
+                }
+                if j > start {
+                    names.push(bytes[start..j].iter().collect());
+                }
+                i = j.max(i + 1);
+            }
+            '"' => {
+                let mut j = i + 1;
+                let mut s = String::new();
+                while j < bytes.len() && bytes[j] != '"' {
+                    if bytes[j] == '\\' && j + 1 < bytes.len() {
+                        j += 1;
+                    }
+                    s.push(bytes[j]);
+                    j += 1;
+                }
+                names.push(s);
+                i = j + 1;
+            }
+            _ => i += 1,
+        }
+    }
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// Rewrites the common `X | to_entries[] | select(COND)` form into a path expression.
+pub fn rewrite(expr: &str) -> Option<String> {
+    let marker = "to_entries[] | select(";
+    let at = expr.find(marker)?;
+    let prefix = expr[..at].trim_end().trim_end_matches('|').trim_end();
+    let cond = expr[at + marker.len()..].trim_end().strip_suffix(')')?;
+    if cond.contains(".value") {
+        return Some(format!("{prefix} | (to_entries[] | select({cond}) | .key) as $k | .[$k]"));
+    }
+    let cond = cond.replace(".key | ", "").replace(".key", ".");
+    Some(format!("{prefix} | .[keys[] | select({cond})]"))
+}
+
+fn line_of(text: &str, needle: &str) -> Option<usize> {
+    text.lines().position(|l| l.contains(needle)).map(|i| i + 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SEED_LABELS: &str = r#".metadata.labels | select(. != null) | to_entries[] | select(.key | startswith("service.istio.io"))"#;
+
+    #[test]
+    fn rewrites_the_seed_expression_as_the_issue_asks() {
+        assert_eq!(
+            rewrite(SEED_LABELS).unwrap(),
+            r#".metadata.labels | select(. != null) | .[keys[] | select(startswith("service.istio.io"))]"#
+        );
+    }
+
+    #[test]
+    fn flags_non_path_and_accepts_rewrites() {
+        let seeds = [
+            SEED_LABELS,
+            r#".metadata.annotations | select(. != null) | to_entries[] | select(.key == "cert-manager.io/issuer")"#,
+            r#".metadata.labels | to_entries[] | select(.value == "x")"#,
+        ];
+        for expr in seeds {
+            let jq = JqPath::compile(expr).unwrap();
+            assert!(check_expression(&jq).is_some(), "should flag {expr}");
+            let fixed = rewrite(expr).unwrap();
+            let jq = JqPath::compile(&fixed).unwrap();
+            assert_eq!(check_expression(&jq), None, "rewrite {fixed} should be a path expression");
+        }
+    }
+
+    #[test]
+    fn path_expressions_pass() {
+        for expr in [
+            r#".spec.containers[] | select(.name == "istio-proxy")"#,
+            ".spec.replicas",
+            r#".metadata.annotations."cert-manager.io/issuer""#,
+            ".webhooks[]?.clientConfig.caBundle",
+        ] {
+            let jq = JqPath::compile(expr).unwrap();
+            assert_eq!(check_expression(&jq), None, "{expr}");
+        }
+    }
+}

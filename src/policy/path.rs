@@ -1,0 +1,195 @@
+//! Paths into a JSON document: RFC 6901 pointers and jq path arrays share one type,
+//! and a set of them is removed from an object in an order that keeps array
+//! indices valid.
+
+use std::cmp::Ordering;
+
+use serde_json::Value;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Segment {
+    Key(String),
+    /// An array index from jq; negative counts from the end.
+    Index(i64),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct Path(pub Vec<Segment>);
+
+impl Path {
+    /// Parses an RFC 6901 pointer. The empty pointer (the whole document) is
+    /// refused: as an ignore rule it would silently ignore everything.
+    pub fn parse_pointer(pointer: &str) -> Result<Self, String> {
+        if pointer.is_empty() {
+            return Err("the empty pointer would ignore the whole object".into());
+        }
+        let Some(rest) = pointer.strip_prefix('/') else {
+            return Err(format!("`{pointer}` is not a JSON pointer: it must start with `/`"));
+        };
+        let mut segments = Vec::new();
+        for token in rest.split('/') {
+            if has_bad_escape(token) {
+                return Err(format!("`{pointer}` has a `~` not followed by 0 or 1"));
+            }
+            segments.push(Segment::Key(token.replace("~1", "/").replace("~0", "~")));
+        }
+        Ok(Self(segments))
+    }
+
+    pub fn to_pointer(&self) -> String {
+        let mut out = String::new();
+        for seg in &self.0 {
+            out.push('/');
+            match seg {
+                Segment::Key(k) => out.push_str(&escape(k)),
+                Segment::Index(i) => out.push_str(&i.to_string()),
+            }
+        }
+        out
+    }
+}
+
+fn has_bad_escape(token: &str) -> bool {
+    let bytes = token.as_bytes();
+    bytes
+        .iter()
+        .enumerate()
+        .any(|(i, b)| *b == b'~' && !matches!(bytes.get(i + 1), Some(b'0' | b'1')))
+}
+
+pub fn escape(token: &str) -> String {
+    token.replace('~', "~0").replace('/', "~1")
+}
+
+/// Removes every path in `paths` from `doc`. Missing paths are skipped, as in
+/// Argo CD. Paths are treated as a set: deeper and higher-indexed paths go first,
+/// so removing `/a/0` never shifts the element `/a/1` meant.
+pub fn remove_all(doc: &mut Value, mut paths: Vec<Path>) {
+    paths.sort_by(|a, b| compare(b, a));
+    paths.dedup();
+    for path in &paths {
+        remove(doc, &path.0);
+    }
+}
+
+fn compare(a: &Path, b: &Path) -> Ordering {
+    for (x, y) in a.0.iter().zip(&b.0) {
+        let ord = match (index_of(x), index_of(y)) {
+            (Some(i), Some(j)) => i.cmp(&j),
+            _ => key_of(x).cmp(&key_of(y)),
+        };
+        if ord != Ordering::Equal {
+            return ord;
+        }
+    }
+    a.0.len().cmp(&b.0.len())
+}
+
+fn index_of(seg: &Segment) -> Option<i64> {
+    match seg {
+        Segment::Index(i) => Some(*i),
+        Segment::Key(k) => k.parse().ok(),
+    }
+}
+
+fn key_of(seg: &Segment) -> String {
+    match seg {
+        Segment::Key(k) => k.clone(),
+        Segment::Index(i) => i.to_string(),
+    }
+}
+
+fn remove(doc: &mut Value, path: &[Segment]) {
+    let Some((last, parents)) = path.split_last() else {
+        return;
+    };
+    let mut node = doc;
+    for seg in parents {
+        let next = match (node, seg) {
+            (Value::Object(map), seg) => map.get_mut(&key_of(seg)),
+            (Value::Array(items), seg) => resolve_index(seg, items.len()).and_then(|i| items.get_mut(i)),
+            _ => None,
+        };
+        match next {
+            Some(n) => node = n,
+            None => return,
+        }
+    }
+    match node {
+        Value::Object(map) => {
+            map.remove(&key_of(last));
+        }
+        Value::Array(items) => {
+            if let Some(i) = resolve_index(last, items.len()) {
+                items.remove(i);
+            }
+        }
+        _ => {}
+    }
+}
+
+fn resolve_index(seg: &Segment, len: usize) -> Option<usize> {
+    let i = index_of(seg)?;
+    let i = if i < 0 { len as i64 + i } else { i };
+    (0..len as i64).contains(&i).then_some(i as usize)
+}
+
+/// True when `path` equals `prefix` or lies beneath it.
+pub fn is_under(path: &str, prefix: &str) -> bool {
+    path == prefix || (path.starts_with(prefix) && path.as_bytes().get(prefix.len()) == Some(&b'/'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn p(s: &str) -> Path {
+        Path::parse_pointer(s).unwrap()
+    }
+
+    #[test]
+    fn pointer_round_trips_escapes() {
+        let path = p("/metadata/annotations/kubectl.kubernetes.io~1restartedAt");
+        assert_eq!(
+            path.0.last(),
+            Some(&Segment::Key("kubectl.kubernetes.io/restartedAt".into()))
+        );
+        assert_eq!(path.to_pointer(), "/metadata/annotations/kubectl.kubernetes.io~1restartedAt");
+    }
+
+    #[test]
+    fn rejects_non_pointers() {
+        assert!(Path::parse_pointer("spec/replicas").is_err());
+        assert!(Path::parse_pointer("").is_err());
+        assert!(Path::parse_pointer("/a~2b").is_err());
+    }
+
+    #[test]
+    fn removes_array_elements_as_a_set() {
+        let mut doc = json!({"a": [0, 1, 2, 3]});
+        remove_all(&mut doc, vec![p("/a/1"), p("/a/2")]);
+        assert_eq!(doc, json!({"a": [0, 3]}));
+    }
+
+    #[test]
+    fn missing_paths_are_skipped() {
+        let mut doc = json!({"a": {"b": 1}});
+        remove_all(&mut doc, vec![p("/garbage"), p("/a/b/c"), p("/a/9")]);
+        assert_eq!(doc, json!({"a": {"b": 1}}));
+    }
+
+    #[test]
+    fn negative_jq_indices_count_from_the_end() {
+        let mut doc = json!({"a": [0, 1, 2]});
+        remove_all(&mut doc, vec![Path(vec![Segment::Key("a".into()), Segment::Index(-1)])]);
+        assert_eq!(doc, json!({"a": [0, 1]}));
+    }
+
+    #[test]
+    fn is_under_respects_token_boundaries() {
+        assert!(is_under("/spec/replicas", "/spec"));
+        assert!(is_under("/spec", "/spec"));
+        assert!(!is_under("/specx", "/spec"));
+    }
+}

@@ -1,0 +1,66 @@
+//! `*` globs, as Argo CD uses for group/kind and we use for identities and namespaces.
+
+use globset::{Glob, GlobMatcher};
+
+#[derive(Clone, Debug)]
+pub struct Pattern {
+    source: String,
+    matcher: GlobMatcher,
+}
+
+impl Pattern {
+    pub fn new(source: &str) -> Result<Self, String> {
+        let glob = Glob::new(source).map_err(|e| format!("bad glob `{source}`: {e}"))?;
+        Ok(Self {
+            source: source.to_owned(),
+            matcher: glob.compile_matcher(),
+        })
+    }
+
+    pub fn is_match(&self, s: &str) -> bool {
+        self.matcher.is_match(s)
+    }
+
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+}
+
+/// A list of patterns; matches when any does.
+#[derive(Clone, Debug, Default)]
+pub struct PatternSet(Vec<Pattern>);
+
+impl PatternSet {
+    pub fn new(sources: &[String]) -> Result<Self, String> {
+        sources.iter().map(|s| Pattern::new(s)).collect::<Result<_, _>>().map(Self)
+    }
+
+    pub fn is_match(&self, s: &str) -> bool {
+        self.0.iter().any(|p| p.is_match(s))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn star_spans_colons_and_dots() {
+        let p = Pattern::new("system:serviceaccount:kube-system:*").unwrap();
+        assert!(p.is_match("system:serviceaccount:kube-system:horizontal-pod-autoscaler"));
+        assert!(!p.is_match("system:serviceaccount:default:x"));
+        let g = Pattern::new("*.k8s.io").unwrap();
+        assert!(g.is_match("networking.k8s.io"));
+    }
+
+    #[test]
+    fn empty_pattern_matches_only_empty() {
+        let p = Pattern::new("").unwrap();
+        assert!(p.is_match(""));
+        assert!(!p.is_match("apps"));
+    }
+}
