@@ -131,8 +131,10 @@ fn check(args: CheckArgs) -> Result<ExitCode, Failure> {
     let now = args.now.unwrap_or_else(Timestamp::now);
     let judged = judge(&policy, &body, endpoint, parent.as_ref(), now)
         .map_err(|e| Failure(format!("{}: {e}", args.review.display())))?;
-    let json = serde_json::to_string(&judged.response).expect("a review serializes");
-    println!("{json}");
+    let mut out = judged.to_json();
+    out.push(b'\n');
+    std::io::Write::write_all(&mut std::io::stdout().lock(), &out)
+        .map_err(|e| Failure(format!("stdout: cannot write: {e}")))?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -28,6 +28,16 @@ pub struct Judged {
     pub decision: Decision,
 }
 
+impl Judged {
+    /// The reply as sent on the wire. kube keeps `auditAnnotations` in a
+    /// `HashMap`; going through `Value` sorts every map, so the same review
+    /// always yields the same bytes (`check` and the server agree byte for byte).
+    pub fn to_json(&self) -> Vec<u8> {
+        let value = serde_json::to_value(&self.response).expect("a review serializes");
+        serde_json::to_vec(&value).expect("a value serializes")
+    }
+}
+
 /// The one code path shared by `check` and the server: body in, response out.
 pub fn judge(
     policy: &Policy,

@@ -94,7 +94,7 @@ impl Policy {
         } else {
             serde_saphyr::from_str(text)
         }
-        .map_err(|e| PolicyError(format!("{file}: {}", one_line(&e.to_string()))))?;
+        .map_err(|e| PolicyError(yaml_error(file, &e)))?;
         Self::compile(&parsed).map_err(|e| PolicyError(format!("{file}: {e}")))
     }
 
@@ -171,8 +171,17 @@ fn parse_duration(text: &str) -> Result<SignedDuration, String> {
     Ok(d)
 }
 
-fn one_line(s: &str) -> String {
-    s.lines().map(str::trim_end).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(" | ")
+/// `file:line:column: reason` from the YAML parser's multi-line report.
+pub(crate) fn yaml_error(file: &str, err: &serde_saphyr::Error) -> String {
+    let text = err.to_string();
+    let first = text.lines().next().unwrap_or_default().trim();
+    let first = first.strip_prefix("error: ").unwrap_or(first);
+    let located = first.strip_prefix("line ").and_then(|rest| {
+        let (line, rest) = rest.split_once(" column ")?;
+        let (column, reason) = rest.split_once(": ")?;
+        Some(format!("{file}:{line}:{column}: {reason}"))
+    });
+    located.unwrap_or_else(|| format!("{file}: {first}"))
 }
 
 #[cfg(test)]
@@ -210,9 +219,7 @@ mod tests {
         let err = Policy::from_yaml("mode: enforce\nbreakGlass:\n  allowedGroup: [sre]\n", "p.yaml")
             .unwrap_err()
             .to_string();
-        assert!(err.starts_with("p.yaml: "), "{err}");
-        assert!(err.contains("allowedGroup"), "{err}");
-        assert!(err.contains("line 3"), "{err}");
+        assert!(err.starts_with("p.yaml:3:3: unknown field `allowedGroup`"), "{err}");
     }
 
     #[test]

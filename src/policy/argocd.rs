@@ -67,7 +67,7 @@ pub struct Imported {
 }
 
 pub fn parse(text: &str, file: &str) -> Result<Imported, String> {
-    let docs: Vec<Document> = serde_saphyr::from_multiple(text).map_err(|e| format!("{file}: {e}"))?;
+    let docs: Vec<Document> = serde_saphyr::from_multiple(text).map_err(|e| super::yaml_error(file, &e))?;
     let mut out = Imported::default();
     for (i, doc) in docs.into_iter().enumerate() {
         let is_app = doc.kind == "Application" && doc.api_version.starts_with("argoproj.io/");

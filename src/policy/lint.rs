@@ -91,7 +91,7 @@ fn check_rules(rules: &[IgnoreRule], text: &str, file: &str, report: &mut Report
             if let Some(problem) = check_expression(jq) {
                 let line = line_of(text, jq.source()).map(|l| format!(":{l}")).unwrap_or_default();
                 let mut msg = format!(
-                    "{file}{line}: {} jq `{}` is not a path expression ({problem}); Argo CD's del() fails on it and ignores nothing",
+                    "{file}{line}: {} jq `{}` failed on a probe object: {problem}; Argo CD's del() fails on it and ignores nothing",
                     rule.origin,
                     jq.source()
                 );
