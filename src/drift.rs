@@ -251,14 +251,18 @@ fn diff(policy: &Policy, req: &Request, old: &Value, new: &Value, d: &mut Decisi
     let old_n = normalize::normalize(old, &rules, Some(old), &mut failures);
     let new_n = normalize::normalize(new, &rules, Some(old), &mut failures);
     let mut paths = normalize::drifted_paths(&old_n, &new_n);
+    // Named even when a broader path covers it: it says what the change broke.
     for p in normalize::tracking_changes(old, new, policy) {
-        if !paths.iter().any(|q| is_under(&p, q)) {
+        if !paths.contains(&p) {
             paths.push(p);
         }
     }
-    // A rule fails on both objects alike; report it once.
-    failures.dedup();
-    d.rule_failures.extend(failures);
+    // A rule usually fails on both objects alike; report each failure once.
+    for f in failures {
+        if !d.rule_failures.contains(&f) {
+            d.rule_failures.push(f);
+        }
+    }
     paths
 }
 

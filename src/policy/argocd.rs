@@ -53,7 +53,7 @@ struct Spec {
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct Source {
-    #[serde(default)]
+    #[serde(default, rename = "repoURL")]
     repo_url: Option<String>,
     #[serde(default)]
     path: Option<String>,
