@@ -84,7 +84,14 @@ impl Cli {
 impl PolicySource {
     fn load(&self) -> Result<Policy, Failure> {
         let policy = match &self.policy {
-            Some(path) => Policy::load(path).map_err(|e| Failure(e.to_string()))?,
+            Some(path) => {
+                let (policy, notes) = Policy::from_any_yaml(&read_text(path)?, &path.display().to_string())
+                    .map_err(|e| Failure(e.to_string()))?;
+                for note in notes {
+                    eprintln!("driftguard: {note}");
+                }
+                policy
+            }
             None => Policy::embedded(),
         };
         let mut apps = Vec::new();

@@ -142,6 +142,37 @@ impl Policy {
         })
     }
 
+    /// Loads any YAML a platform engineer may hand us as policy: a driftguard
+    /// policy; Argo CD Applications (the embedded default policy plus their
+    /// ignoreDifferences); or another Kubernetes manifest, which contributes
+    /// nothing and says so in the returned notes.
+    pub fn from_any_yaml(text: &str, file: &str) -> Result<(Self, Vec<String>), PolicyError> {
+        let Ok(headers) = serde_saphyr::from_multiple::<ManifestHeader>(text) else {
+            return Self::from_yaml(text, file).map(|p| (p, Vec::new()));
+        };
+        if headers.iter().any(ManifestHeader::is_application) {
+            let imported = argocd::parse(text, file).map_err(PolicyError)?;
+            let mut notes = imported.skipped;
+            notes.push(format!(
+                "{file}: Argo CD Application(s) {}: the embedded default policy applies, with their ignoreDifferences",
+                imported.applications.iter().map(|a| a.name.as_str()).collect::<Vec<_>>().join(", ")
+            ));
+            return Ok((Self::embedded().with_applications(imported.applications), notes));
+        }
+        if let [h] = headers.as_slice()
+            && !h.kind.is_empty()
+        {
+            let note = format!(
+                "{file}: {} {} is not a driftguard policy ({}); the embedded default policy applies",
+                h.api_version,
+                h.kind,
+                h.advice()
+            );
+            return Ok((Self::embedded(), vec![note]));
+        }
+        Self::from_yaml(text, file).map(|p| (p, Vec::new()))
+    }
+
     /// Adds the Applications read from `--argocd-application` files.
     pub fn with_applications(mut self, apps: Vec<Application>) -> Self {
         self.applications.extend(apps);
@@ -158,6 +189,34 @@ impl Policy {
 
     pub fn application(&self, app: &str, app_namespace: Option<&str>) -> Option<&Application> {
         self.applications.iter().find(|a| a.tracks(app, app_namespace))
+    }
+}
+
+/// `apiVersion` and `kind` of a YAML document, to tell manifests from policy files.
+#[derive(Debug, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ManifestHeader {
+    #[serde(default)]
+    pub api_version: String,
+    #[serde(default)]
+    pub kind: String,
+}
+
+impl ManifestHeader {
+    pub fn is_application(&self) -> bool {
+        self.kind == "Application" && self.api_version.starts_with("argoproj.io/")
+    }
+
+    pub fn advice(&self) -> &'static str {
+        match (self.api_version.split('/').next().unwrap_or_default(), self.kind.as_str()) {
+            ("audit.k8s.io", "Policy") => {
+                "a kube-apiserver audit policy: driftguard's decisions appear in its records as auditAnnotations at level Metadata or above"
+            }
+            ("kustomize.toolkit.fluxcd.io", "Kustomization") | ("helm.toolkit.fluxcd.io", "HelmRelease") => {
+                "objects Flux applies are detected as Flux-managed by their toolkit labels"
+            }
+            _ => "nothing to load from it",
+        }
     }
 }
 

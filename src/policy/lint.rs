@@ -2,10 +2,8 @@
 //! jq expressions that are not path expressions (Argo CD's `del(...)` fails on
 //! them at run time and ignores nothing) and print a rewrite that works.
 
-use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use super::argocd;
 use super::ignore::IgnoreRule;
 use super::jq::JqPath;
 use super::Policy;
@@ -17,72 +15,24 @@ pub struct Report {
     pub problems: Vec<String>,
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Header {
-    #[serde(default)]
-    api_version: String,
-    #[serde(default)]
-    kind: String,
-}
-
 pub fn lint(text: &str, file: &str) -> Report {
     let mut report = Report::default();
-    let headers: Vec<Header> = match serde_saphyr::from_multiple(text) {
-        Ok(h) => h,
-        Err(e) => {
-            report.problems.push(format!("{file}: not YAML: {e}"));
-            return report;
-        }
-    };
-    if headers.iter().any(|h| h.kind == "Application" && h.api_version.starts_with("argoproj.io/")) {
-        match argocd::parse(text, file) {
-            Ok(imported) => {
-                report.notes.extend(imported.skipped);
-                for app in &imported.applications {
-                    report.notes.push(format!(
-                        "{file}: Argo CD Application {} with {} ignore rule(s) loads (use --argocd-application)",
-                        app.name,
-                        app.rules.len()
-                    ));
-                    check_rules(&app.rules, text, file, &mut report);
-                }
+    match Policy::from_any_yaml(text, file) {
+        Ok((policy, notes)) => {
+            let is_policy_file = notes.is_empty();
+            report.notes.extend(notes);
+            if is_policy_file {
+                report.notes.push(format!("{file}: driftguard policy with {} ignore rule(s) loads", policy.rules.len()));
+                check_rules(&policy.rules, text, file, &mut report);
             }
-            Err(e) => report.problems.push(e),
-        }
-        return report;
-    }
-    if let [h] = headers.as_slice()
-        && !h.kind.is_empty()
-    {
-        report.notes.push(format!(
-            "{file}: {} {} is not a driftguard policy; {}",
-            h.api_version,
-            h.kind,
-            advice_for(&h.api_version, &h.kind)
-        ));
-        return report;
-    }
-    match Policy::from_yaml(text, file) {
-        Ok(policy) => {
-            report.notes.push(format!("{file}: driftguard policy with {} ignore rule(s) loads", policy.rules.len()));
-            check_rules(&policy.rules, text, file, &mut report);
+            for app in &policy.applications {
+                report.notes.push(format!("{file}: Application {} has {} ignore rule(s)", app.name, app.rules.len()));
+                check_rules(&app.rules, text, file, &mut report);
+            }
         }
         Err(e) => report.problems.push(e.to_string()),
     }
     report
-}
-
-fn advice_for(api_version: &str, kind: &str) -> &'static str {
-    match (api_version.split('/').next().unwrap_or_default(), kind) {
-        ("audit.k8s.io", "Policy") => {
-            "it is a kube-apiserver audit policy: driftguard's decisions appear in its records as auditAnnotations (level Metadata or above)"
-        }
-        ("kustomize.toolkit.fluxcd.io", "Kustomization") | ("helm.toolkit.fluxcd.io", "HelmRelease") => {
-            "objects it applies are detected as Flux-managed by their kustomize/helm toolkit labels"
-        }
-        _ => "nothing to load",
-    }
 }
 
 fn check_rules(rules: &[IgnoreRule], text: &str, file: &str, report: &mut Report) {
