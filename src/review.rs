@@ -129,7 +129,10 @@ fn explain(body: &[u8], err: serde_json::Error) -> ReviewError {
     if matches!(err.classify(), Category::Syntax | Category::Eof | Category::Io) {
         return ReviewError::NotJson(err.to_string());
     }
-    if let Ok(env) = serde_json::from_slice::<Envelope>(body)
+    let is_object = body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
+    if is_object
+        && let Ok(env) = serde_json::from_slice::<Envelope>(body)
+        && !(env.api_version.is_empty() && env.kind.is_empty())
         && let Err(e) = check_envelope(&env.api_version, &env.kind)
     {
         return e;

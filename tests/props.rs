@@ -1,0 +1,126 @@
+//! Property tests: with JSON-pointer rules, a write is allowed exactly when every
+//! edited path lies under an ignored pointer; normalization is idempotent.
+
+mod common;
+
+use common::{Review, run};
+use driftguard::Policy;
+use driftguard::drift::normalize::normalize;
+use driftguard::policy::IgnoreRule;
+use driftguard::policy::schema::IgnoreDifference;
+use proptest::prelude::*;
+use serde_json::{Map, Value, json};
+
+const KEYS: [&str; 4] = ["a", "b", "c", "d"];
+
+/// Non-empty objects (an empty one equals absent, by design) with scalar leaves.
+fn tree() -> impl Strategy<Value = Value> {
+    let leaf = prop_oneof![(1i64..50).prop_map(|n| json!(n)), "[x-z]{1,3}".prop_map(Value::String)];
+    leaf.prop_recursive(3, 24, 4, |inner| {
+        prop::collection::btree_map(prop::sample::select(KEYS.to_vec()), inner, 1..4)
+            .prop_map(|m| Value::Object(m.into_iter().map(|(k, v)| (k.to_owned(), v)).collect::<Map<_, _>>()))
+    })
+    .prop_filter("objects only", Value::is_object)
+}
+
+fn pointer() -> impl Strategy<Value = String> {
+    prop::collection::vec(prop::sample::select(KEYS.to_vec()), 1..4).prop_map(|ks| format!("/{}", ks.join("/")))
+}
+
+#[derive(Clone, Debug)]
+enum Edit {
+    Set(String, Value),
+    Remove(String),
+}
+
+fn edit() -> impl Strategy<Value = Edit> {
+    prop_oneof![
+        (pointer(), (50i64..99).prop_map(|n| json!(n))).prop_map(|(p, v)| Edit::Set(p, v)),
+        pointer().prop_map(Edit::Remove),
+    ]
+}
+
+/// Applies the edit and returns the path it really changed: setting `/a/b`
+/// where `/a` holds a scalar replaces `/a` itself.
+fn apply(spec: &mut Value, e: &Edit) -> String {
+    match e {
+        Edit::Set(p, v) => {
+            let tokens: Vec<&str> = p[1..].split('/').collect();
+            let mut edited = p.clone();
+            let mut node = spec;
+            for (i, t) in tokens[..tokens.len() - 1].iter().enumerate() {
+                match node.get(*t) {
+                    Some(Value::Object(_)) => {}
+                    Some(_) => {
+                        if edited == *p {
+                            edited = format!("/{}", tokens[..=i].join("/"));
+                        }
+                        node[*t] = json!({});
+                    }
+                    None => node[*t] = json!({}),
+                }
+                node = node.get_mut(*t).unwrap();
+            }
+            node[*tokens.last().unwrap()] = v.clone();
+            edited
+        }
+        Edit::Remove(p) => {
+            let (parent, last) = p.rsplit_once('/').unwrap();
+            let parent = if parent.is_empty() { Some(&mut *spec) } else { spec.pointer_mut(parent) };
+            if let Some(Value::Object(m)) = parent {
+                m.remove(last);
+            }
+            p.clone()
+        }
+    }
+}
+
+fn deployment(spec: Value) -> Value {
+    json!({"apiVersion": "apps/v1", "kind": "Deployment",
+           "metadata": {"name": "web", "namespace": "production",
+                        "annotations": {"argocd.argoproj.io/tracking-id": "app:apps/Deployment:production/web"}},
+           "spec": spec})
+}
+
+fn under(path: &str, prefix: &str) -> bool {
+    path == prefix || path.starts_with(&format!("{prefix}/"))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(400))]
+
+    #[test]
+    fn allowed_exactly_when_every_edit_is_under_an_ignored_pointer(
+        spec in tree(),
+        edits in prop::collection::vec(edit(), 1..4),
+        ignored in prop::collection::vec(pointer(), 0..4),
+    ) {
+        let mut new_spec = spec.clone();
+        let touched: Vec<String> = edits.iter().map(|e| format!("/spec{}", apply(&mut new_spec, e))).collect();
+        // Only edits whose path differs in the end count (a later edit may undo or cover an earlier one).
+        let (old_obj, new_obj) = (deployment(spec.clone()), deployment(new_spec.clone()));
+        let edited: Vec<String> = touched.into_iter().filter(|p| old_obj.pointer(p) != new_obj.pointer(p)).collect();
+        let pointers: Vec<String> = ignored.iter().map(|p| format!("/spec{p}")).collect();
+        let policy = Policy::from_yaml(
+            &format!("ignoreDifferences:\n  - group: apps\n    kind: Deployment\n    jsonPointers: {}\n", serde_json::to_string(&pointers).unwrap()),
+            "prop.yaml",
+        ).unwrap();
+        let out = run(&policy, &Review::update(deployment(spec), deployment(new_spec)));
+        let expected = edited.iter().all(|e| pointers.iter().any(|p| under(e, p)));
+        prop_assert_eq!(out.allowed(), expected, "edited {:?} ignored {:?} drifted {:?}", edited, pointers, out.decision.drifted_paths);
+    }
+
+    #[test]
+    fn normalization_is_idempotent(spec in tree(), ignored in prop::collection::vec(pointer(), 0..3)) {
+        let def = IgnoreDifference {
+            group: "*".into(), kind: "*".into(),
+            json_pointers: ignored.iter().map(|p| format!("/spec{p}")).collect(),
+            ..Default::default()
+        };
+        let rule = IgnoreRule::compile(&def, "prop".into()).unwrap();
+        let obj = deployment(spec);
+        let once = normalize(&obj, &[&rule], Some(&obj), &mut Vec::new());
+        let twice = normalize(&once, &[&rule], Some(&once), &mut Vec::new());
+        prop_assert_eq!(once, twice);
+    }
+}
