@@ -54,7 +54,7 @@ def deployment():
                                     "f:labels": {"f:app.kubernetes.io/instance": {}, "f:app.kubernetes.io/name": {}, "f:app.kubernetes.io/part-of": {}, "f:app.kubernetes.io/version": {}}},
                      "f:spec": {"f:replicas": {}, "f:selector": {}, "f:strategy": {"f:rollingUpdate": {"f:maxSurge": {}, "f:maxUnavailable": {}}},
                                 "f:template": {"f:metadata": {"f:labels": {"f:app.kubernetes.io/instance": {}, "f:app.kubernetes.io/name": {}}},
-                                               "f:spec": {"f:containers": {'k:{"name":"myapp"}': fields_container},
+                                               "f:spec": {"f:containers": {'k:{"name":"myapp"}': fields_container, 'k:{"name":"log-shipper"}': fields_container},
                                                           "f:securityContext": {"f:runAsNonRoot": {}, "f:seccompProfile": {"f:type": {}}},
                                                           "f:serviceAccountName": {}, "f:volumes": {'k:{"name":"config"}': {".": {}, "f:configMap": {"f:name": {}}, "f:name": {}}}}}}}},
                 {"manager": "kube-controller-manager", "operation": "Update", "apiVersion": "apps/v1", "time": "2026-11-20T08:01:10Z",
@@ -72,7 +72,8 @@ def deployment():
             "template": {
                 "metadata": {"creationTimestamp": None, "labels": {"app.kubernetes.io/name": "myapp", "app.kubernetes.io/instance": "myapp"}},
                 "spec": {
-                    "containers": [container("myapp", "registry.example.com/shop/myapp:1.4.2", 8080)],
+                    "containers": [container("myapp", "registry.example.com/shop/myapp:1.4.2", 8080),
+                                   container("log-shipper", "registry.example.com/platform/log-shipper:3.1.0", 2020)],
                     "volumes": [{"name": "config", "configMap": {"name": "myapp-config", "defaultMode": 420}}],
                     "restartPolicy": "Always", "terminationGracePeriodSeconds": 30, "dnsPolicy": "ClusterFirst",
                     "serviceAccountName": "myapp", "serviceAccount": "myapp", "schedulerName": "default-scheduler",

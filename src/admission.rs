@@ -74,7 +74,11 @@ fn show_path(p: &str) -> &str {
 }
 
 fn path_list(paths: &[String]) -> String {
-    let shown: Vec<&str> = paths.iter().take(MAX_PATHS_SHOWN).map(|p| show_path(p)).collect();
+    let shown: Vec<&str> = paths
+        .iter()
+        .take(MAX_PATHS_SHOWN)
+        .map(|p| show_path(p))
+        .collect();
     let mut out = shown.join(", ");
     if paths.len() > MAX_PATHS_SHOWN {
         out.push_str(&format!(" (and {} more)", paths.len() - MAX_PATHS_SHOWN));
@@ -99,19 +103,32 @@ fn denial(view: &Request, d: &Decision) -> String {
     let tool = d.manager.as_ref().map_or("the GitOps tool", |m| m.tool());
     let paths = path_list(&d.drifted_paths);
     let what = match &d.finding {
-        Finding::DeleteByHand => format!("{obj} is managed by {manager}; only {tool} may delete (prune) it."),
-        Finding::CreateWithTracking => format!("{obj} carries {tool} tracking metadata of {manager}; only {tool} may create it."),
+        Finding::DeleteByHand => {
+            format!("{obj} is managed by {manager}; only {tool} may delete (prune) it.")
+        }
+        Finding::CreateWithTracking => format!(
+            "{obj} carries {tool} tracking metadata of {manager}; only {tool} may create it."
+        ),
         Finding::BreakGlassUnauthorized => format!(
             "{} is not authorized to break glass on {obj} (managed by {manager}); drifted: {paths}.",
             view.username
         ),
-        Finding::BreakGlassInvalid(why) => format!("break-glass on {obj} rejected: {why}; drifted: {paths}."),
-        Finding::UnknownParent => format!("{obj}: the parent could not be read to check GitOps ownership; drifted: {paths}."),
-        _ => format!("{obj} is managed by {manager}; this {} drifts from Git at {paths}.", view.operation.as_str()),
+        Finding::BreakGlassInvalid(why) => {
+            format!("break-glass on {obj} rejected: {why}; drifted: {paths}.")
+        }
+        Finding::UnknownParent => format!(
+            "{obj}: the parent could not be read to check GitOps ownership; drifted: {paths}."
+        ),
+        _ => format!(
+            "{obj} is managed by {manager}; this {} drifts from Git at {paths}.",
+            view.operation.as_str()
+        ),
     };
     let fix = format!("Change it in Git and let {tool} sync it");
     let glass = match &d.break_glass_hint {
-        Some(hint) if d.finding != Finding::BreakGlassUnauthorized => format!("; in an emergency, if you are authorized, {hint}"),
+        Some(hint) if d.finding != Finding::BreakGlassUnauthorized => {
+            format!("; in an emergency, if you are authorized, {hint}")
+        }
         Some(_) => String::new(),
         None => "; break-glass is disabled in driftguard's policy".into(),
     };
@@ -123,31 +140,64 @@ fn warnings(view: &Request, d: &Decision) -> Vec<String> {
     let obj = describe_object(view);
     match d.verdict {
         Verdict::Warn => {
-            out.push(format!("driftguard: drift on {obj}, managed by {}", manager_text(d)));
-            out.extend(d.drifted_paths.iter().map(|p| format!("driftguard: drifted {}", show_path(p))));
-            out.push(format!("driftguard: {} will revert this; change it in Git", d.manager.as_ref().map_or("GitOps", |m| m.tool())));
+            out.push(format!(
+                "driftguard: drift on {obj}, managed by {}",
+                manager_text(d)
+            ));
+            out.extend(
+                d.drifted_paths
+                    .iter()
+                    .map(|p| format!("driftguard: drifted {}", show_path(p))),
+            );
+            out.push(format!(
+                "driftguard: {} will revert this; change it in Git",
+                d.manager.as_ref().map_or("GitOps", |m| m.tool())
+            ));
         }
         Verdict::Allow if d.finding == Finding::BreakGlass => {
             if let Some(bg) = &d.break_glass {
-                out.push(format!("driftguard: BREAK-GLASS by {} on {obj} until {}: {}", bg.user, bg.expires, bg.reason));
-                out.push(format!("driftguard: drifted {}; this use is audited", path_list(&d.drifted_paths)));
+                out.push(format!(
+                    "driftguard: BREAK-GLASS by {} on {obj} until {}: {}",
+                    bg.user, bg.expires, bg.reason
+                ));
+                out.push(format!(
+                    "driftguard: drifted {}; this use is audited",
+                    path_list(&d.drifted_paths)
+                ));
             }
         }
         _ => {}
     }
-    if d.dry_run && (d.finding != Finding::NoDrift || d.verdict != Verdict::Allow) && !matches!(d.finding, Finding::OutOfScope(_) | Finding::Controller | Finding::Trusted) {
+    if d.dry_run
+        && (d.finding != Finding::NoDrift || d.verdict != Verdict::Allow)
+        && !matches!(
+            d.finding,
+            Finding::OutOfScope(_) | Finding::Controller | Finding::Trusted
+        )
+    {
         let would = match d.verdict {
             Verdict::Deny => "be denied",
             Verdict::Warn => "be allowed with drift warnings",
             Verdict::Audit => "be allowed and recorded as drift (audit mode)",
             Verdict::Allow => "be allowed",
         };
-        out.push(format!("driftguard: dry run: the real write would {would} ({})", d.finding.code()));
+        out.push(format!(
+            "driftguard: dry run: the real write would {would} ({})",
+            d.finding.code()
+        ));
         if d.verdict == Verdict::Audit {
-            out.push(format!("driftguard: drifted {}", path_list(&d.drifted_paths)));
+            out.push(format!(
+                "driftguard: drifted {}",
+                path_list(&d.drifted_paths)
+            ));
         }
     }
-    out.extend(d.rule_failures.iter().map(|f| format!("driftguard: ignore rule failed, ignored nothing: {}", f.describe())));
+    out.extend(d.rule_failures.iter().map(|f| {
+        format!(
+            "driftguard: ignore rule failed, ignored nothing: {}",
+            f.describe()
+        )
+    }));
     out.extend(d.notes.iter().map(|n| format!("driftguard: {n}")));
     limit(out)
 }
@@ -222,7 +272,9 @@ fn drift_patch(view: &Request, d: &Decision, now: Timestamp) -> Option<Patch> {
         "paths": d.drifted_paths,
     })
     .to_string();
-    let has_annotations = object.pointer("/metadata/annotations").is_some_and(Value::is_object);
+    let has_annotations = object
+        .pointer("/metadata/annotations")
+        .is_some_and(Value::is_object);
     let op = if has_annotations {
         AddOperation {
             path: PointerBuf::from_tokens(["metadata", "annotations", DRIFT_ANNOTATION]),
@@ -243,9 +295,14 @@ mod tests {
 
     #[test]
     fn warnings_are_bounded() {
-        let many: Vec<String> = (0..200).map(|i| format!("{i}\n{}", "x".repeat(300))).collect();
+        let many: Vec<String> = (0..200)
+            .map(|i| format!("{i}\n{}", "x".repeat(300)))
+            .collect();
         let out = limit(many);
-        assert!(out.iter().all(|w| w.chars().count() <= MAX_WARNING_CHARS && !w.contains('\n')));
+        assert!(
+            out.iter()
+                .all(|w| w.chars().count() <= MAX_WARNING_CHARS && !w.contains('\n'))
+        );
         assert!(out.iter().map(String::len).sum::<usize>() < 4096);
         assert_eq!(out.last().unwrap(), "driftguard: more warnings omitted");
     }

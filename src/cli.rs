@@ -12,7 +12,11 @@ use crate::policy::{Policy, argocd, lint};
 use crate::{Endpoint, judge};
 
 #[derive(Debug, Parser)]
-#[command(name = "driftguard", version, about = "Stop manual drift on GitOps-managed Kubernetes objects at admission")]
+#[command(
+    name = "driftguard",
+    version,
+    about = "Stop manual drift on GitOps-managed Kubernetes objects at admission"
+)]
 pub struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -35,7 +39,11 @@ struct PolicySource {
     #[arg(long, env = "DRIFTGUARD_POLICY")]
     policy: Option<PathBuf>,
     /// Argo CD Application manifest(s) whose spec.ignoreDifferences apply to the objects they track.
-    #[arg(long = "argocd-application", env = "DRIFTGUARD_ARGOCD_APPLICATION", value_delimiter = ',')]
+    #[arg(
+        long = "argocd-application",
+        env = "DRIFTGUARD_ARGOCD_APPLICATION",
+        value_delimiter = ','
+    )]
     argocd_applications: Vec<PathBuf>,
 }
 
@@ -72,7 +80,9 @@ impl Cli {
     pub fn run(self) -> ExitCode {
         let result = match self.command {
             Command::Check(args) => check(args),
-            Command::Policy { command: PolicyCommand::Lint { files } } => Ok(lint_files(&files)),
+            Command::Policy {
+                command: PolicyCommand::Lint { files },
+            } => Ok(lint_files(&files)),
         };
         result.unwrap_or_else(|Failure(msg)| {
             eprintln!("driftguard: {msg}");
@@ -85,8 +95,9 @@ impl PolicySource {
     fn load(&self) -> Result<Policy, Failure> {
         let policy = match &self.policy {
             Some(path) => {
-                let (policy, notes) = Policy::from_any_yaml(&read_text(path)?, &path.display().to_string())
-                    .map_err(|e| Failure(e.to_string()))?;
+                let (policy, notes) =
+                    Policy::from_any_yaml(&read_text(path)?, &path.display().to_string())
+                        .map_err(|e| Failure(e.to_string()))?;
                 for note in notes {
                     eprintln!("driftguard: {note}");
                 }
@@ -108,7 +119,8 @@ impl PolicySource {
 }
 
 fn read_text(path: &Path) -> Result<String, Failure> {
-    std::fs::read_to_string(path).map_err(|e| Failure(format!("{}: cannot read: {e}", path.display())))
+    std::fs::read_to_string(path)
+        .map_err(|e| Failure(format!("{}: cannot read: {e}", path.display())))
 }
 
 fn read_input(path: &Path) -> Result<Vec<u8>, Failure> {
@@ -128,13 +140,21 @@ fn check(args: CheckArgs) -> Result<ExitCode, Failure> {
     let parent = match &args.parent {
         Some(path) => {
             let text = read_text(path)?;
-            let value: Value = serde_saphyr::from_str(&text)
-                .map_err(|e| Failure(format!("{}: not a JSON or YAML object: {e}", path.display())))?;
+            let value: Value = serde_saphyr::from_str(&text).map_err(|e| {
+                Failure(format!(
+                    "{}: not a JSON or YAML object: {e}",
+                    path.display()
+                ))
+            })?;
             Some(value)
         }
         None => None,
     };
-    let endpoint = if args.mutate { Endpoint::Mutate } else { Endpoint::Validate };
+    let endpoint = if args.mutate {
+        Endpoint::Mutate
+    } else {
+        Endpoint::Validate
+    };
     let now = args.now.unwrap_or_else(Timestamp::now);
     let judged = judge(&policy, &body, endpoint, parent.as_ref(), now)
         .map_err(|e| Failure(format!("{}: {e}", args.review.display())))?;
@@ -163,5 +183,9 @@ fn lint_files(files: &[PathBuf]) -> ExitCode {
         }
         failed |= !report.problems.is_empty();
     }
-    if failed { ExitCode::from(1) } else { ExitCode::SUCCESS }
+    if failed {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
 }

@@ -193,12 +193,18 @@ pub fn decide(policy: &Policy, req: &Request, ctx: &Context) -> Result<Decision,
     }
     let op = req.operation.as_str();
     let (object, old) = match req.operation {
-        Operation::Create => (Some(req.object.ok_or(DecideError::MissingObject(op))?), None),
+        Operation::Create => (
+            Some(req.object.ok_or(DecideError::MissingObject(op))?),
+            None,
+        ),
         Operation::Update => (
             Some(req.object.ok_or(DecideError::MissingObject(op))?),
             Some(req.old_object.ok_or(DecideError::MissingOldObject(op))?),
         ),
-        _ => (None, Some(req.old_object.ok_or(DecideError::MissingOldObject(op))?)),
+        _ => (
+            None,
+            Some(req.old_object.ok_or(DecideError::MissingOldObject(op))?),
+        ),
     };
     // Ownership is judged on what is stored, or on the new object for CREATE.
     let owner_obj = old.or(object).expect("one of them is set");
@@ -219,14 +225,28 @@ pub fn decide(policy: &Policy, req: &Request, ctx: &Context) -> Result<Decision,
         Operation::Delete => (old.expect("DELETE has old"), None),
         _ => (object.expect("CREATE/UPDATE have object"), old),
     };
-    let bg = breakglass::evaluate(bg_carrier, bg_previous, req.username, req.groups, policy, ctx.now);
+    let bg = breakglass::evaluate(
+        bg_carrier,
+        bg_previous,
+        req.username,
+        req.groups,
+        policy,
+        ctx.now,
+    );
     let (finding, paths) = match req.operation {
         Operation::Create => (Finding::CreateWithTracking, vec![String::new()]),
         Operation::Delete => (Finding::DeleteByHand, vec![String::new()]),
         _ => {
-            let (old, new) = (old.expect("UPDATE has old"), object.expect("UPDATE has object"));
+            let (old, new) = (
+                old.expect("UPDATE has old"),
+                object.expect("UPDATE has object"),
+            );
             let paths = diff(policy, req, old, new, &mut d);
-            let finding = if paths.is_empty() { Finding::NoDrift } else { Finding::Drift };
+            let finding = if paths.is_empty() {
+                Finding::NoDrift
+            } else {
+                Finding::Drift
+            };
             (finding, paths)
         }
     };
@@ -270,7 +290,11 @@ impl Request<'_> {
     /// The group the ignore rules match: the object's own group, which for a
     /// scale write is the parent resource's group.
     fn resource_group_or_kind_group(&self) -> &str {
-        if self.sub_resource == "scale" { self.resource_group } else { self.group }
+        if self.sub_resource == "scale" {
+            self.resource_group
+        } else {
+            self.group
+        }
     }
 }
 
@@ -283,18 +307,29 @@ fn kind_of<'a>(req: &'a Request, obj: &'a Value) -> &'a str {
 }
 
 /// Policy rules, then the managing Application's own rules.
-fn rules_for<'p>(policy: &'p Policy, target: &Target, manager: Option<&Manager>) -> Vec<&'p IgnoreRule> {
-    let mut rules: Vec<&IgnoreRule> = policy.rules.iter().filter(|r| r.matches(target)).collect();
-    if let Some(Manager::ArgoCd { application, application_namespace }) = manager
+fn rules_for<'p>(
+    policy: &'p Policy,
+    target: &Target,
+    manager: Option<&Manager>,
+) -> Vec<&'p IgnoreRule> {
+    let mut rules = policy.rules.matching(target);
+    if let Some(Manager::ArgoCd {
+        application,
+        application_namespace,
+    }) = manager
         && let Some(app) = policy.application(application, application_namespace.as_deref())
     {
-        rules.extend(app.rules.iter().filter(|r| r.matches(target)));
+        rules.extend(app.rules.matching(target));
     }
     rules
 }
 
 fn set_manager(policy: &Policy, d: &mut Decision, manager: Manager) {
-    if let Manager::ArgoCd { application, application_namespace } = &manager {
+    if let Manager::ArgoCd {
+        application,
+        application_namespace,
+    } = &manager
+    {
         d.source = policy
             .application(application, application_namespace.as_deref())
             .and_then(|a| a.describe_source());
@@ -316,12 +351,16 @@ fn identity_allows(policy: &Policy, req: &Request, d: &mut Decision) -> bool {
 
 /// The stored object's `driftguard.io/mode` annotation, never the incoming one's.
 fn mode_from_annotation(stored: &Value, mode: Mode, notes: &mut Vec<String>) -> Mode {
-    let Some(value) = ownership::annotations(stored).and_then(|a| a.get(MODE_ANNOTATION)).and_then(Value::as_str)
+    let Some(value) = ownership::annotations(stored)
+        .and_then(|a| a.get(MODE_ANNOTATION))
+        .and_then(Value::as_str)
     else {
         return mode;
     };
     Mode::parse(value).unwrap_or_else(|| {
-        notes.push(format!("ignored {MODE_ANNOTATION}={value}: not enforce, warn or audit"));
+        notes.push(format!(
+            "ignored {MODE_ANNOTATION}={value}: not enforce, warn or audit"
+        ));
         mode
     })
 }
@@ -352,7 +391,11 @@ fn verdict_for(finding: &Finding, mode: Mode, unknown_parent: UnknownParent) -> 
     match mode {
         Mode::Audit => Verdict::Audit,
         Mode::Warn => Verdict::Warn,
-        Mode::Enforce if *finding == Finding::UnknownParent && unknown_parent == UnknownParent::Warn => Verdict::Warn,
+        Mode::Enforce
+            if *finding == Finding::UnknownParent && unknown_parent == UnknownParent::Warn =>
+        {
+            Verdict::Warn
+        }
         Mode::Enforce => Verdict::Deny,
     }
 }
@@ -370,13 +413,23 @@ fn break_glass_hint(policy: &Policy) -> Option<String> {
 
 /// `kubectl scale` writes an `autoscaling/v1` Scale; its `spec.replicas` is the
 /// parent's `/spec/replicas`, judged with the parent's ownership and rules.
-fn decide_scale(policy: &Policy, req: &Request, ctx: &Context, mut d: Decision) -> Result<Decision, DecideError> {
+fn decide_scale(
+    policy: &Policy,
+    req: &Request,
+    ctx: &Context,
+    mut d: Decision,
+) -> Result<Decision, DecideError> {
     let op = req.operation.as_str();
     let new = req.object.ok_or(DecideError::MissingObject(op))?;
     let old = req.old_object.ok_or(DecideError::MissingOldObject(op))?;
     let replicas = |s: &Value| s.pointer("/spec/replicas").cloned();
     let Some(parent) = ctx.parent else {
-        return Ok(decide_scale_blind(policy, req, d, replicas(old) != replicas(new)));
+        return Ok(decide_scale_blind(
+            policy,
+            req,
+            d,
+            replicas(old) != replicas(new),
+        ));
     };
     if let Some(owner) = ownership::controller_owner(parent) {
         d.finding = Finding::OutOfScope(format!("child of {owner}"));
@@ -400,10 +453,21 @@ fn decide_scale(policy: &Policy, req: &Request, ctx: &Context, mut d: Decision) 
     };
     let (old_parent, new_parent) = (with_replicas(replicas(old)), with_replicas(replicas(new)));
     let paths = diff(policy, req, &old_parent, &new_parent, &mut d);
-    d.finding = if paths.is_empty() { Finding::NoDrift } else { Finding::Drift };
+    d.finding = if paths.is_empty() {
+        Finding::NoDrift
+    } else {
+        Finding::Drift
+    };
     d.drifted_paths = paths;
     // Break-glass set earlier on the parent covers a later scale by an authorized user.
-    let bg = breakglass::evaluate(parent, Some(parent), req.username, req.groups, policy, ctx.now);
+    let bg = breakglass::evaluate(
+        parent,
+        Some(parent),
+        req.username,
+        req.groups,
+        policy,
+        ctx.now,
+    );
     apply_break_glass(&mut d, bg);
     d.verdict = verdict_for(&d.finding, d.mode, policy.unknown_scale_parent);
     Ok(d)
@@ -412,7 +476,12 @@ fn decide_scale(policy: &Policy, req: &Request, ctx: &Context, mut d: Decision) 
 /// Without the parent, ownership cannot be checked. Controllers and trusted
 /// identities pass, a rule ignoring `/spec/replicas` for the parent's kind
 /// applies, and otherwise `unknownScaleParent` (warn by default) decides.
-fn decide_scale_blind(policy: &Policy, req: &Request, mut d: Decision, replicas_changed: bool) -> Decision {
+fn decide_scale_blind(
+    policy: &Policy,
+    req: &Request,
+    mut d: Decision,
+    replicas_changed: bool,
+) -> Decision {
     if identity_allows(policy, req, &mut d) {
         return d;
     }
@@ -420,10 +489,17 @@ fn decide_scale_blind(policy: &Policy, req: &Request, mut d: Decision, replicas_
         return d;
     }
     let kind = builtin_kind(req.resource_group, req.resource).unwrap_or(req.resource);
-    let target = Target { group: req.resource_group, kind, name: req.name, namespace: req.namespace };
-    let ignored = rules_for(policy, &target, None)
-        .iter()
-        .any(|r| r.pointers.iter().any(|p| is_under("/spec/replicas", &p.to_pointer())));
+    let target = Target {
+        group: req.resource_group,
+        kind,
+        name: req.name,
+        namespace: req.namespace,
+    };
+    let ignored = rules_for(policy, &target, None).iter().any(|r| {
+        r.pointers
+            .iter()
+            .any(|p| is_under("/spec/replicas", &p.to_pointer()))
+    });
     if ignored {
         return d;
     }

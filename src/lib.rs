@@ -49,7 +49,8 @@ pub fn judge(
     let req = review::parse(body)?;
     let view = review::view(&req);
     let ctx = drift::Context { now, parent };
-    let decision = drift::decide(policy, &view, &ctx).map_err(|e| ReviewError::Incomplete(e.to_string()))?;
+    let decision =
+        drift::decide(policy, &view, &ctx).map_err(|e| ReviewError::Incomplete(e.to_string()))?;
     let response = admission::respond(&req, &view, &decision, endpoint, now).into_review();
     Ok(Judged { response, decision })
 }

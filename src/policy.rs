@@ -13,7 +13,7 @@ use std::path::Path as FsPath;
 use jiff::SignedDuration;
 
 pub use argocd::Application;
-pub use ignore::{IgnoreRule, RuleFailure, Target};
+pub use ignore::{IgnoreRule, RuleFailure, RuleSet, Target};
 pub use schema::{Mode, UnknownParent};
 
 use pattern::PatternSet;
@@ -73,18 +73,20 @@ pub struct Policy {
     pub argocd: Option<ArgoDetector>,
     pub flux: bool,
     pub unknown_scale_parent: UnknownParent,
-    pub rules: Vec<IgnoreRule>,
+    pub rules: RuleSet,
     pub applications: Vec<Application>,
 }
 
 impl Policy {
     pub fn embedded() -> Self {
-        Self::from_yaml(DEFAULT_POLICY_YAML, "<embedded default policy>").expect("the embedded policy is valid")
+        Self::from_yaml(DEFAULT_POLICY_YAML, "<embedded default policy>")
+            .expect("the embedded policy is valid")
     }
 
     pub fn load(path: &FsPath) -> Result<Self, PolicyError> {
         let name = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|e| PolicyError(format!("{name}: cannot read: {e}")))?;
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| PolicyError(format!("{name}: cannot read: {e}")))?;
         Self::from_yaml(&text, &name)
     }
 
@@ -111,17 +113,22 @@ impl Policy {
             .collect::<Result<_, _>>()?;
         let max_duration = parse_duration(&file.break_glass.max_duration)
             .map_err(|e| format!("breakGlass.maxDuration: {e}"))?;
-        let rules = file
-            .ignore_differences
-            .iter()
-            .enumerate()
-            .map(|(i, d)| IgnoreRule::compile(d, format!("ignoreDifferences[{i}]")))
-            .collect::<Result<_, _>>()?;
+        let rules = RuleSet::new(
+            file.ignore_differences
+                .iter()
+                .enumerate()
+                .map(|(i, d)| IgnoreRule::compile(d, format!("ignoreDifferences[{i}]")))
+                .collect::<Result<_, _>>()?,
+        );
         let argo = &file.gitops.argocd;
         Ok(Self {
             mode: file.mode,
             namespaces,
-            controllers: Identities::new(&file.controllers.users, &file.controllers.groups, "controllers")?,
+            controllers: Identities::new(
+                &file.controllers.users,
+                &file.controllers.groups,
+                "controllers",
+            )?,
             trusted: Identities::new(&file.trusted.users, &file.trusted.groups, "trusted")?,
             break_glass: BreakGlass {
                 allowed: Identities::new(
@@ -157,7 +164,10 @@ impl Policy {
                 "{file}: Argo CD Application(s) {}: the embedded default policy applies, with their ignoreDifferences",
                 imported.applications.iter().map(|a| a.name.as_str()).collect::<Vec<_>>().join(", ")
             ));
-            return Ok((Self::embedded().with_applications(imported.applications), notes));
+            return Ok((
+                Self::embedded().with_applications(imported.applications),
+                notes,
+            ));
         }
         if let [h] = headers.as_slice()
             && !h.kind.is_empty()
@@ -188,7 +198,9 @@ impl Policy {
     }
 
     pub fn application(&self, app: &str, app_namespace: Option<&str>) -> Option<&Application> {
-        self.applications.iter().find(|a| a.tracks(app, app_namespace))
+        self.applications
+            .iter()
+            .find(|a| a.tracks(app, app_namespace))
     }
 }
 
@@ -208,11 +220,15 @@ impl ManifestHeader {
     }
 
     pub fn advice(&self) -> &'static str {
-        match (self.api_version.split('/').next().unwrap_or_default(), self.kind.as_str()) {
+        match (
+            self.api_version.split('/').next().unwrap_or_default(),
+            self.kind.as_str(),
+        ) {
             ("audit.k8s.io", "Policy") => {
                 "a kube-apiserver audit policy: driftguard's decisions appear in its records as auditAnnotations at level Metadata or above"
             }
-            ("kustomize.toolkit.fluxcd.io", "Kustomization") | ("helm.toolkit.fluxcd.io", "HelmRelease") => {
+            ("kustomize.toolkit.fluxcd.io", "Kustomization")
+            | ("helm.toolkit.fluxcd.io", "HelmRelease") => {
                 "objects Flux applies are detected as Flux-managed by their toolkit labels"
             }
             _ => "nothing to load from it",
@@ -253,8 +269,14 @@ mod tests {
         assert_eq!(p.mode, Mode::Enforce);
         assert_eq!(p.mode_for_namespace("dev-team"), Mode::Warn);
         assert_eq!(p.mode_for_namespace("production"), Mode::Enforce);
-        assert!(p.controllers.contains("system:serviceaccount:argocd:argocd-application-controller", &[]));
-        assert!(p.trusted.contains("system:serviceaccount:kube-system:horizontal-pod-autoscaler", &[]));
+        assert!(p.controllers.contains(
+            "system:serviceaccount:argocd:argocd-application-controller",
+            &[]
+        ));
+        assert!(p.trusted.contains(
+            "system:serviceaccount:kube-system:horizontal-pod-autoscaler",
+            &[]
+        ));
         assert!(p.trusted.contains("system:node:worker-1", &[]));
         assert!(p.break_glass.allowed.is_empty());
         assert_eq!(p.break_glass.max_duration, SignedDuration::from_hours(4));
@@ -265,31 +287,53 @@ mod tests {
     fn left_out_keys_take_their_defaults() {
         let p = Policy::from_yaml("mode: warn\n", "p.yaml").unwrap();
         assert_eq!(p.mode, Mode::Warn);
-        assert!(p.controllers.contains("system:serviceaccount:flux-system:helm-controller", &[]));
+        assert!(
+            p.controllers
+                .contains("system:serviceaccount:flux-system:helm-controller", &[])
+        );
         assert!(p.argocd.as_ref().unwrap().instance_label.is_some());
         assert!(p.rules.is_empty());
         let p = Policy::from_yaml("controllers: {groups: [gitops]}\n", "p.yaml").unwrap();
-        assert!(p.controllers.contains("system:serviceaccount:argocd:argocd-server", &[]));
+        assert!(
+            p.controllers
+                .contains("system:serviceaccount:argocd:argocd-server", &[])
+        );
         assert!(p.controllers.contains("bot", &["gitops".into()]));
     }
 
     #[test]
     fn unknown_keys_are_rejected_with_file_line_and_key() {
-        let err = Policy::from_yaml("mode: enforce\nbreakGlass:\n  allowedGroup: [sre]\n", "p.yaml")
-            .unwrap_err()
-            .to_string();
-        assert!(err.starts_with("p.yaml:3:3: unknown field `allowedGroup`"), "{err}");
+        let err = Policy::from_yaml(
+            "mode: enforce\nbreakGlass:\n  allowedGroup: [sre]\n",
+            "p.yaml",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.starts_with("p.yaml:3:3: unknown field `allowedGroup`"),
+            "{err}"
+        );
     }
 
     #[test]
     fn bad_values_are_named() {
-        let err = Policy::from_yaml("mode: strict\n", "p.yaml").unwrap_err().to_string();
-        assert!(err.contains("strict"), "{err}");
-        let err = Policy::from_yaml("breakGlass: {maxDuration: soon}\n", "p.yaml").unwrap_err().to_string();
-        assert!(err.contains("breakGlass.maxDuration"), "{err}");
-        let err = Policy::from_yaml("ignoreDifferences: [{kind: X, jqPathExpressions: ['.a[']}]\n", "p.yaml")
+        let err = Policy::from_yaml("mode: strict\n", "p.yaml")
             .unwrap_err()
             .to_string();
-        assert!(err.contains("ignoreDifferences[0].jqPathExpressions[0]"), "{err}");
+        assert!(err.contains("strict"), "{err}");
+        let err = Policy::from_yaml("breakGlass: {maxDuration: soon}\n", "p.yaml")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("breakGlass.maxDuration"), "{err}");
+        let err = Policy::from_yaml(
+            "ignoreDifferences: [{kind: X, jqPathExpressions: ['.a[']}]\n",
+            "p.yaml",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("ignoreDifferences[0].jqPathExpressions[0]"),
+            "{err}"
+        );
     }
 }

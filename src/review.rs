@@ -14,6 +14,8 @@ use crate::drift::{Operation, Request};
 pub const API_VERSION: &str = "admission.k8s.io/v1";
 
 /// A Kubernetes object kept as JSON, with its metadata typed for kube's `Resource`.
+/// `metadata.managedFields` stays in `value` only: typing it would double the
+/// parse cost of every review, and nothing reads it through `ObjectMeta`.
 #[derive(Clone, Debug)]
 pub struct RawObject {
     pub metadata: ObjectMeta,
@@ -22,12 +24,19 @@ pub struct RawObject {
 
 impl<'de> Deserialize<'de> for RawObject {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let value = Value::deserialize(d)?;
+        let mut value = Value::deserialize(d)?;
         if !value.is_object() {
             return Err(serde::de::Error::custom("object is not a JSON object"));
         }
-        let metadata = match value.get("metadata") {
-            Some(m) => ObjectMeta::deserialize(m).map_err(serde::de::Error::custom)?,
+        let metadata = match value.get_mut("metadata") {
+            Some(m) => {
+                let managed = m.as_object_mut().and_then(|m| m.remove("managedFields"));
+                let meta = ObjectMeta::deserialize(&*m).map_err(serde::de::Error::custom)?;
+                if let (Some(map), Some(managed)) = (m.as_object_mut(), managed) {
+                    map.insert("managedFields".into(), managed);
+                }
+                meta
+            }
             None => ObjectMeta::default(),
         };
         Ok(Self { metadata, value })
@@ -105,7 +114,8 @@ pub fn parse(body: &[u8]) -> Result<AdmissionRequest<RawObject>, ReviewError> {
         Err(e) => return Err(explain(body, e)),
     };
     check_envelope(&review.types.api_version, &review.types.kind)?;
-    let request: AdmissionRequest<RawObject> = review.try_into().map_err(|_| ReviewError::MissingRequest)?;
+    let request: AdmissionRequest<RawObject> =
+        review.try_into().map_err(|_| ReviewError::MissingRequest)?;
     if request.uid.is_empty() {
         return Err(ReviewError::MissingUid);
     }
@@ -126,7 +136,10 @@ fn check_envelope(api_version: &str, kind: &str) -> Result<(), ReviewError> {
 /// error path, so the happy path parses the body once.
 fn explain(body: &[u8], err: serde_json::Error) -> ReviewError {
     use serde_json::error::Category;
-    if matches!(err.classify(), Category::Syntax | Category::Eof | Category::Io) {
+    if matches!(
+        err.classify(),
+        Category::Syntax | Category::Eof | Category::Io
+    ) {
         return ReviewError::NotJson(err.to_string());
     }
     let is_object = body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
@@ -179,8 +192,14 @@ mod tests {
     #[test]
     fn names_each_problem() {
         assert!(err("{not json").starts_with("body is not JSON"));
-        assert!(err(r#"{"apiVersion":"admission.k8s.io/v1beta1","kind":"AdmissionReview"}"#).contains("v1beta1"));
-        assert!(err(r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}"#).contains("no request"));
+        assert!(
+            err(r#"{"apiVersion":"admission.k8s.io/v1beta1","kind":"AdmissionReview"}"#)
+                .contains("v1beta1")
+        );
+        assert!(
+            err(r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}"#)
+                .contains("no request")
+        );
         assert!(err(r#"[1,2]"#).starts_with("body is not an AdmissionReview"));
         let no_uid = r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{
             "kind":{"group":"","version":"v1","kind":"Pod"},"resource":{"group":"","version":"v1","resource":"pods"},

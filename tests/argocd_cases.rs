@@ -10,7 +10,10 @@ use driftguard::policy::schema::IgnoreDifference;
 use serde_json::{Value, json};
 
 fn cases() -> Vec<Value> {
-    serde_json::from_str(&common::repo_file("tests/data/upstream/argocd_normalizer_cases.json")).unwrap()
+    serde_json::from_str(&common::repo_file(
+        "tests/data/upstream/argocd_normalizer_cases.json",
+    ))
+    .unwrap()
 }
 
 /// An Argo CD rule record as our schema: overrides keyed `group/kind`, `kind` (core) or `*/*`.
@@ -23,21 +26,38 @@ fn to_rule(r: &Value, strip_paths: bool) -> IgnoreDifference {
         // A bare trusted-managers record applies to every kind.
         None if r.get("kind").is_none() => ("*".to_owned(), "*".to_owned()),
         None => (
-            r.get("group").and_then(Value::as_str).unwrap_or("").to_owned(),
-            r.get("kind").and_then(Value::as_str).unwrap_or("*").to_owned(),
+            r.get("group")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned(),
+            r.get("kind")
+                .and_then(Value::as_str)
+                .unwrap_or("*")
+                .to_owned(),
         ),
     };
     let list = |k: &str| -> Vec<String> {
         if strip_paths && k != "managedFieldsManagers" {
             return vec![];
         }
-        r.get(k).and_then(Value::as_array).map(|a| a.iter().map(|v| v.as_str().unwrap().to_owned()).collect()).unwrap_or_default()
+        r.get(k)
+            .and_then(Value::as_array)
+            .map(|a| a.iter().map(|v| v.as_str().unwrap().to_owned()).collect())
+            .unwrap_or_default()
     };
     IgnoreDifference {
         group,
         kind,
-        name: r.get("name").and_then(Value::as_str).unwrap_or("").to_owned(),
-        namespace: r.get("namespace").and_then(Value::as_str).unwrap_or("").to_owned(),
+        name: r
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned(),
+        namespace: r
+            .get("namespace")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned(),
         json_pointers: list("jsonPointers"),
         jq_path_expressions: list("jqPathExpressions"),
         managed_fields_managers: list("managedFieldsManagers"),
@@ -51,18 +71,27 @@ fn target_of(obj: &Value) -> (String, String, String, String) {
         group,
         obj["kind"].as_str().unwrap().to_owned(),
         obj["metadata"]["name"].as_str().unwrap_or("").to_owned(),
-        obj["metadata"]["namespace"].as_str().unwrap_or("").to_owned(),
+        obj["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or("")
+            .to_owned(),
     )
 }
 
 /// Applies every matching rule to `obj`, with ownership read from `owners`.
 fn normalize(rules: &[IgnoreRule], obj: &Value, owners: &Value) -> (Value, usize) {
     let (g, k, n, ns) = target_of(obj);
-    let target = Target { group: &g, kind: &k, name: &n, namespace: &ns };
+    let target = Target {
+        group: &g,
+        kind: &k,
+        name: &n,
+        namespace: &ns,
+    };
     let mut failures = Vec::new();
     let mut paths = Vec::new();
+    let input = driftguard::policy::jq::JqInput::new(obj);
     for rule in rules.iter().filter(|r| r.matches(&target)) {
-        paths.extend(rule.paths(obj, Some(owners), &mut failures));
+        paths.extend(rule.paths(&input, Some(owners), &mut failures));
     }
     let mut out = obj.clone();
     remove_all(&mut out, paths);
@@ -70,15 +99,27 @@ fn normalize(rules: &[IgnoreRule], obj: &Value, owners: &Value) -> (Value, usize
 }
 
 fn check_expectations(label: &str, obj: &Value, expect: &Value) {
-    let Some(map) = expect.as_object() else { return };
+    let Some(map) = expect.as_object() else {
+        return;
+    };
     for (pointer, want) in map {
         let got = obj.pointer(pointer);
         match want.as_str() {
-            Some("absent") => assert!(got.is_none(), "{label}: {pointer} should be absent, is {got:?}"),
-            Some("empty") => assert!(got.is_none() || got == Some(&json!("")), "{label}: {pointer} should be empty"),
+            Some("absent") => assert!(
+                got.is_none(),
+                "{label}: {pointer} should be absent, is {got:?}"
+            ),
+            Some("empty") => assert!(
+                got.is_none() || got == Some(&json!("")),
+                "{label}: {pointer} should be empty"
+            ),
             Some(s) if s.starts_with("length ") => {
                 let n: usize = s[7..].split_whitespace().next().unwrap().parse().unwrap();
-                let len = got.and_then(|v| v.as_array().map(Vec::len).or(v.as_object().map(|m| m.len())));
+                let len = got.and_then(|v| {
+                    v.as_array()
+                        .map(Vec::len)
+                        .or(v.as_object().map(|m| m.len()))
+                });
                 assert_eq!(len, Some(n), "{label}: {pointer}");
             }
             _ => assert_eq!(got, Some(want), "{label}: {pointer}"),
@@ -89,15 +130,20 @@ fn check_expectations(label: &str, obj: &Value, expect: &Value) {
 /// Argo CD splices the text into `del(%s)`, so `.nothing) | … |= …` runs as a
 /// value rewrite and its failure is only logged. We parse the expression on its
 /// own first and reject it when the policy loads.
-const DIVERGES_SPLICED_EXPRESSION: [&str; 2] =
-    ["TestJQPathExpressionReturnsHelpfulError", "TestNormalizeFailureLogIncludesResourceContext"];
+const DIVERGES_SPLICED_EXPRESSION: [&str; 2] = [
+    "TestJQPathExpressionReturnsHelpfulError",
+    "TestNormalizeFailureLogIncludesResourceContext",
+];
 
 #[test]
 fn ignore_normalizer_cases() {
     let mut ran = 0;
     for case in cases() {
         let api = case["api"].as_str().unwrap();
-        if !api.contains("IgnoreNormalizer") && !api.contains("jqNormalizerPatch") && !api.contains("ignoreNormalizer.patches") {
+        if !api.contains("IgnoreNormalizer")
+            && !api.contains("jqNormalizerPatch")
+            && !api.contains("ignoreNormalizer.patches")
+        {
             continue;
         }
         let source = case["source"].as_str().unwrap();
@@ -109,7 +155,11 @@ fn ignore_normalizer_cases() {
             .map(|r| IgnoreRule::compile(&to_rule(r, false), "rule".into()))
             .collect();
         let expect = &case["expect"];
-        if expect["constructor_error"] == json!(true) || DIVERGES_SPLICED_EXPRESSION.iter().any(|d| label.starts_with(d)) {
+        if expect["constructor_error"] == json!(true)
+            || DIVERGES_SPLICED_EXPRESSION
+                .iter()
+                .any(|d| label.starts_with(d))
+        {
             assert!(compiled.is_err(), "{label}: must be rejected at load");
             ran += 1;
             continue;
@@ -119,12 +169,18 @@ fn ignore_normalizer_cases() {
         let (out, failures) = normalize(&rules, obj, obj);
         if let Some(removed) = expect["removed"].as_array() {
             for p in removed {
-                assert!(out.pointer(p.as_str().unwrap()).is_none(), "{label}: {p} not removed");
+                assert!(
+                    out.pointer(p.as_str().unwrap()).is_none(),
+                    "{label}: {p} not removed"
+                );
             }
         }
         if let Some(kept) = expect["kept"].as_array() {
             for p in kept {
-                assert!(out.pointer(p.as_str().unwrap()).is_some(), "{label}: {p} removed");
+                assert!(
+                    out.pointer(p.as_str().unwrap()).is_some(),
+                    "{label}: {p} removed"
+                );
             }
         }
         check_expectations(label, &out, &expect["values"]);
@@ -150,17 +206,28 @@ fn ignore_normalizer_cases() {
 fn has_ignore_difference_matching_cases() {
     let mut ran = 0;
     for case in cases() {
-        if !case["api"].as_str().unwrap().contains("HasIgnoreDifference") {
+        if !case["api"]
+            .as_str()
+            .unwrap()
+            .contains("HasIgnoreDifference")
+        {
             continue;
         }
         let label = case["source"].as_str().unwrap().split_once(' ').unwrap().1;
         let q = &case["query"];
         let s = |k: &str| q[k].as_str().unwrap_or("").to_owned();
         let (g, k, n, ns) = (s("group"), s("kind"), s("name"), s("namespace"));
-        let target = Target { group: &g, kind: &k, name: &n, namespace: &ns };
+        let target = Target {
+            group: &g,
+            kind: &k,
+            name: &n,
+            namespace: &ns,
+        };
         // These records use placeholder paths ("some.json.pointer"); only matching is under test.
         let found = case["rules"].as_array().unwrap().iter().any(|r| {
-            IgnoreRule::compile(&to_rule(r, true), "rule".into()).unwrap().matches(&target)
+            IgnoreRule::compile(&to_rule(r, true), "rule".into())
+                .unwrap()
+                .matches(&target)
         });
         assert_eq!(found, case["expect"]["found"].as_bool().unwrap(), "{label}");
         ran += 1;

@@ -21,7 +21,11 @@ fn check(args: &[&str]) -> (Value, Output) {
     let mut all = vec!["check", "--now", common::NOW];
     all.extend_from_slice(args);
     let out = driftguard(&all);
-    assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     (serde_json::from_slice(&out.stdout).unwrap(), out)
 }
 
@@ -39,9 +43,21 @@ fn stdin_check(body: &[u8]) -> Output {
 
 #[test]
 fn prints_exactly_the_bytes_the_webhook_sends() {
-    let body = std::fs::read(format!("{}/tests/data/deployment-update-image.json", env!("CARGO_MANIFEST_DIR"))).unwrap();
+    let body = std::fs::read(format!(
+        "{}/tests/data/deployment-update-image.json",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap();
     let (_, out) = check(&["tests/data/deployment-update-image.json"]);
-    let expected = judge(&Policy::embedded(), &body, Endpoint::Validate, None, common::now()).unwrap().to_json();
+    let expected = judge(
+        &Policy::embedded(),
+        &body,
+        Endpoint::Validate,
+        None,
+        common::now(),
+    )
+    .unwrap()
+    .to_json();
     assert_eq!(out.stdout, [expected.as_slice(), b"\n"].concat());
     // Stable across processes, although kube keeps auditAnnotations in a HashMap.
     let (_, again) = check(&["tests/data/deployment-update-image.json"]);
@@ -51,13 +67,51 @@ fn prints_exactly_the_bytes_the_webhook_sends() {
 #[test]
 fn shipped_reviews_get_the_documented_answers() {
     let cases: [(&[&str], bool, &str); 7] = [
-        (&["tests/data/deployment-update-image.json"], false, "/spec/template/spec/containers/0/image"),
-        (&["tests/data/deployment-update-image-dryrun.json"], false, "dry run"),
-        (&["tests/data/deployment-rollout-restart.json"], true, "no-drift"),
-        (&["tests/data/deployment-delete.json"], false, "delete (prune)"),
-        (&["tests/data/configmap-create.json"], false, "only Argo CD may create"),
-        (&["--parent", "tests/data/deployment.json", "tests/data/deployment-scale.json"], false, "/spec/replicas"),
-        (&["--policy", "tests/data/seed/ignore-differences.yaml", "--parent", "tests/data/deployment.json", "tests/data/deployment-scale.json"], true, "no-drift"),
+        (
+            &["tests/data/deployment-update-image.json"],
+            false,
+            "/spec/template/spec/containers/0/image",
+        ),
+        (
+            &["tests/data/deployment-update-image-dryrun.json"],
+            false,
+            "dry run",
+        ),
+        (
+            &["tests/data/deployment-rollout-restart.json"],
+            true,
+            "no-drift",
+        ),
+        (
+            &["tests/data/deployment-delete.json"],
+            false,
+            "delete (prune)",
+        ),
+        (
+            &["tests/data/configmap-create.json"],
+            false,
+            "only Argo CD may create",
+        ),
+        (
+            &[
+                "--parent",
+                "tests/data/deployment.json",
+                "tests/data/deployment-scale.json",
+            ],
+            false,
+            "/spec/replicas",
+        ),
+        (
+            &[
+                "--policy",
+                "tests/data/seed/ignore-differences.yaml",
+                "--parent",
+                "tests/data/deployment.json",
+                "tests/data/deployment-scale.json",
+            ],
+            true,
+            "no-drift",
+        ),
     ];
     for (args, allowed, needle) in cases {
         let (review, _) = check(args);
@@ -76,33 +130,62 @@ fn argocd_application_flag_names_the_source_repository() {
         "tests/data/deployment-update-image.json",
     ]);
     let msg = review["response"]["status"]["message"].as_str().unwrap();
-    assert!(msg.contains("https://github.com/myorg/gitops-repo.git, path applications/myapp"), "{msg}");
+    assert!(
+        msg.contains("https://github.com/myorg/gitops-repo.git, path applications/myapp"),
+        "{msg}"
+    );
 }
 
 #[test]
 fn every_seed_yaml_is_accepted_as_policy_input() {
-    for file in ["argocd-application", "argocd-prune", "audit-policy", "flux-kustomization", "ignore-differences"] {
+    for file in [
+        "argocd-application",
+        "argocd-prune",
+        "audit-policy",
+        "flux-kustomization",
+        "ignore-differences",
+    ] {
         let path = format!("tests/data/seed/{file}.yaml");
         check(&["--policy", &path, "tests/data/deployment-update-image.json"]);
         let seed = common::repo_file(&path);
         // The seed article carries each file verbatim.
-        assert!(common::repo_file("tests/data/seed/drift-remediation.txt").contains(seed.trim()), "{file}");
+        assert!(
+            common::repo_file("tests/data/seed/drift-remediation.txt").contains(seed.trim()),
+            "{file}"
+        );
     }
-    check(&["--argocd-application", "tests/data/seed/argocd-prune.yaml", "tests/data/deployment-update-image.json"]);
+    check(&[
+        "--argocd-application",
+        "tests/data/seed/argocd-prune.yaml",
+        "tests/data/deployment-update-image.json",
+    ]);
 }
 
 #[test]
 fn mutate_flag_answers_as_the_mutating_webhook() {
     let (review, _) = check(&["--mutate", "tests/data/deployment-update-image.json"]);
     assert_eq!(review["response"]["allowed"], json!(true));
-    std::fs::write(format!("{}/warn-policy.yaml", env!("CARGO_TARGET_TMPDIR")), "mode: warn\n").unwrap();
-    let (review, _) = check(&["--policy", &format!("{}/warn-policy.yaml", env!("CARGO_TARGET_TMPDIR")), "--mutate", "tests/data/deployment-update-image.json"]);
+    std::fs::write(
+        format!("{}/warn-policy.yaml", env!("CARGO_TARGET_TMPDIR")),
+        "mode: warn\n",
+    )
+    .unwrap();
+    let (review, _) = check(&[
+        "--policy",
+        &format!("{}/warn-policy.yaml", env!("CARGO_TARGET_TMPDIR")),
+        "--mutate",
+        "tests/data/deployment-update-image.json",
+    ]);
     assert_eq!(review["response"]["patchType"], json!("JSONPatch"));
 }
 
 #[test]
 fn reads_standard_input() {
-    let body = std::fs::read(format!("{}/tests/data/deployment-delete.json", env!("CARGO_MANIFEST_DIR"))).unwrap();
+    let body = std::fs::read(format!(
+        "{}/tests/data/deployment-delete.json",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap();
     let out = stdin_check(&body);
     assert!(out.status.success());
     let review: Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -112,20 +195,31 @@ fn reads_standard_input() {
 #[test]
 fn bad_inputs_exit_2_with_one_line_naming_the_problem() {
     let update_without_old = {
-        let mut r: Value = serde_json::from_str(&common::repo_file("tests/data/deployment-update-image.json")).unwrap();
+        let mut r: Value = serde_json::from_str(&common::repo_file(
+            "tests/data/deployment-update-image.json",
+        ))
+        .unwrap();
         r["request"]["oldObject"] = Value::Null;
         r.to_string()
     };
     let no_uid = {
-        let mut r: Value = serde_json::from_str(&common::repo_file("tests/data/deployment-delete.json")).unwrap();
+        let mut r: Value =
+            serde_json::from_str(&common::repo_file("tests/data/deployment-delete.json")).unwrap();
         r["request"].as_object_mut().unwrap().remove("uid");
         r.to_string()
     };
     let cases: Vec<(String, &str)> = vec![
         ("{\"apiVersion\": ".into(), "not JSON"),
         ("[]".into(), "not an AdmissionReview"),
-        (r#"{"apiVersion":"admission.k8s.io/v1beta1","kind":"AdmissionReview","request":{}}"#.into(), "admission.k8s.io/v1beta1"),
-        (r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}"#.into(), "no request"),
+        (
+            r#"{"apiVersion":"admission.k8s.io/v1beta1","kind":"AdmissionReview","request":{}}"#
+                .into(),
+            "admission.k8s.io/v1beta1",
+        ),
+        (
+            r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}"#.into(),
+            "no request",
+        ),
         (no_uid, "no uid"),
         (update_without_old, "UPDATE request has no oldObject"),
     ];
@@ -142,11 +236,23 @@ fn bad_inputs_exit_2_with_one_line_naming_the_problem() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot read"));
 
     let bad_policy = format!("{}/bad-policy.yaml", env!("CARGO_TARGET_TMPDIR"));
-    std::fs::write(&bad_policy, "mode: enforce\nbreakGlass:\n  allowedGroup: [sre]\n").unwrap();
-    let out = driftguard(&["check", "--policy", &bad_policy, "tests/data/deployment-delete.json"]);
+    std::fs::write(
+        &bad_policy,
+        "mode: enforce\nbreakGlass:\n  allowedGroup: [sre]\n",
+    )
+    .unwrap();
+    let out = driftguard(&[
+        "check",
+        "--policy",
+        &bad_policy,
+        "tests/data/deployment-delete.json",
+    ]);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8(out.stderr).unwrap();
-    assert!(err.contains("bad-policy.yaml:3:3: unknown field `allowedGroup`"), "{err}");
+    assert!(
+        err.contains("bad-policy.yaml:3:3: unknown field `allowedGroup`"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -155,21 +261,40 @@ fn upstream_admission_fixtures_are_judged() {
     let cases = [
         ("kube-rs-pod-create-gke.json", true, false),
         ("kubewarden-policy-server-pod-create.json", true, false),
-        ("kubewarden-echo-deployment-annotation-update.json", true, false),
-        ("kubewarden-echo-deployment-annotation-update.json", false, true),
+        (
+            "kubewarden-echo-deployment-annotation-update.json",
+            true,
+            false,
+        ),
+        (
+            "kubewarden-echo-deployment-annotation-update.json",
+            false,
+            true,
+        ),
         ("kubewarden-echo-deployment-delete.json", false, true),
         ("kubewarden-pod-delete.json", true, false),
         ("kyverno-pod-delete.json", true, false),
         ("kyverno-pod-label-change-update.json", false, true),
         ("kyverno-pod-label-remove-update.json", false, true),
         ("kyverno-pod-noop-update.json", true, true),
-        ("kyverno-pod-status-subresource-update-kubelet.json", true, true),
-        ("kyverno-pod-status-subresource-update-kubelet-2.json", true, true),
+        (
+            "kyverno-pod-status-subresource-update-kubelet.json",
+            true,
+            true,
+        ),
+        (
+            "kyverno-pod-status-subresource-update-kubelet-2.json",
+            true,
+            true,
+        ),
         ("scale-subresource-docs-derived.json", true, false),
     ];
     let policy = Policy::embedded();
     for (file, allowed, track) in cases {
-        let raw: Value = serde_json::from_str(&common::repo_file(&format!("tests/data/upstream/admission/{file}"))).unwrap();
+        let raw: Value = serde_json::from_str(&common::repo_file(&format!(
+            "tests/data/upstream/admission/{file}"
+        )))
+        .unwrap();
         let mut review = if raw.get("apiVersion").is_some() {
             raw
         } else {
@@ -183,18 +308,36 @@ fn upstream_admission_fixtures_are_judged() {
                 }
             }
         }
-        let judged = judge(&policy, review.to_string().as_bytes(), Endpoint::Validate, None, common::now())
-            .unwrap_or_else(|e| panic!("{file}: {e}"));
+        let judged = judge(
+            &policy,
+            review.to_string().as_bytes(),
+            Endpoint::Validate,
+            None,
+            common::now(),
+        )
+        .unwrap_or_else(|e| panic!("{file}: {e}"));
         let resp = serde_json::to_value(&judged.response).unwrap();
-        assert_eq!(resp["response"]["allowed"], json!(allowed), "{file} (tracked: {track}): {resp}");
+        assert_eq!(
+            resp["response"]["allowed"],
+            json!(allowed),
+            "{file} (tracked: {track}): {resp}"
+        );
         assert_eq!(resp["response"]["uid"], review["request"]["uid"], "{file}");
         if file == "kubewarden-echo-deployment-annotation-update.json" && track {
             // generation and managedFields changed too; only the user's annotation is drift.
             let paths = &judged.decision.drifted_paths;
-            assert!(paths.iter().all(|p| p.starts_with("/metadata/annotations/")), "{paths:?}");
+            assert!(
+                paths
+                    .iter()
+                    .all(|p| p.starts_with("/metadata/annotations/")),
+                "{paths:?}"
+            );
         }
         if file == "kyverno-pod-label-change-update.json" {
-            assert_eq!(judged.decision.drifted_paths, vec!["/metadata/labels/something"]);
+            assert_eq!(
+                judged.decision.drifted_paths,
+                vec!["/metadata/labels/something"]
+            );
         }
     }
 }
@@ -206,8 +349,17 @@ fn policy_lint_flags_the_seed_jq_and_prints_the_rewrite() {
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.contains(r#"use: .metadata.labels | select(. != null) | .[keys[] | select(startswith("service.istio.io"))]"#), "{text}");
     assert!(text.contains("ignore-differences.yaml:28:"), "{text}");
-    for ok in ["argocd-application", "argocd-prune", "audit-policy", "flux-kustomization"] {
+    for ok in [
+        "argocd-application",
+        "argocd-prune",
+        "audit-policy",
+        "flux-kustomization",
+    ] {
         let out = driftguard(&["policy", "lint", &format!("tests/data/seed/{ok}.yaml")]);
-        assert!(out.status.success(), "{ok}: {}", String::from_utf8_lossy(&out.stdout));
+        assert!(
+            out.status.success(),
+            "{ok}: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
     }
 }

@@ -25,39 +25,94 @@ struct SeedCase {
 #[test]
 fn each_seed_rule_allows_its_field_and_denies_a_neighbour() {
     let cases = [
-        SeedCase { name: "Deployment replicas (HPA)", object: deployment,
+        SeedCase {
+            name: "Deployment replicas (HPA)",
+            object: deployment,
             ignored: ("/spec/replicas", json!(7)),
-            neighbour: ("/spec/template/spec/containers/0/image", json!("web:2.0")) },
-        SeedCase { name: "StatefulSet replicas", object: statefulset,
+            neighbour: ("/spec/template/spec/containers/0/image", json!("web:2.0")),
+        },
+        SeedCase {
+            name: "StatefulSet replicas",
+            object: statefulset,
             ignored: ("/spec/replicas", json!(5)),
-            neighbour: ("/spec/serviceName", json!("db-headless")) },
-        SeedCase { name: "ResourceQuota status", object: resourcequota,
+            neighbour: ("/spec/serviceName", json!("db-headless")),
+        },
+        SeedCase {
+            name: "ResourceQuota status",
+            object: resourcequota,
             ignored: ("/status/used/cpu", json!("9")),
-            neighbour: ("/spec/hard/cpu", json!("40")) },
-        SeedCase { name: "Ingress status", object: ingress,
+            neighbour: ("/spec/hard/cpu", json!("40")),
+        },
+        SeedCase {
+            name: "Ingress status",
+            object: ingress,
             ignored: ("/status/loadBalancer/ingress/0/ip", json!("203.0.113.99")),
-            neighbour: ("/spec/rules/0/host", json!("evil.example.com")) },
-        SeedCase { name: "Service annotations (app rule)", object: service,
-            ignored: ("/metadata/annotations/cert-manager.io~1issuer", json!("letsencrypt")),
-            neighbour: ("/spec/ports/0/port", json!(8081)) },
-        SeedCase { name: "CronJob schedule (app rule)", object: cronjob,
+            neighbour: ("/spec/rules/0/host", json!("evil.example.com")),
+        },
+        SeedCase {
+            name: "Service annotations (app rule)",
+            object: service,
+            ignored: (
+                "/metadata/annotations/cert-manager.io~1issuer",
+                json!("letsencrypt"),
+            ),
+            neighbour: ("/spec/ports/0/port", json!(8081)),
+        },
+        SeedCase {
+            name: "CronJob schedule (app rule)",
+            object: cronjob,
             ignored: ("/spec/schedule", json!("0 3 * * *")),
-            neighbour: ("/spec/suspend", json!(true)) },
-        SeedCase { name: "Pod istio-proxy sidecar (app rule, jq)", object: pod_with_sidecar,
+            neighbour: ("/spec/suspend", json!(true)),
+        },
+        SeedCase {
+            name: "Pod istio-proxy sidecar (app rule, jq)",
+            object: pod_with_sidecar,
             ignored: ("/spec/containers/1/image", json!("istio/proxyv2:1.23.1")),
-            neighbour: ("/spec/containers/0/image", json!("runner:2")) },
+            neighbour: ("/spec/containers/0/image", json!("runner:2")),
+        },
     ];
     let policy = seed_with_app();
     for case in cases {
         let old = (case.object)();
-        let allowed = run(&policy, &Review::update(old.clone(), with(&old, case.ignored.0, case.ignored.1.clone())));
-        assert!(allowed.allowed(), "{}: ignored field should pass: {}", case.name, allowed.message());
+        let allowed = run(
+            &policy,
+            &Review::update(
+                old.clone(),
+                with(&old, case.ignored.0, case.ignored.1.clone()),
+            ),
+        );
+        assert!(
+            allowed.allowed(),
+            "{}: ignored field should pass: {}",
+            case.name,
+            allowed.message()
+        );
         assert_eq!(allowed.decision.finding, Finding::NoDrift, "{}", case.name);
 
-        let denied = run(&policy, &Review::update(old.clone(), with(&old, case.neighbour.0, case.neighbour.1.clone())));
-        assert!(!denied.allowed(), "{}: neighbour should be denied", case.name);
-        assert_eq!(denied.decision.drifted_paths, vec![case.neighbour.0.to_owned()], "{}", case.name);
-        assert!(denied.message().contains(case.neighbour.0), "{}: {}", case.name, denied.message());
+        let denied = run(
+            &policy,
+            &Review::update(
+                old.clone(),
+                with(&old, case.neighbour.0, case.neighbour.1.clone()),
+            ),
+        );
+        assert!(
+            !denied.allowed(),
+            "{}: neighbour should be denied",
+            case.name
+        );
+        assert_eq!(
+            denied.decision.drifted_paths,
+            vec![case.neighbour.0.to_owned()],
+            "{}",
+            case.name
+        );
+        assert!(
+            denied.message().contains(case.neighbour.0),
+            "{}: {}",
+            case.name,
+            denied.message()
+        );
     }
 }
 
@@ -66,15 +121,38 @@ fn seed_non_path_jq_rules_ignore_nothing_and_say_so() {
     // The seed's `to_entries[]` expressions fail under del()/path(): nothing is
     // ignored (as in Argo CD), and the failure is visible to the user and in audit.
     let policy = seed_policy();
-    let old = with(&service(), "/metadata/labels/service.istio.io~1canonical-name", json!("web"));
-    let new = with(&old, "/metadata/labels/service.istio.io~1canonical-name", json!("web-v2"));
+    let old = with(
+        &service(),
+        "/metadata/labels/service.istio.io~1canonical-name",
+        json!("web"),
+    );
+    let new = with(
+        &old,
+        "/metadata/labels/service.istio.io~1canonical-name",
+        json!("web-v2"),
+    );
     let out = run(&policy, &Review::update(old, new));
     assert!(!out.allowed());
     // Both seed `to_entries` rules fail on a Service that has labels and annotations.
-    let failed: Vec<&str> = out.decision.rule_failures.iter().map(|f| f.origin.as_str()).collect();
+    let failed: Vec<&str> = out
+        .decision
+        .rule_failures
+        .iter()
+        .map(|f| f.origin.as_str())
+        .collect();
     assert_eq!(failed, vec!["ignoreDifferences[4]", "ignoreDifferences[5]"]);
-    assert!(out.warnings().iter().any(|w| w.contains("ignore rule failed")), "{:?}", out.warnings());
-    assert!(out.audit("rule-failures").unwrap().contains("ignoreDifferences[4]"));
+    assert!(
+        out.warnings()
+            .iter()
+            .any(|w| w.contains("ignore rule failed")),
+        "{:?}",
+        out.warnings()
+    );
+    assert!(
+        out.audit("rule-failures")
+            .unwrap()
+            .contains("ignoreDifferences[4]")
+    );
 
     // The rewrite `policy lint` prints works.
     let fixed = policy_with(
@@ -85,8 +163,16 @@ fn seed_non_path_jq_rules_ignore_nothing_and_say_so() {
       - .metadata.labels | select(. != null) | .[keys[] | select(startswith("service.istio.io"))]
 "#,
     );
-    let old = with(&service(), "/metadata/labels/service.istio.io~1canonical-name", json!("web"));
-    let new = with(&old, "/metadata/labels/service.istio.io~1canonical-name", json!("web-v2"));
+    let old = with(
+        &service(),
+        "/metadata/labels/service.istio.io~1canonical-name",
+        json!("web"),
+    );
+    let new = with(
+        &old,
+        "/metadata/labels/service.istio.io~1canonical-name",
+        json!("web-v2"),
+    );
     assert!(run(&fixed, &Review::update(old.clone(), new)).allowed());
     let neighbour = with(&old, "/metadata/labels/team", json!("payments"));
     assert!(!run(&fixed, &Review::update(old, neighbour)).allowed());
@@ -103,7 +189,10 @@ fn a_failing_jq_rule_does_not_disable_the_other_rules() {
 "#,
     );
     let old = deployment();
-    let out = run(&policy, &Review::update(old.clone(), with(&old, "/spec/replicas", json!(9))));
+    let out = run(
+        &policy,
+        &Review::update(old.clone(), with(&old, "/spec/replicas", json!(9))),
+    );
     assert!(out.allowed(), "{}", out.message());
     assert_eq!(out.decision.rule_failures.len(), 1);
 }
@@ -112,21 +201,52 @@ fn a_failing_jq_rule_does_not_disable_the_other_rules() {
 fn out_of_scope_writes_are_allowed_without_drift_checks() {
     let policy = Policy::embedded();
     let old = deployment();
-    let changed = with(&old, "/spec/template/spec/containers/0/image", json!("web:9"));
+    let changed = with(
+        &old,
+        "/spec/template/spec/containers/0/image",
+        json!("web:9"),
+    );
 
     let mut status = Review::update(old.clone(), changed.clone());
     status.sub_resource = Some("status");
-    assert_eq!(run(&policy, &status).decision.finding, Finding::OutOfScope("status subresource".into()));
+    assert_eq!(
+        run(&policy, &status).decision.finding,
+        Finding::OutOfScope("status subresource".into())
+    );
 
-    let unmanaged = without(&without(&old, "/metadata/annotations/argocd.argoproj.io~1tracking-id"), "/metadata/labels/app.kubernetes.io~1name");
-    let out = run(&policy, &Review::update(unmanaged.clone(), with(&unmanaged, "/spec/replicas", json!(1))));
+    let unmanaged = without(
+        &without(
+            &old,
+            "/metadata/annotations/argocd.argoproj.io~1tracking-id",
+        ),
+        "/metadata/labels/app.kubernetes.io~1name",
+    );
+    let out = run(
+        &policy,
+        &Review::update(
+            unmanaged.clone(),
+            with(&unmanaged, "/spec/replicas", json!(1)),
+        ),
+    );
     assert!(out.allowed());
-    assert_eq!(out.decision.finding, Finding::OutOfScope("not GitOps-managed".into()));
+    assert_eq!(
+        out.decision.finding,
+        Finding::OutOfScope("not GitOps-managed".into())
+    );
 
-    let child = with(&old, "/metadata/ownerReferences", json!([{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web", "uid": "x", "controller": true}]));
-    let out = run(&policy, &Review::update(child.clone(), with(&child, "/spec/replicas", json!(1))));
+    let child = with(
+        &old,
+        "/metadata/ownerReferences",
+        json!([{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web", "uid": "x", "controller": true}]),
+    );
+    let out = run(
+        &policy,
+        &Review::update(child.clone(), with(&child, "/spec/replicas", json!(1))),
+    );
     assert!(out.allowed());
-    assert!(matches!(out.decision.finding, Finding::OutOfScope(ref s) if s.contains("child of Deployment/web")));
+    assert!(
+        matches!(out.decision.finding, Finding::OutOfScope(ref s) if s.contains("child of Deployment/web"))
+    );
 
     let mut connect = Review::update(old.clone(), old.clone());
     connect.operation = "CONNECT";
@@ -138,21 +258,38 @@ fn ownership_is_judged_on_the_stored_object() {
     let policy = Policy::embedded();
     let old = deployment();
     // Stripping the tracking annotation in the same write does not make it unmanaged.
-    let new = without(&old, "/metadata/annotations/argocd.argoproj.io~1tracking-id");
+    let new = without(
+        &old,
+        "/metadata/annotations/argocd.argoproj.io~1tracking-id",
+    );
     let out = run(&policy, &Review::update(old, new));
     assert!(!out.allowed());
-    assert!(out.decision.drifted_paths.contains(&"/metadata/annotations/argocd.argoproj.io~1tracking-id".to_owned()));
+    assert!(
+        out.decision
+            .drifted_paths
+            .contains(&"/metadata/annotations/argocd.argoproj.io~1tracking-id".to_owned())
+    );
 }
 
 #[test]
 fn controllers_and_trusted_identities_pass_and_field_manager_never_does() {
     let policy = Policy::embedded();
     let old = deployment();
-    let new = with(&old, "/spec/template/spec/containers/0/image", json!("web:2"));
-    let argo = run(&policy, &Review::update(old.clone(), new.clone()).by(ARGO, &["system:serviceaccounts"]));
+    let new = with(
+        &old,
+        "/spec/template/spec/containers/0/image",
+        json!("web:2"),
+    );
+    let argo = run(
+        &policy,
+        &Review::update(old.clone(), new.clone()).by(ARGO, &["system:serviceaccounts"]),
+    );
     assert!(argo.allowed());
     assert_eq!(argo.decision.finding, Finding::Controller);
-    let hpa = run(&policy, &Review::update(old.clone(), with(&old, "/spec/replicas", json!(8))).by(HPA, &[]));
+    let hpa = run(
+        &policy,
+        &Review::update(old.clone(), with(&old, "/spec/replicas", json!(8))).by(HPA, &[]),
+    );
     assert_eq!(hpa.decision.finding, Finding::Trusted);
 
     // alice claims argocd-controller as field manager: managedFields are client-chosen.
@@ -172,10 +309,20 @@ fn managed_fields_managers_read_ownership_from_the_stored_object() {
         .as_array_mut()
         .unwrap()
         .push(json!({"manager": "kube-controller-manager", "operation": "Update", "fieldsV1": {"f:spec": {"f:replicas": {}}}}));
-    assert!(run(&policy, &Review::update(old.clone(), with(&old, "/spec/replicas", json!(6)))).allowed());
+    assert!(
+        run(
+            &policy,
+            &Review::update(old.clone(), with(&old, "/spec/replicas", json!(6)))
+        )
+        .allowed()
+    );
 
     // A user naming kube-controller-manager as field manager for the image gains nothing.
-    let mut new = with(&old, "/spec/template/spec/containers/0/image", json!("web:evil"));
+    let mut new = with(
+        &old,
+        "/spec/template/spec/containers/0/image",
+        json!("web:evil"),
+    );
     new["metadata"]["managedFields"].as_array_mut().unwrap().push(json!({"manager": "kube-controller-manager",
         "operation": "Update", "fieldsV1": {"f:spec": {"f:template": {"f:spec": {"f:containers": {"k:{\"name\":\"web\"}": {"f:image": {}}}}}}}}));
     assert!(!run(&policy, &Review::update(old, new)).allowed());
@@ -186,7 +333,11 @@ fn rollout_restart_is_ignored_by_the_default_policy_even_without_prior_annotatio
     let policy = Policy::embedded();
     for obj in [deployment(), statefulset()] {
         assert!(obj.pointer("/spec/template/metadata/annotations").is_none());
-        let new = with(&obj, "/spec/template/metadata/annotations", json!({"kubectl.kubernetes.io/restartedAt": NOW}));
+        let new = with(
+            &obj,
+            "/spec/template/metadata/annotations",
+            json!({"kubectl.kubernetes.io/restartedAt": NOW}),
+        );
         let out = run(&policy, &Review::update(obj.clone(), new));
         assert!(out.allowed(), "{}", out.message());
         assert_eq!(out.decision.finding, Finding::NoDrift);
@@ -197,10 +348,17 @@ fn rollout_restart_is_ignored_by_the_default_policy_even_without_prior_annotatio
 fn tracking_metadata_can_never_be_ignored() {
     let policy = seed_with_app(); // ignores /metadata/annotations on Services
     let old = service();
-    let new = with(&old, "/metadata/annotations/argocd.argoproj.io~1tracking-id", json!("other:/Service:production/web"));
+    let new = with(
+        &old,
+        "/metadata/annotations/argocd.argoproj.io~1tracking-id",
+        json!("other:/Service:production/web"),
+    );
     let out = run(&policy, &Review::update(old.clone(), new));
     assert!(!out.allowed());
-    assert_eq!(out.decision.drifted_paths, vec!["/metadata/annotations/argocd.argoproj.io~1tracking-id"]);
+    assert_eq!(
+        out.decision.drifted_paths,
+        vec!["/metadata/annotations/argocd.argoproj.io~1tracking-id"]
+    );
     let removed = without(&old, "/metadata/annotations");
     assert!(!run(&policy, &Review::update(old, removed)).allowed());
 }
@@ -211,7 +369,11 @@ fn delete_and_create_by_hand_are_drift() {
     let out = run(&policy, &Review::delete(deployment()));
     assert!(!out.allowed());
     assert_eq!(out.decision.finding, Finding::DeleteByHand);
-    assert!(out.message().contains("only Argo CD may delete"), "{}", out.message());
+    assert!(
+        out.message().contains("only Argo CD may delete"),
+        "{}",
+        out.message()
+    );
     assert!(run(&policy, &Review::delete(deployment()).by(ARGO, &[])).allowed());
 
     let out = run(&policy, &Review::create(configmap()));
@@ -225,16 +387,30 @@ fn delete_and_create_by_hand_are_drift() {
 fn scale_is_judged_as_the_parents_replicas() {
     let policy = seed_policy();
     let dep = deployment();
-    let out = run_with(&policy, &Review::scale("deployments", "web", 3, 5), Endpoint::Validate, Some(&dep));
+    let out = run_with(
+        &policy,
+        &Review::scale("deployments", "web", 3, 5),
+        Endpoint::Validate,
+        Some(&dep),
+    );
     assert!(out.allowed(), "{}", out.message());
     assert_eq!(out.decision.finding, Finding::NoDrift);
 
     let sts = statefulset();
     let no_rule = Policy::embedded();
-    let out = run_with(&no_rule, &Review::scale("statefulsets", "db", 3, 5), Endpoint::Validate, Some(&sts));
+    let out = run_with(
+        &no_rule,
+        &Review::scale("statefulsets", "db", 3, 5),
+        Endpoint::Validate,
+        Some(&sts),
+    );
     assert!(!out.allowed());
     assert_eq!(out.decision.drifted_paths, vec!["/spec/replicas"]);
-    assert!(out.message().contains("statefulsets/scale production/db"), "{}", out.message());
+    assert!(
+        out.message().contains("statefulsets/scale production/db"),
+        "{}",
+        out.message()
+    );
 
     let hpa = Review::scale("statefulsets", "db", 3, 5).by(HPA, &["system:serviceaccounts"]);
     assert!(run_with(&no_rule, &hpa, Endpoint::Validate, Some(&sts)).allowed());
@@ -246,7 +422,11 @@ fn scale_without_parent_warns_by_default_and_can_deny() {
     let out = run(&Policy::embedded(), &review);
     assert!(out.allowed());
     assert_eq!(out.decision.verdict, Verdict::Warn);
-    assert!(out.warnings().iter().any(|w| w.contains("not available")), "{:?}", out.warnings());
+    assert!(
+        out.warnings().iter().any(|w| w.contains("not available")),
+        "{:?}",
+        out.warnings()
+    );
     assert_eq!(out.audit("reason").as_deref(), Some("scale-parent-unknown"));
 
     let strict = policy_with("unknownScaleParent: deny\n");
@@ -260,27 +440,55 @@ fn break_glass_policy() -> Policy {
 }
 
 fn glass(obj: &Value, reason: &str, expires: &str) -> Value {
-    let o = with(obj, "/metadata/annotations/driftguard.io~1break-glass", json!(reason));
-    with(&o, "/metadata/annotations/driftguard.io~1break-glass-expires", json!(expires))
+    let o = with(
+        obj,
+        "/metadata/annotations/driftguard.io~1break-glass",
+        json!(reason),
+    );
+    with(
+        &o,
+        "/metadata/annotations/driftguard.io~1break-glass-expires",
+        json!(expires),
+    )
 }
 
 #[test]
 fn break_glass_works_for_the_authorized_and_nobody_else() {
     let policy = break_glass_policy();
     let old = deployment();
-    let hotfix = with(&old, "/spec/template/spec/containers/0/image", json!("web:hotfix"));
+    let hotfix = with(
+        &old,
+        "/spec/template/spec/containers/0/image",
+        json!("web:hotfix"),
+    );
     let new = glass(&hotfix, "INC-4211 payment outage", "2026-11-29T11:00:00Z");
 
-    let sam = run(&policy, &Review::update(old.clone(), new.clone()).by("sam", &["sre-oncall"]));
+    let sam = run(
+        &policy,
+        &Review::update(old.clone(), new.clone()).by("sam", &["sre-oncall"]),
+    );
     assert!(sam.allowed(), "{}", sam.message());
     assert_eq!(sam.decision.finding, Finding::BreakGlass);
-    assert!(sam.warnings()[0].contains("BREAK-GLASS by sam"), "{:?}", sam.warnings());
-    assert_eq!(sam.audit("break-glass-reason").as_deref(), Some("INC-4211 payment outage"));
+    assert!(
+        sam.warnings()[0].contains("BREAK-GLASS by sam"),
+        "{:?}",
+        sam.warnings()
+    );
+    assert_eq!(
+        sam.audit("break-glass-reason").as_deref(),
+        Some("INC-4211 payment outage")
+    );
 
     let alice = run(&policy, &Review::update(old.clone(), new.clone()));
     assert!(!alice.allowed());
     assert_eq!(alice.decision.finding, Finding::BreakGlassUnauthorized);
-    assert!(alice.message().contains("alice is not authorized to break glass"), "{}", alice.message());
+    assert!(
+        alice
+            .message()
+            .contains("alice is not authorized to break glass"),
+        "{}",
+        alice.message()
+    );
 
     // Adding only the annotations, without other drift, is still denied for alice.
     let only = glass(&old, "just because", "2026-11-29T11:00:00Z");
@@ -292,7 +500,11 @@ fn break_glass_works_for_the_authorized_and_nobody_else() {
         ("INC-1", "2026-11-30T10:00:00Z", "more than 2h ahead"),
         ("INC-1", "tomorrow", "not an RFC 3339 time"),
     ] {
-        let out = run(&policy, &Review::update(old.clone(), glass(&hotfix, reason, expires)).by("sam", &["sre-oncall"]));
+        let out = run(
+            &policy,
+            &Review::update(old.clone(), glass(&hotfix, reason, expires))
+                .by("sam", &["sre-oncall"]),
+        );
         assert!(!out.allowed(), "{why}");
         assert!(out.message().contains(why), "{why}: {}", out.message());
     }
@@ -301,56 +513,117 @@ fn break_glass_works_for_the_authorized_and_nobody_else() {
 #[test]
 fn break_glass_for_delete_is_read_from_the_stored_object() {
     let policy = break_glass_policy();
-    let old = glass(&deployment(), "INC-7 stuck finalizer", "2026-11-29T11:30:00Z");
-    assert!(run(&policy, &Review::delete(old.clone()).by("sam", &["sre-oncall"])).allowed());
+    let old = glass(
+        &deployment(),
+        "INC-7 stuck finalizer",
+        "2026-11-29T11:30:00Z",
+    );
+    assert!(
+        run(
+            &policy,
+            &Review::delete(old.clone()).by("sam", &["sre-oncall"])
+        )
+        .allowed()
+    );
     assert!(!run(&policy, &Review::delete(old)).allowed());
 }
 
 #[test]
 fn break_glass_is_disabled_by_default() {
     let old = deployment();
-    let new = glass(&with(&old, "/spec/replicas", json!(1)), "INC-1", "2026-11-29T11:00:00Z");
-    let out = run(&Policy::embedded(), &Review::update(old, new).by("sam", &["sre-oncall"]));
+    let new = glass(
+        &with(&old, "/spec/replicas", json!(1)),
+        "INC-1",
+        "2026-11-29T11:00:00Z",
+    );
+    let out = run(
+        &Policy::embedded(),
+        &Review::update(old, new).by("sam", &["sre-oncall"]),
+    );
     assert!(!out.allowed());
-    assert!(out.message().contains("break-glass is disabled"), "{}", out.message());
+    assert!(
+        out.message().contains("break-glass is disabled"),
+        "{}",
+        out.message()
+    );
 }
 
 #[test]
 fn mode_comes_from_policy_then_namespace_then_the_stored_object() {
     let old = deployment();
-    let new = with(&old, "/spec/template/spec/containers/0/image", json!("web:2"));
+    let new = with(
+        &old,
+        "/spec/template/spec/containers/0/image",
+        json!("web:2"),
+    );
     let warn_ns = policy_with("namespaces:\n  - names: [\"prod*\"]\n    mode: warn\n");
     let out = run(&warn_ns, &Review::update(old.clone(), new.clone()));
     assert_eq!(out.decision.verdict, Verdict::Warn);
     assert!(out.allowed());
-    assert!(out.warnings().iter().any(|w| w.contains("drifted /spec/template/spec/containers/0/image")));
+    assert!(
+        out.warnings()
+            .iter()
+            .any(|w| w.contains("drifted /spec/template/spec/containers/0/image"))
+    );
 
-    let audited = with(&old, "/metadata/annotations/driftguard.io~1mode", json!("audit"));
-    let new_audited = with(&audited, "/spec/template/spec/containers/0/image", json!("web:2"));
+    let audited = with(
+        &old,
+        "/metadata/annotations/driftguard.io~1mode",
+        json!("audit"),
+    );
+    let new_audited = with(
+        &audited,
+        "/spec/template/spec/containers/0/image",
+        json!("web:2"),
+    );
     let out = run(&Policy::embedded(), &Review::update(audited, new_audited));
     assert_eq!(out.decision.verdict, Verdict::Audit);
     assert!(out.allowed());
     assert!(out.warnings().is_empty());
 
     // The incoming object's annotation is not consulted, and setting it is drift.
-    let sneaky = with(&new, "/metadata/annotations/driftguard.io~1mode", json!("audit"));
+    let sneaky = with(
+        &new,
+        "/metadata/annotations/driftguard.io~1mode",
+        json!("audit"),
+    );
     let out = run(&Policy::embedded(), &Review::update(old, sneaky));
     assert_eq!(out.decision.verdict, Verdict::Deny);
-    assert!(out.decision.drifted_paths.contains(&"/metadata/annotations/driftguard.io~1mode".to_owned()));
+    assert!(
+        out.decision
+            .drifted_paths
+            .contains(&"/metadata/annotations/driftguard.io~1mode".to_owned())
+    );
 }
 
 #[test]
 fn dry_run_gets_the_same_verdict_and_says_what_the_real_write_would_get() {
     let old = deployment();
-    let new = with(&old, "/spec/template/spec/containers/0/image", json!("web:2"));
+    let new = with(
+        &old,
+        "/spec/template/spec/containers/0/image",
+        json!("web:2"),
+    );
     for (policy, allowed, would) in [
         (Policy::embedded(), false, "would be denied"),
-        (policy_with("mode: warn\n"), true, "allowed with drift warnings"),
-        (policy_with("mode: audit\n"), true, "recorded as drift (audit mode)"),
+        (
+            policy_with("mode: warn\n"),
+            true,
+            "allowed with drift warnings",
+        ),
+        (
+            policy_with("mode: audit\n"),
+            true,
+            "recorded as drift (audit mode)",
+        ),
     ] {
         let out = run(&policy, &Review::update(old.clone(), new.clone()).dry_run());
         assert_eq!(out.allowed(), allowed);
-        assert!(out.warnings().iter().any(|w| w.contains(would)), "{would}: {:?}", out.warnings());
+        assert!(
+            out.warnings().iter().any(|w| w.contains(would)),
+            "{would}: {:?}",
+            out.warnings()
+        );
     }
 }
 
@@ -358,12 +631,27 @@ fn dry_run_gets_the_same_verdict_and_says_what_the_real_write_would_get() {
 fn warn_mode_mutating_patch_records_drift_idempotently() {
     let policy = policy_with("mode: warn\n");
     let old = deployment();
-    let new = with(&old, "/spec/template/spec/containers/0/image", json!("web:2"));
-    let out = run_with(&policy, &Review::update(old.clone(), new.clone()), Endpoint::Mutate, None);
+    let new = with(
+        &old,
+        "/spec/template/spec/containers/0/image",
+        json!("web:2"),
+    );
+    let out = run_with(
+        &policy,
+        &Review::update(old.clone(), new.clone()),
+        Endpoint::Mutate,
+        None,
+    );
     assert!(out.allowed());
-    assert!(out.warnings().is_empty(), "the validating webhook owns warnings");
+    assert!(
+        out.warnings().is_empty(),
+        "the validating webhook owns warnings"
+    );
     let patch_b64 = out.response["response"]["patch"].as_array().map(|bytes| {
-        bytes.iter().map(|b| b.as_u64().unwrap() as u8).collect::<Vec<u8>>()
+        bytes
+            .iter()
+            .map(|b| b.as_u64().unwrap() as u8)
+            .collect::<Vec<u8>>()
     });
     let patch_bytes = match patch_b64 {
         Some(bytes) => bytes,
@@ -378,15 +666,28 @@ fn warn_mode_mutating_patch_records_drift_idempotently() {
     let mut twice = once.clone();
     json_patch::patch(&mut twice, &patch).unwrap();
     assert_eq!(once, twice);
-    let record: Value = serde_json::from_str(once["metadata"]["annotations"]["driftguard.io/drift"].as_str().unwrap()).unwrap();
-    assert_eq!(record, json!({"user": "alice", "time": NOW, "paths": ["/spec/template/spec/containers/0/image"]}));
+    let record: Value = serde_json::from_str(
+        once["metadata"]["annotations"]["driftguard.io/drift"]
+            .as_str()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        record,
+        json!({"user": "alice", "time": NOW, "paths": ["/spec/template/spec/containers/0/image"]})
+    );
 
     // A second write carrying the annotation is not drift because of it.
     let again = with(&once, "/spec/replicas", json!(3));
     assert!(run(&Policy::embedded(), &Review::update(once.clone(), again)).allowed());
 
     // Enforce mode: the mutating webhook neither patches nor denies.
-    let out = run_with(&Policy::embedded(), &Review::update(old, new), Endpoint::Mutate, None);
+    let out = run_with(
+        &Policy::embedded(),
+        &Review::update(old, new),
+        Endpoint::Mutate,
+        None,
+    );
     assert!(out.allowed());
     assert!(out.response["response"].get("patch").is_none());
 }
@@ -400,7 +701,11 @@ fn denial_lists_five_paths_and_counts_the_rest() {
     }
     let out = run(&Policy::embedded(), &Review::update(old, new));
     assert!(!out.allowed());
-    assert!(out.message().contains("/data/KEY_4 (and 3 more)"), "{}", out.message());
+    assert!(
+        out.message().contains("/data/KEY_4 (and 3 more)"),
+        "{}",
+        out.message()
+    );
     assert!(!out.message().contains("KEY_5"));
 }
 
@@ -409,9 +714,21 @@ fn flux_managed_objects_name_the_kustomization() {
     let mut old = deployment();
     old["metadata"]["annotations"] = json!({});
     old["metadata"]["labels"] = json!({"kustomize.toolkit.fluxcd.io/name": "myapp", "kustomize.toolkit.fluxcd.io/namespace": "flux-system"});
-    let new = with(&old, "/spec/template/spec/containers/0/image", json!("web:2"));
-    let out = run(&Policy::embedded(), &Review::update(old.clone(), new.clone()));
-    assert!(out.message().contains("Flux Kustomization flux-system/myapp"), "{}", out.message());
+    let new = with(
+        &old,
+        "/spec/template/spec/containers/0/image",
+        json!("web:2"),
+    );
+    let out = run(
+        &Policy::embedded(),
+        &Review::update(old.clone(), new.clone()),
+    );
+    assert!(
+        out.message()
+            .contains("Flux Kustomization flux-system/myapp"),
+        "{}",
+        out.message()
+    );
     let flux = "system:serviceaccount:flux-system:kustomize-controller";
     assert!(run(&Policy::embedded(), &Review::update(old, new).by(flux, &[])).allowed());
 }
@@ -420,14 +737,32 @@ fn flux_managed_objects_name_the_kustomization() {
 fn application_rules_apply_only_to_the_objects_that_application_tracks() {
     let policy = seed_with_app();
     let mut other = cronjob();
-    other["metadata"]["annotations"]["argocd.argoproj.io/tracking-id"] = json!("billing:batch/CronJob:production/report");
-    let out = run(&policy, &Review::update(other.clone(), with(&other, "/spec/schedule", json!("* * * * *"))));
-    assert!(!out.allowed(), "myapp's CronJob rule must not apply to billing's objects");
+    other["metadata"]["annotations"]["argocd.argoproj.io/tracking-id"] =
+        json!("billing:batch/CronJob:production/report");
+    let out = run(
+        &policy,
+        &Review::update(
+            other.clone(),
+            with(&other, "/spec/schedule", json!("* * * * *")),
+        ),
+    );
+    assert!(
+        !out.allowed(),
+        "myapp's CronJob rule must not apply to billing's objects"
+    );
     assert!(out.message().contains("Argo CD application billing"));
 
     let mine = cronjob();
-    let out = run(&policy, &Review::update(mine.clone(), with(&mine, "/spec/suspend", json!(true))));
-    assert!(out.message().contains("https://github.com/myorg/gitops-repo.git, path applications/myapp"), "{}", out.message());
+    let out = run(
+        &policy,
+        &Review::update(mine.clone(), with(&mine, "/spec/suspend", json!(true))),
+    );
+    assert!(
+        out.message()
+            .contains("https://github.com/myorg/gitops-repo.git, path applications/myapp"),
+        "{}",
+        out.message()
+    );
 }
 
 mod base64_decode {

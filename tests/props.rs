@@ -15,16 +15,27 @@ const KEYS: [&str; 4] = ["a", "b", "c", "d"];
 
 /// Non-empty objects (an empty one equals absent, by design) with scalar leaves.
 fn tree() -> impl Strategy<Value = Value> {
-    let leaf = prop_oneof![(1i64..50).prop_map(|n| json!(n)), "[x-z]{1,3}".prop_map(Value::String)];
+    let leaf = prop_oneof![
+        (1i64..50).prop_map(|n| json!(n)),
+        "[x-z]{1,3}".prop_map(Value::String)
+    ];
     leaf.prop_recursive(3, 24, 4, |inner| {
-        prop::collection::btree_map(prop::sample::select(KEYS.to_vec()), inner, 1..4)
-            .prop_map(|m| Value::Object(m.into_iter().map(|(k, v)| (k.to_owned(), v)).collect::<Map<_, _>>()))
+        prop::collection::btree_map(prop::sample::select(KEYS.to_vec()), inner, 1..4).prop_map(
+            |m| {
+                Value::Object(
+                    m.into_iter()
+                        .map(|(k, v)| (k.to_owned(), v))
+                        .collect::<Map<_, _>>(),
+                )
+            },
+        )
     })
     .prop_filter("objects only", Value::is_object)
 }
 
 fn pointer() -> impl Strategy<Value = String> {
-    prop::collection::vec(prop::sample::select(KEYS.to_vec()), 1..4).prop_map(|ks| format!("/{}", ks.join("/")))
+    prop::collection::vec(prop::sample::select(KEYS.to_vec()), 1..4)
+        .prop_map(|ks| format!("/{}", ks.join("/")))
 }
 
 #[derive(Clone, Debug)]
@@ -44,7 +55,9 @@ fn edit() -> impl Strategy<Value = Edit> {
 fn leaves(v: &Value) -> std::collections::BTreeMap<String, Value> {
     fn walk(v: &Value, prefix: String, out: &mut std::collections::BTreeMap<String, Value>) {
         match v {
-            Value::Object(m) => m.iter().for_each(|(k, c)| walk(c, format!("{prefix}/{k}"), out)),
+            Value::Object(m) => m
+                .iter()
+                .for_each(|(k, c)| walk(c, format!("{prefix}/{k}"), out)),
             other => {
                 out.insert(prefix, other.clone());
             }
@@ -70,7 +83,11 @@ fn apply(spec: &mut Value, e: &Edit) {
         }
         Edit::Remove(p) => {
             let (parent, last) = p.rsplit_once('/').unwrap();
-            let parent = if parent.is_empty() { Some(&mut *spec) } else { spec.pointer_mut(parent) };
+            let parent = if parent.is_empty() {
+                Some(&mut *spec)
+            } else {
+                spec.pointer_mut(parent)
+            };
             if let Some(Value::Object(m)) = parent {
                 m.remove(last);
             }

@@ -25,7 +25,10 @@ pub enum BreakGlass {
     /// The writer added or changed the annotations without being allowed to.
     Unauthorized,
     /// An authorized writer's annotations are wrong: the text says why.
-    Invalid { why: String, changed: bool },
+    Invalid {
+        why: String,
+        changed: bool,
+    },
 }
 
 fn annotation<'a>(obj: Option<&'a Value>, key: &str) -> Option<&'a str> {
@@ -51,7 +54,11 @@ pub fn evaluate(
         annotation(Some(prev), REASON) != reason || annotation(Some(prev), EXPIRES) != expires
     });
     if !policy.break_glass.allowed.contains(user, groups) {
-        return if changed { BreakGlass::Unauthorized } else { BreakGlass::None };
+        return if changed {
+            BreakGlass::Unauthorized
+        } else {
+            BreakGlass::None
+        };
     }
     let invalid = |why: String| BreakGlass::Invalid { why, changed };
     let reason = match reason.map(str::trim) {

@@ -1,9 +1,10 @@
 //! Normalize the stored and the incoming object identically, then diff them.
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use super::breakglass;
 use super::ownership;
+use crate::policy::jq::JqInput;
 use crate::policy::path::{self, escape};
 use crate::policy::{IgnoreRule, Policy, RuleFailure};
 
@@ -32,22 +33,51 @@ const BOOKKEEPING_ANNOTATIONS: [&str; 4] = [
 
 /// `obj` without server-managed fields and ignored paths, with empty maps,
 /// empty lists and nulls removed (Kubernetes serializes them like absent fields).
-/// Ignore paths are computed on the whole object, as Argo CD does.
 pub fn normalize(
     obj: &Value,
     rules: &[&IgnoreRule],
     owners: Option<&Value>,
     failures: &mut Vec<RuleFailure>,
 ) -> Value {
-    let mut out = obj.clone();
+    // Rules see the object without status and managedFields: driftguard never
+    // diffs them, and leaving them out halves jq's input.
+    let mut out = clone_without_server_fields(obj);
     let mut paths = Vec::new();
-    for rule in rules {
-        paths.extend(rule.paths(obj, owners, failures));
+    {
+        let input = JqInput::new(&out);
+        for rule in rules {
+            paths.extend(rule.paths(&input, owners, failures));
+        }
     }
     path::remove_all(&mut out, paths);
     strip_server_fields(&mut out);
     prune_empty(&mut out);
     out
+}
+
+/// A copy of `obj` that skips `status` and `metadata.managedFields`, often half
+/// the object, instead of cloning them only to drop them.
+fn clone_without_server_fields(obj: &Value) -> Value {
+    let Some(map) = obj.as_object() else {
+        return obj.clone();
+    };
+    let copy = map
+        .iter()
+        .filter(|(k, _)| *k != "status")
+        .map(|(k, v)| {
+            let v = match (k.as_str(), v.as_object()) {
+                ("metadata", Some(meta)) => Value::Object(
+                    meta.iter()
+                        .filter(|(mk, _)| *mk != "managedFields")
+                        .map(|(mk, mv)| (mk.clone(), mv.clone()))
+                        .collect(),
+                ),
+                _ => v.clone(),
+            };
+            (k.clone(), v)
+        })
+        .collect();
+    Value::Object(copy)
 }
 
 fn strip_server_fields(obj: &mut Value) {
@@ -102,21 +132,22 @@ pub fn drifted_paths(old: &Value, new: &Value) -> Vec<String> {
 
 /// Tracking metadata may never be ignored: a change to it is drift under any rule.
 pub fn tracking_changes(old: &Value, new: &Value, policy: &Policy) -> Vec<String> {
-    let empty = Map::new();
     let mut out = Vec::new();
     for (is_annotation, key) in ownership::tracking_keys(policy) {
-        let (section, read): (&str, fn(&Value) -> Option<&Map<String, Value>>) = if is_annotation {
-            ("annotations", ownership::annotations)
+        let section = if is_annotation {
+            "annotations"
         } else {
-            ("labels", ownership::labels)
+            "labels"
         };
-        let before = read(old).unwrap_or(&empty).get(key);
-        let after = read(new).unwrap_or(&empty).get(key);
-        if before != after {
+        if metadata_entry(old, section, key) != metadata_entry(new, section, key) {
             out.push(format!("/metadata/{section}/{}", escape(key)));
         }
     }
     out
+}
+
+fn metadata_entry<'a>(obj: &'a Value, section: &str, key: &str) -> Option<&'a Value> {
+    obj.get("metadata")?.get(section)?.get(key)
 }
 
 #[cfg(test)]
@@ -127,7 +158,8 @@ mod tests {
     #[test]
     fn empty_annotations_equal_absent() {
         let old = json!({"spec": {"template": {"metadata": {"labels": {"a": "b"}}}}});
-        let mut new = json!({"spec": {"template": {"metadata": {"labels": {"a": "b"}, "annotations": {}}}}});
+        let mut new =
+            json!({"spec": {"template": {"metadata": {"labels": {"a": "b"}, "annotations": {}}}}});
         prune_empty(&mut new);
         assert_eq!(drifted_paths(&old, &new), Vec::<String>::new());
     }

@@ -48,8 +48,12 @@ impl fmt::Display for Manager {
                 application_namespace: Some(ns),
             } => write!(f, "Argo CD application {ns}/{application}"),
             Manager::ArgoCd { application, .. } => write!(f, "Argo CD application {application}"),
-            Manager::FluxKustomization { namespace, name } => write!(f, "Flux Kustomization {namespace}/{name}"),
-            Manager::FluxHelmRelease { namespace, name } => write!(f, "Flux HelmRelease {namespace}/{name}"),
+            Manager::FluxKustomization { namespace, name } => {
+                write!(f, "Flux Kustomization {namespace}/{name}")
+            }
+            Manager::FluxHelmRelease { namespace, name } => {
+                write!(f, "Flux HelmRelease {namespace}/{name}")
+            }
         }
     }
 }
@@ -59,7 +63,8 @@ pub fn labels(obj: &Value) -> Option<&serde_json::Map<String, Value>> {
 }
 
 pub fn annotations(obj: &Value) -> Option<&serde_json::Map<String, Value>> {
-    obj.pointer("/metadata/annotations").and_then(Value::as_object)
+    obj.pointer("/metadata/annotations")
+        .and_then(Value::as_object)
 }
 
 fn get<'a>(map: Option<&'a serde_json::Map<String, Value>>, key: &str) -> Option<&'a str> {
@@ -90,12 +95,22 @@ pub fn detect(obj: &Value, policy: &Policy) -> Option<Manager> {
     }
     if policy.flux {
         if let Some(name) = get(labels, FLUX_KUSTOMIZE_NAME) {
-            let namespace = get(labels, FLUX_KUSTOMIZE_NAMESPACE).unwrap_or_default().to_owned();
-            return Some(Manager::FluxKustomization { namespace, name: name.to_owned() });
+            let namespace = get(labels, FLUX_KUSTOMIZE_NAMESPACE)
+                .unwrap_or_default()
+                .to_owned();
+            return Some(Manager::FluxKustomization {
+                namespace,
+                name: name.to_owned(),
+            });
         }
         if let Some(name) = get(labels, FLUX_HELM_NAME) {
-            let namespace = get(labels, FLUX_HELM_NAMESPACE).unwrap_or_default().to_owned();
-            return Some(Manager::FluxHelmRelease { namespace, name: name.to_owned() });
+            let namespace = get(labels, FLUX_HELM_NAMESPACE)
+                .unwrap_or_default()
+                .to_owned();
+            return Some(Manager::FluxHelmRelease {
+                namespace,
+                name: name.to_owned(),
+            });
         }
     }
     let label = policy.argocd.as_ref()?.instance_label.as_deref()?;
@@ -115,8 +130,14 @@ fn tracking_id_manager(id: &str, obj: &Value) -> Option<Manager> {
         let (_, kind) = group_kind.split_once('/').unwrap_or(("", group_kind));
         let (ns, name) = ns_name.split_once('/').unwrap_or(("", ns_name));
         let obj_kind = obj.get("kind").and_then(Value::as_str).unwrap_or_default();
-        let obj_name = obj.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default();
-        let obj_ns = obj.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or_default();
+        let obj_name = obj
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let obj_ns = obj
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
         let names_other = (!obj_kind.is_empty() && obj_kind != kind)
             || (!obj_name.is_empty() && obj_name != name)
             || (!obj_ns.is_empty() && !ns.is_empty() && obj_ns != ns);
@@ -150,7 +171,12 @@ pub fn tracking_keys(policy: &Policy) -> Vec<(bool, &str)> {
         }
     }
     if policy.flux {
-        for key in [FLUX_KUSTOMIZE_NAME, FLUX_KUSTOMIZE_NAMESPACE, FLUX_HELM_NAME, FLUX_HELM_NAMESPACE] {
+        for key in [
+            FLUX_KUSTOMIZE_NAME,
+            FLUX_KUSTOMIZE_NAMESPACE,
+            FLUX_HELM_NAME,
+            FLUX_HELM_NAMESPACE,
+        ] {
             keys.push((false, key));
         }
     }
@@ -170,35 +196,65 @@ mod tests {
     #[test]
     fn detects_each_manager() {
         let p = Policy::embedded();
-        let argo = obj(json!({}), json!({"argocd.argoproj.io/tracking-id": "myapp:apps/Deployment:prod/web"}));
+        let argo = obj(
+            json!({}),
+            json!({"argocd.argoproj.io/tracking-id": "myapp:apps/Deployment:prod/web"}),
+        );
         assert_eq!(
             detect(&argo, &p),
-            Some(Manager::ArgoCd { application: "myapp".into(), application_namespace: None })
+            Some(Manager::ArgoCd {
+                application: "myapp".into(),
+                application_namespace: None
+            })
         );
-        let any_ns = obj(json!({}), json!({"argocd.argoproj.io/tracking-id": "team-a_myapp:apps/Deployment:prod/web"}));
-        assert_eq!(detect(&any_ns, &p).unwrap().to_string(), "Argo CD application team-a/myapp");
+        let any_ns = obj(
+            json!({}),
+            json!({"argocd.argoproj.io/tracking-id": "team-a_myapp:apps/Deployment:prod/web"}),
+        );
+        assert_eq!(
+            detect(&any_ns, &p).unwrap().to_string(),
+            "Argo CD application team-a/myapp"
+        );
         let flux = obj(
             json!({"kustomize.toolkit.fluxcd.io/name": "myapp", "kustomize.toolkit.fluxcd.io/namespace": "flux-system"}),
             json!({}),
         );
-        assert_eq!(detect(&flux, &p).unwrap().to_string(), "Flux Kustomization flux-system/myapp");
-        let helm = obj(json!({"helm.toolkit.fluxcd.io/name": "redis", "helm.toolkit.fluxcd.io/namespace": "db"}), json!({}));
-        assert_eq!(detect(&helm, &p).unwrap().to_string(), "Flux HelmRelease db/redis");
+        assert_eq!(
+            detect(&flux, &p).unwrap().to_string(),
+            "Flux Kustomization flux-system/myapp"
+        );
+        let helm = obj(
+            json!({"helm.toolkit.fluxcd.io/name": "redis", "helm.toolkit.fluxcd.io/namespace": "db"}),
+            json!({}),
+        );
+        assert_eq!(
+            detect(&helm, &p).unwrap().to_string(),
+            "Flux HelmRelease db/redis"
+        );
         let label = obj(json!({"app.kubernetes.io/instance": "myapp"}), json!({}));
-        assert_eq!(detect(&label, &p).unwrap().to_string(), "Argo CD application myapp");
+        assert_eq!(
+            detect(&label, &p).unwrap().to_string(),
+            "Argo CD application myapp"
+        );
     }
 
     #[test]
     fn helm_installed_release_label_is_not_argo_cd() {
         let p = Policy::embedded();
-        let o = obj(json!({"app.kubernetes.io/instance": "redis"}), json!({"meta.helm.sh/release-name": "redis"}));
+        let o = obj(
+            json!({"app.kubernetes.io/instance": "redis"}),
+            json!({"meta.helm.sh/release-name": "redis"}),
+        );
         assert_eq!(detect(&o, &p), None);
     }
 
     #[test]
     fn copied_tracking_id_is_not_ownership() {
         let p = Policy::embedded();
-        let o = obj(json!({}), json!({"argocd.argoproj.io/tracking-id": "myapp:apps/Deployment:prod/other"}));
+        let o = obj(
+            json!({}),
+            json!({"argocd.argoproj.io/tracking-id": "myapp:apps/Deployment:prod/other"}),
+        );
         assert_eq!(detect(&o, &p), None);
     }
 
@@ -208,6 +264,9 @@ mod tests {
         assert_eq!(detect(&obj(json!({"app": "x"}), json!({})), &p), None);
         let child = json!({"metadata": {"ownerReferences": [
             {"kind": "ReplicaSet", "name": "web-1", "controller": true}]}});
-        assert_eq!(controller_owner(&child).as_deref(), Some("ReplicaSet/web-1"));
+        assert_eq!(
+            controller_owner(&child).as_deref(),
+            Some("ReplicaSet/web-1")
+        );
     }
 }

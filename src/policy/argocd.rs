@@ -3,7 +3,7 @@
 
 use serde::Deserialize;
 
-use super::ignore::IgnoreRule;
+use super::ignore::{IgnoreRule, RuleSet};
 use super::schema::IgnoreDifference;
 
 /// An imported Application: where its objects come from, and its ignore rules.
@@ -13,7 +13,7 @@ pub struct Application {
     pub namespace: Option<String>,
     pub repo_url: Option<String>,
     pub path: Option<String>,
-    pub rules: Vec<IgnoreRule>,
+    pub rules: RuleSet,
 }
 
 /// One YAML document, read leniently except for `ignoreDifferences`, which
@@ -67,26 +67,43 @@ pub struct Imported {
 }
 
 pub fn parse(text: &str, file: &str) -> Result<Imported, String> {
-    let docs: Vec<Document> = serde_saphyr::from_multiple(text).map_err(|e| super::yaml_error(file, &e))?;
+    let docs: Vec<Document> =
+        serde_saphyr::from_multiple(text).map_err(|e| super::yaml_error(file, &e))?;
     let mut out = Imported::default();
     for (i, doc) in docs.into_iter().enumerate() {
         let is_app = doc.kind == "Application" && doc.api_version.starts_with("argoproj.io/");
         if !is_app {
-            let what = if doc.kind.is_empty() { "an untyped document".to_owned() } else { format!("{} {}", doc.kind, doc.metadata.name) };
-            out.skipped.push(format!("{file}: document {}: {what} is not an Argo CD Application; skipped", i + 1));
+            let what = if doc.kind.is_empty() {
+                "an untyped document".to_owned()
+            } else {
+                format!("{} {}", doc.kind, doc.metadata.name)
+            };
+            out.skipped.push(format!(
+                "{file}: document {}: {what} is not an Argo CD Application; skipped",
+                i + 1
+            ));
             continue;
         }
         if doc.metadata.name.is_empty() {
-            return Err(format!("{file}: document {}: Application has no metadata.name", i + 1));
+            return Err(format!(
+                "{file}: document {}: Application has no metadata.name",
+                i + 1
+            ));
         }
-        let spec = doc.spec.unwrap_or(Spec { source: None, sources: vec![], ignore_differences: vec![] });
+        let spec = doc.spec.unwrap_or(Spec {
+            source: None,
+            sources: vec![],
+            ignore_differences: vec![],
+        });
         let source = spec.source.or_else(|| spec.sources.into_iter().next());
         let name = doc.metadata.name;
         let rules = spec
             .ignore_differences
             .iter()
             .enumerate()
-            .map(|(j, d)| IgnoreRule::compile(d, format!("Application {name} ignoreDifferences[{j}]")))
+            .map(|(j, d)| {
+                IgnoreRule::compile(d, format!("Application {name} ignoreDifferences[{j}]"))
+            })
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| format!("{file}: {e}"))?;
         out.applications.push(Application {
@@ -94,7 +111,7 @@ pub fn parse(text: &str, file: &str) -> Result<Imported, String> {
             repo_url: source.as_ref().and_then(|s| s.repo_url.clone()),
             path: source.and_then(|s| s.path),
             name,
-            rules,
+            rules: RuleSet::new(rules),
         });
     }
     Ok(out)

@@ -2,7 +2,7 @@
 
 use serde_json::Value;
 
-use super::jq::JqPath;
+use super::jq::{JqInput, JqPath};
 use super::path::{Path, Segment};
 use super::pattern::Pattern;
 use super::schema::IgnoreDifference;
@@ -29,6 +29,57 @@ pub struct IgnoreRule {
     pub origin: String,
 }
 
+/// Rules indexed by literal kind, so that a thousand rules for other kinds cost
+/// a hash lookup, not a thousand glob matches.
+#[derive(Debug, Default)]
+pub struct RuleSet {
+    rules: Vec<IgnoreRule>,
+    by_kind: std::collections::HashMap<String, Vec<usize>>,
+    globbed: Vec<usize>,
+}
+
+impl RuleSet {
+    pub fn new(rules: Vec<IgnoreRule>) -> Self {
+        let mut set = Self::default();
+        for (i, rule) in rules.iter().enumerate() {
+            match rule.literal_kind() {
+                Some(kind) => set.by_kind.entry(kind.to_owned()).or_default().push(i),
+                None => set.globbed.push(i),
+            }
+        }
+        set.rules = rules;
+        set
+    }
+
+    /// The rules that apply to `target`, in the order they were written.
+    pub fn matching<'s>(&'s self, target: &Target) -> Vec<&'s IgnoreRule> {
+        let literal = self
+            .by_kind
+            .get(target.kind)
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        let mut indices: Vec<usize> = literal.iter().chain(&self.globbed).copied().collect();
+        indices.sort_unstable();
+        indices
+            .into_iter()
+            .map(|i| &self.rules[i])
+            .filter(|r| r.matches(target))
+            .collect()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &IgnoreRule> {
+        self.rules.iter()
+    }
+
+    pub fn len(&self) -> usize {
+        self.rules.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rules.is_empty()
+    }
+}
+
 /// A rule that could not be evaluated on an object: it ignored nothing there.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RuleFailure {
@@ -39,7 +90,10 @@ pub struct RuleFailure {
 
 impl RuleFailure {
     pub fn describe(&self) -> String {
-        format!("{} jq `{}` failed: {}", self.origin, self.expression, self.error)
+        format!(
+            "{} jq `{}` failed: {}",
+            self.origin, self.expression, self.error
+        )
     }
 }
 
@@ -59,7 +113,9 @@ impl IgnoreRule {
             .map(|(i, e)| JqPath::compile(e).map_err(|err| at("jqPathExpressions", i, err)))
             .collect::<Result<_, _>>()?;
         if def.kind.is_empty() {
-            return Err(format!("{origin}: `kind` is required (use \"*\" for every kind)"));
+            return Err(format!(
+                "{origin}: `kind` is required (use \"*\" for every kind)"
+            ));
         }
         Ok(Self {
             group: Pattern::new(&def.group).map_err(|e| format!("{origin}.group: {e}"))?,
@@ -71,6 +127,12 @@ impl IgnoreRule {
             managers: def.managed_fields_managers.clone(),
             origin,
         })
+    }
+
+    /// The kind when it is written without glob characters.
+    fn literal_kind(&self) -> Option<&str> {
+        let kind = self.kind.source();
+        (!kind.contains(['*', '?', '[', '{', '\\'])).then_some(kind)
     }
 
     /// Argo CD matching: group and kind are globs; name and namespace are exact,
@@ -85,7 +147,12 @@ impl IgnoreRule {
     /// The paths this rule drops from `obj`. Field ownership for
     /// `managedFieldsManagers` is read from `owners` (the stored object), never
     /// from the incoming one, whose managedFields the writer chose via fieldManager.
-    pub fn paths(&self, obj: &Value, owners: Option<&Value>, failures: &mut Vec<RuleFailure>) -> Vec<Path> {
+    pub fn paths(
+        &self,
+        obj: &JqInput,
+        owners: Option<&Value>,
+        failures: &mut Vec<RuleFailure>,
+    ) -> Vec<Path> {
         let mut out = self.pointers.clone();
         for jq in &self.jq {
             match jq.paths(obj) {
@@ -98,7 +165,7 @@ impl IgnoreRule {
             }
         }
         if let (false, Some(owners)) = (self.managers.is_empty(), owners) {
-            out.extend(managed_paths(obj, owners, &self.managers));
+            out.extend(managed_paths(obj.value(), owners, &self.managers));
         }
         out
     }
@@ -107,9 +174,14 @@ impl IgnoreRule {
 /// Paths in `obj` owned, according to `owners.metadata.managedFields`, by any of `managers`.
 fn managed_paths(obj: &Value, owners: &Value, managers: &[String]) -> Vec<Path> {
     let mut out = Vec::new();
-    let entries = owners.pointer("/metadata/managedFields").and_then(Value::as_array);
+    let entries = owners
+        .pointer("/metadata/managedFields")
+        .and_then(Value::as_array);
     for entry in entries.into_iter().flatten() {
-        let manager = entry.get("manager").and_then(Value::as_str).unwrap_or_default();
+        let manager = entry
+            .get("manager")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
         if !managers.iter().any(|m| m == manager) {
             continue;
         }
@@ -179,7 +251,12 @@ mod tests {
     #[test]
     fn matches_argo_cd_style() {
         let r = rule("group: apps\nkind: Deploy*\nnamespace: prod\n");
-        let t = |g, k, ns| Target { group: g, kind: k, name: "x", namespace: ns };
+        let t = |g, k, ns| Target {
+            group: g,
+            kind: k,
+            name: "x",
+            namespace: ns,
+        };
         assert!(r.matches(&t("apps", "Deployment", "prod")));
         assert!(!r.matches(&t("apps", "Deployment", "dev")));
         assert!(!r.matches(&t("", "Deployment", "prod")));
@@ -204,13 +281,24 @@ mod tests {
             .iter()
             .map(Path::to_pointer)
             .collect();
-        assert_eq!(got, vec!["/spec/replicas", "/spec/containers/0/image", "/spec/containers/1"]);
+        assert_eq!(
+            got,
+            vec![
+                "/spec/replicas",
+                "/spec/containers/0/image",
+                "/spec/containers/1"
+            ]
+        );
     }
 
     #[test]
     fn rejects_bad_pointer_with_origin() {
-        let def: IgnoreDifference = serde_saphyr::from_str("kind: X\njsonPointers: [spec]\n").unwrap();
+        let def: IgnoreDifference =
+            serde_saphyr::from_str("kind: X\njsonPointers: [spec]\n").unwrap();
         let err = IgnoreRule::compile(&def, "policy ignoreDifferences[0]".into()).unwrap_err();
-        assert!(err.starts_with("policy ignoreDifferences[0].jsonPointers[0]"), "{err}");
+        assert!(
+            err.starts_with("policy ignoreDifferences[0].jsonPointers[0]"),
+            "{err}"
+        );
     }
 }

@@ -21,6 +21,10 @@ const MAX_PATHS: usize = 10_000;
 pub struct JqPath {
     source: String,
     filter: JqFilter,
+    /// When the expression starts with a plain field chain (`.spec.template…`),
+    /// the rest of it compiled to run on that subtree: converting a few hundred
+    /// bytes for jaq instead of the whole object.
+    narrowed: Option<(Vec<String>, JqFilter)>,
 }
 
 impl std::fmt::Debug for JqPath {
@@ -36,9 +40,15 @@ impl JqPath {
     pub fn compile(expr: &str) -> Result<Self, String> {
         compile_filter(expr)?;
         let filter = compile_filter(&format!("path(\n{expr}\n)"))?;
+        let narrowed = split_field_prefix(expr).and_then(|(prefix, rest)| {
+            compile_filter(&format!("path(\n{rest}\n)"))
+                .ok()
+                .map(|f| (prefix, f))
+        });
         Ok(Self {
             source: expr.to_owned(),
             filter,
+            narrowed,
         })
     }
 
@@ -47,18 +57,177 @@ impl JqPath {
     }
 
     /// The paths the expression selects in `input`, as `del` would remove them.
-    pub fn paths(&self, input: &Value) -> Result<Vec<Path>, String> {
-        let input = Val::deserialize(input).map_err(|e| e.to_string())?;
-        let ctx = Ctx::<data::JustLut<Val>>::new(&self.filter.lut, Vars::new([]));
-        let mut out = Vec::new();
-        for item in self.filter.id.run((ctx, input)).map(unwrap_valr) {
-            let path = item.map_err(|e| describe_error(&e))?;
-            out.push(to_path(&path)?);
-            if out.len() > MAX_PATHS {
-                return Err(format!("selected more than {MAX_PATHS} paths"));
-            }
+    pub fn paths(&self, input: &JqInput) -> Result<Vec<Path>, String> {
+        if let Some((prefix, filter)) = &self.narrowed
+            && let Some(sub) = walk_objects(input.value, prefix)
+        {
+            let val = match sub {
+                Some(v) => Val::deserialize(v).map_err(|e| e.to_string())?,
+                None => Val::Null,
+            };
+            let base: Vec<Segment> = prefix.iter().cloned().map(Segment::Key).collect();
+            return run(filter, val, &base);
         }
-        Ok(out)
+        run(&self.filter, input.val()?.clone(), &[])
+    }
+}
+
+/// Runs a compiled `path(...)` filter and prefixes each path with `base`.
+fn run(filter: &JqFilter, input: Val, base: &[Segment]) -> Result<Vec<Path>, String> {
+    let ctx = Ctx::<data::JustLut<Val>>::new(&filter.lut, Vars::new([]));
+    let mut out = Vec::new();
+    for item in filter.id.run((ctx, input)).map(unwrap_valr) {
+        let path = item.map_err(|e| describe_error(&e))?;
+        let mut full = base.to_vec();
+        full.extend(to_path(&path)?.0);
+        out.push(Path(full));
+        if out.len() > MAX_PATHS {
+            return Err(format!("selected more than {MAX_PATHS} paths"));
+        }
+    }
+    Ok(out)
+}
+
+/// Follows `prefix` through objects as jq's `.a.b` would: `Some(None)` when a
+/// key is missing (jq yields null), `None` when a non-object is in the way
+/// (jq would raise an error, so the full expression must run to report it).
+fn walk_objects<'v>(value: &'v Value, prefix: &[String]) -> Option<Option<&'v Value>> {
+    let mut node = Some(value);
+    for key in prefix {
+        node = match node {
+            Some(Value::Object(map)) => map.get(key),
+            None | Some(Value::Null) => None,
+            Some(_) => return None,
+        };
+    }
+    Some(node)
+}
+
+/// Splits `.a.b.c REST` into `(["a","b","c"], ".REST")` when the first pipeline
+/// stage is a plain path chain (`.ident`, `[]`, `[N]`, `?`), so that every later
+/// stage only sees values under `.a.b.c`. Anything else (`,`, `//`, operators,
+/// variables) keeps the whole-object evaluation.
+pub(crate) fn split_field_prefix(expr: &str) -> Option<(Vec<String>, String)> {
+    let text = expr.trim();
+    let first_stage = &text[..top_level_pipe(text).unwrap_or(text.len())];
+    if !is_plain_chain(first_stage.trim_end()) {
+        return None;
+    }
+    let bytes = text.as_bytes();
+    let mut prefix = Vec::new();
+    let mut pos = 0;
+    while bytes.get(pos) == Some(&b'.') {
+        let start = pos + 1;
+        let mut end = start;
+        while end < bytes.len() && (bytes[end].is_ascii_alphanumeric() || bytes[end] == b'_') {
+            end += 1;
+        }
+        let ident_ok = end > start && !bytes[start].is_ascii_digit();
+        // `.a?` suppresses errors on `.a` itself: keep it in the jq part.
+        if !ident_ok || bytes.get(end) == Some(&b'?') {
+            break;
+        }
+        prefix.push(text[start..end].to_owned());
+        pos = end;
+    }
+    if prefix.is_empty() {
+        return None;
+    }
+    let rest = text[pos..].trim_start();
+    let rest = if rest.starts_with('.') {
+        rest.to_owned()
+    } else {
+        format!(".{rest}")
+    };
+    Some((prefix, rest))
+}
+
+/// Byte offset of the first `|` outside brackets and strings.
+fn top_level_pipe(text: &str) -> Option<usize> {
+    let mut depth = 0i32;
+    let mut in_string = false;
+    let mut escaped = false;
+    for (i, c) in text.char_indices() {
+        if in_string {
+            match (escaped, c) {
+                (true, _) => escaped = false,
+                (false, '\\') => escaped = true,
+                (false, '"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match c {
+            '"' => in_string = true,
+            '(' | '[' | '{' => depth += 1,
+            ')' | ']' | '}' => depth -= 1,
+            '|' if depth == 0 => return Some(i),
+            _ => {}
+        }
+    }
+    None
+}
+
+/// `.ident`, `[]`, `[N]` and `?` only, starting with `.ident`.
+fn is_plain_chain(stage: &str) -> bool {
+    let b = stage.as_bytes();
+    if b.first() != Some(&b'.') {
+        return false;
+    }
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'.' => {
+                let start = i + 1;
+                i = start;
+                while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'_') {
+                    i += 1;
+                }
+                if i == start || b[start].is_ascii_digit() {
+                    return false;
+                }
+            }
+            b'?' => i += 1,
+            b'[' => {
+                let close = match stage[i..].find(']') {
+                    Some(c) => i + c,
+                    None => return false,
+                };
+                if !stage[i + 1..close].bytes().all(|c| c.is_ascii_digit()) {
+                    return false;
+                }
+                i = close + 1;
+            }
+            _ => return false,
+        }
+    }
+    true
+}
+
+/// An object converted to jaq's value type once, on first use, and shared by
+/// every jq rule that runs on it.
+pub struct JqInput<'a> {
+    value: &'a Value,
+    val: std::cell::OnceCell<Result<Val, String>>,
+}
+
+impl<'a> JqInput<'a> {
+    pub fn new(value: &'a Value) -> Self {
+        Self {
+            value,
+            val: std::cell::OnceCell::new(),
+        }
+    }
+
+    pub fn value(&self) -> &'a Value {
+        self.value
+    }
+
+    fn val(&self) -> Result<&Val, String> {
+        self.val
+            .get_or_init(|| Val::deserialize(self.value).map_err(|e| e.to_string()))
+            .as_ref()
+            .map_err(Clone::clone)
     }
 }
 
@@ -75,7 +244,10 @@ fn compile_filter(code: &str) -> Result<JqFilter, String> {
         .load(&arena, File { code, path: () })
         .map_err(|errs| {
             let n = errs.len();
-            format!("jq syntax error ({n} problem{})", if n == 1 { "" } else { "s" })
+            format!(
+                "jq syntax error ({n} problem{})",
+                if n == 1 { "" } else { "s" }
+            )
         })?;
     Compiler::default()
         .with_funs(funs)
@@ -92,7 +264,11 @@ fn compile_filter(code: &str) -> Result<JqFilter, String> {
 /// jaq's error text embeds the whole input value; keep the reason only.
 fn describe_error(err: &jaq_core::Error<Val>) -> String {
     let full = err.to_string();
-    let mut text = full.split(" with input").next().unwrap_or_default().to_owned();
+    let mut text = full
+        .split(" with input")
+        .next()
+        .unwrap_or_default()
+        .to_owned();
     if text.len() > 160 {
         let mut end = 160;
         while !text.is_char_boundary(end) {
@@ -140,14 +316,18 @@ mod tests {
 
     fn paths(expr: &str, obj: Value) -> Result<Vec<String>, String> {
         let jq = JqPath::compile(expr).expect("compiles");
-        jq.paths(&obj)
+        jq.paths(&JqInput::new(&obj))
             .map(|ps| ps.iter().map(|p| p.to_pointer()).collect())
     }
 
     #[test]
     fn select_on_array_elements_yields_element_paths() {
         let obj = json!({"spec": {"containers": [{"name": "app"}, {"name": "istio-proxy"}]}});
-        let got = paths(r#".spec.containers[] | select(.name == "istio-proxy")"#, obj).unwrap();
+        let got = paths(
+            r#".spec.containers[] | select(.name == "istio-proxy")"#,
+            obj,
+        )
+        .unwrap();
         assert_eq!(got, vec!["/spec/containers/1"]);
     }
 
@@ -176,14 +356,21 @@ mod tests {
     #[test]
     fn unbalanced_expression_cannot_escape_the_wrapper() {
         // Argo CD splices this into del(...) and runs a value rewrite instead.
-        let err = JqPath::compile(r#".nothing) | .data["config.yaml"] |= (fromjson | del(.auth) | tojson"#)
-            .unwrap_err();
+        let err = JqPath::compile(
+            r#".nothing) | .data["config.yaml"] |= (fromjson | del(.auth) | tojson"#,
+        )
+        .unwrap_err();
         assert!(err.contains("syntax"), "{err}");
     }
 
     #[test]
     fn illegal_expression_is_rejected_at_compile_time() {
-        assert!(JqPath::compile(r#".spec.template.spec.containers[] | select(.name == "missing-quote)"#).is_err());
+        assert!(
+            JqPath::compile(
+                r#".spec.template.spec.containers[] | select(.name == "missing-quote)"#
+            )
+            .is_err()
+        );
     }
 
     #[test]
@@ -196,6 +383,60 @@ mod tests {
     fn non_terminating_update_expression_fails_fast_as_non_path() {
         let err = paths("until(true==false; [.] + [1])", json!({"a": 1})).unwrap_err();
         assert!(err.contains("path"), "{err}");
+    }
+
+    #[test]
+    fn narrowing_splits_only_plain_chains() {
+        let split = |e: &str| split_field_prefix(e).map(|(p, r)| (p.join("."), r));
+        assert_eq!(
+            split(r#".spec.template.spec.containers[] | select(.name == "x")"#),
+            Some((
+                "spec.template.spec.containers".into(),
+                r#".[] | select(.name == "x")"#.into()
+            ))
+        );
+        assert_eq!(
+            split(".spec.replicas"),
+            Some(("spec.replicas".into(), ".".into()))
+        );
+        assert_eq!(split(".a?.b"), None);
+        assert_eq!(split(".a.b // .c"), None);
+        assert_eq!(split(".a.b, .c"), None);
+        assert_eq!(split(r#".metadata.annotations."x/y""#), None);
+        assert_eq!(split("..|.a?"), None);
+    }
+
+    #[test]
+    fn narrowed_and_whole_object_evaluation_agree() {
+        let objects = [
+            json!({"spec": {"template": {"spec": {"containers": [{"name": "a"}, {"name": "istio-proxy"}]}}}}),
+            json!({"spec": {"template": "oops"}}),
+            json!({"spec": null}),
+            json!({}),
+            json!({"metadata": {"annotations": {"cert-manager.io/issuer": "x", "b": "c"}}, "spec": {"replicas": 2}}),
+            json!({"metadata": {"labels": null}}),
+        ];
+        let exprs = [
+            r#".spec.template.spec.containers[] | select(.name == "istio-proxy")"#,
+            ".spec.template.spec.containers[0]",
+            ".spec.replicas",
+            ".spec.template.spec.containers[].name",
+            r#".metadata.annotations | select(. != null) | .[keys[] | select(startswith("cert-manager.io/"))]"#,
+            ".metadata.labels | select(. != null) | to_entries[]",
+            ".spec.fakeField.foo[]",
+        ];
+        for expr in exprs {
+            let narrowed = JqPath::compile(expr).unwrap();
+            assert!(narrowed.narrowed.is_some(), "{expr} should narrow");
+            let mut whole = JqPath::compile(expr).unwrap();
+            whole.narrowed = None;
+            for obj in &objects {
+                let input = JqInput::new(obj);
+                let a = narrowed.paths(&input).map_err(|e| e.is_empty());
+                let b = whole.paths(&input).map_err(|e| e.is_empty());
+                assert_eq!(a, b, "{expr} on {obj}");
+            }
+        }
     }
 
     #[test]

@@ -4,9 +4,9 @@
 
 use serde_json::{Map, Value};
 
-use super::ignore::IgnoreRule;
-use super::jq::JqPath;
 use super::Policy;
+use super::ignore::RuleSet;
+use super::jq::{JqInput, JqPath};
 
 /// Findings for one file. `problems` make `lint` exit non-zero.
 #[derive(Debug, Default)]
@@ -22,11 +22,18 @@ pub fn lint(text: &str, file: &str) -> Report {
             let is_policy_file = notes.is_empty();
             report.notes.extend(notes);
             if is_policy_file {
-                report.notes.push(format!("{file}: driftguard policy with {} ignore rule(s) loads", policy.rules.len()));
+                report.notes.push(format!(
+                    "{file}: driftguard policy with {} ignore rule(s) loads",
+                    policy.rules.len()
+                ));
                 check_rules(&policy.rules, text, file, &mut report);
             }
             for app in &policy.applications {
-                report.notes.push(format!("{file}: Application {} has {} ignore rule(s)", app.name, app.rules.len()));
+                report.notes.push(format!(
+                    "{file}: Application {} has {} ignore rule(s)",
+                    app.name,
+                    app.rules.len()
+                ));
                 check_rules(&app.rules, text, file, &mut report);
             }
         }
@@ -35,11 +42,13 @@ pub fn lint(text: &str, file: &str) -> Report {
     report
 }
 
-fn check_rules(rules: &[IgnoreRule], text: &str, file: &str, report: &mut Report) {
-    for rule in rules {
+fn check_rules(rules: &RuleSet, text: &str, file: &str, report: &mut Report) {
+    for rule in rules.iter() {
         for jq in &rule.jq {
             if let Some(problem) = check_expression(jq) {
-                let line = line_of(text, jq.source()).map(|l| format!(":{l}")).unwrap_or_default();
+                let line = line_of(text, jq.source())
+                    .map(|l| format!(":{l}"))
+                    .unwrap_or_default();
                 let mut msg = format!(
                     "{file}{line}: {} jq `{}` failed on a probe object: {problem}; Argo CD's del() fails on it and ignores nothing",
                     rule.origin,
@@ -58,7 +67,8 @@ fn check_rules(rules: &[IgnoreRule], text: &str, file: &str, report: &mut Report
 /// names at every level, so that most branches are reached. A path expression
 /// yields paths (or nothing); anything else fails.
 pub fn check_expression(jq: &JqPath) -> Option<String> {
-    jq.paths(&probe(jq.source())).err()
+    let probe = probe(jq.source());
+    jq.paths(&JqInput::new(&probe)).err()
 }
 
 fn probe(expr: &str) -> Value {
@@ -76,7 +86,11 @@ fn build(keys: &[String], depth: i32) -> Value {
         return Value::String("probe".into());
     }
     let child = build(keys, depth - 1);
-    Value::Object(keys.iter().map(|k| (k.clone(), child.clone())).collect::<Map<_, _>>())
+    Value::Object(
+        keys.iter()
+            .map(|k| (k.clone(), child.clone()))
+            .collect::<Map<_, _>>(),
+    )
 }
 
 /// `.name` identifiers and quoted strings: the keys an expression can reach.
@@ -125,7 +139,9 @@ pub fn rewrite(expr: &str) -> Option<String> {
     let prefix = expr[..at].trim_end().trim_end_matches('|').trim_end();
     let cond = expr[at + marker.len()..].trim_end().strip_suffix(')')?;
     if cond.contains(".value") {
-        return Some(format!("{prefix} | (to_entries[] | select({cond}) | .key) as $k | .[$k]"));
+        return Some(format!(
+            "{prefix} | (to_entries[] | select({cond}) | .key) as $k | .[$k]"
+        ));
     }
     let cond = cond.replace(".key | ", "").replace(".key", ".");
     Some(format!("{prefix} | .[keys[] | select({cond})]"))
@@ -161,7 +177,11 @@ mod tests {
             assert!(check_expression(&jq).is_some(), "should flag {expr}");
             let fixed = rewrite(expr).unwrap();
             let jq = JqPath::compile(&fixed).unwrap();
-            assert_eq!(check_expression(&jq), None, "rewrite {fixed} should be a path expression");
+            assert_eq!(
+                check_expression(&jq),
+                None,
+                "rewrite {fixed} should be a path expression"
+            );
         }
     }
 

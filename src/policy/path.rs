@@ -24,7 +24,9 @@ impl Path {
             return Err("the empty pointer would ignore the whole object".into());
         }
         let Some(rest) = pointer.strip_prefix('/') else {
-            return Err(format!("`{pointer}` is not a JSON pointer: it must start with `/`"));
+            return Err(format!(
+                "`{pointer}` is not a JSON pointer: it must start with `/`"
+            ));
         };
         let mut segments = Vec::new();
         for token in rest.split('/') {
@@ -107,7 +109,9 @@ fn remove(doc: &mut Value, path: &[Segment]) {
     for seg in parents {
         let next = match (node, seg) {
             (Value::Object(map), seg) => map.get_mut(&key_of(seg)),
-            (Value::Array(items), seg) => resolve_index(seg, items.len()).and_then(|i| items.get_mut(i)),
+            (Value::Array(items), seg) => {
+                resolve_index(seg, items.len()).and_then(|i| items.get_mut(i))
+            }
             _ => None,
         };
         match next {
@@ -155,7 +159,10 @@ mod tests {
             path.0.last(),
             Some(&Segment::Key("kubectl.kubernetes.io/restartedAt".into()))
         );
-        assert_eq!(path.to_pointer(), "/metadata/annotations/kubectl.kubernetes.io~1restartedAt");
+        assert_eq!(
+            path.to_pointer(),
+            "/metadata/annotations/kubectl.kubernetes.io~1restartedAt"
+        );
     }
 
     #[test]
@@ -182,7 +189,10 @@ mod tests {
     #[test]
     fn negative_jq_indices_count_from_the_end() {
         let mut doc = json!({"a": [0, 1, 2]});
-        remove_all(&mut doc, vec![Path(vec![Segment::Key("a".into()), Segment::Index(-1)])]);
+        remove_all(
+            &mut doc,
+            vec![Path(vec![Segment::Key("a".into()), Segment::Index(-1)])],
+        );
         assert_eq!(doc, json!({"a": [0, 1]}));
     }
 

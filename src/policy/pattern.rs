@@ -32,7 +32,11 @@ pub struct PatternSet(Vec<Pattern>);
 
 impl PatternSet {
     pub fn new(sources: &[String]) -> Result<Self, String> {
-        sources.iter().map(|s| Pattern::new(s)).collect::<Result<_, _>>().map(Self)
+        sources
+            .iter()
+            .map(|s| Pattern::new(s))
+            .collect::<Result<_, _>>()
+            .map(Self)
     }
 
     pub fn is_match(&self, s: &str) -> bool {

@@ -3,7 +3,9 @@
 
 use serde::Deserialize;
 
-#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+#[derive(
+    Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq, PartialOrd, Ord, serde::Serialize,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
     /// Drift is allowed and only recorded.

@@ -18,13 +18,20 @@ pub fn repo_file(path: &str) -> String {
 }
 
 pub fn seed_policy() -> Policy {
-    Policy::from_yaml(&repo_file("tests/data/seed/ignore-differences.yaml"), "ignore-differences.yaml").unwrap()
+    Policy::from_yaml(
+        &repo_file("tests/data/seed/ignore-differences.yaml"),
+        "ignore-differences.yaml",
+    )
+    .unwrap()
 }
 
 pub fn seed_application() -> Vec<driftguard::policy::Application> {
-    driftguard::policy::argocd::parse(&repo_file("tests/data/seed/argocd-application.yaml"), "app.yaml")
-        .unwrap()
-        .applications
+    driftguard::policy::argocd::parse(
+        &repo_file("tests/data/seed/argocd-application.yaml"),
+        "app.yaml",
+    )
+    .unwrap()
+    .applications
 }
 
 fn managed(api_version: &str, kind: &str, name: &str, body: Value) -> Value {
@@ -52,67 +59,111 @@ fn pod_spec(containers: Value) -> Value {
 }
 
 pub fn deployment() -> Value {
-    managed("apps/v1", "Deployment", "web", json!({
-        "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "web"}},
-                 "template": {"metadata": {"labels": {"app": "web"}},
-                              "spec": pod_spec(json!([{"name": "web", "image": "web:1.0", "ports": [{"containerPort": 8080, "protocol": "TCP"}]}]))}},
-        "status": {"replicas": 3, "readyReplicas": 3}
-    }))
+    managed(
+        "apps/v1",
+        "Deployment",
+        "web",
+        json!({
+            "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "web"}},
+                     "template": {"metadata": {"labels": {"app": "web"}},
+                                  "spec": pod_spec(json!([{"name": "web", "image": "web:1.0", "ports": [{"containerPort": 8080, "protocol": "TCP"}]}]))}},
+            "status": {"replicas": 3, "readyReplicas": 3}
+        }),
+    )
 }
 
 pub fn statefulset() -> Value {
-    managed("apps/v1", "StatefulSet", "db", json!({
-        "spec": {"replicas": 3, "serviceName": "db", "selector": {"matchLabels": {"app": "db"}},
-                 "template": {"metadata": {"labels": {"app": "db"}},
-                              "spec": pod_spec(json!([{"name": "db", "image": "postgres:16"}]))}}
-    }))
+    managed(
+        "apps/v1",
+        "StatefulSet",
+        "db",
+        json!({
+            "spec": {"replicas": 3, "serviceName": "db", "selector": {"matchLabels": {"app": "db"}},
+                     "template": {"metadata": {"labels": {"app": "db"}},
+                                  "spec": pod_spec(json!([{"name": "db", "image": "postgres:16"}]))}}
+        }),
+    )
 }
 
 pub fn service() -> Value {
-    managed("v1", "Service", "web", json!({
-        "spec": {"type": "ClusterIP", "clusterIP": "10.0.0.12", "selector": {"app": "web"},
-                 "ports": [{"name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP"}]}
-    }))
+    managed(
+        "v1",
+        "Service",
+        "web",
+        json!({
+            "spec": {"type": "ClusterIP", "clusterIP": "10.0.0.12", "selector": {"app": "web"},
+                     "ports": [{"name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP"}]}
+        }),
+    )
 }
 
 pub fn configmap() -> Value {
-    managed("v1", "ConfigMap", "web-config", json!({"data": {"LOG_LEVEL": "info", "REGION": "eu"}}))
+    managed(
+        "v1",
+        "ConfigMap",
+        "web-config",
+        json!({"data": {"LOG_LEVEL": "info", "REGION": "eu"}}),
+    )
 }
 
 pub fn cronjob() -> Value {
-    managed("batch/v1", "CronJob", "report", json!({
-        "spec": {"schedule": "0 2 * * *", "suspend": false, "concurrencyPolicy": "Forbid",
-                 "jobTemplate": {"spec": {"template": {"spec": pod_spec(json!([{"name": "report", "image": "report:2"}]))}}}}
-    }))
+    managed(
+        "batch/v1",
+        "CronJob",
+        "report",
+        json!({
+            "spec": {"schedule": "0 2 * * *", "suspend": false, "concurrencyPolicy": "Forbid",
+                     "jobTemplate": {"spec": {"template": {"spec": pod_spec(json!([{"name": "report", "image": "report:2"}]))}}}}
+        }),
+    )
 }
 
 pub fn resourcequota() -> Value {
-    managed("v1", "ResourceQuota", "team", json!({
-        "spec": {"hard": {"cpu": "20", "memory": "64Gi"}},
-        "status": {"hard": {"cpu": "20", "memory": "64Gi"}, "used": {"cpu": "3", "memory": "10Gi"}}
-    }))
+    managed(
+        "v1",
+        "ResourceQuota",
+        "team",
+        json!({
+            "spec": {"hard": {"cpu": "20", "memory": "64Gi"}},
+            "status": {"hard": {"cpu": "20", "memory": "64Gi"}, "used": {"cpu": "3", "memory": "10Gi"}}
+        }),
+    )
 }
 
 pub fn ingress() -> Value {
-    managed("networking.k8s.io/v1", "Ingress", "web", json!({
-        "spec": {"ingressClassName": "nginx", "rules": [{"host": "shop.example.com", "http": {"paths": [
-            {"path": "/", "pathType": "Prefix", "backend": {"service": {"name": "web", "port": {"number": 80}}}}]}}]},
-        "status": {"loadBalancer": {"ingress": [{"ip": "203.0.113.10"}]}}
-    }))
+    managed(
+        "networking.k8s.io/v1",
+        "Ingress",
+        "web",
+        json!({
+            "spec": {"ingressClassName": "nginx", "rules": [{"host": "shop.example.com", "http": {"paths": [
+                {"path": "/", "pathType": "Prefix", "backend": {"service": {"name": "web", "port": {"number": 80}}}}]}}]},
+            "status": {"loadBalancer": {"ingress": [{"ip": "203.0.113.10"}]}}
+        }),
+    )
 }
 
 pub fn pod_with_sidecar() -> Value {
-    managed("v1", "Pod", "batch-runner", json!({
-        "spec": pod_spec(json!([
-            {"name": "runner", "image": "runner:1"},
-            {"name": "istio-proxy", "image": "istio/proxyv2:1.22.0", "args": ["proxy", "sidecar"]}
-        ]))
-    }))
+    managed(
+        "v1",
+        "Pod",
+        "batch-runner",
+        json!({
+            "spec": pod_spec(json!([
+                {"name": "runner", "image": "runner:1"},
+                {"name": "istio-proxy", "image": "istio/proxyv2:1.22.0", "args": ["proxy", "sidecar"]}
+            ]))
+        }),
+    )
 }
 
 pub fn plural(kind: &str) -> String {
     let lower = kind.to_lowercase();
-    if lower.ends_with('s') { format!("{lower}es") } else { format!("{lower}s") }
+    if lower.ends_with('s') {
+        format!("{lower}es")
+    } else {
+        format!("{lower}s")
+    }
 }
 
 /// A review builder with sensible defaults: UPDATE by alice (group developers).
@@ -163,9 +214,11 @@ impl Review {
     }
     /// A `…/scale` write of `from` → `to` replicas on `parent_kind` (group apps).
     pub fn scale(resource: &str, name: &str, from: i64, to: i64) -> Self {
-        let scale = |r: i64| json!({"apiVersion": "autoscaling/v1", "kind": "Scale",
+        let scale = |r: i64| {
+            json!({"apiVersion": "autoscaling/v1", "kind": "Scale",
             "metadata": {"name": name, "namespace": "production", "resourceVersion": "100"},
-            "spec": {"replicas": r}, "status": {"replicas": from}});
+            "spec": {"replicas": r}, "status": {"replicas": from}})
+        };
         let mut review = Self::update(scale(from), scale(to));
         review.sub_resource = Some("scale");
         review.kind_override = Some(("autoscaling".into(), "v1".into(), "Scale".into()));
@@ -178,11 +231,14 @@ impl Review {
         let api_version = obj["apiVersion"].as_str().unwrap();
         let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
         let kind = obj["kind"].as_str().unwrap();
-        let (kg, kv, kk) = self
-            .kind_override
+        let (kg, kv, kk) =
+            self.kind_override
+                .clone()
+                .unwrap_or((group.into(), version.into(), kind.into()));
+        let (rg, rr) = self
+            .resource_override
             .clone()
-            .unwrap_or((group.into(), version.into(), kind.into()));
-        let (rg, rr) = self.resource_override.clone().unwrap_or((group.into(), plural(kind)));
+            .unwrap_or((group.into(), plural(kind)));
         let mut request = json!({
             "uid": "c0ffee00-0000-4000-8000-000000000001",
             "kind": {"group": kg, "version": kv, "kind": kk},
@@ -209,7 +265,10 @@ impl Outcome {
         self.response["response"]["allowed"].as_bool().unwrap()
     }
     pub fn message(&self) -> String {
-        self.response["response"]["status"]["message"].as_str().unwrap_or_default().to_owned()
+        self.response["response"]["status"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
     }
     pub fn warnings(&self) -> Vec<String> {
         self.response["response"]["warnings"]
@@ -218,11 +277,18 @@ impl Outcome {
             .unwrap_or_default()
     }
     pub fn audit(&self, key: &str) -> Option<String> {
-        self.response["response"]["auditAnnotations"][key].as_str().map(str::to_owned)
+        self.response["response"]["auditAnnotations"][key]
+            .as_str()
+            .map(str::to_owned)
     }
 }
 
-pub fn run_with(policy: &Policy, review: &Review, endpoint: Endpoint, parent: Option<&Value>) -> Outcome {
+pub fn run_with(
+    policy: &Policy,
+    review: &Review,
+    endpoint: Endpoint,
+    parent: Option<&Value>,
+) -> Outcome {
     let body = serde_json::to_vec(&review.body()).unwrap();
     let judged = judge(policy, &body, endpoint, parent, now()).unwrap();
     Outcome {
@@ -238,12 +304,19 @@ pub fn run(policy: &Policy, review: &Review) -> Outcome {
 /// `obj` with `value` written at RFC 6901 `pointer` (parents created as objects).
 pub fn with(obj: &Value, pointer: &str, value: Value) -> Value {
     let mut out = obj.clone();
-    let tokens: Vec<String> = pointer[1..].split('/').map(|t| t.replace("~1", "/").replace("~0", "~")).collect();
+    let tokens: Vec<String> = pointer[1..]
+        .split('/')
+        .map(|t| t.replace("~1", "/").replace("~0", "~"))
+        .collect();
     let mut node = &mut out;
     for t in &tokens[..tokens.len() - 1] {
         node = match node {
             Value::Array(items) => &mut items[t.parse::<usize>().unwrap()],
-            _ => node.as_object_mut().unwrap().entry(t.clone()).or_insert_with(|| json!({})),
+            _ => node
+                .as_object_mut()
+                .unwrap()
+                .entry(t.clone())
+                .or_insert_with(|| json!({})),
         };
     }
     let last = tokens.last().unwrap();
