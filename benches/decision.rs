@@ -11,6 +11,10 @@ use driftguard::{Endpoint, Policy, judge};
 use jiff::Timestamp;
 use serde_json::Value;
 
+// The allocator the driftguard binary ships with (src/main.rs).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// 20 rules that all match a Deployment (the worst case): 17 JSON pointers, 3 jq.
 fn twenty_rules() -> String {
     let mut yaml = String::from("ignoreDifferences:\n");

@@ -268,8 +268,7 @@ fn diff(policy: &Policy, req: &Request, old: &Value, new: &Value, d: &mut Decisi
     };
     let rules = rules_for(policy, &target, d.manager.as_ref());
     let mut failures = Vec::new();
-    let old_n = normalize::normalize(old, &rules, Some(old), &mut failures);
-    let new_n = normalize::normalize(new, &rules, Some(old), &mut failures);
+    let (old_n, new_n) = normalize::normalize_pair(old, new, &rules, Some(old), &mut failures);
     let mut paths = normalize::drifted_paths(&old_n, &new_n);
     // Named even when a broader path covers it: it says what the change broke.
     for p in normalize::tracking_changes(old, new, policy) {

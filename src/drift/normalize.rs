@@ -31,17 +31,41 @@ const BOOKKEEPING_ANNOTATIONS: [&str; 4] = [
     breakglass::EXPIRES,
 ];
 
+/// Both objects normalized with the same rules; see [`normalize`].
+pub fn normalize_pair(
+    old: &Value,
+    new: &Value,
+    rules: &[&IgnoreRule],
+    owners: Option<&Value>,
+    failures: &mut Vec<RuleFailure>,
+) -> (Value, Value) {
+    let mut old_n = normalized_copy(old);
+    let mut new_n = normalized_copy(new);
+    let (mut old_paths, mut new_paths) = (Vec::new(), Vec::new());
+    {
+        let (old_in, new_in) = (JqInput::new(&old_n), JqInput::new(&new_n));
+        for rule in rules {
+            let (o, n) = rule.paths_pair(&old_in, &new_in, owners, failures);
+            old_paths.extend(o);
+            new_paths.extend(n);
+        }
+    }
+    path::remove_all_pruning(&mut old_n, old_paths);
+    path::remove_all_pruning(&mut new_n, new_paths);
+    (old_n, new_n)
+}
+
 /// `obj` without server-managed fields and ignored paths, with empty maps,
 /// empty lists and nulls removed (Kubernetes serializes them like absent fields).
+/// Rules see the object already without status, managedFields and the other
+/// server fields: driftguard never diffs them, and jq's input is half the size.
 pub fn normalize(
     obj: &Value,
     rules: &[&IgnoreRule],
     owners: Option<&Value>,
     failures: &mut Vec<RuleFailure>,
 ) -> Value {
-    // Rules see the object without status and managedFields: driftguard never
-    // diffs them, and leaving them out halves jq's input.
-    let mut out = clone_without_server_fields(obj);
+    let mut out = normalized_copy(obj);
     let mut paths = Vec::new();
     {
         let input = JqInput::new(&out);
@@ -49,43 +73,34 @@ pub fn normalize(
             paths.extend(rule.paths(&input, owners, failures));
         }
     }
-    path::remove_all(&mut out, paths);
-    strip_server_fields(&mut out);
-    prune_empty(&mut out);
+    path::remove_all_pruning(&mut out, paths);
     out
 }
 
-/// A copy of `obj` that skips `status` and `metadata.managedFields`, often half
-/// the object, instead of cloning them only to drop them.
-fn clone_without_server_fields(obj: &Value) -> Value {
-    let Some(map) = obj.as_object() else {
-        return obj.clone();
+/// A copy of `obj` without `status`, server metadata and bookkeeping
+/// annotations, and without nulls, `{}` and `[]` in objects. Cloning a map is a
+/// bulk copy, so copying first and pruning in place beats filtering per member.
+fn normalized_copy(obj: &Value) -> Value {
+    let mut out = match obj.as_object() {
+        // status and managedFields are often half the object: never copy them.
+        Some(map) => Value::Object(
+            map.iter()
+                .filter(|(k, _)| *k != "status")
+                .map(|(k, v)| match (k.as_str(), v.as_object()) {
+                    ("metadata", Some(meta)) => {
+                        let meta = meta.iter().filter(|(mk, _)| *mk != "managedFields");
+                        (
+                            k.clone(),
+                            Value::Object(meta.map(|(mk, mv)| (mk.clone(), mv.clone())).collect()),
+                        )
+                    }
+                    _ => (k.clone(), v.clone()),
+                })
+                .collect(),
+        ),
+        None => obj.clone(),
     };
-    let copy = map
-        .iter()
-        .filter(|(k, _)| *k != "status")
-        .map(|(k, v)| {
-            let v = match (k.as_str(), v.as_object()) {
-                ("metadata", Some(meta)) => Value::Object(
-                    meta.iter()
-                        .filter(|(mk, _)| *mk != "managedFields")
-                        .map(|(mk, mv)| (mk.clone(), mv.clone()))
-                        .collect(),
-                ),
-                _ => v.clone(),
-            };
-            (k.clone(), v)
-        })
-        .collect();
-    Value::Object(copy)
-}
-
-fn strip_server_fields(obj: &mut Value) {
-    let Some(map) = obj.as_object_mut() else {
-        return;
-    };
-    map.remove("status");
-    if let Some(meta) = map.get_mut("metadata").and_then(Value::as_object_mut) {
+    if let Some(meta) = out.get_mut("metadata").and_then(Value::as_object_mut) {
         for key in SERVER_METADATA {
             meta.remove(key);
         }
@@ -95,11 +110,13 @@ fn strip_server_fields(obj: &mut Value) {
             }
         }
     }
+    prune_empty(&mut out);
+    out
 }
 
 /// Removes nulls, `{}` and `[]` from objects, bottom-up. Array elements stay:
 /// their positions carry meaning.
-pub fn prune_empty(value: &mut Value) {
+fn prune_empty(value: &mut Value) {
     match value {
         Value::Object(map) => {
             for v in map.values_mut() {
@@ -158,10 +175,29 @@ mod tests {
     #[test]
     fn empty_annotations_equal_absent() {
         let old = json!({"spec": {"template": {"metadata": {"labels": {"a": "b"}}}}});
-        let mut new =
+        let new =
             json!({"spec": {"template": {"metadata": {"labels": {"a": "b"}, "annotations": {}}}}});
-        prune_empty(&mut new);
-        assert_eq!(drifted_paths(&old, &new), Vec::<String>::new());
+        assert_eq!(
+            drifted_paths(&normalized_copy(&old), &normalized_copy(&new)),
+            Vec::<String>::new()
+        );
+    }
+
+    #[test]
+    fn removing_the_last_ignored_key_leaves_no_empty_map() {
+        let rule = crate::policy::IgnoreRule::compile(
+            &crate::policy::schema::IgnoreDifference {
+                group: "*".into(),
+                kind: "*".into(),
+                json_pointers: vec!["/spec/template/metadata/annotations/restartedAt".into()],
+                ..Default::default()
+            },
+            "t".into(),
+        )
+        .unwrap();
+        let obj = json!({"spec": {"template": {"metadata": {"annotations": {"restartedAt": "now"}}}, "x": [{}]}});
+        let out = normalize(&obj, &[&rule], None, &mut Vec::new());
+        assert_eq!(out, json!({"spec": {"x": [{}]}}));
     }
 
     #[test]

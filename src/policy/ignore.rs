@@ -144,6 +144,43 @@ impl IgnoreRule {
             && (self.namespace.is_empty() || self.namespace == t.namespace)
     }
 
+    /// The paths this rule drops from the stored and the incoming object. jq
+    /// expressions whose subtree did not change are skipped (see
+    /// [`JqPath::sees_no_change`]); a failure is reported once per expression.
+    pub fn paths_pair(
+        &self,
+        old: &JqInput,
+        new: &JqInput,
+        owners: Option<&Value>,
+        failures: &mut Vec<RuleFailure>,
+    ) -> (Vec<Path>, Vec<Path>) {
+        let (mut old_paths, mut new_paths) = (self.pointers.clone(), self.pointers.clone());
+        for jq in &self.jq {
+            if jq.sees_no_change(old.value(), new.value()) {
+                continue;
+            }
+            let mut error = None;
+            for (input, out) in [(old, &mut old_paths), (new, &mut new_paths)] {
+                match jq.paths(input) {
+                    Ok(paths) => out.extend(paths),
+                    Err(e) => error = error.or(Some(e)),
+                }
+            }
+            if let Some(error) = error {
+                failures.push(RuleFailure {
+                    origin: self.origin.clone(),
+                    expression: jq.source().to_owned(),
+                    error,
+                });
+            }
+        }
+        if let (false, Some(owners)) = (self.managers.is_empty(), owners) {
+            old_paths.extend(managed_paths(old.value(), owners, &self.managers));
+            new_paths.extend(managed_paths(new.value(), owners, &self.managers));
+        }
+        (old_paths, new_paths)
+    }
+
     /// The paths this rule drops from `obj`. Field ownership for
     /// `managedFieldsManagers` is read from `owners` (the stored object), never
     /// from the incoming one, whose managedFields the writer chose via fieldManager.

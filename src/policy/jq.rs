@@ -7,7 +7,6 @@
 use jaq_core::load::{Arena, File, Loader};
 use jaq_core::{Compiler, Ctx, Vars, data, unwrap_valr};
 use jaq_json::Val;
-use serde::Deserialize;
 use serde_json::Value;
 
 use super::path::{Path, Segment};
@@ -56,19 +55,49 @@ impl JqPath {
         &self.source
     }
 
+    /// True when the expression can only see a subtree that is equal in both
+    /// objects: it then selects the same paths in both, which cannot change
+    /// the diff, so it need not run.
+    pub fn sees_no_change(&self, old: &Value, new: &Value) -> bool {
+        self.narrowed.as_ref().is_some_and(|(prefix, _)| {
+            matches!((walk_objects(old, prefix), walk_objects(new, prefix)), (Some(a), Some(b)) if a == b)
+        })
+    }
+
     /// The paths the expression selects in `input`, as `del` would remove them.
     pub fn paths(&self, input: &JqInput) -> Result<Vec<Path>, String> {
         if let Some((prefix, filter)) = &self.narrowed
             && let Some(sub) = walk_objects(input.value, prefix)
         {
-            let val = match sub {
-                Some(v) => Val::deserialize(v).map_err(|e| e.to_string())?,
-                None => Val::Null,
-            };
+            let val = sub.map_or(Val::Null, to_val);
             let base: Vec<Segment> = prefix.iter().cloned().map(Segment::Key).collect();
             return run(filter, val, &base);
         }
         run(&self.filter, input.val()?.clone(), &[])
+    }
+}
+
+/// Converts directly rather than through serde's visitor: maps are built with
+/// their final capacity, which matters on the hot path.
+fn to_val(value: &Value) -> Val {
+    match value {
+        Value::Null => Val::Null,
+        Value::Bool(b) => Val::from(*b),
+        Value::Number(n) => match (n.as_i64(), n.as_f64()) {
+            (Some(i), _) => Val::Num(jaq_json::Num::from_integral(i)),
+            (None, Some(f)) => Val::from(f),
+            // u64 beyond i64: keep it exact.
+            (None, None) => Val::Num(jaq_json::Num::from_integral(n.as_u64().unwrap_or_default())),
+        },
+        Value::String(s) => Val::utf8_str(s.clone().into_bytes()),
+        Value::Array(items) => items.iter().map(to_val).collect(),
+        Value::Object(map) => {
+            let mut m = jaq_json::Map::with_capacity_and_hasher(map.len(), Default::default());
+            for (k, v) in map {
+                m.insert(Val::utf8_str(k.clone().into_bytes()), to_val(v));
+            }
+            Val::obj(m)
+        }
     }
 }
 
@@ -225,7 +254,7 @@ impl<'a> JqInput<'a> {
 
     fn val(&self) -> Result<&Val, String> {
         self.val
-            .get_or_init(|| Val::deserialize(self.value).map_err(|e| e.to_string()))
+            .get_or_init(|| Ok(to_val(self.value)))
             .as_ref()
             .map_err(Clone::clone)
     }

@@ -74,11 +74,84 @@ pub fn remove_all(doc: &mut Value, mut paths: Vec<Path>) {
     }
 }
 
+/// [`remove_all`], then drops every object member or array that the removals
+/// left empty, up the tree, so that an emptied map equals an absent one.
+pub fn remove_all_pruning(doc: &mut Value, mut paths: Vec<Path>) {
+    // Most ignore pointers name fields an object does not have: drop those
+    // before sorting.
+    paths.retain(|p| exists(doc, &p.0));
+    paths.sort_by(|a, b| compare(b, a));
+    paths.dedup();
+    for path in &paths {
+        remove_pruning(doc, &path.0);
+    }
+}
+
+fn exists(doc: &Value, path: &[Segment]) -> bool {
+    let mut node = doc;
+    for seg in path {
+        let next = match node {
+            Value::Object(map) => map.get(key_str(seg).as_ref()),
+            Value::Array(items) => resolve_index(seg, items.len()).and_then(|i| items.get(i)),
+            _ => None,
+        };
+        match next {
+            Some(n) => node = n,
+            None => return false,
+        }
+    }
+    true
+}
+
+/// Returns true when `node` became empty through this removal.
+fn remove_pruning(node: &mut Value, path: &[Segment]) -> bool {
+    let Some((first, rest)) = path.split_first() else {
+        return false;
+    };
+    let emptied = match node {
+        Value::Object(map) => {
+            let key = key_str(first);
+            if rest.is_empty() {
+                map.remove(key.as_ref()).is_some()
+            } else if let Some(child) = map.get_mut(key.as_ref())
+                && remove_pruning(child, rest)
+            {
+                map.remove(key.as_ref());
+                true
+            } else {
+                false
+            }
+        }
+        Value::Array(items) => match resolve_index(first, items.len()) {
+            Some(i) if rest.is_empty() => {
+                items.remove(i);
+                true
+            }
+            // An element left empty keeps its position.
+            Some(i) => {
+                remove_pruning(&mut items[i], rest);
+                false
+            }
+            None => false,
+        },
+        _ => false,
+    };
+    emptied && is_empty_container(node)
+}
+
+fn is_empty_container(v: &Value) -> bool {
+    match v {
+        Value::Object(m) => m.is_empty(),
+        Value::Array(a) => a.is_empty(),
+        _ => false,
+    }
+}
+
 fn compare(a: &Path, b: &Path) -> Ordering {
     for (x, y) in a.0.iter().zip(&b.0) {
         let ord = match (index_of(x), index_of(y)) {
             (Some(i), Some(j)) => i.cmp(&j),
-            _ => key_of(x).cmp(&key_of(y)),
+            _ => key_str(x).cmp(&key_str(y)),
         };
         if ord != Ordering::Equal {
             return ord;
@@ -90,14 +163,21 @@ fn compare(a: &Path, b: &Path) -> Ordering {
 fn index_of(seg: &Segment) -> Option<i64> {
     match seg {
         Segment::Index(i) => Some(*i),
-        Segment::Key(k) => k.parse().ok(),
+        Segment::Key(k)
+            if k.bytes()
+                .next()
+                .is_some_and(|b| b.is_ascii_digit() || b == b'-') =>
+        {
+            k.parse().ok()
+        }
+        Segment::Key(_) => None,
     }
 }
 
-fn key_of(seg: &Segment) -> String {
+fn key_str(seg: &Segment) -> std::borrow::Cow<'_, str> {
     match seg {
-        Segment::Key(k) => k.clone(),
-        Segment::Index(i) => i.to_string(),
+        Segment::Key(k) => k.as_str().into(),
+        Segment::Index(i) => i.to_string().into(),
     }
 }
 
@@ -108,7 +188,7 @@ fn remove(doc: &mut Value, path: &[Segment]) {
     let mut node = doc;
     for seg in parents {
         let next = match (node, seg) {
-            (Value::Object(map), seg) => map.get_mut(&key_of(seg)),
+            (Value::Object(map), seg) => map.get_mut(key_str(seg).as_ref()),
             (Value::Array(items), seg) => {
                 resolve_index(seg, items.len()).and_then(|i| items.get_mut(i))
             }
@@ -121,7 +201,7 @@ fn remove(doc: &mut Value, path: &[Segment]) {
     }
     match node {
         Value::Object(map) => {
-            map.remove(&key_of(last));
+            map.remove(key_str(last).as_ref());
         }
         Value::Array(items) => {
             if let Some(i) = resolve_index(last, items.len()) {

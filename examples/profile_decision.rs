@@ -1,0 +1,42 @@
+//! Runs the benchmark's decision in a loop, for profilers (callgrind, perf).
+use driftguard::{Endpoint, Policy, judge};
+
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+use serde_json::Value;
+
+fn main() {
+    let body = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/deployment-update-image.json"
+    ))
+    .unwrap();
+    let body = serde_json::to_vec(&serde_json::from_slice::<Value>(&body).unwrap()).unwrap();
+    let mut yaml = String::from("ignoreDifferences:\n");
+    for i in 0..17 {
+        yaml.push_str(&format!("  - group: apps\n    kind: Deployment\n    jsonPointers: [/spec/template/metadata/annotations/example.com~1rule-{i}]\n"));
+    }
+    for expr in [
+        r#".spec.template.spec.containers[] | select(.name == "istio-proxy")"#,
+        r#".spec.template.spec.initContainers[]? | select(.name == "linkerd-init")"#,
+        r#".metadata.annotations | select(. != null) | .[keys[] | select(startswith("cert-manager.io/"))]"#,
+    ] {
+        yaml.push_str(&format!(
+            "  - group: \"*\"\n    kind: Deployment\n    jqPathExpressions: ['{expr}']\n"
+        ));
+    }
+    let policy = Policy::from_yaml(&yaml, "profile").unwrap();
+    let n: usize = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(2000);
+    let now = "2026-11-29T10:00:00Z".parse().unwrap();
+    let mut total = 0;
+    for _ in 0..n {
+        total += judge(&policy, &body, Endpoint::Validate, None, now)
+            .unwrap()
+            .to_json()
+            .len();
+    }
+    println!("{total}");
+}
