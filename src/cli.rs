@@ -8,7 +8,13 @@ use clap::{Parser, Subcommand};
 use jiff::Timestamp;
 use serde_json::Value;
 
-use crate::policy::{Policy, argocd, lint};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use crate::logging::LogFormat;
+use crate::policy::{Policy, lint};
+use crate::server::app::OnError;
+use crate::server::{self, TlsSource};
 use crate::{Endpoint, judge};
 
 #[derive(Debug, Parser)]
@@ -26,11 +32,100 @@ pub struct Cli {
 enum Command {
     /// Judge an AdmissionReview offline and print the response the webhook would send.
     Check(CheckArgs),
+    /// Serve the admission webhook over HTTPS (POST /validate, POST /mutate) and probes over HTTP.
+    Serve(ServeArgs),
+    /// Write a development CA and serving certificate: ca.crt, tls.crt, tls.key.
+    Certs(CertsArgs),
     /// Work with policy files.
     Policy {
         #[command(subcommand)]
         command: PolicyCommand,
     },
+}
+
+#[derive(Debug, clap::Args)]
+struct ServeArgs {
+    /// Address of the HTTPS webhook listener.
+    #[arg(long, env = "DRIFTGUARD_LISTEN", default_value = "0.0.0.0:8443")]
+    listen: SocketAddr,
+    /// Address of the plain-HTTP probe listener (/healthz, /readyz, /metrics).
+    #[arg(long, env = "DRIFTGUARD_PROBE_LISTEN", default_value = "0.0.0.0:8080")]
+    probe_listen: SocketAddr,
+    /// Serving certificate (PEM chain); reloaded when it changes.
+    #[arg(
+        long,
+        env = "DRIFTGUARD_TLS_CERT",
+        requires = "tls_key",
+        required_unless_present = "self_signed"
+    )]
+    tls_cert: Option<PathBuf>,
+    /// Private key of the serving certificate (PEM).
+    #[arg(long, env = "DRIFTGUARD_TLS_KEY", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// Require client certificates signed by this CA (the apiserver's).
+    #[arg(long, env = "DRIFTGUARD_CLIENT_CA")]
+    client_ca: Option<PathBuf>,
+    /// Generate a CA and a certificate for 127.0.0.1/localhost in memory, for trying driftguard out.
+    #[arg(long, env = "DRIFTGUARD_SELF_SIGNED", conflicts_with_all = ["tls_cert", "tls_key"])]
+    self_signed: bool,
+    /// Where --self-signed writes its CA certificate.
+    #[arg(long, env = "DRIFTGUARD_SELF_SIGNED_CA_OUT", default_value_os_t = std::env::temp_dir().join("driftguard-ca.crt"))]
+    self_signed_ca_out: PathBuf,
+    #[command(flatten)]
+    source: PolicySource,
+    /// Diagnostic log format on stderr (audit records are always JSON lines on stdout).
+    #[arg(
+        long,
+        env = "DRIFTGUARD_LOG_FORMAT",
+        value_enum,
+        default_value = "text"
+    )]
+    log_format: LogFormat,
+    /// The answer when deciding fails inside driftguard.
+    #[arg(long, env = "DRIFTGUARD_ON_ERROR", value_enum, default_value = "deny")]
+    on_error: OnError,
+    /// Largest accepted request body. The apiserver caps an object at 3 MiB and an UPDATE carries two.
+    #[arg(long, env = "DRIFTGUARD_MAX_BODY_BYTES", default_value_t = 8 * 1024 * 1024)]
+    max_body_bytes: usize,
+    /// Time allowed to send the request headers.
+    #[arg(long, env = "DRIFTGUARD_HEADER_TIMEOUT", default_value = "10s", value_parser = duration)]
+    header_timeout: Duration,
+    /// Time allowed to send the request body.
+    #[arg(long, env = "DRIFTGUARD_BODY_TIMEOUT", default_value = "10s", value_parser = duration)]
+    body_timeout: Duration,
+    /// Time allowed for the TLS handshake.
+    #[arg(long, env = "DRIFTGUARD_HANDSHAKE_TIMEOUT", default_value = "10s", value_parser = duration)]
+    handshake_timeout: Duration,
+    /// After SIGTERM: unready, but still accepting, for this long (endpoints catch up).
+    #[arg(long, env = "DRIFTGUARD_SHUTDOWN_DELAY", default_value = "5s", value_parser = duration)]
+    shutdown_delay: Duration,
+    /// Then at most this long to finish the reviews in flight.
+    #[arg(long, env = "DRIFTGUARD_SHUTDOWN_TIMEOUT", default_value = "20s", value_parser = duration)]
+    shutdown_timeout: Duration,
+    /// How often the policy and certificate files are checked for changes.
+    #[arg(long, env = "DRIFTGUARD_RELOAD_INTERVAL", default_value = "2s", value_parser = duration)]
+    reload_interval: Duration,
+}
+
+#[derive(Debug, clap::Args)]
+struct CertsArgs {
+    /// Directory to write ca.crt, tls.crt and tls.key (mode 0600) into.
+    #[arg(long)]
+    out: PathBuf,
+    /// DNS names for the serving certificate, e.g. driftguard.driftguard.svc.
+    #[arg(long = "dns")]
+    dns: Vec<String>,
+    /// IP addresses for the serving certificate.
+    #[arg(long = "ip")]
+    ip: Vec<std::net::IpAddr>,
+}
+
+/// `4h`, `30s`, `500ms`.
+fn duration(text: &str) -> Result<Duration, String> {
+    let d: jiff::SignedDuration = text
+        .parse()
+        .map_err(|e| format!("`{text}` is not a duration such as 5s: {e}"))?;
+    Duration::try_from(d).map_err(|_| format!("`{text}` must not be negative"))
 }
 
 #[derive(Debug, clap::Args)]
@@ -80,6 +175,8 @@ impl Cli {
     pub fn run(self) -> ExitCode {
         let result = match self.command {
             Command::Check(args) => check(args),
+            Command::Serve(args) => serve(args),
+            Command::Certs(args) => certs(args),
             Command::Policy {
                 command: PolicyCommand::Lint { files },
             } => Ok(lint_files(&files)),
@@ -93,28 +190,13 @@ impl Cli {
 
 impl PolicySource {
     fn load(&self) -> Result<Policy, Failure> {
-        let policy = match &self.policy {
-            Some(path) => {
-                let (policy, notes) =
-                    Policy::from_any_yaml(&read_text(path)?, &path.display().to_string())
-                        .map_err(|e| Failure(e.to_string()))?;
-                for note in notes {
-                    eprintln!("driftguard: {note}");
-                }
-                policy
-            }
-            None => Policy::embedded(),
-        };
-        let mut apps = Vec::new();
-        for path in &self.argocd_applications {
-            let text = read_text(path)?;
-            let imported = argocd::parse(&text, &path.display().to_string()).map_err(Failure)?;
-            for note in imported.skipped {
-                eprintln!("driftguard: {note}");
-            }
-            apps.extend(imported.applications);
+        let (policy, notes) =
+            crate::policy::load_sources(self.policy.as_deref(), &self.argocd_applications)
+                .map_err(|e| Failure(e.to_string()))?;
+        for note in notes {
+            eprintln!("driftguard: {note}");
         }
-        Ok(policy.with_applications(apps))
+        Ok(policy)
     }
 }
 
@@ -162,6 +244,63 @@ fn check(args: CheckArgs) -> Result<ExitCode, Failure> {
     out.push(b'\n');
     std::io::Write::write_all(&mut std::io::stdout().lock(), &out)
         .map_err(|e| Failure(format!("stdout: cannot write: {e}")))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn serve(args: ServeArgs) -> Result<ExitCode, Failure> {
+    crate::logging::init(args.log_format);
+    let tls = match (args.self_signed, args.tls_cert, args.tls_key) {
+        (true, _, _) => TlsSource::SelfSigned {
+            ca_out: args.self_signed_ca_out,
+        },
+        (false, Some(cert), Some(key)) => TlsSource::Files { cert, key },
+        _ => {
+            return Err(Failure(
+                "give --tls-cert and --tls-key, or --self-signed".into(),
+            ));
+        }
+    };
+    let config = server::Config {
+        listen: args.listen,
+        probe_listen: args.probe_listen,
+        tls,
+        client_ca: args.client_ca,
+        policy: args.source.policy,
+        argocd_applications: args.source.argocd_applications,
+        on_error: args.on_error,
+        max_body_bytes: args.max_body_bytes,
+        header_timeout: args.header_timeout,
+        body_timeout: args.body_timeout,
+        handshake_timeout: args.handshake_timeout,
+        shutdown_delay: args.shutdown_delay,
+        shutdown_timeout: args.shutdown_timeout,
+        reload_interval: args.reload_interval,
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Failure(format!("cannot start the runtime: {e}")))?;
+    runtime
+        .block_on(server::run(config))
+        .map_err(|e| Failure(format!("{e:#}")))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn certs(args: CertsArgs) -> Result<ExitCode, Failure> {
+    let mut names = args.dns;
+    names.extend(args.ip.iter().map(ToString::to_string));
+    if names.is_empty() {
+        names = vec!["localhost".into(), "127.0.0.1".into()];
+    }
+    let generated = crate::certs::generate(&names[0], &names)
+        .map_err(|e| Failure(format!("cannot generate: {e}")))?;
+    crate::certs::write(&args.out, &generated)
+        .map_err(|e| Failure(format!("{}: cannot write: {e}", args.out.display())))?;
+    println!(
+        "wrote {0}/ca.crt, {0}/tls.crt and {0}/tls.key for {1}",
+        args.out.display(),
+        names.join(", ")
+    );
     Ok(ExitCode::SUCCESS)
 }
 

@@ -7,14 +7,18 @@
 #![forbid(unsafe_code)]
 
 pub mod admission;
+pub mod audit;
+pub mod certs;
 pub mod cli;
 pub mod drift;
+pub mod logging;
 pub mod policy;
 pub mod review;
+pub mod server;
 
 use jiff::Timestamp;
 use kube::core::DynamicObject;
-use kube::core::admission::AdmissionReview;
+use kube::core::admission::{AdmissionRequest, AdmissionReview};
 use serde_json::Value;
 
 pub use admission::Endpoint;
@@ -47,10 +51,21 @@ pub fn judge(
     now: Timestamp,
 ) -> Result<Judged, ReviewError> {
     let req = review::parse(body)?;
-    let view = review::view(&req);
+    judge_request(policy, &req, endpoint, parent, now)
+        .map_err(|e| ReviewError::Incomplete(e.to_string()))
+}
+
+/// [`judge`] for a request already parsed.
+pub fn judge_request(
+    policy: &Policy,
+    req: &AdmissionRequest<review::RawObject>,
+    endpoint: Endpoint,
+    parent: Option<&Value>,
+    now: Timestamp,
+) -> Result<Judged, drift::DecideError> {
+    let view = review::view(req);
     let ctx = drift::Context { now, parent };
-    let decision =
-        drift::decide(policy, &view, &ctx).map_err(|e| ReviewError::Incomplete(e.to_string()))?;
-    let response = admission::respond(&req, &view, &decision, endpoint, now).into_review();
+    let decision = drift::decide(policy, &view, &ctx)?;
+    let response = admission::respond(req, &view, &decision, endpoint, now).into_review();
     Ok(Judged { response, decision })
 }

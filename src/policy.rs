@@ -204,6 +204,30 @@ impl Policy {
     }
 }
 
+/// The policy from `--policy` (or the embedded default) plus the Applications
+/// of `--argocd-application` files, with notes for the operator.
+pub fn load_sources(
+    policy: Option<&FsPath>,
+    applications: &[std::path::PathBuf],
+) -> Result<(Policy, Vec<String>), PolicyError> {
+    let read = |path: &FsPath| {
+        std::fs::read_to_string(path)
+            .map_err(|e| PolicyError(format!("{}: cannot read: {e}", path.display())))
+    };
+    let (policy, mut notes) = match policy {
+        Some(path) => Policy::from_any_yaml(&read(path)?, &path.display().to_string())?,
+        None => (Policy::embedded(), Vec::new()),
+    };
+    let mut apps = Vec::new();
+    for path in applications {
+        let imported =
+            argocd::parse(&read(path)?, &path.display().to_string()).map_err(PolicyError)?;
+        notes.extend(imported.skipped);
+        apps.extend(imported.applications);
+    }
+    Ok((policy.with_applications(apps), notes))
+}
+
 /// `apiVersion` and `kind` of a YAML document, to tell manifests from policy files.
 #[derive(Debug, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]

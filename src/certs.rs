@@ -1,0 +1,88 @@
+//! Development certificates: a CA and a serving certificate signed by it,
+//! generated with rcgen. Nothing here is ever written into the repository.
+
+use std::path::Path;
+
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose,
+};
+
+/// PEM text of a generated CA and a certificate it signed.
+pub struct Generated {
+    pub ca_cert_pem: String,
+    pub cert_pem: String,
+    pub key_pem: String,
+}
+
+/// A CA valid for one year, and a leaf for `names` (DNS names or IP addresses)
+/// usable as a server and as a client certificate, named `common_name`.
+pub fn generate(common_name: &str, names: &[String]) -> Result<Generated, rcgen::Error> {
+    let ca_key = KeyPair::generate()?;
+    let mut ca = CertificateParams::new(Vec::<String>::new())?;
+    ca.distinguished_name
+        .push(DnType::CommonName, "driftguard development CA");
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    let ca_cert = ca.self_signed(&ca_key)?;
+    let issuer = Issuer::new(ca, ca_key);
+    let (cert_pem, key_pem) = leaf(&issuer, common_name, names, &[])?;
+    Ok(Generated {
+        ca_cert_pem: ca_cert.pem(),
+        cert_pem,
+        key_pem,
+    })
+}
+
+/// A leaf signed by `issuer`; `organizations` become the subject's O fields,
+/// which the kube-apiserver reads as groups of a client certificate.
+pub fn leaf(
+    issuer: &Issuer<'_, KeyPair>,
+    common_name: &str,
+    names: &[String],
+    organizations: &[&str],
+) -> Result<(String, String), rcgen::Error> {
+    let key = KeyPair::generate()?;
+    let mut params = CertificateParams::new(names.to_vec())?;
+    params
+        .distinguished_name
+        .push(DnType::CommonName, common_name);
+    for org in organizations {
+        params
+            .distinguished_name
+            .push(DnType::OrganizationName, *org);
+    }
+    params.key_usages = vec![
+        KeyUsagePurpose::DigitalSignature,
+        KeyUsagePurpose::KeyEncipherment,
+    ];
+    params.extended_key_usages = vec![
+        ExtendedKeyUsagePurpose::ServerAuth,
+        ExtendedKeyUsagePurpose::ClientAuth,
+    ];
+    let cert = params.signed_by(&key, issuer)?;
+    Ok((cert.pem(), key.serialize_pem()))
+}
+
+/// Writes `ca.crt`, `tls.crt` and `tls.key` (mode 0600) into `dir`.
+pub fn write(dir: &Path, generated: &Generated) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    std::fs::write(dir.join("ca.crt"), &generated.ca_cert_pem)?;
+    std::fs::write(dir.join("tls.crt"), &generated.cert_pem)?;
+    write_private(&dir.join("tls.key"), &generated.key_pem)
+}
+
+pub fn write_private(path: &Path, pem: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    #[cfg(unix)]
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    options.mode(0o600);
+    options.open(path)?.write_all(pem.as_bytes())
+}

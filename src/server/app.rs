@@ -1,0 +1,257 @@
+//! The webhook endpoints: `POST /validate` and `POST /mutate`. Handlers only
+//! read the body and wrap the answer; deciding is `judge_request`, the same
+//! function `driftguard check` uses.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use jiff::Timestamp;
+use kube::core::admission::{AdmissionRequest, AdmissionResponse};
+use kube::core::response::StatusSummary;
+
+use super::errors::HttpError;
+use super::metrics::{Metrics, RequestLabels};
+use crate::audit::AuditRecord;
+use crate::drift::{Finding, Verdict};
+use crate::review::{self, RawObject};
+use crate::{Endpoint, Judged, Policy, judge_request};
+
+/// What the webhook answers when deciding fails inside driftguard.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum OnError {
+    Allow,
+    Deny,
+}
+
+/// The policy in force, replaced whole on reload.
+#[derive(Clone)]
+pub struct PolicyHandle(Arc<RwLock<Arc<Policy>>>);
+
+impl PolicyHandle {
+    pub fn new(policy: Policy) -> Self {
+        Self(Arc::new(RwLock::new(Arc::new(policy))))
+    }
+
+    pub fn current(&self) -> Arc<Policy> {
+        self.0.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    pub fn replace(&self, policy: Policy) {
+        *self.0.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(policy);
+    }
+}
+
+pub struct App {
+    pub policy: PolicyHandle,
+    pub metrics: Arc<Metrics>,
+    pub on_error: OnError,
+    pub max_body_bytes: usize,
+    pub body_timeout: Duration,
+}
+
+pub fn router(app: Arc<App>) -> Router {
+    Router::new()
+        .route("/validate", post(validate))
+        .route("/mutate", post(mutate))
+        .fallback(|| async { HttpError::NotFound })
+        .method_not_allowed_fallback(|| async { HttpError::MethodNotAllowed })
+        .with_state(app)
+}
+
+async fn validate(State(app): State<Arc<App>>, request: Request) -> Response {
+    review(&app, Endpoint::Validate, request).await
+}
+
+async fn mutate(State(app): State<Arc<App>>, request: Request) -> Response {
+    review(&app, Endpoint::Mutate, request).await
+}
+
+async fn review(app: &App, endpoint: Endpoint, request: Request) -> Response {
+    let body = match read_body(request.into_body(), app.max_body_bytes, app.body_timeout).await {
+        Ok(body) => body,
+        Err(e) => {
+            app.metrics.reject(e.reason());
+            return e.into_response();
+        }
+    };
+    let started = Instant::now();
+    let parsed = match review::parse(&body) {
+        Ok(req) => req,
+        Err(e) => {
+            tracing::warn!(error = %e, "rejected a malformed review");
+            app.metrics.reject("malformed");
+            return HttpError::BadRequest(e.to_string()).into_response();
+        }
+    };
+    let span = tracing::info_span!(
+        "review",
+        uid = %parsed.uid,
+        kind = %parsed.kind.kind,
+        namespace = parsed.namespace.as_deref().unwrap_or_default(),
+        name = %parsed.name,
+        operation = ?parsed.operation,
+    );
+    let _entered = span.enter();
+    let policy = app.policy.current();
+    let outcome = guarded(|| judge_request(&policy, &parsed, endpoint, None, Timestamp::now()));
+    let micros = started.elapsed().as_micros() as u64;
+    let view = review::view(&parsed);
+    let bytes = match outcome {
+        Ok(Ok(judged)) => {
+            record(app, endpoint, &parsed, &judged);
+            AuditRecord::decided(
+                &parsed.uid,
+                &parsed.kind.version,
+                &view,
+                &judged.decision,
+                micros,
+            )
+            .emit();
+            judged.to_json()
+        }
+        Ok(Err(e)) => {
+            app.metrics.reject("incomplete");
+            return HttpError::BadRequest(e.to_string()).into_response();
+        }
+        Err(why) => {
+            tracing::error!(error = %why, "deciding failed; answering with --on-error");
+            app.metrics.internal_errors.inc();
+            let (response, verdict) = on_error_response(&parsed, app.on_error, &why);
+            AuditRecord::failed(
+                &parsed.uid,
+                &parsed.kind.version,
+                &view,
+                verdict,
+                why.clone(),
+                micros,
+            )
+            .emit();
+            let value = serde_json::to_value(response.into_review()).expect("a review serializes");
+            serde_json::to_vec(&value).expect("a value serializes")
+        }
+    };
+    app.metrics
+        .decision_seconds
+        .observe(started.elapsed().as_secs_f64());
+    ([(header::CONTENT_TYPE, "application/json")], bytes).into_response()
+}
+
+fn record(app: &App, endpoint: Endpoint, parsed: &AdmissionRequest<RawObject>, judged: &Judged) {
+    let d = &judged.decision;
+    app.metrics
+        .requests
+        .get_or_create(&RequestLabels {
+            endpoint: match endpoint {
+                Endpoint::Validate => "validate",
+                Endpoint::Mutate => "mutate",
+            },
+            operation: format!("{:?}", parsed.operation).to_uppercase(),
+            verdict: d.verdict.as_str(),
+        })
+        .inc();
+    if endpoint == Endpoint::Validate && d.finding == Finding::BreakGlass {
+        app.metrics.break_glass.inc();
+    }
+    if d.verdict == Verdict::Deny {
+        tracing::info!(paths = ?d.drifted_paths, "denied drift");
+    }
+}
+
+/// Runs `decide`, turning a panic into an error text: a bug must cost one
+/// review its normal answer, never the server.
+pub fn guarded<T>(decide: impl FnOnce() -> T) -> Result<T, String> {
+    std::panic::catch_unwind(AssertUnwindSafe(decide)).map_err(|panic| {
+        let text = panic
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown panic".into());
+        format!("internal error: {text}")
+    })
+}
+
+/// Still an AdmissionReview: allowed or denied by `--on-error`, saying why.
+pub fn on_error_response(
+    req: &AdmissionRequest<RawObject>,
+    on_error: OnError,
+    why: &str,
+) -> (AdmissionResponse, &'static str) {
+    let mut resp = AdmissionResponse::from(req);
+    resp.audit_annotations
+        .insert("verdict".into(), "error".into());
+    resp.audit_annotations
+        .insert("reason".into(), "internal-error".into());
+    match on_error {
+        OnError::Allow => {
+            resp.warnings = Some(vec![format!(
+                "driftguard: {why}; allowed by --on-error=allow"
+            )]);
+            (resp, "allow")
+        }
+        OnError::Deny => {
+            let mut resp = resp.deny(format!("driftguard: {why}; denied by --on-error=deny"));
+            resp.result.code = 500;
+            resp.result.reason = "InternalError".into();
+            resp.result.status = Some(StatusSummary::Failure);
+            (resp, "deny")
+        }
+    }
+}
+
+/// Reads the whole body within `limit` bytes and `timeout`.
+async fn read_body(
+    body: Body,
+    limit: usize,
+    timeout: Duration,
+) -> Result<axum::body::Bytes, HttpError> {
+    match tokio::time::timeout(timeout, axum::body::to_bytes(body, limit)).await {
+        Err(_) => Err(HttpError::BodyTimeout(timeout)),
+        Ok(Ok(bytes)) => Ok(bytes),
+        Ok(Err(e)) => {
+            let too_large = std::error::Error::source(&e)
+                .and_then(|s| s.downcast_ref::<http_body_util::LengthLimitError>())
+                .is_some()
+                || e.to_string().contains("length limit");
+            if too_large {
+                Err(HttpError::TooLarge(limit))
+            } else {
+                Err(HttpError::BadRequest(format!("cannot read the body: {e}")))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_panic_becomes_an_error_text() {
+        let out: Result<(), String> = guarded(|| panic!("boom"));
+        assert_eq!(out.unwrap_err(), "internal error: boom");
+    }
+
+    #[test]
+    fn on_error_answers_with_a_review() {
+        let body = std::fs::read(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/data/deployment-delete.json"
+        ))
+        .unwrap();
+        let req = review::parse(&body).unwrap();
+        let (deny, verdict) = on_error_response(&req, OnError::Deny, "internal error: boom");
+        assert_eq!(verdict, "deny");
+        assert!(!deny.allowed);
+        assert_eq!(deny.uid, req.uid);
+        assert!(deny.result.message.contains("--on-error=deny"));
+        let (allow, _) = on_error_response(&req, OnError::Allow, "internal error: boom");
+        assert!(allow.allowed);
+    }
+}

@@ -1,0 +1,61 @@
+//! The one place where a refused request becomes an HTTP answer: a status code
+//! and a JSON body naming the problem. A review that reaches a decision is never
+//! answered here; it always gets an AdmissionReview.
+
+use std::time::Duration;
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+#[derive(Debug, thiserror::Error)]
+pub enum HttpError {
+    /// Not JSON, not an AdmissionReview v1, or missing request/uid/objects.
+    #[error("{0}")]
+    BadRequest(String),
+    /// The body is larger than `--max-body-bytes`.
+    #[error("body is larger than {0} bytes")]
+    TooLarge(usize),
+    /// The client did not send the whole body in time.
+    #[error("body not received within {0:?}")]
+    BodyTimeout(Duration),
+    #[error("no such path; the webhook serves POST /validate and POST /mutate")]
+    NotFound,
+    #[error("method not allowed; use POST")]
+    MethodNotAllowed,
+}
+
+impl HttpError {
+    pub fn status(&self) -> StatusCode {
+        match self {
+            HttpError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            HttpError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            HttpError::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
+            HttpError::NotFound => StatusCode::NOT_FOUND,
+            HttpError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+        }
+    }
+
+    /// The metric label for a refused request.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            HttpError::BadRequest(_) => "unreadable",
+            HttpError::TooLarge(_) => "too-large",
+            HttpError::BodyTimeout(_) => "body-timeout",
+            HttpError::NotFound => "not-found",
+            HttpError::MethodNotAllowed => "method-not-allowed",
+        }
+    }
+}
+
+impl IntoResponse for HttpError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        (
+            status,
+            Json(json!({"error": self.to_string(), "code": status.as_u16()})),
+        )
+            .into_response()
+    }
+}

@@ -1,0 +1,115 @@
+//! Prometheus metrics, served as text on the probe port.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    pub endpoint: &'static str,
+    pub operation: String,
+    pub verdict: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    pub reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabels {
+    pub result: &'static str,
+}
+
+pub struct Metrics {
+    registry: Registry,
+    pub requests: Family<RequestLabels, Counter>,
+    pub rejected: Family<ReasonLabels, Counter>,
+    pub decision_seconds: Histogram,
+    pub break_glass: Counter,
+    pub internal_errors: Counter,
+    pub policy_reloads: Family<ResultLabels, Counter>,
+    pub certificate_reloads: Family<ResultLabels, Counter>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::with_prefix("driftguard");
+        let requests = Family::<RequestLabels, Counter>::default();
+        registry.register(
+            "requests",
+            "Reviews decided, by endpoint, operation and verdict",
+            requests.clone(),
+        );
+        let rejected = Family::<ReasonLabels, Counter>::default();
+        registry.register(
+            "rejected_requests",
+            "Requests refused before a decision (bad body, size, timeout)",
+            rejected.clone(),
+        );
+        // 25µs .. ~0.4s
+        let decision_seconds = Histogram::new(exponential_buckets(0.000_025, 2.0, 15));
+        registry.register(
+            "decision_seconds",
+            "Time from a complete body to the response",
+            decision_seconds.clone(),
+        );
+        let break_glass = Counter::default();
+        registry.register(
+            "break_glass_uses",
+            "Writes allowed by break-glass",
+            break_glass.clone(),
+        );
+        let internal_errors = Counter::default();
+        registry.register(
+            "internal_errors",
+            "Reviews answered by --on-error after an internal failure",
+            internal_errors.clone(),
+        );
+        let policy_reloads = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "policy_reloads",
+            "Policy reloads, by result",
+            policy_reloads.clone(),
+        );
+        let certificate_reloads = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "certificate_reloads",
+            "Serving certificate reloads, by result",
+            certificate_reloads.clone(),
+        );
+        Self {
+            registry,
+            requests,
+            rejected,
+            decision_seconds,
+            break_glass,
+            internal_errors,
+            policy_reloads,
+            certificate_reloads,
+        }
+    }
+}
+
+impl Metrics {
+    pub fn reloaded(family: &Family<ResultLabels, Counter>, ok: bool) {
+        family
+            .get_or_create(&ResultLabels {
+                result: if ok { "success" } else { "failure" },
+            })
+            .inc();
+    }
+
+    pub fn reject(&self, reason: &'static str) {
+        self.rejected.get_or_create(&ReasonLabels { reason }).inc();
+    }
+
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)
+            .expect("writing to a String cannot fail");
+        out
+    }
+}

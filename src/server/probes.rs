@@ -1,0 +1,67 @@
+//! The plain-HTTP probe port: `/healthz` (alive), `/readyz` (policy loaded,
+//! TLS listener bound, not shutting down) and `/metrics`.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::get;
+
+use super::metrics::Metrics;
+
+#[derive(Debug, Default)]
+pub struct Health {
+    pub policy_loaded: AtomicBool,
+    pub tls_bound: AtomicBool,
+    pub shutting_down: AtomicBool,
+}
+
+impl Health {
+    /// Why the server is not ready, if it is not.
+    pub fn not_ready(&self) -> Option<&'static str> {
+        if self.shutting_down.load(Ordering::SeqCst) {
+            Some("shutting down")
+        } else if !self.policy_loaded.load(Ordering::SeqCst) {
+            Some("policy not loaded")
+        } else if !self.tls_bound.load(Ordering::SeqCst) {
+            Some("TLS listener not bound")
+        } else {
+            None
+        }
+    }
+}
+
+pub fn router(health: Arc<Health>, metrics: Arc<Metrics>) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route(
+            "/readyz",
+            get(|State(health): State<Arc<Health>>| async move {
+                match health.not_ready() {
+                    None => (StatusCode::OK, "ready\n".to_owned()),
+                    Some(why) => (
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        format!("not ready: {why}\n"),
+                    ),
+                }
+            }),
+        )
+        .with_state(health)
+        .route(
+            "/metrics",
+            get(|State(metrics): State<Arc<Metrics>>| async move {
+                (
+                    [(
+                        header::CONTENT_TYPE,
+                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                    )],
+                    metrics.encode(),
+                )
+                    .into_response()
+            })
+            .with_state(metrics),
+        )
+}

@@ -1,0 +1,99 @@
+//! Polling reloaders for the policy (a ConfigMap volume) and the serving pair
+//! (a Secret volume). Kubernetes swaps a symlink to update such volumes, which a
+//! file watch can miss, so we compare contents on an interval. A bad new version
+//! keeps the last good one serving, is logged once and counted.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::app::PolicyHandle;
+use super::metrics::Metrics;
+use super::tls::{CertStore, certified_key};
+use crate::policy;
+
+/// The contents of a set of files, to notice a change however it was made.
+struct Snapshot {
+    paths: Vec<PathBuf>,
+    last: Vec<Option<Vec<u8>>>,
+}
+
+impl Snapshot {
+    fn new(paths: Vec<PathBuf>) -> Self {
+        let last = paths.iter().map(|p| std::fs::read(p).ok()).collect();
+        Self { paths, last }
+    }
+
+    /// True when any file's content differs from the last call.
+    fn changed(&mut self) -> bool {
+        let now: Vec<Option<Vec<u8>>> = self.paths.iter().map(|p| std::fs::read(p).ok()).collect();
+        let changed = now != self.last;
+        self.last = now;
+        changed
+    }
+}
+
+pub fn spawn_policy_reloader(
+    policy_path: PathBuf,
+    app_paths: Vec<PathBuf>,
+    handle: PolicyHandle,
+    metrics: Arc<Metrics>,
+    interval: Duration,
+) {
+    let mut files = vec![policy_path.clone()];
+    files.extend(app_paths.iter().cloned());
+    let mut snapshot = Snapshot::new(files);
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(interval).await;
+            if !snapshot.changed() {
+                continue;
+            }
+            match policy::load_sources(Some(&policy_path), &app_paths) {
+                Ok((policy, notes)) => {
+                    notes.iter().for_each(|n| tracing::info!("{n}"));
+                    handle.replace(policy);
+                    Metrics::reloaded(&metrics.policy_reloads, true);
+                    tracing::info!(path = %policy_path.display(), "policy reloaded");
+                }
+                Err(e) => {
+                    Metrics::reloaded(&metrics.policy_reloads, false);
+                    tracing::error!(error = %e, "new policy refused; the last good policy stays in force");
+                }
+            }
+        }
+    });
+}
+
+pub fn spawn_certificate_reloader(
+    cert: PathBuf,
+    key: PathBuf,
+    store: Arc<CertStore>,
+    metrics: Arc<Metrics>,
+    interval: Duration,
+) {
+    let mut snapshot = Snapshot::new(vec![cert.clone(), key.clone()]);
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(interval).await;
+            if !snapshot.changed() {
+                continue;
+            }
+            let pair = std::fs::read(&cert)
+                .and_then(|c| std::fs::read(&key).map(|k| (c, k)))
+                .map_err(|e| e.to_string())
+                .and_then(|(c, k)| certified_key(&c, &k));
+            match pair {
+                Ok(pair) => {
+                    store.replace(pair);
+                    Metrics::reloaded(&metrics.certificate_reloads, true);
+                    tracing::info!(cert = %cert.display(), "serving certificate reloaded");
+                }
+                Err(e) => {
+                    Metrics::reloaded(&metrics.certificate_reloads, false);
+                    tracing::error!(error = %e, "new certificate pair refused; the old pair keeps serving");
+                }
+            }
+        }
+    });
+}

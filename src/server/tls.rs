@@ -1,0 +1,100 @@
+//! rustls for the webhook listener: TLS 1.2 and 1.3 only, ring as the
+//! explicitly chosen crypto provider, HTTP/2 and HTTP/1.1 through ALPN, an
+//! optional client-CA check, and a certificate pair that can be swapped while
+//! serving (new handshakes use the new pair).
+
+use std::sync::{Arc, RwLock};
+
+use rustls::crypto::CryptoProvider;
+use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
+use rustls::sign::CertifiedKey;
+use rustls::{RootCertStore, ServerConfig};
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+
+/// ring, chosen explicitly: it needs no C toolchain beyond cc and links
+/// statically; rustls refuses to guess when more than one provider is built in.
+pub fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// Parses a PEM certificate chain and private key into a signing pair.
+pub fn certified_key(cert_pem: &[u8], key_pem: &[u8]) -> Result<CertifiedKey, String> {
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert_pem)
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("certificate PEM: {e}"))?;
+    if certs.is_empty() {
+        return Err("certificate PEM holds no certificate".into());
+    }
+    let key =
+        PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| format!("private key PEM: {e}"))?;
+    let signing = provider()
+        .key_provider
+        .load_private_key(key)
+        .map_err(|e| format!("private key: {e}"))?;
+    let pair = CertifiedKey::new(certs, signing);
+    pair.keys_match()
+        .map_err(|e| format!("certificate and key do not match: {e}"))?;
+    Ok(pair)
+}
+
+/// The serving pair, swappable while serving.
+#[derive(Debug)]
+pub struct CertStore {
+    current: RwLock<Arc<CertifiedKey>>,
+}
+
+impl CertStore {
+    pub fn new(pair: CertifiedKey) -> Self {
+        Self {
+            current: RwLock::new(Arc::new(pair)),
+        }
+    }
+
+    pub fn replace(&self, pair: CertifiedKey) {
+        *self.current.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(pair);
+    }
+}
+
+impl ResolvesServerCert for CertStore {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(
+            self.current
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
+        )
+    }
+}
+
+/// The listener's TLS configuration. With `client_ca_pem`, every client must
+/// present a certificate signed by that CA (the apiserver's client certificate).
+pub fn server_config(
+    certs: Arc<CertStore>,
+    client_ca_pem: Option<&[u8]>,
+) -> Result<ServerConfig, String> {
+    let builder = ServerConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+        .map_err(|e| e.to_string())?;
+    let builder = match client_ca_pem {
+        Some(pem) => {
+            let mut roots = RootCertStore::empty();
+            for cert in CertificateDer::pem_slice_iter(pem) {
+                roots
+                    .add(cert.map_err(|e| format!("client CA PEM: {e}"))?)
+                    .map_err(|e| format!("client CA: {e}"))?;
+            }
+            if roots.is_empty() {
+                return Err("client CA PEM holds no certificate".into());
+            }
+            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
+                .build()
+                .map_err(|e| format!("client CA: {e}"))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+        None => builder.with_no_client_auth(),
+    };
+    let mut config = builder.with_cert_resolver(certs);
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(config)
+}
