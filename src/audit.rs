@@ -11,6 +11,8 @@ pub const TARGET: &str = "driftguard::audit";
 #[serde(rename_all = "camelCase")]
 pub struct AuditRecord<'a> {
     pub time: String,
+    /// `validate` or `mutate`: which webhook asked.
+    pub endpoint: &'static str,
     pub uid: &'a str,
     pub user: &'a str,
     pub groups: &'a [String],
@@ -36,13 +38,14 @@ pub struct AuditRecord<'a> {
 impl<'a> AuditRecord<'a> {
     /// The record of a decided review.
     pub fn decided(
+        endpoint: &'static str,
         uid: &'a str,
         version: &'a str,
         view: &Request<'a>,
         d: &'a Decision,
         latency_micros: u64,
     ) -> Self {
-        let mut record = Self::base(uid, version, view, latency_micros);
+        let mut record = Self::base(endpoint, uid, version, view, latency_micros);
         record.manager = d.manager.as_ref().map(ToString::to_string);
         record.mode = Some(d.mode.as_str());
         record.verdict = d.verdict.as_str();
@@ -58,6 +61,7 @@ impl<'a> AuditRecord<'a> {
 
     /// The record of a review answered by `--on-error` after an internal failure.
     pub fn failed(
+        endpoint: &'static str,
         uid: &'a str,
         version: &'a str,
         view: &Request<'a>,
@@ -65,16 +69,23 @@ impl<'a> AuditRecord<'a> {
         error: String,
         latency_micros: u64,
     ) -> Self {
-        let mut record = Self::base(uid, version, view, latency_micros);
+        let mut record = Self::base(endpoint, uid, version, view, latency_micros);
         record.verdict = verdict;
         record.reason = "internal-error";
         record.error = Some(error);
         record
     }
 
-    fn base(uid: &'a str, version: &'a str, view: &Request<'a>, latency_micros: u64) -> Self {
+    fn base(
+        endpoint: &'static str,
+        uid: &'a str,
+        version: &'a str,
+        view: &Request<'a>,
+        latency_micros: u64,
+    ) -> Self {
         Self {
             time: jiff::Timestamp::now().to_string(),
+            endpoint,
             uid,
             user: view.username,
             groups: view.groups,

@@ -15,32 +15,57 @@ pub struct Generated {
     pub key_pem: String,
 }
 
-/// A CA valid for one year, and a leaf for `names` (DNS names or IP addresses)
-/// usable as a server and as a client certificate, named `common_name`.
+/// A CA that can sign more leaves: serving certificates, and client
+/// certificates for test users.
+pub struct Authority {
+    issuer: Issuer<'static, KeyPair>,
+    pub cert_pem: String,
+}
+
+impl Authority {
+    pub fn new(name: &str) -> Result<Self, rcgen::Error> {
+        let key = KeyPair::generate()?;
+        let mut params = CertificateParams::new(Vec::<String>::new())?;
+        params.distinguished_name.push(DnType::CommonName, name);
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        let cert = params.self_signed(&key)?;
+        Ok(Self {
+            issuer: Issuer::new(params, key),
+            cert_pem: cert.pem(),
+        })
+    }
+
+    /// A leaf for `names` (DNS names or IP addresses), usable for serving and
+    /// as a client certificate; `organizations` become the subject's O fields,
+    /// which the kube-apiserver reads as the groups of a client certificate.
+    /// Returns the certificate and key PEM.
+    pub fn leaf(
+        &self,
+        common_name: &str,
+        names: &[String],
+        organizations: &[&str],
+    ) -> Result<(String, String), rcgen::Error> {
+        leaf(&self.issuer, common_name, names, organizations)
+    }
+}
+
+/// A CA and a leaf for `names` signed by it, named `common_name`.
 pub fn generate(common_name: &str, names: &[String]) -> Result<Generated, rcgen::Error> {
-    let ca_key = KeyPair::generate()?;
-    let mut ca = CertificateParams::new(Vec::<String>::new())?;
-    ca.distinguished_name
-        .push(DnType::CommonName, "driftguard development CA");
-    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca.key_usages = vec![
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::CrlSign,
-        KeyUsagePurpose::DigitalSignature,
-    ];
-    let ca_cert = ca.self_signed(&ca_key)?;
-    let issuer = Issuer::new(ca, ca_key);
-    let (cert_pem, key_pem) = leaf(&issuer, common_name, names, &[])?;
+    let ca = Authority::new("driftguard development CA")?;
+    let (cert_pem, key_pem) = ca.leaf(common_name, names, &[])?;
     Ok(Generated {
-        ca_cert_pem: ca_cert.pem(),
+        ca_cert_pem: ca.cert_pem,
         cert_pem,
         key_pem,
     })
 }
 
-/// A leaf signed by `issuer`; `organizations` become the subject's O fields,
-/// which the kube-apiserver reads as groups of a client certificate.
-pub fn leaf(
+fn leaf(
     issuer: &Issuer<'_, KeyPair>,
     common_name: &str,
     names: &[String],

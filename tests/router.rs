@@ -29,12 +29,20 @@ fn fixture(name: &str) -> Vec<u8> {
 
 async fn call(router: axum::Router, method: Method, path: &str, body: Body) -> (StatusCode, Value) {
     let response = router
-        .oneshot(Request::builder().method(method).uri(path).header("content-type", "application/json").body(body).unwrap())
+        .oneshot(
+            Request::builder()
+                .method(method)
+                .uri(path)
+                .header("content-type", "application/json")
+                .body(body)
+                .unwrap(),
+        )
         .await
         .unwrap();
     let status = response.status();
     let bytes = response.into_body().collect().await.unwrap().to_bytes();
-    let value = serde_json::from_slice(&bytes).unwrap_or_else(|_| panic!("{path}: body is not JSON: {bytes:?}"));
+    let value = serde_json::from_slice(&bytes)
+        .unwrap_or_else(|_| panic!("{path}: body is not JSON: {bytes:?}"));
     (status, value)
 }
 
@@ -56,11 +64,22 @@ async fn validate_and_mutate_in_every_mode() {
         assert_eq!(status, StatusCode::OK, "{yaml}");
         assert_eq!(v["response"]["allowed"], json!(allowed), "{yaml}");
         assert_eq!(v["response"]["warnings"].is_array(), warns, "{yaml}: {v}");
-        assert_eq!(v["response"]["uid"], json!("5b1a7f2e-9f7c-4d8e-8a51-2f4c1d9e0a11"));
+        assert_eq!(
+            v["response"]["uid"],
+            json!("5b1a7f2e-9f7c-4d8e-8a51-2f4c1d9e0a11")
+        );
         let (status, v) = post(app(policy()), "/mutate", review.clone()).await;
         assert_eq!(status, StatusCode::OK);
-        assert_eq!(v["response"]["allowed"], json!(true), "{yaml}: the mutating webhook never denies");
-        assert_eq!(v["response"]["patchType"] == json!("JSONPatch"), patches, "{yaml}");
+        assert_eq!(
+            v["response"]["allowed"],
+            json!(true),
+            "{yaml}: the mutating webhook never denies"
+        );
+        assert_eq!(
+            v["response"]["patchType"] == json!("JSONPatch"),
+            patches,
+            "{yaml}"
+        );
     }
 }
 
@@ -68,14 +87,22 @@ async fn validate_and_mutate_in_every_mode() {
 async fn the_server_answers_like_check() {
     let review = fixture("deployment-delete.json");
     let (_, v) = post(app(Policy::embedded()), "/validate", review.clone()).await;
-    let judged = driftguard::judge(&Policy::embedded(), &review, driftguard::Endpoint::Validate, None, jiff::Timestamp::now()).unwrap();
+    let judged = driftguard::judge(
+        &Policy::embedded(),
+        &review,
+        driftguard::Endpoint::Validate,
+        None,
+        jiff::Timestamp::now(),
+    )
+    .unwrap();
     let expected: Value = serde_json::from_slice(&judged.to_json()).unwrap();
     assert_eq!(v, expected);
 }
 
 #[tokio::test]
 async fn every_bad_input_gets_a_json_error_naming_it() {
-    let mut no_old: Value = serde_json::from_slice(&fixture("deployment-update-image.json")).unwrap();
+    let mut no_old: Value =
+        serde_json::from_slice(&fixture("deployment-update-image.json")).unwrap();
     no_old["request"]["oldObject"] = Value::Null;
     let mut no_uid: Value = serde_json::from_slice(&fixture("deployment-delete.json")).unwrap();
     no_uid["request"].as_object_mut().unwrap().remove("uid");
@@ -88,30 +115,86 @@ async fn every_bad_input_gets_a_json_error_naming_it() {
     deep["request"]["object"]["spec"]["deep"] = nested;
     let cases: Vec<(Vec<u8>, StatusCode, &str)> = vec![
         (b"not json".to_vec(), StatusCode::BAD_REQUEST, "not JSON"),
-        (b"{\"hello\": 1}".to_vec(), StatusCode::BAD_REQUEST, "apiVersion"),
-        (br#"{"apiVersion":"admission.k8s.io/v1beta1","kind":"AdmissionReview","request":{}}"#.to_vec(), StatusCode::BAD_REQUEST, "v1beta1"),
-        (br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}"#.to_vec(), StatusCode::BAD_REQUEST, "no request"),
-        (serde_json::to_vec(&no_uid).unwrap(), StatusCode::BAD_REQUEST, "no uid"),
-        (serde_json::to_vec(&no_old).unwrap(), StatusCode::BAD_REQUEST, "no oldObject"),
-        (serde_json::to_vec(&deep).unwrap(), StatusCode::BAD_REQUEST, "recursion limit"),
-        (vec![b' '; 70 * 1024], StatusCode::PAYLOAD_TOO_LARGE, "larger than 65536 bytes"),
+        (
+            b"{\"hello\": 1}".to_vec(),
+            StatusCode::BAD_REQUEST,
+            "apiVersion",
+        ),
+        (
+            br#"{"apiVersion":"admission.k8s.io/v1beta1","kind":"AdmissionReview","request":{}}"#
+                .to_vec(),
+            StatusCode::BAD_REQUEST,
+            "v1beta1",
+        ),
+        (
+            br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}"#.to_vec(),
+            StatusCode::BAD_REQUEST,
+            "no request",
+        ),
+        (
+            serde_json::to_vec(&no_uid).unwrap(),
+            StatusCode::BAD_REQUEST,
+            "no uid",
+        ),
+        (
+            serde_json::to_vec(&no_old).unwrap(),
+            StatusCode::BAD_REQUEST,
+            "no oldObject",
+        ),
+        (
+            serde_json::to_vec(&deep).unwrap(),
+            StatusCode::BAD_REQUEST,
+            "recursion limit",
+        ),
+        (
+            vec![b' '; 70 * 1024],
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "larger than 65536 bytes",
+        ),
     ];
     for (body, status, needle) in cases {
         let (got, v) = post(app(Policy::embedded()), "/validate", body).await;
         assert_eq!(got, status, "{needle}: {v}");
         assert_eq!(v["code"], json!(status.as_u16()));
-        assert!(v["error"].as_str().unwrap().contains(needle), "{needle}: {v}");
+        assert!(
+            v["error"].as_str().unwrap().contains(needle),
+            "{needle}: {v}"
+        );
     }
 
-    let (got, v) = call(app(Policy::embedded()), Method::GET, "/validate", Body::empty()).await;
-    assert_eq!((got, v["code"].clone()), (StatusCode::METHOD_NOT_ALLOWED, json!(405)));
-    let (got, v) = call(app(Policy::embedded()), Method::POST, "/nope", Body::empty()).await;
-    assert_eq!((got, v["code"].clone()), (StatusCode::NOT_FOUND, json!(404)));
+    let (got, v) = call(
+        app(Policy::embedded()),
+        Method::GET,
+        "/validate",
+        Body::empty(),
+    )
+    .await;
+    assert_eq!(
+        (got, v["code"].clone()),
+        (StatusCode::METHOD_NOT_ALLOWED, json!(405))
+    );
+    let (got, v) = call(
+        app(Policy::embedded()),
+        Method::POST,
+        "/nope",
+        Body::empty(),
+    )
+    .await;
+    assert_eq!(
+        (got, v["code"].clone()),
+        (StatusCode::NOT_FOUND, json!(404))
+    );
 }
 
 #[tokio::test]
 async fn a_body_that_never_finishes_times_out() {
-    let (got, v) = call(app(Policy::embedded()), Method::POST, "/validate", Body::new(Stalled::default())).await;
+    let (got, v) = call(
+        app(Policy::embedded()),
+        Method::POST,
+        "/validate",
+        Body::new(Stalled::default()),
+    )
+    .await;
     assert_eq!(got, StatusCode::REQUEST_TIMEOUT, "{v}");
 }
 
@@ -133,6 +216,8 @@ impl http_body::Body for Stalled {
             return std::task::Poll::Pending;
         }
         self.sent = true;
-        std::task::Poll::Ready(Some(Ok(http_body::Frame::data(axum::body::Bytes::from_static(b"{\"apiVersion\":")))))
+        std::task::Poll::Ready(Some(Ok(http_body::Frame::data(
+            axum::body::Bytes::from_static(b"{\"apiVersion\":"),
+        ))))
     }
 }

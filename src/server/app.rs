@@ -107,6 +107,7 @@ async fn review(app: &App, endpoint: Endpoint, request: Request) -> Response {
         Ok(Ok(judged)) => {
             record(app, endpoint, &parsed, &judged);
             AuditRecord::decided(
+                endpoint_name(endpoint),
                 &parsed.uid,
                 &parsed.kind.version,
                 &view,
@@ -125,6 +126,7 @@ async fn review(app: &App, endpoint: Endpoint, request: Request) -> Response {
             app.metrics.internal_errors.inc();
             let (response, verdict) = on_error_response(&parsed, app.on_error, &why);
             AuditRecord::failed(
+                endpoint_name(endpoint),
                 &parsed.uid,
                 &parsed.kind.version,
                 &view,
@@ -148,10 +150,7 @@ fn record(app: &App, endpoint: Endpoint, parsed: &AdmissionRequest<RawObject>, j
     app.metrics
         .requests
         .get_or_create(&RequestLabels {
-            endpoint: match endpoint {
-                Endpoint::Validate => "validate",
-                Endpoint::Mutate => "mutate",
-            },
+            endpoint: endpoint_name(endpoint),
             operation: format!("{:?}", parsed.operation).to_uppercase(),
             verdict: d.verdict.as_str(),
         })
@@ -161,6 +160,13 @@ fn record(app: &App, endpoint: Endpoint, parsed: &AdmissionRequest<RawObject>, j
     }
     if d.verdict == Verdict::Deny {
         tracing::info!(paths = ?d.drifted_paths, "denied drift");
+    }
+}
+
+fn endpoint_name(endpoint: Endpoint) -> &'static str {
+    match endpoint {
+        Endpoint::Validate => "validate",
+        Endpoint::Mutate => "mutate",
     }
 }
 

@@ -1,0 +1,636 @@
+//! The real server binary over real TLS on 127.0.0.1, with real clients:
+//! HTTP/1.1 keep-alive and HTTP/2, client certificates, certificate rotation
+//! mid-traffic, policy reload, SIGTERM with a review in flight, a slow client,
+//! and one audit line per decided review.
+
+use std::io::{BufRead, BufReader};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use driftguard::certs::Authority;
+use reqwest::Version;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use serde_json::Value;
+
+const REVIEW: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/data/deployment-update-image.json"
+);
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("tls-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Writes `tls.crt`/`tls.key` for 127.0.0.1 signed by `ca`, replacing the
+/// files by rename as a Secret volume update does.
+fn write_pair(ca: &Authority, dir: &Path, cn: &str) {
+    let (cert, key) = ca
+        .leaf(cn, &["127.0.0.1".into(), "localhost".into()], &[])
+        .unwrap();
+    for (name, pem) in [("tls.crt", cert), ("tls.key", key)] {
+        let tmp = dir.join(format!(".{name}.tmp"));
+        std::fs::write(&tmp, pem).unwrap();
+        std::fs::rename(&tmp, dir.join(name)).unwrap();
+    }
+}
+
+struct Server {
+    child: Child,
+    port: u16,
+    probe: u16,
+    stdout: Arc<Mutex<Vec<String>>>,
+    stderr: Arc<Mutex<String>>,
+}
+
+impl Server {
+    fn start(dir: &Path, extra: &[&str]) -> Server {
+        let (port, probe) = (free_port(), free_port());
+        let mut child = Command::new(env!("CARGO_BIN_EXE_driftguard"))
+            .args([
+                "serve",
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--probe-listen",
+                &format!("127.0.0.1:{probe}"),
+            ])
+            .args(["--tls-cert", &dir.join("tls.crt").display().to_string()])
+            .args(["--tls-key", &dir.join("tls.key").display().to_string()])
+            .args(["--reload-interval", "100ms", "--shutdown-delay", "300ms"])
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdout = Arc::new(Mutex::new(Vec::new()));
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let (out, err) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
+        let lines = stdout.clone();
+        std::thread::spawn(move || {
+            BufReader::new(out)
+                .lines()
+                .map_while(Result::ok)
+                .for_each(|l| lines.lock().unwrap().push(l))
+        });
+        let text = stderr.clone();
+        std::thread::spawn(move || {
+            BufReader::new(err)
+                .lines()
+                .map_while(Result::ok)
+                .for_each(|l| {
+                    let mut t = text.lock().unwrap();
+                    t.push_str(&l);
+                    t.push('\n');
+                })
+        });
+        let server = Server {
+            child,
+            port,
+            probe,
+            stdout,
+            stderr,
+        };
+        server.wait_ready();
+        server
+    }
+
+    fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if self.probe_get("/readyz").0 == 200 {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("server never became ready: {}", self.stderr.lock().unwrap());
+    }
+
+    /// A plain HTTP/1.0 GET on the probe port: (status, body).
+    fn probe_get(&self, path: &str) -> (u16, String) {
+        use std::io::{Read, Write};
+        let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", self.probe)) else {
+            return (0, String::new());
+        };
+        let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+        if write!(s, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").is_err() {
+            return (0, String::new());
+        }
+        let mut text = String::new();
+        let _ = s.read_to_string(&mut text);
+        let status = text
+            .split_whitespace()
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0);
+        (
+            status,
+            text.split("\r\n\r\n").nth(1).unwrap_or_default().to_owned(),
+        )
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("https://127.0.0.1:{}{path}", self.port)
+    }
+
+    fn metric(&self, needle: &str) -> f64 {
+        let (_, body) = self.probe_get("/metrics");
+        body.lines()
+            .find(|l| l.starts_with(needle))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0)
+    }
+
+    fn terminate(&self) {
+        Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+    }
+
+    fn wait_exit(&mut self, within: Duration) -> std::process::ExitStatus {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "server did not exit within {within:?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn tls_config(
+    ca_pem: &str,
+    identity: Option<&(String, String)>,
+    alpn: &[&[u8]],
+    tls12_only: bool,
+) -> rustls::ClientConfig {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_slice(ca_pem.as_bytes()).unwrap())
+        .unwrap();
+    let versions: &[&rustls::SupportedProtocolVersion] = if tls12_only {
+        &[&rustls::version::TLS12]
+    } else {
+        &[&rustls::version::TLS13, &rustls::version::TLS12]
+    };
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(versions)
+        .unwrap()
+        .with_root_certificates(roots);
+    let mut config = match identity {
+        Some((cert, key)) => builder
+            .with_client_auth_cert(
+                CertificateDer::pem_slice_iter(cert.as_bytes())
+                    .collect::<Result<_, _>>()
+                    .unwrap(),
+                PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap(),
+            )
+            .unwrap(),
+        None => builder.with_no_client_auth(),
+    };
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    config
+}
+
+fn client(
+    ca_pem: &str,
+    identity: Option<&(String, String)>,
+    h2: bool,
+    fresh_connections: bool,
+) -> reqwest::Client {
+    let alpn: &[&[u8]] = if h2 { &[b"h2"] } else { &[b"http/1.1"] };
+    let mut builder = reqwest::Client::builder()
+        .tls_backend_preconfigured(tls_config(ca_pem, identity, alpn, false))
+        .tls_info(true)
+        .timeout(Duration::from_secs(10));
+    builder = if h2 {
+        builder.http2_prior_knowledge()
+    } else {
+        builder.http1_only()
+    };
+    if fresh_connections {
+        builder = builder.pool_max_idle_per_host(0);
+    }
+    builder.build().unwrap()
+}
+
+async fn review(
+    client: &reqwest::Client,
+    server: &Server,
+) -> reqwest::Result<(Version, Value, Vec<u8>)> {
+    let resp = client
+        .post(server.url("/validate"))
+        .body(std::fs::read(REVIEW).unwrap())
+        .send()
+        .await?;
+    let version = resp.version();
+    let peer = resp
+        .extensions()
+        .get::<reqwest::tls::TlsInfo>()
+        .and_then(|i| i.peer_certificate().map(<[u8]>::to_vec))
+        .unwrap_or_default();
+    Ok((version, resp.json().await?, peer))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn serves_http1_keep_alive_and_http2_and_tls12() {
+    let dir = scratch("versions");
+    let ca = Authority::new("test CA").unwrap();
+    write_pair(&ca, &dir, "server");
+    let server = Server::start(&dir, &[]);
+    let h1 = client(&ca.cert_pem, None, false, false);
+    for _ in 0..10 {
+        let (version, body, _) = review(&h1, &server).await.unwrap();
+        assert_eq!(version, Version::HTTP_11);
+        assert_eq!(body["response"]["allowed"], false);
+    }
+    let h2 = client(&ca.cert_pem, None, true, false);
+    let (version, body, _) = review(&h2, &server).await.unwrap();
+    assert_eq!(version, Version::HTTP_2);
+    assert_eq!(
+        body["response"]["uid"],
+        "5b1a7f2e-9f7c-4d8e-8a51-2f4c1d9e0a11"
+    );
+
+    let tls12 = reqwest::Client::builder()
+        .tls_backend_preconfigured(tls_config(&ca.cert_pem, None, &[b"http/1.1"], true))
+        .build()
+        .unwrap();
+    let resp = tls12
+        .post(server.url("/validate"))
+        .body(std::fs::read(REVIEW).unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn client_certificates_are_required_when_a_client_ca_is_given() {
+    let dir = scratch("mtls");
+    let ca = Authority::new("test CA").unwrap();
+    write_pair(&ca, &dir, "server");
+    let apiserver_ca = Authority::new("apiserver client CA").unwrap();
+    std::fs::write(dir.join("client-ca.crt"), &apiserver_ca.cert_pem).unwrap();
+    let server = Server::start(
+        &dir,
+        &[
+            "--client-ca",
+            &dir.join("client-ca.crt").display().to_string(),
+        ],
+    );
+
+    let good = apiserver_ca.leaf("kube-apiserver", &[], &[]).unwrap();
+    assert!(
+        review(&client(&ca.cert_pem, Some(&good), false, true), &server)
+            .await
+            .is_ok()
+    );
+    assert!(
+        review(&client(&ca.cert_pem, None, false, true), &server)
+            .await
+            .is_err(),
+        "no client certificate"
+    );
+    let stranger = Authority::new("someone else")
+        .unwrap()
+        .leaf("mallory", &[], &[])
+        .unwrap();
+    assert!(
+        review(&client(&ca.cert_pem, Some(&stranger), false, true), &server)
+            .await
+            .is_err(),
+        "foreign CA"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn certificate_rotation_mid_traffic_fails_no_request() {
+    let dir = scratch("rotation");
+    let ca = Authority::new("test CA").unwrap();
+    write_pair(&ca, &dir, "first");
+    let server = Arc::new(Server::start(&dir, &[]));
+    let http = client(&ca.cert_pem, None, false, true);
+    let first_cert = served_certificate(&ca.cert_pem, server.port).await;
+
+    let failures = Arc::new(AtomicUsize::new(0));
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut traffic = Vec::new();
+    for _ in 0..4 {
+        let (http, server, failures, done) =
+            (http.clone(), server.clone(), failures.clone(), done.clone());
+        traffic.push(tokio::spawn(async move {
+            let mut sent = 0;
+            while !done.load(Ordering::SeqCst) {
+                match review(&http, &server).await {
+                    Ok(_) => {}
+                    Err(_) => {
+                        failures.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+                sent += 1;
+            }
+            sent
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    write_pair(&ca, &dir, "second");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while served_certificate(&ca.cert_pem, server.port).await == first_cert {
+        assert!(
+            Instant::now() < deadline,
+            "the new certificate was never served"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // A broken pair is refused; the second pair keeps serving.
+    std::fs::write(
+        dir.join("tls.crt"),
+        "-----BEGIN CERTIFICATE-----\nbroken\n-----END CERTIFICATE-----\n",
+    )
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while server.metric("driftguard_certificate_reloads_total{result=\"failure\"}") < 1.0 {
+        assert!(Instant::now() < deadline, "the broken pair was not noticed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    done.store(true, Ordering::SeqCst);
+    let mut sent = 0;
+    for t in traffic {
+        sent += t.await.unwrap();
+    }
+    assert_eq!(
+        failures.load(Ordering::SeqCst),
+        0,
+        "{sent} requests, some failed"
+    );
+    assert!(sent > 20, "only {sent} requests during the rotation");
+    assert_ne!(
+        served_certificate(&ca.cert_pem, server.port).await,
+        first_cert
+    );
+    assert!(
+        server
+            .stderr
+            .lock()
+            .unwrap()
+            .contains("new certificate pair refused")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn policy_reload_takes_good_policies_and_keeps_the_last_good_one() {
+    let dir = scratch("policy");
+    let ca = Authority::new("test CA").unwrap();
+    write_pair(&ca, &dir, "server");
+    let policy = dir.join("policy.yaml");
+    std::fs::write(&policy, "mode: enforce\n").unwrap();
+    let server = Server::start(&dir, &["--policy", &policy.display().to_string()]);
+    let http = client(&ca.cert_pem, None, false, false);
+    assert_eq!(
+        review(&http, &server).await.unwrap().1["response"]["allowed"],
+        false
+    );
+
+    std::fs::write(&policy, "mode: warn\n").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while review(&http, &server).await.unwrap().1["response"]["allowed"] != true {
+        assert!(
+            Instant::now() < deadline,
+            "the good policy was never loaded"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    std::fs::write(&policy, "mode: warn\nbreakGlass:\n  allowedGroup: [sre]\n").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while server.metric("driftguard_policy_reloads_total{result=\"failure\"}") < 1.0 {
+        assert!(Instant::now() < deadline, "the bad policy was not noticed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        review(&http, &server).await.unwrap().1["response"]["allowed"],
+        true,
+        "last good policy stays"
+    );
+    assert_eq!(server.probe_get("/readyz").0, 200);
+    let log = server.stderr.lock().unwrap().clone();
+    assert!(
+        log.contains("policy.yaml:3:3: unknown field `allowedGroup`"),
+        "{log}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_lets_the_review_in_flight_finish_and_exits_zero() {
+    let dir = scratch("sigterm");
+    let ca = Authority::new("test CA").unwrap();
+    write_pair(&ca, &dir, "server");
+    let mut server = Server::start(&dir, &[]);
+    let http = client(&ca.cert_pem, None, false, false);
+    let body = std::fs::read(REVIEW).unwrap();
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Vec<u8>, std::io::Error>>(2);
+    let stream = futures_channel(rx);
+    let url = server.url("/validate");
+    let in_flight = tokio::spawn(async move {
+        http.post(url)
+            .body(reqwest::Body::wrap_stream(stream))
+            .send()
+            .await
+    });
+    let half = body.len() / 2;
+    tx.send(Ok(body[..half].to_vec())).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    server.terminate();
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while server.probe_get("/readyz").0 != 503 {
+        assert!(Instant::now() < deadline, "not unready after SIGTERM");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Past the shutdown delay: no longer accepting, but the review in flight completes.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    tx.send(Ok(body[half..].to_vec())).await.unwrap();
+    drop(tx);
+    let resp = in_flight
+        .await
+        .unwrap()
+        .expect("the review in flight completes");
+    assert_eq!(resp.status(), 200);
+    let value: Value = resp.json().await.unwrap();
+    assert_eq!(value["response"]["allowed"], false);
+    let status = server.wait_exit(Duration::from_secs(10));
+    assert!(status.success(), "{status:?}");
+}
+
+/// The leaf certificate a fresh handshake gets.
+async fn served_certificate(ca_pem: &str, port: u16) -> Vec<u8> {
+    let connector =
+        tokio_rustls::TlsConnector::from(Arc::new(tls_config(ca_pem, None, &[b"http/1.1"], false)));
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    let tls = connector
+        .connect("127.0.0.1".try_into().unwrap(), tcp)
+        .await
+        .unwrap();
+    tls.get_ref().1.peer_certificates().unwrap()[0].to_vec()
+}
+
+/// A `Stream` over an mpsc receiver, for a body sent in pieces.
+fn futures_channel(
+    mut rx: tokio::sync::mpsc::Receiver<Result<Vec<u8>, std::io::Error>>,
+) -> impl futures_util::Stream<Item = Result<Vec<u8>, std::io::Error>> {
+    futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_slow_client_is_cut_off_while_others_are_served() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = scratch("slow");
+    let ca = Authority::new("test CA").unwrap();
+    write_pair(&ca, &dir, "server");
+    let server = Server::start(
+        &dir,
+        &["--header-timeout", "500ms", "--handshake-timeout", "500ms"],
+    );
+
+    // Headers that never end.
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(tls_config(
+        &ca.cert_pem,
+        None,
+        &[b"http/1.1"],
+        false,
+    )));
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", server.port))
+        .await
+        .unwrap();
+    let mut slow = connector
+        .connect("127.0.0.1".try_into().unwrap(), tcp)
+        .await
+        .unwrap();
+    slow.write_all(b"POST /validate HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .unwrap();
+    // A TLS handshake that never starts.
+    let mut silent = tokio::net::TcpStream::connect(("127.0.0.1", server.port))
+        .await
+        .unwrap();
+
+    let started = Instant::now();
+    let http = client(&ca.cert_pem, None, false, true);
+    for _ in 0..5 {
+        assert!(review(&http, &server).await.is_ok());
+    }
+    let mut buf = [0u8; 256];
+    let cut = tokio::time::timeout(Duration::from_secs(5), slow.read(&mut buf))
+        .await
+        .expect("slow client not cut off");
+    assert!(
+        matches!(cut, Ok(0) | Err(_)) || String::from_utf8_lossy(&buf).contains("408"),
+        "{cut:?}"
+    );
+    let cut = tokio::time::timeout(Duration::from_secs(5), silent.read(&mut buf))
+        .await
+        .expect("silent client not cut off");
+    assert!(matches!(cut, Ok(0) | Err(_)), "{cut:?}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn one_audit_line_per_decided_review() {
+    let dir = scratch("audit");
+    let ca = Authority::new("test CA").unwrap();
+    write_pair(&ca, &dir, "server");
+    let mut server = Server::start(&dir, &[]);
+    let http = client(&ca.cert_pem, None, false, false);
+    for _ in 0..7 {
+        review(&http, &server).await.unwrap();
+    }
+    // Refused before a decision: no audit record.
+    let resp = http
+        .post(server.url("/validate"))
+        .body("not json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 400);
+    let resp = http
+        .post(server.url("/mutate"))
+        .body(std::fs::read(REVIEW).unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    server.terminate();
+    assert!(server.wait_exit(Duration::from_secs(10)).success());
+    std::thread::sleep(Duration::from_millis(100));
+    let lines = server.stdout.lock().unwrap().clone();
+    assert_eq!(lines.len(), 8, "{lines:#?}");
+    let fields = [
+        "time",
+        "endpoint",
+        "uid",
+        "user",
+        "groups",
+        "operation",
+        "group",
+        "version",
+        "kind",
+        "resource",
+        "subResource",
+        "namespace",
+        "name",
+        "manager",
+        "mode",
+        "verdict",
+        "driftedPaths",
+        "breakGlass",
+        "dryRun",
+        "latencyMicros",
+        "error",
+    ];
+    for line in &lines {
+        let record: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        for f in fields {
+            assert!(record.get(f).is_some(), "{f} missing in {line}");
+        }
+        assert_eq!(record["user"], "alice");
+    }
+    let endpoint = |e: &str| {
+        lines
+            .iter()
+            .filter(|l| l.contains(&format!("\"endpoint\":\"{e}\"")))
+            .count()
+    };
+    assert_eq!((endpoint("validate"), endpoint("mutate")), (7, 1));
+}
