@@ -1,1 +1,64 @@
-fn main() {}
+//! The load benchmark's baseline: driftguard's own TLS and HTTP stack
+//! (`server::serve_tls`, rustls, hyper, axum) answering every POST with one
+//! fixed, allowed AdmissionReview after reading the body. The difference to
+//! `driftguard serve` is the decision and nothing else.
+//!
+//! Usage: fixed-answer-server LISTEN CERT KEY
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::routing::post;
+use driftguard::server::probes::Health;
+use driftguard::server::{self, Config, TlsSource, app::OnError, tls};
+
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+const ANSWER: &str = r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"allowed":true,"status":{},"uid":"5b1a7f2e-9f7c-4d8e-8a51-2f4c1d9e0a11"}}"#;
+
+#[tokio::main]
+async fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let [_, listen, cert, key] = args.as_slice() else {
+        eprintln!("usage: fixed-answer-server LISTEN CERT KEY");
+        std::process::exit(2);
+    };
+    let pair =
+        tls::certified_key(&std::fs::read(cert).unwrap(), &std::fs::read(key).unwrap()).unwrap();
+    let store = Arc::new(tls::CertStore::new(pair));
+    let acceptor =
+        tokio_rustls::TlsAcceptor::from(Arc::new(tls::server_config(store, None).unwrap()));
+    let config = Config {
+        listen: listen.parse().unwrap(),
+        probe_listen: "127.0.0.1:0".parse().unwrap(),
+        tls: TlsSource::Files {
+            cert: cert.into(),
+            key: key.into(),
+        },
+        client_ca: None,
+        policy: None,
+        argocd_applications: vec![],
+        on_error: OnError::Deny,
+        max_body_bytes: 8 << 20,
+        header_timeout: Duration::from_secs(10),
+        body_timeout: Duration::from_secs(10),
+        handshake_timeout: Duration::from_secs(10),
+        shutdown_delay: Duration::ZERO,
+        shutdown_timeout: Duration::from_secs(5),
+        reload_interval: Duration::from_secs(60),
+    };
+    let router = axum::Router::new().route(
+        "/{*path}",
+        post(|body: Bytes| async move {
+            std::hint::black_box(body);
+            (
+                [(axum::http::header::CONTENT_TYPE, "application/json")],
+                ANSWER,
+            )
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind(config.listen).await.unwrap();
+    server::serve_tls(listener, acceptor, router, &config, &Health::default()).await;
+}

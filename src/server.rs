@@ -148,10 +148,12 @@ fn initial_pair(source: &TlsSource) -> anyhow::Result<rustls::sign::CertifiedKey
     }
 }
 
-/// Accepts TLS connections and serves HTTP/1.1 or HTTP/2 on each. On SIGTERM
+/// Accepts TLS connections and serves HTTP/1.1 or HTTP/2 on each (public so
+/// that the load benchmark's fixed-answer baseline runs the very same stack).
+/// On SIGTERM
 /// or SIGINT: unready at once, keep accepting for the shutdown delay so that
 /// endpoints update, then stop accepting and let in-flight reviews finish.
-async fn serve_tls(
+pub async fn serve_tls(
     listener: TcpListener,
     acceptor: TlsAcceptor,
     router: axum::Router,
