@@ -185,7 +185,7 @@ fn warnings(view: &Request, d: &Decision) -> Vec<String> {
             "driftguard: dry run: the real write would {would} ({})",
             d.finding.code()
         ));
-        if d.verdict == Verdict::Audit {
+        if matches!(d.verdict, Verdict::Audit | Verdict::Deny) {
             out.push(format!(
                 "driftguard: drifted {}",
                 path_list(&d.drifted_paths)

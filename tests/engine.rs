@@ -624,6 +624,11 @@ fn dry_run_gets_the_same_verdict_and_says_what_the_real_write_would_get() {
         let out = run(&policy, &Review::update(old.clone(), new.clone()).dry_run());
         assert_eq!(out.allowed(), allowed);
         assert!(
+            out.warnings().iter().any(|w| w.contains("/spec/template/spec/containers/0/image")),
+            "dry-run warnings name the drifted path: {:?}",
+            out.warnings()
+        );
+        assert!(
             out.warnings().iter().any(|w| w.contains(would)),
             "{would}: {:?}",
             out.warnings()
