@@ -160,10 +160,14 @@ fn warnings(view: &Request, d: &Decision) -> Vec<String> {
                     "driftguard: BREAK-GLASS by {} on {obj} until {}: {}",
                     bg.user, bg.expires, bg.reason
                 ));
-                out.push(format!(
-                    "driftguard: drifted {}; this use is audited",
-                    path_list(&d.drifted_paths)
-                ));
+                out.push(if d.drifted_paths.is_empty() {
+                    "driftguard: break-glass armed; this use is audited".to_owned()
+                } else {
+                    format!(
+                        "driftguard: drifted {}; this use is audited",
+                        path_list(&d.drifted_paths)
+                    )
+                });
             }
         }
         _ => {}

@@ -375,7 +375,8 @@ fn apply_break_glass(d: &mut Decision, bg: BreakGlass) {
         BreakGlass::Invalid { why, changed } if changed || d.finding.is_drift() => {
             d.finding = Finding::BreakGlassInvalid(why);
         }
-        BreakGlass::Valid(used) if d.finding.is_drift() => {
+        // Arming it (setting the annotations) is itself a recorded use.
+        BreakGlass::Valid { used, changed } if changed || d.finding.is_drift() => {
             d.finding = Finding::BreakGlass;
             d.break_glass = Some(used);
         }

@@ -494,6 +494,20 @@ fn break_glass_works_for_the_authorized_and_nobody_else() {
         alice.message()
     );
 
+    // Arming it alone (no other change) is allowed for sam, loudly, and recorded.
+    let armed = run(
+        &policy,
+        &Review::update(old.clone(), glass(&old, "INC-4211", "2026-11-29T11:00:00Z"))
+            .by("sam", &["sre-oncall"]),
+    );
+    assert!(armed.allowed());
+    assert_eq!(armed.decision.finding, Finding::BreakGlass);
+    assert!(
+        armed.warnings().iter().any(|w| w.contains("armed")),
+        "{:?}",
+        armed.warnings()
+    );
+
     // Adding only the annotations, without other drift, is still denied for alice.
     let only = glass(&old, "just because", "2026-11-29T11:00:00Z");
     assert!(!run(&policy, &Review::update(old.clone(), only)).allowed());
@@ -624,7 +638,9 @@ fn dry_run_gets_the_same_verdict_and_says_what_the_real_write_would_get() {
         let out = run(&policy, &Review::update(old.clone(), new.clone()).dry_run());
         assert_eq!(out.allowed(), allowed);
         assert!(
-            out.warnings().iter().any(|w| w.contains("/spec/template/spec/containers/0/image")),
+            out.warnings()
+                .iter()
+                .any(|w| w.contains("/spec/template/spec/containers/0/image")),
             "dry-run warnings name the drifted path: {:?}",
             out.warnings()
         );

@@ -21,14 +21,12 @@ pub struct BreakGlassUse {
 pub enum BreakGlass {
     /// No break-glass annotations, or ones left over that this writer did not set.
     None,
-    Valid(BreakGlassUse),
+    /// `changed`: this write set the annotations (arming break-glass).
+    Valid { used: BreakGlassUse, changed: bool },
     /// The writer added or changed the annotations without being allowed to.
     Unauthorized,
     /// An authorized writer's annotations are wrong: the text says why.
-    Invalid {
-        why: String,
-        changed: bool,
-    },
+    Invalid { why: String, changed: bool },
 }
 
 fn annotation<'a>(obj: Option<&'a Value>, key: &str) -> Option<&'a str> {
@@ -79,9 +77,12 @@ pub fn evaluate(
     if at.duration_since(now) > max {
         return invalid(format!("{EXPIRES} `{expires}` is more than {max:#} ahead"));
     }
-    BreakGlass::Valid(BreakGlassUse {
-        user: user.to_owned(),
-        reason: reason.to_owned(),
-        expires: expires.to_owned(),
-    })
+    BreakGlass::Valid {
+        used: BreakGlassUse {
+            user: user.to_owned(),
+            reason: reason.to_owned(),
+            expires: expires.to_owned(),
+        },
+        changed,
+    }
 }
