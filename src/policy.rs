@@ -309,8 +309,11 @@ mod tests {
 
     #[test]
     fn left_out_keys_take_their_defaults() {
-        let p = Policy::from_yaml("mode: warn\n", "p.yaml").unwrap();
-        assert_eq!(p.mode, Mode::Warn);
+        let p = Policy::from_yaml("mode: audit\n", "p.yaml").unwrap();
+        assert_eq!(p.mode, Mode::Audit);
+        assert_eq!(p.mode_for_namespace("dev-team"), Mode::Warn);
+        let none = Policy::from_yaml("namespaces: []\n", "p.yaml").unwrap();
+        assert_eq!(none.mode_for_namespace("dev-team"), Mode::Enforce);
         assert!(
             p.controllers
                 .contains("system:serviceaccount:flux-system:helm-controller", &[])

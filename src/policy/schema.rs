@@ -41,7 +41,7 @@ impl Mode {
 pub struct PolicyFile {
     #[serde(default)]
     pub mode: Mode,
-    #[serde(default)]
+    #[serde(default = "default_namespaces")]
     pub namespaces: Vec<NamespaceOverride>,
     #[serde(default)]
     pub controllers: ControllerIdentities,
@@ -56,6 +56,13 @@ pub struct PolicyFile {
     pub unknown_scale_parent: UnknownParent,
     #[serde(default)]
     pub ignore_differences: Vec<IgnoreDifference>,
+}
+
+fn default_namespaces() -> Vec<NamespaceOverride> {
+    vec![NamespaceOverride {
+        names: vec!["dev-*".into()],
+        mode: Mode::Warn,
+    }]
 }
 
 #[derive(Clone, Debug, Deserialize)]

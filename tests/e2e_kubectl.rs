@@ -1,0 +1,663 @@
+//! End to end on a real kube-apiserver and etcd, with the machine's kubectl and
+//! real webhook registration: what a person sees at the terminal. Under CI=true
+//! (and everywhere else) a control plane that cannot start fails the test.
+
+#[path = "support/control_plane.rs"]
+mod control_plane;
+
+use control_plane::*;
+
+const OBJECTS: &str = r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: myapp
+  namespace: production
+  labels: {app.kubernetes.io/instance: myapp}
+  annotations: {argocd.argoproj.io/tracking-id: "myapp:apps/Deployment:production/myapp"}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: myapp}}
+  template:
+    metadata: {labels: {app: myapp}}
+    spec: {containers: [{name: app, image: "nginx:1.27"}]}
+---
+apiVersion: apps/v1
+kind: StatefulSet
+metadata:
+  name: db
+  namespace: production
+  annotations: {argocd.argoproj.io/tracking-id: "myapp:apps/StatefulSet:production/db"}
+spec:
+  replicas: 1
+  serviceName: db
+  selector: {matchLabels: {app: db}}
+  template:
+    metadata: {labels: {app: db}}
+    spec: {containers: [{name: db, image: "postgres:16"}]}
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: myapp
+  namespace: production
+  annotations: {argocd.argoproj.io/tracking-id: "myapp:/Service:production/myapp"}
+spec:
+  selector: {app: myapp}
+  ports: [{name: http, port: 80, targetPort: 8080}]
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: myapp-config
+  namespace: production
+  labels: {kustomize.toolkit.fluxcd.io/name: apps, kustomize.toolkit.fluxcd.io/namespace: flux-system}
+data: {LOG_LEVEL: info}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+  namespace: dev-team
+  annotations: {argocd.argoproj.io/tracking-id: "myapp:apps/Deployment:dev-team/web"}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec: {containers: [{name: web, image: "nginx:1.27"}]}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: coredns-ish
+  namespace: kube-system
+  annotations: {argocd.argoproj.io/tracking-id: "platform:apps/Deployment:kube-system/coredns-ish"}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: dns}}
+  template:
+    metadata: {labels: {app: dns}}
+    spec: {containers: [{name: dns, image: "coredns:1.11"}]}
+"#;
+
+type Scenario = Result<(), String>;
+
+macro_rules! ensure {
+    ($cond:expr, $($fmt:tt)+) => {
+        if !$cond {
+            return Err(format!($($fmt)+));
+        }
+    };
+}
+
+struct Env {
+    plane: ControlPlane,
+    dg: Driftguard,
+}
+
+impl Env {
+    fn get(&self, ns: &str, what: &str, jsonpath: &str) -> String {
+        let out = self.plane.kubectl(
+            "admin",
+            &["-n", ns, "get", what, "-o", &format!("jsonpath={jsonpath}")],
+        );
+        assert!(out.ok, "get {what}: {out}");
+        out.stdout
+    }
+}
+
+fn setup() -> Env {
+    let plane = ControlPlane::start("kubectl");
+    plane.apply_admin(RBAC);
+    plane.apply_admin(CONTROLLER_RBAC);
+    for ns in ["production", "dev-team", "plain", "argocd", "flux-system"] {
+        let out = plane.kubectl("admin", &["create", "namespace", ns]);
+        assert!(out.ok, "{out}");
+    }
+    let dg = Driftguard::start(
+        &plane,
+        &[
+            &format!("--policy={ROOT}/tests/data/e2e-policy.yaml"),
+            &format!("--argocd-application={ROOT}/tests/data/seed/argocd-application.yaml"),
+        ],
+    );
+    plane.apply_admin(&dg.webhook_configurations(&plane.ca.cert_pem));
+    let out = plane.kubectl_as_stdin(ARGO, &["apply", "-f", "-"], Some(OBJECTS));
+    assert!(out.ok, "objects as the Argo CD controller: {out}");
+    // Poll until the webhook answers: a dry-run drift must be denied.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let out = plane.kubectl(
+            "alice",
+            &[
+                "-n",
+                "production",
+                "label",
+                "deployment/myapp",
+                "probe=1",
+                "--dry-run=server",
+            ],
+        );
+        if !out.ok && out.stderr.contains("driftguard") {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the webhook never answered: {out}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    Env { plane, dg }
+}
+
+fn set_image_is_denied_for_alice_and_allowed_for_argo_cd(e: &Env) -> Scenario {
+    let out = e.plane.kubectl(
+        "alice",
+        &[
+            "-n",
+            "production",
+            "set",
+            "image",
+            "deployment/myapp",
+            "app=nginx:1.28",
+        ],
+    );
+    ensure!(!out.ok, "alice's set image went through: {out}");
+    ensure!(
+        out.stderr
+            .contains("/spec/template/spec/containers/0/image"),
+        "no drifted path: {out}"
+    );
+    ensure!(
+        out.stderr.contains("Argo CD application myapp"),
+        "no application: {out}"
+    );
+    ensure!(
+        out.stderr
+            .contains("https://github.com/myorg/gitops-repo.git"),
+        "no repository: {out}"
+    );
+    ensure!(
+        e.get(
+            "production",
+            "deployment/myapp",
+            "{.spec.template.spec.containers[0].image}"
+        ) == "nginx:1.27",
+        "image changed"
+    );
+    let out = e.plane.kubectl_as(
+        ARGO,
+        &[
+            "-n",
+            "production",
+            "set",
+            "image",
+            "deployment/myapp",
+            "app=nginx:1.28",
+        ],
+    );
+    ensure!(out.ok, "Argo CD's own change was refused: {out}");
+    ensure!(
+        e.get(
+            "production",
+            "deployment/myapp",
+            "{.spec.template.spec.containers[0].image}"
+        ) == "nginx:1.28",
+        "image not changed"
+    );
+    Ok(())
+}
+
+fn scaling(e: &Env) -> Scenario {
+    let out = e.plane.kubectl(
+        "alice",
+        &[
+            "-n",
+            "production",
+            "scale",
+            "deployment/myapp",
+            "--replicas=5",
+        ],
+    );
+    ensure!(
+        out.ok,
+        "scale of a Deployment whose replicas are ignored was refused: {out}"
+    );
+    ensure!(
+        e.get("production", "deployment/myapp", "{.spec.replicas}") == "5",
+        "not scaled"
+    );
+    let out = e.plane.kubectl(
+        "alice",
+        &[
+            "-n",
+            "production",
+            "scale",
+            "statefulset/db",
+            "--replicas=5",
+        ],
+    );
+    ensure!(
+        !out.ok,
+        "scale of a StatefulSet without the ignore went through: {out}"
+    );
+    ensure!(out.stderr.contains("/spec/replicas"), "{out}");
+    ensure!(
+        e.get("production", "statefulset/db", "{.spec.replicas}") == "1",
+        "statefulset scaled"
+    );
+    let out = e.plane.kubectl_as(
+        HPA,
+        &[
+            "-n",
+            "production",
+            "scale",
+            "statefulset/db",
+            "--replicas=3",
+        ],
+    );
+    ensure!(out.ok, "the HPA's scale was refused: {out}");
+    ensure!(
+        e.get("production", "statefulset/db", "{.spec.replicas}") == "3",
+        "HPA scale not applied"
+    );
+    Ok(())
+}
+
+fn service_annotations_ignored_ports_and_tracking_not(e: &Env) -> Scenario {
+    let out = e.plane.kubectl(
+        "alice",
+        &[
+            "-n",
+            "production",
+            "annotate",
+            "service/myapp",
+            "cert-manager.io/issuer=letsencrypt",
+        ],
+    );
+    ensure!(out.ok, "ignored annotation refused: {out}");
+    let out = e.plane.kubectl(
+        "alice",
+        &[
+            "-n",
+            "production",
+            "patch",
+            "service/myapp",
+            "--type=json",
+            "-p",
+            r#"[{"op":"replace","path":"/spec/ports/0/port","value":8081}]"#,
+        ],
+    );
+    ensure!(
+        !out.ok && out.stderr.contains("/spec/ports/0/port"),
+        "port patch: {out}"
+    );
+    let out = e.plane.kubectl(
+        "alice",
+        &[
+            "-n",
+            "production",
+            "annotate",
+            "service/myapp",
+            "argocd.argoproj.io/tracking-id-",
+        ],
+    );
+    ensure!(
+        !out.ok && out.stderr.contains("tracking-id"),
+        "tracking-id removal: {out}"
+    );
+    ensure!(
+        !e.get("production", "service/myapp", "{.metadata.annotations}")
+            .is_empty(),
+        "annotations gone"
+    );
+    Ok(())
+}
+
+fn dry_run_and_diff_print_warnings_and_change_nothing(e: &Env) -> Scenario {
+    let manifest = OBJECTS
+        .split("---")
+        .next()
+        .unwrap()
+        .replace("nginx:1.27", "nginx:9.9");
+    let before = e.get(
+        "production",
+        "deployment/myapp",
+        "{.spec.template.spec.containers[0].image}",
+    );
+    let out = e.plane.kubectl_stdin(
+        "alice",
+        &["apply", "--dry-run=server", "-f", "-"],
+        Some(&manifest),
+    );
+    ensure!(
+        out.stderr.contains("Warning: driftguard"),
+        "no Warning on apply --dry-run=server: {out}"
+    );
+    ensure!(
+        out.stderr
+            .contains("/spec/template/spec/containers/0/image"),
+        "warning without path: {out}"
+    );
+    let out = e
+        .plane
+        .kubectl_stdin("alice", &["diff", "-f", "-"], Some(&manifest));
+    ensure!(
+        out.stderr.contains("Warning: driftguard"),
+        "no Warning on kubectl diff: {out}"
+    );
+    ensure!(
+        out.stderr
+            .contains("/spec/template/spec/containers/0/image"),
+        "diff warning without path: {out}"
+    );
+    ensure!(
+        e.get(
+            "production",
+            "deployment/myapp",
+            "{.spec.template.spec.containers[0].image}"
+        ) == before,
+        "dry run changed the object"
+    );
+    Ok(())
+}
+
+fn warn_mode_allows_warns_and_annotates(e: &Env) -> Scenario {
+    let out = e.plane.kubectl(
+        "alice",
+        &[
+            "-n",
+            "dev-team",
+            "set",
+            "image",
+            "deployment/web",
+            "web=nginx:1.28",
+        ],
+    );
+    ensure!(out.ok, "warn mode refused: {out}");
+    ensure!(
+        out.stderr
+            .contains("Warning: driftguard: drift on Deployment dev-team/web"),
+        "no warning: {out}"
+    );
+    let drift = e.get(
+        "dev-team",
+        "deployment/web",
+        r#"{.metadata.annotations.driftguard\.io/drift}"#,
+    );
+    ensure!(
+        drift.contains("\"user\":\"alice\"")
+            && drift.contains("/spec/template/spec/containers/0/image"),
+        "drift annotation: {drift:?}"
+    );
+    Ok(())
+}
+
+fn delete_is_denied_for_alice_and_allowed_for_argo_cd(e: &Env) -> Scenario {
+    let out = e.plane.kubectl(
+        "alice",
+        &["-n", "production", "delete", "configmap/myapp-config"],
+    );
+    ensure!(
+        !out.ok && out.stderr.contains("Flux Kustomization flux-system/apps"),
+        "alice's delete: {out}"
+    );
+    ensure!(
+        e.plane
+            .kubectl(
+                "admin",
+                &["-n", "production", "get", "configmap/myapp-config"]
+            )
+            .ok,
+        "deleted anyway"
+    );
+    let out = e.plane.kubectl_as(
+        FLUX,
+        &["-n", "production", "delete", "configmap/myapp-config"],
+    );
+    ensure!(out.ok, "Flux's prune refused: {out}");
+    let out = e
+        .plane
+        .kubectl("alice", &["-n", "production", "delete", "statefulset/db"]);
+    ensure!(
+        !out.ok && out.stderr.contains("only Argo CD may delete"),
+        "{out}"
+    );
+    let out = e
+        .plane
+        .kubectl_as(ARGO, &["-n", "production", "delete", "statefulset/db"]);
+    ensure!(out.ok, "Argo CD's prune refused: {out}");
+    Ok(())
+}
+
+fn break_glass(e: &Env) -> Scenario {
+    let soon = (jiff::Timestamp::now() + jiff::SignedDuration::from_hours(1)).to_string();
+    let past = (jiff::Timestamp::now() - jiff::SignedDuration::from_mins(5)).to_string();
+    let patch = |reason: &str, expires: &str| {
+        format!(
+            r#"{{"metadata":{{"annotations":{{"driftguard.io/break-glass":"{reason}","driftguard.io/break-glass-expires":"{expires}"}}}},"spec":{{"template":{{"spec":{{"containers":[{{"name":"app","image":"nginx:1.29-hotfix"}}]}}}}}}}}"#
+        )
+    };
+    let out = e.plane.kubectl(
+        "alice",
+        &[
+            "-n",
+            "production",
+            "patch",
+            "deployment/myapp",
+            "-p",
+            &patch("INC-7 outage", &soon),
+        ],
+    );
+    ensure!(
+        !out.ok
+            && out
+                .stderr
+                .contains("alice is not authorized to break glass"),
+        "alice: {out}"
+    );
+    let out = e.plane.kubectl(
+        "sam",
+        &[
+            "-n",
+            "production",
+            "patch",
+            "deployment/myapp",
+            "-p",
+            &patch("INC-7 outage", &past),
+        ],
+    );
+    ensure!(
+        !out.ok && out.stderr.contains("expired"),
+        "expired break-glass: {out}"
+    );
+    let out = e.plane.kubectl(
+        "sam",
+        &[
+            "-n",
+            "production",
+            "patch",
+            "deployment/myapp",
+            "-p",
+            &patch("INC-7 outage", &soon),
+        ],
+    );
+    ensure!(out.ok, "sam's break-glass refused: {out}");
+    ensure!(
+        out.stderr
+            .contains("Warning: driftguard: BREAK-GLASS by sam"),
+        "no loud warning: {out}"
+    );
+    ensure!(
+        e.get(
+            "production",
+            "deployment/myapp",
+            "{.spec.template.spec.containers[0].image}"
+        ) == "nginx:1.29-hotfix",
+        "hotfix not applied"
+    );
+    let flagged =
+        e.dg.audit().into_iter().any(|r| {
+            r["breakGlass"]["user"] == "sam" && r["breakGlass"]["reason"] == "INC-7 outage"
+        });
+    ensure!(flagged, "no flagged audit record");
+    Ok(())
+}
+
+fn unmanaged_objects_and_kube_system_are_never_touched(e: &Env) -> Scenario {
+    let out = e.plane.kubectl(
+        "alice",
+        &[
+            "-n",
+            "plain",
+            "create",
+            "deployment",
+            "scratch",
+            "--image=nginx:1.27",
+        ],
+    );
+    ensure!(out.ok, "{out}");
+    let out = e.plane.kubectl(
+        "alice",
+        &[
+            "-n",
+            "plain",
+            "set",
+            "image",
+            "deployment/scratch",
+            "nginx=nginx:1.28",
+        ],
+    );
+    ensure!(
+        out.ok && !out.stderr.contains("Warning"),
+        "unmanaged edit: {out}"
+    );
+    let out = e.plane.kubectl(
+        "alice",
+        &[
+            "-n",
+            "kube-system",
+            "set",
+            "image",
+            "deployment/coredns-ish",
+            "dns=coredns:1.12",
+        ],
+    );
+    ensure!(out.ok, "kube-system edit refused: {out}");
+    ensure!(
+        !e.dg.audit().iter().any(|r| r["namespace"] == "kube-system"),
+        "driftguard was called for kube-system"
+    );
+    Ok(())
+}
+
+#[test]
+fn kubectl_against_a_real_control_plane() {
+    let mut env = setup();
+    let scenarios: [(&str, fn(&Env) -> Scenario); 8] = [
+        (
+            "1 set image",
+            set_image_is_denied_for_alice_and_allowed_for_argo_cd,
+        ),
+        ("2 scaling", scaling),
+        (
+            "3 service",
+            service_annotations_ignored_ports_and_tracking_not,
+        ),
+        (
+            "4 dry run and diff",
+            dry_run_and_diff_print_warnings_and_change_nothing,
+        ),
+        ("5 warn mode", warn_mode_allows_warns_and_annotates),
+        (
+            "6 delete",
+            delete_is_denied_for_alice_and_allowed_for_argo_cd,
+        ),
+        ("7 break-glass", break_glass),
+        (
+            "9 unmanaged and kube-system",
+            unmanaged_objects_and_kube_system_are_never_touched,
+        ),
+    ];
+    let mut failures = Vec::new();
+    for (name, scenario) in scenarios {
+        if let Err(e) = scenario(&env) {
+            failures.push(format!("scenario {name}: {e}"));
+        }
+    }
+
+    // 10. driftguard down, failurePolicy Fail.
+    env.dg.stop();
+    let out = env.plane.kubectl_as(
+        ARGO,
+        &[
+            "-n",
+            "production",
+            "set",
+            "image",
+            "deployment/myapp",
+            "app=nginx:1.30",
+        ],
+    );
+    if !out.ok {
+        failures.push(format!(
+            "scenario 10: a controller write failed with driftguard down: {out}"
+        ));
+    }
+    let out = env.plane.kubectl(
+        "alice",
+        &[
+            "-n",
+            "production",
+            "set",
+            "image",
+            "deployment/myapp",
+            "app=nginx:6.6",
+        ],
+    );
+    if out.ok || !out.stderr.contains("failed calling webhook") {
+        failures.push(format!(
+            "scenario 10: a human write did not fail closed: {out}"
+        ));
+    }
+    // Restart with the embedded default policy: same port, no re-registration.
+    env.dg.restart(Some(&[]));
+
+    // 8. rollout restart under the embedded default policy.
+    let out = env.plane.kubectl(
+        "alice",
+        &["-n", "production", "rollout", "restart", "deployment/myapp"],
+    );
+    if !out.ok {
+        failures.push(format!(
+            "scenario 8/10: rollout restart after the restart: {out}"
+        ));
+    } else if env
+        .get(
+            "production",
+            "deployment/myapp",
+            "{.spec.template.metadata.annotations}",
+        )
+        .is_empty()
+    {
+        failures.push("scenario 8: restartedAt not set".into());
+    }
+    let out = env.plane.kubectl(
+        "alice",
+        &[
+            "-n",
+            "production",
+            "set",
+            "image",
+            "deployment/myapp",
+            "app=nginx:6.6",
+        ],
+    );
+    if out.ok || !out.stderr.contains("driftguard") {
+        failures.push(format!(
+            "scenario 10: after the restart driftguard does not judge again: {out}"
+        ));
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}

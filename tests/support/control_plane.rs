@@ -1,0 +1,578 @@
+//! A real control plane for end-to-end tests and the demo: etcd and
+//! kube-apiserver built from the Go module proxy (scripts/build-tools.sh),
+//! client certificates for admin, alice and sam, RBAC, driftguard registered
+//! through real webhook configurations, and the machine's kubectl.
+//! Everything runs on 127.0.0.1 and is torn down on drop, also after a panic.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use driftguard::certs::Authority;
+
+pub const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+pub const ARGO: &str = "system:serviceaccount:argocd:argocd-application-controller";
+pub const FLUX: &str = "system:serviceaccount:flux-system:kustomize-controller";
+pub const HPA: &str = "system:serviceaccount:kube-system:horizontal-pod-autoscaler";
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A child process killed on drop, with its output collected.
+pub struct Proc {
+    pub name: String,
+    pub child: Child,
+    pub stdout: Arc<Mutex<Vec<String>>>,
+    pub stderr: Arc<Mutex<Vec<String>>>,
+}
+
+impl Proc {
+    pub fn spawn(name: &str, cmd: &mut Command) -> Proc {
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {name}: {e}"));
+        let stdout = Arc::new(Mutex::new(Vec::new()));
+        let stderr = Arc::new(Mutex::new(Vec::new()));
+        for (stream, sink) in [
+            (
+                Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
+                stdout.clone(),
+            ),
+            (Box::new(child.stderr.take().unwrap()), stderr.clone()),
+        ] {
+            std::thread::spawn(move || {
+                BufReader::new(stream)
+                    .lines()
+                    .map_while(Result::ok)
+                    .for_each(|l| sink.lock().unwrap().push(l))
+            });
+        }
+        Proc {
+            name: name.to_owned(),
+            child,
+            stdout,
+            stderr,
+        }
+    }
+
+    pub fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    pub fn stderr_tail(&self, n: usize) -> String {
+        let lines = self.stderr.lock().unwrap();
+        lines[lines.len().saturating_sub(n)..].join("\n")
+    }
+
+    pub fn stop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.alive() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// What kubectl printed.
+pub struct Kubectl {
+    pub ok: bool,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl From<Output> for Kubectl {
+    fn from(o: Output) -> Self {
+        Kubectl {
+            ok: o.status.success(),
+            stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+        }
+    }
+}
+
+impl std::fmt::Display for Kubectl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "ok={} stdout={:?} stderr={:?}",
+            self.ok, self.stdout, self.stderr
+        )
+    }
+}
+
+fn tool(name: &str) -> PathBuf {
+    let out = Command::new(format!("{ROOT}/scripts/build-tools.sh"))
+        .arg(name)
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("scripts/build-tools.sh runs");
+    assert!(out.status.success(), "building {name} failed");
+    PathBuf::from(
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .trim()
+            .lines()
+            .last()
+            .unwrap(),
+    )
+}
+
+pub struct ControlPlane {
+    pub dir: PathBuf,
+    pub ca: Authority,
+    pub port: u16,
+    pub echo: bool,
+    kubeconfigs: BTreeMap<String, PathBuf>,
+    // Dropped last: the apiserver before etcd.
+    apiserver: Proc,
+    etcd: Proc,
+}
+
+impl ControlPlane {
+    /// Starts etcd and kube-apiserver and waits for /readyz.
+    pub fn start(name: &str) -> ControlPlane {
+        let etcd_bin = tool("etcd");
+        let apiserver_bin = tool("kube-apiserver");
+        let dir = PathBuf::from(ROOT)
+            .join("target")
+            .join("e2e")
+            .join(format!("{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let ca = Authority::new("driftguard e2e CA").unwrap();
+        std::fs::write(dir.join("ca.crt"), &ca.cert_pem).unwrap();
+        let (cert, key) = ca
+            .leaf(
+                "kube-apiserver",
+                &["127.0.0.1".into(), "localhost".into()],
+                &[],
+            )
+            .unwrap();
+        std::fs::write(dir.join("apiserver.crt"), cert).unwrap();
+        driftguard::certs::write_private(&dir.join("apiserver.key"), &key).unwrap();
+        let sa = rcgen::KeyPair::generate().unwrap();
+        driftguard::certs::write_private(&dir.join("sa.key"), &sa.serialize_pem()).unwrap();
+        std::fs::write(dir.join("sa.pub"), sa.public_key_pem()).unwrap();
+
+        let (client, peer) = (free_port(), free_port());
+        let etcd = Proc::spawn(
+            "etcd",
+            Command::new(&etcd_bin)
+                .arg(format!("--data-dir={}", dir.join("etcd").display()))
+                .arg(format!("--listen-client-urls=http://127.0.0.1:{client}"))
+                .arg(format!("--advertise-client-urls=http://127.0.0.1:{client}"))
+                .arg(format!("--listen-peer-urls=http://127.0.0.1:{peer}"))
+                .arg(format!(
+                    "--initial-advertise-peer-urls=http://127.0.0.1:{peer}"
+                ))
+                .arg(format!("--initial-cluster=default=http://127.0.0.1:{peer}"))
+                .arg("--unsafe-no-fsync")
+                .arg("--log-level=warn"),
+        );
+        let port = free_port();
+        let p = |f: &str| dir.join(f).display().to_string();
+        let apiserver = Proc::spawn(
+            "kube-apiserver",
+            Command::new(&apiserver_bin)
+                .arg(format!("--etcd-servers=http://127.0.0.1:{client}"))
+                .arg(format!("--secure-port={port}"))
+                .arg("--bind-address=127.0.0.1")
+                .arg("--advertise-address=127.0.0.1")
+                .arg(format!("--tls-cert-file={}", p("apiserver.crt")))
+                .arg(format!("--tls-private-key-file={}", p("apiserver.key")))
+                .arg(format!("--client-ca-file={}", p("ca.crt")))
+                .arg(format!("--service-account-key-file={}", p("sa.pub")))
+                .arg(format!(
+                    "--service-account-signing-key-file={}",
+                    p("sa.key")
+                ))
+                .arg("--service-account-issuer=https://kubernetes.default.svc")
+                .arg("--service-cluster-ip-range=10.96.0.0/16")
+                .arg("--authorization-mode=RBAC")
+                .arg("--disable-admission-plugins=ServiceAccount")
+                .arg("--profiling=false")
+                .arg("--v=0"),
+        );
+        let mut plane = ControlPlane {
+            dir,
+            ca,
+            port,
+            echo: false,
+            kubeconfigs: BTreeMap::new(),
+            apiserver,
+            etcd,
+        };
+        for (user, groups) in [
+            ("admin", vec!["system:masters"]),
+            ("alice", vec!["developers"]),
+            ("sam", vec!["sre-oncall"]),
+        ] {
+            plane.add_user(user, &groups);
+        }
+        plane.wait_ready();
+        plane
+    }
+
+    fn add_user(&mut self, user: &str, groups: &[&str]) {
+        let (cert, key) = self.ca.leaf(user, &[], groups).unwrap();
+        let crt = self.dir.join(format!("{user}.crt"));
+        let keyf = self.dir.join(format!("{user}.key"));
+        std::fs::write(&crt, cert).unwrap();
+        driftguard::certs::write_private(&keyf, &key).unwrap();
+        let kubeconfig = self.dir.join(format!("{user}.kubeconfig"));
+        std::fs::write(
+            &kubeconfig,
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: e2e\n  cluster:\n    server: https://127.0.0.1:{}\n    certificate-authority: {}\nusers:\n- name: {user}\n  user:\n    client-certificate: {}\n    client-key: {}\ncontexts:\n- name: {user}\n  context: {{cluster: e2e, user: {user}}}\ncurrent-context: {user}\n",
+                self.port,
+                self.dir.join("ca.crt").display(),
+                crt.display(),
+                keyf.display()
+            ),
+        )
+        .unwrap();
+        self.kubeconfigs.insert(user.to_owned(), kubeconfig);
+    }
+
+    fn wait_ready(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let out = self.kubectl("admin", &["get", "--raw", "/readyz"]);
+            if out.ok && out.stdout.trim() == "ok" {
+                return;
+            }
+            assert!(
+                self.etcd.alive(),
+                "etcd exited: {}",
+                self.etcd.stderr_tail(20)
+            );
+            assert!(
+                self.apiserver.alive(),
+                "kube-apiserver exited: {}",
+                self.apiserver.stderr_tail(30)
+            );
+            assert!(
+                Instant::now() < deadline,
+                "kube-apiserver not ready in 120s: {}",
+                self.apiserver.stderr_tail(30)
+            );
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
+    pub fn kubeconfig(&self, user: &str) -> &Path {
+        &self.kubeconfigs[user]
+    }
+
+    /// Runs the machine's kubectl as `user` (admin, alice or sam).
+    pub fn kubectl(&self, user: &str, args: &[&str]) -> Kubectl {
+        self.kubectl_stdin(user, args, None)
+    }
+
+    pub fn kubectl_stdin(&self, user: &str, args: &[&str], stdin: Option<&str>) -> Kubectl {
+        if self.echo {
+            println!(
+                "\n$ kubectl {}{}",
+                if user == "admin" {
+                    String::new()
+                } else {
+                    format!("--user={user} ")
+                },
+                args.join(" ")
+            );
+        }
+        let mut cmd = Command::new("kubectl");
+        cmd.arg(format!("--kubeconfig={}", self.kubeconfigs[user].display()))
+            .args(args)
+            .stdin(if stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().expect("kubectl is on PATH");
+        if let Some(input) = stdin {
+            child
+                .stdin
+                .take()
+                .unwrap()
+                .write_all(input.as_bytes())
+                .unwrap();
+        }
+        let out: Kubectl = child.wait_with_output().unwrap().into();
+        if self.echo {
+            print!("{}{}", out.stdout, out.stderr);
+        }
+        out
+    }
+
+    /// kubectl as a service account (the GitOps controllers, the HPA), by
+    /// impersonation from admin.
+    pub fn kubectl_as(&self, service_account: &str, args: &[&str]) -> Kubectl {
+        self.kubectl_as_stdin(service_account, args, None)
+    }
+
+    pub fn kubectl_as_stdin(
+        &self,
+        service_account: &str,
+        args: &[&str],
+        stdin: Option<&str>,
+    ) -> Kubectl {
+        let ns = service_account.split(':').nth(2).unwrap_or_default();
+        let mut all = vec![
+            format!("--as={service_account}"),
+            "--as-group=system:serviceaccounts".to_owned(),
+            format!("--as-group=system:serviceaccounts:{ns}"),
+        ];
+        all.extend(args.iter().map(|a| a.to_string()));
+        let refs: Vec<&str> = all.iter().map(String::as_str).collect();
+        self.kubectl_stdin("admin", &refs, stdin)
+    }
+
+    pub fn apply_admin(&self, yaml: &str) {
+        let out = self.kubectl_stdin("admin", &["apply", "-f", "-"], Some(yaml));
+        assert!(out.ok, "apply as admin: {out}");
+    }
+}
+
+/// driftguard itself, serving on 127.0.0.1 with a certificate from the plane's CA.
+pub struct Driftguard {
+    pub proc: Proc,
+    pub port: u16,
+    pub probe: u16,
+    args: Vec<String>,
+}
+
+impl Driftguard {
+    pub fn start(plane: &ControlPlane, extra: &[&str]) -> Driftguard {
+        let (cert, key) = plane
+            .ca
+            .leaf("driftguard", &["127.0.0.1".into()], &[])
+            .unwrap();
+        std::fs::write(plane.dir.join("driftguard.crt"), cert).unwrap();
+        driftguard::certs::write_private(&plane.dir.join("driftguard.key"), &key).unwrap();
+        let port = free_port();
+        let probe = free_port();
+        let mut args: Vec<String> = vec![
+            "serve".into(),
+            format!("--listen=127.0.0.1:{port}"),
+            format!("--probe-listen=127.0.0.1:{probe}"),
+            format!("--tls-cert={}", plane.dir.join("driftguard.crt").display()),
+            format!("--tls-key={}", plane.dir.join("driftguard.key").display()),
+            "--shutdown-delay=0s".into(),
+        ];
+        args.extend(extra.iter().map(|a| a.to_string()));
+        let proc = Self::spawn(&args);
+        let dg = Driftguard {
+            proc,
+            port,
+            probe,
+            args,
+        };
+        dg.wait_ready();
+        dg
+    }
+
+    fn spawn(args: &[String]) -> Proc {
+        Proc::spawn(
+            "driftguard",
+            Command::new(env!("CARGO_BIN_EXE_driftguard")).args(args),
+        )
+    }
+
+    fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", self.probe)) {
+                let _ = write!(s, "GET /readyz HTTP/1.0\r\n\r\n");
+                let mut text = String::new();
+                let _ = std::io::Read::read_to_string(&mut s, &mut text);
+                if text.starts_with("HTTP/1.1 200") || text.starts_with("HTTP/1.0 200") {
+                    return;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("driftguard not ready: {}", self.proc.stderr_tail(20));
+    }
+
+    pub fn stop(&mut self) {
+        self.proc.stop();
+    }
+
+    /// Starts again on the same port with the same flags plus `extra`.
+    pub fn restart(&mut self, replace_policy_args: Option<&[&str]>) {
+        self.proc.stop();
+        let mut args: Vec<String> = self
+            .args
+            .iter()
+            .filter(|a| {
+                replace_policy_args.is_none()
+                    || !(a.starts_with("--policy") || a.starts_with("--argocd-application"))
+            })
+            .cloned()
+            .collect();
+        if let Some(extra) = replace_policy_args {
+            args.extend(extra.iter().map(|a| a.to_string()));
+        }
+        self.proc = Self::spawn(&args);
+        self.args = args;
+        self.wait_ready();
+    }
+
+    /// Audit records written so far.
+    pub fn audit(&self) -> Vec<serde_json::Value> {
+        self.proc
+            .stdout
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+
+    /// Both webhook configurations, as the register command and the chart will write them.
+    pub fn webhook_configurations(&self, ca_pem: &str) -> String {
+        use base64_encode::encode;
+        let bundle = encode(ca_pem.as_bytes());
+        let skip = [
+            ARGO,
+            "system:serviceaccount:argocd:argocd-server",
+            FLUX,
+            "system:serviceaccount:flux-system:helm-controller",
+        ]
+        .iter()
+        .map(|u| format!("'{u}'"))
+        .collect::<Vec<_>>()
+        .join(", ");
+        let mut out = String::new();
+        for (kind, path) in [
+            ("ValidatingWebhookConfiguration", "validate"),
+            ("MutatingWebhookConfiguration", "mutate"),
+        ] {
+            out.push_str(&format!(
+                r#"---
+apiVersion: admissionregistration.k8s.io/v1
+kind: {kind}
+metadata:
+  name: driftguard
+webhooks:
+  - name: {path}.driftguard.io
+    clientConfig:
+      url: https://127.0.0.1:{port}/{path}
+      caBundle: {bundle}
+    admissionReviewVersions: [v1]
+    sideEffects: NoneOnDryRun
+    failurePolicy: Fail
+    timeoutSeconds: 5
+    matchPolicy: Equivalent
+    namespaceSelector:
+      matchExpressions:
+        - {{key: kubernetes.io/metadata.name, operator: NotIn, values: [kube-system]}}
+        - {{key: driftguard.io/ignore, operator: NotIn, values: ["true"]}}
+    matchConditions:
+      - name: skip-gitops-controllers
+        expression: "!(request.userInfo.username in [{skip}])"
+    rules:
+      - apiGroups: ["apps"]
+        apiVersions: ["v1"]
+        operations: [CREATE, UPDATE, DELETE]
+        resources: [deployments, statefulsets, daemonsets, replicasets, deployments/scale, statefulsets/scale, replicasets/scale]
+      - apiGroups: [""]
+        apiVersions: ["v1"]
+        operations: [CREATE, UPDATE, DELETE]
+        resources: [services, configmaps]
+      - apiGroups: ["batch"]
+        apiVersions: ["v1"]
+        operations: [CREATE, UPDATE, DELETE]
+        resources: [cronjobs, jobs]
+      - apiGroups: ["networking.k8s.io"]
+        apiVersions: ["v1"]
+        operations: [CREATE, UPDATE, DELETE]
+        resources: [ingresses]
+"#,
+                port = self.port
+            ));
+        }
+        out
+    }
+}
+
+mod base64_encode {
+    pub fn encode(input: &[u8]) -> String {
+        const A: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+        let mut out = String::new();
+        for chunk in input.chunks(3) {
+            let b = [
+                chunk[0],
+                *chunk.get(1).unwrap_or(&0),
+                *chunk.get(2).unwrap_or(&0),
+            ];
+            let n = (b[0] as u32) << 16 | (b[1] as u32) << 8 | b[2] as u32;
+            for i in 0..4 {
+                if i <= chunk.len() {
+                    out.push(A[(n >> (18 - 6 * i) & 63) as usize] as char);
+                } else {
+                    out.push('=');
+                }
+            }
+        }
+        out
+    }
+}
+
+/// RBAC: developers and sre-oncall edit workloads everywhere (the aggregated
+/// `edit` role is empty without kube-controller-manager, so the rules are spelled out).
+pub const RBAC: &str = r#"
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: workload-editor}
+rules:
+  - apiGroups: ["", apps, batch, networking.k8s.io]
+    resources: [deployments, deployments/scale, statefulsets, statefulsets/scale, daemonsets, replicasets, services, configmaps, cronjobs, jobs, ingresses, pods]
+    verbs: [get, list, watch, create, update, patch, delete]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: workload-editors}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: workload-editor}
+subjects:
+  - {kind: Group, name: developers, apiGroup: rbac.authorization.k8s.io}
+  - {kind: Group, name: sre-oncall, apiGroup: rbac.authorization.k8s.io}
+"#;
+
+/// The GitOps controllers and the HPA may do anything (bound to cluster-admin).
+pub const CONTROLLER_RBAC: &str = r#"
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: gitops-controllers}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}
+subjects:
+  - {kind: ServiceAccount, name: argocd-application-controller, namespace: argocd}
+  - {kind: ServiceAccount, name: kustomize-controller, namespace: flux-system}
+  - {kind: ServiceAccount, name: horizontal-pod-autoscaler, namespace: kube-system}
+"#;
