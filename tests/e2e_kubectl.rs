@@ -82,6 +82,7 @@ spec:
 "#;
 
 type Scenario = Result<(), String>;
+type Step = (&'static str, fn(&Env) -> Scenario);
 
 macro_rules! ensure {
     ($cond:expr, $($fmt:tt)+) => {
@@ -555,7 +556,7 @@ fn unmanaged_objects_and_kube_system_are_never_touched(e: &Env) -> Scenario {
 #[test]
 fn kubectl_against_a_real_control_plane() {
     let mut env = setup();
-    let scenarios: [(&str, fn(&Env) -> Scenario); 8] = [
+    let scenarios: [Step; 8] = [
         (
             "1 set image",
             set_image_is_denied_for_alice_and_allowed_for_argo_cd,
