@@ -3,7 +3,10 @@
 //! fixed, allowed AdmissionReview after reading the body. The difference to
 //! `driftguard serve` is the decision and nothing else.
 //!
-//! Usage: fixed-answer-server LISTEN CERT KEY
+//! Usage: fixed-answer-server LISTEN CERT KEY [--parse]
+//!
+//! With `--parse` it also parses the body into a `serde_json::Value` before
+//! answering: the least any webhook that reads the review must do.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,9 +24,13 @@ const ANSWER: &str = r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionRev
 #[tokio::main]
 async fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let [_, listen, cert, key] = args.as_slice() else {
-        eprintln!("usage: fixed-answer-server LISTEN CERT KEY");
-        std::process::exit(2);
+    let (listen, cert, key, parse) = match args.as_slice() {
+        [_, l, c, k] => (l, c, k, false),
+        [_, l, c, k, flag] if flag == "--parse" => (l, c, k, true),
+        _ => {
+            eprintln!("usage: fixed-answer-server LISTEN CERT KEY [--parse]");
+            std::process::exit(2);
+        }
     };
     let pair =
         tls::certified_key(&std::fs::read(cert).unwrap(), &std::fs::read(key).unwrap()).unwrap();
@@ -51,7 +58,10 @@ async fn main() {
     };
     let router = axum::Router::new().route(
         "/{*path}",
-        post(|body: Bytes| async move {
+        post(move |body: Bytes| async move {
+            if parse {
+                std::hint::black_box(serde_json::from_slice::<serde_json::Value>(&body).ok());
+            }
             std::hint::black_box(body);
             (
                 [(axum::http::header::CONTENT_TYPE, "application/json")],

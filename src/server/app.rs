@@ -159,7 +159,7 @@ fn record(app: &App, endpoint: Endpoint, parsed: &AdmissionRequest<RawObject>, j
         app.metrics.break_glass.inc();
     }
     if d.verdict == Verdict::Deny {
-        tracing::info!(paths = ?d.drifted_paths, "denied drift");
+        tracing::debug!(paths = ?d.drifted_paths, "denied drift");
     }
 }
 
