@@ -398,10 +398,11 @@ impl Driftguard {
     }
 
     fn spawn(args: &[String]) -> Proc {
-        Proc::spawn(
-            "driftguard",
-            Command::new(env!("CARGO_BIN_EXE_driftguard")).args(args),
-        )
+        // Integration tests get the binary from cargo; the demo (an example) runs the release build.
+        let bin = option_env!("CARGO_BIN_EXE_driftguard")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(ROOT).join("target/release/driftguard"));
+        Proc::spawn("driftguard", Command::new(bin).args(args))
     }
 
     fn wait_ready(&self) {
