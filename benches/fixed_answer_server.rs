@@ -55,6 +55,8 @@ async fn main() {
         shutdown_delay: Duration::ZERO,
         shutdown_timeout: Duration::from_secs(5),
         reload_interval: Duration::from_secs(60),
+        kubeconfig: None,
+        no_cluster: true,
     };
     let router = axum::Router::new().route(
         "/{*path}",

@@ -29,8 +29,10 @@ fn say(text: &str) {
 fn main() {
     say("starting etcd and kube-apiserver (built from the Go module proxy), then driftguard");
     let mut plane = ControlPlane::start("demo");
+    plane.add_user("driftguard", &[]);
     plane.apply_admin(RBAC);
     plane.apply_admin(CONTROLLER_RBAC);
+    plane.apply_admin(DRIFTGUARD_RBAC);
     assert!(
         plane
             .kubectl("admin", &["create", "namespace", "production"])
@@ -41,9 +43,10 @@ fn main() {
         &[
             &format!("--policy={ROOT}/tests/data/e2e-policy.yaml"),
             &format!("--argocd-application={ROOT}/tests/data/seed/argocd-application.yaml"),
+            &format!("--kubeconfig={}", plane.kubeconfig("driftguard").display()),
         ],
     );
-    plane.apply_admin(&dg.webhook_configurations(&plane.ca.cert_pem));
+    dg.register(&plane, &format!("{ROOT}/tests/data/e2e-policy.yaml"));
     let out = plane.kubectl_as_stdin(ARGO, &["apply", "-f", "-"], Some(APP));
     assert!(out.ok, "{out}");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);

@@ -25,7 +25,7 @@ python3 -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1])), sepa
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 dg_port=$(port); probe_port=$(port); base_port=$(port); parse_port=$(port)
 target/release/driftguard serve --listen 127.0.0.1:$dg_port --probe-listen 127.0.0.1:$probe_port \
-  --tls-cert "$work/tls.crt" --tls-key "$work/tls.key" >/dev/null 2>"$work/driftguard.log" &
+  --tls-cert "$work/tls.crt" --tls-key "$work/tls.key" --no-cluster >/dev/null 2>"$work/driftguard.log" &
 dg=$!
 target/release/examples/fixed-answer-server 127.0.0.1:$base_port "$work/tls.crt" "$work/tls.key" 2>/dev/null &
 target/release/examples/fixed-answer-server 127.0.0.1:$parse_port "$work/tls.crt" "$work/tls.key" --parse 2>/dev/null &

@@ -36,6 +36,8 @@ enum Command {
     Serve(ServeArgs),
     /// Write a development CA and serving certificate: ca.crt, tls.crt, tls.key.
     Certs(CertsArgs),
+    /// Create or update both webhook configurations (server-side apply), or print them with --dry-run.
+    Register(RegisterArgs),
     /// Work with policy files.
     Policy {
         #[command(subcommand)]
@@ -102,9 +104,54 @@ struct ServeArgs {
     /// Then at most this long to finish the reviews in flight.
     #[arg(long, env = "DRIFTGUARD_SHUTDOWN_TIMEOUT", default_value = "20s", value_parser = duration)]
     shutdown_timeout: Duration,
+    /// Kubeconfig for reading scale parents; without it, in-cluster or $KUBECONFIG is used if present.
+    #[arg(long, env = "DRIFTGUARD_KUBECONFIG")]
+    kubeconfig: Option<PathBuf>,
+    /// Never talk to the cluster (scale writes then follow unknownScaleParent).
+    #[arg(long, env = "DRIFTGUARD_NO_CLUSTER", conflicts_with = "kubeconfig")]
+    no_cluster: bool,
     /// How often the policy and certificate files are checked for changes.
     #[arg(long, env = "DRIFTGUARD_RELOAD_INTERVAL", default_value = "2s", value_parser = duration)]
     reload_interval: Duration,
+}
+
+#[derive(Debug, clap::Args)]
+struct RegisterArgs {
+    /// The driftguard Service: NAME.NAMESPACE[:PORT] (port defaults to 443).
+    #[arg(
+        long,
+        env = "DRIFTGUARD_SERVICE",
+        required_unless_present = "url",
+        conflicts_with = "url"
+    )]
+    service: Option<String>,
+    /// Or a URL such as https://127.0.0.1:8443 (out of cluster); /validate and /mutate are appended.
+    #[arg(long, env = "DRIFTGUARD_URL")]
+    url: Option<String>,
+    /// PEM of the CA that signed driftguard's serving certificate.
+    #[arg(long, env = "DRIFTGUARD_CA_BUNDLE")]
+    ca_bundle: PathBuf,
+    /// Fail (no unchecked writes while driftguard is down) or Ignore.
+    #[arg(long, default_value = "Fail", value_parser = ["Fail", "Ignore"])]
+    failure_policy: String,
+    /// Seconds the apiserver waits for an answer (1 to 30).
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(i32).range(1..=30))]
+    timeout: i32,
+    /// Namespaces never sent to driftguard, besides kube-system and driftguard's own.
+    #[arg(long = "exclude-namespace")]
+    exclude_namespaces: Vec<String>,
+    /// Name of both configurations.
+    #[arg(long, default_value = "driftguard")]
+    name: String,
+    /// Policy whose controller and trusted identities the matchConditions skip.
+    #[command(flatten)]
+    source: PolicySource,
+    /// Kubeconfig to write with; default: in-cluster or $KUBECONFIG.
+    #[arg(long, env = "DRIFTGUARD_KUBECONFIG")]
+    kubeconfig: Option<PathBuf>,
+    /// Print the YAML instead of applying it.
+    #[arg(long)]
+    dry_run: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -177,6 +224,7 @@ impl Cli {
             Command::Check(args) => check(args),
             Command::Serve(args) => serve(args),
             Command::Certs(args) => certs(args),
+            Command::Register(args) => register(args),
             Command::Policy {
                 command: PolicyCommand::Lint { files },
             } => Ok(lint_files(&files)),
@@ -275,6 +323,8 @@ fn serve(args: ServeArgs) -> Result<ExitCode, Failure> {
         shutdown_delay: args.shutdown_delay,
         shutdown_timeout: args.shutdown_timeout,
         reload_interval: args.reload_interval,
+        kubeconfig: args.kubeconfig,
+        no_cluster: args.no_cluster,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -283,6 +333,60 @@ fn serve(args: ServeArgs) -> Result<ExitCode, Failure> {
     runtime
         .block_on(server::run(config))
         .map_err(|e| Failure(format!("{e:#}")))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn register(args: RegisterArgs) -> Result<ExitCode, Failure> {
+    use crate::cluster::register::{self, Endpoint};
+    let policy = args.source.load()?;
+    let endpoint = match (&args.service, &args.url) {
+        (Some(service), _) => Endpoint::parse_service(service).map_err(Failure)?,
+        (None, Some(url)) if url.starts_with("https://") => Endpoint::Url(url.clone()),
+        (None, Some(url)) => {
+            return Err(Failure(format!(
+                "--url {url}: the apiserver calls webhooks over https only"
+            )));
+        }
+        (None, None) => return Err(Failure("give --service or --url".into())),
+    };
+    let ca_bundle = std::fs::read(&args.ca_bundle)
+        .map_err(|e| Failure(format!("{}: cannot read: {e}", args.ca_bundle.display())))?;
+    let options = register::Options {
+        name: args.name,
+        endpoint,
+        ca_bundle,
+        failure_policy: args.failure_policy,
+        timeout_seconds: args.timeout,
+        exclude_namespaces: args.exclude_namespaces,
+    };
+    let (_, left_out) = register::match_condition(&policy);
+    for pattern in left_out {
+        eprintln!(
+            "driftguard: identity pattern `{pattern}` cannot be expressed in CEL; driftguard still allows it, after a call"
+        );
+    }
+    let (validating, mutating) = register::configurations(&options, &policy);
+    if args.dry_run {
+        print!("{}", register::to_yaml(&validating, &mutating));
+        return Ok(ExitCode::SUCCESS);
+    }
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Failure(format!("cannot start the runtime: {e}")))?;
+    runtime.block_on(async {
+        let client = crate::cluster::client(args.kubeconfig.as_deref())
+            .await
+            .map_err(Failure)?;
+        register::apply(client, &validating, &mutating)
+            .await
+            .map_err(|e| Failure(format!("server-side apply failed: {e}")))
+    })?;
+    println!(
+        "applied ValidatingWebhookConfiguration and MutatingWebhookConfiguration {} (field manager driftguard)",
+        options.name
+    );
     Ok(ExitCode::SUCCESS)
 }
 

@@ -10,6 +10,7 @@ pub mod admission;
 pub mod audit;
 pub mod certs;
 pub mod cli;
+pub mod cluster;
 pub mod drift;
 pub mod logging;
 pub mod policy;

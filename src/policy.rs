@@ -49,6 +49,14 @@ impl Identities {
     pub fn is_empty(&self) -> bool {
         self.users.is_empty() && self.groups.is_empty()
     }
+
+    /// The user and group patterns as written.
+    pub fn patterns(&self) -> (Vec<&str>, Vec<&str>) {
+        (
+            self.users.sources().collect(),
+            self.groups.sources().collect(),
+        )
+    }
 }
 
 #[derive(Debug)]

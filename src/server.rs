@@ -55,9 +55,16 @@ pub struct Config {
     pub shutdown_delay: Duration,
     pub shutdown_timeout: Duration,
     pub reload_interval: Duration,
+    /// Cluster access for reading scale parents: a kubeconfig, or `None` to
+    /// infer it (in-cluster or `$KUBECONFIG`); `no_cluster` turns it off.
+    pub kubeconfig: Option<PathBuf>,
+    pub no_cluster: bool,
 }
 
 pub async fn run(config: Config) -> anyhow::Result<()> {
+    // The kube client's TLS asks rustls for the process default; make it ring,
+    // the provider the listener uses.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let metrics = Arc::new(Metrics::default());
     let health = Arc::new(Health::default());
 
@@ -109,17 +116,40 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         );
     }
 
+    let parents = cluster_client(&config).await.map(|client| {
+        Arc::new(crate::cluster::parents::ParentReader::new(
+            client,
+            Duration::from_secs(1),
+            Duration::from_secs(2),
+        ))
+    });
     let app = Arc::new(App {
         policy,
         metrics: metrics.clone(),
         on_error: config.on_error,
         max_body_bytes: config.max_body_bytes,
         body_timeout: config.body_timeout,
+        parents,
     });
     serve_tls(listener, acceptor, app::router(app), &config, &health).await;
     probe_task.abort();
     tracing::info!("driftguard stopped");
     Ok(())
+}
+
+/// A kube client, or `None` (logged) when there is no cluster to talk to: the
+/// webhook still serves, and scale writes fall back to `unknownScaleParent`.
+async fn cluster_client(config: &Config) -> Option<kube::Client> {
+    if config.no_cluster {
+        return None;
+    }
+    match crate::cluster::client(config.kubeconfig.as_deref()).await {
+        Ok(client) => Some(client),
+        Err(e) => {
+            tracing::warn!(error = %e, "no cluster access: scale parents cannot be read, unknownScaleParent applies");
+            None
+        }
+    }
 }
 
 fn initial_pair(source: &TlsSource) -> anyhow::Result<rustls::sign::CertifiedKey> {

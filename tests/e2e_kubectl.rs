@@ -109,9 +109,11 @@ impl Env {
 }
 
 fn setup() -> Env {
-    let plane = ControlPlane::start("kubectl");
+    let mut plane = ControlPlane::start("kubectl");
+    plane.add_user("driftguard", &[]);
     plane.apply_admin(RBAC);
     plane.apply_admin(CONTROLLER_RBAC);
+    plane.apply_admin(DRIFTGUARD_RBAC);
     for ns in ["production", "dev-team", "plain", "argocd", "flux-system"] {
         let out = plane.kubectl("admin", &["create", "namespace", ns]);
         assert!(out.ok, "{out}");
@@ -121,9 +123,10 @@ fn setup() -> Env {
         &[
             &format!("--policy={ROOT}/tests/data/e2e-policy.yaml"),
             &format!("--argocd-application={ROOT}/tests/data/seed/argocd-application.yaml"),
+            &format!("--kubeconfig={}", plane.kubeconfig("driftguard").display()),
         ],
     );
-    plane.apply_admin(&dg.webhook_configurations(&plane.ca.cert_pem));
+    dg.register(&plane, &format!("{ROOT}/tests/data/e2e-policy.yaml"));
     let out = plane.kubectl_as_stdin(ARGO, &["apply", "-f", "-"], Some(OBJECTS));
     assert!(out.ok, "objects as the Argo CD controller: {out}");
     // Poll until the webhook answers: a dry-run drift must be denied.
@@ -243,7 +246,16 @@ fn scaling(e: &Env) -> Scenario {
         !out.ok,
         "scale of a StatefulSet without the ignore went through: {out}"
     );
-    ensure!(out.stderr.contains("/spec/replicas"), "{out}");
+    // The parent was read from the cluster: the message names its manager.
+    ensure!(
+        out.stderr
+            .contains("statefulsets/scale production/db is managed by Argo CD application myapp"),
+        "{out}"
+    );
+    ensure!(
+        out.stderr.contains("drifts from Git at /spec/replicas"),
+        "{out}"
+    );
     ensure!(
         e.get("production", "statefulset/db", "{.spec.replicas}") == "1",
         "statefulset scaled"

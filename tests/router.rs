@@ -20,6 +20,7 @@ fn app(policy: Policy) -> axum::Router {
         on_error: OnError::Deny,
         max_body_bytes: 64 * 1024,
         body_timeout: Duration::from_millis(300),
+        parents: None,
     }))
 }
 

@@ -72,7 +72,13 @@ impl Server {
             ])
             .args(["--tls-cert", &dir.join("tls.crt").display().to_string()])
             .args(["--tls-key", &dir.join("tls.key").display().to_string()])
-            .args(["--reload-interval", "100ms", "--shutdown-delay", "300ms"])
+            .args([
+                "--reload-interval",
+                "100ms",
+                "--shutdown-delay",
+                "300ms",
+                "--no-cluster",
+            ])
             .args(extra)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

@@ -46,6 +46,10 @@ impl PatternSet {
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
+
+    pub fn sources(&self) -> impl Iterator<Item = &str> {
+        self.0.iter().map(Pattern::source)
+    }
 }
 
 #[cfg(test)]

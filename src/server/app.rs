@@ -19,6 +19,7 @@ use kube::core::response::StatusSummary;
 use super::errors::HttpError;
 use super::metrics::{Metrics, RequestLabels};
 use crate::audit::AuditRecord;
+use crate::cluster::parents::ParentReader;
 use crate::drift::{Finding, Verdict};
 use crate::review::{self, RawObject};
 use crate::{Endpoint, Judged, Policy, judge_request};
@@ -54,6 +55,8 @@ pub struct App {
     pub on_error: OnError,
     pub max_body_bytes: usize,
     pub body_timeout: Duration,
+    /// Reads the parent of a `…/scale` write; `None` without cluster access.
+    pub parents: Option<Arc<ParentReader>>,
 }
 
 pub fn router(app: Arc<App>) -> Router {
@@ -100,7 +103,16 @@ async fn review(app: &App, endpoint: Endpoint, request: Request) -> Response {
     );
     let _entered = span.enter();
     let policy = app.policy.current();
-    let outcome = guarded(|| judge_request(&policy, &parsed, endpoint, None, Timestamp::now()));
+    let parent = scale_parent(app, &policy, &parsed).await;
+    let outcome = guarded(|| {
+        judge_request(
+            &policy,
+            &parsed,
+            endpoint,
+            parent.as_ref(),
+            Timestamp::now(),
+        )
+    });
     let micros = started.elapsed().as_micros() as u64;
     let view = review::view(&parsed);
     let bytes = match outcome {
@@ -160,6 +172,40 @@ fn record(app: &App, endpoint: Endpoint, parsed: &AdmissionRequest<RawObject>, j
     }
     if d.verdict == Verdict::Deny {
         tracing::debug!(paths = ?d.drifted_paths, "denied drift");
+    }
+}
+
+/// The parent of a `…/scale` UPDATE, unless the writer is a controller or
+/// trusted identity (then the answer does not depend on it) or there is no
+/// cluster access. A failed read is logged; the decision then applies
+/// `unknownScaleParent` and says so in its warnings and audit record.
+async fn scale_parent(
+    app: &App,
+    policy: &Policy,
+    req: &AdmissionRequest<RawObject>,
+) -> Option<serde_json::Value> {
+    if req.sub_resource.as_deref() != Some("scale")
+        || req.operation != kube::core::admission::Operation::Update
+    {
+        return None;
+    }
+    let user = req.user_info.username.as_deref().unwrap_or_default();
+    let groups = req.user_info.groups.as_deref().unwrap_or_default();
+    if policy.controllers.contains(user, groups) || policy.trusted.contains(user, groups) {
+        return None;
+    }
+    let reader = app.parents.as_ref()?;
+    let r = &req.resource;
+    let namespace = req.namespace.as_deref().unwrap_or_default();
+    match reader
+        .read(&r.group, &r.version, &r.resource, namespace, &req.name)
+        .await
+    {
+        Ok(parent) => Some(parent),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read the scale parent");
+            None
+        }
     }
 }
 

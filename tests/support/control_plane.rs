@@ -236,7 +236,7 @@ impl ControlPlane {
         plane
     }
 
-    fn add_user(&mut self, user: &str, groups: &[&str]) {
+    pub fn add_user(&mut self, user: &str, groups: &[&str]) {
         let (cert, key) = self.ca.leaf(user, &[], groups).unwrap();
         let crt = self.dir.join(format!("{user}.crt"));
         let keyf = self.dir.join(format!("{user}.key"));
@@ -398,11 +398,7 @@ impl Driftguard {
     }
 
     fn spawn(args: &[String]) -> Proc {
-        // Integration tests get the binary from cargo; the demo (an example) runs the release build.
-        let bin = option_env!("CARGO_BIN_EXE_driftguard")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from(ROOT).join("target/release/driftguard"));
-        Proc::spawn("driftguard", Command::new(bin).args(args))
+        Proc::spawn("driftguard", Command::new(Self::binary()).args(args))
     }
 
     fn wait_ready(&self) {
@@ -456,93 +452,35 @@ impl Driftguard {
             .collect()
     }
 
-    /// Both webhook configurations, as the register command and the chart will write them.
-    pub fn webhook_configurations(&self, ca_pem: &str) -> String {
-        use base64_encode::encode;
-        let bundle = encode(ca_pem.as_bytes());
-        let skip = [
-            ARGO,
-            "system:serviceaccount:argocd:argocd-server",
-            FLUX,
-            "system:serviceaccount:flux-system:helm-controller",
-        ]
-        .iter()
-        .map(|u| format!("'{u}'"))
-        .collect::<Vec<_>>()
-        .join(", ");
-        let mut out = String::new();
-        for (kind, path) in [
-            ("ValidatingWebhookConfiguration", "validate"),
-            ("MutatingWebhookConfiguration", "mutate"),
-        ] {
-            out.push_str(&format!(
-                r#"---
-apiVersion: admissionregistration.k8s.io/v1
-kind: {kind}
-metadata:
-  name: driftguard
-webhooks:
-  - name: {path}.driftguard.io
-    clientConfig:
-      url: https://127.0.0.1:{port}/{path}
-      caBundle: {bundle}
-    admissionReviewVersions: [v1]
-    sideEffects: NoneOnDryRun
-    failurePolicy: Fail
-    timeoutSeconds: 5
-    matchPolicy: Equivalent
-    namespaceSelector:
-      matchExpressions:
-        - {{key: kubernetes.io/metadata.name, operator: NotIn, values: [kube-system]}}
-        - {{key: driftguard.io/ignore, operator: NotIn, values: ["true"]}}
-    matchConditions:
-      - name: skip-gitops-controllers
-        expression: "!(request.userInfo.username in [{skip}])"
-    rules:
-      - apiGroups: ["apps"]
-        apiVersions: ["v1"]
-        operations: [CREATE, UPDATE, DELETE]
-        resources: [deployments, statefulsets, daemonsets, replicasets, deployments/scale, statefulsets/scale, replicasets/scale]
-      - apiGroups: [""]
-        apiVersions: ["v1"]
-        operations: [CREATE, UPDATE, DELETE]
-        resources: [services, configmaps]
-      - apiGroups: ["batch"]
-        apiVersions: ["v1"]
-        operations: [CREATE, UPDATE, DELETE]
-        resources: [cronjobs, jobs]
-      - apiGroups: ["networking.k8s.io"]
-        apiVersions: ["v1"]
-        operations: [CREATE, UPDATE, DELETE]
-        resources: [ingresses]
-"#,
-                port = self.port
-            ));
-        }
-        out
+    /// Registers both webhooks with `driftguard register` (server-side apply as admin).
+    pub fn register(&self, plane: &ControlPlane, policy: &str) {
+        let out = Command::new(Self::binary())
+            .args([
+                "register",
+                &format!("--url=https://127.0.0.1:{}", self.port),
+            ])
+            .arg(format!(
+                "--ca-bundle={}",
+                plane.dir.join("ca.crt").display()
+            ))
+            .arg(format!("--policy={policy}"))
+            .arg(format!(
+                "--kubeconfig={}",
+                plane.kubeconfig("admin").display()
+            ))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "driftguard register: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
-}
 
-mod base64_encode {
-    pub fn encode(input: &[u8]) -> String {
-        const A: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-        let mut out = String::new();
-        for chunk in input.chunks(3) {
-            let b = [
-                chunk[0],
-                *chunk.get(1).unwrap_or(&0),
-                *chunk.get(2).unwrap_or(&0),
-            ];
-            let n = (b[0] as u32) << 16 | (b[1] as u32) << 8 | b[2] as u32;
-            for i in 0..4 {
-                if i <= chunk.len() {
-                    out.push(A[(n >> (18 - 6 * i) & 63) as usize] as char);
-                } else {
-                    out.push('=');
-                }
-            }
-        }
-        out
+    fn binary() -> PathBuf {
+        option_env!("CARGO_BIN_EXE_driftguard")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(ROOT).join("target/release/driftguard"))
     }
 }
 
@@ -576,4 +514,25 @@ subjects:
   - {kind: ServiceAccount, name: argocd-application-controller, namespace: argocd}
   - {kind: ServiceAccount, name: kustomize-controller, namespace: flux-system}
   - {kind: ServiceAccount, name: horizontal-pod-autoscaler, namespace: kube-system}
+"#;
+
+/// driftguard's own RBAC, the minimum it needs: read scale parents, write Events.
+pub const DRIFTGUARD_RBAC: &str = r#"
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: driftguard}
+rules:
+  - apiGroups: [apps]
+    resources: [deployments, statefulsets, replicasets]
+    verbs: [get, list, watch]
+  - apiGroups: [events.k8s.io]
+    resources: [events]
+    verbs: [create, patch]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: driftguard}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: driftguard}
+subjects:
+  - {kind: User, name: driftguard, apiGroup: rbac.authorization.k8s.io}
 "#;
