@@ -1,6 +1,7 @@
 //! driftguard and the cluster it protects (kube-rs): the webhook rules and their
 //! registration, and reading the parent of a `…/scale` write.
 
+pub mod events;
 pub mod parents;
 pub mod register;
 pub mod rules;

@@ -116,13 +116,17 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         );
     }
 
-    let parents = cluster_client(&config).await.map(|client| {
+    let client = cluster_client(&config).await;
+    let parents = client.clone().map(|client| {
         Arc::new(crate::cluster::parents::ParentReader::new(
             client,
             Duration::from_secs(1),
             Duration::from_secs(2),
         ))
     });
+    // One Event per object and reason per minute; the next one counts the rest.
+    let events =
+        client.map(|c| crate::cluster::events::EventRecorder::new(c, Duration::from_secs(60)));
     let app = Arc::new(App {
         policy,
         metrics: metrics.clone(),
@@ -130,6 +134,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         max_body_bytes: config.max_body_bytes,
         body_timeout: config.body_timeout,
         parents,
+        events,
     });
     serve_tls(listener, acceptor, app::router(app), &config, &health).await;
     probe_task.abort();

@@ -155,6 +155,46 @@ fn setup() -> Env {
     Env { plane, dg }
 }
 
+/// `kind/name note` per Event with this reason in production.
+fn events(e: &Env, reason: &str) -> String {
+    let template = "jsonpath={range .items[*]}{.regarding.kind}/{.regarding.name} {.reportingController} {.note}{\"\\n\"}{end}";
+    let selector = format!("reason={reason}");
+    e.plane
+        .kubectl(
+            "admin",
+            &[
+                "-n",
+                "production",
+                "get",
+                "events.events.k8s.io",
+                "--field-selector",
+                &selector,
+                "-o",
+                template,
+            ],
+        )
+        .stdout
+}
+
+/// Events are written in the background: poll for one.
+fn wait_for_event(e: &Env, reason: &str, object: &str, needle: &str) -> Scenario {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let text = events(e, reason);
+        if text
+            .lines()
+            .any(|l| l.starts_with(object) && l.contains(" driftguard ") && l.contains(needle))
+        {
+            return Ok(());
+        }
+        ensure!(
+            std::time::Instant::now() < deadline,
+            "no {reason} Event on {object} with {needle:?}: {text:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}
+
 fn set_image_is_denied_for_alice_and_allowed_for_argo_cd(e: &Env) -> Scenario {
     let out = e.plane.kubectl(
         "alice",
@@ -202,6 +242,12 @@ fn set_image_is_denied_for_alice_and_allowed_for_argo_cd(e: &Env) -> Scenario {
         ],
     );
     ensure!(out.ok, "Argo CD's own change was refused: {out}");
+    wait_for_event(
+        e,
+        "DriftBlocked",
+        "Deployment/myapp",
+        "/spec/template/spec/containers/0/image",
+    )?;
     ensure!(
         e.get(
             "production",
@@ -339,6 +385,7 @@ fn dry_run_and_diff_print_warnings_and_change_nothing(e: &Env) -> Scenario {
         "deployment/myapp",
         "{.spec.template.spec.containers[0].image}",
     );
+    let blocked_before = events(e, "DriftBlocked").lines().count();
     let out = e.plane.kubectl_stdin(
         "alice",
         &["apply", "--dry-run=server", "-f", "-"],
@@ -372,6 +419,11 @@ fn dry_run_and_diff_print_warnings_and_change_nothing(e: &Env) -> Scenario {
             "{.spec.template.spec.containers[0].image}"
         ) == before,
         "dry run changed the object"
+    );
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    ensure!(
+        events(e, "DriftBlocked").lines().count() == blocked_before,
+        "a dry run wrote an Event"
     );
     Ok(())
 }
@@ -515,6 +567,12 @@ fn break_glass(e: &Env) -> Scenario {
             r["breakGlass"]["user"] == "sam" && r["breakGlass"]["reason"] == "INC-7 outage"
         });
     ensure!(flagged, "no flagged audit record");
+    wait_for_event(
+        e,
+        "BreakGlassUsed",
+        "Deployment/myapp",
+        "break-glass by sam",
+    )?;
     Ok(())
 }
 

@@ -21,6 +21,7 @@ fn app(policy: Policy) -> axum::Router {
         max_body_bytes: 64 * 1024,
         body_timeout: Duration::from_millis(300),
         parents: None,
+        events: None,
     }))
 }
 

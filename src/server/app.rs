@@ -19,6 +19,7 @@ use kube::core::response::StatusSummary;
 use super::errors::HttpError;
 use super::metrics::{Metrics, RequestLabels};
 use crate::audit::AuditRecord;
+use crate::cluster::events::{EventRecorder, Report};
 use crate::cluster::parents::ParentReader;
 use crate::drift::{Finding, Verdict};
 use crate::review::{self, RawObject};
@@ -57,6 +58,8 @@ pub struct App {
     pub body_timeout: Duration,
     /// Reads the parent of a `…/scale` write; `None` without cluster access.
     pub parents: Option<Arc<ParentReader>>,
+    /// Writes DriftBlocked and BreakGlassUsed Events; `None` without cluster access.
+    pub events: Option<Arc<EventRecorder>>,
 }
 
 pub fn router(app: Arc<App>) -> Router {
@@ -118,6 +121,9 @@ async fn review(app: &App, endpoint: Endpoint, request: Request) -> Response {
     let bytes = match outcome {
         Ok(Ok(judged)) => {
             record(app, endpoint, &parsed, &judged);
+            if endpoint == Endpoint::Validate && !parsed.dry_run {
+                emit_event(app, &parsed, parent.as_ref(), &judged);
+            }
             AuditRecord::decided(
                 endpoint_name(endpoint),
                 &parsed.uid,
@@ -173,6 +179,82 @@ fn record(app: &App, endpoint: Endpoint, parsed: &AdmissionRequest<RawObject>, j
     if d.verdict == Verdict::Deny {
         tracing::debug!(paths = ?d.drifted_paths, "denied drift");
     }
+}
+
+/// An Event on the object for a denial or a break-glass use (never for dry runs).
+fn emit_event(
+    app: &App,
+    req: &AdmissionRequest<RawObject>,
+    parent: Option<&serde_json::Value>,
+    judged: &Judged,
+) {
+    let Some(events) = &app.events else { return };
+    let d = &judged.decision;
+    let (reason, action, note) = match (&d.finding, d.verdict) {
+        (_, Verdict::Deny) => {
+            let message = judged
+                .response
+                .response
+                .as_ref()
+                .map(|r| r.result.message.clone())
+                .unwrap_or_default();
+            (
+                "DriftBlocked",
+                "Deny",
+                format!(
+                    "{} by {}",
+                    message,
+                    req.user_info.username.as_deref().unwrap_or("?")
+                ),
+            )
+        }
+        (Finding::BreakGlass, _) => {
+            let Some(bg) = &d.break_glass else { return };
+            let paths = if d.drifted_paths.is_empty() {
+                "armed".to_owned()
+            } else {
+                d.drifted_paths.join(", ")
+            };
+            (
+                "BreakGlassUsed",
+                "Allow",
+                format!(
+                    "break-glass by {} until {}: {}; {paths}",
+                    bg.user, bg.expires, bg.reason
+                ),
+            )
+        }
+        _ => return,
+    };
+    let stored = parent
+        .or(req.old_object.as_ref().map(|o| &o.value))
+        .or(req.object.as_ref().map(|o| &o.value));
+    let field = |key: &str| {
+        stored
+            .and_then(|o| o.get(key))
+            .and_then(|v| v.as_str())
+            .map(str::to_owned)
+    };
+    let api_version = field("apiVersion").unwrap_or_else(|| match req.kind.group.as_str() {
+        "" => req.kind.version.clone(),
+        g => format!("{g}/{}", req.kind.version),
+    });
+    events.report(Report {
+        reason,
+        action,
+        note,
+        regarding: k8s_openapi::api::core::v1::ObjectReference {
+            api_version: Some(api_version),
+            kind: field("kind").or_else(|| Some(req.kind.kind.clone())),
+            name: Some(req.name.clone()),
+            namespace: req.namespace.clone(),
+            uid: stored
+                .and_then(|o| o.pointer("/metadata/uid"))
+                .and_then(|v| v.as_str())
+                .map(str::to_owned),
+            ..Default::default()
+        },
+    });
 }
 
 /// The parent of a `…/scale` UPDATE, unless the writer is a controller or
