@@ -57,6 +57,9 @@ async fn main() {
         reload_interval: Duration::from_secs(60),
         kubeconfig: None,
         no_cluster: true,
+        watch_argocd: false,
+        argocd_namespace: String::new(),
+        watch_flux: false,
     };
     let router = axum::Router::new().route(
         "/{*path}",

@@ -110,6 +110,15 @@ struct ServeArgs {
     /// Never talk to the cluster (scale writes then follow unknownScaleParent).
     #[arg(long, env = "DRIFTGUARD_NO_CLUSTER", conflicts_with = "kubeconfig")]
     no_cluster: bool,
+    /// Read Argo CD Applications (every namespace) and argocd-cm from the cluster.
+    #[arg(long, env = "DRIFTGUARD_WATCH_ARGOCD")]
+    watch_argocd: bool,
+    /// Namespace of argocd-cm.
+    #[arg(long, env = "DRIFTGUARD_ARGOCD_NAMESPACE", default_value = "argocd")]
+    argocd_namespace: String,
+    /// Read Flux Kustomizations and HelmReleases from the cluster.
+    #[arg(long, env = "DRIFTGUARD_WATCH_FLUX")]
+    watch_flux: bool,
     /// How often the policy and certificate files are checked for changes.
     #[arg(long, env = "DRIFTGUARD_RELOAD_INTERVAL", default_value = "2s", value_parser = duration)]
     reload_interval: Duration,
@@ -325,6 +334,9 @@ fn serve(args: ServeArgs) -> Result<ExitCode, Failure> {
         reload_interval: args.reload_interval,
         kubeconfig: args.kubeconfig,
         no_cluster: args.no_cluster,
+        watch_argocd: args.watch_argocd,
+        argocd_namespace: args.argocd_namespace,
+        watch_flux: args.watch_flux,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

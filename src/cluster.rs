@@ -5,6 +5,7 @@ pub mod events;
 pub mod parents;
 pub mod register;
 pub mod rules;
+pub mod watch;
 
 /// A kube client from `kubeconfig`, or inferred (in-cluster, `$KUBECONFIG`,
 /// `~/.kube/config`).

@@ -13,6 +13,7 @@ pub use ownership::Manager;
 
 use crate::policy::path::is_under;
 use crate::policy::{IgnoreRule, Mode, Policy, RuleFailure, Target, UnknownParent};
+use crate::sources::Sources;
 
 /// The annotation, on the stored object, that overrides the mode for that object.
 pub const MODE_ANNOTATION: &str = "driftguard.io/mode";
@@ -164,6 +165,8 @@ pub struct Context<'a> {
     pub now: Timestamp,
     /// The parent of a `…/scale` write, when the caller could read it.
     pub parent: Option<&'a Value>,
+    /// What Argo CD and Flux know, read from the cluster (`--watch-argocd`, `--watch-flux`).
+    pub sources: Option<&'a Sources>,
 }
 
 pub fn decide(policy: &Policy, req: &Request, ctx: &Context) -> Result<Decision, DecideError> {
@@ -214,11 +217,14 @@ pub fn decide(policy: &Policy, req: &Request, ctx: &Context) -> Result<Decision,
     let Some(manager) = ownership::detect(owner_obj, policy) else {
         return out_of_scope(d, "not GitOps-managed".into());
     };
-    set_manager(policy, &mut d, manager);
+    if let Some(why) = ownership::opted_out(owner_obj, &manager) {
+        return out_of_scope(d, why);
+    }
+    set_manager(policy, ctx, &mut d, manager);
     if let Some(old) = old {
         d.mode = mode_from_annotation(old, d.mode, &mut d.notes);
     }
-    if identity_allows(policy, req, &mut d) {
+    if identity_allows(policy, ctx, req, &mut d) {
         return Ok(d);
     }
     let (bg_carrier, bg_previous) = match req.operation {
@@ -241,7 +247,7 @@ pub fn decide(policy: &Policy, req: &Request, ctx: &Context) -> Result<Decision,
                 old.expect("UPDATE has old"),
                 object.expect("UPDATE has object"),
             );
-            let paths = diff(policy, req, old, new, &mut d);
+            let paths = diff(policy, ctx, req, old, new, &mut d);
             let finding = if paths.is_empty() {
                 Finding::NoDrift
             } else {
@@ -259,14 +265,26 @@ pub fn decide(policy: &Policy, req: &Request, ctx: &Context) -> Result<Decision,
 
 /// Drifted paths between `old` and `new` under the rules that apply to this
 /// object; rule failures are recorded in `d`.
-fn diff(policy: &Policy, req: &Request, old: &Value, new: &Value, d: &mut Decision) -> Vec<String> {
+fn diff(
+    policy: &Policy,
+    ctx: &Context,
+    req: &Request,
+    old: &Value,
+    new: &Value,
+    d: &mut Decision,
+) -> Vec<String> {
     let target = Target {
         group: req.resource_group_or_kind_group(),
         kind: kind_of(req, old),
         name: req.name,
         namespace: req.namespace,
     };
-    let rules = rules_for(policy, &target, d.manager.as_ref());
+    let version = old
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let version = version.rsplit('/').next().unwrap_or_default();
+    let rules = rules_for(policy, ctx, &target, d.manager.as_ref(), version, old);
     let mut failures = Vec::new();
     let (old_n, new_n) = normalize::normalize_pair(old, new, &rules, Some(old), &mut failures);
     let mut paths = normalize::drifted_paths(&old_n, &new_n);
@@ -305,39 +323,83 @@ fn kind_of<'a>(req: &'a Request, obj: &'a Value) -> &'a str {
     }
 }
 
-/// Policy rules, then the managing Application's own rules.
+/// Policy rules, then what the managing tool itself ignores: the Application's
+/// rules and Argo CD's resource customizations, or the Flux object's ignore rules.
 fn rules_for<'p>(
     policy: &'p Policy,
+    ctx: &Context<'p>,
     target: &Target,
     manager: Option<&Manager>,
+    version: &str,
+    obj: &Value,
 ) -> Vec<&'p IgnoreRule> {
     let mut rules = policy.rules.matching(target);
-    if let Some(Manager::ArgoCd {
-        application,
-        application_namespace,
-    }) = manager
-        && let Some(app) = policy.application(application, application_namespace.as_deref())
-    {
-        rules.extend(app.rules.matching(target));
+    match manager {
+        Some(Manager::ArgoCd {
+            application,
+            application_namespace,
+        }) => {
+            if let Some(sources) = ctx.sources {
+                rules.extend(sources.argocd_overrides.matching(target));
+            }
+            if let Some(app) =
+                find_application(policy, ctx, application, application_namespace.as_deref())
+            {
+                rules.extend(app.rules.matching(target));
+            }
+        }
+        Some(flux) => {
+            if let Some(source) = ctx.sources.and_then(|s| s.flux_source(flux)) {
+                rules.extend(
+                    source
+                        .rules
+                        .iter()
+                        .filter(|r| r.matches(target, version, obj))
+                        .map(|r| &r.rule),
+                );
+            }
+        }
+        None => {}
     }
     rules
 }
 
-fn set_manager(policy: &Policy, d: &mut Decision, manager: Manager) {
-    if let Manager::ArgoCd {
-        application,
-        application_namespace,
-    } = &manager
-    {
-        d.source = policy
-            .application(application, application_namespace.as_deref())
-            .and_then(|a| a.describe_source());
-    }
+/// An Application from `--argocd-application` files, else from the cluster.
+fn find_application<'p>(
+    policy: &'p Policy,
+    ctx: &Context<'p>,
+    name: &str,
+    namespace: Option<&str>,
+) -> Option<&'p crate::policy::Application> {
+    policy
+        .application(name, namespace)
+        .or_else(|| ctx.sources.and_then(|s| s.application(name, namespace)))
+}
+
+fn set_manager(policy: &Policy, ctx: &Context, d: &mut Decision, manager: Manager) {
+    d.source = match &manager {
+        Manager::ArgoCd {
+            application,
+            application_namespace,
+        } => find_application(policy, ctx, application, application_namespace.as_deref())
+            .and_then(|a| a.describe_source()),
+        flux => ctx
+            .sources
+            .and_then(|s| s.flux_source(flux))
+            .and_then(|f| f.source.clone()),
+    };
     d.manager = Some(manager);
 }
 
-fn identity_allows(policy: &Policy, req: &Request, d: &mut Decision) -> bool {
-    if policy.controllers.contains(req.username, req.groups) {
+/// Controllers and trusted identities; for a Flux object also exactly the
+/// service account its Kustomization or HelmRelease impersonates (multi-tenancy).
+fn identity_allows(policy: &Policy, ctx: &Context, req: &Request, d: &mut Decision) -> bool {
+    let tenant = d
+        .manager
+        .as_ref()
+        .and_then(|m| ctx.sources.and_then(|s| s.flux_source(m)))
+        .and_then(|f| f.service_account.as_deref());
+    if policy.controllers.contains(req.username, req.groups) || tenant == Some(req.username) {
         d.finding = Finding::Controller;
         true
     } else if policy.trusted.contains(req.username, req.groups) {
@@ -426,6 +488,7 @@ fn decide_scale(
     let Some(parent) = ctx.parent else {
         return Ok(decide_scale_blind(
             policy,
+            ctx,
             req,
             d,
             replicas(old) != replicas(new),
@@ -439,9 +502,13 @@ fn decide_scale(
         d.finding = Finding::OutOfScope("not GitOps-managed".into());
         return Ok(d);
     };
-    set_manager(policy, &mut d, manager);
+    if let Some(why) = ownership::opted_out(parent, &manager) {
+        d.finding = Finding::OutOfScope(why);
+        return Ok(d);
+    }
+    set_manager(policy, ctx, &mut d, manager);
     d.mode = mode_from_annotation(parent, d.mode, &mut d.notes);
-    if identity_allows(policy, req, &mut d) {
+    if identity_allows(policy, ctx, req, &mut d) {
         return Ok(d);
     }
     let with_replicas = |r: Option<Value>| {
@@ -452,7 +519,7 @@ fn decide_scale(
         p
     };
     let (old_parent, new_parent) = (with_replicas(replicas(old)), with_replicas(replicas(new)));
-    let paths = diff(policy, req, &old_parent, &new_parent, &mut d);
+    let paths = diff(policy, ctx, req, &old_parent, &new_parent, &mut d);
     d.finding = if paths.is_empty() {
         Finding::NoDrift
     } else {
@@ -478,11 +545,12 @@ fn decide_scale(
 /// applies, and otherwise `unknownScaleParent` (warn by default) decides.
 fn decide_scale_blind(
     policy: &Policy,
+    ctx: &Context,
     req: &Request,
     mut d: Decision,
     replicas_changed: bool,
 ) -> Decision {
-    if identity_allows(policy, req, &mut d) {
+    if identity_allows(policy, ctx, req, &mut d) {
         return d;
     }
     if !replicas_changed {
@@ -495,11 +563,13 @@ fn decide_scale_blind(
         name: req.name,
         namespace: req.namespace,
     };
-    let ignored = rules_for(policy, &target, None).iter().any(|r| {
-        r.pointers
-            .iter()
-            .any(|p| is_under("/spec/replicas", &p.to_pointer()))
-    });
+    let ignored = rules_for(policy, ctx, &target, None, "", &Value::Null)
+        .iter()
+        .any(|r| {
+            r.pointers
+                .iter()
+                .any(|p| is_under("/spec/replicas", &p.to_pointer()))
+        });
     if ignored {
         return d;
     }

@@ -16,6 +16,7 @@ pub mod logging;
 pub mod policy;
 pub mod review;
 pub mod server;
+pub mod sources;
 
 use jiff::Timestamp;
 use kube::core::DynamicObject;
@@ -52,7 +53,7 @@ pub fn judge(
     now: Timestamp,
 ) -> Result<Judged, ReviewError> {
     let req = review::parse(body)?;
-    judge_request(policy, &req, endpoint, parent, now)
+    judge_request(policy, &req, endpoint, parent, None, now)
         .map_err(|e| ReviewError::Incomplete(e.to_string()))
 }
 
@@ -62,10 +63,15 @@ pub fn judge_request(
     req: &AdmissionRequest<review::RawObject>,
     endpoint: Endpoint,
     parent: Option<&Value>,
+    sources: Option<&sources::Sources>,
     now: Timestamp,
 ) -> Result<Judged, drift::DecideError> {
     let view = review::view(req);
-    let ctx = drift::Context { now, parent };
+    let ctx = drift::Context {
+        now,
+        parent,
+        sources,
+    };
     let decision = drift::decide(policy, &view, &ctx)?;
     let response = admission::respond(req, &view, &decision, endpoint, now).into_review();
     Ok(Judged { response, decision })

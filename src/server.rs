@@ -59,6 +59,11 @@ pub struct Config {
     /// infer it (in-cluster or `$KUBECONFIG`); `no_cluster` turns it off.
     pub kubeconfig: Option<PathBuf>,
     pub no_cluster: bool,
+    /// Read Argo CD Applications and argocd-cm (in this namespace) from the cluster.
+    pub watch_argocd: bool,
+    pub argocd_namespace: String,
+    /// Read Flux Kustomizations and HelmReleases from the cluster.
+    pub watch_flux: bool,
 }
 
 pub async fn run(config: Config) -> anyhow::Result<()> {
@@ -125,8 +130,33 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         ))
     });
     // One Event per object and reason per minute; the next one counts the rest.
-    let events =
-        client.map(|c| crate::cluster::events::EventRecorder::new(c, Duration::from_secs(60)));
+    let events = client
+        .clone()
+        .map(|c| crate::cluster::events::EventRecorder::new(c, Duration::from_secs(60)));
+    let sources = match (&client, config.watch_argocd || config.watch_flux) {
+        (Some(client), true) => {
+            let options = crate::cluster::watch::WatchOptions {
+                argocd: config.watch_argocd,
+                argocd_namespace: config.argocd_namespace.clone(),
+                flux: config.watch_flux,
+            };
+            let watches = crate::cluster::watch::spawn(client.clone(), &options, metrics.clone());
+            health.sources_filled.store(false, Ordering::SeqCst);
+            let (health, metrics, w) = (health.clone(), metrics.clone(), watches.clone());
+            tokio::spawn(async move {
+                loop {
+                    health.sources_filled.store(w.filled(), Ordering::SeqCst);
+                    metrics.source_age.set(w.age_seconds());
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            });
+            Some(watches.handle.clone())
+        }
+        (None, true) => anyhow::bail!(
+            "--watch-argocd and --watch-flux need cluster access (--kubeconfig or in-cluster)"
+        ),
+        _ => None,
+    };
     let app = Arc::new(App {
         policy,
         metrics: metrics.clone(),
@@ -135,6 +165,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         body_timeout: config.body_timeout,
         parents,
         events,
+        sources,
     });
     serve_tls(listener, acceptor, app::router(app), &config, &health).await;
     probe_task.abort();

@@ -22,6 +22,7 @@ fn app(policy: Policy) -> axum::Router {
         body_timeout: Duration::from_millis(300),
         parents: None,
         events: None,
+        sources: None,
     }))
 }
 

@@ -161,6 +161,21 @@ fn argo_app(app: &str) -> Manager {
     }
 }
 
+/// Flux's per-object opt-outs, on the stored object (label or annotation):
+/// such an object is not reconciled, so its changes are not drift. Adding one by
+/// hand is a change like any other, judged on the stored object.
+pub fn opted_out(obj: &Value, manager: &Manager) -> Option<String> {
+    let key = match manager {
+        Manager::FluxKustomization { .. } => "kustomize.toolkit.fluxcd.io/reconcile",
+        Manager::FluxHelmRelease { .. } => "helm.toolkit.fluxcd.io/driftDetection",
+        Manager::ArgoCd { .. } => return None,
+    };
+    let disabled = [labels(obj), annotations(obj)]
+        .into_iter()
+        .any(|m| get(m, key) == Some("disabled"));
+    disabled.then(|| format!("{key}: disabled (unmanaged by {manager})"))
+}
+
 /// The metadata keys by which ownership is detected: `(is_annotation, key)`.
 pub fn tracking_keys(policy: &Policy) -> Vec<(bool, &str)> {
     let mut keys = Vec::new();

@@ -84,37 +84,42 @@ pub fn parse(text: &str, file: &str) -> Result<Imported, String> {
             ));
             continue;
         }
-        if doc.metadata.name.is_empty() {
-            return Err(format!(
-                "{file}: document {}: Application has no metadata.name",
-                i + 1
-            ));
-        }
-        let spec = doc.spec.unwrap_or(Spec {
-            source: None,
-            sources: vec![],
-            ignore_differences: vec![],
-        });
-        let source = spec.source.or_else(|| spec.sources.into_iter().next());
-        let name = doc.metadata.name;
-        let rules = spec
-            .ignore_differences
-            .iter()
-            .enumerate()
-            .map(|(j, d)| {
-                IgnoreRule::compile(d, format!("Application {name} ignoreDifferences[{j}]"))
-            })
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| format!("{file}: {e}"))?;
-        out.applications.push(Application {
-            namespace: doc.metadata.namespace,
-            repo_url: source.as_ref().and_then(|s| s.repo_url.clone()),
-            path: source.and_then(|s| s.path),
-            name,
-            rules: RuleSet::new(rules),
-        });
+        let app = from_document(doc).map_err(|e| format!("{file}: document {}: {e}", i + 1))?;
+        out.applications.push(app);
     }
     Ok(out)
+}
+
+/// An Application read from the cluster (a watched object).
+pub fn from_value(value: &serde_json::Value) -> Result<Application, String> {
+    let doc: Document = serde_json::from_value(value.clone()).map_err(|e| e.to_string())?;
+    from_document(doc)
+}
+
+fn from_document(doc: Document) -> Result<Application, String> {
+    if doc.metadata.name.is_empty() {
+        return Err("Application has no metadata.name".into());
+    }
+    let spec = doc.spec.unwrap_or(Spec {
+        source: None,
+        sources: vec![],
+        ignore_differences: vec![],
+    });
+    let source = spec.source.or_else(|| spec.sources.into_iter().next());
+    let name = doc.metadata.name;
+    let rules = spec
+        .ignore_differences
+        .iter()
+        .enumerate()
+        .map(|(j, d)| IgnoreRule::compile(d, format!("Application {name} ignoreDifferences[{j}]")))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Application {
+        namespace: doc.metadata.namespace,
+        repo_url: source.as_ref().and_then(|s| s.repo_url.clone()),
+        path: source.and_then(|s| s.path),
+        name,
+        rules: RuleSet::new(rules),
+    })
 }
 
 impl Application {

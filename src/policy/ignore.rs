@@ -129,6 +129,44 @@ impl IgnoreRule {
         })
     }
 
+    /// A rule from Flux (`spec.ignore`, `spec.driftDetection.ignore`): JSON
+    /// pointers only, where `""` is the whole object, as Flux defines it.
+    pub fn from_flux(
+        group: &str,
+        kind: &str,
+        paths: &[String],
+        origin: String,
+    ) -> Result<Self, String> {
+        let glob = |s: &str| {
+            if s.is_empty() {
+                "*".to_owned()
+            } else {
+                s.to_owned()
+            }
+        };
+        let pointers = paths
+            .iter()
+            .map(|p| {
+                if p.is_empty() {
+                    Ok(Path::default())
+                } else {
+                    Path::parse_pointer(p)
+                }
+            })
+            .collect::<Result<_, _>>()
+            .map_err(|e| format!("{origin}: {e}"))?;
+        Ok(Self {
+            group: Pattern::new(&glob(group)).map_err(|e| format!("{origin}: {e}"))?,
+            kind: Pattern::new(&glob(kind)).map_err(|e| format!("{origin}: {e}"))?,
+            name: String::new(),
+            namespace: String::new(),
+            pointers,
+            jq: Vec::new(),
+            managers: Vec::new(),
+            origin,
+        })
+    }
+
     /// The kind when it is written without glob characters.
     fn literal_kind(&self) -> Option<&str> {
         let kind = self.kind.source();

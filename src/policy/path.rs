@@ -103,10 +103,12 @@ fn exists(doc: &Value, path: &[Segment]) -> bool {
     true
 }
 
-/// Returns true when `node` became empty through this removal.
+/// Returns true when `node` became empty through this removal. The empty
+/// path (Flux's whole-document pointer) empties the document.
 fn remove_pruning(node: &mut Value, path: &[Segment]) -> bool {
     let Some((first, rest)) = path.split_first() else {
-        return false;
+        *node = Value::Object(Default::default());
+        return true;
     };
     let emptied = match node {
         Value::Object(map) => {

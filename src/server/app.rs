@@ -21,6 +21,7 @@ use super::metrics::{Metrics, RequestLabels};
 use crate::audit::AuditRecord;
 use crate::cluster::events::{EventRecorder, Report};
 use crate::cluster::parents::ParentReader;
+use crate::cluster::watch::SourcesHandle;
 use crate::drift::{Finding, Verdict};
 use crate::review::{self, RawObject};
 use crate::{Endpoint, Judged, Policy, judge_request};
@@ -60,6 +61,8 @@ pub struct App {
     pub parents: Option<Arc<ParentReader>>,
     /// Writes DriftBlocked and BreakGlassUsed Events; `None` without cluster access.
     pub events: Option<Arc<EventRecorder>>,
+    /// What Argo CD and Flux know (`--watch-argocd`, `--watch-flux`).
+    pub sources: Option<SourcesHandle>,
 }
 
 pub fn router(app: Arc<App>) -> Router {
@@ -107,12 +110,14 @@ async fn review(app: &App, endpoint: Endpoint, request: Request) -> Response {
     let _entered = span.enter();
     let policy = app.policy.current();
     let parent = scale_parent(app, &policy, &parsed).await;
+    let sources = app.sources.as_ref().map(|s| s.current());
     let outcome = guarded(|| {
         judge_request(
             &policy,
             &parsed,
             endpoint,
             parent.as_ref(),
+            sources.as_deref(),
             Timestamp::now(),
         )
     });

@@ -3,8 +3,10 @@
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+use std::sync::atomic::AtomicU64;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
@@ -32,6 +34,13 @@ pub struct Metrics {
     pub internal_errors: Counter,
     pub policy_reloads: Family<ResultLabels, Counter>,
     pub certificate_reloads: Family<ResultLabels, Counter>,
+    pub watch_errors: Family<SourceLabels, Counter>,
+    pub source_age: Gauge<f64, AtomicU64>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SourceLabels {
+    pub source: &'static str,
 }
 
 impl Default for Metrics {
@@ -80,8 +89,22 @@ impl Default for Metrics {
             "Serving certificate reloads, by result",
             certificate_reloads.clone(),
         );
+        let watch_errors = Family::<SourceLabels, Counter>::default();
+        registry.register(
+            "watch_errors",
+            "Failed Argo CD / Flux watches, by source",
+            watch_errors.clone(),
+        );
+        let source_age = Gauge::<f64, AtomicU64>::default();
+        registry.register(
+            "sources_age_seconds",
+            "Seconds since the Argo CD / Flux sources last changed",
+            source_age.clone(),
+        );
         Self {
             registry,
+            watch_errors,
+            source_age,
             requests,
             rejected,
             decision_seconds,
@@ -99,6 +122,12 @@ impl Metrics {
             .get_or_create(&ResultLabels {
                 result: if ok { "success" } else { "failure" },
             })
+            .inc();
+    }
+
+    pub fn reject_watch(&self, source: &'static str) {
+        self.watch_errors
+            .get_or_create(&SourceLabels { source })
             .inc();
     }
 

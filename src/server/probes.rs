@@ -12,11 +12,24 @@ use axum::routing::get;
 
 use super::metrics::Metrics;
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Health {
     pub policy_loaded: AtomicBool,
     pub tls_bound: AtomicBool,
     pub shutting_down: AtomicBool,
+    /// False only while a watched GitOps source has never been listed.
+    pub sources_filled: AtomicBool,
+}
+
+impl Default for Health {
+    fn default() -> Self {
+        Self {
+            policy_loaded: AtomicBool::new(false),
+            tls_bound: AtomicBool::new(false),
+            shutting_down: AtomicBool::new(false),
+            sources_filled: AtomicBool::new(true),
+        }
+    }
 }
 
 impl Health {
@@ -28,6 +41,8 @@ impl Health {
             Some("policy not loaded")
         } else if !self.tls_bound.load(Ordering::SeqCst) {
             Some("TLS listener not bound")
+        } else if !self.sources_filled.load(Ordering::SeqCst) {
+            Some("Argo CD / Flux sources not listed yet")
         } else {
             None
         }

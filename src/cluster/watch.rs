@@ -1,0 +1,229 @@
+//! `--watch-argocd` and `--watch-flux`: reflectors over Applications, the
+//! `argocd-cm` ConfigMap, Kustomizations and HelmReleases. Every change
+//! rebuilds the [`Sources`] the decision reads; a watch that fails or lags
+//! never blocks admission: the last good sources keep serving, their age is a
+//! metric, and only a cache that was never filled keeps driftguard unready.
+//! A kind whose CRD is not installed counts as filled and empty.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Instant;
+
+use futures_util::StreamExt;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use serde_json::Value;
+
+use crate::server::metrics::Metrics;
+use crate::sources::{self, FluxKind, Sources};
+
+/// The sources in force, replaced whole on every change.
+#[derive(Clone, Default)]
+pub struct SourcesHandle(Arc<RwLock<Arc<Sources>>>);
+
+impl SourcesHandle {
+    pub fn current(&self) -> Arc<Sources> {
+        self.0.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn replace(&self, sources: Sources) {
+        *self.0.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(sources);
+    }
+}
+
+#[derive(Default)]
+struct Stores {
+    applications: Option<Store<DynamicObject>>,
+    argocd_cm: Option<Store<ConfigMap>>,
+    kustomizations: Option<Store<DynamicObject>>,
+    helmreleases: Option<Store<DynamicObject>>,
+}
+
+pub struct Watches {
+    pub handle: SourcesHandle,
+    stores: Mutex<Stores>,
+    /// Watches whose first list has not completed yet.
+    pending: AtomicUsize,
+    last_change: Mutex<Instant>,
+}
+
+impl Watches {
+    /// Ready once every watch has been filled at least once.
+    pub fn filled(&self) -> bool {
+        self.pending.load(Ordering::SeqCst) == 0
+    }
+
+    pub fn age_seconds(&self) -> f64 {
+        self.last_change
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .elapsed()
+            .as_secs_f64()
+    }
+
+    fn rebuild(&self) {
+        let stores = self.stores.lock().unwrap_or_else(|e| e.into_inner());
+        let values = |store: &Option<Store<DynamicObject>>| -> Vec<Value> {
+            store
+                .as_ref()
+                .map(|s| {
+                    s.state()
+                        .iter()
+                        .filter_map(|o| serde_json::to_value(o.as_ref()).ok())
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let (applications, mut errors) = sources::applications(&values(&stores.applications));
+        let (argocd_overrides, cm_errors) = stores
+            .argocd_cm
+            .as_ref()
+            .and_then(|s| s.state().first().cloned())
+            .and_then(|cm| cm.data.clone())
+            .map(|data| {
+                let map = data
+                    .into_iter()
+                    .map(|(k, v)| (k, Value::String(v)))
+                    .collect();
+                sources::argocd_overrides(&map)
+            })
+            .unwrap_or_default();
+        errors.extend(cm_errors);
+        let mut flux = Vec::new();
+        for (kind, store) in [
+            (FluxKind::Kustomization, &stores.kustomizations),
+            (FluxKind::HelmRelease, &stores.helmreleases),
+        ] {
+            for value in values(store) {
+                match sources::flux_from_value(kind, &value) {
+                    Ok(source) => flux.push(source),
+                    Err(e) => errors.push(e),
+                }
+            }
+        }
+        for e in errors {
+            tracing::warn!(error = %e, "a GitOps source was left out");
+        }
+        self.handle.replace(Sources {
+            applications,
+            argocd_overrides,
+            flux,
+        });
+        *self.last_change.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
+    }
+}
+
+pub struct WatchOptions {
+    pub argocd: bool,
+    pub argocd_namespace: String,
+    pub flux: bool,
+}
+
+/// Starts the watches and returns the shared state they keep current.
+pub fn spawn(client: kube::Client, options: &WatchOptions, metrics: Arc<Metrics>) -> Arc<Watches> {
+    let watches = Arc::new(Watches {
+        handle: SourcesHandle::default(),
+        stores: Mutex::new(Stores::default()),
+        pending: AtomicUsize::new(0),
+        last_change: Mutex::new(Instant::now()),
+    });
+    let dynamic = |group: &str, version: &str, kind: &str| {
+        ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind))
+    };
+    if options.argocd {
+        let ar = dynamic("argoproj.io", "v1alpha1", "Application");
+        let store = watch_dynamic(&watches, client.clone(), ar, "Application", metrics.clone());
+        watches.stores.lock().unwrap().applications = Some(store);
+        let writer = reflector::store::Writer::<ConfigMap>::default();
+        watches.stores.lock().unwrap().argocd_cm = Some(writer.as_reader());
+        let api = Api::<ConfigMap>::namespaced(client.clone(), &options.argocd_namespace);
+        let config = watcher::Config::default().fields("metadata.name=argocd-cm");
+        run(
+            &watches,
+            reflector::reflector(writer, watcher(api, config)).default_backoff(),
+            "argocd-cm",
+            metrics.clone(),
+        );
+    }
+    if options.flux {
+        let ar = dynamic("kustomize.toolkit.fluxcd.io", "v1", "Kustomization");
+        let store = watch_dynamic(
+            &watches,
+            client.clone(),
+            ar,
+            "Kustomization",
+            metrics.clone(),
+        );
+        watches.stores.lock().unwrap().kustomizations = Some(store);
+        let ar = dynamic("helm.toolkit.fluxcd.io", "v2", "HelmRelease");
+        let store = watch_dynamic(&watches, client, ar, "HelmRelease", metrics);
+        watches.stores.lock().unwrap().helmreleases = Some(store);
+    }
+    watches
+}
+
+fn watch_dynamic(
+    watches: &Arc<Watches>,
+    client: kube::Client,
+    ar: ApiResource,
+    what: &'static str,
+    metrics: Arc<Metrics>,
+) -> Store<DynamicObject> {
+    let writer = reflector::store::Writer::<DynamicObject>::new(ar.clone());
+    let reader = writer.as_reader();
+    let api = Api::<DynamicObject>::all_with(client, &ar);
+    run(
+        watches,
+        reflector::reflector(writer, watcher(api, watcher::Config::default())).default_backoff(),
+        what,
+        metrics,
+    );
+    reader
+}
+
+fn run<K, S>(watches: &Arc<Watches>, stream: S, what: &'static str, metrics: Arc<Metrics>)
+where
+    K: Send + 'static,
+    S: futures_util::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+{
+    watches.pending.fetch_add(1, Ordering::SeqCst);
+    let watches = watches.clone();
+    tokio::spawn(async move {
+        let mut filled = false;
+        let mut stream = std::pin::pin!(stream);
+        while let Some(event) = stream.next().await {
+            match event {
+                Ok(watcher::Event::InitDone)
+                | Ok(watcher::Event::Apply(_))
+                | Ok(watcher::Event::Delete(_)) => {
+                    if !filled && matches!(event, Ok(watcher::Event::InitDone)) {
+                        filled = true;
+                        watches.pending.fetch_sub(1, Ordering::SeqCst);
+                        tracing::info!(source = what, "watch filled");
+                    }
+                    if filled {
+                        watches.rebuild();
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    metrics.reject_watch(what);
+                    let missing = e.to_string().contains("404");
+                    if missing && !filled {
+                        // The CRD is not installed: nothing to learn, nothing to wait for.
+                        filled = true;
+                        watches.pending.fetch_sub(1, Ordering::SeqCst);
+                        tracing::warn!(
+                            source = what,
+                            "not installed in this cluster; watching nothing"
+                        );
+                    } else {
+                        tracing::warn!(source = what, error = %e, "watch failed; serving the last good sources");
+                    }
+                }
+            }
+        }
+    });
+}
