@@ -30,6 +30,11 @@ fn main() {
     say("starting etcd and kube-apiserver (built from the Go module proxy), then driftguard");
     let mut plane = ControlPlane::start("demo");
     plane.add_user("driftguard", &[]);
+    assert!(
+        plane
+            .kubectl("admin", &["create", "namespace", "argocd"])
+            .ok
+    );
     plane.apply_admin(RBAC);
     plane.apply_admin(CONTROLLER_RBAC);
     plane.apply_admin(DRIFTGUARD_RBAC);

@@ -111,13 +111,13 @@ impl Env {
 fn setup() -> Env {
     let mut plane = ControlPlane::start("kubectl");
     plane.add_user("driftguard", &[]);
-    plane.apply_admin(RBAC);
-    plane.apply_admin(CONTROLLER_RBAC);
-    plane.apply_admin(DRIFTGUARD_RBAC);
     for ns in ["production", "dev-team", "plain", "argocd", "flux-system"] {
         let out = plane.kubectl("admin", &["create", "namespace", ns]);
         assert!(out.ok, "{out}");
     }
+    plane.apply_admin(RBAC);
+    plane.apply_admin(CONTROLLER_RBAC);
+    plane.apply_admin(DRIFTGUARD_RBAC);
     let dg = Driftguard::start(
         &plane,
         &[

@@ -1,0 +1,296 @@
+//! End to end, cluster integration: driftguard reads Argo CD Applications,
+//! argocd-cm and Flux Kustomizations from a real apiserver (minimal CRDs in
+//! tests/data/crds), with exactly its own minimal RBAC, and judges with them.
+
+#[path = "support/control_plane.rs"]
+mod control_plane;
+
+use std::time::{Duration, Instant};
+
+use control_plane::*;
+
+const TENANT: &str = "system:serviceaccount:tenant-a:reconciler";
+
+fn crds(plane: &ControlPlane) {
+    for crd in [
+        "argocd-application",
+        "flux-kustomization",
+        "flux-helmrelease",
+    ] {
+        let out = plane.kubectl(
+            "admin",
+            &["apply", "-f", &format!("{ROOT}/tests/data/crds/{crd}.yaml")],
+        );
+        assert!(out.ok, "{out}");
+    }
+    for crd in [
+        "applications.argoproj.io",
+        "kustomizations.kustomize.toolkit.fluxcd.io",
+        "helmreleases.helm.toolkit.fluxcd.io",
+    ] {
+        let out = plane.kubectl(
+            "admin",
+            &[
+                "wait",
+                "--for=condition=Established",
+                &format!("crd/{crd}"),
+                "--timeout=30s",
+            ],
+        );
+        assert!(out.ok, "{out}");
+    }
+}
+
+fn application(ignore_replicas: bool) -> String {
+    let ignore = if ignore_replicas {
+        "  ignoreDifferences:\n    - group: apps\n      kind: Deployment\n      jsonPointers: [/spec/replicas]\n"
+    } else {
+        ""
+    };
+    format!(
+        "apiVersion: argoproj.io/v1alpha1\nkind: Application\nmetadata: {{name: shop, namespace: argocd}}\nspec:\n  project: default\n  source: {{repoURL: 'https://git.example.com/shop.git', path: deploy, targetRevision: main}}\n  destination: {{server: 'https://kubernetes.default.svc', namespace: shop}}\n{ignore}"
+    )
+}
+
+const OBJECTS: &str = r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: shop
+  namespace: shop
+  annotations: {argocd.argoproj.io/tracking-id: "shop:apps/Deployment:shop/shop"}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: shop}}
+  template:
+    metadata: {labels: {app: shop}}
+    spec: {containers: [{name: shop, image: "nginx:1.27"}]}
+"#;
+
+const FLUX: &str = r#"
+apiVersion: kustomize.toolkit.fluxcd.io/v1
+kind: Kustomization
+metadata: {name: apps, namespace: tenant-a}
+spec:
+  interval: 5m
+  prune: true
+  path: ./apps
+  serviceAccountName: reconciler
+  sourceRef: {kind: GitRepository, name: repo}
+  ignore:
+    - paths: [/spec/replicas]
+      target: {kind: Deployment}
+"#;
+
+const TENANT_OBJECTS: &str = r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+  namespace: tenant-a
+  labels: {kustomize.toolkit.fluxcd.io/name: apps, kustomize.toolkit.fluxcd.io/namespace: tenant-a}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec: {containers: [{name: web, image: "nginx:1.27"}]}
+"#;
+
+/// Retries `f` until it holds: the sources update through watches.
+fn eventually(what: &str, mut f: impl FnMut() -> Result<(), String>) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match f() {
+            Ok(()) => return,
+            Err(e) if Instant::now() > deadline => panic!("{what}: {e}"),
+            Err(_) => std::thread::sleep(Duration::from_millis(200)),
+        }
+    }
+}
+
+#[test]
+fn argo_cd_and_flux_are_sources_of_truth() {
+    let mut plane = ControlPlane::start("sources");
+    plane.add_user("driftguard", &[]);
+    for ns in ["argocd", "flux-system", "shop", "tenant-a"] {
+        assert!(plane.kubectl("admin", &["create", "namespace", ns]).ok);
+    }
+    crds(&plane);
+    plane.apply_admin(RBAC);
+    plane.apply_admin(CONTROLLER_RBAC);
+    plane.apply_admin(DRIFTGUARD_RBAC);
+    plane.apply_admin(&format!(
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {{name: reconciler, namespace: tenant-a}}\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: workload-editor}}\nsubjects:\n  - {{kind: ServiceAccount, name: reconciler, namespace: tenant-a}}\n"
+    ));
+    plane.apply_admin(&application(true));
+    plane.apply_admin(FLUX);
+    let out = plane.kubectl_as_stdin(ARGO, &["apply", "-f", "-"], Some(OBJECTS));
+    assert!(out.ok, "{out}");
+    let out = plane.kubectl_as_stdin(TENANT, &["apply", "-f", "-"], Some(TENANT_OBJECTS));
+    assert!(out.ok, "{out}");
+
+    // No policy file: the embedded default, plus what Argo CD and Flux say.
+    let dg = Driftguard::start(
+        &plane,
+        &[
+            "--watch-argocd",
+            "--watch-flux",
+            &format!("--kubeconfig={}", plane.kubeconfig("driftguard").display()),
+        ],
+    );
+    dg.register(&plane, &format!("{ROOT}/src/policy/default-policy.yaml"));
+
+    // The Application's own ignoreDifferences apply to its objects.
+    eventually("scale allowed by the Application's rule", || {
+        let out = plane.kubectl(
+            "alice",
+            &["-n", "shop", "scale", "deployment/shop", "--replicas=3"],
+        );
+        if out.ok { Ok(()) } else { Err(out.to_string()) }
+    });
+    let out = plane.kubectl(
+        "alice",
+        &[
+            "-n",
+            "shop",
+            "set",
+            "image",
+            "deployment/shop",
+            "shop=nginx:1.28",
+        ],
+    );
+    assert!(!out.ok, "{out}");
+    assert!(
+        out.stderr
+            .contains("Argo CD application shop (https://git.example.com/shop.git, path deploy)"),
+        "{out}"
+    );
+
+    // Changing the Application takes effect without a restart.
+    plane.apply_admin(&application(false));
+    eventually("scale denied once the rule is gone", || {
+        let out = plane.kubectl(
+            "alice",
+            &["-n", "shop", "scale", "deployment/shop", "--replicas=4"],
+        );
+        if !out.ok && out.stderr.contains("/spec/replicas") {
+            Ok(())
+        } else {
+            Err(out.to_string())
+        }
+    });
+
+    // argocd-cm resource customizations apply to every Argo CD object.
+    plane.apply_admin(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: argocd-cm, namespace: argocd}\ndata:\n  resource.customizations.ignoreDifferences.apps_Deployment: |\n    jsonPointers:\n    - /metadata/labels/team\n",
+    );
+    eventually("label ignored through argocd-cm", || {
+        let out = plane.kubectl(
+            "alice",
+            &[
+                "-n",
+                "shop",
+                "label",
+                "--overwrite",
+                "deployment/shop",
+                "team=checkout",
+            ],
+        );
+        if out.ok { Ok(()) } else { Err(out.to_string()) }
+    });
+
+    // Flux multi-tenancy: the tenant's service account is trusted for its own objects only.
+    let out = plane.kubectl_as(
+        TENANT,
+        &[
+            "-n",
+            "tenant-a",
+            "set",
+            "image",
+            "deployment/web",
+            "web=nginx:1.28",
+        ],
+    );
+    assert!(
+        out.ok,
+        "the Kustomization's own service account was refused: {out}"
+    );
+    let out = plane.kubectl_as(
+        TENANT,
+        &[
+            "-n",
+            "shop",
+            "set",
+            "image",
+            "deployment/shop",
+            "shop=nginx:1.29",
+        ],
+    );
+    assert!(!out.ok, "a tenant changed another tool's object: {out}");
+    let out = plane.kubectl(
+        "alice",
+        &[
+            "-n",
+            "tenant-a",
+            "set",
+            "image",
+            "deployment/web",
+            "web=nginx:1.29",
+        ],
+    );
+    assert!(!out.ok, "{out}");
+    assert!(
+        out.stderr.contains(
+            "Flux Kustomization tenant-a/apps (GitRepository tenant-a/repo, path ./apps)"
+        ),
+        "{out}"
+    );
+    // The Kustomization's spec.ignore.
+    let out = plane.kubectl(
+        "alice",
+        &["-n", "tenant-a", "scale", "deployment/web", "--replicas=2"],
+    );
+    assert!(out.ok, "{out}");
+
+    // Opt-out: adding it by hand is drift; once the tenant sets it, the object is unmanaged.
+    let out = plane.kubectl(
+        "alice",
+        &[
+            "-n",
+            "tenant-a",
+            "annotate",
+            "deployment/web",
+            "kustomize.toolkit.fluxcd.io/reconcile=disabled",
+        ],
+    );
+    assert!(!out.ok, "{out}");
+    let out = plane.kubectl_as(
+        TENANT,
+        &[
+            "-n",
+            "tenant-a",
+            "annotate",
+            "deployment/web",
+            "kustomize.toolkit.fluxcd.io/reconcile=disabled",
+        ],
+    );
+    assert!(out.ok, "{out}");
+    let out = plane.kubectl(
+        "alice",
+        &[
+            "-n",
+            "tenant-a",
+            "set",
+            "image",
+            "deployment/web",
+            "web=nginx:1.30",
+        ],
+    );
+    assert!(out.ok, "opted-out object still judged: {out}");
+    let audited = dg
+        .audit()
+        .into_iter()
+        .any(|r| r["name"] == "web" && r["reason"] == "out-of-scope" && r["user"] == "alice");
+    assert!(audited, "the opted-out write is audited as such");
+}
