@@ -120,9 +120,9 @@ fn argo_cd_and_flux_are_sources_of_truth() {
     plane.apply_admin(RBAC);
     plane.apply_admin(CONTROLLER_RBAC);
     plane.apply_admin(DRIFTGUARD_RBAC);
-    plane.apply_admin(&format!(
-        "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {{name: reconciler, namespace: tenant-a}}\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: workload-editor}}\nsubjects:\n  - {{kind: ServiceAccount, name: reconciler, namespace: tenant-a}}\n"
-    ));
+    plane.apply_admin(
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {name: reconciler, namespace: tenant-a}\nroleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: workload-editor}\nsubjects:\n  - {kind: ServiceAccount, name: reconciler, namespace: tenant-a}\n"
+    );
     plane.apply_admin(&application(true));
     plane.apply_admin(FLUX);
     let out = plane.kubectl_as_stdin(ARGO, &["apply", "-f", "-"], Some(OBJECTS));
