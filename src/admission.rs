@@ -37,7 +37,7 @@ pub fn respond(
     let mut resp = AdmissionResponse::from(req);
     resp.audit_annotations = audit_annotations(d).into_iter().collect();
     if endpoint == Endpoint::Mutate {
-        if d.verdict == Verdict::Warn
+        if (d.verdict == Verdict::Warn || d.finding == Finding::UnownedChange)
             && let Some(patch) = drift_patch(view, d, now)
         {
             resp = resp.with_patch(patch).expect("a JSON patch serializes");
@@ -154,6 +154,11 @@ fn warnings(view: &Request, d: &Decision) -> Vec<String> {
                 d.manager.as_ref().map_or("GitOps", |m| m.tool())
             ));
         }
+        Verdict::Allow if d.finding == Finding::UnownedChange => out.push(format!(
+            "driftguard: {} does not own {}: allowed and recorded on the object",
+            d.manager.as_ref().map_or("the GitOps tool", |m| m.tool()),
+            path_list(&d.drifted_paths)
+        )),
         Verdict::Allow if d.finding == Finding::BreakGlass => {
             if let Some(bg) = &d.break_glass {
                 out.push(format!(

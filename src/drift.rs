@@ -3,6 +3,7 @@
 
 pub mod breakglass;
 pub mod normalize;
+pub mod owned;
 pub mod ownership;
 
 use jiff::Timestamp;
@@ -98,6 +99,9 @@ pub enum Finding {
     BreakGlassInvalid(String),
     /// A `…/scale` write whose parent could not be read.
     UnknownParent,
+    /// `precision: ownedFields`: only fields the GitOps tool does not own
+    /// changed; allowed, and recorded by the drift annotation.
+    UnownedChange,
 }
 
 impl Finding {
@@ -114,6 +118,7 @@ impl Finding {
             Finding::BreakGlassUnauthorized => "break-glass-unauthorized",
             Finding::BreakGlassInvalid(_) => "break-glass-invalid",
             Finding::UnknownParent => "scale-parent-unknown",
+            Finding::UnownedChange => "unowned-change",
         }
     }
 
@@ -258,6 +263,9 @@ pub fn decide(policy: &Policy, req: &Request, ctx: &Context) -> Result<Decision,
     };
     d.drifted_paths = paths;
     d.finding = finding;
+    if let (Operation::Update, Some(old), Some(new)) = (req.operation, old, object) {
+        apply_precision(policy, old, new, &mut d);
+    }
     apply_break_glass(&mut d, bg);
     d.verdict = verdict_for(&d.finding, d.mode, policy.unknown_scale_parent);
     Ok(d)
@@ -426,6 +434,23 @@ fn mode_from_annotation(stored: &Value, mode: Mode, notes: &mut Vec<String>) -> 
     })
 }
 
+/// With `precision: ownedFields`, drift is only what touches fields the GitOps
+/// tool owns in the stored object; tracking metadata always counts.
+fn apply_precision(policy: &Policy, old: &Value, new: &Value, d: &mut Decision) {
+    if policy.precision != crate::policy::Precision::OwnedFields || d.finding != Finding::Drift {
+        return;
+    }
+    let owned = owned::owned_pointers(old);
+    let always = normalize::tracking_changes(old, new, policy);
+    let (drift, other) = owned::partition(std::mem::take(&mut d.drifted_paths), &owned, &always);
+    if drift.is_empty() {
+        d.finding = Finding::UnownedChange;
+        d.drifted_paths = other;
+    } else {
+        d.drifted_paths = drift;
+    }
+}
+
 fn apply_break_glass(d: &mut Decision, bg: BreakGlass) {
     let annotation_paths = [breakglass::REASON, breakglass::EXPIRES]
         .map(|k| format!("/metadata/annotations/{}", crate::policy::path::escape(k)));
@@ -526,6 +551,7 @@ fn decide_scale(
         Finding::Drift
     };
     d.drifted_paths = paths;
+    apply_precision(policy, &old_parent, &new_parent, &mut d);
     // Break-glass set earlier on the parent covers a later scale by an authorized user.
     let bg = breakglass::evaluate(
         parent,

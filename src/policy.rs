@@ -14,7 +14,7 @@ use jiff::SignedDuration;
 
 pub use argocd::Application;
 pub use ignore::{IgnoreRule, RuleFailure, RuleSet, Target};
-pub use schema::{Mode, UnknownParent};
+pub use schema::{Mode, Precision, UnknownParent};
 
 use pattern::PatternSet;
 use schema::PolicyFile;
@@ -81,6 +81,7 @@ pub struct Policy {
     pub argocd: Option<ArgoDetector>,
     pub flux: bool,
     pub unknown_scale_parent: UnknownParent,
+    pub precision: Precision,
     pub rules: RuleSet,
     pub applications: Vec<Application>,
 }
@@ -152,6 +153,7 @@ impl Policy {
             }),
             flux: file.gitops.flux.enabled,
             unknown_scale_parent: file.unknown_scale_parent,
+            precision: file.precision,
             rules,
             applications: Vec::new(),
         })

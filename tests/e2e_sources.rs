@@ -294,3 +294,117 @@ fn argo_cd_and_flux_are_sources_of_truth() {
         .any(|r| r["name"] == "web" && r["reason"] == "out-of-scope" && r["user"] == "alice");
     assert!(audited, "the opted-out write is audited as such");
 }
+
+const SSA_OBJECT: &str = r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: ssa
+  namespace: shop
+  annotations: {argocd.argoproj.io/tracking-id: "shop:apps/Deployment:shop/ssa"}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: ssa}}
+  template:
+    metadata: {labels: {app: ssa}}
+    spec: {containers: [{name: ssa, image: "nginx:1.27"}]}
+"#;
+
+#[test]
+fn owned_fields_precision_judges_only_what_the_gitops_tool_owns() {
+    let mut plane = ControlPlane::start("owned");
+    plane.add_user("driftguard", &[]);
+    for ns in ["argocd", "shop"] {
+        assert!(plane.kubectl("admin", &["create", "namespace", ns]).ok);
+    }
+    plane.apply_admin(RBAC);
+    plane.apply_admin(CONTROLLER_RBAC);
+    plane.apply_admin(DRIFTGUARD_RBAC);
+    // Server-side apply as Argo CD does it (field manager argocd-controller),
+    // and client-side apply (last-applied-configuration).
+    let out = plane.kubectl_as_stdin(
+        ARGO,
+        &[
+            "apply",
+            "--server-side",
+            "--field-manager=argocd-controller",
+            "-f",
+            "-",
+        ],
+        Some(SSA_OBJECT),
+    );
+    assert!(out.ok, "{out}");
+    let out = plane.kubectl_as_stdin(ARGO, &["apply", "-f", "-"], Some(OBJECTS));
+    assert!(out.ok, "{out}");
+    let policy = plane.dir.join("owned-policy.yaml");
+    std::fs::write(&policy, "precision: ownedFields\n").unwrap();
+    let dg = Driftguard::start(
+        &plane,
+        &[
+            &format!("--policy={}", policy.display()),
+            &format!("--kubeconfig={}", plane.kubeconfig("driftguard").display()),
+        ],
+    );
+    dg.register(&plane, &policy.display().to_string());
+
+    for name in ["ssa", "shop"] {
+        let target = format!("deployment/{name}");
+        eventually("the webhook answers", || {
+            let out = plane.kubectl(
+                "alice",
+                &[
+                    "-n",
+                    "shop",
+                    "set",
+                    "image",
+                    &target,
+                    &format!("{name}=nginx:6.6"),
+                    "--dry-run=server",
+                ],
+            );
+            if !out.ok && out.stderr.contains("driftguard") {
+                Ok(())
+            } else {
+                Err(out.to_string())
+            }
+        });
+        // A field the GitOps tool owns: drift.
+        let out = plane.kubectl(
+            "alice",
+            &[
+                "-n",
+                "shop",
+                "set",
+                "image",
+                &target,
+                &format!("{name}=nginx:6.6"),
+            ],
+        );
+        assert!(
+            !out.ok
+                && out
+                    .stderr
+                    .contains("/spec/template/spec/containers/0/image"),
+            "{name}: {out}"
+        );
+        // A field it does not own: allowed, with a warning, and recorded on the object.
+        let out = plane.kubectl("alice", &["-n", "shop", "label", &target, "team=checkout"]);
+        assert!(out.ok, "{name}: {out}");
+        assert!(
+            out.stderr.contains("does not own /metadata/labels"),
+            "{name}: {out}"
+        );
+        let out = plane.kubectl(
+            "admin",
+            &[
+                "-n",
+                "shop",
+                "get",
+                &target,
+                "-o",
+                r"jsonpath={.metadata.annotations.driftguard\.io/drift}",
+            ],
+        );
+        assert!(out.stdout.contains("/metadata/labels"), "{name}: {out}");
+    }
+}

@@ -247,7 +247,7 @@ impl IgnoreRule {
 }
 
 /// Paths in `obj` owned, according to `owners.metadata.managedFields`, by any of `managers`.
-fn managed_paths(obj: &Value, owners: &Value, managers: &[String]) -> Vec<Path> {
+pub(crate) fn managed_paths(obj: &Value, owners: &Value, managers: &[String]) -> Vec<Path> {
     let mut out = Vec::new();
     let entries = owners
         .pointer("/metadata/managedFields")

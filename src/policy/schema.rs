@@ -56,6 +56,20 @@ pub struct PolicyFile {
     pub unknown_scale_parent: UnknownParent,
     #[serde(default)]
     pub ignore_differences: Vec<IgnoreDifference>,
+    /// Which changes count as drift.
+    #[serde(default)]
+    pub precision: Precision,
+}
+
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub enum Precision {
+    /// Every change outside the ignore rules.
+    #[default]
+    All,
+    /// Only changes to fields the GitOps tool owns (its managedFields under
+    /// server-side apply, its last-applied-configuration otherwise).
+    OwnedFields,
 }
 
 fn default_namespaces() -> Vec<NamespaceOverride> {

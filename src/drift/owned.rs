@@ -1,0 +1,113 @@
+//! `precision: ownedFields`: only changes to fields the GitOps tool owns are
+//! drift. Under server-side apply those are the fields of its field manager in
+//! the stored object's managedFields; under client-side apply, the fields of
+//! `kubectl.kubernetes.io/last-applied-configuration`. Anything else is what
+//! Argo CD or Flux would not revert either.
+
+use serde_json::Value;
+
+use crate::policy::ignore::managed_paths;
+use crate::policy::path::{Path, escape, is_under};
+
+/// The field managers of Argo CD and Flux under server-side apply.
+pub const GITOPS_MANAGERS: [&str; 3] = [
+    "argocd-controller",
+    "kustomize-controller",
+    "helm-controller",
+];
+
+/// RFC 6901 pointers of the fields the GitOps tool owns in `stored`.
+pub fn owned_pointers(stored: &Value) -> Vec<String> {
+    let managers: Vec<String> = GITOPS_MANAGERS.iter().map(|m| m.to_string()).collect();
+    let mut out: Vec<String> = managed_paths(stored, stored, &managers)
+        .iter()
+        .map(Path::to_pointer)
+        .collect();
+    let applied = stored
+        .pointer("/metadata/annotations/kubectl.kubernetes.io~1last-applied-configuration")
+        .and_then(Value::as_str)
+        .and_then(|text| serde_json::from_str::<Value>(text).ok());
+    if let Some(applied) = applied {
+        leaves(&applied, &mut String::new(), &mut out);
+    }
+    out
+}
+
+fn leaves(value: &Value, prefix: &mut String, out: &mut Vec<String>) {
+    let len = prefix.len();
+    match value {
+        Value::Object(map) if !map.is_empty() => {
+            for (k, v) in map {
+                prefix.push('/');
+                prefix.push_str(&escape(k));
+                leaves(v, prefix, out);
+                prefix.truncate(len);
+            }
+        }
+        Value::Array(items) if !items.is_empty() => {
+            for (i, v) in items.iter().enumerate() {
+                prefix.push_str(&format!("/{i}"));
+                leaves(v, prefix, out);
+                prefix.truncate(len);
+            }
+        }
+        _ => out.push(prefix.clone()),
+    }
+}
+
+/// Splits drifted paths into those touching owned fields and the rest. A path
+/// counts as owned when it lies under an owned field or contains one (removing
+/// a whole container removes the owned image in it).
+pub fn partition(
+    paths: Vec<String>,
+    owned: &[String],
+    always: &[String],
+) -> (Vec<String>, Vec<String>) {
+    paths
+        .into_iter()
+        .partition(|p| always.contains(p) || owned.iter().any(|o| is_under(p, o) || is_under(o, p)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn owned_by_server_side_apply_and_by_last_applied() {
+        let stored = json!({
+            "metadata": {
+                "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{\"spec\":{\"paused\":false}}"},
+                "managedFields": [
+                    {"manager": "argocd-controller", "operation": "Apply", "fieldsV1": {"f:spec": {"f:template": {"f:spec": {"f:containers": {"k:{\"name\":\"app\"}": {".": {}, "f:image": {}}}}}}}},
+                    {"manager": "kubectl-edit", "operation": "Update", "fieldsV1": {"f:spec": {"f:minReadySeconds": {}}}}
+                ]
+            },
+            "spec": {"paused": false, "minReadySeconds": 5, "template": {"spec": {"containers": [{"name": "app", "image": "a:1"}]}}}
+        });
+        let owned = owned_pointers(&stored);
+        assert!(
+            owned.contains(&"/spec/template/spec/containers/0/image".to_owned()),
+            "{owned:?}"
+        );
+        assert!(owned.contains(&"/spec/paused".to_owned()));
+        let paths = vec![
+            "/spec/template/spec/containers/0/image".to_owned(),
+            "/spec/minReadySeconds".to_owned(),
+            "/spec/template/spec/containers/0".to_owned(),
+            "/metadata/labels/team".to_owned(),
+        ];
+        let (drift, other) = partition(paths, &owned, &[]);
+        assert_eq!(
+            drift,
+            vec![
+                "/spec/template/spec/containers/0/image",
+                "/spec/template/spec/containers/0"
+            ]
+        );
+        assert_eq!(
+            other,
+            vec!["/spec/minReadySeconds", "/metadata/labels/team"]
+        );
+    }
+}
