@@ -369,13 +369,16 @@ pub struct Driftguard {
 
 impl Driftguard {
     pub fn start(plane: &ControlPlane, extra: &[&str]) -> Driftguard {
+        Self::start_on(plane, free_port(), extra)
+    }
+
+    pub fn start_on(plane: &ControlPlane, port: u16, extra: &[&str]) -> Driftguard {
         let (cert, key) = plane
             .ca
             .leaf("driftguard", &["127.0.0.1".into()], &[])
             .unwrap();
         std::fs::write(plane.dir.join("driftguard.crt"), cert).unwrap();
         driftguard::certs::write_private(&plane.dir.join("driftguard.key"), &key).unwrap();
-        let port = free_port();
         let probe = free_port();
         let mut args: Vec<String> = vec![
             "serve".into(),
