@@ -1,8 +1,8 @@
 //! The Helm chart, with helm v3.22.0 built from the Go module proxy: lint,
 //! render every values combination, have the real apiserver accept each
 //! rendering (`kubectl apply --dry-run=server`), refuse wrong values with a clear
-//! message, match `driftguard register`'s rules, and run the end-to-end
-//! scenarios with the webhooks and policy the chart renders in url mode.
+//! message, and match `driftguard register`'s rules. The end-to-end scenarios
+//! also run with what the chart renders (tests/e2e_kubectl.rs).
 
 #[path = "support/control_plane.rs"]
 mod control_plane;
@@ -12,22 +12,6 @@ use std::process::Command;
 
 use control_plane::*;
 use serde_json::Value;
-
-fn helm() -> PathBuf {
-    let out = Command::new(format!("{ROOT}/scripts/build-tools.sh"))
-        .arg("helm")
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "building helm failed");
-    PathBuf::from(
-        String::from_utf8(out.stdout)
-            .unwrap()
-            .trim()
-            .lines()
-            .last()
-            .unwrap(),
-    )
-}
 
 struct Rendered {
     ok: bool,
@@ -277,144 +261,4 @@ fn the_chart_lints_renders_and_is_accepted_by_the_apiserver() {
         "{}",
         rendered.stderr
     );
-}
-
-#[test]
-fn end_to_end_with_the_charts_webhooks_and_policy_in_url_mode() {
-    let helm = helm();
-    let mut plane = ControlPlane::start("chart-e2e");
-    plane.add_user("driftguard", &[]);
-    for ns in ["driftguard", "argocd", "production"] {
-        assert!(plane.kubectl("admin", &["create", "namespace", ns]).ok);
-    }
-    plane.apply_admin(RBAC);
-    plane.apply_admin(CONTROLLER_RBAC);
-    plane.apply_admin(DRIFTGUARD_RBAC);
-
-    // driftguard runs outside the cluster with the policy the chart renders.
-    let port = free_port();
-    let pem = std::fs::read_to_string(plane.dir.join("ca.crt")).unwrap();
-    let url = format!("webhook.url=https://127.0.0.1:{port}");
-    let ca = format!("certificates.provided.ca={pem}");
-    let (cert, key) = plane
-        .ca
-        .leaf("driftguard", &["127.0.0.1".into()], &[])
-        .unwrap();
-    let (cert_set, key_set) = (
-        format!("certificates.provided.cert={cert}"),
-        format!("certificates.provided.key={key}"),
-    );
-    let rendered = template(
-        &helm,
-        &[
-            &url,
-            &ca,
-            &cert_set,
-            &key_set,
-            "policy.breakGlass.allowedGroups={sre-oncall}",
-        ],
-        &[],
-    );
-    assert!(rendered.ok, "{}", rendered.stderr);
-    let docs = documents(&rendered.yaml);
-    let policy = find(&docs, "ConfigMap")["data"]["policy.yaml"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let policy_file = plane.dir.join("chart-policy.yaml");
-    std::fs::write(&policy_file, policy).unwrap();
-    let dg = Driftguard::start_on(
-        &plane,
-        port,
-        &[
-            &format!("--policy={}", policy_file.display()),
-            &format!("--kubeconfig={}", plane.kubeconfig("driftguard").display()),
-        ],
-    );
-    let webhooks: String = docs
-        .iter()
-        .filter(|d| {
-            d["kind"]
-                .as_str()
-                .is_some_and(|k| k.ends_with("WebhookConfiguration"))
-        })
-        .map(|d| format!("---\n{}", serde_saphyr::to_string(d).unwrap()))
-        .collect();
-    plane.apply_admin(&webhooks);
-    let app = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: myapp\n  namespace: production\n  annotations: {argocd.argoproj.io/tracking-id: \"myapp:apps/Deployment:production/myapp\"}\nspec:\n  replicas: 2\n  selector: {matchLabels: {app: myapp}}\n  template:\n    metadata: {labels: {app: myapp}}\n    spec: {containers: [{name: app, image: \"nginx:1.27\"}]}\n";
-    let out = plane.kubectl_as_stdin(ARGO, &["apply", "-f", "-"], Some(app));
-    assert!(out.ok, "{out}");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    loop {
-        let out = plane.kubectl(
-            "alice",
-            &[
-                "-n",
-                "production",
-                "set",
-                "image",
-                "deployment/myapp",
-                "app=nginx:1.28",
-            ],
-        );
-        if !out.ok
-            && out
-                .stderr
-                .contains("drifts from Git at /spec/template/spec/containers/0/image")
-        {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the chart's webhook never denied: {out}"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(200));
-    }
-    // The controller passes (matchConditions), a dry run warns, rollout restart is ignored, break-glass works for sam.
-    assert!(
-        plane
-            .kubectl_as(
-                ARGO,
-                &[
-                    "-n",
-                    "production",
-                    "set",
-                    "image",
-                    "deployment/myapp",
-                    "app=nginx:1.28"
-                ]
-            )
-            .ok
-    );
-    let out = plane.kubectl(
-        "alice",
-        &[
-            "-n",
-            "production",
-            "annotate",
-            "deployment/myapp",
-            "x=y",
-            "--dry-run=server",
-        ],
-    );
-    assert!(out.stderr.contains("Warning: driftguard: dry run"), "{out}");
-    let out = plane.kubectl(
-        "alice",
-        &["-n", "production", "rollout", "restart", "deployment/myapp"],
-    );
-    assert!(out.ok, "{out}");
-    let expires = (jiff::Timestamp::now() + jiff::SignedDuration::from_hours(1)).to_string();
-    let out = plane.kubectl(
-        "sam",
-        &[
-            "-n",
-            "production",
-            "annotate",
-            "deployment/myapp",
-            "driftguard.io/break-glass=INC-9",
-            &format!("driftguard.io/break-glass-expires={expires}"),
-        ],
-    );
-    assert!(out.ok && out.stderr.contains("BREAK-GLASS by sam"), "{out}");
-    assert!(dg.audit().iter().any(|r| r["reason"] == "break-glass"));
 }

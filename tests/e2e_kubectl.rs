@@ -108,8 +108,22 @@ impl Env {
     }
 }
 
-fn setup() -> Env {
-    let mut plane = ControlPlane::start("kubectl");
+/// How driftguard is configured and registered.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Install {
+    /// Policy and Application files, `driftguard register`.
+    Register,
+    /// The policy and both webhook configurations rendered by the Helm chart
+    /// (url mode); the seed Application read from the cluster (`--watch-argocd`).
+    Chart,
+}
+
+fn setup(install: Install) -> Env {
+    let mut plane = ControlPlane::start(if install == Install::Chart {
+        "kubectl-chart"
+    } else {
+        "kubectl"
+    });
     plane.add_user("driftguard", &[]);
     for ns in ["production", "dev-team", "plain", "argocd", "flux-system"] {
         let out = plane.kubectl("admin", &["create", "namespace", ns]);
@@ -118,15 +132,69 @@ fn setup() -> Env {
     plane.apply_admin(RBAC);
     plane.apply_admin(CONTROLLER_RBAC);
     plane.apply_admin(DRIFTGUARD_RBAC);
-    let dg = Driftguard::start(
-        &plane,
-        &[
-            &format!("--policy={ROOT}/tests/data/e2e-policy.yaml"),
-            &format!("--argocd-application={ROOT}/tests/data/seed/argocd-application.yaml"),
-            &format!("--kubeconfig={}", plane.kubeconfig("driftguard").display()),
-        ],
-    );
-    dg.register(&plane, &format!("{ROOT}/tests/data/e2e-policy.yaml"));
+    let kubeconfig = format!("--kubeconfig={}", plane.kubeconfig("driftguard").display());
+    let dg = match install {
+        Install::Register => {
+            let dg = Driftguard::start(
+                &plane,
+                &[
+                    &format!("--policy={ROOT}/tests/data/e2e-policy.yaml"),
+                    &format!("--argocd-application={ROOT}/tests/data/seed/argocd-application.yaml"),
+                    &kubeconfig,
+                ],
+            );
+            dg.register(&plane, &format!("{ROOT}/tests/data/e2e-policy.yaml"));
+            dg
+        }
+        Install::Chart => {
+            let out = plane.kubectl(
+                "admin",
+                &[
+                    "apply",
+                    "-f",
+                    &format!("{ROOT}/tests/data/crds/argocd-application.yaml"),
+                ],
+            );
+            assert!(out.ok, "{out}");
+            let out = plane.kubectl(
+                "admin",
+                &[
+                    "wait",
+                    "--for=condition=Established",
+                    "crd/applications.argoproj.io",
+                ],
+            );
+            assert!(out.ok, "{out}");
+            let out = plane.kubectl(
+                "admin",
+                &[
+                    "apply",
+                    "-f",
+                    &format!("{ROOT}/tests/data/seed/argocd-application.yaml"),
+                ],
+            );
+            assert!(out.ok, "the seed Application: {out}");
+            let port = free_port();
+            let chart = render_chart(
+                &plane,
+                port,
+                &["policy.breakGlass.allowedGroups={sre-oncall}"],
+            );
+            let policy = plane.dir.join("chart-policy.yaml");
+            std::fs::write(&policy, &chart.policy).unwrap();
+            let dg = Driftguard::start_on(
+                &plane,
+                port,
+                &[
+                    &format!("--policy={}", policy.display()),
+                    "--watch-argocd",
+                    &kubeconfig,
+                ],
+            );
+            plane.apply_admin(&chart.webhooks);
+            dg
+        }
+    };
     let out = plane.kubectl_as_stdin(ARGO, &["apply", "-f", "-"], Some(OBJECTS));
     assert!(out.ok, "objects as the Argo CD controller: {out}");
     // Poll until the webhook answers: a dry-run drift must be denied.
@@ -625,7 +693,15 @@ fn unmanaged_objects_and_kube_system_are_never_touched(e: &Env) -> Scenario {
 
 #[test]
 fn kubectl_against_a_real_control_plane() {
-    let mut env = setup();
+    scenarios(setup(Install::Register));
+}
+
+#[test]
+fn kubectl_against_a_real_control_plane_installed_by_the_chart() {
+    scenarios(setup(Install::Chart));
+}
+
+fn scenarios(mut env: Env) {
     let scenarios: [Step; 8] = [
         (
             "1 set image",

@@ -564,3 +564,69 @@ roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: driftgua
 subjects:
   - {kind: User, name: driftguard, apiGroup: rbac.authorization.k8s.io}
 "#;
+
+/// helm v3.22.0, built from the Go module proxy and cached.
+pub fn helm() -> PathBuf {
+    tool("helm")
+}
+
+/// What the chart renders for an out-of-cluster driftguard on 127.0.0.1:`port`
+/// with a certificate from the plane's CA.
+pub struct ChartInstall {
+    pub policy: String,
+    pub webhooks: String,
+    pub yaml: String,
+}
+
+pub fn render_chart(plane: &ControlPlane, port: u16, sets: &[&str]) -> ChartInstall {
+    let ca = std::fs::read_to_string(plane.dir.join("ca.crt")).unwrap();
+    let mut cmd = Command::new(helm());
+    cmd.args([
+        "template",
+        "dg",
+        &format!("{ROOT}/charts/driftguard"),
+        "--namespace",
+        "driftguard",
+    ])
+    .args(["--set", &format!("webhook.url=https://127.0.0.1:{port}")])
+    .args(["--set-string", &format!("certificates.provided.ca={ca}")])
+    .args([
+        "--set-string",
+        "certificates.provided.cert=unused-out-of-cluster",
+    ])
+    .args([
+        "--set-string",
+        "certificates.provided.key=unused-out-of-cluster",
+    ]);
+    for s in sets {
+        cmd.args(["--set", s]);
+    }
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "helm template: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let yaml = String::from_utf8(out.stdout).unwrap();
+    let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&yaml).unwrap();
+    let policy = docs
+        .iter()
+        .find(|d| d["kind"] == "ConfigMap")
+        .and_then(|d| d["data"]["policy.yaml"].as_str())
+        .expect("the chart renders the policy")
+        .to_owned();
+    let webhooks = docs
+        .iter()
+        .filter(|d| {
+            d["kind"]
+                .as_str()
+                .is_some_and(|k| k.ends_with("WebhookConfiguration"))
+        })
+        .map(|d| format!("---\n{}", serde_saphyr::to_string(d).unwrap()))
+        .collect();
+    ChartInstall {
+        policy,
+        webhooks,
+        yaml,
+    }
+}
