@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
-# The whole test suite: formatting, lints, unit, table, property, fixture and CLI tests.
+# The whole test suite: formatting, lints, unit, table, property, fixture, CLI,
+# router, TLS, chart and end-to-end tests (the end-to-end and chart tests build
+# etcd, kube-apiserver and helm from the Go module proxy on first use), then
+# the container image.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo fmt --all -- --check
 cargo clippy --locked --all-targets -- -D warnings
 cargo test --locked --all-targets
+scripts/test-image.sh
