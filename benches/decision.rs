@@ -15,33 +15,10 @@ use serde_json::Value;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// 20 rules that all match a Deployment (the worst case): 17 JSON pointers, 3 jq.
-fn twenty_rules() -> String {
-    let mut yaml = String::from("ignoreDifferences:\n");
-    for i in 0..17 {
-        yaml.push_str(&format!(
-            "  - group: apps\n    kind: Deployment\n    jsonPointers: [/spec/template/metadata/annotations/example.com~1rule-{i}]\n"
-        ));
-    }
-    for expr in [
-        r#".spec.template.spec.containers[] | select(.name == "istio-proxy")"#,
-        r#".spec.template.spec.initContainers[]? | select(.name == "linkerd-init")"#,
-        r#".metadata.annotations | select(. != null) | .[keys[] | select(startswith("cert-manager.io/"))]"#,
-    ] {
-        yaml.push_str(&format!(
-            "  - group: \"*\"\n    kind: Deployment\n    jqPathExpressions: ['{expr}']\n"
-        ));
-    }
-    yaml
-}
+#[path = "support/policy.rs"]
+mod policy;
 
-fn thousand_other_kinds() -> String {
-    (0..1000)
-        .map(|i| {
-            format!("  - group: example.com\n    kind: Widget{i}\n    jsonPointers: [/spec/size]\n")
-        })
-        .collect()
-}
+use policy::{thousand_other_kinds, twenty_rules};
 
 fn bench(c: &mut Criterion) {
     let body = std::fs::read(concat!(

@@ -1,4 +1,7 @@
 //! Runs the benchmark's decision in a loop, for profilers (callgrind, perf).
+#[path = "../benches/support/policy.rs"]
+mod policy;
+
 use driftguard::{Endpoint, Policy, judge};
 
 #[global_allocator]
@@ -12,19 +15,7 @@ fn main() {
     ))
     .unwrap();
     let body = serde_json::to_vec(&serde_json::from_slice::<Value>(&body).unwrap()).unwrap();
-    let mut yaml = String::from("ignoreDifferences:\n");
-    for i in 0..17 {
-        yaml.push_str(&format!("  - group: apps\n    kind: Deployment\n    jsonPointers: [/spec/template/metadata/annotations/example.com~1rule-{i}]\n"));
-    }
-    for expr in [
-        r#".spec.template.spec.containers[] | select(.name == "istio-proxy")"#,
-        r#".spec.template.spec.initContainers[]? | select(.name == "linkerd-init")"#,
-        r#".metadata.annotations | select(. != null) | .[keys[] | select(startswith("cert-manager.io/"))]"#,
-    ] {
-        yaml.push_str(&format!(
-            "  - group: \"*\"\n    kind: Deployment\n    jqPathExpressions: ['{expr}']\n"
-        ));
-    }
+    let yaml = policy::twenty_rules();
     let policy = Policy::from_yaml(&yaml, "profile").unwrap();
     let n: usize = std::env::args()
         .nth(1)

@@ -255,16 +255,11 @@ pub fn to_yaml(
     validating: &ValidatingWebhookConfiguration,
     mutating: &MutatingWebhookConfiguration,
 ) -> String {
-    let mut v = serde_json::to_value(validating).expect("serializes");
-    v["apiVersion"] = "admissionregistration.k8s.io/v1".into();
-    v["kind"] = "ValidatingWebhookConfiguration".into();
-    let mut m = serde_json::to_value(mutating).expect("serializes");
-    m["apiVersion"] = "admissionregistration.k8s.io/v1".into();
-    m["kind"] = "MutatingWebhookConfiguration".into();
+    // k8s-openapi writes apiVersion and kind for top-level resources.
     format!(
         "---\n{}---\n{}",
-        serde_saphyr::to_string(&v).expect("serializes"),
-        serde_saphyr::to_string(&m).expect("serializes")
+        serde_saphyr::to_string(validating).expect("serializes"),
+        serde_saphyr::to_string(mutating).expect("serializes")
     )
 }
 
@@ -277,17 +272,11 @@ pub async fn apply(
     use kube::api::{Api, Patch, PatchParams};
     let params = PatchParams::apply("driftguard").force();
     let name = validating.metadata.name.clone().unwrap_or_default();
-    let mut v = serde_json::to_value(validating).expect("serializes");
-    v["apiVersion"] = "admissionregistration.k8s.io/v1".into();
-    v["kind"] = "ValidatingWebhookConfiguration".into();
     Api::<ValidatingWebhookConfiguration>::all(client.clone())
-        .patch(&name, &params, &Patch::Apply(&v))
+        .patch(&name, &params, &Patch::Apply(validating))
         .await?;
-    let mut m = serde_json::to_value(mutating).expect("serializes");
-    m["apiVersion"] = "admissionregistration.k8s.io/v1".into();
-    m["kind"] = "MutatingWebhookConfiguration".into();
     Api::<MutatingWebhookConfiguration>::all(client)
-        .patch(&name, &params, &Patch::Apply(&m))
+        .patch(&name, &params, &Patch::Apply(mutating))
         .await?;
     Ok(())
 }
