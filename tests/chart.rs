@@ -261,4 +261,64 @@ fn the_chart_lints_renders_and_is_accepted_by_the_apiserver() {
         "{}",
         rendered.stderr
     );
+
+    // The documented install, for real, and the documented lock-out recovery.
+    let out = Command::new(&helm)
+        .args([
+            "install",
+            "driftguard",
+            &format!("{ROOT}/charts/driftguard"),
+            "-n",
+            "driftguard",
+            "--create-namespace",
+        ])
+        .args([
+            "--set",
+            "certificates.certManager.enabled=true",
+            "--kubeconfig",
+            &kubeconfig,
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "helm install: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        plane
+            .kubectl("admin", &["create", "namespace", "production"])
+            .ok
+    );
+    plane.apply_admin(RBAC);
+    plane.apply_admin(CONTROLLER_RBAC);
+    let app = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: app-config\n  namespace: production\n  annotations: {argocd.argoproj.io/tracking-id: \"myapp:/ConfigMap:production/app-config\"}\ndata: {a: b}\n";
+    assert!(
+        plane
+            .kubectl_as_stdin(ARGO, &["apply", "-f", "-"], Some(app))
+            .ok,
+        "controllers never reach the webhook"
+    );
+    let out = plane.kubectl(
+        "alice",
+        &["-n", "production", "label", "configmap/app-config", "x=y"],
+    );
+    assert!(
+        !out.ok && out.stderr.contains("failed calling webhook"),
+        "no driftguard pod answers, so this fails closed: {out}"
+    );
+    let out = plane.kubectl(
+        "admin",
+        &[
+            "delete",
+            "validatingwebhookconfiguration,mutatingwebhookconfiguration",
+            "driftguard",
+        ],
+    );
+    assert!(out.ok, "{out}");
+    let out = plane.kubectl(
+        "alice",
+        &["-n", "production", "label", "configmap/app-config", "x=y"],
+    );
+    assert!(out.ok, "after deleting the webhook configurations: {out}");
 }
