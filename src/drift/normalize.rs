@@ -119,10 +119,15 @@ fn normalized_copy(obj: &Value) -> Value {
 fn prune_empty(value: &mut Value) {
     match value {
         Value::Object(map) => {
+            let mut any_empty = false;
             for v in map.values_mut() {
                 prune_empty(v);
+                any_empty |= is_empty(v);
             }
-            map.retain(|_, v| !is_empty(v));
+            // Empties are rare; a read-only pass is much cheaper than `retain`.
+            if any_empty {
+                map.retain(|_, v| !is_empty(v));
+            }
         }
         Value::Array(items) => items.iter_mut().for_each(prune_empty),
         _ => {}
