@@ -221,21 +221,23 @@ pub fn configurations(
         match_policy: Some("Equivalent".into()),
         namespace_selector: Some(namespace_selector(opts)),
         object_selector: Some(LabelSelector::default()),
-        match_conditions: conditions.clone(),
+        match_conditions: conditions,
         rules: Some(rules()),
     };
+    // The mutating webhook takes every setting from the validating one, so the
+    // two can never disagree; only its name, path and reinvocation differ.
     let mutating = MutatingWebhook {
         name: format!("mutate.{}.driftguard.io", opts.name),
         client_config: opts.endpoint.client_config("mutate", &opts.ca_bundle),
-        admission_review_versions: vec!["v1".into()],
-        side_effects: "NoneOnDryRun".into(),
-        failure_policy: Some(opts.failure_policy.clone()),
-        timeout_seconds: Some(opts.timeout_seconds),
-        match_policy: Some("Equivalent".into()),
-        namespace_selector: Some(namespace_selector(opts)),
-        object_selector: Some(LabelSelector::default()),
-        match_conditions: conditions,
-        rules: Some(rules()),
+        admission_review_versions: validating.admission_review_versions.clone(),
+        side_effects: validating.side_effects.clone(),
+        failure_policy: validating.failure_policy.clone(),
+        timeout_seconds: validating.timeout_seconds,
+        match_policy: validating.match_policy.clone(),
+        namespace_selector: validating.namespace_selector.clone(),
+        object_selector: validating.object_selector.clone(),
+        match_conditions: validating.match_conditions.clone(),
+        rules: validating.rules.clone(),
         reinvocation_policy: Some("Never".into()),
     };
     (
