@@ -2,6 +2,7 @@
 //! passes `now`, and the scale parent when it has one.
 
 pub mod breakglass;
+pub mod inputs;
 pub mod normalize;
 pub mod owned;
 pub mod ownership;
@@ -10,14 +11,13 @@ use jiff::Timestamp;
 use serde_json::Value;
 
 pub use breakglass::{BreakGlass, BreakGlassUse};
+pub use inputs::{Input, Inputs, MODE_ANNOTATION};
 pub use ownership::Manager;
 
+use crate::policy::ignore::owned_leaves;
 use crate::policy::path::is_under;
 use crate::policy::{IgnoreRule, Mode, Policy, RuleFailure, Target, UnknownParent};
 use crate::sources::Sources;
-
-/// The annotation, on the stored object, that overrides the mode for that object.
-pub const MODE_ANNOTATION: &str = "driftguard.io/mode";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "UPPERCASE")]
@@ -215,26 +215,28 @@ pub fn decide(policy: &Policy, req: &Request, ctx: &Context) -> Result<Decision,
         ),
     };
     // Ownership is judged on what is stored, or on the new object for CREATE.
-    let owner_obj = old.or(object).expect("one of them is set");
-    if let Some(owner) = ownership::controller_owner(owner_obj) {
+    let stored = Inputs::read(old.or(object).expect("one of them is set"), policy);
+    if let Some(owner) = ownership::controller_owner(&stored) {
         return out_of_scope(d, format!("child of {owner}"));
     }
-    let Some(manager) = ownership::detect(owner_obj, policy) else {
+    let Some(manager) = ownership::detect(&stored) else {
         return out_of_scope(d, "not GitOps-managed".into());
     };
-    if let Some(why) = ownership::opted_out(owner_obj, &manager) {
+    if let Some(why) = ownership::opted_out(&stored, &manager) {
         return out_of_scope(d, why);
     }
     set_manager(policy, ctx, &mut d, manager);
-    if let Some(old) = old {
-        d.mode = mode_from_annotation(old, d.mode, &mut d.notes);
+    if old.is_some() {
+        d.mode = mode_from_annotation(&stored, d.mode, &mut d.notes);
     }
     if identity_allows(policy, ctx, req, &mut d) {
         return Ok(d);
     }
-    let (bg_carrier, bg_previous) = match req.operation {
-        Operation::Delete => (old.expect("DELETE has old"), None),
-        _ => (object.expect("CREATE/UPDATE have object"), old),
+    let incoming = object.map(|o| Inputs::read(o, policy));
+    let (bg_carrier, bg_previous) = match (req.operation, &incoming) {
+        (Operation::Create, Some(new)) => (new, None),
+        (Operation::Update, Some(new)) => (new, Some(&stored)),
+        _ => (&stored, None),
     };
     let bg = breakglass::evaluate(
         bg_carrier,
@@ -244,6 +246,7 @@ pub fn decide(policy: &Policy, req: &Request, ctx: &Context) -> Result<Decision,
         policy,
         ctx.now,
     );
+    let mut changed_inputs = Vec::new();
     let (finding, paths) = match req.operation {
         Operation::Create => (Finding::CreateWithTracking, vec![String::new()]),
         Operation::Delete => (Finding::DeleteByHand, vec![String::new()]),
@@ -252,7 +255,8 @@ pub fn decide(policy: &Policy, req: &Request, ctx: &Context) -> Result<Decision,
                 old.expect("UPDATE has old"),
                 object.expect("UPDATE has object"),
             );
-            let paths = diff(policy, ctx, req, old, new, &mut d);
+            let (paths, inputs_changed) = diff(policy, ctx, req, old, new, &mut d);
+            changed_inputs = inputs_changed;
             let finding = if paths.is_empty() {
                 Finding::NoDrift
             } else {
@@ -263,8 +267,8 @@ pub fn decide(policy: &Policy, req: &Request, ctx: &Context) -> Result<Decision,
     };
     d.drifted_paths = paths;
     d.finding = finding;
-    if let (Operation::Update, Some(old), Some(new)) = (req.operation, old, object) {
-        apply_precision(policy, old, new, &mut d);
+    if let (Operation::Update, Some(old), Some(_)) = (req.operation, old, object) {
+        apply_precision(policy, old, &changed_inputs, &mut d);
     }
     apply_break_glass(&mut d, bg);
     d.verdict = verdict_for(&d.finding, d.mode, policy.unknown_scale_parent);
@@ -280,7 +284,7 @@ fn diff(
     old: &Value,
     new: &Value,
     d: &mut Decision,
-) -> Vec<String> {
+) -> (Vec<String>, Vec<String>) {
     let target = Target {
         group: req.resource_group_or_kind_group(),
         kind: kind_of(req, old),
@@ -294,12 +298,13 @@ fn diff(
     let version = version.rsplit('/').next().unwrap_or_default();
     let rules = rules_for(policy, ctx, &target, d.manager.as_ref(), version, old);
     let mut failures = Vec::new();
-    let (old_n, new_n) = normalize::normalize_pair(old, new, &rules, Some(old), &mut failures);
+    let (old_n, new_n) = normalize::normalize_pair(old, new, &rules, &mut failures);
     let mut paths = normalize::drifted_paths(&old_n, &new_n);
     // Named even when a broader path covers it: it says what the change broke.
-    for p in normalize::tracking_changes(old, new, policy) {
-        if !paths.contains(&p) {
-            paths.push(p);
+    let inputs_changed = input_changes(policy, ctx, d.manager.as_ref(), &rules, old, new);
+    for p in &inputs_changed {
+        if !paths.contains(p) {
+            paths.push(p.clone());
         }
     }
     // A rule usually fails on both objects alike; report each failure once.
@@ -308,7 +313,52 @@ fn diff(
             d.rule_failures.push(f);
         }
     }
-    paths
+    (paths, inputs_changed)
+}
+
+/// Pointer reported when a manual write gives fields to a manager that an
+/// ignore rule trusts (`managedFieldsManagers`).
+const MANAGED_FIELDS_GROWN: [&str; 1] = ["/metadata/managedFields"];
+
+/// Changes to what the decision reads, which no ignore rule or ownedFields
+/// partition may hide: the [`Inputs`]; the labels and annotations that the
+/// managing Flux object's ignore targets select on; and fields given to a
+/// manager that `managedFieldsManagers` trusts (a client-chosen fieldManager
+/// claiming them, which would make a later change to them ignored).
+fn input_changes(
+    policy: &Policy,
+    ctx: &Context,
+    manager: Option<&Manager>,
+    rules: &[&IgnoreRule],
+    old: &Value,
+    new: &Value,
+) -> Vec<String> {
+    let mut out = inputs::changes(
+        &Inputs::read(old, policy),
+        &Inputs::read(new, policy),
+        policy,
+    );
+    if let Some(source) = manager.and_then(|m| ctx.sources.and_then(|s| s.flux_source(m))) {
+        out.extend(source.selector_changes(old, new));
+    }
+    let managers: Vec<&str> = rules
+        .iter()
+        .flat_map(|r| r.managers.iter().map(String::as_str))
+        .collect();
+    if !managers.is_empty() {
+        let (before, after) = (owned_leaves(old, &managers), owned_leaves(new, &managers));
+        if !after.is_subset(&before) {
+            out.extend(MANAGED_FIELDS_GROWN.map(str::to_owned));
+        }
+    }
+    if policy.precision == crate::policy::Precision::OwnedFields {
+        for p in owned::ownership_taken(old, new) {
+            if !out.contains(&p) {
+                out.push(p);
+            }
+        }
+    }
+    out
 }
 
 impl Request<'_> {
@@ -419,11 +469,8 @@ fn identity_allows(policy: &Policy, ctx: &Context, req: &Request, d: &mut Decisi
 }
 
 /// The stored object's `driftguard.io/mode` annotation, never the incoming one's.
-fn mode_from_annotation(stored: &Value, mode: Mode, notes: &mut Vec<String>) -> Mode {
-    let Some(value) = ownership::annotations(stored)
-        .and_then(|a| a.get(MODE_ANNOTATION))
-        .and_then(Value::as_str)
-    else {
+fn mode_from_annotation(stored: &Inputs, mode: Mode, notes: &mut Vec<String>) -> Mode {
+    let Some(value) = stored.text(Input::Mode) else {
         return mode;
     };
     Mode::parse(value).unwrap_or_else(|| {
@@ -436,13 +483,12 @@ fn mode_from_annotation(stored: &Value, mode: Mode, notes: &mut Vec<String>) -> 
 
 /// With `precision: ownedFields`, drift is only what touches fields the GitOps
 /// tool owns in the stored object; tracking metadata always counts.
-fn apply_precision(policy: &Policy, old: &Value, new: &Value, d: &mut Decision) {
+fn apply_precision(policy: &Policy, old: &Value, always: &[String], d: &mut Decision) {
     if policy.precision != crate::policy::Precision::OwnedFields || d.finding != Finding::Drift {
         return;
     }
     let owned = owned::owned_pointers(old);
-    let always = normalize::tracking_changes(old, new, policy);
-    let (drift, other) = owned::partition(std::mem::take(&mut d.drifted_paths), &owned, &always);
+    let (drift, other) = owned::partition(std::mem::take(&mut d.drifted_paths), &owned, always);
     if drift.is_empty() {
         d.finding = Finding::UnownedChange;
         d.drifted_paths = other;
@@ -519,20 +565,21 @@ fn decide_scale(
             replicas(old) != replicas(new),
         ));
     };
-    if let Some(owner) = ownership::controller_owner(parent) {
+    let stored = Inputs::read(parent, policy);
+    if let Some(owner) = ownership::controller_owner(&stored) {
         d.finding = Finding::OutOfScope(format!("child of {owner}"));
         return Ok(d);
     }
-    let Some(manager) = ownership::detect(parent, policy) else {
+    let Some(manager) = ownership::detect(&stored) else {
         d.finding = Finding::OutOfScope("not GitOps-managed".into());
         return Ok(d);
     };
-    if let Some(why) = ownership::opted_out(parent, &manager) {
+    if let Some(why) = ownership::opted_out(&stored, &manager) {
         d.finding = Finding::OutOfScope(why);
         return Ok(d);
     }
     set_manager(policy, ctx, &mut d, manager);
-    d.mode = mode_from_annotation(parent, d.mode, &mut d.notes);
+    d.mode = mode_from_annotation(&stored, d.mode, &mut d.notes);
     if identity_allows(policy, ctx, req, &mut d) {
         return Ok(d);
     }
@@ -544,18 +591,18 @@ fn decide_scale(
         p
     };
     let (old_parent, new_parent) = (with_replicas(replicas(old)), with_replicas(replicas(new)));
-    let paths = diff(policy, ctx, req, &old_parent, &new_parent, &mut d);
+    let (paths, inputs_changed) = diff(policy, ctx, req, &old_parent, &new_parent, &mut d);
     d.finding = if paths.is_empty() {
         Finding::NoDrift
     } else {
         Finding::Drift
     };
     d.drifted_paths = paths;
-    apply_precision(policy, &old_parent, &new_parent, &mut d);
+    apply_precision(policy, &old_parent, &inputs_changed, &mut d);
     // Break-glass set earlier on the parent covers a later scale by an authorized user.
     let bg = breakglass::evaluate(
-        parent,
-        Some(parent),
+        &stored,
+        Some(&stored),
         req.username,
         req.groups,
         policy,

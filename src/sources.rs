@@ -72,6 +72,28 @@ impl Sources {
     }
 }
 
+impl FluxSource {
+    /// Pointers of the labels and annotations its ignore targets select on
+    /// that differ between `old` and `new`: they decide whether a rule applies,
+    /// so they are decision inputs (see [`crate::drift::inputs`]).
+    pub fn selector_changes(&self, old: &Value, new: &Value) -> Vec<String> {
+        let mut out = Vec::new();
+        for rule in &self.rules {
+            for (section, pairs) in [("labels", &rule.labels), ("annotations", &rule.annotations)] {
+                for (key, _) in pairs {
+                    let at = |o: &Value| o.get("metadata")?.get(section)?.get(key).cloned();
+                    let pointer =
+                        format!("/metadata/{section}/{}", crate::policy::path::escape(key));
+                    if at(old) != at(new) && !out.contains(&pointer) {
+                        out.push(pointer);
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
 impl FluxRule {
     pub fn matches(&self, target: &Target, version: &str, obj: &Value) -> bool {
         let meta_has = |section: &str, pairs: &[(String, String)]| {

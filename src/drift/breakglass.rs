@@ -2,9 +2,8 @@
 //! bounded time by annotating the object with a reason and an expiry.
 
 use jiff::Timestamp;
-use serde_json::Value;
 
-use super::ownership::annotations;
+use super::inputs::{Input, Inputs};
 use crate::policy::Policy;
 
 pub const REASON: &str = "driftguard.io/break-glass";
@@ -23,40 +22,40 @@ pub enum BreakGlass {
     None,
     /// `changed`: this write set the annotations (arming break-glass).
     Valid { used: BreakGlassUse, changed: bool },
-    /// The writer added or changed the annotations without being allowed to.
+    /// The writer added, changed or removed the annotations without being allowed to.
     Unauthorized,
     /// An authorized writer's annotations are wrong: the text says why.
     Invalid { why: String, changed: bool },
 }
 
-fn annotation<'a>(obj: Option<&'a Value>, key: &str) -> Option<&'a str> {
-    annotations(obj?)?.get(key)?.as_str()
-}
-
 /// Reads break-glass from `carrier` (the new object; the old one for DELETE).
-/// `previous` is the stored object when the write could have added the annotations.
+/// `previous` is the stored object when the write could have changed the annotations.
 pub fn evaluate(
-    carrier: &Value,
-    previous: Option<&Value>,
+    carrier: &Inputs,
+    previous: Option<&Inputs>,
     user: &str,
     groups: &[String],
     policy: &Policy,
     now: Timestamp,
 ) -> BreakGlass {
-    let reason = annotation(Some(carrier), REASON);
-    let expires = annotation(Some(carrier), EXPIRES);
-    if reason.is_none() && expires.is_none() {
-        return BreakGlass::None;
-    }
+    let reason = carrier.text(Input::BreakGlassReason);
+    let expires = carrier.text(Input::BreakGlassExpires);
+    // Compared as stored: a value that is not a string is a change too.
     let changed = previous.is_some_and(|prev| {
-        annotation(Some(prev), REASON) != reason || annotation(Some(prev), EXPIRES) != expires
+        [Input::BreakGlassReason, Input::BreakGlassExpires]
+            .into_iter()
+            .any(|i| prev.get(i) != carrier.get(i))
     });
     if !policy.break_glass.allowed.contains(user, groups) {
+        // Removing them by hand is a change to a decision input like any other.
         return if changed {
             BreakGlass::Unauthorized
         } else {
             BreakGlass::None
         };
+    }
+    if reason.is_none() && expires.is_none() {
+        return BreakGlass::None;
     }
     let invalid = |why: String| BreakGlass::Invalid { why, changed };
     let reason = match reason.map(str::trim) {

@@ -3,10 +3,9 @@
 use serde_json::Value;
 
 use super::breakglass;
-use super::ownership;
 use crate::policy::jq::JqInput;
-use crate::policy::path::{self, escape};
-use crate::policy::{IgnoreRule, Policy, RuleFailure};
+use crate::policy::path;
+use crate::policy::{IgnoreRule, RuleFailure};
 
 /// The annotation the mutating webhook writes in warn mode.
 pub const DRIFT_ANNOTATION: &str = "driftguard.io/drift";
@@ -31,12 +30,15 @@ const BOOKKEEPING_ANNOTATIONS: [&str; 4] = [
     breakglass::EXPIRES,
 ];
 
-/// Both objects normalized with the same rules; see [`normalize`].
+/// Both objects without server-managed fields and ignored paths, with empty
+/// maps, empty lists and nulls removed (Kubernetes serializes them like absent
+/// fields). Rules see the objects already without status, managedFields and the
+/// other server fields: driftguard never diffs them, and jq's input is half the
+/// size.
 pub fn normalize_pair(
     old: &Value,
     new: &Value,
     rules: &[&IgnoreRule],
-    owners: Option<&Value>,
     failures: &mut Vec<RuleFailure>,
 ) -> (Value, Value) {
     let mut old_n = normalized_copy(old);
@@ -45,7 +47,7 @@ pub fn normalize_pair(
     {
         let (old_in, new_in) = (JqInput::new(&old_n), JqInput::new(&new_n));
         for rule in rules {
-            let (o, n) = rule.paths_pair(&old_in, &new_in, owners, failures);
+            let (o, n) = rule.paths_pair(&old_in, &new_in, Some((old, new)), failures);
             old_paths.extend(o);
             new_paths.extend(n);
         }
@@ -53,28 +55,6 @@ pub fn normalize_pair(
     path::remove_all_pruning(&mut old_n, old_paths);
     path::remove_all_pruning(&mut new_n, new_paths);
     (old_n, new_n)
-}
-
-/// `obj` without server-managed fields and ignored paths, with empty maps,
-/// empty lists and nulls removed (Kubernetes serializes them like absent fields).
-/// Rules see the object already without status, managedFields and the other
-/// server fields: driftguard never diffs them, and jq's input is half the size.
-pub fn normalize(
-    obj: &Value,
-    rules: &[&IgnoreRule],
-    owners: Option<&Value>,
-    failures: &mut Vec<RuleFailure>,
-) -> Value {
-    let mut out = normalized_copy(obj);
-    let mut paths = Vec::new();
-    {
-        let input = JqInput::new(&out);
-        for rule in rules {
-            paths.extend(rule.paths(&input, owners, failures));
-        }
-    }
-    path::remove_all_pruning(&mut out, paths);
-    out
 }
 
 /// A copy of `obj` without `status`, server metadata and bookkeeping
@@ -152,26 +132,6 @@ pub fn drifted_paths(old: &Value, new: &Value) -> Vec<String> {
         .collect()
 }
 
-/// Tracking metadata may never be ignored: a change to it is drift under any rule.
-pub fn tracking_changes(old: &Value, new: &Value, policy: &Policy) -> Vec<String> {
-    let mut out = Vec::new();
-    for (is_annotation, key) in ownership::tracking_keys(policy) {
-        let section = if is_annotation {
-            "annotations"
-        } else {
-            "labels"
-        };
-        if metadata_entry(old, section, key) != metadata_entry(new, section, key) {
-            out.push(format!("/metadata/{section}/{}", escape(key)));
-        }
-    }
-    out
-}
-
-fn metadata_entry<'a>(obj: &'a Value, section: &str, key: &str) -> Option<&'a Value> {
-    obj.get("metadata")?.get(section)?.get(key)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -201,7 +161,7 @@ mod tests {
         )
         .unwrap();
         let obj = json!({"spec": {"template": {"metadata": {"annotations": {"restartedAt": "now"}}}, "x": [{}]}});
-        let out = normalize(&obj, &[&rule], None, &mut Vec::new());
+        let (out, _) = normalize_pair(&obj, &obj, &[&rule], &mut Vec::new());
         assert_eq!(out, json!({"spec": {"x": [{}]}}));
     }
 
@@ -210,8 +170,8 @@ mod tests {
         let obj = json!({"metadata": {"name": "a", "resourceVersion": "1", "generation": 2, "uid": "u",
                          "managedFields": [{}], "annotations": {"driftguard.io/drift": "x"}},
                          "spec": {"x": null, "y": []}, "status": {"ready": 1}});
-        let once = normalize(&obj, &[], None, &mut Vec::new());
+        let (once, _) = normalize_pair(&obj, &obj, &[], &mut Vec::new());
         assert_eq!(once, json!({"metadata": {"name": "a"}}));
-        assert_eq!(normalize(&once, &[], None, &mut Vec::new()), once);
+        assert_eq!(normalize_pair(&once, &once, &[], &mut Vec::new()).0, once);
     }
 }

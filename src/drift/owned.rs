@@ -6,7 +6,7 @@
 
 use serde_json::Value;
 
-use crate::policy::ignore::managed_paths;
+use crate::policy::ignore::{FieldSet, locate_leaves, owned_leaves};
 use crate::policy::path::{Path, escape, is_under};
 
 /// The field managers of Argo CD and Flux under server-side apply.
@@ -16,19 +16,51 @@ pub const GITOPS_MANAGERS: [&str; 3] = [
     "helm-controller",
 ];
 
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
 /// RFC 6901 pointers of the fields the GitOps tool owns in `stored`.
 pub fn owned_pointers(stored: &Value) -> Vec<String> {
-    let managers: Vec<String> = GITOPS_MANAGERS.iter().map(|m| m.to_string()).collect();
-    let mut out: Vec<String> = managed_paths(stored, stored, &managers)
+    let mut out: Vec<String> = locate_leaves(&owned_leaves(stored, &GITOPS_MANAGERS), stored)
         .iter()
         .map(Path::to_pointer)
         .collect();
-    let applied = stored
-        .pointer("/metadata/annotations/kubectl.kubernetes.io~1last-applied-configuration")
-        .and_then(Value::as_str)
-        .and_then(|text| serde_json::from_str::<Value>(text).ok());
-    if let Some(applied) = applied {
+    if let Some(applied) = last_applied(stored) {
         leaves(&applied, &mut String::new(), &mut out);
+    }
+    out
+}
+
+fn last_applied(obj: &Value) -> Option<Value> {
+    obj.get("metadata")?
+        .get("annotations")?
+        .get(LAST_APPLIED)?
+        .as_str()
+        .and_then(|text| serde_json::from_str::<Value>(text).ok())
+}
+
+/// What a manual write takes away from the GitOps tool's ownership: fields it
+/// owned before and not after. Ownership is a decision input under
+/// `precision: ownedFields` (an unowned field may change by hand), so a write
+/// that shrinks it, e.g. by rewriting managedFields or the last-applied
+/// annotation, is drift: otherwise the next write to those fields is allowed.
+/// Growth only makes later writes stricter, and `kubectl edit` grows the
+/// last-applied annotation, so it is not drift.
+pub fn ownership_taken(old: &Value, new: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    let managed = |o: &Value| -> FieldSet { owned_leaves(o, &GITOPS_MANAGERS) };
+    if !managed(old).is_subset(&managed(new)) {
+        out.push("/metadata/managedFields".to_owned());
+    }
+    let applied = |o: &Value| {
+        let mut leaves_out = Vec::new();
+        if let Some(applied) = last_applied(o) {
+            leaves(&applied, &mut String::new(), &mut leaves_out);
+        }
+        leaves_out
+    };
+    let after = applied(new);
+    if applied(old).iter().any(|p| !after.contains(p)) {
+        out.push(format!("/metadata/annotations/{}", escape(LAST_APPLIED)));
     }
     out
 }

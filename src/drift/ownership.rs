@@ -6,7 +6,7 @@ use std::fmt;
 
 use serde_json::Value;
 
-use crate::policy::Policy;
+use super::inputs::{Input, Inputs};
 
 pub const FLUX_KUSTOMIZE_NAME: &str = "kustomize.toolkit.fluxcd.io/name";
 pub const FLUX_KUSTOMIZE_NAMESPACE: &str = "kustomize.toolkit.fluxcd.io/namespace";
@@ -14,7 +14,10 @@ pub const FLUX_HELM_NAME: &str = "helm.toolkit.fluxcd.io/name";
 pub const FLUX_HELM_NAMESPACE: &str = "helm.toolkit.fluxcd.io/namespace";
 /// Set by `helm install/upgrade`, never by `helm template` (which Argo CD uses):
 /// an instance label next to it names a Helm release, not an Argo CD application.
-const HELM_RELEASE_ANNOTATION: &str = "meta.helm.sh/release-name";
+pub const HELM_RELEASE_ANNOTATION: &str = "meta.helm.sh/release-name";
+/// Flux's per-object opt-outs (label or annotation, value `disabled`).
+pub const FLUX_RECONCILE: &str = "kustomize.toolkit.fluxcd.io/reconcile";
+pub const HELM_DRIFT_DETECTION: &str = "helm.toolkit.fluxcd.io/driftDetection";
 
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(tag = "tool", rename_all = "camelCase")]
@@ -58,64 +61,38 @@ impl fmt::Display for Manager {
     }
 }
 
-pub fn labels(obj: &Value) -> Option<&serde_json::Map<String, Value>> {
-    obj.pointer("/metadata/labels").and_then(Value::as_object)
+/// The controller that owns the object, as `Kind/name`, if any.
+pub fn controller_owner(inputs: &Inputs) -> Option<String> {
+    inputs.get(Input::ControllerOwner).map(|r| {
+        let kind = r.get("kind").and_then(Value::as_str).unwrap_or("?");
+        let name = r.get("name").and_then(Value::as_str).unwrap_or("?");
+        format!("{kind}/{name}")
+    })
 }
 
-pub fn annotations(obj: &Value) -> Option<&serde_json::Map<String, Value>> {
-    obj.pointer("/metadata/annotations")
-        .and_then(Value::as_object)
-}
-
-fn get<'a>(map: Option<&'a serde_json::Map<String, Value>>, key: &str) -> Option<&'a str> {
-    map?.get(key)?.as_str().filter(|s| !s.is_empty())
-}
-
-/// The controller that owns `obj`, as `Kind/name`, if any.
-pub fn controller_owner(obj: &Value) -> Option<String> {
-    let refs = obj.pointer("/metadata/ownerReferences")?.as_array()?;
-    refs.iter()
-        .find(|r| r.get("controller").and_then(Value::as_bool) == Some(true))
-        .map(|r| {
-            let kind = r.get("kind").and_then(Value::as_str).unwrap_or("?");
-            let name = r.get("name").and_then(Value::as_str).unwrap_or("?");
-            format!("{kind}/{name}")
-        })
-}
-
-/// Detects the GitOps manager of `obj`, in order: Argo CD tracking annotation,
-/// Flux Kustomization labels, Flux HelmRelease labels, Argo CD instance label.
-pub fn detect(obj: &Value, policy: &Policy) -> Option<Manager> {
-    let labels = labels(obj);
-    let annotations = annotations(obj);
-    if let Some(argo) = &policy.argocd
-        && let Some(id) = get(annotations, &argo.tracking_annotation)
-    {
-        return tracking_id_manager(id, obj);
+/// Detects the GitOps manager, in order: Argo CD tracking annotation, Flux
+/// Kustomization labels, Flux HelmRelease labels, Argo CD instance label.
+/// Inputs of a detector that the policy turns off are never read (absent).
+pub fn detect(inputs: &Inputs) -> Option<Manager> {
+    if let Some(id) = inputs.non_empty(Input::ArgoTrackingAnnotation) {
+        return tracking_id_manager(id, inputs);
     }
-    if policy.flux {
-        if let Some(name) = get(labels, FLUX_KUSTOMIZE_NAME) {
-            let namespace = get(labels, FLUX_KUSTOMIZE_NAMESPACE)
-                .unwrap_or_default()
-                .to_owned();
-            return Some(Manager::FluxKustomization {
-                namespace,
-                name: name.to_owned(),
-            });
-        }
-        if let Some(name) = get(labels, FLUX_HELM_NAME) {
-            let namespace = get(labels, FLUX_HELM_NAMESPACE)
-                .unwrap_or_default()
-                .to_owned();
-            return Some(Manager::FluxHelmRelease {
-                namespace,
-                name: name.to_owned(),
-            });
-        }
+    if let Some(name) = inputs.non_empty(Input::FluxKustomizeName) {
+        let namespace = inputs.non_empty(Input::FluxKustomizeNamespace);
+        return Some(Manager::FluxKustomization {
+            namespace: namespace.unwrap_or_default().to_owned(),
+            name: name.to_owned(),
+        });
     }
-    let label = policy.argocd.as_ref()?.instance_label.as_deref()?;
-    let app = get(labels, label)?;
-    if get(annotations, HELM_RELEASE_ANNOTATION).is_some() {
+    if let Some(name) = inputs.non_empty(Input::FluxHelmName) {
+        let namespace = inputs.non_empty(Input::FluxHelmNamespace);
+        return Some(Manager::FluxHelmRelease {
+            namespace: namespace.unwrap_or_default().to_owned(),
+            name: name.to_owned(),
+        });
+    }
+    let app = inputs.non_empty(Input::ArgoInstanceLabel)?;
+    if inputs.non_empty(Input::HelmReleaseAnnotation).is_some() {
         return None;
     }
     Some(argo_app(app))
@@ -123,24 +100,15 @@ pub fn detect(obj: &Value, policy: &Policy) -> Option<Manager> {
 
 /// Argo CD's tracking id is `<app>:<group>/<kind>:<namespace>/<name>`. Like
 /// Argo CD, an id naming another object (copied metadata) is not ownership.
-fn tracking_id_manager(id: &str, obj: &Value) -> Option<Manager> {
+fn tracking_id_manager(id: &str, obj: &Inputs) -> Option<Manager> {
     let mut parts = id.splitn(3, ':');
     let app = parts.next().filter(|a| !a.is_empty())?;
     if let (Some(group_kind), Some(ns_name)) = (parts.next(), parts.next()) {
         let (_, kind) = group_kind.split_once('/').unwrap_or(("", group_kind));
         let (ns, name) = ns_name.split_once('/').unwrap_or(("", ns_name));
-        let obj_kind = obj.get("kind").and_then(Value::as_str).unwrap_or_default();
-        let obj_name = obj
-            .pointer("/metadata/name")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        let obj_ns = obj
-            .pointer("/metadata/namespace")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        let names_other = (!obj_kind.is_empty() && obj_kind != kind)
-            || (!obj_name.is_empty() && obj_name != name)
-            || (!obj_ns.is_empty() && !ns.is_empty() && obj_ns != ns);
+        let names_other = (!obj.kind.is_empty() && obj.kind != kind)
+            || (!obj.name.is_empty() && obj.name != name)
+            || (!obj.namespace.is_empty() && !ns.is_empty() && obj.namespace != ns);
         if names_other {
             return None;
         }
@@ -163,44 +131,31 @@ fn argo_app(app: &str) -> Manager {
 
 /// Flux's per-object opt-outs, on the stored object (label or annotation):
 /// such an object is not reconciled, so its changes are not drift. Adding one by
-/// hand is a change like any other, judged on the stored object.
-pub fn opted_out(obj: &Value, manager: &Manager) -> Option<String> {
-    let key = match manager {
-        Manager::FluxKustomization { .. } => "kustomize.toolkit.fluxcd.io/reconcile",
-        Manager::FluxHelmRelease { .. } => "helm.toolkit.fluxcd.io/driftDetection",
+/// hand is a change to a decision input, and so drift.
+pub fn opted_out(inputs: &Inputs, manager: &Manager) -> Option<String> {
+    let (key, label, annotation) = match manager {
+        Manager::FluxKustomization { .. } => (
+            FLUX_RECONCILE,
+            Input::FluxReconcileLabel,
+            Input::FluxReconcileAnnotation,
+        ),
+        Manager::FluxHelmRelease { .. } => (
+            HELM_DRIFT_DETECTION,
+            Input::HelmDriftDetectionLabel,
+            Input::HelmDriftDetectionAnnotation,
+        ),
         Manager::ArgoCd { .. } => return None,
     };
-    let disabled = [labels(obj), annotations(obj)]
+    let disabled = [label, annotation]
         .into_iter()
-        .any(|m| get(m, key) == Some("disabled"));
+        .any(|i| inputs.non_empty(i) == Some("disabled"));
     disabled.then(|| format!("{key}: disabled (unmanaged by {manager})"))
-}
-
-/// The metadata keys by which ownership is detected: `(is_annotation, key)`.
-pub fn tracking_keys(policy: &Policy) -> Vec<(bool, &str)> {
-    let mut keys = Vec::new();
-    if let Some(argo) = &policy.argocd {
-        keys.push((true, argo.tracking_annotation.as_str()));
-        if let Some(label) = &argo.instance_label {
-            keys.push((false, label.as_str()));
-        }
-    }
-    if policy.flux {
-        for key in [
-            FLUX_KUSTOMIZE_NAME,
-            FLUX_KUSTOMIZE_NAMESPACE,
-            FLUX_HELM_NAME,
-            FLUX_HELM_NAMESPACE,
-        ] {
-            keys.push((false, key));
-        }
-    }
-    keys
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::policy::Policy;
     use serde_json::json;
 
     fn obj(labels: Value, annotations: Value) -> Value {
@@ -216,7 +171,7 @@ mod tests {
             json!({"argocd.argoproj.io/tracking-id": "myapp:apps/Deployment:prod/web"}),
         );
         assert_eq!(
-            detect(&argo, &p),
+            detect(&Inputs::read(&argo, &p)),
             Some(Manager::ArgoCd {
                 application: "myapp".into(),
                 application_namespace: None
@@ -227,7 +182,7 @@ mod tests {
             json!({"argocd.argoproj.io/tracking-id": "team-a_myapp:apps/Deployment:prod/web"}),
         );
         assert_eq!(
-            detect(&any_ns, &p).unwrap().to_string(),
+            detect(&Inputs::read(&any_ns, &p)).unwrap().to_string(),
             "Argo CD application team-a/myapp"
         );
         let flux = obj(
@@ -235,7 +190,7 @@ mod tests {
             json!({}),
         );
         assert_eq!(
-            detect(&flux, &p).unwrap().to_string(),
+            detect(&Inputs::read(&flux, &p)).unwrap().to_string(),
             "Flux Kustomization flux-system/myapp"
         );
         let helm = obj(
@@ -243,12 +198,12 @@ mod tests {
             json!({}),
         );
         assert_eq!(
-            detect(&helm, &p).unwrap().to_string(),
+            detect(&Inputs::read(&helm, &p)).unwrap().to_string(),
             "Flux HelmRelease db/redis"
         );
         let label = obj(json!({"app.kubernetes.io/instance": "myapp"}), json!({}));
         assert_eq!(
-            detect(&label, &p).unwrap().to_string(),
+            detect(&Inputs::read(&label, &p)).unwrap().to_string(),
             "Argo CD application myapp"
         );
     }
@@ -260,7 +215,7 @@ mod tests {
             json!({"app.kubernetes.io/instance": "redis"}),
             json!({"meta.helm.sh/release-name": "redis"}),
         );
-        assert_eq!(detect(&o, &p), None);
+        assert_eq!(detect(&Inputs::read(&o, &p)), None);
     }
 
     #[test]
@@ -270,17 +225,20 @@ mod tests {
             json!({}),
             json!({"argocd.argoproj.io/tracking-id": "myapp:apps/Deployment:prod/other"}),
         );
-        assert_eq!(detect(&o, &p), None);
+        assert_eq!(detect(&Inputs::read(&o, &p)), None);
     }
 
     #[test]
     fn unmanaged_and_children() {
         let p = Policy::embedded();
-        assert_eq!(detect(&obj(json!({"app": "x"}), json!({})), &p), None);
+        assert_eq!(
+            detect(&Inputs::read(&obj(json!({"app": "x"}), json!({})), &p)),
+            None
+        );
         let child = json!({"metadata": {"ownerReferences": [
             {"kind": "ReplicaSet", "name": "web-1", "controller": true}]}});
         assert_eq!(
-            controller_owner(&child).as_deref(),
+            controller_owner(&Inputs::read(&child, &p)).as_deref(),
             Some("ReplicaSet/web-1")
         );
     }

@@ -1,5 +1,7 @@
 //! Compiled `ignoreDifferences` rules and the paths they select in an object.
 
+use std::collections::BTreeSet;
+
 use serde_json::Value;
 
 use super::jq::{JqInput, JqPath};
@@ -185,11 +187,13 @@ impl IgnoreRule {
     /// The paths this rule drops from the stored and the incoming object. jq
     /// expressions whose subtree did not change are skipped (see
     /// [`JqPath::sees_no_change`]); a failure is reported once per expression.
+    /// `owners` are the raw stored and incoming objects, whose managedFields
+    /// say which fields `managedFieldsManagers` own.
     pub fn paths_pair(
         &self,
         old: &JqInput,
         new: &JqInput,
-        owners: Option<&Value>,
+        owners: Option<(&Value, &Value)>,
         failures: &mut Vec<RuleFailure>,
     ) -> (Vec<Path>, Vec<Path>) {
         let (mut old_paths, mut new_paths) = (self.pointers.clone(), self.pointers.clone());
@@ -212,44 +216,32 @@ impl IgnoreRule {
                 });
             }
         }
-        if let (false, Some(owners)) = (self.managers.is_empty(), owners) {
-            old_paths.extend(managed_paths(old.value(), owners, &self.managers));
-            new_paths.extend(managed_paths(new.value(), owners, &self.managers));
+        if let (false, Some((old_owners, new_owners))) = (self.managers.is_empty(), owners) {
+            // Ignored only where the manager owns the field before and after the
+            // write: a manual change moves ownership away (Argo CD then sees the
+            // field as drift too), and a field claimed for the manager by this
+            // write (a client-chosen fieldManager) is not the manager's yet.
+            let before = owned_leaves(old_owners, &self.managers);
+            let owned: FieldSet = owned_leaves(new_owners, &self.managers)
+                .intersection(&before)
+                .cloned()
+                .collect();
+            old_paths.extend(locate_leaves(&owned, old.value()));
+            new_paths.extend(locate_leaves(&owned, new.value()));
         }
         (old_paths, new_paths)
     }
-
-    /// The paths this rule drops from `obj`. Field ownership for
-    /// `managedFieldsManagers` is read from `owners` (the stored object), never
-    /// from the incoming one, whose managedFields the writer chose via fieldManager.
-    pub fn paths(
-        &self,
-        obj: &JqInput,
-        owners: Option<&Value>,
-        failures: &mut Vec<RuleFailure>,
-    ) -> Vec<Path> {
-        let mut out = self.pointers.clone();
-        for jq in &self.jq {
-            match jq.paths(obj) {
-                Ok(paths) => out.extend(paths),
-                Err(error) => failures.push(RuleFailure {
-                    origin: self.origin.clone(),
-                    expression: jq.source().to_owned(),
-                    error,
-                }),
-            }
-        }
-        if let (false, Some(owners)) = (self.managers.is_empty(), owners) {
-            out.extend(managed_paths(obj.value(), owners, &self.managers));
-        }
-        out
-    }
 }
 
-/// Paths in `obj` owned, according to `owners.metadata.managedFields`, by any of `managers`.
-pub(crate) fn managed_paths(obj: &Value, owners: &Value, managers: &[String]) -> Vec<Path> {
-    let mut out = Vec::new();
-    let entries = owners
+/// managedFields leaves, each as its FieldsV1 keys (`f:spec`, `k:{"name":"app"}`, ...).
+pub type FieldSet = BTreeSet<Vec<String>>;
+
+/// The FieldsV1 leaves that any of `managers` own in `obj.metadata.managedFields`.
+/// A leaf is a node with no children but `"."`: owned whole. A node with
+/// children is not owned whole, so fields other managers own inside it stay.
+pub fn owned_leaves<M: AsRef<str>>(obj: &Value, managers: &[M]) -> FieldSet {
+    let mut out = FieldSet::new();
+    let entries = obj
         .pointer("/metadata/managedFields")
         .and_then(Value::as_array);
     for entry in entries.into_iter().flatten() {
@@ -257,39 +249,46 @@ pub(crate) fn managed_paths(obj: &Value, owners: &Value, managers: &[String]) ->
             .get("manager")
             .and_then(Value::as_str)
             .unwrap_or_default();
-        if !managers.iter().any(|m| m == manager) {
+        if !managers.iter().any(|m| m.as_ref() == manager) {
             continue;
         }
         if let Some(fields) = entry.get("fieldsV1") {
-            walk_fields(fields, obj, &mut Vec::new(), &mut out);
+            collect_leaves(fields, &mut Vec::new(), &mut out);
         }
     }
     out
 }
 
-/// Walks a FieldsV1 set alongside `obj`. A leaf (`{}` or only `"."`) is owned
-/// whole; a node with children is recursed into, so fields that other managers
-/// own inside it stay.
-fn walk_fields(fields: &Value, obj: &Value, prefix: &mut Vec<Segment>, out: &mut Vec<Path>) {
+fn collect_leaves(fields: &Value, prefix: &mut Vec<String>, out: &mut FieldSet) {
     let Some(map) = fields.as_object() else {
         return;
     };
-    for (key, sub) in map {
-        if key == "." {
-            continue;
-        }
-        let Some((seg, child)) = locate(key, obj) else {
-            continue;
-        };
-        prefix.push(seg);
-        let leaf = sub.as_object().is_none_or(|m| m.keys().all(|k| k == "."));
-        if leaf {
-            out.push(Path(prefix.clone()));
+    for (key, sub) in map.iter().filter(|(k, _)| *k != ".") {
+        prefix.push(key.clone());
+        if sub.as_object().is_none_or(|m| m.keys().all(|k| k == ".")) {
+            out.insert(prefix.clone());
         } else {
-            walk_fields(sub, child, prefix, out);
+            collect_leaves(sub, prefix, out);
         }
         prefix.pop();
     }
+}
+
+/// Where each FieldsV1 leaf is in `obj`; leaves `obj` does not have are skipped.
+pub fn locate_leaves(leaves: &FieldSet, obj: &Value) -> Vec<Path> {
+    leaves
+        .iter()
+        .filter_map(|keys| {
+            let mut node = obj;
+            let mut path = Vec::with_capacity(keys.len());
+            for key in keys {
+                let (seg, child) = locate(key, node)?;
+                path.push(seg);
+                node = child;
+            }
+            Some(Path(path))
+        })
+        .collect()
 }
 
 fn locate<'a>(key: &str, obj: &'a Value) -> Option<(Segment, &'a Value)> {
@@ -352,16 +351,17 @@ mod tests {
         let obj = json!({"spec": {"replicas": 3, "paused": false, "containers": [
             {"name": "app", "image": "a:1"}, {"name": "istio-proxy"}]}});
         let managers = vec!["hpa".to_owned(), "mesh".to_owned()];
-        let got: Vec<String> = managed_paths(&obj, &owners, &managers)
+        let mut got: Vec<String> = locate_leaves(&owned_leaves(&owners, &managers), &obj)
             .iter()
             .map(Path::to_pointer)
             .collect();
+        got.sort();
         assert_eq!(
             got,
             vec![
-                "/spec/replicas",
                 "/spec/containers/0/image",
-                "/spec/containers/1"
+                "/spec/containers/1",
+                "/spec/replicas"
             ]
         );
     }

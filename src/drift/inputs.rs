@@ -1,0 +1,272 @@
+//! Decision inputs: every label, annotation and field of an object that the
+//! decision reads to settle scope, ownership, the manager, opt-outs, the mode
+//! and break-glass, read in this one place.
+//!
+//! Why one place: whatever the decision reads from the stored object, a user
+//! must not be able to change by hand in an allowed write, or a later denied
+//! write becomes allowed (annotate `driftguard.io/mode=audit` under an ignored
+//! `/metadata/annotations`, then edit the spec). The readers in
+//! [`super::ownership`], [`super::breakglass`] and the mode take an [`Inputs`],
+//! never the object, so a new input can only be added as an [`Input`] variant,
+//! and [`changes`] compares every variant: it cannot be forgotten.
+
+use serde_json::Value;
+
+use super::breakglass;
+use super::ownership;
+use crate::policy::Policy;
+use crate::policy::path::escape;
+
+/// The annotation, on the stored object, that overrides the mode for that object.
+pub const MODE_ANNOTATION: &str = "driftguard.io/mode";
+
+/// One thing the decision reads from an object.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Input {
+    /// Argo CD's tracking annotation (`argocd.argoproj.io/tracking-id` by default).
+    ArgoTrackingAnnotation,
+    /// Argo CD's instance label (`app.kubernetes.io/instance` by default).
+    ArgoInstanceLabel,
+    /// `meta.helm.sh/release-name`: an instance label next to it names a Helm
+    /// release, not an Argo CD Application.
+    HelmReleaseAnnotation,
+    FluxKustomizeName,
+    FluxKustomizeNamespace,
+    FluxHelmName,
+    FluxHelmNamespace,
+    /// Flux's per-object opt-outs, as a label or an annotation.
+    FluxReconcileLabel,
+    FluxReconcileAnnotation,
+    HelmDriftDetectionLabel,
+    HelmDriftDetectionAnnotation,
+    /// `driftguard.io/mode`.
+    Mode,
+    BreakGlassReason,
+    BreakGlassExpires,
+    /// The ownerReference with `controller: true`: its object is a child.
+    ControllerOwner,
+}
+
+/// Where an input lives in an object.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Location<'p> {
+    Label(&'p str),
+    Annotation(&'p str),
+    ControllerOwnerReference,
+}
+
+impl Location<'_> {
+    /// The RFC 6901 pointer reported when the input changes.
+    pub fn pointer(&self) -> String {
+        match self {
+            Location::Label(k) => format!("/metadata/labels/{}", escape(k)),
+            Location::Annotation(k) => format!("/metadata/annotations/{}", escape(k)),
+            Location::ControllerOwnerReference => "/metadata/ownerReferences".to_owned(),
+        }
+    }
+}
+
+impl Input {
+    /// Every input. [`Input::index`] is an exhaustive match, so a new variant
+    /// does not compile until it is placed here too (a test checks the order).
+    pub const ALL: [Input; 15] = [
+        Input::ArgoTrackingAnnotation,
+        Input::ArgoInstanceLabel,
+        Input::HelmReleaseAnnotation,
+        Input::FluxKustomizeName,
+        Input::FluxKustomizeNamespace,
+        Input::FluxHelmName,
+        Input::FluxHelmNamespace,
+        Input::FluxReconcileLabel,
+        Input::FluxReconcileAnnotation,
+        Input::HelmDriftDetectionLabel,
+        Input::HelmDriftDetectionAnnotation,
+        Input::Mode,
+        Input::BreakGlassReason,
+        Input::BreakGlassExpires,
+        Input::ControllerOwner,
+    ];
+
+    pub const fn index(self) -> usize {
+        match self {
+            Input::ArgoTrackingAnnotation => 0,
+            Input::ArgoInstanceLabel => 1,
+            Input::HelmReleaseAnnotation => 2,
+            Input::FluxKustomizeName => 3,
+            Input::FluxKustomizeNamespace => 4,
+            Input::FluxHelmName => 5,
+            Input::FluxHelmNamespace => 6,
+            Input::FluxReconcileLabel => 7,
+            Input::FluxReconcileAnnotation => 8,
+            Input::HelmDriftDetectionLabel => 9,
+            Input::HelmDriftDetectionAnnotation => 10,
+            Input::Mode => 11,
+            Input::BreakGlassReason => 12,
+            Input::BreakGlassExpires => 13,
+            Input::ControllerOwner => 14,
+        }
+    }
+
+    /// Where this input lives under `policy`; `None` when its detector is off
+    /// (then the decision does not read it).
+    pub fn location(self, policy: &Policy) -> Option<Location<'_>> {
+        let argo = policy.argocd.as_ref();
+        let flux = |key| policy.flux.then_some(key);
+        Some(match self {
+            Input::ArgoTrackingAnnotation => {
+                Location::Annotation(argo?.tracking_annotation.as_str())
+            }
+            Input::ArgoInstanceLabel => Location::Label(argo?.instance_label.as_deref()?),
+            Input::HelmReleaseAnnotation => {
+                argo?.instance_label.as_ref()?;
+                Location::Annotation(ownership::HELM_RELEASE_ANNOTATION)
+            }
+            Input::FluxKustomizeName => Location::Label(flux(ownership::FLUX_KUSTOMIZE_NAME)?),
+            Input::FluxKustomizeNamespace => {
+                Location::Label(flux(ownership::FLUX_KUSTOMIZE_NAMESPACE)?)
+            }
+            Input::FluxHelmName => Location::Label(flux(ownership::FLUX_HELM_NAME)?),
+            Input::FluxHelmNamespace => Location::Label(flux(ownership::FLUX_HELM_NAMESPACE)?),
+            Input::FluxReconcileLabel => Location::Label(flux(ownership::FLUX_RECONCILE)?),
+            Input::FluxReconcileAnnotation => {
+                Location::Annotation(flux(ownership::FLUX_RECONCILE)?)
+            }
+            Input::HelmDriftDetectionLabel => {
+                Location::Label(flux(ownership::HELM_DRIFT_DETECTION)?)
+            }
+            Input::HelmDriftDetectionAnnotation => {
+                Location::Annotation(flux(ownership::HELM_DRIFT_DETECTION)?)
+            }
+            Input::Mode => Location::Annotation(MODE_ANNOTATION),
+            Input::BreakGlassReason => Location::Annotation(breakglass::REASON),
+            Input::BreakGlassExpires => Location::Annotation(breakglass::EXPIRES),
+            Input::ControllerOwner => Location::ControllerOwnerReference,
+        })
+    }
+
+    /// Break-glass inputs are changed by authorized users on purpose; they
+    /// are judged by [`breakglass::evaluate`], which makes any other change drift.
+    pub fn is_break_glass(self) -> bool {
+        matches!(self, Input::BreakGlassReason | Input::BreakGlassExpires)
+    }
+}
+
+/// The decision inputs of one object, read once.
+#[derive(Clone, Debug)]
+pub struct Inputs<'a> {
+    values: [Option<&'a Value>; Input::ALL.len()],
+    /// The object's identity: an Argo CD tracking id must name this object.
+    /// Kind, name and namespace never change in an update.
+    pub kind: &'a str,
+    pub name: &'a str,
+    pub namespace: &'a str,
+}
+
+impl<'a> Inputs<'a> {
+    pub fn read(obj: &'a Value, policy: &Policy) -> Self {
+        let mut values = [None; Input::ALL.len()];
+        for input in Input::ALL {
+            values[input.index()] = input.location(policy).and_then(|at| locate(obj, at));
+        }
+        let text = |p: &str| obj.pointer(p).and_then(Value::as_str).unwrap_or_default();
+        Self {
+            values,
+            kind: text("/kind"),
+            name: text("/metadata/name"),
+            namespace: text("/metadata/namespace"),
+        }
+    }
+
+    /// The raw value of `input`.
+    pub fn get(&self, input: Input) -> Option<&'a Value> {
+        self.values[input.index()]
+    }
+
+    /// The value of a label or annotation input, as Kubernetes stores it (a string).
+    pub fn text(&self, input: Input) -> Option<&'a str> {
+        self.get(input).and_then(Value::as_str)
+    }
+
+    /// [`Inputs::text`] without empty values, which the detectors treat as absent.
+    pub fn non_empty(&self, input: Input) -> Option<&'a str> {
+        self.text(input).filter(|s| !s.is_empty())
+    }
+}
+
+fn locate<'a>(obj: &'a Value, at: Location) -> Option<&'a Value> {
+    let meta = obj.get("metadata")?;
+    match at {
+        Location::Label(key) => meta.get("labels")?.get(key),
+        Location::Annotation(key) => meta.get("annotations")?.get(key),
+        Location::ControllerOwnerReference => meta
+            .get("ownerReferences")?
+            .as_array()?
+            .iter()
+            .find(|r| r.get("controller").and_then(Value::as_bool) == Some(true)),
+    }
+}
+
+/// Pointers of the inputs that differ between the stored and the incoming
+/// object: adding, changing or removing one. Break-glass inputs are left to
+/// [`breakglass::evaluate`].
+pub fn changes(old: &Inputs, new: &Inputs, policy: &Policy) -> Vec<String> {
+    Input::ALL
+        .into_iter()
+        .filter(|i| !i.is_break_glass() && old.get(*i) != new.get(*i))
+        .filter_map(|i| i.location(policy).map(|at| at.pointer()))
+        .collect()
+}
+
+/// Every input location under `policy`, for the README's list and the tests.
+pub fn locations(policy: &Policy) -> Vec<(Input, Location<'_>)> {
+    Input::ALL
+        .into_iter()
+        .filter_map(|i| i.location(policy).map(|at| (i, at)))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn every_input_is_listed_once_in_index_order() {
+        for (i, input) in Input::ALL.iter().enumerate() {
+            assert_eq!(input.index(), i, "{input:?}");
+        }
+    }
+
+    #[test]
+    fn the_embedded_policy_reads_every_input() {
+        let policy = Policy::embedded();
+        let listed = locations(&policy);
+        assert_eq!(listed.len(), Input::ALL.len(), "{listed:?}");
+    }
+
+    #[test]
+    fn adding_changing_or_removing_an_input_is_a_change() {
+        let policy = Policy::embedded();
+        let base = json!({"metadata": {"annotations": {"driftguard.io/mode": "enforce"},
+                           "ownerReferences": [{"kind": "X", "name": "a", "controller": false}]}});
+        let variants = [
+            json!({"metadata": {"annotations": {"driftguard.io/mode": "audit"},
+                   "ownerReferences": [{"kind": "X", "name": "a", "controller": false}]}}),
+            json!({"metadata": {"ownerReferences": [{"kind": "X", "name": "a", "controller": false}]}}),
+            json!({"metadata": {"annotations": {"driftguard.io/mode": "enforce"},
+                   "ownerReferences": [{"kind": "X", "name": "a", "controller": true}]}}),
+        ];
+        let old = Inputs::read(&base, &policy);
+        let want = [
+            "/metadata/annotations/driftguard.io~1mode",
+            "/metadata/annotations/driftguard.io~1mode",
+            "/metadata/ownerReferences",
+        ];
+        for (new, want) in variants.iter().zip(want) {
+            let got = changes(&old, &Inputs::read(new, &policy), &policy);
+            assert_eq!(got, vec![want.to_owned()], "{new}");
+        }
+        let same = base.clone();
+        assert!(changes(&old, &Inputs::read(&same, &policy), &policy).is_empty());
+    }
+}

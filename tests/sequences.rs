@@ -1,0 +1,211 @@
+//! Sequences of writes: no allowed first write turns a denied second write into
+//! an allowed one (see tests/support/two_step.rs for the invariant and oracle).
+
+#[path = "support/two_step.rs"]
+mod two_step;
+
+use proptest::prelude::*;
+use two_step::{Edit, Kind, Manager, Scenario, Second};
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(3000))]
+
+    #[test]
+    fn an_allowed_write_never_unlocks_a_denied_one(bytes in prop::collection::vec(any::<u8>(), 0..40)) {
+        let scenario = Scenario::from_bytes(&bytes);
+        prop_assert!(scenario.check().is_ok(), "{:?}\n{}", scenario, scenario.check().unwrap_err());
+    }
+}
+
+/// The issue's own example, and one of each class, spelled out: each first
+/// write is allowed by some rule, and none may unlock the second.
+#[test]
+fn known_two_step_bypasses_are_closed() {
+    let metadata_rules = vec![
+        "{group: '*', kind: '*', jsonPointers: [/metadata]}",
+        "{group: '*', kind: '*', managedFieldsManagers: [hpa]}",
+    ];
+    let firsts = [
+        Edit::Annotation("driftguard.io/mode", Some("audit")),
+        Edit::Annotation("meta.helm.sh/release-name", Some("other")),
+        Edit::Annotation("kustomize.toolkit.fluxcd.io/reconcile", Some("disabled")),
+        Edit::Label("kustomize.toolkit.fluxcd.io/reconcile", Some("disabled")),
+        Edit::Annotation("helm.toolkit.fluxcd.io/driftDetection", Some("disabled")),
+        Edit::Annotation(
+            "argocd.argoproj.io/tracking-id",
+            Some("other:apps/Deployment:production/other"),
+        ),
+        Edit::Label("app.kubernetes.io/instance", None),
+        Edit::ControllerOwner(true),
+        Edit::Claim("hpa", "/spec/paused"),
+        Edit::Disown("argocd-controller"),
+        Edit::Annotation(
+            "kubectl.kubernetes.io/last-applied-configuration",
+            Some("{}"),
+        ),
+    ];
+    let mut checked = 0;
+    for manager in [
+        Manager::ArgoAnnotation,
+        Manager::ArgoLabel,
+        Manager::FluxKustomization,
+        Manager::FluxHelm,
+    ] {
+        for owned_fields in [false, true] {
+            for first in &firsts {
+                for second in [Second::Field("/spec/paused", 7), Second::Delete] {
+                    for honest_second in [false, true] {
+                        let scenario = Scenario {
+                            rules: metadata_rules.clone(),
+                            owned_fields,
+                            kind: Kind::Deployment,
+                            manager,
+                            first: vec![first.clone()],
+                            second: second.clone(),
+                            honest_second,
+                        };
+                        if let Err(e) = scenario.check() {
+                            panic!("{scenario:?}\n{e}");
+                        }
+                        checked += 1;
+                    }
+                }
+            }
+        }
+    }
+    assert_eq!(checked, 4 * 2 * 11 * 2 * 2);
+}
+
+mod common;
+
+use common::{Review, run};
+use driftguard::Policy;
+use driftguard::drift::inputs::{self, Location};
+use serde_json::{Value, json};
+
+/// A policy that ignores all metadata, and so hides nothing but the inputs.
+fn ignore_all_metadata() -> Policy {
+    Policy::from_yaml(
+        "ignoreDifferences:\n  - {group: '*', kind: '*', jsonPointers: [/metadata]}\n",
+        "p.yaml",
+    )
+    .unwrap()
+}
+
+fn set_location(obj: &mut Value, at: Location, value: Option<Value>) {
+    let meta = &mut obj["metadata"];
+    let (section, key) = match at {
+        Location::Label(k) => ("labels", k.to_owned()),
+        Location::Annotation(k) => ("annotations", k.to_owned()),
+        Location::ControllerOwnerReference => {
+            match value {
+                Some(v) => {
+                    meta["ownerReferences"] = json!([{"apiVersion": "v1", "kind": "X", "name": v, "uid": "u", "controller": true}])
+                }
+                None => {
+                    meta.as_object_mut().unwrap().remove("ownerReferences");
+                }
+            }
+            return;
+        }
+    };
+    if meta.get(section).is_none() {
+        meta[section] = json!({});
+    }
+    let map = meta[section].as_object_mut().unwrap();
+    match value {
+        Some(v) => {
+            map.insert(key, v);
+        }
+        None => {
+            map.remove(&key);
+        }
+    }
+}
+
+/// Every listed input, added, changed or removed by hand, is drift under a rule
+/// that ignores all of metadata, and the denial names it.
+#[test]
+fn every_decision_input_changed_by_hand_is_drift() {
+    let policy = ignore_all_metadata();
+    let listed = inputs::locations(&policy);
+    assert_eq!(listed.len(), inputs::Input::ALL.len());
+    for (input, at) in listed {
+        let pointer = at.pointer();
+        // Stored with the input set to a value that keeps the object managed
+        // and in scope, then each of: change, remove; and add from absent.
+        let base = common::deployment();
+        let mut with_value = base.clone();
+        let keeps_scope = match input {
+            inputs::Input::ControllerOwner => None,
+            inputs::Input::ArgoTrackingAnnotation => {
+                Some(json!("myapp:apps/Deployment:production/web"))
+            }
+            _ => Some(json!("enforce")),
+        };
+        if let Some(v) = &keeps_scope {
+            set_location(&mut with_value, at, Some(v.clone()));
+        }
+        let mut cases: Vec<(Value, Value)> = Vec::new();
+        if keeps_scope.is_some() {
+            let mut changed = with_value.clone();
+            set_location(&mut changed, at, Some(json!("disabled")));
+            let mut removed = with_value.clone();
+            set_location(&mut removed, at, None);
+            cases.push((with_value.clone(), changed));
+            cases.push((with_value.clone(), removed));
+        }
+        if input != inputs::Input::ArgoTrackingAnnotation {
+            let mut stored = base.clone();
+            set_location(&mut stored, at, None);
+            let mut added = stored.clone();
+            set_location(&mut added, at, Some(json!("disabled")));
+            cases.push((stored, added));
+        }
+        for (old, new) in cases {
+            let out = run(&policy, &Review::update(old.clone(), new.clone()));
+            assert!(!out.allowed(), "{input:?}: {old} -> {new} must be denied");
+            let named = out.decision.drifted_paths.contains(&pointer)
+                || matches!(
+                    input,
+                    inputs::Input::BreakGlassReason | inputs::Input::BreakGlassExpires
+                );
+            assert!(
+                named,
+                "{input:?}: {pointer} not in {:?}",
+                out.decision.drifted_paths
+            );
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    /// The decision reads nothing else: labels and annotations outside the list
+    /// never change who manages an object, its scope or its mode.
+    #[test]
+    fn other_metadata_never_changes_scope_manager_or_mode(
+        labels in prop::collection::btree_map("[a-z]{1,8}(/[a-z]{1,8})?", "[a-z]{0,8}", 0..6),
+        annotations in prop::collection::btree_map("[a-z.]{1,12}/[a-z-]{1,12}", "[a-z:/]{0,12}", 0..6),
+    ) {
+        let policy = Policy::embedded();
+        let listed: Vec<String> = inputs::locations(&policy).iter().map(|(_, at)| at.pointer()).collect();
+        let base = common::deployment();
+        let mut noisy = base.clone();
+        for (k, v) in &labels {
+            if !listed.iter().any(|p| *p == format!("/metadata/labels/{}", k.replace('/', "~1"))) {
+                noisy["metadata"]["labels"][k] = json!(v);
+            }
+        }
+        for (k, v) in &annotations {
+            if !listed.iter().any(|p| *p == format!("/metadata/annotations/{}", k.replace('/', "~1"))) {
+                noisy["metadata"]["annotations"][k] = json!(v);
+            }
+        }
+        let (a, b) = (run(&policy, &Review::delete(base)), run(&policy, &Review::delete(noisy)));
+        prop_assert_eq!(a.decision.finding, b.decision.finding);
+        prop_assert_eq!(a.decision.manager, b.decision.manager);
+        prop_assert_eq!(a.decision.mode, b.decision.mode);
+    }
+}
