@@ -117,9 +117,9 @@ async fn the_server_answers_like_check() {
 
 #[tokio::test]
 async fn every_bad_input_gets_a_json_error_naming_it() {
-    let mut no_old: Value =
+    let mut beta_with_uid: Value =
         serde_json::from_slice(&fixture("deployment-update-image.json")).unwrap();
-    no_old["request"]["oldObject"] = Value::Null;
+    beta_with_uid["apiVersion"] = json!("admission.k8s.io/v1beta1");
     let mut no_uid: Value = serde_json::from_slice(&fixture("deployment-delete.json")).unwrap();
     no_uid["request"].as_object_mut().unwrap().remove("uid");
     // Nesting deeper than serde_json's recursion limit, inside a real review.
@@ -153,9 +153,9 @@ async fn every_bad_input_gets_a_json_error_naming_it() {
             "no uid",
         ),
         (
-            serde_json::to_vec(&no_old).unwrap(),
+            serde_json::to_vec(&beta_with_uid).unwrap(),
             StatusCode::BAD_REQUEST,
-            "no oldObject",
+            "v1beta1",
         ),
         (
             serde_json::to_vec(&deep).unwrap(),
@@ -226,6 +226,45 @@ fn assert_on_error(v: &Value, on_error: OnError, uid: &str, why: &str) {
             let message = r["status"]["message"].as_str().unwrap();
             assert!(message.starts_with(&format!("driftguard: {why}")), "{v}");
             assert!(message.ends_with("; denied by --on-error=deny"), "{v}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_review_with_a_uid_that_cannot_be_judged_gets_an_on_error_review() {
+    const UID: &str = "5b1a7f2e-9f7c-4d8e-8a51-2f4c1d9e0a11";
+    let base: Value = serde_json::from_slice(&fixture("deployment-update-image.json")).unwrap();
+    let mut no_old = base.clone();
+    no_old["request"]["oldObject"] = Value::Null;
+    let mut not_an_object = base.clone();
+    not_an_object["request"]["object"] = json!("nope");
+    let mut no_kind = base.clone();
+    no_kind["request"].as_object_mut().unwrap().remove("kind");
+    let cases = [
+        (
+            no_old,
+            "cannot judge this request: UPDATE request has no oldObject;",
+        ),
+        (
+            not_an_object,
+            "cannot read this request: object is not a JSON object",
+        ),
+        (no_kind, "cannot read this request: missing field `kind`"),
+    ];
+    for on_error in [OnError::Allow, OnError::Deny] {
+        for (body, why) in &cases {
+            let app = Arc::new(app_with(
+                Policy::embedded(),
+                on_error,
+                Decider::new(1, 4).unwrap(),
+            ));
+            let metrics = app.metrics.clone();
+            let (status, v) =
+                post(router(app), "/validate", serde_json::to_vec(body).unwrap()).await;
+            assert_eq!(status, StatusCode::OK, "{why}: {v}");
+            assert_on_error(&v, on_error, UID, why);
+            assert_eq!(metrics.internal_errors.get(), 1, "{why}");
+            assert_eq!(metrics.decision_timeouts.get(), 0, "{why}");
         }
     }
 }

@@ -25,7 +25,7 @@ use crate::cluster::watch::SourcesHandle;
 pub use crate::decider::guarded;
 use crate::decider::{Decider, DeciderError};
 use crate::drift::{Finding, Verdict};
-use crate::review::{self, RawObject};
+use crate::review::{self, RawObject, ReviewError};
 use crate::{Endpoint, Judged, Policy, judge_request};
 
 /// What the webhook answers when deciding fails inside driftguard.
@@ -99,6 +99,9 @@ async fn review(app: &App, endpoint: Endpoint, request: Request) -> Response {
     let started = Instant::now();
     let parsed = match review::parse(&body) {
         Ok(req) => Arc::new(req),
+        Err(ReviewError::UnreadableRequest { uid, reason }) => {
+            return unreadable(app, endpoint, &uid, &reason, started);
+        }
         Err(e) => {
             tracing::warn!(error = %e, "rejected a malformed review");
             app.metrics.reject("malformed");
@@ -154,10 +157,9 @@ async fn review(app: &App, endpoint: Endpoint, request: Request) -> Response {
                 .observe(started.elapsed().as_secs_f64());
             return json_response(judged.to_json());
         }
-        Ok(Err(e)) => {
-            app.metrics.reject("incomplete");
-            return HttpError::BadRequest(e.to_string()).into_response();
-        }
+        // The request parsed but lacks what its operation needs: still a
+        // review the apiserver sent, so it gets a readable AdmissionReview.
+        Ok(Err(e)) => format!("cannot judge this request: {e}"),
         Err(e) => {
             match e {
                 DeciderError::TimedOut(_) => app.metrics.decision_timeouts.inc(),
@@ -183,6 +185,31 @@ async fn review(app: &App, endpoint: Endpoint, request: Request) -> Response {
     app.metrics
         .decision_seconds
         .observe(started.elapsed().as_secs_f64());
+    json_response(review_bytes(response))
+}
+
+/// A v1 review whose uid reads but whose request does not: answered by
+/// `--on-error` with that uid, never an HTTP error the apiserver would show
+/// only as "failed calling webhook".
+fn unreadable(
+    app: &App,
+    endpoint: Endpoint,
+    uid: &str,
+    reason: &str,
+    started: Instant,
+) -> Response {
+    let why = format!("cannot read this request: {reason}");
+    tracing::error!(%uid, error = %why, "unreadable request; answering with --on-error");
+    app.metrics.internal_errors.inc();
+    // kube's constructor for a request it cannot read; the uid goes back in
+    // and --on-error decides.
+    let mut base = AdmissionResponse::invalid("");
+    base.uid = uid.to_owned();
+    base.allowed = true;
+    base.result = Default::default();
+    let (response, verdict) = on_error_answer(base, app.on_error, &why);
+    let micros = started.elapsed().as_micros() as u64;
+    AuditRecord::unreadable(endpoint_name(endpoint), uid, verdict, why, micros).emit();
     json_response(review_bytes(response))
 }
 
