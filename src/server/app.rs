@@ -159,17 +159,25 @@ async fn review(app: &App, endpoint: Endpoint, request: Request) -> Response {
         }
         // The request parsed but lacks what its operation needs: still a
         // review the apiserver sent, so it gets a readable AdmissionReview.
-        Ok(Err(e)) => format!("cannot judge this request: {e}"),
+        Ok(Err(e)) => {
+            let why = format!("cannot judge this request: {e}");
+            tracing::warn!(error = %why, "answering with --on-error");
+            why
+        }
         Err(e) => {
             match e {
-                DeciderError::TimedOut(_) => app.metrics.decision_timeouts.inc(),
-                DeciderError::QueueFull(_) => app.metrics.decision_queue_full.inc(),
-                DeciderError::Panicked(_) => 0,
-            };
+                DeciderError::TimedOut(_) => {
+                    app.metrics.decision_timeouts.inc();
+                }
+                DeciderError::QueueFull(_) => {
+                    app.metrics.decision_queue_full.inc();
+                }
+                DeciderError::Panicked(_) => {}
+            }
+            tracing::error!(error = %e, "no decision; answering with --on-error");
             e.to_string()
         }
     };
-    tracing::error!(error = %why, "no decision; answering with --on-error");
     app.metrics.internal_errors.inc();
     let (response, verdict) = on_error_response(&parsed, app.on_error, &why);
     AuditRecord::failed(
@@ -199,7 +207,7 @@ fn unreadable(
     started: Instant,
 ) -> Response {
     let why = format!("cannot read this request: {reason}");
-    tracing::error!(%uid, error = %why, "unreadable request; answering with --on-error");
+    tracing::warn!(%uid, error = %why, "unreadable request; answering with --on-error");
     app.metrics.internal_errors.inc();
     // kube's constructor for a request it cannot read; the uid goes back in
     // and --on-error decides.
