@@ -76,6 +76,22 @@ impl<'a> AuditRecord<'a> {
         record
     }
 
+    /// The record of a review whose request could not be read, answered by
+    /// `--on-error`: only its uid is known.
+    pub fn unreadable(
+        endpoint: &'static str,
+        uid: &'a str,
+        verdict: &'static str,
+        error: String,
+        latency_micros: u64,
+    ) -> Self {
+        let mut record = Self::empty(endpoint, uid, "", latency_micros);
+        record.verdict = verdict;
+        record.reason = "internal-error";
+        record.error = Some(error);
+        record
+    }
+
     fn base(
         endpoint: &'static str,
         uid: &'a str,
@@ -84,26 +100,42 @@ impl<'a> AuditRecord<'a> {
         latency_micros: u64,
     ) -> Self {
         Self {
-            time: jiff::Timestamp::now().to_string(),
-            endpoint,
-            uid,
             user: view.username,
             groups: view.groups,
             operation: view.operation.as_str(),
             group: view.group,
-            version,
             kind: view.kind,
             resource: view.resource,
             sub_resource: view.sub_resource,
             namespace: view.namespace,
             name: view.name,
+            dry_run: view.dry_run,
+            ..Self::empty(endpoint, uid, version, latency_micros)
+        }
+    }
+
+    fn empty(endpoint: &'static str, uid: &'a str, version: &'a str, latency_micros: u64) -> Self {
+        Self {
+            time: jiff::Timestamp::now().to_string(),
+            endpoint,
+            uid,
+            user: "",
+            groups: &[],
+            operation: "",
+            group: "",
+            version,
+            kind: "",
+            resource: "",
+            sub_resource: "",
+            namespace: "",
+            name: "",
             manager: None,
             mode: None,
             verdict: "allow",
             reason: "",
             drifted_paths: &[],
             break_glass: None,
-            dry_run: view.dry_run,
+            dry_run: false,
             latency_micros,
             error: None,
         }

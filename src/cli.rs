@@ -11,6 +11,7 @@ use serde_json::Value;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use crate::decider::{Decider, DeciderError};
 use crate::logging::LogFormat;
 use crate::policy::{Policy, lint};
 use crate::server::app::OnError;
@@ -86,6 +87,14 @@ struct ServeArgs {
     /// The answer when deciding fails inside driftguard.
     #[arg(long, env = "DRIFTGUARD_ON_ERROR", value_enum, default_value = "deny")]
     on_error: OnError,
+    #[command(flatten)]
+    deadline: DecisionTimeout,
+    /// Threads that run decisions [default: one per CPU, at least 2]; runaway jq rules take at most these.
+    #[arg(long, env = "DRIFTGUARD_DECISION_THREADS", value_parser = clap::value_parser!(u16).range(1..=256))]
+    decision_threads: Option<u16>,
+    /// Decisions that may wait for a busy thread; beyond that, reviews are answered by --on-error at once.
+    #[arg(long, env = "DRIFTGUARD_DECISION_QUEUE", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=65536))]
+    decision_queue: u32,
     /// Largest accepted request body. The apiserver caps an object at 3 MiB and an UPDATE carries two.
     #[arg(long, env = "DRIFTGUARD_MAX_BODY_BYTES", default_value_t = 8 * 1024 * 1024)]
     max_body_bytes: usize,
@@ -176,6 +185,30 @@ struct CertsArgs {
     ip: Vec<std::net::IpAddr>,
 }
 
+/// The decision deadline, shared by `serve` and `check`.
+#[derive(Debug, clap::Args)]
+struct DecisionTimeout {
+    /// Longest one decision may take, queueing included, before it is answered by --on-error
+    /// (`check`: exit 2). Keep it below the webhooks' timeoutSeconds (5 by default).
+    #[arg(long, env = "DRIFTGUARD_DECISION_TIMEOUT", default_value = "2s", value_parser = decision_timeout)]
+    decision_timeout: Duration,
+}
+
+/// The apiserver waits at most 30 s for a webhook; a longer deadline could
+/// never be met, and zero would fail every review.
+const MAX_DECISION_TIMEOUT: Duration = Duration::from_secs(30);
+
+fn decision_timeout(text: &str) -> Result<Duration, String> {
+    let d = duration(text)?;
+    if d.is_zero() || d >= MAX_DECISION_TIMEOUT {
+        return Err(format!(
+            "`{text}` is out of range: the decision deadline must be more than 0 and less than {}s (the longest an apiserver waits for a webhook); keep it below the webhooks' timeoutSeconds",
+            MAX_DECISION_TIMEOUT.as_secs()
+        ));
+    }
+    Ok(d)
+}
+
 /// `4h`, `30s`, `500ms`.
 fn duration(text: &str) -> Result<Duration, String> {
     let d: jiff::SignedDuration = text
@@ -211,6 +244,8 @@ struct CheckArgs {
     /// Judge as of this RFC 3339 time instead of now (break-glass expiry, drift annotation).
     #[arg(long, hide = true)]
     now: Option<Timestamp>,
+    #[command(flatten)]
+    deadline: DecisionTimeout,
     /// AdmissionReview JSON file, or `-` for standard input.
     review: PathBuf,
 }
@@ -295,7 +330,22 @@ fn check(args: CheckArgs) -> Result<ExitCode, Failure> {
         Endpoint::Validate
     };
     let now = args.now.unwrap_or_else(Timestamp::now);
-    let judged = judge(&policy, &body, endpoint, parent.as_ref(), now)
+    // The server's deadline, on a thread of its own: a runaway jq rule cannot
+    // be interrupted, but `check` returns (and the process exits) regardless.
+    let deadline = args.deadline.decision_timeout;
+    let decider = Decider::new(1, 1)
+        .map_err(|e| Failure(format!("cannot start the decision thread: {e}")))?;
+    let judged = decider
+        .run_blocking(deadline, move || {
+            judge(&policy, &body, endpoint, parent.as_ref(), now)
+        })
+        .map_err(|e| match e {
+            DeciderError::TimedOut(_) => Failure(format!(
+                "{}: {e} (--decision-timeout); a jq ignore rule is probably too slow",
+                args.review.display()
+            )),
+            _ => Failure(format!("{}: {e}", args.review.display())),
+        })?
         .map_err(|e| Failure(format!("{}: {e}", args.review.display())))?;
     let mut out = judged.to_json();
     out.push(b'\n');
@@ -325,6 +375,11 @@ fn serve(args: ServeArgs) -> Result<ExitCode, Failure> {
         policy: args.source.policy,
         argocd_applications: args.source.argocd_applications,
         on_error: args.on_error,
+        decision_timeout: args.deadline.decision_timeout,
+        decision_threads: args
+            .decision_threads
+            .map_or_else(Decider::default_threads, usize::from),
+        decision_queue: args.decision_queue as usize,
         max_body_bytes: args.max_body_bytes,
         header_timeout: args.header_timeout,
         body_timeout: args.body_timeout,

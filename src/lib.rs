@@ -11,6 +11,7 @@ pub mod audit;
 pub mod certs;
 pub mod cli;
 pub mod cluster;
+pub mod decider;
 pub mod drift;
 pub mod logging;
 pub mod policy;

@@ -97,6 +97,12 @@ pub enum ReviewError {
     /// The request lacks an object the operation needs.
     #[error("{0}")]
     Incomplete(String),
+    /// An `admission.k8s.io/v1` AdmissionReview whose `request.uid` reads but
+    /// whose request does not: the server still answers it as a review (by
+    /// `--on-error`), since the apiserver shows an HTTP error only as "failed
+    /// calling webhook".
+    #[error("AdmissionReview request {uid} cannot be read: {reason}")]
+    UnreadableRequest { uid: String, reason: String },
 }
 
 #[derive(Deserialize)]
@@ -106,6 +112,9 @@ struct Envelope {
     api_version: String,
     #[serde(default)]
     kind: String,
+    /// Read only for its uid; any other field may be broken.
+    #[serde(default)]
+    request: Option<Value>,
 }
 
 pub fn parse(body: &[u8]) -> Result<AdmissionRequest<RawObject>, ReviewError> {
@@ -143,14 +152,33 @@ fn explain(body: &[u8], err: serde_json::Error) -> ReviewError {
         return ReviewError::NotJson(err.to_string());
     }
     let is_object = body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
-    if is_object
-        && let Ok(env) = serde_json::from_slice::<Envelope>(body)
-        && !(env.api_version.is_empty() && env.kind.is_empty())
-        && let Err(e) = check_envelope(&env.api_version, &env.kind)
-    {
-        return e;
-    }
+    let envelope = if is_object {
+        serde_json::from_slice::<Envelope>(body).ok()
+    } else {
+        None
+    };
     let text = err.to_string();
+    if let Some(env) = envelope {
+        let checked = check_envelope(&env.api_version, &env.kind);
+        let uid = env
+            .request
+            .as_ref()
+            .and_then(|r| r.get("uid"))
+            .and_then(Value::as_str)
+            .filter(|uid| !uid.is_empty());
+        match (checked, uid) {
+            (Err(e), _) if !(env.api_version.is_empty() && env.kind.is_empty()) => return e,
+            // Syntax errors (including nesting past the recursion limit)
+            // returned above: this body is JSON, only its request is not.
+            (Ok(()), Some(uid)) => {
+                return ReviewError::UnreadableRequest {
+                    uid: uid.to_owned(),
+                    reason: text,
+                };
+            }
+            _ => {}
+        }
+    }
     if text.starts_with("missing field `uid`") {
         return ReviewError::MissingUid;
     }
@@ -205,5 +233,25 @@ mod tests {
             "kind":{"group":"","version":"v1","kind":"Pod"},"resource":{"group":"","version":"v1","resource":"pods"},
             "operation":"CREATE","userInfo":{},"object":{}}}"#;
         assert_eq!(err(no_uid), "AdmissionReview request has no uid");
+    }
+
+    #[test]
+    fn a_v1_review_with_a_uid_but_a_broken_request_keeps_its_uid() {
+        let body = r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{
+            "uid":"u-1","resource":{"group":"","version":"v1","resource":"pods"},
+            "operation":"CREATE","userInfo":{},"object":{}}}"#;
+        match parse(body.as_bytes()).unwrap_err() {
+            ReviewError::UnreadableRequest { uid, reason } => {
+                assert_eq!(uid, "u-1");
+                assert!(reason.contains("missing field `kind`"), "{reason}");
+            }
+            other => panic!("{other}"),
+        }
+        // Another apiVersion stays a plain error, uid or not.
+        let beta = body.replace("admission.k8s.io/v1", "admission.k8s.io/v1beta1");
+        assert!(matches!(
+            parse(beta.as_bytes()).unwrap_err(),
+            ReviewError::WrongApiVersion(_)
+        ));
     }
 }

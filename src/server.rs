@@ -48,6 +48,11 @@ pub struct Config {
     pub policy: Option<PathBuf>,
     pub argocd_applications: Vec<PathBuf>,
     pub on_error: OnError,
+    /// Longest a decision may take, queueing included; below the webhooks' timeoutSeconds.
+    pub decision_timeout: Duration,
+    /// Threads that run decisions, and decisions that may wait for one.
+    pub decision_threads: usize,
+    pub decision_queue: usize,
     pub max_body_bytes: usize,
     pub header_timeout: Duration,
     pub body_timeout: Duration,
@@ -157,10 +162,15 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         ),
         _ => None,
     };
+    let decider = crate::decider::Decider::new(config.decision_threads, config.decision_queue)
+        .context("cannot start the decision threads")?;
+    tracing::info!(threads = decider.threads(), queue = config.decision_queue, timeout = ?config.decision_timeout, "decision pool started");
     let app = Arc::new(App {
         policy,
         metrics: metrics.clone(),
         on_error: config.on_error,
+        decider,
+        decision_timeout: config.decision_timeout,
         max_body_bytes: config.max_body_bytes,
         body_timeout: config.body_timeout,
         parents,

@@ -363,3 +363,47 @@ fn policy_lint_flags_the_seed_jq_and_prints_the_rewrite() {
         );
     }
 }
+
+#[test]
+fn a_runaway_jq_rule_exits_2_at_the_decision_deadline() {
+    // Only `.`, `,`, `|` and `select`, yet 2^40 paths: hours without a deadline.
+    let expr = "(.,.)|".repeat(40) + "select(false)";
+    let policy = format!("{}/runaway-policy.yaml", env!("CARGO_TARGET_TMPDIR"));
+    std::fs::write(
+        &policy,
+        format!(
+            "mode: enforce\nignoreDifferences:\n  - group: apps\n    kind: Deployment\n    jqPathExpressions:\n      - {}\n",
+            serde_json::to_string(&expr).unwrap()
+        ),
+    )
+    .unwrap();
+    let started = std::time::Instant::now();
+    let out = driftguard(&[
+        "check",
+        "--decision-timeout",
+        "200ms",
+        "--policy",
+        &policy,
+        "tests/data/deployment-update-image.json",
+    ]);
+    assert!(started.elapsed() < std::time::Duration::from_secs(30));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(out.stdout.is_empty());
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(
+        err,
+        "driftguard: tests/data/deployment-update-image.json: the decision exceeded its deadline of 200ms (--decision-timeout); a jq ignore rule is probably too slow\n"
+    );
+
+    for bad in ["0s", "30s", "soon"] {
+        let out = driftguard(&[
+            "check",
+            "--decision-timeout",
+            bad,
+            "tests/data/deployment-delete.json",
+        ]);
+        assert_eq!(out.status.code(), Some(2), "{bad}");
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert!(err.contains("--decision-timeout"), "{bad}: {err}");
+    }
+}

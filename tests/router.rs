@@ -1,5 +1,6 @@
 //! The router without sockets (`tower::ServiceExt::oneshot`): every bad-input
-//! class, and validate/mutate in enforce, warn and audit modes.
+//! class, validate/mutate in enforce, warn and audit modes, and the decision
+//! deadline.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -7,23 +8,35 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode};
 use driftguard::Policy;
+use driftguard::decider::Decider;
 use driftguard::server::app::{App, OnError, PolicyHandle, router};
 use driftguard::server::metrics::Metrics;
+use driftguard::server::probes::{self, Health};
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
 fn app(policy: Policy) -> axum::Router {
-    router(Arc::new(App {
+    router(Arc::new(app_with(
+        policy,
+        OnError::Deny,
+        Decider::new(2, 16).unwrap(),
+    )))
+}
+
+fn app_with(policy: Policy, on_error: OnError, decider: Decider) -> App {
+    App {
         policy: PolicyHandle::new(policy),
         metrics: Arc::new(Metrics::default()),
-        on_error: OnError::Deny,
+        on_error,
         max_body_bytes: 64 * 1024,
         body_timeout: Duration::from_millis(300),
         parents: None,
         events: None,
         sources: None,
-    }))
+        decider,
+        decision_timeout: Duration::from_secs(5),
+    }
 }
 
 fn fixture(name: &str) -> Vec<u8> {
@@ -104,9 +117,9 @@ async fn the_server_answers_like_check() {
 
 #[tokio::test]
 async fn every_bad_input_gets_a_json_error_naming_it() {
-    let mut no_old: Value =
+    let mut beta_with_uid: Value =
         serde_json::from_slice(&fixture("deployment-update-image.json")).unwrap();
-    no_old["request"]["oldObject"] = Value::Null;
+    beta_with_uid["apiVersion"] = json!("admission.k8s.io/v1beta1");
     let mut no_uid: Value = serde_json::from_slice(&fixture("deployment-delete.json")).unwrap();
     no_uid["request"].as_object_mut().unwrap().remove("uid");
     // Nesting deeper than serde_json's recursion limit, inside a real review.
@@ -140,9 +153,9 @@ async fn every_bad_input_gets_a_json_error_naming_it() {
             "no uid",
         ),
         (
-            serde_json::to_vec(&no_old).unwrap(),
+            serde_json::to_vec(&beta_with_uid).unwrap(),
             StatusCode::BAD_REQUEST,
-            "no oldObject",
+            "v1beta1",
         ),
         (
             serde_json::to_vec(&deep).unwrap(),
@@ -187,6 +200,158 @@ async fn every_bad_input_gets_a_json_error_naming_it() {
         (got, v["code"].clone()),
         (StatusCode::NOT_FOUND, json!(404))
     );
+}
+
+/// The verdict, uid and exact message of an answer given by `--on-error`.
+fn assert_on_error(v: &Value, on_error: OnError, uid: &str, why: &str) {
+    assert_eq!(v["apiVersion"], json!("admission.k8s.io/v1"), "{v}");
+    assert_eq!(v["kind"], json!("AdmissionReview"), "{v}");
+    let r = &v["response"];
+    assert_eq!(r["uid"], json!(uid), "{v}");
+    assert_eq!(
+        r["auditAnnotations"]["reason"],
+        json!("internal-error"),
+        "{v}"
+    );
+    match on_error {
+        OnError::Allow => {
+            assert_eq!(r["allowed"], json!(true), "{v}");
+            let warning = r["warnings"][0].as_str().unwrap();
+            assert!(warning.starts_with(&format!("driftguard: {why}")), "{v}");
+            assert!(warning.ends_with("; allowed by --on-error=allow"), "{v}");
+        }
+        OnError::Deny => {
+            assert_eq!(r["allowed"], json!(false), "{v}");
+            assert_eq!(r["status"]["code"], json!(500), "{v}");
+            let message = r["status"]["message"].as_str().unwrap();
+            assert!(message.starts_with(&format!("driftguard: {why}")), "{v}");
+            assert!(message.ends_with("; denied by --on-error=deny"), "{v}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_review_with_a_uid_that_cannot_be_judged_gets_an_on_error_review() {
+    const UID: &str = "5b1a7f2e-9f7c-4d8e-8a51-2f4c1d9e0a11";
+    let base: Value = serde_json::from_slice(&fixture("deployment-update-image.json")).unwrap();
+    let mut no_old = base.clone();
+    no_old["request"]["oldObject"] = Value::Null;
+    let mut not_an_object = base.clone();
+    not_an_object["request"]["object"] = json!("nope");
+    let mut no_kind = base.clone();
+    no_kind["request"].as_object_mut().unwrap().remove("kind");
+    let cases = [
+        (
+            no_old,
+            "cannot judge this request: UPDATE request has no oldObject;",
+        ),
+        (
+            not_an_object,
+            "cannot read this request: object is not a JSON object",
+        ),
+        (no_kind, "cannot read this request: missing field `kind`"),
+    ];
+    for on_error in [OnError::Allow, OnError::Deny] {
+        for (body, why) in &cases {
+            let app = Arc::new(app_with(
+                Policy::embedded(),
+                on_error,
+                Decider::new(1, 4).unwrap(),
+            ));
+            let metrics = app.metrics.clone();
+            let (status, v) =
+                post(router(app), "/validate", serde_json::to_vec(body).unwrap()).await;
+            assert_eq!(status, StatusCode::OK, "{why}: {v}");
+            assert_on_error(&v, on_error, UID, why);
+            assert_eq!(metrics.internal_errors.get(), 1, "{why}");
+            assert_eq!(metrics.decision_timeouts.get(), 0, "{why}");
+        }
+    }
+}
+
+/// `"(.,.)|"` doubles the outputs at each step: 40 of them before `select(false)`
+/// would run for hours, with only constructs a load-time check allows.
+fn runaway_policy() -> Policy {
+    let expr = "(.,.)|".repeat(40) + "select(false)";
+    let yaml = format!(
+        "mode: enforce\nignoreDifferences:\n  - group: apps\n    kind: Deployment\n    jqPathExpressions:\n      - {}\n",
+        serde_json::to_string(&expr).unwrap()
+    );
+    Policy::from_yaml(&yaml, "runaway.yaml").expect("the runaway rule compiles")
+}
+
+async fn wait_until(what: &str, done: impl Fn() -> bool) {
+    let started = std::time::Instant::now();
+    while !done() {
+        assert!(started.elapsed() < Duration::from_secs(10), "never: {what}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// A current-thread runtime: had the decision run on the async worker, the
+/// probes below could not answer at all.
+#[tokio::test]
+async fn a_runaway_rule_is_answered_by_on_error_within_the_deadline() {
+    // One thread for all three reviews: the first review's rule keeps it for
+    // good (jaq cannot be interrupted), so the pool must not grow.
+    let decider = Decider::new(1, 1).unwrap();
+    let health = Arc::new(Health::default());
+    health
+        .policy_loaded
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    health
+        .tls_bound
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let review = fixture("deployment-update-image.json");
+    // Deny runs the rule itself; allow then waits in the queue behind it, which
+    // counts against the same deadline.
+    for on_error in [OnError::Deny, OnError::Allow] {
+        let mut app = app_with(runaway_policy(), on_error, decider.clone());
+        app.decision_timeout = Duration::from_millis(200);
+        let app = Arc::new(app);
+        let metrics = app.metrics.clone();
+        let started = std::time::Instant::now();
+        let pending = tokio::spawn(post(router(app), "/validate", review.clone()));
+        wait_until("a decision thread is busy", || decider.busy() == 1).await;
+        let probes = probes::router(health.clone(), metrics.clone());
+        for path in ["/healthz", "/readyz"] {
+            let response = probes
+                .clone()
+                .oneshot(Request::get(path).body(Body::empty()).unwrap())
+                .await
+                .unwrap();
+            assert_eq!(response.status(), StatusCode::OK, "{path}");
+        }
+        let (status, v) = pending.await.unwrap();
+        assert!(started.elapsed() < Duration::from_secs(10));
+        assert_eq!(status, StatusCode::OK, "{v}");
+        assert_on_error(
+            &v,
+            on_error,
+            "5b1a7f2e-9f7c-4d8e-8a51-2f4c1d9e0a11",
+            "the decision exceeded its deadline of 200ms",
+        );
+        assert_eq!(metrics.decision_timeouts.get(), 1);
+        assert_eq!(metrics.internal_errors.get(), 1);
+        assert!(
+            metrics
+                .encode()
+                .contains("driftguard_decision_timeouts_total 1\n")
+        );
+    }
+    // The expired review still fills the one-slot queue: the next is refused at once.
+    let app = Arc::new(app_with(runaway_policy(), OnError::Deny, decider.clone()));
+    let metrics = app.metrics.clone();
+    let (status, v) = post(router(app), "/validate", review).await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    assert_on_error(
+        &v,
+        OnError::Deny,
+        "5b1a7f2e-9f7c-4d8e-8a51-2f4c1d9e0a11",
+        "the decision queue is full",
+    );
+    assert_eq!(metrics.decision_queue_full.get(), 1);
+    assert_eq!(decider.busy(), 1, "still one thread, still stuck");
 }
 
 #[tokio::test]

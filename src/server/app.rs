@@ -1,8 +1,8 @@
 //! The webhook endpoints: `POST /validate` and `POST /mutate`. Handlers only
 //! read the body and wrap the answer; deciding is `judge_request`, the same
-//! function `driftguard check` uses.
+//! function `driftguard check` uses, run on the [`Decider`] pool under
+//! `--decision-timeout`.
 
-use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
@@ -22,8 +22,10 @@ use crate::audit::AuditRecord;
 use crate::cluster::events::{EventRecorder, Report};
 use crate::cluster::parents::ParentReader;
 use crate::cluster::watch::SourcesHandle;
+pub use crate::decider::guarded;
+use crate::decider::{Decider, DeciderError};
 use crate::drift::{Finding, Verdict};
-use crate::review::{self, RawObject};
+use crate::review::{self, RawObject, ReviewError};
 use crate::{Endpoint, Judged, Policy, judge_request};
 
 /// What the webhook answers when deciding fails inside driftguard.
@@ -63,6 +65,10 @@ pub struct App {
     pub events: Option<Arc<EventRecorder>>,
     /// What Argo CD and Flux know (`--watch-argocd`, `--watch-flux`).
     pub sources: Option<SourcesHandle>,
+    /// The threads that decide; never the async workers.
+    pub decider: Decider,
+    /// Longest a decision may take, queueing included (`--decision-timeout`).
+    pub decision_timeout: Duration,
 }
 
 pub fn router(app: Arc<App>) -> Router {
@@ -92,7 +98,10 @@ async fn review(app: &App, endpoint: Endpoint, request: Request) -> Response {
     };
     let started = Instant::now();
     let parsed = match review::parse(&body) {
-        Ok(req) => req,
+        Ok(req) => Arc::new(req),
+        Err(ReviewError::UnreadableRequest { uid, reason }) => {
+            return unreadable(app, endpoint, &uid, &reason, started);
+        }
         Err(e) => {
             tracing::warn!(error = %e, "rejected a malformed review");
             app.metrics.reject("malformed");
@@ -109,25 +118,30 @@ async fn review(app: &App, endpoint: Endpoint, request: Request) -> Response {
     );
     let _entered = span.enter();
     let policy = app.policy.current();
-    let parent = scale_parent(app, &policy, &parsed).await;
+    let parent = scale_parent(app, &policy, &parsed).await.map(Arc::new);
     let sources = app.sources.as_ref().map(|s| s.current());
-    let outcome = guarded(|| {
-        judge_request(
-            &policy,
-            &parsed,
-            endpoint,
-            parent.as_ref(),
-            sources.as_deref(),
-            Timestamp::now(),
-        )
-    });
+    let job = {
+        let (parsed, parent) = (parsed.clone(), parent.clone());
+        move || {
+            judge_request(
+                &policy,
+                &parsed,
+                endpoint,
+                parent.as_deref(),
+                sources.as_deref(),
+                Timestamp::now(),
+            )
+        }
+    };
+    // Off the async workers, which must keep serving other reviews and the probes.
+    let outcome = app.decider.run(app.decision_timeout, job).await;
     let micros = started.elapsed().as_micros() as u64;
     let view = review::view(&parsed);
-    let bytes = match outcome {
+    let why = match outcome {
         Ok(Ok(judged)) => {
             record(app, endpoint, &parsed, &judged);
             if endpoint == Endpoint::Validate && !parsed.dry_run {
-                emit_event(app, &parsed, parent.as_ref(), &judged);
+                emit_event(app, &parsed, parent.as_deref(), &judged);
             }
             AuditRecord::decided(
                 endpoint_name(endpoint),
@@ -138,33 +152,82 @@ async fn review(app: &App, endpoint: Endpoint, request: Request) -> Response {
                 micros,
             )
             .emit();
-            judged.to_json()
+            app.metrics
+                .decision_seconds
+                .observe(started.elapsed().as_secs_f64());
+            return json_response(judged.to_json());
         }
+        // The request parsed but lacks what its operation needs: still a
+        // review the apiserver sent, so it gets a readable AdmissionReview.
         Ok(Err(e)) => {
-            app.metrics.reject("incomplete");
-            return HttpError::BadRequest(e.to_string()).into_response();
+            let why = format!("cannot judge this request: {e}");
+            tracing::warn!(error = %why, "answering with --on-error");
+            why
         }
-        Err(why) => {
-            tracing::error!(error = %why, "deciding failed; answering with --on-error");
-            app.metrics.internal_errors.inc();
-            let (response, verdict) = on_error_response(&parsed, app.on_error, &why);
-            AuditRecord::failed(
-                endpoint_name(endpoint),
-                &parsed.uid,
-                &parsed.kind.version,
-                &view,
-                verdict,
-                why.clone(),
-                micros,
-            )
-            .emit();
-            let value = serde_json::to_value(response.into_review()).expect("a review serializes");
-            serde_json::to_vec(&value).expect("a value serializes")
+        Err(e) => {
+            match e {
+                DeciderError::TimedOut(_) => {
+                    app.metrics.decision_timeouts.inc();
+                }
+                DeciderError::QueueFull(_) => {
+                    app.metrics.decision_queue_full.inc();
+                }
+                DeciderError::Panicked(_) => {}
+            }
+            tracing::error!(error = %e, "no decision; answering with --on-error");
+            e.to_string()
         }
     };
+    app.metrics.internal_errors.inc();
+    let (response, verdict) = on_error_response(&parsed, app.on_error, &why);
+    AuditRecord::failed(
+        endpoint_name(endpoint),
+        &parsed.uid,
+        &parsed.kind.version,
+        &view,
+        verdict,
+        why,
+        micros,
+    )
+    .emit();
     app.metrics
         .decision_seconds
         .observe(started.elapsed().as_secs_f64());
+    json_response(review_bytes(response))
+}
+
+/// A v1 review whose uid reads but whose request does not: answered by
+/// `--on-error` with that uid, never an HTTP error the apiserver would show
+/// only as "failed calling webhook".
+fn unreadable(
+    app: &App,
+    endpoint: Endpoint,
+    uid: &str,
+    reason: &str,
+    started: Instant,
+) -> Response {
+    let why = format!("cannot read this request: {reason}");
+    tracing::warn!(%uid, error = %why, "unreadable request; answering with --on-error");
+    app.metrics.internal_errors.inc();
+    // kube's constructor for a request it cannot read; the uid goes back in
+    // and --on-error decides.
+    let mut base = AdmissionResponse::invalid("");
+    base.uid = uid.to_owned();
+    base.allowed = true;
+    base.result = Default::default();
+    let (response, verdict) = on_error_answer(base, app.on_error, &why);
+    let micros = started.elapsed().as_micros() as u64;
+    AuditRecord::unreadable(endpoint_name(endpoint), uid, verdict, why, micros).emit();
+    json_response(review_bytes(response))
+}
+
+/// The wire form, maps sorted like [`crate::Judged::to_json`].
+fn review_bytes(response: AdmissionResponse) -> Vec<u8> {
+    let value = serde_json::to_value(response.into_review()).expect("a review serializes");
+    serde_json::to_vec(&value).expect("a value serializes")
+}
+
+fn json_response(bytes: Vec<u8>) -> Response {
     ([(header::CONTENT_TYPE, "application/json")], bytes).into_response()
 }
 
@@ -303,26 +366,20 @@ fn endpoint_name(endpoint: Endpoint) -> &'static str {
     }
 }
 
-/// Runs `decide`, turning a panic into an error text: a bug must cost one
-/// review its normal answer, never the server.
-pub fn guarded<T>(decide: impl FnOnce() -> T) -> Result<T, String> {
-    std::panic::catch_unwind(AssertUnwindSafe(decide)).map_err(|panic| {
-        let text = panic
-            .downcast_ref::<&str>()
-            .map(|s| s.to_string())
-            .or_else(|| panic.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "unknown panic".into());
-        format!("internal error: {text}")
-    })
-}
-
 /// Still an AdmissionReview: allowed or denied by `--on-error`, saying why.
 pub fn on_error_response(
     req: &AdmissionRequest<RawObject>,
     on_error: OnError,
     why: &str,
 ) -> (AdmissionResponse, &'static str) {
-    let mut resp = AdmissionResponse::from(req);
+    on_error_answer(AdmissionResponse::from(req), on_error, why)
+}
+
+fn on_error_answer(
+    mut resp: AdmissionResponse,
+    on_error: OnError,
+    why: &str,
+) -> (AdmissionResponse, &'static str) {
     resp.audit_annotations
         .insert("verdict".into(), "error".into());
     resp.audit_annotations
@@ -370,12 +427,6 @@ async fn read_body(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_panic_becomes_an_error_text() {
-        let out: Result<(), String> = guarded(|| panic!("boom"));
-        assert_eq!(out.unwrap_err(), "internal error: boom");
-    }
 
     #[test]
     fn on_error_answers_with_a_review() {

@@ -1,5 +1,5 @@
 //! The one place where a refused request becomes an HTTP answer: a status code
-//! and a JSON body naming the problem. A review that reaches a decision is never
+//! and a JSON body naming the problem. A v1 review whose uid reads is never
 //! answered here; it always gets an AdmissionReview.
 
 use std::time::Duration;
@@ -11,7 +11,7 @@ use serde_json::json;
 
 #[derive(Debug, thiserror::Error)]
 pub enum HttpError {
-    /// Not JSON, not an AdmissionReview v1, or missing request/uid/objects.
+    /// Not JSON, not an AdmissionReview v1, or missing request/uid.
     #[error("{0}")]
     BadRequest(String),
     /// The body is larger than `--max-body-bytes`.

@@ -32,6 +32,8 @@ pub struct Metrics {
     pub decision_seconds: Histogram,
     pub break_glass: Counter,
     pub internal_errors: Counter,
+    pub decision_timeouts: Counter,
+    pub decision_queue_full: Counter,
     pub policy_reloads: Family<ResultLabels, Counter>,
     pub certificate_reloads: Family<ResultLabels, Counter>,
     pub watch_errors: Family<SourceLabels, Counter>,
@@ -77,6 +79,19 @@ impl Default for Metrics {
             "Reviews answered by --on-error after an internal failure",
             internal_errors.clone(),
         );
+        // Both are also internal errors; these say which kind.
+        let decision_timeouts = Counter::default();
+        registry.register(
+            "decision_timeouts",
+            "Reviews answered by --on-error because the decision exceeded --decision-timeout",
+            decision_timeouts.clone(),
+        );
+        let decision_queue_full = Counter::default();
+        registry.register(
+            "decision_queue_full",
+            "Reviews answered by --on-error at once: every decision thread busy, the queue full",
+            decision_queue_full.clone(),
+        );
         let policy_reloads = Family::<ResultLabels, Counter>::default();
         registry.register(
             "policy_reloads",
@@ -110,6 +125,8 @@ impl Default for Metrics {
             decision_seconds,
             break_glass,
             internal_errors,
+            decision_timeouts,
+            decision_queue_full,
             policy_reloads,
             certificate_reloads,
         }
