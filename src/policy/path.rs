@@ -63,19 +63,11 @@ pub fn escape(token: &str) -> String {
     token.replace('~', "~0").replace('/', "~1")
 }
 
-/// Removes every path in `paths` from `doc`. Missing paths are skipped, as in
-/// Argo CD. Paths are treated as a set: deeper and higher-indexed paths go first,
-/// so removing `/a/0` never shifts the element `/a/1` meant.
-pub fn remove_all(doc: &mut Value, mut paths: Vec<Path>) {
-    paths.sort_by(|a, b| compare(b, a));
-    paths.dedup();
-    for path in &paths {
-        remove(doc, &path.0);
-    }
-}
-
-/// [`remove_all`], then drops every object member or array that the removals
-/// left empty, up the tree, so that an emptied map equals an absent one.
+/// Removes every path in `paths` from `doc`, then drops every object member or
+/// array that the removals left empty, up the tree, so that an emptied map
+/// equals an absent one. Missing paths are skipped, as in Argo CD. Paths are
+/// treated as a set: deeper and higher-indexed paths go first, so removing
+/// `/a/0` never shifts the element `/a/1` meant.
 pub fn remove_all_pruning(doc: &mut Value, mut paths: Vec<Path>) {
     // Most ignore pointers name fields an object does not have: drop those
     // before sorting.
@@ -183,37 +175,6 @@ fn key_str(seg: &Segment) -> std::borrow::Cow<'_, str> {
     }
 }
 
-fn remove(doc: &mut Value, path: &[Segment]) {
-    let Some((last, parents)) = path.split_last() else {
-        return;
-    };
-    let mut node = doc;
-    for seg in parents {
-        let next = match (node, seg) {
-            (Value::Object(map), seg) => map.get_mut(key_str(seg).as_ref()),
-            (Value::Array(items), seg) => {
-                resolve_index(seg, items.len()).and_then(|i| items.get_mut(i))
-            }
-            _ => None,
-        };
-        match next {
-            Some(n) => node = n,
-            None => return,
-        }
-    }
-    match node {
-        Value::Object(map) => {
-            map.remove(key_str(last).as_ref());
-        }
-        Value::Array(items) => {
-            if let Some(i) = resolve_index(last, items.len()) {
-                items.remove(i);
-            }
-        }
-        _ => {}
-    }
-}
-
 fn resolve_index(seg: &Segment, len: usize) -> Option<usize> {
     let i = index_of(seg)?;
     let i = if i < 0 { len as i64 + i } else { i };
@@ -257,21 +218,21 @@ mod tests {
     #[test]
     fn removes_array_elements_as_a_set() {
         let mut doc = json!({"a": [0, 1, 2, 3]});
-        remove_all(&mut doc, vec![p("/a/1"), p("/a/2")]);
+        remove_all_pruning(&mut doc, vec![p("/a/1"), p("/a/2")]);
         assert_eq!(doc, json!({"a": [0, 3]}));
     }
 
     #[test]
     fn missing_paths_are_skipped() {
         let mut doc = json!({"a": {"b": 1}});
-        remove_all(&mut doc, vec![p("/garbage"), p("/a/b/c"), p("/a/9")]);
+        remove_all_pruning(&mut doc, vec![p("/garbage"), p("/a/b/c"), p("/a/9")]);
         assert_eq!(doc, json!({"a": {"b": 1}}));
     }
 
     #[test]
     fn negative_jq_indices_count_from_the_end() {
         let mut doc = json!({"a": [0, 1, 2]});
-        remove_all(
+        remove_all_pruning(
             &mut doc,
             vec![Path(vec![Segment::Key("a".into()), Segment::Index(-1)])],
         );
