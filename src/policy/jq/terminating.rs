@@ -19,8 +19,8 @@ use jaq_core::load::{Lexer, Parser};
 use jaq_core::ops::Math;
 use jaq_core::path::Part;
 
-/// Longer expressions are refused: the parser (jaq's) recurses, so its depth
-/// must be bounded before it runs, and no real rule is this long.
+/// Longer expressions are refused: no real rule is this long, and it bounds
+/// every scan and jaq's recursion over operator chains.
 pub const MAX_LEN: usize = 4096;
 /// Deeper nesting is refused, so that neither this check nor jaq recurses
 /// without bound. `|`, `,` and the other binary operators do not nest.
@@ -138,8 +138,6 @@ pub enum Reason {
     TooDeep,
     #[error("the expression has more than {MAX_PARTS} parts (terms and operators)")]
     TooBig,
-    #[error("the expression could not be checked: {0}")]
-    CannotCheck(String),
     #[error("jq syntax error: expected {0}")]
     Syntax(String),
     #[error("`{0}` is not allowed: it can run without bound ({ALLOWED})")]
@@ -171,11 +169,6 @@ pub struct Refusal {
     pub reason: Reason,
 }
 
-/// Stack for jaq's lexer and parser, which recurse once per nesting level:
-/// [`MAX_LEN`] bytes of `(` or `-` need a few MiB in a debug build, more than a
-/// tokio worker thread has. Only the pages used are committed.
-const PARSE_STACK: usize = 64 << 20;
-
 /// Ok when `code` is in the terminating subset.
 pub fn check(code: &str) -> Result<(), Refusal> {
     if code.len() > MAX_LEN {
@@ -184,26 +177,12 @@ pub fn check(code: &str) -> Result<(), Refusal> {
             reason: Reason::TooLong(code.len()),
         });
     }
-    std::thread::scope(|scope| {
-        std::thread::Builder::new()
-            .name("jq-check".into())
-            .stack_size(PARSE_STACK)
-            .spawn_scoped(scope, || check_on_this_stack(code))
-            .map_err(|e| Refusal {
-                offset: 0,
-                reason: Reason::CannotCheck(e.to_string()),
-            })?
-            .join()
-            .unwrap_or_else(|_| {
-                Err(Refusal {
-                    offset: 0,
-                    reason: Reason::CannotCheck("the check failed".into()),
-                })
-            })
-    })
-}
-
-fn check_on_this_stack(code: &str) -> Result<(), Refusal> {
+    if let Some(offset) = too_deep_to_parse(code) {
+        return Err(Refusal {
+            offset,
+            reason: Reason::TooDeep,
+        });
+    }
     let at = |s: &str| offset_in(code, s);
     let tokens = Lexer::new(code).lex().map_err(|errs| {
         let first = errs.first();
@@ -231,6 +210,94 @@ fn check_on_this_stack(code: &str) -> Result<(), Refusal> {
         parts: 0,
     }
     .term(&term, 0)
+}
+
+/// jaq's lexer and parser recurse once per bracket, string interpolation,
+/// `if`, and prefix (`-`, `try`, `reduce`, `def`, ...), at several KiB a
+/// level in a debug build: 4 KiB of `(` overflows even a 32 MiB stack. So
+/// before they run, this scan bounds that depth from above (open brackets,
+/// interpolations and `if`s, plus every prefix seen so far) and returns
+/// where it first passes [`MAX_DEPTH`].
+fn too_deep_to_parse(code: &str) -> Option<usize> {
+    const PREFIXES: &[&str] = &[
+        "try", "catch", "reduce", "foreach", "def", "label", "import", "include",
+    ];
+    // Per open bracket: whether it is a string interpolation `\(`.
+    let mut open: Vec<bool> = Vec::new();
+    let mut in_string = false;
+    let mut prefixes = 0;
+    let bytes = code.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        let start = i;
+        let c = bytes[i];
+        i += 1;
+        if in_string {
+            match c {
+                b'"' => in_string = false,
+                b'\\' if bytes.get(i) == Some(&b'(') => {
+                    i += 1;
+                    open.push(true);
+                    in_string = false;
+                }
+                b'\\' => i += 1,
+                _ => {}
+            }
+        } else {
+            match c {
+                b'"' => in_string = true,
+                b'#' => {
+                    // A comment runs to the end of a line that does not end
+                    // in an odd number of backslashes, as jaq reads it.
+                    loop {
+                        let end = code[i..].find('\n').map_or(code.len(), |n| i + n);
+                        let line = code[i..end].trim_end_matches('\r');
+                        let odd = line.bytes().rev().take_while(|b| *b == b'\\').count() % 2 == 1;
+                        i = (end + 1).min(code.len());
+                        if !odd || end == code.len() {
+                            break;
+                        }
+                    }
+                }
+                b'(' | b'[' | b'{' => open.push(false),
+                // Closing an interpolation returns to its string.
+                b')' => in_string = open.pop() == Some(true),
+                b']' | b'}' => {
+                    open.pop();
+                }
+                b'-' => prefixes += 1,
+                b'.' | b'$' | b'@' => {
+                    // `.if`, `$end`: names, not keywords.
+                    while i < bytes.len() && (bytes[i].is_ascii_alphanumeric() || bytes[i] == b'_')
+                    {
+                        i += 1;
+                    }
+                }
+                c if c.is_ascii_alphabetic() || c == b'_' => {
+                    while i < bytes.len()
+                        && (bytes[i].is_ascii_alphanumeric()
+                            || bytes[i] == b'_'
+                            || bytes[i] == b':')
+                    {
+                        i += 1;
+                    }
+                    match &code[start..i] {
+                        "if" => open.push(false),
+                        "end" => {
+                            open.pop();
+                        }
+                        word if PREFIXES.contains(&word) => prefixes += 1,
+                        _ => {}
+                    }
+                }
+                _ => {}
+            }
+        }
+        if open.len() + prefixes > MAX_DEPTH {
+            return Some(start);
+        }
+    }
+    None
 }
 
 /// Byte offset of `part` in `code`; jaq's tokens are slices of the code.
@@ -787,9 +854,23 @@ mod tests {
         );
         let deep = format!("{}.{}", "[".repeat(100), "]".repeat(100));
         assert_eq!(
-            refused(&deep).1,
+            refused(&deep),
+            (64, "the expression nests deeper than 64 levels".to_owned())
+        );
+        // Brackets in strings and comments are not nesting; interpolations are.
+        let quoted = format!(
+            ".a | select(. == \"{}\") # {}\n| .b",
+            "(".repeat(100),
+            "[".repeat(100)
+        );
+        assert_eq!(check(&quoted), Ok(()));
+        let interpolated = format!("{}.{}", "\"\\(".repeat(70), ")\"".repeat(70));
+        assert_eq!(
+            refused(&interpolated).1,
             "the expression nests deeper than 64 levels"
         );
+        let shallow = format!("{}.{}", "\"\\(".repeat(20), ")\"".repeat(20));
+        assert_eq!(check(&shallow), Ok(()));
         let deep = format!("{}.", "-".repeat(100));
         assert_eq!(
             refused(&deep).1,
