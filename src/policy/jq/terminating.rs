@@ -310,8 +310,8 @@ fn offset_in(code: &str, part: &str) -> usize {
     }
 }
 
-/// Every token with its offset, in source order; also bounds block nesting
-/// (the lexer's own recursion is bounded by [`MAX_LEN`]).
+/// Every token with its offset, in source order. Also bounds block nesting,
+/// a second guard after [`too_deep_to_parse`].
 fn flatten<'s>(
     tokens: &[Token<&'s str>],
     code: &'s str,
