@@ -403,6 +403,78 @@ ignoreDifferences:
     }
 
     #[test]
+    fn real_world_jq_expressions_load() {
+        let exprs = [
+            ".webhooks[]?.clientConfig.caBundle",
+            ".spec.alternateBackends[]?.weight",
+            ".spec.clusterIP   # comment",
+            ".data",
+            ".spec.volumeClaimTemplates[]?.status",
+            r#".spec.template.metadata.annotations["linkerd.io/proxy-version"]"#,
+            ".spec.template.spec.initContainers",
+            ".spec.ports[] | select(.nodePort != null) | .nodePort",
+            ".webhooks[].clientConfig.caBundle",
+            r#".data["SECRET_KEY"], .data["ACCESS_KEY"], .stringData["SECRET_KEY"], .stringData["ACCESS_KEY"]"#,
+            r#".spec.template.spec.initContainers[] | select(.name == "init-container-0")"#,
+            r#".metadata.annotations | select(. != null) | .[keys[] | select(startswith("cert-manager.io/"))]"#,
+            r#".spec.template.spec.containers[] | select(.name | test("^istio"))"#,
+            r#".spec.template.spec.containers[] | select(.name == "a" or .name == "b")"#,
+            r#".spec.template.metadata.annotations."kubectl.kubernetes.io/restartedAt""#,
+            ".spec.replicas # HPA",
+            r#".metadata.labels | select(. != null) | to_entries[] | select(.key | startswith("service.istio.io"))"#,
+            r#".spec.containers[] | select(.name == "istio-proxy")"#,
+            "(.,.)|(.,.)|(.,.)|select(false)",
+        ];
+        let text = format!(
+            "ignoreDifferences:\n  - kind: X\n    jqPathExpressions: {}\n",
+            serde_json::to_string(&exprs).unwrap()
+        );
+        let p = Policy::from_yaml(&text, "p.yaml").unwrap();
+        assert_eq!(p.rules.iter().next().unwrap().jq.len(), exprs.len());
+    }
+
+    #[test]
+    fn every_refused_jq_construct_fails_the_load_naming_it() {
+        let cases = [
+            ("def f: .; f", "def"),
+            ("reduce .[] as $x (0; .)", "reduce"),
+            ("foreach .[] as $x (0; .)", "foreach"),
+            ("label $f | .a", "label"),
+            ("range(3)", "range"),
+            ("repeat(.)", "repeat"),
+            ("while(true; .)", "while"),
+            ("until(true; .)", "until"),
+            ("recurse(.[])", "recurse(f)"),
+            ("recurse(.[]; true)", "recurse(f; cond)"),
+            ("limit(1; .[])", "limit"),
+            ("input", "input"),
+            ("inputs", "inputs"),
+            ("$__loc__", "$__loc__"),
+            (".a * 2", "*"),
+            (".a / 2", "/"),
+            (".a % 2", "%"),
+            (".a = 1", "="),
+            (".a |= 1", "|="),
+            (".a += 1", "+="),
+            ("@base64", "@base64"),
+            (".[$x]", "$x"),
+            ("walk(.)", "walk"),
+        ];
+        for (jq, construct) in cases {
+            let text =
+                format!("ignoreDifferences:\n  - kind: X\n    jqPathExpressions: ['{jq}']\n");
+            let err = Policy::from_yaml(&text, "p.yaml").unwrap_err().to_string();
+            assert!(
+                err.starts_with("p.yaml:3:")
+                    && err.contains(&format!(
+                        "ignoreDifferences[0].jqPathExpressions[0]: `{construct}` is not allowed: "
+                    )),
+                "{jq}: {err}"
+            );
+        }
+    }
+
+    #[test]
     fn refused_jq_in_a_repeated_or_block_expression_is_placed() {
         let text = "ignoreDifferences:
   - kind: A
