@@ -4,6 +4,7 @@ pub mod argocd;
 pub mod ignore;
 pub mod jq;
 pub mod lint;
+pub mod locate;
 pub mod path;
 pub mod pattern;
 pub mod schema;
@@ -106,10 +107,12 @@ impl Policy {
             serde_saphyr::from_str(text)
         }
         .map_err(|e| PolicyError(yaml_error(file, &e)))?;
-        Self::compile(&parsed).map_err(|e| PolicyError(format!("{file}: {e}")))
+        let rules = compile_rules(&parsed.ignore_differences, "ignoreDifferences", &[])
+            .map_err(|(e, before)| PolicyError(locate::describe(file, text, &before, &e)))?;
+        Self::compile(&parsed, rules).map_err(|e| PolicyError(format!("{file}: {e}")))
     }
 
-    fn compile(file: &PolicyFile) -> Result<Self, String> {
+    fn compile(file: &PolicyFile, rules: RuleSet) -> Result<Self, String> {
         let namespaces = file
             .namespaces
             .iter()
@@ -122,13 +125,6 @@ impl Policy {
             .collect::<Result<_, _>>()?;
         let max_duration = parse_duration(&file.break_glass.max_duration)
             .map_err(|e| format!("breakGlass.maxDuration: {e}"))?;
-        let rules = RuleSet::new(
-            file.ignore_differences
-                .iter()
-                .enumerate()
-                .map(|(i, d)| IgnoreRule::compile(d, format!("ignoreDifferences[{i}]")))
-                .collect::<Result<_, _>>()?,
-        );
         let argo = &file.gitops.argocd;
         Ok(Self {
             mode: file.mode,
@@ -212,6 +208,41 @@ impl Policy {
             .iter()
             .find(|a| a.tracks(app, app_namespace))
     }
+}
+
+/// Compiles `defs`, named `{what}[i]`. On failure, also returns every jq
+/// expression written before the refused one (after `earlier`, those of
+/// previous documents), for [`locate::describe`].
+pub(crate) fn compile_rules<'a>(
+    defs: &'a [schema::IgnoreDifference],
+    what: &str,
+    earlier: &[&'a str],
+) -> Result<RuleSet, (ignore::RuleError, Vec<&'a str>)> {
+    let mut rules = Vec::with_capacity(defs.len());
+    for (i, def) in defs.iter().enumerate() {
+        match IgnoreRule::compile(def, format!("{what}[{i}]")) {
+            Ok(rule) => rules.push(rule),
+            Err(e) => {
+                let refused = e.jq.as_ref().map_or(0, |spot| spot.index);
+                let before = earlier
+                    .iter()
+                    .copied()
+                    .chain(
+                        defs[..i]
+                            .iter()
+                            .flat_map(|d| d.jq_path_expressions.iter().map(String::as_str)),
+                    )
+                    .chain(
+                        def.jq_path_expressions[..refused.min(def.jq_path_expressions.len())]
+                            .iter()
+                            .map(String::as_str),
+                    )
+                    .collect();
+                return Err((e, before));
+            }
+        }
+    }
+    Ok(RuleSet::new(rules))
 }
 
 /// The policy from `--policy` (or the embedded default) plus the Applications
@@ -348,6 +379,165 @@ mod tests {
         .to_string();
         assert!(
             err.starts_with("p.yaml:3:3: unknown field `allowedGroup`"),
+            "{err}"
+        );
+    }
+
+    const RANGE_REFUSED: &str = "`range` is not allowed: it can run without bound \
+        (allowed: field access, [], |, ',', select(...), comparisons, keys, has, test, ...)";
+
+    #[test]
+    fn refused_jq_is_placed_at_file_line_column() {
+        let text = "mode: enforce
+ignoreDifferences:
+  - kind: Service
+    jqPathExpressions:
+      - .spec.clusterIP
+      - last(range(1e12)) as $x | .spec
+";
+        let err = Policy::from_yaml(text, "p.yaml").unwrap_err().to_string();
+        assert_eq!(
+            err,
+            format!("p.yaml:6:14: ignoreDifferences[0].jqPathExpressions[1]: {RANGE_REFUSED}")
+        );
+    }
+
+    #[test]
+    fn real_world_jq_expressions_load() {
+        let exprs = [
+            ".webhooks[]?.clientConfig.caBundle",
+            ".spec.alternateBackends[]?.weight",
+            ".spec.clusterIP   # comment",
+            ".data",
+            ".spec.volumeClaimTemplates[]?.status",
+            r#".spec.template.metadata.annotations["linkerd.io/proxy-version"]"#,
+            ".spec.template.spec.initContainers",
+            ".spec.ports[] | select(.nodePort != null) | .nodePort",
+            ".webhooks[].clientConfig.caBundle",
+            r#".data["SECRET_KEY"], .data["ACCESS_KEY"], .stringData["SECRET_KEY"], .stringData["ACCESS_KEY"]"#,
+            r#".spec.template.spec.initContainers[] | select(.name == "init-container-0")"#,
+            r#".metadata.annotations | select(. != null) | .[keys[] | select(startswith("cert-manager.io/"))]"#,
+            r#".spec.template.spec.containers[] | select(.name | test("^istio"))"#,
+            r#".spec.template.spec.containers[] | select(.name == "a" or .name == "b")"#,
+            r#".spec.template.metadata.annotations."kubectl.kubernetes.io/restartedAt""#,
+            ".spec.replicas # HPA",
+            r#".metadata.labels | select(. != null) | to_entries[] | select(.key | startswith("service.istio.io"))"#,
+            r#".spec.containers[] | select(.name == "istio-proxy")"#,
+            "(.,.)|(.,.)|(.,.)|select(false)",
+        ];
+        let text = format!(
+            "ignoreDifferences:\n  - kind: X\n    jqPathExpressions: {}\n",
+            serde_json::to_string(&exprs).unwrap()
+        );
+        let p = Policy::from_yaml(&text, "p.yaml").unwrap();
+        assert_eq!(p.rules.iter().next().unwrap().jq.len(), exprs.len());
+    }
+
+    #[test]
+    fn every_refused_jq_construct_fails_the_load_naming_it() {
+        let cases = [
+            ("def f: .; f", "def"),
+            ("reduce .[] as $x (0; .)", "reduce"),
+            ("foreach .[] as $x (0; .)", "foreach"),
+            ("label $f | .a", "label"),
+            ("range(3)", "range"),
+            ("repeat(.)", "repeat"),
+            ("while(true; .)", "while"),
+            ("until(true; .)", "until"),
+            ("recurse(.[])", "recurse(f)"),
+            ("recurse(.[]; true)", "recurse(f; cond)"),
+            ("limit(1; .[])", "limit"),
+            ("input", "input"),
+            ("inputs", "inputs"),
+            ("$__loc__", "$__loc__"),
+            (".a * 2", "*"),
+            (".a / 2", "/"),
+            (".a % 2", "%"),
+            (".a = 1", "="),
+            (".a |= 1", "|="),
+            (".a += 1", "+="),
+            ("@base64", "@base64"),
+            (".[$x]", "$x"),
+            ("walk(.)", "walk"),
+        ];
+        for (jq, construct) in cases {
+            let text =
+                format!("ignoreDifferences:\n  - kind: X\n    jqPathExpressions: ['{jq}']\n");
+            let err = Policy::from_yaml(&text, "p.yaml").unwrap_err().to_string();
+            assert!(
+                err.starts_with("p.yaml:3:")
+                    && err.contains(&format!(
+                        "ignoreDifferences[0].jqPathExpressions[0]: `{construct}` is not allowed: "
+                    )),
+                "{jq}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn refused_jq_in_a_repeated_or_block_expression_is_placed() {
+        let text = "ignoreDifferences:
+  - kind: A
+    jqPathExpressions: ['.a | range(1)']
+  - kind: B
+    jqPathExpressions:
+      - |
+        .b
+        | .a | range(1)
+";
+        // The first rule's text appears first: it is the one refused.
+        let err = Policy::from_yaml(text, "p.yaml").unwrap_err().to_string();
+        assert!(
+            err.starts_with("p.yaml:3:31: ignoreDifferences[0].jqPathExpressions[0]: `range`"),
+            "{err}"
+        );
+        let text = text.replace("'.a | range(1)'", "'.a'");
+        let err = Policy::from_yaml(&text, "p.yaml").unwrap_err().to_string();
+        assert!(
+            err.starts_with("p.yaml:8:16: ignoreDifferences[1].jqPathExpressions[0]: `range`"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn refused_jq_not_found_in_the_text_names_the_entry_and_column() {
+        let text = "ignoreDifferences:\n  - kind: A\n    jqPathExpressions: [\".a | test(\\\"x\\\") | range(1)\"]\n";
+        let err = Policy::from_yaml(text, "p.yaml").unwrap_err().to_string();
+        assert_eq!(
+            err,
+            format!(
+                "p.yaml: ignoreDifferences[0].jqPathExpressions[0]: at column 18 of the expression: {RANGE_REFUSED}"
+            )
+        );
+    }
+
+    #[test]
+    fn refused_jq_in_an_application_file_is_placed() {
+        let app = |name: &str, jq: &str| {
+            format!(
+                "apiVersion: argoproj.io/v1alpha1
+kind: Application
+metadata: {{name: {name}}}
+spec:
+  ignoreDifferences:
+    - kind: Deployment
+      jqPathExpressions:
+        - {jq}
+"
+            )
+        };
+        let text = format!(
+            "{}---\n{}",
+            app("ok", ".spec.replicas"),
+            app("bad", ".spec.replicas | until(false; .)")
+        );
+        let err = Policy::from_any_yaml(&text, "apps.yaml")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with(
+                "apps.yaml:17:28: Application bad ignoreDifferences[0].jqPathExpressions[0]: `until` is not allowed"
+            ),
             "{err}"
         );
     }

@@ -273,7 +273,7 @@ pub fn argocd_overrides(data: &serde_json::Map<String, Value>) -> (RuleSet, Vec<
         };
         match IgnoreRule::compile(&def, format!("argocd-cm {key}")) {
             Ok(rule) => rules.push(rule),
-            Err(e) => errors.push(e),
+            Err(e) => errors.push(e.to_string()),
         }
     }
     (RuleSet::new(rules), errors)
@@ -331,6 +331,40 @@ mod tests {
         };
         assert!(s.rules[0].matches(&t("web-1"), "v1", &json!({})));
         assert!(!s.rules[0].matches(&t("db"), "v1", &json!({})));
+    }
+
+    #[test]
+    fn a_refused_jq_rule_is_reported_and_the_rest_kept() {
+        let data = json!({
+            "resource.customizations.ignoreDifferences.apps_Deployment": "jsonPointers:\n- /spec/replicas\n",
+            "resource.customizations.ignoreDifferences.Service": "jqPathExpressions:\n- 'last(range(1e12)) as $x | .spec'\n",
+        });
+        let (rules, errors) = argocd_overrides(data.as_object().unwrap());
+        assert_eq!(rules.len(), 1);
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(
+            errors[0].starts_with(
+                "argocd-cm resource.customizations.ignoreDifferences.Service.jqPathExpressions[0]: \
+                 at column 6 of the expression: `range` is not allowed: it can run without bound"
+            ),
+            "{errors:?}"
+        );
+        let app = |name: &str, jq: &str| {
+            json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
+                   "metadata": {"name": name, "namespace": "argocd"},
+                   "spec": {"ignoreDifferences": [{"kind": "Deployment", "jqPathExpressions": [jq]}]}})
+        };
+        let (apps, errors) =
+            applications(&[app("good", ".spec.replicas"), app("bad", "repeat(.)")]);
+        assert_eq!(apps.len(), 1);
+        assert_eq!(apps[0].name, "good");
+        assert!(
+            errors[0].starts_with(
+                "Application argocd/bad: Application bad ignoreDifferences[0].jqPathExpressions[0]: \
+                 at column 1 of the expression: `repeat` is not allowed"
+            ),
+            "{errors:?}"
+        );
     }
 
     #[test]

@@ -406,4 +406,83 @@ fn a_runaway_jq_rule_exits_2_at_the_decision_deadline() {
         let err = String::from_utf8(out.stderr).unwrap();
         assert!(err.contains("--decision-timeout"), "{bad}: {err}");
     }
+/// Runs the binary, failing the test instead of hanging if it does not exit in time.
+fn driftguard_within(args: &[&str], limit: std::time::Duration) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_driftguard"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + limit;
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!("driftguard {args:?} still running after {limit:?}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn a_runaway_jq_expression_is_refused_at_load_with_its_position() {
+    let policy = format!("{}/runaway-jq-policy.yaml", env!("CARGO_TARGET_TMPDIR"));
+    std::fs::write(
+        &policy,
+        "mode: enforce\nignoreDifferences:\n  - group: apps\n    kind: Deployment\n    jqPathExpressions:\n      - last(range(1e12)) as $x | .spec\n",
+    )
+    .unwrap();
+    let reason = format!(
+        "{policy}:6:14: ignoreDifferences[0].jqPathExpressions[0]: `range` is not allowed: \
+         it can run without bound (allowed: field access, [], |, ',', select(...), comparisons, \
+         keys, has, test, ...)"
+    );
+    let limit = std::time::Duration::from_secs(10);
+
+    let out = driftguard_within(&["policy", "lint", &policy], limit);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap(),
+        format!("problem: {reason}\n")
+    );
+
+    let out = driftguard_within(
+        &[
+            "check",
+            "--policy",
+            &policy,
+            "tests/data/deployment-update-image.json",
+        ],
+        limit,
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.contains(&reason), "{err}");
+
+    // The same check applies to the rules of an Argo CD Application.
+    let app = format!("{}/runaway-jq-app.yaml", env!("CARGO_TARGET_TMPDIR"));
+    std::fs::write(
+        &app,
+        "apiVersion: argoproj.io/v1alpha1\nkind: Application\nmetadata: {name: web}\nspec:\n  ignoreDifferences:\n    - kind: Deployment\n      jqPathExpressions: [\"until(false; .)\"]\n",
+    )
+    .unwrap();
+    let out = driftguard_within(
+        &[
+            "check",
+            "--argocd-application",
+            &app,
+            "tests/data/deployment-update-image.json",
+        ],
+        limit,
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        err.contains(&format!(
+            "{app}:7:28: Application web ignoreDifferences[0].jqPathExpressions[0]: `until` is not allowed"
+        )),
+        "{err}"
+    );
 }

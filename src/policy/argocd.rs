@@ -3,7 +3,7 @@
 
 use serde::Deserialize;
 
-use super::ignore::{IgnoreRule, RuleSet};
+use super::ignore::{RuleError, RuleSet};
 use super::schema::IgnoreDifference;
 
 /// An imported Application: where its objects come from, and its ignore rules.
@@ -70,6 +70,8 @@ pub fn parse(text: &str, file: &str) -> Result<Imported, String> {
     let docs: Vec<Document> =
         serde_saphyr::from_multiple(text).map_err(|e| super::yaml_error(file, &e))?;
     let mut out = Imported::default();
+    // jq expressions of earlier Applications, to place a refused one in the file.
+    let mut earlier: Vec<String> = Vec::new();
     for (i, doc) in docs.into_iter().enumerate() {
         let is_app = doc.kind == "Application" && doc.api_version.starts_with("argoproj.io/");
         if !is_app {
@@ -84,7 +86,22 @@ pub fn parse(text: &str, file: &str) -> Result<Imported, String> {
             ));
             continue;
         }
-        let app = from_document(doc).map_err(|e| format!("{file}: document {}: {e}", i + 1))?;
+        let exprs: Vec<String> = doc
+            .spec
+            .iter()
+            .flat_map(|s| &s.ignore_differences)
+            .flat_map(|d| d.jq_path_expressions.iter().cloned())
+            .collect();
+        let before: Vec<&str> = earlier.iter().map(String::as_str).collect();
+        let app = from_document(doc, &before, |e, before| match e.jq {
+            Some(_) => super::locate::describe(file, text, before, e),
+            None => format!("{file}: document {}: {e}", i + 1),
+        })
+        .map_err(|e| match e {
+            DocError::Invalid(e) => format!("{file}: document {}: {e}", i + 1),
+            DocError::Rule(e) => e,
+        })?;
+        earlier.extend(exprs);
         out.applications.push(app);
     }
     Ok(out)
@@ -93,12 +110,25 @@ pub fn parse(text: &str, file: &str) -> Result<Imported, String> {
 /// An Application read from the cluster (a watched object).
 pub fn from_value(value: &serde_json::Value) -> Result<Application, String> {
     let doc: Document = serde_json::from_value(value.clone()).map_err(|e| e.to_string())?;
-    from_document(doc)
+    from_document(doc, &[], |e, _| e.to_string()).map_err(|e| match e {
+        DocError::Invalid(e) | DocError::Rule(e) => e,
+    })
 }
 
-fn from_document(doc: Document) -> Result<Application, String> {
+enum DocError {
+    Invalid(String),
+    /// A rule that does not compile, already described.
+    Rule(String),
+}
+
+/// `describe` renders a rule error, given the jq expressions written before it.
+fn from_document(
+    doc: Document,
+    earlier: &[&str],
+    describe: impl Fn(&RuleError, &[&str]) -> String,
+) -> Result<Application, DocError> {
     if doc.metadata.name.is_empty() {
-        return Err("Application has no metadata.name".into());
+        return Err(DocError::Invalid("Application has no metadata.name".into()));
     }
     let spec = doc.spec.unwrap_or(Spec {
         source: None,
@@ -107,18 +137,18 @@ fn from_document(doc: Document) -> Result<Application, String> {
     });
     let source = spec.source.or_else(|| spec.sources.into_iter().next());
     let name = doc.metadata.name;
-    let rules = spec
-        .ignore_differences
-        .iter()
-        .enumerate()
-        .map(|(j, d)| IgnoreRule::compile(d, format!("Application {name} ignoreDifferences[{j}]")))
-        .collect::<Result<Vec<_>, _>>()?;
+    let rules = super::compile_rules(
+        &spec.ignore_differences,
+        &format!("Application {name} ignoreDifferences"),
+        earlier,
+    )
+    .map_err(|(e, before)| DocError::Rule(describe(&e, &before)))?;
     Ok(Application {
         namespace: doc.metadata.namespace,
         repo_url: source.as_ref().and_then(|s| s.repo_url.clone()),
         path: source.and_then(|s| s.path),
         name,
-        rules: RuleSet::new(rules),
+        rules,
     })
 }
 

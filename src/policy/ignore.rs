@@ -99,29 +99,118 @@ impl RuleFailure {
     }
 }
 
+/// A rule that does not compile: `item` names the entry (`ignoreDifferences[2].jqPathExpressions[0]`).
+#[derive(Debug, thiserror::Error)]
+pub struct RuleError {
+    pub item: String,
+    pub reason: String,
+    /// Set when a jq expression was refused at a known place in its text, so
+    /// that a caller holding the file can point into it.
+    pub jq: Option<JqSpot>,
+}
+
+/// Which `jqPathExpressions` entry of the rule was refused, and where in it.
+#[derive(Clone, Debug)]
+pub struct JqSpot {
+    pub index: usize,
+    pub expression: String,
+    /// Byte offset in `expression`.
+    pub offset: usize,
+}
+
+impl JqSpot {
+    /// `line L, column C` (1-based, in characters) within the expression.
+    pub fn line_column(&self) -> (usize, usize) {
+        let before = self
+            .expression
+            .get(..self.offset)
+            .unwrap_or(&self.expression);
+        let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+        (
+            before.matches('\n').count() + 1,
+            before[line_start..].chars().count() + 1,
+        )
+    }
+}
+
+impl RuleError {
+    fn new(item: String, reason: impl ToString) -> Self {
+        Self {
+            item,
+            reason: reason.to_string(),
+            jq: None,
+        }
+    }
+}
+
+/// Without the file: the position within the expression.
+impl std::fmt::Display for RuleError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.jq {
+            Some(spot) if spot.expression.contains('\n') => {
+                let (line, column) = spot.line_column();
+                write!(
+                    f,
+                    "{}: at line {line}, column {column} of the expression: {}",
+                    self.item, self.reason
+                )
+            }
+            Some(spot) => write!(
+                f,
+                "{}: at column {} of the expression: {}",
+                self.item,
+                spot.line_column().1,
+                self.reason
+            ),
+            None => write!(f, "{}: {}", self.item, self.reason),
+        }
+    }
+}
+
+impl From<RuleError> for String {
+    fn from(e: RuleError) -> Self {
+        e.to_string()
+    }
+}
+
 impl IgnoreRule {
-    pub fn compile(def: &IgnoreDifference, origin: String) -> Result<Self, String> {
-        let at = |what: &str, i: usize, e: String| format!("{origin}.{what}[{i}]: {e}");
+    pub fn compile(def: &IgnoreDifference, origin: String) -> Result<Self, RuleError> {
+        let at = |what: &str, i: usize| format!("{origin}.{what}[{i}]");
         let pointers = def
             .json_pointers
             .iter()
             .enumerate()
-            .map(|(i, p)| Path::parse_pointer(p).map_err(|e| at("jsonPointers", i, e)))
+            .map(|(i, p)| {
+                Path::parse_pointer(p).map_err(|e| RuleError::new(at("jsonPointers", i), e))
+            })
             .collect::<Result<_, _>>()?;
         let jq = def
             .jq_path_expressions
             .iter()
             .enumerate()
-            .map(|(i, e)| JqPath::compile(e).map_err(|err| at("jqPathExpressions", i, err)))
+            .map(|(i, e)| {
+                JqPath::compile(e).map_err(|err| RuleError {
+                    item: at("jqPathExpressions", i),
+                    reason: err.to_string(),
+                    jq: err.offset().map(|offset| JqSpot {
+                        index: i,
+                        expression: e.clone(),
+                        offset,
+                    }),
+                })
+            })
             .collect::<Result<_, _>>()?;
         if def.kind.is_empty() {
-            return Err(format!(
-                "{origin}: `kind` is required (use \"*\" for every kind)"
+            return Err(RuleError::new(
+                origin,
+                "`kind` is required (use \"*\" for every kind)",
             ));
         }
         Ok(Self {
-            group: Pattern::new(&def.group).map_err(|e| format!("{origin}.group: {e}"))?,
-            kind: Pattern::new(&def.kind).map_err(|e| format!("{origin}.kind: {e}"))?,
+            group: Pattern::new(&def.group)
+                .map_err(|e| RuleError::new(format!("{origin}.group"), e))?,
+            kind: Pattern::new(&def.kind)
+                .map_err(|e| RuleError::new(format!("{origin}.kind"), e))?,
             name: def.name.clone(),
             namespace: def.namespace.clone(),
             pointers,
@@ -370,7 +459,9 @@ mod tests {
     fn rejects_bad_pointer_with_origin() {
         let def: IgnoreDifference =
             serde_saphyr::from_str("kind: X\njsonPointers: [spec]\n").unwrap();
-        let err = IgnoreRule::compile(&def, "policy ignoreDifferences[0]".into()).unwrap_err();
+        let err = IgnoreRule::compile(&def, "policy ignoreDifferences[0]".into())
+            .unwrap_err()
+            .to_string();
         assert!(
             err.starts_with("policy ignoreDifferences[0].jsonPointers[0]"),
             "{err}"

@@ -3,6 +3,9 @@
 //! Argo CD runs `del(EXPR)`. We compile `path(EXPR)` instead: it yields the same
 //! set of paths `del` would remove, so jq and JSON-pointer rules end up as one
 //! kind of thing (paths to drop) and failures can be reported per rule.
+//! Only expressions in the terminating subset ([`terminating`]) compile.
+
+pub mod terminating;
 
 use jaq_core::load::{Arena, File, Loader};
 use jaq_core::{Compiler, Ctx, Vars, data, unwrap_valr};
@@ -12,6 +15,27 @@ use serde_json::Value;
 use super::path::{Path, Segment};
 
 type JqFilter = jaq_core::compile::Filter<jaq_core::Native<data::JustLut<Val>>>;
+
+/// An expression that does not compile.
+#[derive(Debug, thiserror::Error)]
+pub enum CompileError {
+    /// Outside the terminating subset, or not jq: placed in the expression.
+    #[error(transparent)]
+    Refused(#[from] terminating::Refusal),
+    /// jaq's own compiler refused it (an undefined name).
+    #[error("{0}")]
+    Jaq(String),
+}
+
+impl CompileError {
+    /// Byte offset in the expression of what was refused, when known.
+    pub fn offset(&self) -> Option<usize> {
+        match self {
+            Self::Refused(r) => Some(r.offset),
+            Self::Jaq(_) => None,
+        }
+    }
+}
 
 /// Paths past this count mean a runaway expression; we stop and report it.
 const MAX_PATHS: usize = 10_000;
@@ -33,12 +57,13 @@ impl std::fmt::Debug for JqPath {
 }
 
 impl JqPath {
-    /// Compiles `expr`. The expression must parse on its own first, so that text
-    /// such as `.a) | (.b` cannot escape the `path(...)` wrapper the way it
-    /// escapes Argo CD's `del(...)`.
-    pub fn compile(expr: &str) -> Result<Self, String> {
-        compile_filter(expr)?;
-        let filter = compile_filter(&format!("path(\n{expr}\n)"))?;
+    /// Compiles `expr`. The expression must be in the terminating subset and
+    /// parse on its own first, so that text such as `.a) | (.b` cannot escape
+    /// the `path(...)` wrapper the way it escapes Argo CD's `del(...)`.
+    pub fn compile(expr: &str) -> Result<Self, CompileError> {
+        terminating::check(expr)?;
+        compile_filter(expr).map_err(CompileError::Jaq)?;
+        let filter = compile_filter(&format!("path(\n{expr}\n)")).map_err(CompileError::Jaq)?;
         let narrowed = split_field_prefix(expr).and_then(|(prefix, rest)| {
             compile_filter(&format!("path(\n{rest}\n)"))
                 .ok()
@@ -388,7 +413,8 @@ mod tests {
         let err = JqPath::compile(
             r#".nothing) | .data["config.yaml"] |= (fromjson | del(.auth) | tojson"#,
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(err.contains("syntax"), "{err}");
     }
 
@@ -409,9 +435,15 @@ mod tests {
     }
 
     #[test]
-    fn non_terminating_update_expression_fails_fast_as_non_path() {
-        let err = paths("until(true==false; [.] + [1])", json!({"a": 1})).unwrap_err();
-        assert!(err.contains("path"), "{err}");
+    fn non_terminating_expression_is_refused_at_compile_time() {
+        // Argo CD runs it for 1s and skips the rule; it never reaches jaq here.
+        let err = JqPath::compile("until(true==false; [.] + [1])").unwrap_err();
+        assert_eq!(err.offset(), Some(0));
+        assert!(
+            err.to_string()
+                .starts_with("`until` is not allowed: it can run without bound"),
+            "{err}"
+        );
     }
 
     #[test]

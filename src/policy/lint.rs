@@ -45,7 +45,20 @@ pub fn lint(text: &str, file: &str) -> Report {
 fn check_rules(rules: &RuleSet, text: &str, file: &str, report: &mut Report) {
     for rule in rules.iter() {
         for jq in &rule.jq {
-            if let Some(problem) = check_expression(jq) {
+            let problem = match probe_within(jq.source(), PROBE_LIMIT) {
+                Probed::Finished(problem) => problem,
+                Probed::TooSlow => {
+                    report.problems.push(format!(
+                        "{file}{}: {} jq `{}` did not finish on a probe object within {}s: it ends, but is too slow to run in an admission decision",
+                        line_of(text, jq.source()).map(|l| format!(":{l}")).unwrap_or_default(),
+                        rule.origin,
+                        jq.source(),
+                        PROBE_LIMIT.as_secs()
+                    ));
+                    continue;
+                }
+            };
+            if let Some(problem) = problem {
                 let line = line_of(text, jq.source())
                     .map(|l| format!(":{l}"))
                     .unwrap_or_default();
@@ -60,6 +73,37 @@ fn check_rules(rules: &RuleSet, text: &str, file: &str, report: &mut Report) {
                 report.problems.push(msg);
             }
         }
+    }
+}
+
+/// How long lint waits for one expression on its probe object.
+const PROBE_LIMIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+enum Probed {
+    Finished(Option<String>),
+    TooSlow,
+}
+
+/// [`check_expression`] on its own thread, waited for at most `limit`: an
+/// expression in the terminating subset always ends, but `(.,.)|(.,.)|...`
+/// doubles its work at every stage, and lint must not hang on it. A thread
+/// that runs over is left behind; it ends with the process.
+fn probe_within(source: &str, limit: std::time::Duration) -> Probed {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let source = source.to_owned();
+    let spawned = std::thread::Builder::new()
+        .name("lint-probe".into())
+        .spawn(move || {
+            let outcome = JqPath::compile(&source)
+                .map_err(|e| e.to_string())
+                .and_then(|jq| check_expression(&jq).map_or(Ok(()), Err));
+            let _ = tx.send(outcome.err());
+        });
+    match spawned {
+        Ok(_) => rx
+            .recv_timeout(limit)
+            .map_or(Probed::TooSlow, Probed::Finished),
+        Err(e) => Probed::Finished(Some(format!("cannot run the probe: {e}"))),
     }
 }
 
@@ -183,6 +227,21 @@ mod tests {
                 "rewrite {fixed} should be a path expression"
             );
         }
+    }
+
+    #[test]
+    fn a_slow_expression_is_reported_not_waited_for() {
+        let slow = format!("{}|select(false)", vec!["(.,.)"; 40].join("|"));
+        let started = std::time::Instant::now();
+        assert!(matches!(
+            probe_within(&slow, std::time::Duration::from_millis(200)),
+            Probed::TooSlow
+        ));
+        assert!(started.elapsed() < std::time::Duration::from_secs(2));
+        assert!(matches!(
+            probe_within(".spec.replicas", std::time::Duration::from_secs(5)),
+            Probed::Finished(None)
+        ));
     }
 
     #[test]

@@ -49,20 +49,33 @@ pub fn spawn_policy_reloader(
             if !snapshot.changed() {
                 continue;
             }
-            match policy::load_sources(Some(&policy_path), &app_paths) {
-                Ok((policy, notes)) => {
-                    notes.iter().for_each(|n| tracing::info!("{n}"));
-                    handle.replace(policy);
-                    Metrics::reloaded(&metrics.policy_reloads, true);
-                    tracing::info!(path = %policy_path.display(), "policy reloaded");
-                }
-                Err(e) => {
-                    Metrics::reloaded(&metrics.policy_reloads, false);
-                    tracing::error!(error = %e, "new policy refused; the last good policy stays in force");
-                }
-            }
+            reload_policy(&policy_path, &app_paths, &handle, &metrics);
         }
     });
+}
+
+/// Loads the policy again; on failure the last good one stays in force.
+/// Returns whether the new policy was taken.
+fn reload_policy(
+    policy_path: &std::path::Path,
+    app_paths: &[PathBuf],
+    handle: &PolicyHandle,
+    metrics: &Metrics,
+) -> bool {
+    match policy::load_sources(Some(policy_path), app_paths) {
+        Ok((policy, notes)) => {
+            notes.iter().for_each(|n| tracing::info!("{n}"));
+            handle.replace(policy);
+            Metrics::reloaded(&metrics.policy_reloads, true);
+            tracing::info!(path = %policy_path.display(), "policy reloaded");
+            true
+        }
+        Err(e) => {
+            Metrics::reloaded(&metrics.policy_reloads, false);
+            tracing::error!(error = %e, "new policy refused; the last good policy stays in force");
+            false
+        }
+    }
 }
 
 pub fn spawn_certificate_reloader(
@@ -96,4 +109,40 @@ pub fn spawn_certificate_reloader(
             }
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_policy_with_a_runaway_jq_expression_keeps_the_last_good_one() {
+        let dir = std::env::temp_dir().join(format!("driftguard-reload-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("policy.yaml");
+        let good = "mode: warn\nignoreDifferences:\n  - kind: Service\n    jqPathExpressions: [.spec.clusterIP]\n";
+        std::fs::write(&path, good).unwrap();
+        let handle = PolicyHandle::new(policy::Policy::embedded());
+        let metrics = Metrics::default();
+        assert!(reload_policy(&path, &[], &handle, &metrics));
+        assert_eq!(handle.current().mode, policy::Mode::Warn);
+
+        let bad = "mode: audit\nignoreDifferences:\n  - kind: Service\n    jqPathExpressions: ['last(range(1e12)) as $x | .spec']\n";
+        std::fs::write(&path, bad).unwrap();
+        assert!(!reload_policy(&path, &[], &handle, &metrics));
+        let kept = handle.current();
+        assert_eq!(kept.mode, policy::Mode::Warn, "the last good policy stays");
+        assert_eq!(
+            kept.rules.iter().next().unwrap().jq[0].source(),
+            ".spec.clusterIP"
+        );
+        assert!(
+            metrics
+                .encode()
+                .contains("driftguard_policy_reloads_total{result=\"failure\"} 1"),
+            "{}",
+            metrics.encode()
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
