@@ -1,11 +1,16 @@
 //! Argo CD's own ignoreDifferences test cases (tests/data/upstream, transcribed
-//! with sources), run against driftguard's rules. We match Argo CD except where
-//! it silently fails or runs without bound; those cases are listed with the reason.
+//! with sources), run through the decision users run: each rule becomes a
+//! policy loaded from text, each case object a GitOps-managed stored object,
+//! and each expectation a manual UPDATE that must be allowed (the path is
+//! ignored) or denied (it is not). We match Argo CD except where it silently
+//! fails; those cases are listed with the reason.
 
 mod common;
 
+use common::{Outcome, Review, run, with, without};
+use driftguard::Policy;
+use driftguard::drift::Finding;
 use driftguard::policy::ignore::{IgnoreRule, Target};
-use driftguard::policy::path::remove_all;
 use driftguard::policy::schema::IgnoreDifference;
 use serde_json::{Value, json};
 
@@ -64,67 +69,125 @@ fn to_rule(r: &Value, strip_paths: bool) -> IgnoreDifference {
     }
 }
 
-fn target_of(obj: &Value) -> (String, String, String, String) {
-    let api = obj["apiVersion"].as_str().unwrap();
-    let group = api.split_once('/').map_or("", |(g, _)| g).to_owned();
-    (
-        group,
-        obj["kind"].as_str().unwrap().to_owned(),
-        obj["metadata"]["name"].as_str().unwrap_or("").to_owned(),
-        obj["metadata"]["namespace"]
-            .as_str()
-            .unwrap_or("")
-            .to_owned(),
-    )
+/// The case's rules as a driftguard policy, loaded from text like a user's file
+/// (JSON is YAML).
+fn policy_for(rules: &[Value], strip_paths: bool) -> Result<Policy, String> {
+    let defs: Vec<Value> = rules
+        .iter()
+        .map(|r| {
+            let d = to_rule(r, strip_paths);
+            json!({"group": d.group, "kind": d.kind, "name": d.name, "namespace": d.namespace,
+                   "jsonPointers": d.json_pointers, "jqPathExpressions": d.jq_path_expressions,
+                   "managedFieldsManagers": d.managed_fields_managers})
+        })
+        .collect();
+    let text = serde_json::to_string_pretty(&json!({ "ignoreDifferences": defs })).unwrap();
+    Policy::from_yaml(&text, "case.yaml").map_err(|e| e.to_string())
 }
 
-/// Applies every matching rule to `obj`, with ownership read from `owners`.
-fn normalize(rules: &[IgnoreRule], obj: &Value, owners: &Value) -> (Value, usize) {
-    let (g, k, n, ns) = target_of(obj);
-    let target = Target {
-        group: &g,
-        kind: &k,
-        name: &n,
-        namespace: &ns,
-    };
-    let mut failures = Vec::new();
-    let mut paths = Vec::new();
-    let input = driftguard::policy::jq::JqInput::new(obj);
-    for rule in rules.iter().filter(|r| r.matches(&target)) {
-        paths.extend(rule.paths(&input, Some(owners), &mut failures));
-    }
+/// `obj` as an Argo CD-tracked object in namespace `production` (where the
+/// review builder puts every request).
+fn tracked(obj: &Value) -> Value {
     let mut out = obj.clone();
-    remove_all(&mut out, paths);
-    (out, failures.len())
+    let api = out["apiVersion"].as_str().unwrap().to_owned();
+    let group = api.split_once('/').map_or("", |(g, _)| g).to_owned();
+    let kind = out["kind"].as_str().unwrap().to_owned();
+    let name = out["metadata"]["name"].as_str().unwrap().to_owned();
+    out["metadata"]["namespace"] = json!("production");
+    out["metadata"]["annotations"]["argocd.argoproj.io/tracking-id"] =
+        json!(format!("app:{group}/{kind}:production/{name}"));
+    out
 }
 
-fn check_expectations(label: &str, obj: &Value, expect: &Value) {
+/// A different value of the same shape class: what a manual edit writes.
+fn edited(v: &Value) -> Value {
+    match v {
+        Value::String(s) => json!(format!("{s}-edited")),
+        Value::Number(n) => json!(n.as_i64().unwrap_or(0) + 1),
+        Value::Bool(b) => json!(!b),
+        _ => json!("edited"),
+    }
+}
+
+/// A manual edit of `pointer` in `stored`: removed, and (for a scalar) changed.
+fn edits(stored: &Value, pointer: &str) -> Vec<Value> {
+    let mut out = vec![without(stored, pointer)];
+    if let Some(v) = stored
+        .pointer(pointer)
+        .filter(|v| !v.is_object() && !v.is_array())
+    {
+        out.push(with(stored, pointer, edited(v)));
+    }
+    out
+}
+
+fn assert_ignored(label: &str, policy: &Policy, stored: &Value, pointer: &str) {
+    for new in edits(stored, pointer) {
+        let out = run(policy, &Review::update(stored.clone(), new));
+        assert!(
+            out.allowed() && out.decision.finding == Finding::NoDrift,
+            "{label}: an edit of {pointer} must be ignored; got {:?} {:?}",
+            out.decision.finding,
+            out.decision.drifted_paths
+        );
+    }
+}
+
+fn assert_judged(label: &str, policy: &Policy, stored: &Value, pointer: &str) -> Outcome {
+    let mut last = None;
+    for new in edits(stored, pointer) {
+        let out = run(policy, &Review::update(stored.clone(), new));
+        assert!(
+            !out.allowed()
+                && out
+                    .decision
+                    .drifted_paths
+                    .iter()
+                    .any(|p| p.starts_with(pointer) || pointer.starts_with(p.as_str())),
+            "{label}: an edit of {pointer} must be drift; got {:?} {:?}",
+            out.decision.finding,
+            out.decision.drifted_paths
+        );
+        last = Some(out);
+    }
+    last.unwrap()
+}
+
+/// An unchanged write is allowed without rule failures.
+fn assert_rules_quiet(label: &str, policy: &Policy, stored: &Value) {
+    let out = run(policy, &Review::update(stored.clone(), stored.clone()));
+    assert!(out.allowed(), "{label}: an unchanged write is allowed");
+    assert!(
+        out.decision.rule_failures.is_empty(),
+        "{label}: {:?}",
+        out.decision.rule_failures
+    );
+}
+
+/// Every expectation as edits: `absent`/`empty` paths are ignored, paths with a
+/// value are still judged.
+fn check_expectations(label: &str, policy: &Policy, stored: &Value, expect: &Value) -> usize {
     let Some(map) = expect.as_object() else {
-        return;
+        return 0;
     };
+    let mut checked = 0;
     for (pointer, want) in map {
-        let got = obj.pointer(pointer);
         match want.as_str() {
-            Some("absent") => assert!(
-                got.is_none(),
-                "{label}: {pointer} should be absent, is {got:?}"
-            ),
-            Some("empty") => assert!(
-                got.is_none() || got == Some(&json!("")),
-                "{label}: {pointer} should be empty"
-            ),
-            Some(s) if s.starts_with("length ") => {
-                let n: usize = s[7..].split_whitespace().next().unwrap().parse().unwrap();
-                let len = got.and_then(|v| {
-                    v.as_array()
-                        .map(Vec::len)
-                        .or(v.as_object().map(|m| m.len()))
-                });
-                assert_eq!(len, Some(n), "{label}: {pointer}");
+            Some("absent") | Some("empty") => {
+                if stored.pointer(pointer).is_some() {
+                    assert_ignored(label, policy, stored, pointer);
+                    checked += 1;
+                }
             }
-            _ => assert_eq!(got, Some(want), "{label}: {pointer}"),
+            // The shape of what is left, not a field: covered by its members.
+            Some(s) if s.starts_with("length ") => {}
+            _ => {
+                assert_judged(label, policy, stored, pointer);
+                checked += 1;
+            }
         }
     }
+    checked
 }
 
 /// Argo CD splices the text into `del(%s)`, so `.nothing) | … |= …` runs as a
@@ -148,68 +211,71 @@ fn ignore_normalizer_cases() {
         }
         let source = case["source"].as_str().unwrap();
         let label = source.split_once(' ').unwrap().1;
-        let compiled: Result<Vec<IgnoreRule>, String> = case["rules"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|r| IgnoreRule::compile(&to_rule(r, false), "rule".into()).map_err(String::from))
-            .collect();
+        let loaded = policy_for(case["rules"].as_array().unwrap(), false);
         let expect = &case["expect"];
         if expect["constructor_error"] == json!(true)
             || DIVERGES_SPLICED_EXPRESSION
                 .iter()
                 .any(|d| label.starts_with(d))
         {
-            assert!(compiled.is_err(), "{label}: must be rejected at load");
+            let err = loaded.expect_err(label);
+            assert!(err.contains("jqPathExpressions[0]"), "{label}: {err}");
             ran += 1;
             continue;
         }
         if expect.get("apply_error_contains").is_some() {
-            // Deliberate difference: Argo CD runs `until(true==false; ...)`, cuts
-            // it off after 1s and silently skips the rule. We refuse it when
-            // the policy loads, so the rule never silently stops protecting.
-            let err = compiled.expect_err(label);
-            assert_eq!(
-                err,
-                "rule.jqPathExpressions[0]: at column 1 of the expression: `until` is not allowed: \
-                 it can run without bound (allowed: field access, [], |, ',', select(...), \
-                 comparisons, keys, has, test, ...)",
-                "{label}"
-            );
+            // Argo CD cuts a runaway jq off after 1s and silently skips the rule;
+            // driftguard refuses it when the policy loads, so a rule can never
+            // silently stop protecting.
+            let err = loaded.expect_err(label);
+            assert!(err.contains("until"), "{label}: {err}");
             ran += 1;
             continue;
         }
-        let rules = compiled.unwrap_or_else(|e| panic!("{label}: {e}"));
-        let obj = &case["object"];
-        let (out, failures) = normalize(&rules, obj, obj);
-        if let Some(removed) = expect["removed"].as_array() {
-            for p in removed {
-                assert!(
-                    out.pointer(p.as_str().unwrap()).is_none(),
-                    "{label}: {p} not removed"
-                );
-            }
+        let policy = loaded.unwrap_or_else(|e| panic!("{label}: {e}"));
+        let stored = tracked(&case["object"]);
+        let mut checked = 0;
+        for p in expect["removed"].as_array().into_iter().flatten() {
+            assert_ignored(label, &policy, &stored, p.as_str().unwrap());
+            checked += 1;
         }
-        if let Some(kept) = expect["kept"].as_array() {
-            for p in kept {
-                assert!(
-                    out.pointer(p.as_str().unwrap()).is_some(),
-                    "{label}: {p} removed"
-                );
-            }
+        for p in expect["kept"].as_array().into_iter().flatten() {
+            assert_judged(label, &policy, &stored, p.as_str().unwrap());
+            checked += 1;
         }
-        check_expectations(label, &out, &expect["values"]);
+        checked += check_expectations(label, &policy, &stored, &expect["values"]);
         if expect["unchanged"] == json!(true) {
-            assert_eq!(&out, obj, "{label}: must be unchanged");
-            assert_eq!(failures, 1, "{label}: the failing jq must be reported");
+            // The rule fails on the object: it ignores nothing, and says so.
+            let rule = &case["rules"][0]["jqPathExpressions"][0];
+            let new = with(&stored, "/spec/fakeField", json!({"foo": 1}));
+            let out = run(&policy, &Review::update(stored.clone(), new));
+            assert!(!out.allowed(), "{label}: a failing rule ignores nothing");
+            assert_eq!(
+                out.decision.rule_failures.len(),
+                1,
+                "{label}: {rule} must be reported"
+            );
+            checked += 1;
         }
-        assert!(
-            expect.get("apply_error_contains").is_none(),
-            "{label}: the runaway-jq case is refused at load, above"
-        );
         if expect.get("apply_errors").is_some() {
-            assert_eq!(&out, obj, "{label}: missing pointers are skipped silently");
-            assert_eq!(failures, 0);
+            // Missing pointers are skipped silently: no failure, nothing ignored.
+            let out = run(&policy, &Review::update(stored.clone(), stored.clone()));
+            assert!(
+                out.allowed() && out.decision.rule_failures.is_empty(),
+                "{label}"
+            );
+            assert_judged(
+                label,
+                &policy,
+                &stored,
+                "/spec/template/spec/containers/0/image",
+            );
+            checked += 1;
+        }
+        if checked == 0 {
+            // Only "no error": rules that select nothing (missing pointers) must
+            // neither fail nor hide an edit.
+            assert_rules_quiet(label, &policy, &stored);
         }
         ran += 1;
     }
@@ -244,11 +310,18 @@ fn has_ignore_difference_matching_cases() {
                 .matches(&target)
         });
         assert_eq!(found, case["expect"]["found"].as_bool().unwrap(), "{label}");
+        // The same rules load as a policy, as a user would write them.
+        policy_for(case["rules"].as_array().unwrap(), true)
+            .unwrap_or_else(|e| panic!("{label}: {e}"));
         ran += 1;
     }
     assert_eq!(ran, 11);
 }
 
+/// Argo CD ignores fields that the named managers own in the live object. The
+/// live object is the stored one; a manual edit that keeps managedFields as
+/// they are (the manager still owns the field afterwards) is what these cases
+/// describe. An edit that moves ownership away is drift: see tests/sequences.rs.
 #[test]
 fn managed_fields_cases() {
     let mut ran = 0;
@@ -258,24 +331,27 @@ fn managed_fields_cases() {
             continue;
         }
         let label = case["source"].as_str().unwrap().split_once(' ').unwrap().1;
-        let (live, desired) = (&case["object"]["live"], &case["object"]["desired"]);
-        if live.is_null() || desired.is_null() {
+        let live = &case["object"]["live"];
+        if live.is_null() || case["object"]["desired"].is_null() {
             continue; // "no-op if live/desired is nil": the admission path always has both objects.
         }
-        let rules: Vec<IgnoreRule> = case["rules"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|r| IgnoreRule::compile(&to_rule(r, false), "rule".into()).unwrap())
-            .collect();
-        let (live_after, _) = normalize(&rules, live, live);
-        let (desired_after, _) = normalize(&rules, desired, live);
+        let policy = policy_for(case["rules"].as_array().unwrap(), false)
+            .unwrap_or_else(|e| panic!("{label}: {e}"));
+        let stored = tracked(live);
         let expect = &case["expect"];
-        check_expectations(label, &live_after, &expect["live_after"]);
-        check_expectations(label, &desired_after, &expect["desired_after"]);
+        let mut checked = check_expectations(label, &policy, &stored, &expect["live_after"]);
         if expect["live_unchanged"] == json!(true) {
-            assert_eq!(&live_after, live, "{label}");
-            assert_eq!(&desired_after, desired, "{label}");
+            assert_judged(label, &policy, &stored, "/spec/replicas");
+            checked += 1;
+        }
+        if let Some(kept) = expect["live_unchanged"].as_object() {
+            for pointer in kept.keys() {
+                assert_judged(label, &policy, &stored, pointer);
+                checked += 1;
+            }
+        }
+        if checked == 0 {
+            assert_rules_quiet(label, &policy, &stored);
         }
         ran += 1;
     }

@@ -406,6 +406,8 @@ fn a_runaway_jq_rule_exits_2_at_the_decision_deadline() {
         let err = String::from_utf8(out.stderr).unwrap();
         assert!(err.contains("--decision-timeout"), "{bad}: {err}");
     }
+}
+
 /// Runs the binary, failing the test instead of hanging if it does not exit in time.
 fn driftguard_within(args: &[&str], limit: std::time::Duration) -> Output {
     let mut child = Command::new(env!("CARGO_BIN_EXE_driftguard"))
