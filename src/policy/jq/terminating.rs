@@ -61,10 +61,7 @@ const BUILTINS: &[(&str, &[usize])] = &[
     ("match", &[1, 2]),
     ("capture", &[1, 2]),
     ("splits", &[1, 2]),
-    ("sub", &[2, 3]),
-    ("gsub", &[2, 3]),
     ("split", &[1]),
-    ("join", &[1]),
     ("length", &[0]),
     ("utf8bytelength", &[0]),
     ("type", &[0]),
@@ -82,7 +79,6 @@ const BUILTINS: &[(&str, &[usize])] = &[
     ("ascii_upcase", &[0]),
     ("tostring", &[0]),
     ("tonumber", &[0]),
-    ("tojson", &[0]),
     ("fromjson", &[0]),
     ("values", &[0]),
     ("nulls", &[0]),
@@ -109,6 +105,14 @@ const BUILTINS: &[(&str, &[usize])] = &[
     ("group_by", &[1]),
     ("min_by", &[1]),
     ("max_by", &[1]),
+];
+
+/// Builtins whose output can be longer than their input, so that a chain of
+/// them grows a value exponentially (`tojson|tojson|…` doubles backslashes,
+/// `gsub("a"; "aa")` doubles a string). They terminate, but could exhaust
+/// memory before the decision deadline, which bounds only time.
+const GROWS: &[&str] = &[
+    "sub", "gsub", "join", "tojson", "implode", "ascii", "tostream",
 ];
 
 /// Builtins that loop, or exist to cut loops short.
@@ -150,6 +154,10 @@ pub enum Reason {
         "`{0}` is not allowed: it rewrites values, and a jqPathExpression only selects paths ({ALLOWED})"
     )]
     Update(&'static str),
+    #[error(
+        "`{0}` is not allowed: it builds values, and chained it can grow them without bound; a jqPathExpression selects fields ({ALLOWED})"
+    )]
+    Grows(String),
     #[error("`{0}` is not allowed: format strings are outside the terminating subset ({ALLOWED})")]
     Format(String),
     #[error("`{0}` is not allowed: the variable is not bound in the expression ({ALLOWED})")]
@@ -327,10 +335,19 @@ fn flatten<'s>(
             });
         }
         match tok {
-            Tok::Block(inner) => flatten(inner, code, depth + 1, out)?,
+            Tok::Block(inner) => {
+                // The opening bracket, to place `[...]` and `{...}`.
+                out.push((offset, &text[..1]));
+                flatten(inner, code, depth + 1, out)?
+            }
             Tok::Str(parts) => {
                 for part in parts {
                     if let StrPart::Term(t) = part {
+                        // `\(` sits just before the block's `(`.
+                        let at = offset_in(code, t.0).saturating_sub(1);
+                        if let Some(open) = code.get(at..at + 2) {
+                            out.push((at, open));
+                        }
                         flatten(std::slice::from_ref(t), code, depth + 1, out)?;
                     }
                 }
@@ -345,6 +362,8 @@ fn flatten<'s>(
 enum Step<'a, 's> {
     Term(&'a Term<&'s str>),
     Op(&'a BinaryOp<&'s str>),
+    /// `l + r`, checked once `l` has been seen (so the offset is right).
+    Add(&'a Term<&'s str>, &'a Term<&'s str>),
     Bind(&'a Pattern<&'s str>),
     Unbind(usize),
 }
@@ -399,7 +418,7 @@ impl<'s> Checker<'s> {
         while let Some(step) = stack.pop() {
             let counts = match step {
                 Step::Term(t) => !matches!(t, Term::BinOp(..)),
-                Step::Op(_) | Step::Bind(_) => true,
+                Step::Op(_) | Step::Add(..) | Step::Bind(_) => true,
                 Step::Unbind(_) => false,
             };
             if counts {
@@ -416,6 +435,10 @@ impl<'s> Checker<'s> {
                             stack.push(Step::Term(r));
                             stack.push(Step::Bind(pattern));
                         }
+                        BinaryOp::Math(Math::Add) => {
+                            stack.push(Step::Term(r));
+                            stack.push(Step::Add(l, r));
+                        }
                         _ => {
                             stack.push(Step::Term(r));
                             stack.push(Step::Op(op));
@@ -425,6 +448,12 @@ impl<'s> Checker<'s> {
                 }
                 Step::Term(other) => self.leaf(other, depth)?,
                 Step::Op(op) => self.op(op)?,
+                // Adding a literal grows a value by at most the expression's
+                // length; adding two computed values can double it.
+                Step::Add(l, r) if !is_literal(l) && !is_literal(r) => {
+                    return Self::refuse(self.token_after("+"), Reason::Grows("+".to_owned()));
+                }
+                Step::Add(..) => {}
                 Step::Bind(pattern) => self.bind(pattern, depth)?,
                 Step::Unbind(len) => self.bound.truncate(len),
             }
@@ -511,22 +540,24 @@ impl<'s> Checker<'s> {
                         StrPart::Str(s) => {
                             self.see(s);
                         }
-                        StrPart::Term(t) => self.term(t, depth)?,
+                        StrPart::Term(_) => {
+                            let offset = self.token_after("\\(");
+                            return Self::refuse(
+                                offset,
+                                Reason::Grows("string interpolation".to_owned()),
+                            );
+                        }
                         StrPart::Char(_) => {}
                     }
                 }
                 Ok(())
             }
-            Term::Arr(inner) => inner.as_deref().map_or(Ok(()), |t| self.term(t, depth)),
-            Term::Obj(entries) => {
-                for (key, value) in entries {
-                    self.term(key, depth)?;
-                    if let Some(v) = value {
-                        self.term(v, depth)?;
-                    }
-                }
-                Ok(())
+            Term::Arr(None) => Ok(()),
+            Term::Arr(Some(_)) => {
+                Self::refuse(self.token_after("["), Reason::Grows("[...]".to_owned()))
             }
+            Term::Obj(entries) if entries.is_empty() => Ok(()),
+            Term::Obj(_) => Self::refuse(self.token_after("{"), Reason::Grows("{...}".to_owned())),
             Term::Neg(t) => self.term(t, depth),
             Term::BinOp(..) => self.term(t, depth),
             Term::Label(x, _) | Term::Break(x) => {
@@ -621,6 +652,8 @@ impl<'s> Checker<'s> {
         };
         let reason = if name.starts_with('@') {
             Reason::Format(construct)
+        } else if GROWS.contains(&name) {
+            Reason::Grows(construct)
         } else if UNBOUNDED.contains(&name) {
             Reason::Unbounded(construct)
         } else if OUTSIDE.contains(&name) {
@@ -629,6 +662,19 @@ impl<'s> Checker<'s> {
             Reason::NotAllowListed(construct)
         };
         Self::refuse(offset, reason)
+    }
+}
+
+/// A constant: numbers, strings without interpolation, `null`, `true`,
+/// `false`, `[]` and `{}`.
+fn is_literal(t: &Term<&str>) -> bool {
+    match t {
+        Term::Num(_) | Term::Arr(None) => true,
+        Term::Str(None, parts) => parts.iter().all(|p| !matches!(p, StrPart::Term(_))),
+        Term::Obj(entries) => entries.is_empty(),
+        Term::Neg(t) => is_literal(t),
+        Term::Call(name, args) => args.is_empty() && matches!(*name, "null" | "true" | "false"),
+        _ => false,
     }
 }
 
@@ -682,9 +728,9 @@ mod tests {
         r#"if .a then .b elif .c then .d else .e end"#,
         r#"try .a catch .b"#,
         r#".a[1:3], .b[-1], .c[:2], ..|.x?, .[.k // "d"]"#,
-        r#"{a: .b, "c": [.d, -1, 2 - 1 + 3]} | "x\(.a)y""#,
-        r#"[.[] | map(.x)] | first, last(.[]), any(.[]; . == 1), isempty(empty)"#,
-        r#".a | sub("x"; "y") | gsub("a"; "b"; "g") | split(",") | join("-")"#,
+        r#".d - 1 + 3, .e + "x", "y" + .f, [] + .g, {} + .h, null + .i, -1 + .j"#,
+        r#".[] | map(.x) | first, last(.[]), any(.[]; . == 1), isempty(empty)"#,
+        r#".a | split(",") | .[0] | ascii_downcase | tostring"#,
         r#". as [$a, {b: $c}] | $a, $c"#,
         "recurse | error",
     ];
@@ -825,12 +871,40 @@ mod tests {
         }
     }
 
+    fn hint_grows(what: &str) -> String {
+        format!(
+            "`{what}` is not allowed: it builds values, and chained it can grow them without bound; a jqPathExpression selects fields ({ALLOWED})"
+        )
+    }
+
+    /// Terminating, but each doubles a value, so a chain of them exhausts
+    /// memory before any deadline: `(.+.)|(.+.)|…` on a string.
+    #[test]
+    fn constructs_that_grow_values_are_refused() {
+        let cases: [(&str, usize, &str); 10] = [
+            ("(. + .) | (. + .)", 3, "+"),
+            (".a as $x | $x + $x", 14, "+"),
+            ("[., .] | [., .]", 0, "[...]"),
+            (".a | {x: ., y: .}", 5, "{...}"),
+            (r#""\(.)\(.)""#, 1, "string interpolation"),
+            ("tojson | tojson", 0, "tojson"),
+            (r#"gsub("a"; "aa")"#, 0, "gsub"),
+            (r#"sub("a"; "aa")"#, 0, "sub"),
+            (r#"split("") | join("xx")"#, 12, "join"),
+            ("implode", 0, "implode"),
+        ];
+        for (code, offset, what) in cases {
+            assert_eq!(refused(code), (offset, hint_grows(what)), "{code}");
+        }
+    }
+
     #[test]
     fn the_first_refused_construct_in_source_order_is_reported() {
         assert_eq!(refused(".a * 2 | range(3)").0, 3);
         assert_eq!(refused("range(3) | .a * 2").0, 0);
-        assert_eq!(refused(".a + .b * .c").0, 8);
-        assert_eq!(refused("[.[] | . * 2]").0, 9);
+        assert_eq!(refused(".a - .b * .c").0, 8);
+        assert_eq!(refused("[.[] | . * 2]").0, 0);
+        assert_eq!(refused(".a - 1 | .b + .c").0, 12);
     }
 
     #[test]
@@ -870,7 +944,7 @@ mod tests {
             "the expression nests deeper than 64 levels"
         );
         let shallow = format!("{}.{}", "\"\\(".repeat(20), ")\"".repeat(20));
-        assert_eq!(check(&shallow), Ok(()));
+        assert_eq!(refused(&shallow), (1, hint_grows("string interpolation")));
         let deep = format!("{}.", "-".repeat(100));
         assert_eq!(
             refused(&deep).1,
@@ -900,8 +974,6 @@ mod tests {
         let d = MAX_DEPTH - 2;
         let inputs = [
             "(".repeat(d) + "." + &")".repeat(d),
-            "[".repeat(d) + "." + &"]".repeat(d),
-            "{a:".repeat(d) + "." + &"}".repeat(d),
             "-".repeat(d) + ".",
             "try ".repeat(d) + ".",
             "select(".repeat(d) + "." + &")".repeat(d),
@@ -909,11 +981,11 @@ mod tests {
             vec!["."; MAX_PARTS / 2 - 1].join("|"),
             vec!["."; MAX_PARTS / 2 - 1].join(","),
             vec!["1"; MAX_PARTS / 2 - 1].join("+"),
+            vec![".a + 1"; MAX_PARTS / 6].join(" | "),
             vec!["."; MAX_PARTS / 3 - 1].join(" as $x|"),
-            "\"\\(".repeat(d / 2) + "." + &")\"".repeat(d / 2),
             ".a".repeat(MAX_PARTS / 3),
             ".[]?".repeat(MAX_PARTS / 3),
-            "[.[] | ".repeat(d / 2) + "." + &"]".repeat(d / 2),
+            ".[.[] | ".repeat(d / 2) + "." + &"]".repeat(d / 2),
         ];
         std::thread::Builder::new()
             .stack_size(2 << 20)
