@@ -209,3 +209,57 @@ proptest! {
         prop_assert_eq!(a.decision.mode, b.decision.mode);
     }
 }
+
+/// A Flux ignore rule whose target selects on a label: adding that label by
+/// hand (under a rule that ignores labels) would make the next edit ignored.
+#[test]
+fn labels_a_flux_ignore_target_selects_on_are_decision_inputs() {
+    use driftguard::sources::{FluxKind, Sources, flux_from_value};
+    let kustomization = json!({"metadata": {"name": "apps", "namespace": "flux-system"},
+        "spec": {"path": "./apps", "sourceRef": {"kind": "GitRepository", "name": "repo"},
+                 "ignore": [{"paths": ["/spec/replicas"], "target": {"kind": "Deployment", "labelSelector": "scaling=manual"}}]}});
+    let sources = Sources {
+        flux: vec![flux_from_value(FluxKind::Kustomization, &kustomization).unwrap()],
+        ..Default::default()
+    };
+    let policy = Policy::from_yaml(
+        "ignoreDifferences:\n  - {group: '*', kind: '*', jsonPointers: [/metadata/labels]}\n",
+        "p.yaml",
+    )
+    .unwrap();
+    let mut stored = common::deployment();
+    stored["metadata"]["annotations"] = json!({});
+    stored["metadata"]["labels"] = json!({"kustomize.toolkit.fluxcd.io/name": "apps",
+        "kustomize.toolkit.fluxcd.io/namespace": "flux-system"});
+    let decide = |old: &Value, new: &Value| {
+        let body = serde_json::to_vec(&Review::update(old.clone(), new.clone()).body()).unwrap();
+        let req = driftguard::review::parse(&body).unwrap();
+        driftguard::judge_request(
+            &policy,
+            &req,
+            driftguard::Endpoint::Validate,
+            None,
+            Some(&sources),
+            common::now(),
+        )
+        .unwrap()
+        .decision
+    };
+    let mut labelled = stored.clone();
+    labelled["metadata"]["labels"]["scaling"] = json!("manual");
+    let first = decide(&stored, &labelled);
+    assert_eq!(first.verdict, driftguard::drift::Verdict::Deny, "{first:?}");
+    assert_eq!(first.drifted_paths, vec!["/metadata/labels/scaling"]);
+    // With the label set by Git, the rule applies: replicas may change.
+    let mut scaled = labelled.clone();
+    scaled["spec"]["replicas"] = json!(9);
+    assert_eq!(
+        decide(&labelled, &scaled).verdict,
+        driftguard::drift::Verdict::Allow
+    );
+    // And the label removed by hand is drift too.
+    assert_eq!(
+        decide(&labelled, &stored).verdict,
+        driftguard::drift::Verdict::Deny
+    );
+}
