@@ -55,7 +55,7 @@ pub fn judge(
 ) -> Result<Judged, ReviewError> {
     let req = review::parse(body)?;
     judge_request(policy, &req, endpoint, parent, None, now)
-        .map_err(|e| ReviewError::Incomplete(e.to_string()))
+        .map_err(ReviewError::from)
 }
 
 /// [`judge`] for a request already parsed.

@@ -95,8 +95,8 @@ pub enum ReviewError {
     #[error("AdmissionReview request has no uid")]
     MissingUid,
     /// The request lacks an object the operation needs.
-    #[error("{0}")]
-    Incomplete(String),
+    #[error(transparent)]
+    Incomplete(#[from] crate::drift::DecideError),
     /// An `admission.k8s.io/v1` AdmissionReview whose `request.uid` reads but
     /// whose request does not: the server still answers it as a review (by
     /// `--on-error`), since the apiserver shows an HTTP error only as "failed
