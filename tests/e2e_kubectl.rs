@@ -5,6 +5,8 @@
 #[path = "support/control_plane.rs"]
 mod control_plane;
 
+use std::time::Duration;
+
 use control_plane::*;
 
 const OBJECTS: &str = r#"
@@ -174,52 +176,47 @@ fn setup(install: Install) -> Env {
                 ],
             );
             assert!(out.ok, "the seed Application: {out}");
-            let port = free_port();
-            let chart = render_chart(
-                &plane,
-                port,
-                &["policy.breakGlass.allowedGroups={sre-oncall}"],
-            );
+            // The policy does not depend on the webhook URL: rendered once for
+            // it, then again for the webhooks once driftguard has its port.
+            let sets = ["policy.breakGlass.allowedGroups={sre-oncall}"];
             let policy = plane.dir.join("chart-policy.yaml");
-            std::fs::write(&policy, &chart.policy).unwrap();
-            let dg = Driftguard::start_on(
+            std::fs::write(&policy, render_chart(&plane, 0, &sets).policy).unwrap();
+            let dg = Driftguard::start(
                 &plane,
-                port,
                 &[
                     &format!("--policy={}", policy.display()),
                     "--watch-argocd",
                     &kubeconfig,
                 ],
             );
-            plane.apply_admin(&chart.webhooks);
+            plane.apply_admin(&render_chart(&plane, dg.port, &sets).webhooks);
             dg
         }
     };
     let out = plane.kubectl_as_stdin(ARGO, &["apply", "-f", "-"], Some(OBJECTS));
     assert!(out.ok, "objects as the Argo CD controller: {out}");
-    // Poll until the webhook answers: a dry-run drift must be denied.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    loop {
-        let out = plane.kubectl(
-            "alice",
-            &[
-                "-n",
-                "production",
-                "label",
-                "deployment/myapp",
-                "probe=1",
-                "--dry-run=server",
-            ],
-        );
-        if !out.ok && out.stderr.contains("driftguard") {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the webhook never answered: {out}"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(200));
-    }
+    wait_for(
+        "the webhook to deny a dry-run drift",
+        Duration::from_secs(30),
+        || {
+            let out = plane.kubectl(
+                "alice",
+                &[
+                    "-n",
+                    "production",
+                    "label",
+                    "deployment/myapp",
+                    "probe=1",
+                    "--dry-run=server",
+                ],
+            );
+            if !out.ok && out.stderr.contains("driftguard") {
+                Ok(())
+            } else {
+                Err(out.to_string())
+            }
+        },
+    );
     Env { plane, dg }
 }
 
@@ -246,21 +243,18 @@ fn events(e: &Env, reason: &str) -> String {
 
 /// Events are written in the background: poll for one.
 fn wait_for_event(e: &Env, reason: &str, object: &str, needle: &str) -> Scenario {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    loop {
+    let what = format!("a {reason} Event on {object} with {needle:?}");
+    poll(&what, Duration::from_secs(10), || {
         let text = events(e, reason);
         if text
             .lines()
             .any(|l| l.starts_with(object) && l.contains(" driftguard ") && l.contains(needle))
         {
-            return Ok(());
+            Ok(())
+        } else {
+            Err(format!("{text:?}"))
         }
-        ensure!(
-            std::time::Instant::now() < deadline,
-            "no {reason} Event on {object} with {needle:?}: {text:?}"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(200));
-    }
+    })
 }
 
 fn set_image_is_denied_for_alice_and_allowed_for_argo_cd(e: &Env) -> Scenario {
@@ -488,12 +482,44 @@ fn dry_run_and_diff_print_warnings_and_change_nothing(e: &Env) -> Scenario {
         ) == before,
         "dry run changed the object"
     );
-    std::thread::sleep(std::time::Duration::from_millis(500));
-    ensure!(
-        events(e, "DriftBlocked").lines().count() == blocked_before,
-        "a dry run wrote an Event"
+    // Deployment/myapp had its Event in scenario 1, and a second one within a
+    // minute would only be folded into the next: the ConfigMap has none yet
+    // (its first comes in scenario 6, which waits for it), so an Event for
+    // this dry run would show.
+    let out = e.plane.kubectl(
+        "alice",
+        &[
+            "-n",
+            "production",
+            "label",
+            "configmap/myapp-config",
+            "dry=run",
+            "--dry-run=server",
+        ],
     );
-    Ok(())
+    ensure!(
+        !out.ok
+            && out
+                .stderr
+                .contains("Warning: driftguard: dry run: the real write would be denied"),
+        "dry-run label on the ConfigMap: {out}"
+    );
+    // Nothing signals that an Event will not be written: watch the Events for
+    // longer than writing one takes (well under a second here).
+    holds_for(
+        "no DriftBlocked Event for the dry runs",
+        Duration::from_secs(2),
+        || {
+            let now = events(e, "DriftBlocked");
+            if now.lines().count() == blocked_before
+                && !now.lines().any(|l| l.starts_with("ConfigMap/myapp-config"))
+            {
+                Ok(())
+            } else {
+                Err(format!("a dry run wrote an Event: {now:?}"))
+            }
+        },
+    )
 }
 
 fn warn_mode_allows_warns_and_annotates(e: &Env) -> Scenario {
@@ -536,6 +562,13 @@ fn delete_is_denied_for_alice_and_allowed_for_argo_cd(e: &Env) -> Scenario {
         !out.ok && out.stderr.contains("Flux Kustomization flux-system/apps"),
         "alice's delete: {out}"
     );
+    // Also the positive control of scenario 4: Events on this ConfigMap show.
+    wait_for_event(
+        e,
+        "DriftBlocked",
+        "ConfigMap/myapp-config",
+        "Flux Kustomization flux-system/apps",
+    )?;
     ensure!(
         e.plane
             .kubectl(

@@ -5,7 +5,7 @@
 #[path = "support/control_plane.rs"]
 mod control_plane;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use control_plane::*;
 
@@ -98,15 +98,8 @@ spec:
 "#;
 
 /// Retries `f` until it holds: the sources update through watches.
-fn eventually(what: &str, mut f: impl FnMut() -> Result<(), String>) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        match f() {
-            Ok(()) => return,
-            Err(e) if Instant::now() > deadline => panic!("{what}: {e}"),
-            Err(_) => std::thread::sleep(Duration::from_millis(200)),
-        }
-    }
+fn eventually(what: &str, f: impl FnMut() -> Result<(), String>) {
+    wait_for(what, Duration::from_secs(20), f)
 }
 
 #[test]
