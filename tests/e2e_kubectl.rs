@@ -126,15 +126,8 @@ fn setup(install: Install) -> Env {
     } else {
         "kubectl"
     });
-    plane.add_user("driftguard", &[]);
-    for ns in ["production", "dev-team", "plain", "argocd", "flux-system"] {
-        let out = plane.kubectl("admin", &["create", "namespace", ns]);
-        assert!(out.ok, "{out}");
-    }
-    plane.apply_admin(RBAC);
-    plane.apply_admin(CONTROLLER_RBAC);
-    plane.apply_admin(DRIFTGUARD_RBAC);
-    let kubeconfig = format!("--kubeconfig={}", plane.kubeconfig("driftguard").display());
+    plane.prepare(&["production", "dev-team", "plain", "argocd", "flux-system"]);
+    let kubeconfig = plane.driftguard_kubeconfig_flag();
     let dg = match install {
         Install::Register => {
             let dg = Driftguard::start(
@@ -149,24 +142,7 @@ fn setup(install: Install) -> Env {
             dg
         }
         Install::Chart => {
-            let out = plane.kubectl(
-                "admin",
-                &[
-                    "apply",
-                    "-f",
-                    &format!("{ROOT}/tests/data/crds/argocd-application.yaml"),
-                ],
-            );
-            assert!(out.ok, "{out}");
-            let out = plane.kubectl(
-                "admin",
-                &[
-                    "wait",
-                    "--for=condition=Established",
-                    "crd/applications.argoproj.io",
-                ],
-            );
-            assert!(out.ok, "{out}");
+            plane.apply_crds(&["argocd-application"]);
             let out = plane.kubectl(
                 "admin",
                 &[

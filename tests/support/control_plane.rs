@@ -265,6 +265,50 @@ impl ControlPlane {
         let out = self.kubectl_stdin("admin", &["apply", "-f", "-"], Some(yaml));
         assert!(out.ok, "apply as admin: {out}");
     }
+
+    pub fn create_namespaces(&self, names: &[&str]) {
+        for ns in names {
+            let out = self.kubectl("admin", &["create", "namespace", ns]);
+            assert!(out.ok, "create namespace {ns}: {out}");
+        }
+    }
+
+    /// Applies tests/data/crds/`name`.yaml for each name and waits until every
+    /// CRD is Established.
+    pub fn apply_crds(&self, names: &[&str]) {
+        for name in names {
+            let file = format!("{ROOT}/tests/data/crds/{name}.yaml");
+            let out = self.kubectl("admin", &["apply", "-f", &file]);
+            assert!(out.ok, "{name}: {out}");
+        }
+        let out = self.kubectl(
+            "admin",
+            &[
+                "wait",
+                "--for=condition=Established",
+                "crd",
+                "--all",
+                "--timeout=30s",
+            ],
+        );
+        assert!(out.ok, "{out}");
+    }
+
+    /// What every scenario with driftguard needs: `namespaces`, people who edit
+    /// workloads ([`RBAC`]), the controllers ([`CONTROLLER_RBAC`]) and user
+    /// `driftguard` with its own minimum ([`DRIFTGUARD_RBAC`]).
+    pub fn prepare(&mut self, namespaces: &[&str]) {
+        self.add_user("driftguard", &[]);
+        self.create_namespaces(namespaces);
+        self.apply_admin(RBAC);
+        self.apply_admin(CONTROLLER_RBAC);
+        self.apply_admin(DRIFTGUARD_RBAC);
+    }
+
+    /// `--kubeconfig=` for driftguard's own user.
+    pub fn driftguard_kubeconfig_flag(&self) -> String {
+        format!("--kubeconfig={}", self.kubeconfig("driftguard").display())
+    }
 }
 
 /// etcd on two ports picked here, retried when another process took one.
