@@ -100,6 +100,21 @@ struct Env {
 }
 
 impl Env {
+    /// kubectl as `user` (admin, alice or sam), the arguments as typed at
+    /// the terminal.
+    fn kubectl(&self, user: &str, line: &str) -> Kubectl {
+        self.plane
+            .kubectl(user, &line.split_whitespace().collect::<Vec<_>>())
+    }
+
+    /// kubectl as a service account (the GitOps controllers, the HPA).
+    fn kubectl_as(&self, service_account: &str, line: &str) -> Kubectl {
+        self.plane.kubectl_as(
+            service_account,
+            &line.split_whitespace().collect::<Vec<_>>(),
+        )
+    }
+
     fn get(&self, ns: &str, what: &str, jsonpath: &str) -> String {
         let out = self.plane.kubectl(
             "admin",
@@ -234,16 +249,9 @@ fn wait_for_event(e: &Env, reason: &str, object: &str, needle: &str) -> Scenario
 }
 
 fn set_image_is_denied_for_alice_and_allowed_for_argo_cd(e: &Env) -> Scenario {
-    let out = e.plane.kubectl(
+    let out = e.kubectl(
         "alice",
-        &[
-            "-n",
-            "production",
-            "set",
-            "image",
-            "deployment/myapp",
-            "app=nginx:1.28",
-        ],
+        "-n production set image deployment/myapp app=nginx:1.28",
     );
     ensure!(!out.ok, "alice's set image went through: {out}");
     ensure!(
@@ -268,16 +276,9 @@ fn set_image_is_denied_for_alice_and_allowed_for_argo_cd(e: &Env) -> Scenario {
         ) == "nginx:1.27",
         "image changed"
     );
-    let out = e.plane.kubectl_as(
+    let out = e.kubectl_as(
         ARGO,
-        &[
-            "-n",
-            "production",
-            "set",
-            "image",
-            "deployment/myapp",
-            "app=nginx:1.28",
-        ],
+        "-n production set image deployment/myapp app=nginx:1.28",
     );
     ensure!(out.ok, "Argo CD's own change was refused: {out}");
     wait_for_event(
@@ -298,16 +299,7 @@ fn set_image_is_denied_for_alice_and_allowed_for_argo_cd(e: &Env) -> Scenario {
 }
 
 fn scaling(e: &Env) -> Scenario {
-    let out = e.plane.kubectl(
-        "alice",
-        &[
-            "-n",
-            "production",
-            "scale",
-            "deployment/myapp",
-            "--replicas=5",
-        ],
-    );
+    let out = e.kubectl("alice", "-n production scale deployment/myapp --replicas=5");
     ensure!(
         out.ok,
         "scale of a Deployment whose replicas are ignored was refused: {out}"
@@ -316,16 +308,7 @@ fn scaling(e: &Env) -> Scenario {
         e.get("production", "deployment/myapp", "{.spec.replicas}") == "5",
         "not scaled"
     );
-    let out = e.plane.kubectl(
-        "alice",
-        &[
-            "-n",
-            "production",
-            "scale",
-            "statefulset/db",
-            "--replicas=5",
-        ],
-    );
+    let out = e.kubectl("alice", "-n production scale statefulset/db --replicas=5");
     ensure!(
         !out.ok,
         "scale of a StatefulSet without the ignore went through: {out}"
@@ -344,16 +327,7 @@ fn scaling(e: &Env) -> Scenario {
         e.get("production", "statefulset/db", "{.spec.replicas}") == "1",
         "statefulset scaled"
     );
-    let out = e.plane.kubectl_as(
-        HPA,
-        &[
-            "-n",
-            "production",
-            "scale",
-            "statefulset/db",
-            "--replicas=3",
-        ],
-    );
+    let out = e.kubectl_as(HPA, "-n production scale statefulset/db --replicas=3");
     ensure!(out.ok, "the HPA's scale was refused: {out}");
     ensure!(
         e.get("production", "statefulset/db", "{.spec.replicas}") == "3",
@@ -363,15 +337,9 @@ fn scaling(e: &Env) -> Scenario {
 }
 
 fn service_annotations_ignored_ports_and_tracking_not(e: &Env) -> Scenario {
-    let out = e.plane.kubectl(
+    let out = e.kubectl(
         "alice",
-        &[
-            "-n",
-            "production",
-            "annotate",
-            "service/myapp",
-            "cert-manager.io/issuer=letsencrypt",
-        ],
+        "-n production annotate service/myapp cert-manager.io/issuer=letsencrypt",
     );
     ensure!(out.ok, "ignored annotation refused: {out}");
     let out = e.plane.kubectl(
@@ -390,15 +358,9 @@ fn service_annotations_ignored_ports_and_tracking_not(e: &Env) -> Scenario {
         !out.ok && out.stderr.contains("/spec/ports/0/port"),
         "port patch: {out}"
     );
-    let out = e.plane.kubectl(
+    let out = e.kubectl(
         "alice",
-        &[
-            "-n",
-            "production",
-            "annotate",
-            "service/myapp",
-            "argocd.argoproj.io/tracking-id-",
-        ],
+        "-n production annotate service/myapp argocd.argoproj.io/tracking-id-",
     );
     ensure!(
         !out.ok && out.stderr.contains("tracking-id"),
@@ -462,16 +424,9 @@ fn dry_run_and_diff_print_warnings_and_change_nothing(e: &Env) -> Scenario {
     // minute would only be folded into the next: the ConfigMap has none yet
     // (its first comes in scenario 6, which waits for it), so an Event for
     // this dry run would show.
-    let out = e.plane.kubectl(
+    let out = e.kubectl(
         "alice",
-        &[
-            "-n",
-            "production",
-            "label",
-            "configmap/myapp-config",
-            "dry=run",
-            "--dry-run=server",
-        ],
+        "-n production label configmap/myapp-config dry=run --dry-run=server",
     );
     ensure!(
         !out.ok
@@ -499,16 +454,9 @@ fn dry_run_and_diff_print_warnings_and_change_nothing(e: &Env) -> Scenario {
 }
 
 fn warn_mode_allows_warns_and_annotates(e: &Env) -> Scenario {
-    let out = e.plane.kubectl(
+    let out = e.kubectl(
         "alice",
-        &[
-            "-n",
-            "dev-team",
-            "set",
-            "image",
-            "deployment/web",
-            "web=nginx:1.28",
-        ],
+        "-n dev-team set image deployment/web web=nginx:1.28",
     );
     ensure!(out.ok, "warn mode refused: {out}");
     ensure!(
@@ -530,10 +478,7 @@ fn warn_mode_allows_warns_and_annotates(e: &Env) -> Scenario {
 }
 
 fn delete_is_denied_for_alice_and_allowed_for_argo_cd(e: &Env) -> Scenario {
-    let out = e.plane.kubectl(
-        "alice",
-        &["-n", "production", "delete", "configmap/myapp-config"],
-    );
+    let out = e.kubectl("alice", "-n production delete configmap/myapp-config");
     ensure!(
         !out.ok && out.stderr.contains("Flux Kustomization flux-system/apps"),
         "alice's delete: {out}"
@@ -554,10 +499,7 @@ fn delete_is_denied_for_alice_and_allowed_for_argo_cd(e: &Env) -> Scenario {
             .ok,
         "deleted anyway"
     );
-    let out = e.plane.kubectl_as(
-        FLUX,
-        &["-n", "production", "delete", "configmap/myapp-config"],
-    );
+    let out = e.kubectl_as(FLUX, "-n production delete configmap/myapp-config");
     ensure!(out.ok, "Flux's prune refused: {out}");
     let out = e
         .plane
@@ -654,43 +596,22 @@ fn break_glass(e: &Env) -> Scenario {
 }
 
 fn unmanaged_objects_and_kube_system_are_never_touched(e: &Env) -> Scenario {
-    let out = e.plane.kubectl(
+    let out = e.kubectl(
         "alice",
-        &[
-            "-n",
-            "plain",
-            "create",
-            "deployment",
-            "scratch",
-            "--image=nginx:1.27",
-        ],
+        "-n plain create deployment scratch --image=nginx:1.27",
     );
     ensure!(out.ok, "{out}");
-    let out = e.plane.kubectl(
+    let out = e.kubectl(
         "alice",
-        &[
-            "-n",
-            "plain",
-            "set",
-            "image",
-            "deployment/scratch",
-            "nginx=nginx:1.28",
-        ],
+        "-n plain set image deployment/scratch nginx=nginx:1.28",
     );
     ensure!(
         out.ok && !out.stderr.contains("Warning"),
         "unmanaged edit: {out}"
     );
-    let out = e.plane.kubectl(
+    let out = e.kubectl(
         "alice",
-        &[
-            "-n",
-            "kube-system",
-            "set",
-            "image",
-            "deployment/coredns-ish",
-            "dns=coredns:1.12",
-        ],
+        "-n kube-system set image deployment/coredns-ish dns=coredns:1.12",
     );
     ensure!(out.ok, "kube-system edit refused: {out}");
     ensure!(
@@ -745,32 +666,18 @@ fn scenarios(mut env: Env) {
 
     // 10. driftguard down, failurePolicy Fail.
     env.dg.stop();
-    let out = env.plane.kubectl_as(
+    let out = env.kubectl_as(
         ARGO,
-        &[
-            "-n",
-            "production",
-            "set",
-            "image",
-            "deployment/myapp",
-            "app=nginx:1.30",
-        ],
+        "-n production set image deployment/myapp app=nginx:1.30",
     );
     if !out.ok {
         failures.push(format!(
             "scenario 10: a controller write failed with driftguard down: {out}"
         ));
     }
-    let out = env.plane.kubectl(
+    let out = env.kubectl(
         "alice",
-        &[
-            "-n",
-            "production",
-            "set",
-            "image",
-            "deployment/myapp",
-            "app=nginx:6.6",
-        ],
+        "-n production set image deployment/myapp app=nginx:6.6",
     );
     if out.ok || !out.stderr.contains("failed calling webhook") {
         failures.push(format!(
@@ -781,10 +688,7 @@ fn scenarios(mut env: Env) {
     env.dg.restart(Some(&[]));
 
     // 8. rollout restart under the embedded default policy.
-    let out = env.plane.kubectl(
-        "alice",
-        &["-n", "production", "rollout", "restart", "deployment/myapp"],
-    );
+    let out = env.kubectl("alice", "-n production rollout restart deployment/myapp");
     if !out.ok {
         failures.push(format!(
             "scenario 8/10: rollout restart after the restart: {out}"
@@ -799,16 +703,9 @@ fn scenarios(mut env: Env) {
     {
         failures.push("scenario 8: restartedAt not set".into());
     }
-    let out = env.plane.kubectl(
+    let out = env.kubectl(
         "alice",
-        &[
-            "-n",
-            "production",
-            "set",
-            "image",
-            "deployment/myapp",
-            "app=nginx:6.6",
-        ],
+        "-n production set image deployment/myapp app=nginx:6.6",
     );
     if out.ok || !out.stderr.contains("driftguard") {
         failures.push(format!(
