@@ -85,31 +85,8 @@ fn the_chart_lints_renders_and_is_accepted_by_the_apiserver() {
 
     let mut plane = ControlPlane::start("chart");
     plane.add_user("driftguard", &[]);
-    for ns in ["driftguard", "argocd"] {
-        assert!(plane.kubectl("admin", &["create", "namespace", ns]).ok);
-    }
-    for crds in ["cert-manager", "monitoring"] {
-        let out = plane.kubectl(
-            "admin",
-            &[
-                "apply",
-                "-f",
-                &format!("{ROOT}/tests/data/crds/{crds}.yaml"),
-            ],
-        );
-        assert!(out.ok, "{out}");
-    }
-    let out = plane.kubectl(
-        "admin",
-        &[
-            "wait",
-            "--for=condition=Established",
-            "crd",
-            "--all",
-            "--timeout=30s",
-        ],
-    );
-    assert!(out.ok, "{out}");
+    plane.create_namespaces(&["driftguard", "argocd"]);
+    plane.apply_crds(&["cert-manager", "monitoring"]);
 
     let pem = std::fs::read_to_string(plane.dir.join("ca.crt")).unwrap();
     let (cert, key) = plane
@@ -285,11 +262,7 @@ fn the_chart_lints_renders_and_is_accepted_by_the_apiserver() {
         "helm install: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(
-        plane
-            .kubectl("admin", &["create", "namespace", "production"])
-            .ok
-    );
+    plane.create_namespaces(&["production"]);
     plane.apply_admin(RBAC);
     plane.apply_admin(CONTROLLER_RBAC);
     let app = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: app-config\n  namespace: production\n  annotations: {argocd.argoproj.io/tracking-id: \"myapp:/ConfigMap:production/app-config\"}\ndata: {a: b}\n";

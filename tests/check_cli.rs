@@ -48,7 +48,24 @@ fn prints_exactly_the_bytes_the_webhook_sends() {
         env!("CARGO_MANIFEST_DIR")
     ))
     .unwrap();
-    let (_, out) = check(&["tests/data/deployment-update-image.json"]);
+    let (answer, out) = check(&["tests/data/deployment-update-image.json"]);
+    // The right answer on its own, so that a bug shared with judge() fails too.
+    let r = &answer["response"];
+    assert_eq!(
+        r["uid"],
+        json!("5b1a7f2e-9f7c-4d8e-8a51-2f4c1d9e0a11"),
+        "{answer}"
+    );
+    assert_eq!(r["allowed"], json!(false), "{answer}");
+    assert_eq!(r["status"]["code"], json!(403), "{answer}");
+    assert_eq!(r["auditAnnotations"]["reason"], json!("drift"), "{answer}");
+    assert!(
+        r["status"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("drifts from Git at /spec/template/spec/containers/0/image"),
+        "{answer}"
+    );
     let expected = judge(
         &Policy::embedded(),
         &body,

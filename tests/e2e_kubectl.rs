@@ -5,6 +5,8 @@
 #[path = "support/control_plane.rs"]
 mod control_plane;
 
+use std::time::Duration;
+
 use control_plane::*;
 
 const OBJECTS: &str = r#"
@@ -98,6 +100,21 @@ struct Env {
 }
 
 impl Env {
+    /// kubectl as `user` (admin, alice or sam), the arguments as typed at
+    /// the terminal.
+    fn kubectl(&self, user: &str, line: &str) -> Kubectl {
+        self.plane
+            .kubectl(user, &line.split_whitespace().collect::<Vec<_>>())
+    }
+
+    /// kubectl as a service account (the GitOps controllers, the HPA).
+    fn kubectl_as(&self, service_account: &str, line: &str) -> Kubectl {
+        self.plane.kubectl_as(
+            service_account,
+            &line.split_whitespace().collect::<Vec<_>>(),
+        )
+    }
+
     fn get(&self, ns: &str, what: &str, jsonpath: &str) -> String {
         let out = self.plane.kubectl(
             "admin",
@@ -124,15 +141,8 @@ fn setup(install: Install) -> Env {
     } else {
         "kubectl"
     });
-    plane.add_user("driftguard", &[]);
-    for ns in ["production", "dev-team", "plain", "argocd", "flux-system"] {
-        let out = plane.kubectl("admin", &["create", "namespace", ns]);
-        assert!(out.ok, "{out}");
-    }
-    plane.apply_admin(RBAC);
-    plane.apply_admin(CONTROLLER_RBAC);
-    plane.apply_admin(DRIFTGUARD_RBAC);
-    let kubeconfig = format!("--kubeconfig={}", plane.kubeconfig("driftguard").display());
+    plane.prepare(&["production", "dev-team", "plain", "argocd", "flux-system"]);
+    let kubeconfig = plane.driftguard_kubeconfig_flag();
     let dg = match install {
         Install::Register => {
             let dg = Driftguard::start(
@@ -147,24 +157,7 @@ fn setup(install: Install) -> Env {
             dg
         }
         Install::Chart => {
-            let out = plane.kubectl(
-                "admin",
-                &[
-                    "apply",
-                    "-f",
-                    &format!("{ROOT}/tests/data/crds/argocd-application.yaml"),
-                ],
-            );
-            assert!(out.ok, "{out}");
-            let out = plane.kubectl(
-                "admin",
-                &[
-                    "wait",
-                    "--for=condition=Established",
-                    "crd/applications.argoproj.io",
-                ],
-            );
-            assert!(out.ok, "{out}");
+            plane.apply_crds(&["argocd-application"]);
             let out = plane.kubectl(
                 "admin",
                 &[
@@ -174,52 +167,47 @@ fn setup(install: Install) -> Env {
                 ],
             );
             assert!(out.ok, "the seed Application: {out}");
-            let port = free_port();
-            let chart = render_chart(
-                &plane,
-                port,
-                &["policy.breakGlass.allowedGroups={sre-oncall}"],
-            );
+            // The policy does not depend on the webhook URL: rendered once for
+            // it, then again for the webhooks once driftguard has its port.
+            let sets = ["policy.breakGlass.allowedGroups={sre-oncall}"];
             let policy = plane.dir.join("chart-policy.yaml");
-            std::fs::write(&policy, &chart.policy).unwrap();
-            let dg = Driftguard::start_on(
+            std::fs::write(&policy, render_chart(&plane, 0, &sets).policy).unwrap();
+            let dg = Driftguard::start(
                 &plane,
-                port,
                 &[
                     &format!("--policy={}", policy.display()),
                     "--watch-argocd",
                     &kubeconfig,
                 ],
             );
-            plane.apply_admin(&chart.webhooks);
+            plane.apply_admin(&render_chart(&plane, dg.port, &sets).webhooks);
             dg
         }
     };
     let out = plane.kubectl_as_stdin(ARGO, &["apply", "-f", "-"], Some(OBJECTS));
     assert!(out.ok, "objects as the Argo CD controller: {out}");
-    // Poll until the webhook answers: a dry-run drift must be denied.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    loop {
-        let out = plane.kubectl(
-            "alice",
-            &[
-                "-n",
-                "production",
-                "label",
-                "deployment/myapp",
-                "probe=1",
-                "--dry-run=server",
-            ],
-        );
-        if !out.ok && out.stderr.contains("driftguard") {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the webhook never answered: {out}"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(200));
-    }
+    wait_for(
+        "the webhook to deny a dry-run drift",
+        Duration::from_secs(30),
+        || {
+            let out = plane.kubectl(
+                "alice",
+                &[
+                    "-n",
+                    "production",
+                    "label",
+                    "deployment/myapp",
+                    "probe=1",
+                    "--dry-run=server",
+                ],
+            );
+            if !out.ok && out.stderr.contains("driftguard") {
+                Ok(())
+            } else {
+                Err(out.to_string())
+            }
+        },
+    );
     Env { plane, dg }
 }
 
@@ -246,34 +234,24 @@ fn events(e: &Env, reason: &str) -> String {
 
 /// Events are written in the background: poll for one.
 fn wait_for_event(e: &Env, reason: &str, object: &str, needle: &str) -> Scenario {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    loop {
+    let what = format!("a {reason} Event on {object} with {needle:?}");
+    poll(&what, Duration::from_secs(10), || {
         let text = events(e, reason);
         if text
             .lines()
             .any(|l| l.starts_with(object) && l.contains(" driftguard ") && l.contains(needle))
         {
-            return Ok(());
+            Ok(())
+        } else {
+            Err(format!("{text:?}"))
         }
-        ensure!(
-            std::time::Instant::now() < deadline,
-            "no {reason} Event on {object} with {needle:?}: {text:?}"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(200));
-    }
+    })
 }
 
 fn set_image_is_denied_for_alice_and_allowed_for_argo_cd(e: &Env) -> Scenario {
-    let out = e.plane.kubectl(
+    let out = e.kubectl(
         "alice",
-        &[
-            "-n",
-            "production",
-            "set",
-            "image",
-            "deployment/myapp",
-            "app=nginx:1.28",
-        ],
+        "-n production set image deployment/myapp app=nginx:1.28",
     );
     ensure!(!out.ok, "alice's set image went through: {out}");
     ensure!(
@@ -298,16 +276,9 @@ fn set_image_is_denied_for_alice_and_allowed_for_argo_cd(e: &Env) -> Scenario {
         ) == "nginx:1.27",
         "image changed"
     );
-    let out = e.plane.kubectl_as(
+    let out = e.kubectl_as(
         ARGO,
-        &[
-            "-n",
-            "production",
-            "set",
-            "image",
-            "deployment/myapp",
-            "app=nginx:1.28",
-        ],
+        "-n production set image deployment/myapp app=nginx:1.28",
     );
     ensure!(out.ok, "Argo CD's own change was refused: {out}");
     wait_for_event(
@@ -328,16 +299,7 @@ fn set_image_is_denied_for_alice_and_allowed_for_argo_cd(e: &Env) -> Scenario {
 }
 
 fn scaling(e: &Env) -> Scenario {
-    let out = e.plane.kubectl(
-        "alice",
-        &[
-            "-n",
-            "production",
-            "scale",
-            "deployment/myapp",
-            "--replicas=5",
-        ],
-    );
+    let out = e.kubectl("alice", "-n production scale deployment/myapp --replicas=5");
     ensure!(
         out.ok,
         "scale of a Deployment whose replicas are ignored was refused: {out}"
@@ -346,16 +308,7 @@ fn scaling(e: &Env) -> Scenario {
         e.get("production", "deployment/myapp", "{.spec.replicas}") == "5",
         "not scaled"
     );
-    let out = e.plane.kubectl(
-        "alice",
-        &[
-            "-n",
-            "production",
-            "scale",
-            "statefulset/db",
-            "--replicas=5",
-        ],
-    );
+    let out = e.kubectl("alice", "-n production scale statefulset/db --replicas=5");
     ensure!(
         !out.ok,
         "scale of a StatefulSet without the ignore went through: {out}"
@@ -374,16 +327,7 @@ fn scaling(e: &Env) -> Scenario {
         e.get("production", "statefulset/db", "{.spec.replicas}") == "1",
         "statefulset scaled"
     );
-    let out = e.plane.kubectl_as(
-        HPA,
-        &[
-            "-n",
-            "production",
-            "scale",
-            "statefulset/db",
-            "--replicas=3",
-        ],
-    );
+    let out = e.kubectl_as(HPA, "-n production scale statefulset/db --replicas=3");
     ensure!(out.ok, "the HPA's scale was refused: {out}");
     ensure!(
         e.get("production", "statefulset/db", "{.spec.replicas}") == "3",
@@ -393,15 +337,9 @@ fn scaling(e: &Env) -> Scenario {
 }
 
 fn service_annotations_ignored_ports_and_tracking_not(e: &Env) -> Scenario {
-    let out = e.plane.kubectl(
+    let out = e.kubectl(
         "alice",
-        &[
-            "-n",
-            "production",
-            "annotate",
-            "service/myapp",
-            "cert-manager.io/issuer=letsencrypt",
-        ],
+        "-n production annotate service/myapp cert-manager.io/issuer=letsencrypt",
     );
     ensure!(out.ok, "ignored annotation refused: {out}");
     let out = e.plane.kubectl(
@@ -420,15 +358,9 @@ fn service_annotations_ignored_ports_and_tracking_not(e: &Env) -> Scenario {
         !out.ok && out.stderr.contains("/spec/ports/0/port"),
         "port patch: {out}"
     );
-    let out = e.plane.kubectl(
+    let out = e.kubectl(
         "alice",
-        &[
-            "-n",
-            "production",
-            "annotate",
-            "service/myapp",
-            "argocd.argoproj.io/tracking-id-",
-        ],
+        "-n production annotate service/myapp argocd.argoproj.io/tracking-id-",
     );
     ensure!(
         !out.ok && out.stderr.contains("tracking-id"),
@@ -488,25 +420,43 @@ fn dry_run_and_diff_print_warnings_and_change_nothing(e: &Env) -> Scenario {
         ) == before,
         "dry run changed the object"
     );
-    std::thread::sleep(std::time::Duration::from_millis(500));
-    ensure!(
-        events(e, "DriftBlocked").lines().count() == blocked_before,
-        "a dry run wrote an Event"
+    // Deployment/myapp had its Event in scenario 1, and a second one within a
+    // minute would only be folded into the next: the ConfigMap has none yet
+    // (its first comes in scenario 6, which waits for it), so an Event for
+    // this dry run would show.
+    let out = e.kubectl(
+        "alice",
+        "-n production label configmap/myapp-config dry=run --dry-run=server",
     );
-    Ok(())
+    ensure!(
+        !out.ok
+            && out
+                .stderr
+                .contains("Warning: driftguard: dry run: the real write would be denied"),
+        "dry-run label on the ConfigMap: {out}"
+    );
+    // Nothing signals that an Event will not be written: watch the Events for
+    // longer than writing one takes (well under a second here).
+    holds_for(
+        "no DriftBlocked Event for the dry runs",
+        Duration::from_secs(2),
+        || {
+            let now = events(e, "DriftBlocked");
+            if now.lines().count() == blocked_before
+                && !now.lines().any(|l| l.starts_with("ConfigMap/myapp-config"))
+            {
+                Ok(())
+            } else {
+                Err(format!("a dry run wrote an Event: {now:?}"))
+            }
+        },
+    )
 }
 
 fn warn_mode_allows_warns_and_annotates(e: &Env) -> Scenario {
-    let out = e.plane.kubectl(
+    let out = e.kubectl(
         "alice",
-        &[
-            "-n",
-            "dev-team",
-            "set",
-            "image",
-            "deployment/web",
-            "web=nginx:1.28",
-        ],
+        "-n dev-team set image deployment/web web=nginx:1.28",
     );
     ensure!(out.ok, "warn mode refused: {out}");
     ensure!(
@@ -528,14 +478,18 @@ fn warn_mode_allows_warns_and_annotates(e: &Env) -> Scenario {
 }
 
 fn delete_is_denied_for_alice_and_allowed_for_argo_cd(e: &Env) -> Scenario {
-    let out = e.plane.kubectl(
-        "alice",
-        &["-n", "production", "delete", "configmap/myapp-config"],
-    );
+    let out = e.kubectl("alice", "-n production delete configmap/myapp-config");
     ensure!(
         !out.ok && out.stderr.contains("Flux Kustomization flux-system/apps"),
         "alice's delete: {out}"
     );
+    // Also the positive control of scenario 4: Events on this ConfigMap show.
+    wait_for_event(
+        e,
+        "DriftBlocked",
+        "ConfigMap/myapp-config",
+        "Flux Kustomization flux-system/apps",
+    )?;
     ensure!(
         e.plane
             .kubectl(
@@ -545,10 +499,7 @@ fn delete_is_denied_for_alice_and_allowed_for_argo_cd(e: &Env) -> Scenario {
             .ok,
         "deleted anyway"
     );
-    let out = e.plane.kubectl_as(
-        FLUX,
-        &["-n", "production", "delete", "configmap/myapp-config"],
-    );
+    let out = e.kubectl_as(FLUX, "-n production delete configmap/myapp-config");
     ensure!(out.ok, "Flux's prune refused: {out}");
     let out = e
         .plane
@@ -645,43 +596,22 @@ fn break_glass(e: &Env) -> Scenario {
 }
 
 fn unmanaged_objects_and_kube_system_are_never_touched(e: &Env) -> Scenario {
-    let out = e.plane.kubectl(
+    let out = e.kubectl(
         "alice",
-        &[
-            "-n",
-            "plain",
-            "create",
-            "deployment",
-            "scratch",
-            "--image=nginx:1.27",
-        ],
+        "-n plain create deployment scratch --image=nginx:1.27",
     );
     ensure!(out.ok, "{out}");
-    let out = e.plane.kubectl(
+    let out = e.kubectl(
         "alice",
-        &[
-            "-n",
-            "plain",
-            "set",
-            "image",
-            "deployment/scratch",
-            "nginx=nginx:1.28",
-        ],
+        "-n plain set image deployment/scratch nginx=nginx:1.28",
     );
     ensure!(
         out.ok && !out.stderr.contains("Warning"),
         "unmanaged edit: {out}"
     );
-    let out = e.plane.kubectl(
+    let out = e.kubectl(
         "alice",
-        &[
-            "-n",
-            "kube-system",
-            "set",
-            "image",
-            "deployment/coredns-ish",
-            "dns=coredns:1.12",
-        ],
+        "-n kube-system set image deployment/coredns-ish dns=coredns:1.12",
     );
     ensure!(out.ok, "kube-system edit refused: {out}");
     ensure!(
@@ -736,32 +666,18 @@ fn scenarios(mut env: Env) {
 
     // 10. driftguard down, failurePolicy Fail.
     env.dg.stop();
-    let out = env.plane.kubectl_as(
+    let out = env.kubectl_as(
         ARGO,
-        &[
-            "-n",
-            "production",
-            "set",
-            "image",
-            "deployment/myapp",
-            "app=nginx:1.30",
-        ],
+        "-n production set image deployment/myapp app=nginx:1.30",
     );
     if !out.ok {
         failures.push(format!(
             "scenario 10: a controller write failed with driftguard down: {out}"
         ));
     }
-    let out = env.plane.kubectl(
+    let out = env.kubectl(
         "alice",
-        &[
-            "-n",
-            "production",
-            "set",
-            "image",
-            "deployment/myapp",
-            "app=nginx:6.6",
-        ],
+        "-n production set image deployment/myapp app=nginx:6.6",
     );
     if out.ok || !out.stderr.contains("failed calling webhook") {
         failures.push(format!(
@@ -772,10 +688,7 @@ fn scenarios(mut env: Env) {
     env.dg.restart(Some(&[]));
 
     // 8. rollout restart under the embedded default policy.
-    let out = env.plane.kubectl(
-        "alice",
-        &["-n", "production", "rollout", "restart", "deployment/myapp"],
-    );
+    let out = env.kubectl("alice", "-n production rollout restart deployment/myapp");
     if !out.ok {
         failures.push(format!(
             "scenario 8/10: rollout restart after the restart: {out}"
@@ -790,16 +703,9 @@ fn scenarios(mut env: Env) {
     {
         failures.push("scenario 8: restartedAt not set".into());
     }
-    let out = env.plane.kubectl(
+    let out = env.kubectl(
         "alice",
-        &[
-            "-n",
-            "production",
-            "set",
-            "image",
-            "deployment/myapp",
-            "app=nginx:6.6",
-        ],
+        "-n production set image deployment/myapp app=nginx:6.6",
     );
     if out.ok || !out.stderr.contains("driftguard") {
         failures.push(format!(

@@ -5,41 +5,11 @@
 #[path = "support/control_plane.rs"]
 mod control_plane;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use control_plane::*;
 
 const TENANT: &str = "system:serviceaccount:tenant-a:reconciler";
-
-fn crds(plane: &ControlPlane) {
-    for crd in [
-        "argocd-application",
-        "flux-kustomization",
-        "flux-helmrelease",
-    ] {
-        let out = plane.kubectl(
-            "admin",
-            &["apply", "-f", &format!("{ROOT}/tests/data/crds/{crd}.yaml")],
-        );
-        assert!(out.ok, "{out}");
-    }
-    for crd in [
-        "applications.argoproj.io",
-        "kustomizations.kustomize.toolkit.fluxcd.io",
-        "helmreleases.helm.toolkit.fluxcd.io",
-    ] {
-        let out = plane.kubectl(
-            "admin",
-            &[
-                "wait",
-                "--for=condition=Established",
-                &format!("crd/{crd}"),
-                "--timeout=30s",
-            ],
-        );
-        assert!(out.ok, "{out}");
-    }
-}
 
 fn application(ignore_replicas: bool) -> String {
     let ignore = if ignore_replicas {
@@ -98,28 +68,19 @@ spec:
 "#;
 
 /// Retries `f` until it holds: the sources update through watches.
-fn eventually(what: &str, mut f: impl FnMut() -> Result<(), String>) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        match f() {
-            Ok(()) => return,
-            Err(e) if Instant::now() > deadline => panic!("{what}: {e}"),
-            Err(_) => std::thread::sleep(Duration::from_millis(200)),
-        }
-    }
+fn eventually(what: &str, f: impl FnMut() -> Result<(), String>) {
+    wait_for(what, Duration::from_secs(20), f)
 }
 
 #[test]
 fn argo_cd_and_flux_are_sources_of_truth() {
     let mut plane = ControlPlane::start("sources");
-    plane.add_user("driftguard", &[]);
-    for ns in ["argocd", "flux-system", "shop", "tenant-a"] {
-        assert!(plane.kubectl("admin", &["create", "namespace", ns]).ok);
-    }
-    crds(&plane);
-    plane.apply_admin(RBAC);
-    plane.apply_admin(CONTROLLER_RBAC);
-    plane.apply_admin(DRIFTGUARD_RBAC);
+    plane.prepare(&["argocd", "flux-system", "shop", "tenant-a"]);
+    plane.apply_crds(&[
+        "argocd-application",
+        "flux-kustomization",
+        "flux-helmrelease",
+    ]);
     plane.apply_admin(
         "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {name: reconciler, namespace: tenant-a}\nroleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: workload-editor}\nsubjects:\n  - {kind: ServiceAccount, name: reconciler, namespace: tenant-a}\n"
     );
@@ -136,7 +97,7 @@ fn argo_cd_and_flux_are_sources_of_truth() {
         &[
             "--watch-argocd",
             "--watch-flux",
-            &format!("--kubeconfig={}", plane.kubeconfig("driftguard").display()),
+            &plane.driftguard_kubeconfig_flag(),
         ],
     );
     dg.register(&plane, &format!("{ROOT}/src/policy/default-policy.yaml"));
@@ -313,13 +274,7 @@ spec:
 #[test]
 fn owned_fields_precision_judges_only_what_the_gitops_tool_owns() {
     let mut plane = ControlPlane::start("owned");
-    plane.add_user("driftguard", &[]);
-    for ns in ["argocd", "shop"] {
-        assert!(plane.kubectl("admin", &["create", "namespace", ns]).ok);
-    }
-    plane.apply_admin(RBAC);
-    plane.apply_admin(CONTROLLER_RBAC);
-    plane.apply_admin(DRIFTGUARD_RBAC);
+    plane.prepare(&["argocd", "shop"]);
     // Server-side apply as Argo CD does it (field manager argocd-controller),
     // and client-side apply (last-applied-configuration).
     let out = plane.kubectl_as_stdin(
@@ -342,7 +297,7 @@ fn owned_fields_precision_judges_only_what_the_gitops_tool_owns() {
         &plane,
         &[
             &format!("--policy={}", policy.display()),
-            &format!("--kubeconfig={}", plane.kubeconfig("driftguard").display()),
+            &plane.driftguard_kubeconfig_flag(),
         ],
     );
     dg.register(&plane, &policy.display().to_string());

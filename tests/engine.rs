@@ -7,6 +7,16 @@ use driftguard::drift::{Finding, Verdict};
 use driftguard::{Endpoint, Policy};
 use serde_json::{Value, json};
 
+const IMAGE: &str = "/spec/template/spec/containers/0/image";
+
+/// A Service with an Istio canonical-name label, and the same with it renamed.
+fn istio_rename() -> (Value, Value) {
+    const LABEL: &str = "/metadata/labels/service.istio.io~1canonical-name";
+    let old = with(&service(), LABEL, json!("web"));
+    let new = with(&old, LABEL, json!("web-v2"));
+    (old, new)
+}
+
 fn policy_with(extra: &str) -> Policy {
     Policy::from_yaml(extra, "test-policy.yaml").unwrap()
 }
@@ -121,16 +131,7 @@ fn seed_non_path_jq_rules_ignore_nothing_and_say_so() {
     // The seed's `to_entries[]` expressions fail under del()/path(): nothing is
     // ignored (as in Argo CD), and the failure is visible to the user and in audit.
     let policy = seed_policy();
-    let old = with(
-        &service(),
-        "/metadata/labels/service.istio.io~1canonical-name",
-        json!("web"),
-    );
-    let new = with(
-        &old,
-        "/metadata/labels/service.istio.io~1canonical-name",
-        json!("web-v2"),
-    );
+    let (old, new) = istio_rename();
     let out = run(&policy, &Review::update(old, new));
     assert!(!out.allowed());
     // The labels rule fails. The annotations rule would fail too, but the
@@ -164,16 +165,7 @@ fn seed_non_path_jq_rules_ignore_nothing_and_say_so() {
       - .metadata.labels | select(. != null) | .[keys[] | select(startswith("service.istio.io"))]
 "#,
     );
-    let old = with(
-        &service(),
-        "/metadata/labels/service.istio.io~1canonical-name",
-        json!("web"),
-    );
-    let new = with(
-        &old,
-        "/metadata/labels/service.istio.io~1canonical-name",
-        json!("web-v2"),
-    );
+    let (old, new) = istio_rename();
     assert!(run(&fixed, &Review::update(old.clone(), new)).allowed());
     let neighbour = with(&old, "/metadata/labels/team", json!("payments"));
     assert!(!run(&fixed, &Review::update(old, neighbour)).allowed());
@@ -191,11 +183,7 @@ fn a_failing_jq_rule_does_not_disable_the_other_rules() {
     );
     // The jq rule fails (a string has no fields) on the subtree that changed.
     let old = deployment();
-    let new = with(
-        &old,
-        "/spec/template/spec/containers/0/image",
-        json!("web:9"),
-    );
+    let new = with(&old, IMAGE, json!("web:9"));
     let out = run(&policy, &Review::update(old.clone(), new));
     assert!(out.allowed(), "{}", out.message());
     assert_eq!(out.decision.rule_failures.len(), 1);
@@ -205,11 +193,7 @@ fn a_failing_jq_rule_does_not_disable_the_other_rules() {
 fn out_of_scope_writes_are_allowed_without_drift_checks() {
     let policy = Policy::embedded();
     let old = deployment();
-    let changed = with(
-        &old,
-        "/spec/template/spec/containers/0/image",
-        json!("web:9"),
-    );
+    let changed = with(&old, IMAGE, json!("web:9"));
 
     let mut status = Review::update(old.clone(), changed.clone());
     status.sub_resource = Some("status");
@@ -279,11 +263,7 @@ fn ownership_is_judged_on_the_stored_object() {
 fn controllers_and_trusted_identities_pass_and_field_manager_never_does() {
     let policy = Policy::embedded();
     let old = deployment();
-    let new = with(
-        &old,
-        "/spec/template/spec/containers/0/image",
-        json!("web:2"),
-    );
+    let new = with(&old, IMAGE, json!("web:2"));
     let argo = run(
         &policy,
         &Review::update(old.clone(), new.clone()).by(ARGO, &["system:serviceaccounts"]),
@@ -322,11 +302,7 @@ fn managed_fields_managers_read_ownership_from_the_stored_object() {
     );
 
     // A user naming kube-controller-manager as field manager for the image gains nothing.
-    let mut new = with(
-        &old,
-        "/spec/template/spec/containers/0/image",
-        json!("web:evil"),
-    );
+    let mut new = with(&old, IMAGE, json!("web:evil"));
     new["metadata"]["managedFields"].as_array_mut().unwrap().push(json!({"manager": "kube-controller-manager",
         "operation": "Update", "fieldsV1": {"f:spec": {"f:template": {"f:spec": {"f:containers": {"k:{\"name\":\"web\"}": {"f:image": {}}}}}}}}));
     assert!(!run(&policy, &Review::update(old, new)).allowed());
@@ -460,11 +436,7 @@ fn glass(obj: &Value, reason: &str, expires: &str) -> Value {
 fn break_glass_works_for_the_authorized_and_nobody_else() {
     let policy = break_glass_policy();
     let old = deployment();
-    let hotfix = with(
-        &old,
-        "/spec/template/spec/containers/0/image",
-        json!("web:hotfix"),
-    );
+    let hotfix = with(&old, IMAGE, json!("web:hotfix"));
     let new = glass(&hotfix, "INC-4211 payment outage", "2026-11-29T11:00:00Z");
 
     let sam = run(
@@ -569,11 +541,7 @@ fn break_glass_is_disabled_by_default() {
 #[test]
 fn mode_comes_from_policy_then_namespace_then_the_stored_object() {
     let old = deployment();
-    let new = with(
-        &old,
-        "/spec/template/spec/containers/0/image",
-        json!("web:2"),
-    );
+    let new = with(&old, IMAGE, json!("web:2"));
     let warn_ns = policy_with("namespaces:\n  - names: [\"prod*\"]\n    mode: warn\n");
     let out = run(&warn_ns, &Review::update(old.clone(), new.clone()));
     assert_eq!(out.decision.verdict, Verdict::Warn);
@@ -589,11 +557,7 @@ fn mode_comes_from_policy_then_namespace_then_the_stored_object() {
         "/metadata/annotations/driftguard.io~1mode",
         json!("audit"),
     );
-    let new_audited = with(
-        &audited,
-        "/spec/template/spec/containers/0/image",
-        json!("web:2"),
-    );
+    let new_audited = with(&audited, IMAGE, json!("web:2"));
     let out = run(&Policy::embedded(), &Review::update(audited, new_audited));
     assert_eq!(out.decision.verdict, Verdict::Audit);
     assert!(out.allowed());
@@ -617,11 +581,7 @@ fn mode_comes_from_policy_then_namespace_then_the_stored_object() {
 #[test]
 fn dry_run_gets_the_same_verdict_and_says_what_the_real_write_would_get() {
     let old = deployment();
-    let new = with(
-        &old,
-        "/spec/template/spec/containers/0/image",
-        json!("web:2"),
-    );
+    let new = with(&old, IMAGE, json!("web:2"));
     for (policy, allowed, would) in [
         (Policy::embedded(), false, "would be denied"),
         (
@@ -656,11 +616,7 @@ fn dry_run_gets_the_same_verdict_and_says_what_the_real_write_would_get() {
 fn warn_mode_mutating_patch_records_drift_idempotently() {
     let policy = policy_with("mode: warn\n");
     let old = deployment();
-    let new = with(
-        &old,
-        "/spec/template/spec/containers/0/image",
-        json!("web:2"),
-    );
+    let new = with(&old, IMAGE, json!("web:2"));
     let out = run_with(
         &policy,
         &Review::update(old.clone(), new.clone()),
@@ -739,11 +695,7 @@ fn flux_managed_objects_name_the_kustomization() {
     let mut old = deployment();
     old["metadata"]["annotations"] = json!({});
     old["metadata"]["labels"] = json!({"kustomize.toolkit.fluxcd.io/name": "myapp", "kustomize.toolkit.fluxcd.io/namespace": "flux-system"});
-    let new = with(
-        &old,
-        "/spec/template/spec/containers/0/image",
-        json!("web:2"),
-    );
+    let new = with(&old, IMAGE, json!("web:2"));
     let out = run(
         &Policy::embedded(),
         &Review::update(old.clone(), new.clone()),

@@ -99,20 +99,89 @@ async fn validate_and_mutate_in_every_mode() {
     }
 }
 
+/// The server's answer equals `judge()`'s, and each is also the right answer
+/// on its own, so that a bug the two share still fails: the verdict, the
+/// reason code, a fragment of the message or warning, and the review's own
+/// uid (a fresh one per case, not the fixtures' common one); an allowed
+/// review without drift says nothing.
 #[tokio::test]
 async fn the_server_answers_like_check() {
-    let review = fixture("deployment-delete.json");
-    let (_, v) = post(app(Policy::embedded()), "/validate", review.clone()).await;
-    let judged = driftguard::judge(
-        &Policy::embedded(),
-        &review,
-        driftguard::Endpoint::Validate,
-        None,
-        jiff::Timestamp::now(),
-    )
-    .unwrap();
-    let expected: Value = serde_json::from_slice(&judged.to_json()).unwrap();
-    assert_eq!(v, expected);
+    let cases = [
+        (
+            "deployment-delete.json",
+            false,
+            "manual-delete",
+            Some("only Argo CD may delete (prune) it"),
+        ),
+        (
+            "deployment-update-image.json",
+            false,
+            "drift",
+            Some("drifts from Git at /spec/template/spec/containers/0/image"),
+        ),
+        (
+            "configmap-create.json",
+            false,
+            "manual-create",
+            Some("only Argo CD may create it"),
+        ),
+        (
+            "deployment-update-image-dryrun.json",
+            false,
+            "drift",
+            Some("driftguard: dry run: the real write would be denied (drift)"),
+        ),
+        (
+            "deployment-scale.json",
+            true,
+            "scale-parent-unknown",
+            Some("driftguard: drifted /spec/replicas"),
+        ),
+        ("deployment-rollout-restart.json", true, "no-drift", None),
+    ];
+    for (n, (file, allowed, reason, fragment)) in cases.into_iter().enumerate() {
+        let uid = format!("parity-{n}");
+        let mut review: Value = serde_json::from_slice(&fixture(file)).unwrap();
+        review["request"]["uid"] = json!(uid);
+        let review = serde_json::to_vec(&review).unwrap();
+        let (status, v) = post(app(Policy::embedded()), "/validate", review.clone()).await;
+        let judged = driftguard::judge(
+            &Policy::embedded(),
+            &review,
+            driftguard::Endpoint::Validate,
+            None,
+            jiff::Timestamp::now(),
+        )
+        .unwrap();
+        let expected: Value = serde_json::from_slice(&judged.to_json()).unwrap();
+        assert_eq!(v, expected, "{file}");
+
+        assert_eq!(status, StatusCode::OK, "{file}");
+        let r = &v["response"];
+        assert_eq!(r["uid"], json!(uid), "{file}: {v}");
+        assert_eq!(r["allowed"], json!(allowed), "{file}: {v}");
+        assert_eq!(
+            r["auditAnnotations"]["reason"],
+            json!(reason),
+            "{file}: {v}"
+        );
+        if allowed {
+            assert!(r["status"].get("code").is_none(), "{file}: {v}");
+        } else {
+            assert_eq!(r["status"]["code"], json!(403), "{file}: {v}");
+        }
+        let texts: Vec<&str> = std::iter::once(&r["status"]["message"])
+            .chain(r["warnings"].as_array().into_iter().flatten())
+            .filter_map(Value::as_str)
+            .collect();
+        match fragment {
+            Some(fragment) => assert!(
+                texts.iter().any(|t| t.contains(fragment)),
+                "{file}: no {fragment:?} in {texts:?}"
+            ),
+            None => assert!(texts.is_empty(), "{file}: {texts:?}"),
+        }
+    }
 }
 
 #[tokio::test]

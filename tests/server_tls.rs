@@ -3,15 +3,17 @@
 //! mid-traffic, policy reload, SIGTERM with a review in flight, a slow client,
 //! and one audit line per decided review.
 
-use std::io::{BufRead, BufReader};
-use std::net::TcpListener;
+#[path = "support/process.rs"]
+mod process;
+
+use std::ops::{Deref, DerefMut};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use driftguard::certs::Authority;
+use process::*;
 use reqwest::Version;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -21,14 +23,8 @@ const REVIEW: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/tests/data/deployment-update-image.json"
 );
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+/// The uid in `REVIEW`.
+const UID: &str = "5b1a7f2e-9f7c-4d8e-8a51-2f4c1d9e0a11";
 
 fn scratch(name: &str) -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
@@ -51,103 +47,38 @@ fn write_pair(ca: &Authority, dir: &Path, cn: &str) {
     }
 }
 
-struct Server {
-    child: Child,
-    port: u16,
-    probe: u16,
-    stdout: Arc<Mutex<Vec<String>>>,
-    stderr: Arc<Mutex<String>>,
+/// The server on a webhook port it picked itself and a probe port picked
+/// here (see `serve_driftguard`).
+struct Server(Served);
+
+impl Deref for Server {
+    type Target = Served;
+    fn deref(&self) -> &Served {
+        &self.0
+    }
+}
+
+impl DerefMut for Server {
+    fn deref_mut(&mut self) -> &mut Served {
+        &mut self.0
+    }
 }
 
 impl Server {
     fn start(dir: &Path, extra: &[&str]) -> Server {
-        let (port, probe) = (free_port(), free_port());
-        let mut child = Command::new(env!("CARGO_BIN_EXE_driftguard"))
-            .args([
-                "serve",
-                "--listen",
-                &format!("127.0.0.1:{port}"),
-                "--probe-listen",
-                &format!("127.0.0.1:{probe}"),
-            ])
-            .args(["--tls-cert", &dir.join("tls.crt").display().to_string()])
-            .args(["--tls-key", &dir.join("tls.key").display().to_string()])
-            .args([
-                "--reload-interval",
-                "100ms",
-                "--shutdown-delay",
-                "300ms",
-                "--no-cluster",
-            ])
-            .args(extra)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stdout = Arc::new(Mutex::new(Vec::new()));
-        let stderr = Arc::new(Mutex::new(String::new()));
-        let (out, err) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
-        let lines = stdout.clone();
-        std::thread::spawn(move || {
-            BufReader::new(out)
-                .lines()
-                .map_while(Result::ok)
-                .for_each(|l| lines.lock().unwrap().push(l))
-        });
-        let text = stderr.clone();
-        std::thread::spawn(move || {
-            BufReader::new(err)
-                .lines()
-                .map_while(Result::ok)
-                .for_each(|l| {
-                    let mut t = text.lock().unwrap();
-                    t.push_str(&l);
-                    t.push('\n');
-                })
-        });
-        let server = Server {
-            child,
-            port,
-            probe,
-            stdout,
-            stderr,
-        };
-        server.wait_ready();
-        server
-    }
-
-    fn wait_ready(&self) {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < deadline {
-            if self.probe_get("/readyz").0 == 200 {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        panic!("server never became ready: {}", self.stderr.lock().unwrap());
-    }
-
-    /// A plain HTTP/1.0 GET on the probe port: (status, body).
-    fn probe_get(&self, path: &str) -> (u16, String) {
-        use std::io::{Read, Write};
-        let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", self.probe)) else {
-            return (0, String::new());
-        };
-        let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
-        if write!(s, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").is_err() {
-            return (0, String::new());
-        }
-        let mut text = String::new();
-        let _ = s.read_to_string(&mut text);
-        let status = text
-            .split_whitespace()
-            .nth(1)
-            .and_then(|c| c.parse().ok())
-            .unwrap_or(0);
-        (
-            status,
-            text.split("\r\n\r\n").nth(1).unwrap_or_default().to_owned(),
-        )
+        let mut args: Vec<String> = vec![
+            format!("--tls-cert={}", dir.join("tls.crt").display()),
+            format!("--tls-key={}", dir.join("tls.key").display()),
+            "--reload-interval=100ms".into(),
+            "--shutdown-delay=300ms".into(),
+            "--no-cluster".into(),
+        ];
+        args.extend(extra.iter().map(|a| a.to_string()));
+        Server(serve_driftguard(
+            Path::new(env!("CARGO_BIN_EXE_driftguard")),
+            0,
+            &args,
+        ))
     }
 
     fn url(&self, path: &str) -> String {
@@ -163,32 +94,19 @@ impl Server {
             .unwrap_or(0.0)
     }
 
-    fn terminate(&self) {
-        Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .unwrap();
-    }
-
-    fn wait_exit(&mut self, within: Duration) -> std::process::ExitStatus {
-        let deadline = Instant::now() + within;
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
+    /// Polls until `metric` is at least `at_least`.
+    async fn wait_for_metric(&self, what: &str, metric: &str, at_least: f64) {
+        wait_for_async(what, Duration::from_secs(10), move || async move {
+            match self.metric(metric) {
+                v if v >= at_least => Ok(()),
+                v => Err(format!("{metric} = {v}")),
             }
-            assert!(
-                Instant::now() < deadline,
-                "server did not exit within {within:?}"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        })
+        .await
     }
-}
 
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+    fn stderr(&self) -> String {
+        self.proc.stderr_text()
     }
 }
 
@@ -282,10 +200,7 @@ async fn serves_http1_keep_alive_and_http2_and_tls12() {
     let h2 = client(&ca.cert_pem, None, true, false);
     let (version, body, _) = review(&h2, &server).await.unwrap();
     assert_eq!(version, Version::HTTP_2);
-    assert_eq!(
-        body["response"]["uid"],
-        "5b1a7f2e-9f7c-4d8e-8a51-2f4c1d9e0a11"
-    );
+    assert_eq!(body["response"]["uid"], UID);
 
     let tls12 = reqwest::Client::builder()
         .tls_backend_preconfigured(tls_config(&ca.cert_pem, None, &[b"http/1.1"], true))
@@ -348,53 +263,80 @@ async fn certificate_rotation_mid_traffic_fails_no_request() {
     let http = client(&ca.cert_pem, None, false, true);
     let first_cert = served_certificate(&ca.cert_pem, server.port).await;
 
+    let sent = Arc::new(AtomicUsize::new(0));
     let failures = Arc::new(AtomicUsize::new(0));
-    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let done = Arc::new(AtomicBool::new(false));
     let mut traffic = Vec::new();
     for _ in 0..4 {
-        let (http, server, failures, done) =
-            (http.clone(), server.clone(), failures.clone(), done.clone());
+        let (http, server, sent, failures, done) = (
+            http.clone(),
+            server.clone(),
+            sent.clone(),
+            failures.clone(),
+            done.clone(),
+        );
         traffic.push(tokio::spawn(async move {
-            let mut sent = 0;
             while !done.load(Ordering::SeqCst) {
                 match review(&http, &server).await {
-                    Ok(_) => {}
-                    Err(_) => {
+                    Ok((_, body, _)) if body["response"]["uid"] == UID => {}
+                    _ => {
                         failures.fetch_add(1, Ordering::SeqCst);
                     }
                 }
-                sent += 1;
+                sent.fetch_add(1, Ordering::SeqCst);
             }
-            sent
         }));
     }
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // `at_least` more requests answered (or failed) than now.
+    let more_requests = |what: &'static str, more: usize| {
+        let (sent, at_least) = (sent.clone(), sent.load(Ordering::SeqCst) + more);
+        wait_for_async(what, Duration::from_secs(10), move || {
+            let sent = sent.load(Ordering::SeqCst);
+            async move {
+                if sent >= at_least {
+                    Ok(())
+                } else {
+                    Err(format!("{sent} requests"))
+                }
+            }
+        })
+    };
+    more_requests("traffic before the rotation", 12).await;
     write_pair(&ca, &dir, "second");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while served_certificate(&ca.cert_pem, server.port).await == first_cert {
-        assert!(
-            Instant::now() < deadline,
-            "the new certificate was never served"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_for_async(
+        "the new certificate to be served",
+        Duration::from_secs(10),
+        || {
+            let (pem, port, first) = (ca.cert_pem.clone(), server.port, first_cert.clone());
+            async move {
+                if served_certificate(&pem, port).await == first {
+                    Err("still the first certificate".to_owned())
+                } else {
+                    Ok(())
+                }
+            }
+        },
+    )
+    .await;
     // A broken pair is refused; the second pair keeps serving.
     std::fs::write(
         dir.join("tls.crt"),
         "-----BEGIN CERTIFICATE-----\nbroken\n-----END CERTIFICATE-----\n",
     )
     .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while server.metric("driftguard_certificate_reloads_total{result=\"failure\"}") < 1.0 {
-        assert!(Instant::now() < deadline, "the broken pair was not noticed");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    server
+        .wait_for_metric(
+            "the broken pair to be refused",
+            "driftguard_certificate_reloads_total{result=\"failure\"}",
+            1.0,
+        )
+        .await;
+    more_requests("traffic after the broken pair was refused", 12).await;
     done.store(true, Ordering::SeqCst);
-    let mut sent = 0;
     for t in traffic {
-        sent += t.await.unwrap();
+        t.await.unwrap();
     }
+    let sent = sent.load(Ordering::SeqCst);
     assert_eq!(
         failures.load(Ordering::SeqCst),
         0,
@@ -405,13 +347,7 @@ async fn certificate_rotation_mid_traffic_fails_no_request() {
         served_certificate(&ca.cert_pem, server.port).await,
         first_cert
     );
-    assert!(
-        server
-            .stderr
-            .lock()
-            .unwrap()
-            .contains("new certificate pair refused")
-    );
+    assert!(server.stderr().contains("new certificate pair refused"));
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -429,27 +365,35 @@ async fn policy_reload_takes_good_policies_and_keeps_the_last_good_one() {
     );
 
     std::fs::write(&policy, "mode: warn\n").unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while review(&http, &server).await.unwrap().1["response"]["allowed"] != true {
-        assert!(
-            Instant::now() < deadline,
-            "the good policy was never loaded"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let (http_ref, server_ref) = (&http, &server);
+    wait_for_async(
+        "the good policy to be loaded",
+        Duration::from_secs(10),
+        move || async move {
+            let answer = review(http_ref, server_ref).await.unwrap().1;
+            if answer["response"]["allowed"] == true {
+                Ok(())
+            } else {
+                Err(answer.to_string())
+            }
+        },
+    )
+    .await;
     std::fs::write(&policy, "mode: warn\nbreakGlass:\n  allowedGroup: [sre]\n").unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while server.metric("driftguard_policy_reloads_total{result=\"failure\"}") < 1.0 {
-        assert!(Instant::now() < deadline, "the bad policy was not noticed");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    server
+        .wait_for_metric(
+            "the bad policy to be refused",
+            "driftguard_policy_reloads_total{result=\"failure\"}",
+            1.0,
+        )
+        .await;
     assert_eq!(
         review(&http, &server).await.unwrap().1["response"]["allowed"],
         true,
         "last good policy stays"
     );
     assert_eq!(server.probe_get("/readyz").0, 200);
-    let log = server.stderr.lock().unwrap().clone();
+    let log = server.stderr();
     assert!(
         log.contains("policy.yaml:3:3: unknown field `allowedGroup`"),
         "{log}"
@@ -464,7 +408,9 @@ async fn sigterm_lets_the_review_in_flight_finish_and_exits_zero() {
     let mut server = Server::start(&dir, &[]);
     let http = client(&ca.cert_pem, None, false, false);
     let body = std::fs::read(REVIEW).unwrap();
-    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Vec<u8>, std::io::Error>>(2);
+    // One slot: the second half waits until the request has taken the first,
+    // which it does once its connection is up.
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Vec<u8>, std::io::Error>>(1);
     let stream = futures_channel(rx);
     let url = server.url("/validate");
     let in_flight = tokio::spawn(async move {
@@ -475,17 +421,42 @@ async fn sigterm_lets_the_review_in_flight_finish_and_exits_zero() {
     });
     let half = body.len() / 2;
     tx.send(Ok(body[..half].to_vec())).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    let second_half = tokio::time::timeout(Duration::from_secs(10), tx.reserve())
+        .await
+        .expect("the request never took the first half of its body")
+        .unwrap();
 
-    server.terminate();
-    let deadline = Instant::now() + Duration::from_secs(2);
-    while server.probe_get("/readyz").0 != 503 {
-        assert!(Instant::now() < deadline, "not unready after SIGTERM");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    server.proc.terminate();
+    let server_ref = &server;
+    wait_for_async(
+        "/readyz 503 after SIGTERM",
+        Duration::from_secs(2),
+        move || async move {
+            match server_ref.probe_get("/readyz") {
+                (503, _) => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
     // Past the shutdown delay: no longer accepting, but the review in flight completes.
-    tokio::time::sleep(Duration::from_millis(600)).await;
-    tx.send(Ok(body[half..].to_vec())).await.unwrap();
+    let stopped = wait_for_async(
+        "the server to stop accepting",
+        Duration::from_secs(10),
+        move || async move {
+            server_ref
+                .proc
+                .stderr_line("no longer accepting")
+                .ok_or_else(|| server_ref.proc.stderr_tail(5))
+        },
+    )
+    .await;
+    assert!(stopped.ends_with("connections=1"), "{stopped}");
+    assert!(
+        std::net::TcpStream::connect(("127.0.0.1", server.port)).is_err(),
+        "still accepting: {stopped}"
+    );
+    second_half.send(Ok(body[half..].to_vec()));
     drop(tx);
     let resp = in_flight
         .await
@@ -494,7 +465,7 @@ async fn sigterm_lets_the_review_in_flight_finish_and_exits_zero() {
     assert_eq!(resp.status(), 200);
     let value: Value = resp.json().await.unwrap();
     assert_eq!(value["response"]["allowed"], false);
-    let status = server.wait_exit(Duration::from_secs(10));
+    let status = server.proc.wait_exit(Duration::from_secs(10));
     assert!(status.success(), "{status:?}");
 }
 
@@ -597,10 +568,10 @@ async fn one_audit_line_per_decided_review() {
         .await
         .unwrap();
     assert_eq!(resp.status(), 200);
-    server.terminate();
-    assert!(server.wait_exit(Duration::from_secs(10)).success());
-    std::thread::sleep(Duration::from_millis(100));
-    let lines = server.stdout.lock().unwrap().clone();
+    server.proc.terminate();
+    // Exited, and its output read to the end.
+    assert!(server.proc.wait_exit(Duration::from_secs(10)).success());
+    let lines = server.proc.stdout.lock().unwrap().clone();
     assert_eq!(lines.len(), 8, "{lines:#?}");
     let fields = [
         "time",

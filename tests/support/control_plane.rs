@@ -6,95 +6,21 @@
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Write};
-use std::net::TcpListener;
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
 
 use driftguard::certs::Authority;
+
+#[path = "process.rs"]
+mod process;
+pub use process::*;
 
 pub const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 pub const ARGO: &str = "system:serviceaccount:argocd:argocd-application-controller";
 pub const FLUX: &str = "system:serviceaccount:flux-system:kustomize-controller";
 pub const HPA: &str = "system:serviceaccount:kube-system:horizontal-pod-autoscaler";
-
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// A child process killed on drop, with its output collected.
-pub struct Proc {
-    pub name: String,
-    pub child: Child,
-    pub stdout: Arc<Mutex<Vec<String>>>,
-    pub stderr: Arc<Mutex<Vec<String>>>,
-}
-
-impl Proc {
-    pub fn spawn(name: &str, cmd: &mut Command) -> Proc {
-        let mut child = cmd
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {name}: {e}"));
-        let stdout = Arc::new(Mutex::new(Vec::new()));
-        let stderr = Arc::new(Mutex::new(Vec::new()));
-        for (stream, sink) in [
-            (
-                Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
-                stdout.clone(),
-            ),
-            (Box::new(child.stderr.take().unwrap()), stderr.clone()),
-        ] {
-            std::thread::spawn(move || {
-                BufReader::new(stream)
-                    .lines()
-                    .map_while(Result::ok)
-                    .for_each(|l| sink.lock().unwrap().push(l))
-            });
-        }
-        Proc {
-            name: name.to_owned(),
-            child,
-            stdout,
-            stderr,
-        }
-    }
-
-    pub fn alive(&mut self) -> bool {
-        matches!(self.child.try_wait(), Ok(None))
-    }
-
-    pub fn stderr_tail(&self, n: usize) -> String {
-        let lines = self.stderr.lock().unwrap();
-        lines[lines.len().saturating_sub(n)..].join("\n")
-    }
-
-    pub fn stop(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while self.alive() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// What kubectl printed.
 pub struct Kubectl {
@@ -177,45 +103,9 @@ impl ControlPlane {
         driftguard::certs::write_private(&dir.join("sa.key"), &sa.serialize_pem()).unwrap();
         std::fs::write(dir.join("sa.pub"), sa.public_key_pem()).unwrap();
 
-        let (client, peer) = (free_port(), free_port());
-        let etcd = Proc::spawn(
-            "etcd",
-            Command::new(&etcd_bin)
-                .arg(format!("--data-dir={}", dir.join("etcd").display()))
-                .arg(format!("--listen-client-urls=http://127.0.0.1:{client}"))
-                .arg(format!("--advertise-client-urls=http://127.0.0.1:{client}"))
-                .arg(format!("--listen-peer-urls=http://127.0.0.1:{peer}"))
-                .arg(format!(
-                    "--initial-advertise-peer-urls=http://127.0.0.1:{peer}"
-                ))
-                .arg(format!("--initial-cluster=default=http://127.0.0.1:{peer}"))
-                .arg("--unsafe-no-fsync")
-                .arg("--log-level=warn"),
-        );
-        let port = free_port();
-        let p = |f: &str| dir.join(f).display().to_string();
-        let apiserver = Proc::spawn(
-            "kube-apiserver",
-            Command::new(&apiserver_bin)
-                .arg(format!("--etcd-servers=http://127.0.0.1:{client}"))
-                .arg(format!("--secure-port={port}"))
-                .arg("--bind-address=127.0.0.1")
-                .arg("--advertise-address=127.0.0.1")
-                .arg(format!("--tls-cert-file={}", p("apiserver.crt")))
-                .arg(format!("--tls-private-key-file={}", p("apiserver.key")))
-                .arg(format!("--client-ca-file={}", p("ca.crt")))
-                .arg(format!("--service-account-key-file={}", p("sa.pub")))
-                .arg(format!(
-                    "--service-account-signing-key-file={}",
-                    p("sa.key")
-                ))
-                .arg("--service-account-issuer=https://kubernetes.default.svc")
-                .arg("--service-cluster-ip-range=10.96.0.0/16")
-                .arg("--authorization-mode=RBAC")
-                .arg("--disable-admission-plugins=ServiceAccount")
-                .arg("--profiling=false")
-                .arg("--v=0"),
-        );
+        let (etcd, client) = start_etcd(&etcd_bin, &dir.join("etcd"));
+        let port = unused_port();
+        let apiserver = spawn_apiserver(&apiserver_bin, &dir, client, port);
         let mut plane = ControlPlane {
             dir,
             ca,
@@ -232,16 +122,30 @@ impl ControlPlane {
         ] {
             plane.add_user(user, &groups);
         }
-        plane.wait_ready();
+        let mut attempts = 1;
+        while let Err(PortTaken(why)) = plane.wait_ready() {
+            assert!(
+                attempts < 5,
+                "kube-apiserver: a port was taken on every attempt: {why}"
+            );
+            attempts += 1;
+            plane.port = unused_port();
+            plane.apiserver = spawn_apiserver(&apiserver_bin, &plane.dir, client, plane.port);
+            let users: Vec<String> = plane.kubeconfigs.keys().cloned().collect();
+            users.iter().for_each(|u| plane.write_kubeconfig(u));
+        }
         plane
     }
 
     pub fn add_user(&mut self, user: &str, groups: &[&str]) {
         let (cert, key) = self.ca.leaf(user, &[], groups).unwrap();
-        let crt = self.dir.join(format!("{user}.crt"));
-        let keyf = self.dir.join(format!("{user}.key"));
-        std::fs::write(&crt, cert).unwrap();
-        driftguard::certs::write_private(&keyf, &key).unwrap();
+        std::fs::write(self.dir.join(format!("{user}.crt")), cert).unwrap();
+        driftguard::certs::write_private(&self.dir.join(format!("{user}.key")), &key).unwrap();
+        self.write_kubeconfig(user);
+    }
+
+    /// `user`'s kubeconfig for the apiserver's current port.
+    fn write_kubeconfig(&mut self, user: &str) {
         let kubeconfig = self.dir.join(format!("{user}.kubeconfig"));
         std::fs::write(
             &kubeconfig,
@@ -249,38 +153,42 @@ impl ControlPlane {
                 "apiVersion: v1\nkind: Config\nclusters:\n- name: e2e\n  cluster:\n    server: https://127.0.0.1:{}\n    certificate-authority: {}\nusers:\n- name: {user}\n  user:\n    client-certificate: {}\n    client-key: {}\ncontexts:\n- name: {user}\n  context: {{cluster: e2e, user: {user}}}\ncurrent-context: {user}\n",
                 self.port,
                 self.dir.join("ca.crt").display(),
-                crt.display(),
-                keyf.display()
+                self.dir.join(format!("{user}.crt")).display(),
+                self.dir.join(format!("{user}.key")).display(),
             ),
         )
         .unwrap();
         self.kubeconfigs.insert(user.to_owned(), kubeconfig);
     }
 
-    fn wait_ready(&mut self) {
-        let deadline = Instant::now() + Duration::from_secs(120);
-        loop {
+    /// Waits for /readyz; `PortTaken` when the apiserver could not bind its port.
+    /// The readiness check cannot be answered by another test's apiserver on
+    /// the same port: kubectl trusts only this plane's CA.
+    fn wait_ready(&mut self) -> Result<(), PortTaken> {
+        let ready = poll("kube-apiserver /readyz", Duration::from_secs(120), || {
             let out = self.kubectl("admin", &["get", "--raw", "/readyz"]);
             if out.ok && out.stdout.trim() == "ok" {
-                return;
+                return Ok(true);
             }
             assert!(
                 self.etcd.alive(),
                 "etcd exited: {}",
                 self.etcd.stderr_tail(20)
             );
-            assert!(
-                self.apiserver.alive(),
-                "kube-apiserver exited: {}",
-                self.apiserver.stderr_tail(30)
-            );
-            assert!(
-                Instant::now() < deadline,
-                "kube-apiserver not ready in 120s: {}",
-                self.apiserver.stderr_tail(30)
-            );
-            std::thread::sleep(Duration::from_millis(250));
+            if !self.apiserver.alive() {
+                return Ok(false);
+            }
+            Err(format!("{out}; {}", self.apiserver.stderr_tail(30)))
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+        if ready {
+            return Ok(());
         }
+        let stderr = self.apiserver.stderr_tail(30);
+        if says_address_in_use(&stderr) {
+            return Err(PortTaken(stderr));
+        }
+        panic!("kube-apiserver exited: {stderr}");
     }
 
     pub fn kubeconfig(&self, user: &str) -> &Path {
@@ -357,6 +265,118 @@ impl ControlPlane {
         let out = self.kubectl_stdin("admin", &["apply", "-f", "-"], Some(yaml));
         assert!(out.ok, "apply as admin: {out}");
     }
+
+    pub fn create_namespaces(&self, names: &[&str]) {
+        for ns in names {
+            let out = self.kubectl("admin", &["create", "namespace", ns]);
+            assert!(out.ok, "create namespace {ns}: {out}");
+        }
+    }
+
+    /// Applies tests/data/crds/`name`.yaml for each name and waits until every
+    /// CRD is Established.
+    pub fn apply_crds(&self, names: &[&str]) {
+        for name in names {
+            let file = format!("{ROOT}/tests/data/crds/{name}.yaml");
+            let out = self.kubectl("admin", &["apply", "-f", &file]);
+            assert!(out.ok, "{name}: {out}");
+        }
+        let out = self.kubectl(
+            "admin",
+            &[
+                "wait",
+                "--for=condition=Established",
+                "crd",
+                "--all",
+                "--timeout=30s",
+            ],
+        );
+        assert!(out.ok, "{out}");
+    }
+
+    /// What every scenario with driftguard needs: `namespaces`, people who edit
+    /// workloads ([`RBAC`]), the controllers ([`CONTROLLER_RBAC`]) and user
+    /// `driftguard` with its own minimum ([`DRIFTGUARD_RBAC`]).
+    pub fn prepare(&mut self, namespaces: &[&str]) {
+        self.add_user("driftguard", &[]);
+        self.create_namespaces(namespaces);
+        self.apply_admin(RBAC);
+        self.apply_admin(CONTROLLER_RBAC);
+        self.apply_admin(DRIFTGUARD_RBAC);
+    }
+
+    /// `--kubeconfig=` for driftguard's own user.
+    pub fn driftguard_kubeconfig_flag(&self) -> String {
+        format!("--kubeconfig={}", self.kubeconfig("driftguard").display())
+    }
+}
+
+/// etcd on two ports picked here, retried when another process took one.
+/// Ready is its own log line, not a probe of the port: another test's etcd
+/// could answer there.
+fn start_etcd(bin: &Path, data: &Path) -> (Proc, u16) {
+    retry_bind("etcd", || {
+        let (client, peer) = (unused_port(), unused_port());
+        let _ = std::fs::remove_dir_all(data);
+        let mut etcd = Proc::spawn(
+            "etcd",
+            Command::new(bin)
+                .arg(format!("--data-dir={}", data.display()))
+                .arg(format!("--listen-client-urls=http://127.0.0.1:{client}"))
+                .arg(format!("--advertise-client-urls=http://127.0.0.1:{client}"))
+                .arg(format!("--listen-peer-urls=http://127.0.0.1:{peer}"))
+                .arg(format!(
+                    "--initial-advertise-peer-urls=http://127.0.0.1:{peer}"
+                ))
+                .arg(format!("--initial-cluster=default=http://127.0.0.1:{peer}"))
+                .arg("--unsafe-no-fsync")
+                .arg("--log-level=info"),
+        );
+        let ready = poll("etcd to serve clients", Duration::from_secs(60), || {
+            if etcd.stderr_line("ready to serve client requests").is_some() {
+                Ok(true)
+            } else if etcd.alive() {
+                Err(etcd.stderr_tail(5))
+            } else {
+                Ok(false)
+            }
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+        if ready {
+            return Ok((etcd, client));
+        }
+        let stderr = etcd.stderr_tail(20);
+        if says_address_in_use(&stderr) {
+            return Err(PortTaken(stderr));
+        }
+        panic!("etcd exited: {stderr}");
+    })
+}
+
+fn spawn_apiserver(bin: &Path, dir: &Path, etcd: u16, port: u16) -> Proc {
+    let p = |f: &str| dir.join(f).display().to_string();
+    Proc::spawn(
+        "kube-apiserver",
+        Command::new(bin)
+            .arg(format!("--etcd-servers=http://127.0.0.1:{etcd}"))
+            .arg(format!("--secure-port={port}"))
+            .arg("--bind-address=127.0.0.1")
+            .arg("--advertise-address=127.0.0.1")
+            .arg(format!("--tls-cert-file={}", p("apiserver.crt")))
+            .arg(format!("--tls-private-key-file={}", p("apiserver.key")))
+            .arg(format!("--client-ca-file={}", p("ca.crt")))
+            .arg(format!("--service-account-key-file={}", p("sa.pub")))
+            .arg(format!(
+                "--service-account-signing-key-file={}",
+                p("sa.key")
+            ))
+            .arg("--service-account-issuer=https://kubernetes.default.svc")
+            .arg("--service-cluster-ip-range=10.96.0.0/16")
+            .arg("--authorization-mode=RBAC")
+            .arg("--disable-admission-plugins=ServiceAccount")
+            .arg("--profiling=false")
+            .arg("--v=0"),
+    )
 }
 
 /// driftguard itself, serving on 127.0.0.1 with a certificate from the plane's CA.
@@ -368,63 +388,35 @@ pub struct Driftguard {
 }
 
 impl Driftguard {
+    /// Starts on a port the server picks itself (`--listen=127.0.0.1:0`).
     pub fn start(plane: &ControlPlane, extra: &[&str]) -> Driftguard {
-        Self::start_on(plane, free_port(), extra)
-    }
-
-    pub fn start_on(plane: &ControlPlane, port: u16, extra: &[&str]) -> Driftguard {
         let (cert, key) = plane
             .ca
             .leaf("driftguard", &["127.0.0.1".into()], &[])
             .unwrap();
         std::fs::write(plane.dir.join("driftguard.crt"), cert).unwrap();
         driftguard::certs::write_private(&plane.dir.join("driftguard.key"), &key).unwrap();
-        let probe = free_port();
         let mut args: Vec<String> = vec![
-            "serve".into(),
-            format!("--listen=127.0.0.1:{port}"),
-            format!("--probe-listen=127.0.0.1:{probe}"),
             format!("--tls-cert={}", plane.dir.join("driftguard.crt").display()),
             format!("--tls-key={}", plane.dir.join("driftguard.key").display()),
             "--shutdown-delay=0s".into(),
         ];
         args.extend(extra.iter().map(|a| a.to_string()));
-        let proc = Self::spawn(&args);
-        let dg = Driftguard {
+        let Served { proc, port, probe } = serve_driftguard(&Self::binary(), 0, &args);
+        Driftguard {
             proc,
             port,
             probe,
             args,
-        };
-        dg.wait_ready();
-        dg
-    }
-
-    fn spawn(args: &[String]) -> Proc {
-        Proc::spawn("driftguard", Command::new(Self::binary()).args(args))
-    }
-
-    fn wait_ready(&self) {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < deadline {
-            if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", self.probe)) {
-                let _ = write!(s, "GET /readyz HTTP/1.0\r\n\r\n");
-                let mut text = String::new();
-                let _ = std::io::Read::read_to_string(&mut s, &mut text);
-                if text.starts_with("HTTP/1.1 200") || text.starts_with("HTTP/1.0 200") {
-                    return;
-                }
-            }
-            std::thread::sleep(Duration::from_millis(50));
         }
-        panic!("driftguard not ready: {}", self.proc.stderr_tail(20));
     }
 
     pub fn stop(&mut self) {
         self.proc.stop();
     }
 
-    /// Starts again on the same port with the same flags plus `extra`.
+    /// Starts again on the same port with the same flags, or with the policy
+    /// flags replaced by `replace_policy_args`.
     pub fn restart(&mut self, replace_policy_args: Option<&[&str]>) {
         self.proc.stop();
         let mut args: Vec<String> = self
@@ -439,9 +431,10 @@ impl Driftguard {
         if let Some(extra) = replace_policy_args {
             args.extend(extra.iter().map(|a| a.to_string()));
         }
-        self.proc = Self::spawn(&args);
+        let served = serve_driftguard(&Self::binary(), self.port, &args);
+        assert_eq!(served.port, self.port, "restarted on another port");
+        (self.proc, self.probe) = (served.proc, served.probe);
         self.args = args;
-        self.wait_ready();
     }
 
     /// Audit records written so far.
