@@ -14,6 +14,7 @@ pub mod cluster;
 pub mod decider;
 pub mod drift;
 pub mod logging;
+pub mod metrics;
 pub mod policy;
 pub mod review;
 pub mod server;

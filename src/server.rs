@@ -2,7 +2,6 @@
 
 pub mod app;
 pub mod errors;
-pub mod metrics;
 pub mod probes;
 pub mod reload;
 pub mod tls;
@@ -21,8 +20,8 @@ use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
+use crate::metrics::Metrics;
 use app::{App, OnError, PolicyHandle};
-use metrics::Metrics;
 use probes::Health;
 use tls::CertStore;
 

@@ -17,7 +17,6 @@ use kube::core::admission::{AdmissionRequest, AdmissionResponse};
 use kube::core::response::StatusSummary;
 
 use super::errors::HttpError;
-use super::metrics::{Metrics, RequestLabels};
 use crate::audit::AuditRecord;
 use crate::cluster::events::{EventRecorder, Report};
 use crate::cluster::parents::ParentReader;
@@ -25,6 +24,7 @@ use crate::cluster::watch::SourcesHandle;
 pub use crate::decider::guarded;
 use crate::decider::{Decider, DeciderError};
 use crate::drift::{Finding, Verdict};
+use crate::metrics::{Metrics, RequestLabels};
 use crate::review::{self, RawObject, ReviewError};
 use crate::{Endpoint, Judged, Policy, judge_request};
 

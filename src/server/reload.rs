@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::app::PolicyHandle;
-use super::metrics::Metrics;
 use super::tls::{CertStore, certified_key};
+use crate::metrics::Metrics;
 use crate::policy;
 
 /// The contents of a set of files, to notice a change however it was made.
