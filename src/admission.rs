@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 use crate::drift::normalize::DRIFT_ANNOTATION;
 use crate::drift::{Decision, Finding, Operation, Request, Verdict};
 use crate::review::RawObject;
+use crate::text::ellipsize;
 
 /// Which webhook is answering. The validating webhook decides; the mutating one
 /// never denies and only records drift in warn mode, so `kubectl` shows each
@@ -243,29 +244,18 @@ pub fn audit_annotations(d: &Decision) -> Vec<(String, String)> {
     }
     if !d.drifted_paths.is_empty() {
         let paths: Vec<&str> = d.drifted_paths.iter().map(|p| show_path(p)).collect();
-        out.push(("drifted-paths".into(), truncate(&paths.join(","), 1024)));
+        out.push(("drifted-paths".into(), ellipsize(&paths.join(","), 1024)));
     }
     if let Some(bg) = &d.break_glass {
         out.push(("break-glass-user".into(), bg.user.clone()));
-        out.push(("break-glass-reason".into(), truncate(&bg.reason, 256)));
+        out.push(("break-glass-reason".into(), ellipsize(&bg.reason, 256)));
         out.push(("break-glass-expires".into(), bg.expires.clone()));
     }
     if !d.rule_failures.is_empty() {
         let text: Vec<String> = d.rule_failures.iter().map(|f| f.describe()).collect();
-        out.push(("rule-failures".into(), truncate(&text.join("; "), 1024)));
+        out.push(("rule-failures".into(), ellipsize(&text.join("; "), 1024)));
     }
     out
-}
-
-fn truncate(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.to_owned();
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}...", &s[..end])
 }
 
 /// Adds `driftguard.io/drift` (user, time, paths). Applying it twice gives the

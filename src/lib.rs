@@ -19,6 +19,7 @@ pub mod policy;
 pub mod review;
 pub mod server;
 pub mod sources;
+pub mod text;
 
 use jiff::Timestamp;
 use kube::core::DynamicObject;
