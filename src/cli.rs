@@ -437,7 +437,7 @@ fn register(args: RegisterArgs) -> Result<ExitCode, Failure> {
         print!("{}", register::to_yaml(&validating, &mutating));
         return Ok(ExitCode::SUCCESS);
     }
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    crate::server::tls::install_process_default();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

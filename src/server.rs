@@ -71,9 +71,7 @@ pub struct Config {
 }
 
 pub async fn run(config: Config) -> anyhow::Result<()> {
-    // The kube client's TLS asks rustls for the process default; make it ring,
-    // the provider the listener uses.
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    tls::install_process_default();
     let metrics = Arc::new(Metrics::default());
     let health = Arc::new(Health::default());
 
