@@ -4,7 +4,8 @@
 use jiff::Timestamp;
 use json_patch::jsonptr::PointerBuf;
 use json_patch::{AddOperation, Patch, PatchOperation};
-use kube::core::admission::{AdmissionRequest, AdmissionResponse};
+use kube::core::DynamicObject;
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
 use kube::core::response::StatusSummary;
 use serde_json::{Value, json};
 
@@ -56,6 +57,14 @@ pub fn respond(
         resp.result.status = Some(StatusSummary::Failure);
     }
     resp
+}
+
+/// The reply as sent on the wire. kube keeps `auditAnnotations` in a
+/// `HashMap`; going through `Value` sorts every map, so the same review always
+/// yields the same bytes (`check` and the server agree byte for byte).
+pub fn to_bytes(review: &AdmissionReview<DynamicObject>) -> Vec<u8> {
+    let value = serde_json::to_value(review).expect("a review serializes");
+    serde_json::to_vec(&value).expect("a value serializes")
 }
 
 fn describe_object(view: &Request) -> String {

@@ -38,12 +38,9 @@ pub struct Judged {
 }
 
 impl Judged {
-    /// The reply as sent on the wire. kube keeps `auditAnnotations` in a
-    /// `HashMap`; going through `Value` sorts every map, so the same review
-    /// always yields the same bytes (`check` and the server agree byte for byte).
+    /// The reply as sent on the wire ([`admission::to_bytes`]).
     pub fn to_json(&self) -> Vec<u8> {
-        let value = serde_json::to_value(&self.response).expect("a review serializes");
-        serde_json::to_vec(&value).expect("a value serializes")
+        admission::to_bytes(&self.response)
     }
 }
 

@@ -193,7 +193,7 @@ async fn review(app: &App, endpoint: Endpoint, request: Request) -> Response {
     app.metrics
         .decision_seconds
         .observe(started.elapsed().as_secs_f64());
-    json_response(review_bytes(response))
+    json_response(crate::admission::to_bytes(&response.into_review()))
 }
 
 /// A v1 review whose uid reads but whose request does not: answered by
@@ -218,13 +218,7 @@ fn unreadable(
     let (response, verdict) = on_error_answer(base, app.on_error, &why);
     let micros = started.elapsed().as_micros() as u64;
     AuditRecord::unreadable(endpoint_name(endpoint), uid, verdict, why, micros).emit();
-    json_response(review_bytes(response))
-}
-
-/// The wire form, maps sorted like [`crate::Judged::to_json`].
-fn review_bytes(response: AdmissionResponse) -> Vec<u8> {
-    let value = serde_json::to_value(response.into_review()).expect("a review serializes");
-    serde_json::to_vec(&value).expect("a value serializes")
+    json_response(crate::admission::to_bytes(&response.into_review()))
 }
 
 fn json_response(bytes: Vec<u8>) -> Response {
