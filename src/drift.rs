@@ -449,22 +449,45 @@ fn set_manager(policy: &Policy, ctx: &Context, d: &mut Decision, manager: Manage
     d.manager = Some(manager);
 }
 
-/// Controllers and trusted identities; for a Flux object also exactly the
-/// service account its Kustomization or HelmRelease impersonates (multi-tenancy).
-fn identity_allows(policy: &Policy, ctx: &Context, req: &Request, d: &mut Decision) -> bool {
-    let tenant = d
-        .manager
-        .as_ref()
-        .and_then(|m| ctx.sources.and_then(|s| s.flux_source(m)))
+/// The one identity check: is the writer allowed whatever it writes?
+/// `Controller` for a controller identity, and for a Flux object (`manager`)
+/// also exactly the service account its Kustomization or HelmRelease
+/// impersonates (multi-tenancy); `Trusted` for a trusted identity; `None`
+/// otherwise. The decision calls it once the manager is known; the server
+/// also calls it, without a manager, to skip reading a scale parent.
+pub fn exemption(
+    policy: &Policy,
+    sources: Option<&Sources>,
+    manager: Option<&Manager>,
+    username: &str,
+    groups: &[String],
+) -> Option<Finding> {
+    let tenant = manager
+        .and_then(|m| sources.and_then(|s| s.flux_source(m)))
         .and_then(|f| f.service_account.as_deref());
-    if policy.controllers.contains(req.username, req.groups) || tenant == Some(req.username) {
-        d.finding = Finding::Controller;
-        true
-    } else if policy.trusted.contains(req.username, req.groups) {
-        d.finding = Finding::Trusted;
-        true
+    if policy.controllers.contains(username, groups) || tenant == Some(username) {
+        Some(Finding::Controller)
+    } else if policy.trusted.contains(username, groups) {
+        Some(Finding::Trusted)
     } else {
-        false
+        None
+    }
+}
+
+/// [`exemption`] for this request, recorded in `d`.
+fn identity_allows(policy: &Policy, ctx: &Context, req: &Request, d: &mut Decision) -> bool {
+    match exemption(
+        policy,
+        ctx.sources,
+        d.manager.as_ref(),
+        req.username,
+        req.groups,
+    ) {
+        Some(finding) => {
+            d.finding = finding;
+            true
+        }
+        None => false,
     }
 }
 
