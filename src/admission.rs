@@ -9,6 +9,7 @@ use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview
 use kube::core::response::StatusSummary;
 use serde_json::{Value, json};
 
+use crate::drift::breakglass::{EXPIRES, REASON};
 use crate::drift::normalize::DRIFT_ANNOTATION;
 use crate::drift::{Decision, Finding, Operation, Request, Verdict};
 use crate::review::RawObject;
@@ -135,10 +136,10 @@ fn denial(view: &Request, d: &Decision) -> String {
         ),
     };
     let fix = format!("Change it in Git and let {tool} sync it");
-    let glass = match &d.break_glass_hint {
-        Some(hint) if d.finding != Finding::BreakGlassUnauthorized => {
-            format!("; in an emergency, if you are authorized, {hint}")
-        }
+    let glass = match d.break_glass_max {
+        Some(max) if d.finding != Finding::BreakGlassUnauthorized => format!(
+            "; in an emergency, if you are authorized, annotate it {REASON}=<reason> and {EXPIRES}=<RFC 3339 time, at most {max:#} ahead>"
+        ),
         Some(_) => String::new(),
         None => "; break-glass is disabled in driftguard's policy".into(),
     };
