@@ -14,7 +14,8 @@ use std::time::Duration;
 use axum::body::Bytes;
 use axum::routing::post;
 use driftguard::server::probes::Health;
-use driftguard::server::{self, Config, TlsSource, app::OnError, tls};
+use driftguard::server::{self, Config, TlsSource, tls};
+use driftguard::service::OnError;
 
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;

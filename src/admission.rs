@@ -24,6 +24,16 @@ pub enum Endpoint {
     Mutate,
 }
 
+impl Endpoint {
+    /// Its name in metrics and audit records.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Endpoint::Validate => "validate",
+            Endpoint::Mutate => "mutate",
+        }
+    }
+}
+
 /// Paths named in a denial before "and N more".
 const MAX_PATHS_SHOWN: usize = 5;
 const MAX_WARNING_CHARS: usize = 120;

@@ -14,8 +14,8 @@ use std::time::Duration;
 use crate::decider::{Decider, DeciderError};
 use crate::logging::LogFormat;
 use crate::policy::{Policy, lint};
-use crate::server::app::OnError;
 use crate::server::{self, TlsSource};
+use crate::service::OnError;
 use crate::{Endpoint, judge};
 
 #[derive(Debug, Parser)]

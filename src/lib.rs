@@ -18,6 +18,7 @@ pub mod metrics;
 pub mod policy;
 pub mod review;
 pub mod server;
+pub mod service;
 pub mod sources;
 pub mod text;
 

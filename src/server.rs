@@ -21,7 +21,8 @@ use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
 use crate::metrics::Metrics;
-use app::{App, OnError, PolicyHandle};
+use crate::service::{OnError, PolicyHandle, Reviewer};
+use app::App;
 use probes::Health;
 use tls::CertStore;
 
@@ -163,16 +164,18 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         .context("cannot start the decision threads")?;
     tracing::info!(threads = decider.threads(), queue = config.decision_queue, timeout = ?config.decision_timeout, "decision pool started");
     let app = Arc::new(App {
-        policy,
-        metrics: metrics.clone(),
-        on_error: config.on_error,
-        decider,
-        decision_timeout: config.decision_timeout,
+        reviewer: Reviewer {
+            policy,
+            sources,
+            parents,
+            events,
+            metrics: metrics.clone(),
+            decider,
+            on_error: config.on_error,
+            decision_timeout: config.decision_timeout,
+        },
         max_body_bytes: config.max_body_bytes,
         body_timeout: config.body_timeout,
-        parents,
-        events,
-        sources,
     });
     serve_tls(listener, acceptor, app::router(app), &config, &health).await;
     probe_task.abort();

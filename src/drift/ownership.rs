@@ -25,8 +25,14 @@ pub enum Manager {
         application: String,
         application_namespace: Option<String>,
     },
-    FluxKustomization { namespace: String, name: String },
-    FluxHelmRelease { namespace: String, name: String },
+    FluxKustomization {
+        namespace: String,
+        name: String,
+    },
+    FluxHelmRelease {
+        namespace: String,
+        name: String,
+    },
 }
 
 impl Manager {

@@ -7,10 +7,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::app::PolicyHandle;
 use super::tls::{CertStore, certified_key};
 use crate::metrics::Metrics;
 use crate::policy;
+use crate::service::PolicyHandle;
 
 /// The contents of a set of files, to notice a change however it was made.
 struct Snapshot {
