@@ -112,7 +112,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             policy.clone(),
             metrics.clone(),
             config.reload_interval,
-        );
+        )?;
     }
     if let TlsSource::Files { cert, key } = &config.tls {
         reload::spawn_certificate_reloader(
@@ -121,7 +121,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             certs.clone(),
             metrics.clone(),
             config.reload_interval,
-        );
+        )?;
     }
 
     let client = cluster_client(&config).await;
