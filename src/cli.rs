@@ -278,11 +278,13 @@ fn serve(config: server::Config) -> Result<ExitCode, Failure> {
 }
 
 fn register(args: RegisterArgs) -> Result<ExitCode, Failure> {
-    use crate::cluster::register::{self, Endpoint};
+    // Where the apiserver reaches the webhook; not the crate's `Endpoint`
+    // (which webhook answers), hence qualified.
+    use crate::cluster::register;
     let policy = args.source.load()?;
     let endpoint = match (&args.service, &args.url) {
-        (Some(service), _) => Endpoint::parse_service(service).map_err(Failure)?,
-        (None, Some(url)) if url.starts_with("https://") => Endpoint::Url(url.clone()),
+        (Some(service), _) => register::Endpoint::parse_service(service).map_err(Failure)?,
+        (None, Some(url)) if url.starts_with("https://") => register::Endpoint::Url(url.clone()),
         (None, Some(url)) => {
             return Err(Failure(format!(
                 "--url {url}: the apiserver calls webhooks over https only"
