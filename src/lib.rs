@@ -2,7 +2,9 @@
 //! GitOps-managed objects before it happens.
 //!
 //! Data flow: bytes → [`review::parse`] → [`drift::decide`] (pure) →
-//! [`admission::respond`] → AdmissionReview JSON.
+//! [`admission::respond`] → AdmissionReview JSON. `check` runs [`judge`];
+//! the server's [`service::Reviewer`] runs [`judge_request`] and records the
+//! outcome; [`server`] only carries bytes over HTTPS.
 
 #![forbid(unsafe_code)]
 
