@@ -14,7 +14,7 @@ use std::time::Duration;
 use axum::body::Bytes;
 use axum::routing::post;
 use driftguard::server::probes::Health;
-use driftguard::server::{self, Config, TlsSource, app::OnError, tls};
+use driftguard::server::{self, ConnectionLimits, tls};
 
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -37,32 +37,13 @@ async fn main() {
     let store = Arc::new(tls::CertStore::new(pair));
     let acceptor =
         tokio_rustls::TlsAcceptor::from(Arc::new(tls::server_config(store, None).unwrap()));
-    let config = Config {
-        listen: listen.parse().unwrap(),
-        probe_listen: "127.0.0.1:0".parse().unwrap(),
-        tls: TlsSource::Files {
-            cert: cert.into(),
-            key: key.into(),
-        },
-        client_ca: None,
-        policy: None,
-        argocd_applications: vec![],
-        on_error: OnError::Deny,
-        decision_timeout: Duration::from_secs(2),
-        decision_threads: 2,
-        decision_queue: 256,
+    let limits = ConnectionLimits {
         max_body_bytes: 8 << 20,
         header_timeout: Duration::from_secs(10),
         body_timeout: Duration::from_secs(10),
         handshake_timeout: Duration::from_secs(10),
         shutdown_delay: Duration::ZERO,
         shutdown_timeout: Duration::from_secs(5),
-        reload_interval: Duration::from_secs(60),
-        kubeconfig: None,
-        no_cluster: true,
-        watch_argocd: false,
-        argocd_namespace: String::new(),
-        watch_flux: false,
     };
     let router = axum::Router::new().route(
         "/{*path}",
@@ -77,6 +58,8 @@ async fn main() {
             )
         }),
     );
-    let listener = tokio::net::TcpListener::bind(config.listen).await.unwrap();
-    server::serve_tls(listener, acceptor, router, &config, &Health::default()).await;
+    let listener = tokio::net::TcpListener::bind(listen.as_str())
+        .await
+        .unwrap();
+    server::serve_tls(listener, acceptor, router, &limits, &Health::default()).await;
 }

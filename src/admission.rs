@@ -4,13 +4,16 @@
 use jiff::Timestamp;
 use json_patch::jsonptr::PointerBuf;
 use json_patch::{AddOperation, Patch, PatchOperation};
-use kube::core::admission::{AdmissionRequest, AdmissionResponse};
+use kube::core::DynamicObject;
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
 use kube::core::response::StatusSummary;
 use serde_json::{Value, json};
 
+use crate::drift::breakglass::{EXPIRES, REASON};
 use crate::drift::normalize::DRIFT_ANNOTATION;
 use crate::drift::{Decision, Finding, Operation, Request, Verdict};
 use crate::review::RawObject;
+use crate::text::ellipsize;
 
 /// Which webhook is answering. The validating webhook decides; the mutating one
 /// never denies and only records drift in warn mode, so `kubectl` shows each
@@ -19,6 +22,16 @@ use crate::review::RawObject;
 pub enum Endpoint {
     Validate,
     Mutate,
+}
+
+impl Endpoint {
+    /// Its name in metrics and audit records.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Endpoint::Validate => "validate",
+            Endpoint::Mutate => "mutate",
+        }
+    }
 }
 
 /// Paths named in a denial before "and N more".
@@ -55,6 +68,14 @@ pub fn respond(
         resp.result.status = Some(StatusSummary::Failure);
     }
     resp
+}
+
+/// The reply as sent on the wire. kube keeps `auditAnnotations` in a
+/// `HashMap`; going through `Value` sorts every map, so the same review always
+/// yields the same bytes (`check` and the server agree byte for byte).
+pub fn to_bytes(review: &AdmissionReview<DynamicObject>) -> Vec<u8> {
+    let value = serde_json::to_value(review).expect("a review serializes");
+    serde_json::to_vec(&value).expect("a value serializes")
 }
 
 fn describe_object(view: &Request) -> String {
@@ -125,10 +146,10 @@ fn denial(view: &Request, d: &Decision) -> String {
         ),
     };
     let fix = format!("Change it in Git and let {tool} sync it");
-    let glass = match &d.break_glass_hint {
-        Some(hint) if d.finding != Finding::BreakGlassUnauthorized => {
-            format!("; in an emergency, if you are authorized, {hint}")
-        }
+    let glass = match d.break_glass_max {
+        Some(max) if d.finding != Finding::BreakGlassUnauthorized => format!(
+            "; in an emergency, if you are authorized, annotate it {REASON}=<reason> and {EXPIRES}=<RFC 3339 time, at most {max:#} ahead>"
+        ),
         Some(_) => String::new(),
         None => "; break-glass is disabled in driftguard's policy".into(),
     };
@@ -243,29 +264,18 @@ pub fn audit_annotations(d: &Decision) -> Vec<(String, String)> {
     }
     if !d.drifted_paths.is_empty() {
         let paths: Vec<&str> = d.drifted_paths.iter().map(|p| show_path(p)).collect();
-        out.push(("drifted-paths".into(), truncate(&paths.join(","), 1024)));
+        out.push(("drifted-paths".into(), ellipsize(&paths.join(","), 1024)));
     }
     if let Some(bg) = &d.break_glass {
         out.push(("break-glass-user".into(), bg.user.clone()));
-        out.push(("break-glass-reason".into(), truncate(&bg.reason, 256)));
+        out.push(("break-glass-reason".into(), ellipsize(&bg.reason, 256)));
         out.push(("break-glass-expires".into(), bg.expires.clone()));
     }
     if !d.rule_failures.is_empty() {
         let text: Vec<String> = d.rule_failures.iter().map(|f| f.describe()).collect();
-        out.push(("rule-failures".into(), truncate(&text.join("; "), 1024)));
+        out.push(("rule-failures".into(), ellipsize(&text.join("; "), 1024)));
     }
     out
-}
-
-fn truncate(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.to_owned();
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}...", &s[..end])
 }
 
 /// Adds `driftguard.io/drift` (user, time, paths). Applying it twice gives the

@@ -1,5 +1,7 @@
 //! The audit record: one JSON line per decided review on stdout, under the
 //! tracing target `driftguard::audit`, apart from diagnostic logs (stderr).
+//! The record has its own serializable shape: the decision's types stay free
+//! of wire formats, and the line's fields are fixed here, in one place.
 
 use serde::Serialize;
 
@@ -29,10 +31,28 @@ pub struct AuditRecord<'a> {
     pub verdict: &'static str,
     pub reason: &'static str,
     pub drifted_paths: &'a [String],
-    pub break_glass: Option<&'a BreakGlassUse>,
+    pub break_glass: Option<BreakGlassRecord<'a>>,
     pub dry_run: bool,
     pub latency_micros: u64,
     pub error: Option<String>,
+}
+
+/// A break-glass use as the audit line shows it.
+#[derive(Debug, Serialize)]
+pub struct BreakGlassRecord<'a> {
+    pub user: &'a str,
+    pub reason: &'a str,
+    pub expires: &'a str,
+}
+
+impl<'a> From<&'a BreakGlassUse> for BreakGlassRecord<'a> {
+    fn from(used: &'a BreakGlassUse) -> Self {
+        Self {
+            user: &used.user,
+            reason: &used.reason,
+            expires: &used.expires,
+        }
+    }
 }
 
 impl<'a> AuditRecord<'a> {
@@ -51,7 +71,7 @@ impl<'a> AuditRecord<'a> {
         record.verdict = d.verdict.as_str();
         record.reason = d.finding.code();
         record.drifted_paths = &d.drifted_paths;
-        record.break_glass = d.break_glass.as_ref();
+        record.break_glass = d.break_glass.as_ref().map(BreakGlassRecord::from);
         if !d.rule_failures.is_empty() {
             let failures: Vec<String> = d.rule_failures.iter().map(|f| f.describe()).collect();
             record.error = Some(failures.join("; "));
@@ -145,5 +165,61 @@ impl<'a> AuditRecord<'a> {
     pub fn emit(&self) {
         let line = serde_json::to_string(self).expect("an audit record serializes");
         tracing::info!(target: TARGET, record = %line);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::drift::{Finding, Manager, Operation, Verdict};
+    use crate::policy::Mode;
+
+    /// The line's shape is a contract with whoever reads the audit log.
+    #[test]
+    fn a_break_glass_decision_has_a_stable_line() {
+        let groups = vec!["sre".to_owned()];
+        let view = Request {
+            operation: Operation::Update,
+            group: "apps",
+            kind: "Deployment",
+            resource_group: "apps",
+            resource: "deployments",
+            sub_resource: "",
+            name: "web",
+            namespace: "shop",
+            username: "alice",
+            groups: &groups,
+            object: None,
+            old_object: None,
+            dry_run: false,
+        };
+        let d = Decision {
+            verdict: Verdict::Allow,
+            finding: Finding::BreakGlass,
+            mode: Mode::Enforce,
+            manager: Some(Manager::ArgoCd {
+                application: "shop".into(),
+                application_namespace: None,
+            }),
+            source: None,
+            drifted_paths: vec!["/spec/replicas".into()],
+            break_glass: Some(BreakGlassUse {
+                user: "alice".into(),
+                reason: "incident 42".into(),
+                expires: "2030-01-01T00:00:00Z".into(),
+            }),
+            rule_failures: vec![],
+            notes: vec![],
+            dry_run: false,
+            break_glass_max: None,
+        };
+        let record = AuditRecord::decided("validate", "u-1", "v1", &view, &d, 7);
+        let line = serde_json::to_string(&record).unwrap();
+        let (time, rest) = line.split_once(r#"Z","#).unwrap();
+        assert!(time.starts_with(r#"{"time":""#), "{line}");
+        assert_eq!(
+            rest,
+            r#""endpoint":"validate","uid":"u-1","user":"alice","groups":["sre"],"operation":"UPDATE","group":"apps","version":"v1","kind":"Deployment","resource":"deployments","subResource":"","namespace":"shop","name":"web","manager":"Argo CD application shop","mode":"enforce","verdict":"allow","reason":"break-glass","driftedPaths":["/spec/replicas"],"breakGlass":{"user":"alice","reason":"incident 42","expires":"2030-01-01T00:00:00Z"},"dryRun":false,"latencyMicros":7,"error":null}"#
+        );
     }
 }

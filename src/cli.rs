@@ -1,21 +1,18 @@
-//! The command line: `check` and `policy lint` (the server comes next).
+//! The command line: `check`, `serve`, `certs`, `register` and `policy lint`.
+//! `serve`'s flags are [`server::Config`] itself.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use jiff::Timestamp;
 use serde_json::Value;
 
-use std::net::SocketAddr;
-use std::time::Duration;
-
 use crate::decider::{Decider, DeciderError};
-use crate::logging::LogFormat;
 use crate::policy::{Policy, lint};
-use crate::server::app::OnError;
-use crate::server::{self, TlsSource};
+use crate::server;
 use crate::{Endpoint, judge};
 
 #[derive(Debug, Parser)]
@@ -34,7 +31,7 @@ enum Command {
     /// Judge an AdmissionReview offline and print the response the webhook would send.
     Check(CheckArgs),
     /// Serve the admission webhook over HTTPS (POST /validate, POST /mutate) and probes over HTTP.
-    Serve(ServeArgs),
+    Serve(server::Config),
     /// Write a development CA and serving certificate: ca.crt, tls.crt, tls.key.
     Certs(CertsArgs),
     /// Create or update both webhook configurations (server-side apply), or print them with --dry-run.
@@ -44,93 +41,6 @@ enum Command {
         #[command(subcommand)]
         command: PolicyCommand,
     },
-}
-
-#[derive(Debug, clap::Args)]
-struct ServeArgs {
-    /// Address of the HTTPS webhook listener.
-    #[arg(long, env = "DRIFTGUARD_LISTEN", default_value = "0.0.0.0:8443")]
-    listen: SocketAddr,
-    /// Address of the plain-HTTP probe listener (/healthz, /readyz, /metrics).
-    #[arg(long, env = "DRIFTGUARD_PROBE_LISTEN", default_value = "0.0.0.0:8080")]
-    probe_listen: SocketAddr,
-    /// Serving certificate (PEM chain); reloaded when it changes.
-    #[arg(
-        long,
-        env = "DRIFTGUARD_TLS_CERT",
-        requires = "tls_key",
-        required_unless_present = "self_signed"
-    )]
-    tls_cert: Option<PathBuf>,
-    /// Private key of the serving certificate (PEM).
-    #[arg(long, env = "DRIFTGUARD_TLS_KEY", requires = "tls_cert")]
-    tls_key: Option<PathBuf>,
-    /// Require client certificates signed by this CA (the apiserver's).
-    #[arg(long, env = "DRIFTGUARD_CLIENT_CA")]
-    client_ca: Option<PathBuf>,
-    /// Generate a CA and a certificate for 127.0.0.1/localhost in memory, for trying driftguard out.
-    #[arg(long, env = "DRIFTGUARD_SELF_SIGNED", conflicts_with_all = ["tls_cert", "tls_key"])]
-    self_signed: bool,
-    /// Where --self-signed writes its CA certificate.
-    #[arg(long, env = "DRIFTGUARD_SELF_SIGNED_CA_OUT", default_value_os_t = std::env::temp_dir().join("driftguard-ca.crt"))]
-    self_signed_ca_out: PathBuf,
-    #[command(flatten)]
-    source: PolicySource,
-    /// Diagnostic log format on stderr (audit records are always JSON lines on stdout).
-    #[arg(
-        long,
-        env = "DRIFTGUARD_LOG_FORMAT",
-        value_enum,
-        default_value = "text"
-    )]
-    log_format: LogFormat,
-    /// The answer when deciding fails inside driftguard.
-    #[arg(long, env = "DRIFTGUARD_ON_ERROR", value_enum, default_value = "deny")]
-    on_error: OnError,
-    #[command(flatten)]
-    deadline: DecisionTimeout,
-    /// Threads that run decisions [default: one per CPU, at least 2]; runaway jq rules take at most these.
-    #[arg(long, env = "DRIFTGUARD_DECISION_THREADS", value_parser = clap::value_parser!(u16).range(1..=256))]
-    decision_threads: Option<u16>,
-    /// Decisions that may wait for a busy thread; beyond that, reviews are answered by --on-error at once.
-    #[arg(long, env = "DRIFTGUARD_DECISION_QUEUE", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=65536))]
-    decision_queue: u32,
-    /// Largest accepted request body. The apiserver caps an object at 3 MiB and an UPDATE carries two.
-    #[arg(long, env = "DRIFTGUARD_MAX_BODY_BYTES", default_value_t = 8 * 1024 * 1024)]
-    max_body_bytes: usize,
-    /// Time allowed to send the request headers.
-    #[arg(long, env = "DRIFTGUARD_HEADER_TIMEOUT", default_value = "10s", value_parser = duration)]
-    header_timeout: Duration,
-    /// Time allowed to send the request body.
-    #[arg(long, env = "DRIFTGUARD_BODY_TIMEOUT", default_value = "10s", value_parser = duration)]
-    body_timeout: Duration,
-    /// Time allowed for the TLS handshake.
-    #[arg(long, env = "DRIFTGUARD_HANDSHAKE_TIMEOUT", default_value = "10s", value_parser = duration)]
-    handshake_timeout: Duration,
-    /// After SIGTERM: unready, but still accepting, for this long (endpoints catch up).
-    #[arg(long, env = "DRIFTGUARD_SHUTDOWN_DELAY", default_value = "5s", value_parser = duration)]
-    shutdown_delay: Duration,
-    /// Then at most this long to finish the reviews in flight.
-    #[arg(long, env = "DRIFTGUARD_SHUTDOWN_TIMEOUT", default_value = "20s", value_parser = duration)]
-    shutdown_timeout: Duration,
-    /// Kubeconfig for reading scale parents; without it, in-cluster or $KUBECONFIG is used if present.
-    #[arg(long, env = "DRIFTGUARD_KUBECONFIG")]
-    kubeconfig: Option<PathBuf>,
-    /// Never talk to the cluster (scale writes then follow unknownScaleParent).
-    #[arg(long, env = "DRIFTGUARD_NO_CLUSTER", conflicts_with = "kubeconfig")]
-    no_cluster: bool,
-    /// Read Argo CD Applications (every namespace) and argocd-cm from the cluster.
-    #[arg(long, env = "DRIFTGUARD_WATCH_ARGOCD")]
-    watch_argocd: bool,
-    /// Namespace of argocd-cm.
-    #[arg(long, env = "DRIFTGUARD_ARGOCD_NAMESPACE", default_value = "argocd")]
-    argocd_namespace: String,
-    /// Read Flux Kustomizations and HelmReleases from the cluster.
-    #[arg(long, env = "DRIFTGUARD_WATCH_FLUX")]
-    watch_flux: bool,
-    /// How often the policy and certificate files are checked for changes.
-    #[arg(long, env = "DRIFTGUARD_RELOAD_INTERVAL", default_value = "2s", value_parser = duration)]
-    reload_interval: Duration,
 }
 
 #[derive(Debug, clap::Args)]
@@ -186,12 +96,12 @@ struct CertsArgs {
 }
 
 /// The decision deadline, shared by `serve` and `check`.
-#[derive(Debug, clap::Args)]
-struct DecisionTimeout {
+#[derive(Clone, Debug, clap::Args)]
+pub struct DecisionTimeout {
     /// Longest one decision may take, queueing included, before it is answered by --on-error
     /// (`check`: exit 2). Keep it below the webhooks' timeoutSeconds (5 by default).
     #[arg(long, env = "DRIFTGUARD_DECISION_TIMEOUT", default_value = "2s", value_parser = decision_timeout)]
-    decision_timeout: Duration,
+    pub decision_timeout: Duration,
 }
 
 /// The apiserver waits at most 30 s for a webhook; a longer deadline could
@@ -210,25 +120,26 @@ fn decision_timeout(text: &str) -> Result<Duration, String> {
 }
 
 /// `4h`, `30s`, `500ms`.
-fn duration(text: &str) -> Result<Duration, String> {
+pub(crate) fn duration(text: &str) -> Result<Duration, String> {
     let d: jiff::SignedDuration = text
         .parse()
         .map_err(|e| format!("`{text}` is not a duration such as 5s: {e}"))?;
     Duration::try_from(d).map_err(|_| format!("`{text}` must not be negative"))
 }
 
-#[derive(Debug, clap::Args)]
-struct PolicySource {
+/// The policy file and Argo CD Applications, shared by `serve`, `check` and `register`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct PolicySource {
     /// Policy file (YAML). Without it, the embedded default policy applies.
     #[arg(long, env = "DRIFTGUARD_POLICY")]
-    policy: Option<PathBuf>,
+    pub policy: Option<PathBuf>,
     /// Argo CD Application manifest(s) whose spec.ignoreDifferences apply to the objects they track.
     #[arg(
         long = "argocd-application",
         env = "DRIFTGUARD_ARGOCD_APPLICATION",
         value_delimiter = ','
     )]
-    argocd_applications: Vec<PathBuf>,
+    pub argocd_applications: Vec<PathBuf>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -354,45 +265,8 @@ fn check(args: CheckArgs) -> Result<ExitCode, Failure> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn serve(args: ServeArgs) -> Result<ExitCode, Failure> {
-    crate::logging::init(args.log_format);
-    let tls = match (args.self_signed, args.tls_cert, args.tls_key) {
-        (true, _, _) => TlsSource::SelfSigned {
-            ca_out: args.self_signed_ca_out,
-        },
-        (false, Some(cert), Some(key)) => TlsSource::Files { cert, key },
-        _ => {
-            return Err(Failure(
-                "give --tls-cert and --tls-key, or --self-signed".into(),
-            ));
-        }
-    };
-    let config = server::Config {
-        listen: args.listen,
-        probe_listen: args.probe_listen,
-        tls,
-        client_ca: args.client_ca,
-        policy: args.source.policy,
-        argocd_applications: args.source.argocd_applications,
-        on_error: args.on_error,
-        decision_timeout: args.deadline.decision_timeout,
-        decision_threads: args
-            .decision_threads
-            .map_or_else(Decider::default_threads, usize::from),
-        decision_queue: args.decision_queue as usize,
-        max_body_bytes: args.max_body_bytes,
-        header_timeout: args.header_timeout,
-        body_timeout: args.body_timeout,
-        handshake_timeout: args.handshake_timeout,
-        shutdown_delay: args.shutdown_delay,
-        shutdown_timeout: args.shutdown_timeout,
-        reload_interval: args.reload_interval,
-        kubeconfig: args.kubeconfig,
-        no_cluster: args.no_cluster,
-        watch_argocd: args.watch_argocd,
-        argocd_namespace: args.argocd_namespace,
-        watch_flux: args.watch_flux,
-    };
+fn serve(config: server::Config) -> Result<ExitCode, Failure> {
+    crate::logging::init(config.log_format);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -404,11 +278,13 @@ fn serve(args: ServeArgs) -> Result<ExitCode, Failure> {
 }
 
 fn register(args: RegisterArgs) -> Result<ExitCode, Failure> {
-    use crate::cluster::register::{self, Endpoint};
+    // Where the apiserver reaches the webhook; not the crate's `Endpoint`
+    // (which webhook answers), hence qualified.
+    use crate::cluster::register;
     let policy = args.source.load()?;
     let endpoint = match (&args.service, &args.url) {
-        (Some(service), _) => Endpoint::parse_service(service).map_err(Failure)?,
-        (None, Some(url)) if url.starts_with("https://") => Endpoint::Url(url.clone()),
+        (Some(service), _) => register::Endpoint::parse_service(service).map_err(Failure)?,
+        (None, Some(url)) if url.starts_with("https://") => register::Endpoint::Url(url.clone()),
         (None, Some(url)) => {
             return Err(Failure(format!(
                 "--url {url}: the apiserver calls webhooks over https only"
@@ -437,7 +313,7 @@ fn register(args: RegisterArgs) -> Result<ExitCode, Failure> {
         print!("{}", register::to_yaml(&validating, &mutating));
         return Ok(ExitCode::SUCCESS);
     }
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    crate::server::tls::install_process_default();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -7,7 +7,7 @@ pub mod normalize;
 pub mod owned;
 pub mod ownership;
 
-use jiff::Timestamp;
+use jiff::{SignedDuration, Timestamp};
 use serde_json::Value;
 
 pub use breakglass::{BreakGlass, BreakGlassUse};
@@ -19,8 +19,7 @@ use crate::policy::path::is_under;
 use crate::policy::{IgnoreRule, Mode, Policy, RuleFailure, Target, UnknownParent};
 use crate::sources::Sources;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "UPPERCASE")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Operation {
     Create,
     Update,
@@ -59,8 +58,7 @@ pub struct Request<'a> {
     pub dry_run: bool,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Verdict {
     /// Not drift, or allowed by identity or break-glass.
     Allow,
@@ -149,8 +147,9 @@ pub struct Decision {
     pub rule_failures: Vec<RuleFailure>,
     pub notes: Vec<String>,
     pub dry_run: bool,
-    /// How to break glass, for the denial text; `None` when it is disabled.
-    pub break_glass_hint: Option<String>,
+    /// The longest break-glass the policy allows, for the denial's hint;
+    /// `None` when break-glass is disabled (no identity may use it).
+    pub break_glass_max: Option<SignedDuration>,
 }
 
 /// A request the engine cannot judge (a malformed review, not a policy matter).
@@ -186,7 +185,8 @@ pub fn decide(policy: &Policy, req: &Request, ctx: &Context) -> Result<Decision,
         rule_failures: Vec::new(),
         notes: Vec::new(),
         dry_run: req.dry_run,
-        break_glass_hint: break_glass_hint(policy),
+        break_glass_max: (!policy.break_glass.allowed.is_empty())
+            .then_some(policy.break_glass.max_duration),
     };
     let out_of_scope = |mut d: Decision, why: String| {
         d.finding = Finding::OutOfScope(why);
@@ -449,22 +449,45 @@ fn set_manager(policy: &Policy, ctx: &Context, d: &mut Decision, manager: Manage
     d.manager = Some(manager);
 }
 
-/// Controllers and trusted identities; for a Flux object also exactly the
-/// service account its Kustomization or HelmRelease impersonates (multi-tenancy).
-fn identity_allows(policy: &Policy, ctx: &Context, req: &Request, d: &mut Decision) -> bool {
-    let tenant = d
-        .manager
-        .as_ref()
-        .and_then(|m| ctx.sources.and_then(|s| s.flux_source(m)))
+/// The one identity check: is the writer allowed whatever it writes?
+/// `Controller` for a controller identity, and for a Flux object (`manager`)
+/// also exactly the service account its Kustomization or HelmRelease
+/// impersonates (multi-tenancy); `Trusted` for a trusted identity; `None`
+/// otherwise. The decision calls it once the manager is known; the server
+/// also calls it, without a manager, to skip reading a scale parent.
+pub fn exemption(
+    policy: &Policy,
+    sources: Option<&Sources>,
+    manager: Option<&Manager>,
+    username: &str,
+    groups: &[String],
+) -> Option<Finding> {
+    let tenant = manager
+        .and_then(|m| sources.and_then(|s| s.flux_source(m)))
         .and_then(|f| f.service_account.as_deref());
-    if policy.controllers.contains(req.username, req.groups) || tenant == Some(req.username) {
-        d.finding = Finding::Controller;
-        true
-    } else if policy.trusted.contains(req.username, req.groups) {
-        d.finding = Finding::Trusted;
-        true
+    if policy.controllers.contains(username, groups) || tenant == Some(username) {
+        Some(Finding::Controller)
+    } else if policy.trusted.contains(username, groups) {
+        Some(Finding::Trusted)
     } else {
-        false
+        None
+    }
+}
+
+/// [`exemption`] for this request, recorded in `d`.
+fn identity_allows(policy: &Policy, ctx: &Context, req: &Request, d: &mut Decision) -> bool {
+    match exemption(
+        policy,
+        ctx.sources,
+        d.manager.as_ref(),
+        req.username,
+        req.groups,
+    ) {
+        Some(finding) => {
+            d.finding = finding;
+            true
+        }
+        None => false,
     }
 }
 
@@ -531,17 +554,6 @@ fn verdict_for(finding: &Finding, mode: Mode, unknown_parent: UnknownParent) -> 
         }
         Mode::Enforce => Verdict::Deny,
     }
-}
-
-fn break_glass_hint(policy: &Policy) -> Option<String> {
-    (!policy.break_glass.allowed.is_empty()).then(|| {
-        format!(
-            "annotate it {}=<reason> and {}=<RFC 3339 time, at most {:#} ahead>",
-            breakglass::REASON,
-            breakglass::EXPIRES,
-            policy.break_glass.max_duration
-        )
-    })
 }
 
 /// `kubectl scale` writes an `autoscaling/v1` Scale; its `spec.replicas` is the

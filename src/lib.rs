@@ -2,7 +2,9 @@
 //! GitOps-managed objects before it happens.
 //!
 //! Data flow: bytes → [`review::parse`] → [`drift::decide`] (pure) →
-//! [`admission::respond`] → AdmissionReview JSON.
+//! [`admission::respond`] → AdmissionReview JSON. `check` runs [`judge`];
+//! the server's [`service::Reviewer`] runs [`judge_request`] and records the
+//! outcome; [`server`] only carries bytes over HTTPS.
 
 #![forbid(unsafe_code)]
 
@@ -14,10 +16,13 @@ pub mod cluster;
 pub mod decider;
 pub mod drift;
 pub mod logging;
+pub mod metrics;
 pub mod policy;
 pub mod review;
 pub mod server;
+pub mod service;
 pub mod sources;
+pub mod text;
 
 use jiff::Timestamp;
 use kube::core::DynamicObject;
@@ -36,12 +41,9 @@ pub struct Judged {
 }
 
 impl Judged {
-    /// The reply as sent on the wire. kube keeps `auditAnnotations` in a
-    /// `HashMap`; going through `Value` sorts every map, so the same review
-    /// always yields the same bytes (`check` and the server agree byte for byte).
+    /// The reply as sent on the wire ([`admission::to_bytes`]).
     pub fn to_json(&self) -> Vec<u8> {
-        let value = serde_json::to_value(&self.response).expect("a review serializes");
-        serde_json::to_vec(&value).expect("a value serializes")
+        admission::to_bytes(&self.response)
     }
 }
 

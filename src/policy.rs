@@ -60,8 +60,10 @@ impl Identities {
     }
 }
 
+/// Who may break glass and for how long (the decision's result is
+/// [`crate::drift::BreakGlass`]).
 #[derive(Debug)]
-pub struct BreakGlass {
+pub struct BreakGlassPolicy {
     pub allowed: Identities,
     pub max_duration: SignedDuration,
 }
@@ -78,7 +80,7 @@ pub struct Policy {
     namespaces: Vec<(PatternSet, Mode)>,
     pub controllers: Identities,
     pub trusted: Identities,
-    pub break_glass: BreakGlass,
+    pub break_glass: BreakGlassPolicy,
     pub argocd: Option<ArgoDetector>,
     pub flux: bool,
     pub unknown_scale_parent: UnknownParent,
@@ -135,7 +137,7 @@ impl Policy {
                 "controllers",
             )?,
             trusted: Identities::new(&file.trusted.users, &file.trusted.groups, "trusted")?,
-            break_glass: BreakGlass {
+            break_glass: BreakGlassPolicy {
                 allowed: Identities::new(
                     &file.break_glass.allowed_users,
                     &file.break_glass.allowed_groups,

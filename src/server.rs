@@ -2,7 +2,6 @@
 
 pub mod app;
 pub mod errors;
-pub mod metrics;
 pub mod probes;
 pub mod reload;
 pub mod tls;
@@ -21,8 +20,12 @@ use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
-use app::{App, OnError, PolicyHandle};
-use metrics::Metrics;
+use crate::cli::{DecisionTimeout, PolicySource, duration};
+use crate::decider::Decider;
+use crate::logging::LogFormat;
+use crate::metrics::Metrics;
+use crate::service::{OnError, PolicyHandle, Reviewer};
+use app::App;
 use probes::Health;
 use tls::CertStore;
 
@@ -39,52 +42,133 @@ pub enum TlsSource {
     },
 }
 
-#[derive(Clone, Debug)]
+/// The flags of `driftguard serve`, used as they are parsed.
+#[derive(Clone, Debug, clap::Args)]
 pub struct Config {
+    /// Address of the HTTPS webhook listener.
+    #[arg(long, env = "DRIFTGUARD_LISTEN", default_value = "0.0.0.0:8443")]
     pub listen: SocketAddr,
+    /// Address of the plain-HTTP probe listener (/healthz, /readyz, /metrics).
+    #[arg(long, env = "DRIFTGUARD_PROBE_LISTEN", default_value = "0.0.0.0:8080")]
     pub probe_listen: SocketAddr,
-    pub tls: TlsSource,
+    /// Serving certificate (PEM chain); reloaded when it changes.
+    #[arg(
+        long,
+        env = "DRIFTGUARD_TLS_CERT",
+        requires = "tls_key",
+        required_unless_present = "self_signed"
+    )]
+    pub tls_cert: Option<PathBuf>,
+    /// Private key of the serving certificate (PEM).
+    #[arg(long, env = "DRIFTGUARD_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Require client certificates signed by this CA (the apiserver's).
+    #[arg(long, env = "DRIFTGUARD_CLIENT_CA")]
     pub client_ca: Option<PathBuf>,
-    pub policy: Option<PathBuf>,
-    pub argocd_applications: Vec<PathBuf>,
+    /// Generate a CA and a certificate for 127.0.0.1/localhost in memory, for trying driftguard out.
+    #[arg(long, env = "DRIFTGUARD_SELF_SIGNED", conflicts_with_all = ["tls_cert", "tls_key"])]
+    pub self_signed: bool,
+    /// Where --self-signed writes its CA certificate.
+    #[arg(long, env = "DRIFTGUARD_SELF_SIGNED_CA_OUT", default_value_os_t = std::env::temp_dir().join("driftguard-ca.crt"))]
+    pub self_signed_ca_out: PathBuf,
+    #[command(flatten)]
+    pub source: PolicySource,
+    /// Diagnostic log format on stderr (audit records are always JSON lines on stdout).
+    #[arg(
+        long,
+        env = "DRIFTGUARD_LOG_FORMAT",
+        value_enum,
+        default_value = "text"
+    )]
+    pub log_format: LogFormat,
+    /// The answer when deciding fails inside driftguard.
+    #[arg(long, env = "DRIFTGUARD_ON_ERROR", value_enum, default_value = "deny")]
     pub on_error: OnError,
-    /// Longest a decision may take, queueing included; below the webhooks' timeoutSeconds.
-    pub decision_timeout: Duration,
-    /// Threads that run decisions, and decisions that may wait for one.
-    pub decision_threads: usize,
-    pub decision_queue: usize,
-    pub max_body_bytes: usize,
-    pub header_timeout: Duration,
-    pub body_timeout: Duration,
-    pub handshake_timeout: Duration,
-    pub shutdown_delay: Duration,
-    pub shutdown_timeout: Duration,
-    pub reload_interval: Duration,
-    /// Cluster access for reading scale parents: a kubeconfig, or `None` to
-    /// infer it (in-cluster or `$KUBECONFIG`); `no_cluster` turns it off.
+    #[command(flatten)]
+    pub deadline: DecisionTimeout,
+    /// Threads that run decisions [default: one per CPU, at least 2]; runaway jq rules take at most these.
+    #[arg(long, env = "DRIFTGUARD_DECISION_THREADS", value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub decision_threads: Option<u16>,
+    /// Decisions that may wait for a busy thread; beyond that, reviews are answered by --on-error at once.
+    #[arg(long, env = "DRIFTGUARD_DECISION_QUEUE", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=65536))]
+    pub decision_queue: u32,
+    #[command(flatten)]
+    pub limits: ConnectionLimits,
+    /// Kubeconfig for reading scale parents; without it, in-cluster or $KUBECONFIG is used if present.
+    #[arg(long, env = "DRIFTGUARD_KUBECONFIG")]
     pub kubeconfig: Option<PathBuf>,
+    /// Never talk to the cluster (scale writes then follow unknownScaleParent).
+    #[arg(long, env = "DRIFTGUARD_NO_CLUSTER", conflicts_with = "kubeconfig")]
     pub no_cluster: bool,
-    /// Read Argo CD Applications and argocd-cm (in this namespace) from the cluster.
+    /// Read Argo CD Applications (every namespace) and argocd-cm from the cluster.
+    #[arg(long, env = "DRIFTGUARD_WATCH_ARGOCD")]
     pub watch_argocd: bool,
+    /// Namespace of argocd-cm.
+    #[arg(long, env = "DRIFTGUARD_ARGOCD_NAMESPACE", default_value = "argocd")]
     pub argocd_namespace: String,
     /// Read Flux Kustomizations and HelmReleases from the cluster.
+    #[arg(long, env = "DRIFTGUARD_WATCH_FLUX")]
     pub watch_flux: bool,
+    /// How often the policy and certificate files are checked for changes.
+    #[arg(long, env = "DRIFTGUARD_RELOAD_INTERVAL", default_value = "2s", value_parser = duration)]
+    pub reload_interval: Duration,
+}
+
+/// What one connection may take: body size, and how long each phase and
+/// the shutdown may last.
+#[derive(Clone, Debug, clap::Args)]
+pub struct ConnectionLimits {
+    /// Largest accepted request body. The apiserver caps an object at 3 MiB and an UPDATE carries two.
+    #[arg(long, env = "DRIFTGUARD_MAX_BODY_BYTES", default_value_t = 8 * 1024 * 1024)]
+    pub max_body_bytes: usize,
+    /// Time allowed to send the request headers.
+    #[arg(long, env = "DRIFTGUARD_HEADER_TIMEOUT", default_value = "10s", value_parser = duration)]
+    pub header_timeout: Duration,
+    /// Time allowed to send the request body.
+    #[arg(long, env = "DRIFTGUARD_BODY_TIMEOUT", default_value = "10s", value_parser = duration)]
+    pub body_timeout: Duration,
+    /// Time allowed for the TLS handshake.
+    #[arg(long, env = "DRIFTGUARD_HANDSHAKE_TIMEOUT", default_value = "10s", value_parser = duration)]
+    pub handshake_timeout: Duration,
+    /// After SIGTERM: unready, but still accepting, for this long (endpoints catch up).
+    #[arg(long, env = "DRIFTGUARD_SHUTDOWN_DELAY", default_value = "5s", value_parser = duration)]
+    pub shutdown_delay: Duration,
+    /// Then at most this long to finish the reviews in flight.
+    #[arg(long, env = "DRIFTGUARD_SHUTDOWN_TIMEOUT", default_value = "20s", value_parser = duration)]
+    pub shutdown_timeout: Duration,
+}
+
+impl Config {
+    /// Where the serving pair comes from; clap already requires one of the two.
+    fn tls_source(&self) -> anyhow::Result<TlsSource> {
+        match (self.self_signed, &self.tls_cert, &self.tls_key) {
+            (true, _, _) => Ok(TlsSource::SelfSigned {
+                ca_out: self.self_signed_ca_out.clone(),
+            }),
+            (false, Some(cert), Some(key)) => Ok(TlsSource::Files {
+                cert: cert.clone(),
+                key: key.clone(),
+            }),
+            _ => anyhow::bail!("give --tls-cert and --tls-key, or --self-signed"),
+        }
+    }
 }
 
 pub async fn run(config: Config) -> anyhow::Result<()> {
-    // The kube client's TLS asks rustls for the process default; make it ring,
-    // the provider the listener uses.
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    let tls_source = config.tls_source()?;
+    tls::install_process_default();
     let metrics = Arc::new(Metrics::default());
     let health = Arc::new(Health::default());
 
-    let (policy, notes) =
-        crate::policy::load_sources(config.policy.as_deref(), &config.argocd_applications)?;
+    let (policy, notes) = crate::policy::load_sources(
+        config.source.policy.as_deref(),
+        &config.source.argocd_applications,
+    )?;
     notes.iter().for_each(|n| tracing::info!("{n}"));
     let policy = PolicyHandle::new(policy);
     health.policy_loaded.store(true, Ordering::SeqCst);
 
-    let certs = Arc::new(CertStore::new(initial_pair(&config.tls)?));
+    let certs = Arc::new(CertStore::new(initial_pair(&tls_source)?));
     let client_ca = match &config.client_ca {
         Some(path) => {
             Some(std::fs::read(path).with_context(|| format!("{}: cannot read", path.display()))?)
@@ -107,23 +191,23 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     health.tls_bound.store(true, Ordering::SeqCst);
     tracing::info!(listen = %listener.local_addr()?, probes = %config.probe_listen, "driftguard is serving");
 
-    if let Some(path) = config.policy.clone() {
+    if let Some(path) = config.source.policy.clone() {
         reload::spawn_policy_reloader(
             path,
-            config.argocd_applications.clone(),
+            config.source.argocd_applications.clone(),
             policy.clone(),
             metrics.clone(),
             config.reload_interval,
-        );
+        )?;
     }
-    if let TlsSource::Files { cert, key } = &config.tls {
+    if let TlsSource::Files { cert, key } = &tls_source {
         reload::spawn_certificate_reloader(
             cert.clone(),
             key.clone(),
             certs.clone(),
             metrics.clone(),
             config.reload_interval,
-        );
+        )?;
     }
 
     let client = cluster_client(&config).await;
@@ -162,22 +246,35 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         ),
         _ => None,
     };
-    let decider = crate::decider::Decider::new(config.decision_threads, config.decision_queue)
+    let threads = config
+        .decision_threads
+        .map_or_else(Decider::default_threads, usize::from);
+    let decision_timeout = config.deadline.decision_timeout;
+    let decider = Decider::new(threads, config.decision_queue as usize)
         .context("cannot start the decision threads")?;
-    tracing::info!(threads = decider.threads(), queue = config.decision_queue, timeout = ?config.decision_timeout, "decision pool started");
+    tracing::info!(threads = decider.threads(), queue = config.decision_queue, timeout = ?decision_timeout, "decision pool started");
     let app = Arc::new(App {
-        policy,
-        metrics: metrics.clone(),
-        on_error: config.on_error,
-        decider,
-        decision_timeout: config.decision_timeout,
-        max_body_bytes: config.max_body_bytes,
-        body_timeout: config.body_timeout,
-        parents,
-        events,
-        sources,
+        reviewer: Reviewer {
+            policy,
+            sources,
+            parents,
+            events,
+            metrics: metrics.clone(),
+            decider,
+            on_error: config.on_error,
+            decision_timeout,
+        },
+        max_body_bytes: config.limits.max_body_bytes,
+        body_timeout: config.limits.body_timeout,
     });
-    serve_tls(listener, acceptor, app::router(app), &config, &health).await;
+    serve_tls(
+        listener,
+        acceptor,
+        app::router(app),
+        &config.limits,
+        &health,
+    )
+    .await;
     probe_task.abort();
     tracing::info!("driftguard stopped");
     Ok(())
@@ -233,14 +330,14 @@ pub async fn serve_tls(
     listener: TcpListener,
     acceptor: TlsAcceptor,
     router: axum::Router,
-    config: &Config,
+    limits: &ConnectionLimits,
     health: &Health,
 ) {
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(config.header_timeout)
+        .header_read_timeout(limits.header_timeout)
         .keep_alive(true);
     builder
         .http2()
@@ -270,7 +367,7 @@ pub async fn serve_tls(
                 let service = TowerToHyperService::new(router.clone());
                 let builder = builder.clone();
                 let watcher = graceful.watcher();
-                let handshake_timeout = config.handshake_timeout;
+                let handshake_timeout = limits.handshake_timeout;
                 tokio::spawn(async move {
                     let tls = match tokio::time::timeout(handshake_timeout, acceptor.accept(tcp)).await {
                         Ok(Ok(tls)) => tls,
@@ -286,8 +383,8 @@ pub async fn serve_tls(
             _ = &mut signal, if !signalled => {
                 signalled = true;
                 health.shutting_down.store(true, Ordering::SeqCst);
-                tracing::info!(delay = ?config.shutdown_delay, "shutdown requested: unready now, still accepting during the delay");
-                drain.as_mut().reset(tokio::time::Instant::now() + config.shutdown_delay);
+                tracing::info!(delay = ?limits.shutdown_delay, "shutdown requested: unready now, still accepting during the delay");
+                drain.as_mut().reset(tokio::time::Instant::now() + limits.shutdown_delay);
             }
             _ = &mut drain, if signalled => break,
         }
@@ -297,11 +394,11 @@ pub async fn serve_tls(
         connections = graceful.count(),
         "no longer accepting; finishing reviews in flight"
     );
-    if tokio::time::timeout(config.shutdown_timeout, graceful.shutdown())
+    if tokio::time::timeout(limits.shutdown_timeout, graceful.shutdown())
         .await
         .is_err()
     {
-        tracing::warn!(timeout = ?config.shutdown_timeout, "shutdown timeout reached with connections still open");
+        tracing::warn!(timeout = ?limits.shutdown_timeout, "shutdown timeout reached with connections still open");
     }
 }
 

@@ -9,9 +9,10 @@ use axum::body::Body;
 use axum::http::{Method, Request, StatusCode};
 use driftguard::Policy;
 use driftguard::decider::Decider;
-use driftguard::server::app::{App, OnError, PolicyHandle, router};
-use driftguard::server::metrics::Metrics;
+use driftguard::metrics::Metrics;
+use driftguard::server::app::{App, router};
 use driftguard::server::probes::{self, Health};
+use driftguard::service::{OnError, PolicyHandle, Reviewer};
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
 use tower::ServiceExt;
@@ -26,16 +27,18 @@ fn app(policy: Policy) -> axum::Router {
 
 fn app_with(policy: Policy, on_error: OnError, decider: Decider) -> App {
     App {
-        policy: PolicyHandle::new(policy),
-        metrics: Arc::new(Metrics::default()),
-        on_error,
+        reviewer: Reviewer {
+            policy: PolicyHandle::new(policy),
+            sources: None,
+            parents: None,
+            events: None,
+            metrics: Arc::new(Metrics::default()),
+            decider,
+            on_error,
+            decision_timeout: Duration::from_secs(5),
+        },
         max_body_bytes: 64 * 1024,
         body_timeout: Duration::from_millis(300),
-        parents: None,
-        events: None,
-        sources: None,
-        decider,
-        decision_timeout: Duration::from_secs(5),
     }
 }
 
@@ -327,7 +330,7 @@ async fn a_review_with_a_uid_that_cannot_be_judged_gets_an_on_error_review() {
                 on_error,
                 Decider::new(1, 4).unwrap(),
             ));
-            let metrics = app.metrics.clone();
+            let metrics = app.reviewer.metrics.clone();
             let (status, v) =
                 post(router(app), "/validate", serde_json::to_vec(body).unwrap()).await;
             assert_eq!(status, StatusCode::OK, "{why}: {v}");
@@ -376,9 +379,9 @@ async fn a_runaway_rule_is_answered_by_on_error_within_the_deadline() {
     // counts against the same deadline.
     for on_error in [OnError::Deny, OnError::Allow] {
         let mut app = app_with(runaway_policy(), on_error, decider.clone());
-        app.decision_timeout = Duration::from_millis(200);
+        app.reviewer.decision_timeout = Duration::from_millis(200);
         let app = Arc::new(app);
-        let metrics = app.metrics.clone();
+        let metrics = app.reviewer.metrics.clone();
         let started = std::time::Instant::now();
         let pending = tokio::spawn(post(router(app), "/validate", review.clone()));
         wait_until("a decision thread is busy", || decider.busy() == 1).await;
@@ -410,7 +413,7 @@ async fn a_runaway_rule_is_answered_by_on_error_within_the_deadline() {
     }
     // The expired review still fills the one-slot queue: the next is refused at once.
     let app = Arc::new(app_with(runaway_policy(), OnError::Deny, decider.clone()));
-    let metrics = app.metrics.clone();
+    let metrics = app.reviewer.metrics.clone();
     let (status, v) = post(router(app), "/validate", review).await;
     assert_eq!(status, StatusCode::OK, "{v}");
     assert_on_error(

@@ -16,7 +16,7 @@ use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::Value;
 
-use crate::server::metrics::Metrics;
+use crate::metrics::Metrics;
 use crate::sources::{self, FluxKind, Sources};
 
 /// The sources in force, replaced whole on every change.

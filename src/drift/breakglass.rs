@@ -9,7 +9,7 @@ use crate::policy::Policy;
 pub const REASON: &str = "driftguard.io/break-glass";
 pub const EXPIRES: &str = "driftguard.io/break-glass-expires";
 
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BreakGlassUse {
     pub user: String,
     pub reason: String,

@@ -19,19 +19,20 @@ pub const HELM_RELEASE_ANNOTATION: &str = "meta.helm.sh/release-name";
 pub const FLUX_RECONCILE: &str = "kustomize.toolkit.fluxcd.io/reconcile";
 pub const HELM_DRIFT_DETECTION: &str = "helm.toolkit.fluxcd.io/driftDetection";
 
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(tag = "tool", rename_all = "camelCase")]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Manager {
-    #[serde(rename = "argocd")]
     ArgoCd {
         application: String,
-        #[serde(skip_serializing_if = "Option::is_none")]
         application_namespace: Option<String>,
     },
-    #[serde(rename = "flux-kustomization")]
-    FluxKustomization { namespace: String, name: String },
-    #[serde(rename = "flux-helmrelease")]
-    FluxHelmRelease { namespace: String, name: String },
+    FluxKustomization {
+        namespace: String,
+        name: String,
+    },
+    FluxHelmRelease {
+        namespace: String,
+        name: String,
+    },
 }
 
 impl Manager {

@@ -318,19 +318,7 @@ fn compile_filter(code: &str) -> Result<JqFilter, String> {
 /// jaq's error text embeds the whole input value; keep the reason only.
 fn describe_error(err: &jaq_core::Error<Val>) -> String {
     let full = err.to_string();
-    let mut text = full
-        .split(" with input")
-        .next()
-        .unwrap_or_default()
-        .to_owned();
-    if text.len() > 160 {
-        let mut end = 160;
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        text.truncate(end);
-        text.push_str("...");
-    }
+    let text = crate::text::ellipsize(full.split(" with input").next().unwrap_or_default(), 160);
     if text.contains("path") {
         format!("not a path expression ({text})")
     } else {

@@ -9,6 +9,8 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
+use crate::service::ServiceError;
+
 #[derive(Debug, thiserror::Error)]
 pub enum HttpError {
     /// Not JSON, not an AdmissionReview v1, or missing request/uid.
@@ -45,6 +47,14 @@ impl HttpError {
             HttpError::BodyTimeout(_) => "body-timeout",
             HttpError::NotFound => "not-found",
             HttpError::MethodNotAllowed => "method-not-allowed",
+        }
+    }
+}
+
+impl From<ServiceError> for HttpError {
+    fn from(e: ServiceError) -> Self {
+        match e {
+            ServiceError::Malformed(e) => HttpError::BadRequest(e.to_string()),
         }
     }
 }

@@ -2,15 +2,20 @@
 //! (a Secret volume). Kubernetes swaps a symlink to update such volumes, which a
 //! file watch can miss, so we compare contents on an interval. A bad new version
 //! keeps the last good one serving, is logged once and counted.
+//!
+//! Each reloader is a thread of its own: reading files and compiling a policy
+//! block, and the async workers must keep answering reviews and probes.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::app::PolicyHandle;
-use super::metrics::Metrics;
+use anyhow::Context as _;
+
 use super::tls::{CertStore, certified_key};
+use crate::metrics::Metrics;
 use crate::policy;
+use crate::service::PolicyHandle;
 
 /// The contents of a set of files, to notice a change however it was made.
 struct Snapshot {
@@ -33,25 +38,44 @@ impl Snapshot {
     }
 }
 
+/// Calls `on_change` on a thread named `name` whenever the contents of
+/// `paths` differ from the last look, `interval` apart. The thread lives as
+/// long as the process.
+fn spawn_poller(
+    name: &str,
+    paths: Vec<PathBuf>,
+    interval: Duration,
+    mut on_change: impl FnMut() + Send + 'static,
+) -> anyhow::Result<()> {
+    // Read now, at startup like the first load, so that a change made as soon
+    // as the server is ready is not taken for the starting point.
+    let mut snapshot = Snapshot::new(paths);
+    std::thread::Builder::new()
+        .name(name.to_owned())
+        .spawn(move || {
+            loop {
+                std::thread::sleep(interval);
+                if snapshot.changed() {
+                    on_change();
+                }
+            }
+        })
+        .with_context(|| format!("cannot start the {name} thread"))?;
+    Ok(())
+}
+
 pub fn spawn_policy_reloader(
     policy_path: PathBuf,
     app_paths: Vec<PathBuf>,
     handle: PolicyHandle,
     metrics: Arc<Metrics>,
     interval: Duration,
-) {
+) -> anyhow::Result<()> {
     let mut files = vec![policy_path.clone()];
     files.extend(app_paths.iter().cloned());
-    let mut snapshot = Snapshot::new(files);
-    tokio::spawn(async move {
-        loop {
-            tokio::time::sleep(interval).await;
-            if !snapshot.changed() {
-                continue;
-            }
-            reload_policy(&policy_path, &app_paths, &handle, &metrics);
-        }
-    });
+    spawn_poller("policy-reload", files, interval, move || {
+        reload_policy(&policy_path, &app_paths, &handle, &metrics);
+    })
 }
 
 /// Loads the policy again; on failure the last good one stays in force.
@@ -84,31 +108,25 @@ pub fn spawn_certificate_reloader(
     store: Arc<CertStore>,
     metrics: Arc<Metrics>,
     interval: Duration,
-) {
-    let mut snapshot = Snapshot::new(vec![cert.clone(), key.clone()]);
-    tokio::spawn(async move {
-        loop {
-            tokio::time::sleep(interval).await;
-            if !snapshot.changed() {
-                continue;
+) -> anyhow::Result<()> {
+    let files = vec![cert.clone(), key.clone()];
+    spawn_poller("cert-reload", files, interval, move || {
+        let pair = std::fs::read(&cert)
+            .and_then(|c| std::fs::read(&key).map(|k| (c, k)))
+            .map_err(|e| e.to_string())
+            .and_then(|(c, k)| certified_key(&c, &k));
+        match pair {
+            Ok(pair) => {
+                store.replace(pair);
+                Metrics::reloaded(&metrics.certificate_reloads, true);
+                tracing::info!(cert = %cert.display(), "serving certificate reloaded");
             }
-            let pair = std::fs::read(&cert)
-                .and_then(|c| std::fs::read(&key).map(|k| (c, k)))
-                .map_err(|e| e.to_string())
-                .and_then(|(c, k)| certified_key(&c, &k));
-            match pair {
-                Ok(pair) => {
-                    store.replace(pair);
-                    Metrics::reloaded(&metrics.certificate_reloads, true);
-                    tracing::info!(cert = %cert.display(), "serving certificate reloaded");
-                }
-                Err(e) => {
-                    Metrics::reloaded(&metrics.certificate_reloads, false);
-                    tracing::error!(error = %e, "new certificate pair refused; the old pair keeps serving");
-                }
+            Err(e) => {
+                Metrics::reloaded(&metrics.certificate_reloads, false);
+                tracing::error!(error = %e, "new certificate pair refused; the old pair keeps serving");
             }
         }
-    });
+    })
 }
 
 #[cfg(test)]

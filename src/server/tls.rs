@@ -18,6 +18,13 @@ pub fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
+/// Makes [`provider`] the process default as well: the kube client's TLS asks
+/// rustls for the process default rather than taking a provider. Call it before
+/// building a kube client; a second call is a no-op.
+pub fn install_process_default() {
+    let _ = Arc::unwrap_or_clone(provider()).install_default();
+}
+
 /// Parses a PEM certificate chain and private key into a signing pair.
 pub fn certified_key(cert_pem: &[u8], key_pem: &[u8]) -> Result<CertifiedKey, String> {
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert_pem)

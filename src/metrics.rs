@@ -1,4 +1,5 @@
-//! Prometheus metrics, served as text on the probe port.
+//! Prometheus metrics: recorded by the review service, the reloaders and the
+//! cluster watches; served as text on the probe port.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;

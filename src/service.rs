@@ -1,0 +1,413 @@
+//! Reviewing one AdmissionReview for the webhook, without HTTP: gather the
+//! inputs (the policy and sources in force, a `…/scale` write's parent), run
+//! the decision (`judge_request`, the same function `driftguard check` uses)
+//! on the [`Decider`] pool under `--decision-timeout`, and record the outcome
+//! (metrics, an Event, the audit record). The server only reads the body and
+//! maps [`ServiceError`] to HTTP.
+
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use jiff::Timestamp;
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
+use kube::core::response::StatusSummary;
+use serde_json::Value;
+use tracing::Instrument as _;
+
+use crate::admission::{self, Endpoint};
+use crate::audit::AuditRecord;
+use crate::cluster::events::{EventRecorder, Report};
+use crate::cluster::parents::ParentReader;
+use crate::cluster::watch::SourcesHandle;
+use crate::decider::{Decider, DeciderError};
+use crate::drift::{self, Finding, Verdict};
+use crate::metrics::{Metrics, RequestLabels};
+use crate::review::{self, RawObject, ReviewError};
+use crate::{Judged, Policy, judge_request};
+
+/// What the webhook answers when deciding fails inside driftguard.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum OnError {
+    Allow,
+    Deny,
+}
+
+/// The policy in force, replaced whole on reload.
+#[derive(Clone)]
+pub struct PolicyHandle(Arc<RwLock<Arc<Policy>>>);
+
+impl PolicyHandle {
+    pub fn new(policy: Policy) -> Self {
+        Self(Arc::new(RwLock::new(Arc::new(policy))))
+    }
+
+    pub fn current(&self) -> Arc<Policy> {
+        self.0.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    pub fn replace(&self, policy: Policy) {
+        *self.0.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(policy);
+    }
+}
+
+/// A body that is not a review to answer; every other failure is still
+/// answered with an AdmissionReview (by `--on-error`).
+#[derive(Debug, thiserror::Error)]
+pub enum ServiceError {
+    /// Not JSON, not an AdmissionReview v1, or without a readable uid: there
+    /// is no uid to answer to.
+    #[error(transparent)]
+    Malformed(ReviewError),
+}
+
+/// Everything a review needs besides the body.
+pub struct Reviewer {
+    pub policy: PolicyHandle,
+    /// What Argo CD and Flux know (`--watch-argocd`, `--watch-flux`).
+    pub sources: Option<SourcesHandle>,
+    /// Reads the parent of a `…/scale` write; `None` without cluster access.
+    pub parents: Option<Arc<ParentReader>>,
+    /// Writes DriftBlocked and BreakGlassUsed Events; `None` without cluster access.
+    pub events: Option<Arc<EventRecorder>>,
+    pub metrics: Arc<Metrics>,
+    /// The threads that decide; never the async workers.
+    pub decider: Decider,
+    pub on_error: OnError,
+    /// Longest a decision may take, queueing included (`--decision-timeout`).
+    pub decision_timeout: Duration,
+}
+
+impl Reviewer {
+    /// The AdmissionReview JSON to send back for `body`. A request that
+    /// cannot be judged, a deadline or a full queue is still answered, by
+    /// `--on-error`; only a body with no uid to answer to is an error.
+    pub async fn answer(&self, endpoint: Endpoint, body: &[u8]) -> Result<Vec<u8>, ServiceError> {
+        let started = Instant::now();
+        let parsed = match review::parse(body) {
+            Ok(req) => Arc::new(req),
+            Err(ReviewError::UnreadableRequest { uid, reason }) => {
+                return Ok(self.unreadable(endpoint, &uid, &reason, started));
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "rejected a malformed review");
+                self.metrics.reject("malformed");
+                return Err(ServiceError::Malformed(e));
+            }
+        };
+        let span = tracing::info_span!(
+            "review",
+            uid = %parsed.uid,
+            kind = %parsed.kind.kind,
+            namespace = parsed.namespace.as_deref().unwrap_or_default(),
+            name = %parsed.name,
+            operation = ?parsed.operation,
+        );
+        Ok(self
+            .decide_and_record(endpoint, parsed, started)
+            .instrument(span)
+            .await)
+    }
+
+    async fn decide_and_record(
+        &self,
+        endpoint: Endpoint,
+        parsed: Arc<AdmissionRequest<RawObject>>,
+        started: Instant,
+    ) -> Vec<u8> {
+        let policy = self.policy.current();
+        let parent = self.scale_parent(&policy, &parsed).await.map(Arc::new);
+        let sources = self.sources.as_ref().map(|s| s.current());
+        let job = {
+            let (parsed, parent) = (parsed.clone(), parent.clone());
+            move || {
+                judge_request(
+                    &policy,
+                    &parsed,
+                    endpoint,
+                    parent.as_deref(),
+                    sources.as_deref(),
+                    Timestamp::now(),
+                )
+            }
+        };
+        // Off the async workers, which must keep serving other reviews and the probes.
+        let outcome = self.decider.run(self.decision_timeout, job).await;
+        let micros = started.elapsed().as_micros() as u64;
+        let view = review::view(&parsed);
+        let why = match outcome {
+            Ok(Ok(judged)) => {
+                self.record(endpoint, &parsed, &judged);
+                if endpoint == Endpoint::Validate && !parsed.dry_run {
+                    self.emit_event(&parsed, parent.as_deref(), &judged);
+                }
+                AuditRecord::decided(
+                    endpoint.as_str(),
+                    &parsed.uid,
+                    &parsed.kind.version,
+                    &view,
+                    &judged.decision,
+                    micros,
+                )
+                .emit();
+                self.metrics
+                    .decision_seconds
+                    .observe(started.elapsed().as_secs_f64());
+                return judged.to_json();
+            }
+            // The request parsed but lacks what its operation needs: still a
+            // review the apiserver sent, so it gets a readable AdmissionReview.
+            Ok(Err(e)) => {
+                let why = format!("cannot judge this request: {e}");
+                tracing::warn!(error = %why, "answering with --on-error");
+                why
+            }
+            Err(e) => {
+                match e {
+                    DeciderError::TimedOut(_) => {
+                        self.metrics.decision_timeouts.inc();
+                    }
+                    DeciderError::QueueFull(_) => {
+                        self.metrics.decision_queue_full.inc();
+                    }
+                    DeciderError::Panicked(_) => {}
+                }
+                tracing::error!(error = %e, "no decision; answering with --on-error");
+                e.to_string()
+            }
+        };
+        self.metrics.internal_errors.inc();
+        let (response, verdict) = on_error_response(&parsed, self.on_error, &why);
+        AuditRecord::failed(
+            endpoint.as_str(),
+            &parsed.uid,
+            &parsed.kind.version,
+            &view,
+            verdict,
+            why,
+            micros,
+        )
+        .emit();
+        self.metrics
+            .decision_seconds
+            .observe(started.elapsed().as_secs_f64());
+        admission::to_bytes(&response.into_review())
+    }
+
+    /// A v1 review whose uid reads but whose request does not: answered by
+    /// `--on-error` with that uid, never an HTTP error the apiserver would show
+    /// only as "failed calling webhook".
+    fn unreadable(&self, endpoint: Endpoint, uid: &str, reason: &str, started: Instant) -> Vec<u8> {
+        let why = format!("cannot read this request: {reason}");
+        tracing::warn!(%uid, error = %why, "unreadable request; answering with --on-error");
+        self.metrics.internal_errors.inc();
+        // kube's constructor for a request it cannot read; the uid goes back in
+        // and --on-error decides.
+        let mut base = AdmissionResponse::invalid("");
+        base.uid = uid.to_owned();
+        base.allowed = true;
+        base.result = Default::default();
+        let (response, verdict) = on_error_answer(base, self.on_error, &why);
+        let micros = started.elapsed().as_micros() as u64;
+        AuditRecord::unreadable(endpoint.as_str(), uid, verdict, why, micros).emit();
+        admission::to_bytes(&response.into_review())
+    }
+
+    fn record(&self, endpoint: Endpoint, parsed: &AdmissionRequest<RawObject>, judged: &Judged) {
+        let d = &judged.decision;
+        self.metrics
+            .requests
+            .get_or_create(&RequestLabels {
+                endpoint: endpoint.as_str(),
+                operation: format!("{:?}", parsed.operation).to_uppercase(),
+                verdict: d.verdict.as_str(),
+            })
+            .inc();
+        if endpoint == Endpoint::Validate && d.finding == Finding::BreakGlass {
+            self.metrics.break_glass.inc();
+        }
+        if d.verdict == Verdict::Deny {
+            tracing::debug!(paths = ?d.drifted_paths, "denied drift");
+        }
+    }
+
+    /// An Event on the object for a denial or a break-glass use (never for dry runs).
+    fn emit_event(
+        &self,
+        req: &AdmissionRequest<RawObject>,
+        parent: Option<&Value>,
+        judged: &Judged,
+    ) {
+        let Some(events) = &self.events else { return };
+        if let Some(report) = event_report(req, parent, judged) {
+            events.report(report);
+        }
+    }
+
+    /// The parent of a `…/scale` UPDATE, unless the writer is exempt whatever
+    /// the parent says (then the answer does not depend on it) or there is no
+    /// cluster access. A failed read is logged; the decision then applies
+    /// `unknownScaleParent` and says so in its warnings and audit record.
+    async fn scale_parent(
+        &self,
+        policy: &Policy,
+        req: &AdmissionRequest<RawObject>,
+    ) -> Option<Value> {
+        if req.sub_resource.as_deref() != Some("scale") || req.operation != Operation::Update {
+            return None;
+        }
+        let user = req.user_info.username.as_deref().unwrap_or_default();
+        let groups = req.user_info.groups.as_deref().unwrap_or_default();
+        // The manager is on the parent we have not read yet, so only the
+        // controller and trusted identities can be checked here; a Flux
+        // tenant's service account is recognised by the decision itself,
+        // which runs the same check once the parent names its manager.
+        if drift::exemption(policy, None, None, user, groups).is_some() {
+            return None;
+        }
+        let reader = self.parents.as_ref()?;
+        let r = &req.resource;
+        let namespace = req.namespace.as_deref().unwrap_or_default();
+        match reader
+            .read(&r.group, &r.version, &r.resource, namespace, &req.name)
+            .await
+        {
+            Ok(parent) => Some(parent),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the scale parent");
+                None
+            }
+        }
+    }
+}
+
+/// The Event for a denial or a break-glass use, about the stored object (the
+/// parent for a scale write); `None` for any other decision.
+fn event_report(
+    req: &AdmissionRequest<RawObject>,
+    parent: Option<&Value>,
+    judged: &Judged,
+) -> Option<Report> {
+    let d = &judged.decision;
+    let (reason, action, note) = match (&d.finding, d.verdict) {
+        (_, Verdict::Deny) => {
+            let message = judged
+                .response
+                .response
+                .as_ref()
+                .map(|r| r.result.message.clone())
+                .unwrap_or_default();
+            (
+                "DriftBlocked",
+                "Deny",
+                format!(
+                    "{} by {}",
+                    message,
+                    req.user_info.username.as_deref().unwrap_or("?")
+                ),
+            )
+        }
+        (Finding::BreakGlass, _) => {
+            let bg = d.break_glass.as_ref()?;
+            let paths = if d.drifted_paths.is_empty() {
+                "armed".to_owned()
+            } else {
+                d.drifted_paths.join(", ")
+            };
+            (
+                "BreakGlassUsed",
+                "Allow",
+                format!(
+                    "break-glass by {} until {}: {}; {paths}",
+                    bg.user, bg.expires, bg.reason
+                ),
+            )
+        }
+        _ => return None,
+    };
+    let stored = parent
+        .or(req.old_object.as_ref().map(|o| &o.value))
+        .or(req.object.as_ref().map(|o| &o.value));
+    let field = |key: &str| {
+        stored
+            .and_then(|o| o.get(key))
+            .and_then(|v| v.as_str())
+            .map(str::to_owned)
+    };
+    let api_version = field("apiVersion").unwrap_or_else(|| match req.kind.group.as_str() {
+        "" => req.kind.version.clone(),
+        g => format!("{g}/{}", req.kind.version),
+    });
+    Some(Report {
+        reason,
+        action,
+        note,
+        regarding: k8s_openapi::api::core::v1::ObjectReference {
+            api_version: Some(api_version),
+            kind: field("kind").or_else(|| Some(req.kind.kind.clone())),
+            name: Some(req.name.clone()),
+            namespace: req.namespace.clone(),
+            uid: stored
+                .and_then(|o| o.pointer("/metadata/uid"))
+                .and_then(|v| v.as_str())
+                .map(str::to_owned),
+            ..Default::default()
+        },
+    })
+}
+
+/// Still an AdmissionReview: allowed or denied by `--on-error`, saying why.
+pub fn on_error_response(
+    req: &AdmissionRequest<RawObject>,
+    on_error: OnError,
+    why: &str,
+) -> (AdmissionResponse, &'static str) {
+    on_error_answer(AdmissionResponse::from(req), on_error, why)
+}
+
+fn on_error_answer(
+    mut resp: AdmissionResponse,
+    on_error: OnError,
+    why: &str,
+) -> (AdmissionResponse, &'static str) {
+    resp.audit_annotations
+        .insert("verdict".into(), "error".into());
+    resp.audit_annotations
+        .insert("reason".into(), "internal-error".into());
+    match on_error {
+        OnError::Allow => {
+            resp.warnings = Some(vec![format!(
+                "driftguard: {why}; allowed by --on-error=allow"
+            )]);
+            (resp, "allow")
+        }
+        OnError::Deny => {
+            let mut resp = resp.deny(format!("driftguard: {why}; denied by --on-error=deny"));
+            resp.result.code = 500;
+            resp.result.reason = "InternalError".into();
+            resp.result.status = Some(StatusSummary::Failure);
+            (resp, "deny")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn on_error_answers_with_a_review() {
+        let body = std::fs::read(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/data/deployment-delete.json"
+        ))
+        .unwrap();
+        let req = review::parse(&body).unwrap();
+        let (deny, verdict) = on_error_response(&req, OnError::Deny, "internal error: boom");
+        assert_eq!(verdict, "deny");
+        assert!(!deny.allowed);
+        assert_eq!(deny.uid, req.uid);
+        assert!(deny.result.message.contains("--on-error=deny"));
+        let (allow, _) = on_error_response(&req, OnError::Allow, "internal error: boom");
+        assert!(allow.allowed);
+    }
+}
