@@ -1,6 +1,7 @@
 //! The policy: loaded from YAML, checked, and compiled once (globs, pointers, jq).
 
 pub mod argocd;
+pub mod flux;
 pub mod ignore;
 pub mod jq;
 pub mod lint;
@@ -201,12 +202,6 @@ impl Policy {
             .iter()
             .find(|(names, _)| names.is_match(namespace))
             .map_or(self.mode, |(_, mode)| *mode)
-    }
-
-    pub fn application(&self, app: &str, app_namespace: Option<&str>) -> Option<&Application> {
-        self.applications
-            .iter()
-            .find(|a| a.tracks(app, app_namespace))
     }
 }
 

@@ -227,7 +227,7 @@ impl IgnoreRule {
         kind: &str,
         paths: &[String],
         origin: String,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, RuleError> {
         let glob = |s: &str| {
             if s.is_empty() {
                 "*".to_owned()
@@ -245,10 +245,10 @@ impl IgnoreRule {
                 }
             })
             .collect::<Result<_, _>>()
-            .map_err(|e| format!("{origin}: {e}"))?;
+            .map_err(|e| RuleError::new(origin.clone(), e))?;
         Ok(Self {
-            group: Pattern::new(&glob(group)).map_err(|e| format!("{origin}: {e}"))?,
-            kind: Pattern::new(&glob(kind)).map_err(|e| format!("{origin}: {e}"))?,
+            group: Pattern::new(&glob(group)).map_err(|e| RuleError::new(origin.clone(), e))?,
+            kind: Pattern::new(&glob(kind)).map_err(|e| RuleError::new(origin.clone(), e))?,
             name: String::new(),
             namespace: String::new(),
             pointers,
