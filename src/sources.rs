@@ -56,11 +56,11 @@ pub enum SourceError {
         source: Box<serde_saphyr::Error>,
     },
     /// An Application that does not compile.
-    #[error("Application {namespace}/{name}: {reason}")]
+    #[error("Application {namespace}/{name}: {source}")]
     Application {
         namespace: String,
         name: String,
-        reason: String,
+        source: Box<argocd::ApplicationError>,
     },
 }
 
@@ -536,10 +536,10 @@ pub fn applications(values: &[Value]) -> (Vec<Application>, Vec<SourceError>) {
         };
         match argocd::from_value(value) {
             Ok(app) => apps.push(app),
-            Err(e) => errors.push(SourceError::Application {
+            Err(source) => errors.push(SourceError::Application {
                 namespace: text("/metadata/namespace"),
                 name: text("/metadata/name"),
-                reason: e.to_string(),
+                source: Box::new(source),
             }),
         }
     }

@@ -100,7 +100,7 @@ impl RuleFailure {
 }
 
 /// A rule that does not compile: `item` names the entry (`ignoreDifferences[2].jqPathExpressions[0]`).
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 pub struct RuleError {
     pub item: String,
     pub reason: String,
@@ -164,12 +164,6 @@ impl std::fmt::Display for RuleError {
             ),
             None => write!(f, "{}: {}", self.item, self.reason),
         }
-    }
-}
-
-impl From<RuleError> for String {
-    fn from(e: RuleError) -> Self {
-        e.to_string()
     }
 }
 
@@ -301,7 +295,7 @@ impl IgnoreRule {
                 failures.push(RuleFailure {
                     origin: self.origin.clone(),
                     expression: jq.source().to_owned(),
-                    error,
+                    error: error.to_string(),
                 });
             }
         }
