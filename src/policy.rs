@@ -430,27 +430,7 @@ ignoreDifferences:
 
     #[test]
     fn real_world_jq_expressions_load() {
-        let exprs = [
-            ".webhooks[]?.clientConfig.caBundle",
-            ".spec.alternateBackends[]?.weight",
-            ".spec.clusterIP   # comment",
-            ".data",
-            ".spec.volumeClaimTemplates[]?.status",
-            r#".spec.template.metadata.annotations["linkerd.io/proxy-version"]"#,
-            ".spec.template.spec.initContainers",
-            ".spec.ports[] | select(.nodePort != null) | .nodePort",
-            ".webhooks[].clientConfig.caBundle",
-            r#".data["SECRET_KEY"], .data["ACCESS_KEY"], .stringData["SECRET_KEY"], .stringData["ACCESS_KEY"]"#,
-            r#".spec.template.spec.initContainers[] | select(.name == "init-container-0")"#,
-            r#".metadata.annotations | select(. != null) | .[keys[] | select(startswith("cert-manager.io/"))]"#,
-            r#".spec.template.spec.containers[] | select(.name | test("^istio"))"#,
-            r#".spec.template.spec.containers[] | select(.name == "a" or .name == "b")"#,
-            r#".spec.template.metadata.annotations."kubectl.kubernetes.io/restartedAt""#,
-            ".spec.replicas # HPA",
-            r#".metadata.labels | select(. != null) | to_entries[] | select(.key | startswith("service.istio.io"))"#,
-            r#".spec.containers[] | select(.name == "istio-proxy")"#,
-            "(.,.)|(.,.)|(.,.)|select(false)",
-        ];
+        let exprs = jq::terminating::REAL_WORLD;
         let text = format!(
             "ignoreDifferences:\n  - kind: X\n    jqPathExpressions: {}\n",
             serde_json::to_string(&exprs).unwrap()
