@@ -270,13 +270,14 @@ impl IgnoreRule {
     /// The paths this rule drops from the stored and the incoming object. jq
     /// expressions whose subtree did not change are skipped (see
     /// [`JqPath::sees_no_change`]); a failure is reported once per expression.
-    /// `owners` are the raw stored and incoming objects, whose managedFields
-    /// say which fields `managedFieldsManagers` own.
+    /// `with_managed_fields` are the stored and incoming objects as received
+    /// (before normalization drops managedFields), whose managedFields say
+    /// which fields `managedFieldsManagers` own.
     pub fn paths_pair(
         &self,
         old: &JqInput,
         new: &JqInput,
-        owners: Option<(&Value, &Value)>,
+        with_managed_fields: Option<(&Value, &Value)>,
         failures: &mut Vec<RuleFailure>,
     ) -> (Vec<Path>, Vec<Path>) {
         let (mut old_paths, mut new_paths) = (self.pointers.clone(), self.pointers.clone());
@@ -299,13 +300,13 @@ impl IgnoreRule {
                 });
             }
         }
-        if let (false, Some((old_owners, new_owners))) = (self.managers.is_empty(), owners) {
+        if let (false, Some((old_raw, new_raw))) = (self.managers.is_empty(), with_managed_fields) {
             // Ignored only where the manager owns the field before and after the
             // write: a manual change moves ownership away (Argo CD then sees the
             // field as drift too), and a field claimed for the manager by this
             // write (a client-chosen fieldManager) is not the manager's yet.
-            let before = owned_leaves(old_owners, &self.managers);
-            let owned: FieldSet = owned_leaves(new_owners, &self.managers)
+            let before = owned_leaves(old_raw, &self.managers);
+            let owned: FieldSet = owned_leaves(new_raw, &self.managers)
                 .intersection(&before)
                 .cloned()
                 .collect();
@@ -424,7 +425,7 @@ mod tests {
 
     #[test]
     fn managed_fields_leaves_and_list_keys() {
-        let owners = json!({"metadata": {"managedFields": [
+        let stored = json!({"metadata": {"managedFields": [
             {"manager": "hpa", "fieldsV1": {"f:spec": {"f:replicas": {}}}},
             {"manager": "mesh", "fieldsV1": {"f:spec": {"f:containers": {
                 "k:{\"name\":\"istio-proxy\"}": {".": {}},
@@ -434,7 +435,7 @@ mod tests {
         let obj = json!({"spec": {"replicas": 3, "paused": false, "containers": [
             {"name": "app", "image": "a:1"}, {"name": "istio-proxy"}]}});
         let managers = vec!["hpa".to_owned(), "mesh".to_owned()];
-        let mut got: Vec<String> = locate_leaves(&owned_leaves(&owners, &managers), &obj)
+        let mut got: Vec<String> = locate_leaves(&owned_leaves(&stored, &managers), &obj)
             .iter()
             .map(Path::to_pointer)
             .collect();
