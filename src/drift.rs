@@ -14,10 +14,12 @@ pub use breakglass::{BreakGlass, BreakGlassUse};
 pub use inputs::{Input, Inputs, MODE_ANNOTATION};
 pub use ownership::Manager;
 
+use crate::policy::flux::{FluxKind, FluxSource};
 use crate::policy::ignore::owned_leaves;
 use crate::policy::path::is_under;
-use crate::policy::{IgnoreRule, Mode, Policy, RuleFailure, Target, UnknownParent};
-use crate::sources::Sources;
+use crate::policy::{
+    Application, IgnoreRule, Mode, Policy, RuleFailure, RuleSet, Target, UnknownParent,
+};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Operation {
@@ -161,6 +163,35 @@ pub enum DecideError {
     /// CREATE and UPDATE must carry the new object.
     #[error("{0} request has no object")]
     MissingObject(&'static str),
+}
+
+/// What Argo CD and Flux themselves know, as plain data: read from the cluster
+/// by [`crate::sources`] (`--watch-argocd`, `--watch-flux`), or built by tests.
+#[derive(Debug, Default)]
+pub struct Sources {
+    pub applications: Vec<Application>,
+    /// `resource.customizations.ignoreDifferences.*` of `argocd-cm`: for every
+    /// Argo CD-managed object.
+    pub argocd_overrides: RuleSet,
+    pub flux: Vec<FluxSource>,
+}
+
+impl Sources {
+    /// The Kustomization or HelmRelease that manages the object, when known.
+    pub fn flux_source(&self, manager: &Manager) -> Option<&FluxSource> {
+        let (kind, namespace, name) = match manager {
+            Manager::FluxKustomization { namespace, name } => {
+                (FluxKind::Kustomization, namespace, name)
+            }
+            Manager::FluxHelmRelease { namespace, name } => {
+                (FluxKind::HelmRelease, namespace, name)
+            }
+            Manager::ArgoCd { .. } => return None,
+        };
+        self.flux
+            .iter()
+            .find(|s| s.kind == kind && &s.namespace == namespace && &s.name == name)
+    }
 }
 
 /// Inputs that are not part of the request.
@@ -428,10 +459,13 @@ fn find_application<'p>(
     ctx: &Context<'p>,
     name: &str,
     namespace: Option<&str>,
-) -> Option<&'p crate::policy::Application> {
+) -> Option<&'p Application> {
+    let watched = ctx.sources.map_or(&[][..], |s| &s.applications);
     policy
-        .application(name, namespace)
-        .or_else(|| ctx.sources.and_then(|s| s.application(name, namespace)))
+        .applications
+        .iter()
+        .chain(watched)
+        .find(|a| a.tracks(name, namespace))
 }
 
 fn set_manager(policy: &Policy, ctx: &Context, d: &mut Decision, manager: Manager) {

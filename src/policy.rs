@@ -1,6 +1,7 @@
 //! The policy: loaded from YAML, checked, and compiled once (globs, pointers, jq).
 
 pub mod argocd;
+pub mod flux;
 pub mod ignore;
 pub mod jq;
 pub mod lint;
@@ -35,11 +36,40 @@ pub struct Identities {
     groups: PatternSet,
 }
 
+/// A field of the policy file that does not compile; the caller adds the file.
+#[derive(Debug, thiserror::Error)]
+pub enum FieldError {
+    /// A user, group or namespace pattern that is not a glob.
+    #[error("{field}: {source}")]
+    Pattern {
+        field: String,
+        source: pattern::PatternError,
+    },
+    /// `breakGlass.maxDuration` that is not a positive duration.
+    #[error("breakGlass.maxDuration: {0}")]
+    MaxDuration(#[from] DurationError),
+}
+
+/// A duration such as `4h` that is not one, or not positive.
+#[derive(Debug, thiserror::Error)]
+pub enum DurationError {
+    #[error("`{text}` is not a duration such as 4h or 30m: {source}")]
+    Syntax { text: String, source: jiff::Error },
+    #[error("`{0}` must be positive")]
+    NotPositive(String),
+}
+
 impl Identities {
-    fn new(users: &[String], groups: &[String], what: &str) -> Result<Self, String> {
+    fn new(users: &[String], groups: &[String], what: &str) -> Result<Self, FieldError> {
+        let set = |patterns, part: &str| {
+            PatternSet::new(patterns).map_err(|source| FieldError::Pattern {
+                field: format!("{what}.{part}"),
+                source,
+            })
+        };
         Ok(Self {
-            users: PatternSet::new(users).map_err(|e| format!("{what}.users: {e}"))?,
-            groups: PatternSet::new(groups).map_err(|e| format!("{what}.groups: {e}"))?,
+            users: set(users, "users")?,
+            groups: set(groups, "groups")?,
         })
     }
 
@@ -114,7 +144,7 @@ impl Policy {
         Self::compile(&parsed, rules).map_err(|e| PolicyError(format!("{file}: {e}")))
     }
 
-    fn compile(file: &PolicyFile, rules: RuleSet) -> Result<Self, String> {
+    fn compile(file: &PolicyFile, rules: RuleSet) -> Result<Self, FieldError> {
         let namespaces = file
             .namespaces
             .iter()
@@ -122,11 +152,13 @@ impl Policy {
             .map(|(i, o)| {
                 PatternSet::new(&o.names)
                     .map(|p| (p, o.mode))
-                    .map_err(|e| format!("namespaces[{i}].names: {e}"))
+                    .map_err(|source| FieldError::Pattern {
+                        field: format!("namespaces[{i}].names"),
+                        source,
+                    })
             })
             .collect::<Result<_, _>>()?;
-        let max_duration = parse_duration(&file.break_glass.max_duration)
-            .map_err(|e| format!("breakGlass.maxDuration: {e}"))?;
+        let max_duration = parse_duration(&file.break_glass.max_duration)?;
         let argo = &file.gitops.argocd;
         Ok(Self {
             mode: file.mode,
@@ -166,7 +198,7 @@ impl Policy {
             return Self::from_yaml(text, file).map(|p| (p, Vec::new()));
         };
         if headers.iter().any(ManifestHeader::is_application) {
-            let imported = argocd::parse(text, file).map_err(PolicyError)?;
+            let imported = argocd::parse(text, file)?;
             let mut notes = imported.skipped;
             notes.push(format!(
                 "{file}: Argo CD Application(s) {}: the embedded default policy applies, with their ignoreDifferences",
@@ -203,12 +235,6 @@ impl Policy {
             .iter()
             .find(|(names, _)| names.is_match(namespace))
             .map_or(self.mode, |(_, mode)| *mode)
-    }
-
-    pub fn application(&self, app: &str, app_namespace: Option<&str>) -> Option<&Application> {
-        self.applications
-            .iter()
-            .find(|a| a.tracks(app, app_namespace))
     }
 }
 
@@ -263,8 +289,7 @@ pub fn load_sources(
     };
     let mut apps = Vec::new();
     for path in applications {
-        let imported =
-            argocd::parse(&read(path)?, &path.display().to_string()).map_err(PolicyError)?;
+        let imported = argocd::parse(&read(path)?, &path.display().to_string())?;
         notes.extend(imported.skipped);
         apps.extend(imported.applications);
     }
@@ -303,12 +328,13 @@ impl ManifestHeader {
     }
 }
 
-fn parse_duration(text: &str) -> Result<SignedDuration, String> {
-    let d: SignedDuration = text
-        .parse()
-        .map_err(|e| format!("`{text}` is not a duration such as 4h or 30m: {e}"))?;
+fn parse_duration(text: &str) -> Result<SignedDuration, DurationError> {
+    let d: SignedDuration = text.parse().map_err(|source| DurationError::Syntax {
+        text: text.to_owned(),
+        source,
+    })?;
     if d.is_negative() || d.is_zero() {
-        return Err(format!("`{text}` must be positive"));
+        return Err(DurationError::NotPositive(text.to_owned()));
     }
     Ok(d)
 }
@@ -406,27 +432,7 @@ ignoreDifferences:
 
     #[test]
     fn real_world_jq_expressions_load() {
-        let exprs = [
-            ".webhooks[]?.clientConfig.caBundle",
-            ".spec.alternateBackends[]?.weight",
-            ".spec.clusterIP   # comment",
-            ".data",
-            ".spec.volumeClaimTemplates[]?.status",
-            r#".spec.template.metadata.annotations["linkerd.io/proxy-version"]"#,
-            ".spec.template.spec.initContainers",
-            ".spec.ports[] | select(.nodePort != null) | .nodePort",
-            ".webhooks[].clientConfig.caBundle",
-            r#".data["SECRET_KEY"], .data["ACCESS_KEY"], .stringData["SECRET_KEY"], .stringData["ACCESS_KEY"]"#,
-            r#".spec.template.spec.initContainers[] | select(.name == "init-container-0")"#,
-            r#".metadata.annotations | select(. != null) | .[keys[] | select(startswith("cert-manager.io/"))]"#,
-            r#".spec.template.spec.containers[] | select(.name | test("^istio"))"#,
-            r#".spec.template.spec.containers[] | select(.name == "a" or .name == "b")"#,
-            r#".spec.template.metadata.annotations."kubectl.kubernetes.io/restartedAt""#,
-            ".spec.replicas # HPA",
-            r#".metadata.labels | select(. != null) | to_entries[] | select(.key | startswith("service.istio.io"))"#,
-            r#".spec.containers[] | select(.name == "istio-proxy")"#,
-            "(.,.)|(.,.)|(.,.)|select(false)",
-        ];
+        let exprs = jq::terminating::REAL_WORLD;
         let text = format!(
             "ignoreDifferences:\n  - kind: X\n    jqPathExpressions: {}\n",
             serde_json::to_string(&exprs).unwrap()

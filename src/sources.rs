@@ -1,204 +1,236 @@
 //! What Argo CD and Flux themselves know, read from the cluster: Applications
 //! and their ignoreDifferences, the `argocd-cm` resource customizations, and
 //! Flux Kustomizations and HelmReleases (the service account each impersonates,
-//! its ignore rules, its source). The decision reads this as plain data.
+//! its ignore rules, its source). The result is the plain [`Sources`] the
+//! decision reads; this module depends on the core, never the reverse.
 
+use std::collections::BTreeSet;
+
+use kube::core::Expression;
 use regex::Regex;
+use serde::Deserialize;
 use serde_json::Value;
 
-use crate::drift::Manager;
-use crate::policy::ignore::{IgnoreRule, RuleSet, Target};
+pub use crate::drift::Sources;
+pub use crate::policy::flux::{FluxKind, FluxRule, FluxSource};
+use crate::policy::ignore::{IgnoreRule, RuleError, RuleSet};
 use crate::policy::schema::IgnoreDifference;
 use crate::policy::{Application, argocd};
 
-#[derive(Debug, Default)]
-pub struct Sources {
-    pub applications: Vec<Application>,
-    /// `resource.customizations.ignoreDifferences.*` of `argocd-cm`: for every
-    /// Argo CD-managed object.
-    pub argocd_overrides: RuleSet,
-    pub flux: Vec<FluxSource>,
+/// A watched object that cannot be read: it is left out and reported, and the
+/// objects it manages keep the policy's rules.
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    /// The object does not have the shape of its kind (its CRD's schema
+    /// should make this impossible).
+    #[error("{kind}: {source}")]
+    Shape {
+        kind: &'static str,
+        source: serde_json::Error,
+    },
+    /// A Flux object without a name.
+    #[error("no metadata.name")]
+    NoName,
+    /// A target's `name` or `namespace` that is not a regular expression.
+    #[error("{origin}.target.{field}: {source}")]
+    Regex {
+        origin: String,
+        field: &'static str,
+        source: regex::Error,
+    },
+    /// A target's `labelSelector` or `annotationSelector` that is not a
+    /// Kubernetes selector: Flux would refuse it too.
+    #[error("{origin}.target.{field}: {source}")]
+    Selector {
+        origin: String,
+        field: &'static str,
+        source: SelectorError,
+    },
+    /// An ignore rule that does not compile.
+    #[error(transparent)]
+    Rule(#[from] RuleError),
+    /// An `argocd-cm` entry that is not YAML of the expected shape.
+    #[error("argocd-cm {key}: {}", first_line(.source))]
+    Override {
+        key: String,
+        source: Box<serde_saphyr::Error>,
+    },
+    /// An Application that does not compile.
+    #[error("Application {namespace}/{name}: {source}")]
+    Application {
+        namespace: String,
+        name: String,
+        source: Box<argocd::ApplicationError>,
+    },
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FluxKind {
-    Kustomization,
-    HelmRelease,
+/// The fields of a Kustomization (`kustomize.toolkit.fluxcd.io/v1`) or a
+/// HelmRelease (`helm.toolkit.fluxcd.io/v2`) that driftguard reads.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct FluxObject {
+    metadata: Meta,
+    spec: FluxSpec,
 }
 
-#[derive(Debug)]
-pub struct FluxSource {
-    pub kind: FluxKind,
-    pub namespace: String,
-    pub name: String,
-    /// `system:serviceaccount:<ns>:<sa>` the controller impersonates for it.
-    pub service_account: Option<String>,
-    /// `GitRepository flux-system/repo, path ./apps`, for messages.
-    pub source: Option<String>,
-    pub rules: Vec<FluxRule>,
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct Meta {
+    name: Option<String>,
+    namespace: Option<String>,
 }
 
-/// A Flux ignore rule: JSON pointers and a target with regex name/namespace.
-#[derive(Debug)]
-pub struct FluxRule {
-    pub rule: IgnoreRule,
+#[derive(Deserialize, Default)]
+#[serde(default, rename_all = "camelCase")]
+struct FluxSpec {
+    service_account_name: Option<String>,
+    /// Kustomization: where its manifests come from.
+    source_ref: Option<SourceRef>,
+    path: Option<String>,
+    /// HelmRelease: the chart, inline or referenced.
+    chart: Option<Chart>,
+    chart_ref: Option<NamedRef>,
+    /// Kustomization: `spec.ignore`.
+    ignore: Option<Vec<Ignore>>,
+    /// HelmRelease: `spec.driftDetection.ignore`.
+    drift_detection: Option<DriftDetection>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct SourceRef {
+    kind: Option<String>,
+    name: Option<String>,
+    namespace: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct Chart {
+    spec: Option<ChartSpec>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct ChartSpec {
+    chart: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct NamedRef {
+    name: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct DriftDetection {
+    ignore: Option<Vec<Ignore>>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct Ignore {
+    paths: Option<Vec<String>>,
+    target: Option<IgnoreTarget>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default, rename_all = "camelCase")]
+struct IgnoreTarget {
+    group: Option<String>,
     version: Option<String>,
-    name: Option<Regex>,
-    namespace: Option<Regex>,
-    labels: Vec<(String, String)>,
-    annotations: Vec<(String, String)>,
+    kind: Option<String>,
+    name: Option<String>,
+    namespace: Option<String>,
+    label_selector: Option<String>,
+    annotation_selector: Option<String>,
 }
 
-impl Sources {
-    pub fn application(&self, app: &str, app_namespace: Option<&str>) -> Option<&Application> {
-        self.applications
-            .iter()
-            .find(|a| a.tracks(app, app_namespace))
-    }
-
-    pub fn flux_source(&self, manager: &Manager) -> Option<&FluxSource> {
-        let (kind, namespace, name) = match manager {
-            Manager::FluxKustomization { namespace, name } => {
-                (FluxKind::Kustomization, namespace, name)
-            }
-            Manager::FluxHelmRelease { namespace, name } => {
-                (FluxKind::HelmRelease, namespace, name)
-            }
-            Manager::ArgoCd { .. } => return None,
-        };
-        self.flux
-            .iter()
-            .find(|s| s.kind == kind && &s.namespace == namespace && &s.name == name)
-    }
+/// The parser's first line: the rest is a snippet of the entry.
+fn first_line(e: &serde_saphyr::Error) -> String {
+    e.to_string().lines().next().unwrap_or_default().to_owned()
 }
 
-impl FluxSource {
-    /// Pointers of the labels and annotations its ignore targets select on
-    /// that differ between `old` and `new`: they decide whether a rule applies,
-    /// so they are decision inputs (see [`crate::drift::inputs`]).
-    pub fn selector_changes(&self, old: &Value, new: &Value) -> Vec<String> {
-        let mut out = Vec::new();
-        for rule in &self.rules {
-            for (section, pairs) in [("labels", &rule.labels), ("annotations", &rule.annotations)] {
-                for (key, _) in pairs {
-                    let at = |o: &Value| o.get("metadata")?.get(section)?.get(key).cloned();
-                    let pointer =
-                        format!("/metadata/{section}/{}", crate::policy::path::escape(key));
-                    if at(old) != at(new) && !out.contains(&pointer) {
-                        out.push(pointer);
-                    }
-                }
-            }
-        }
-        out
-    }
-}
-
-impl FluxRule {
-    pub fn matches(&self, target: &Target, version: &str, obj: &Value) -> bool {
-        let meta_has = |section: &str, pairs: &[(String, String)]| {
-            pairs.iter().all(|(k, v)| {
-                obj.pointer(&format!("/metadata/{section}"))
-                    .and_then(|m| m.get(k))
-                    .and_then(Value::as_str)
-                    == Some(v)
-            })
-        };
-        self.rule.matches(target)
-            && self.version.as_deref().is_none_or(|v| v == version)
-            && self.name.as_ref().is_none_or(|re| re.is_match(target.name))
-            && self
-                .namespace
-                .as_ref()
-                .is_none_or(|re| re.is_match(target.namespace))
-            && meta_has("labels", &self.labels)
-            && meta_has("annotations", &self.annotations)
-    }
+/// Flux treats an empty string as an absent field.
+fn given(field: &Option<String>) -> Option<&str> {
+    field.as_deref().filter(|s| !s.is_empty())
 }
 
 /// Reads a watched Kustomization or HelmRelease.
-pub fn flux_from_value(kind: FluxKind, value: &Value) -> Result<FluxSource, String> {
-    let text = |p: &str| {
-        value
-            .pointer(p)
-            .and_then(Value::as_str)
-            .filter(|s| !s.is_empty())
-            .map(str::to_owned)
-    };
-    let namespace = text("/metadata/namespace").unwrap_or_default();
-    let name = text("/metadata/name").ok_or("no metadata.name")?;
-    let label = match kind {
-        FluxKind::Kustomization => "Kustomization",
-        FluxKind::HelmRelease => "HelmRelease",
-    };
-    let service_account = text("/spec/serviceAccountName")
+pub fn flux_from_value(kind: FluxKind, value: &Value) -> Result<FluxSource, SourceError> {
+    let object = FluxObject::deserialize(value).map_err(|source| SourceError::Shape {
+        kind: kind.as_str(),
+        source,
+    })?;
+    let namespace = given(&object.metadata.namespace)
+        .unwrap_or_default()
+        .to_owned();
+    let name = given(&object.metadata.name)
+        .ok_or(SourceError::NoName)?
+        .to_owned();
+    let spec = object.spec;
+    let service_account = given(&spec.service_account_name)
         .map(|sa| format!("system:serviceaccount:{namespace}:{sa}"));
     let source = match kind {
-        FluxKind::Kustomization => text("/spec/sourceRef/kind").map(|k| {
-            let ns = text("/spec/sourceRef/namespace").unwrap_or_else(|| namespace.clone());
-            let src = format!(
-                "{k} {ns}/{}",
-                text("/spec/sourceRef/name").unwrap_or_default()
-            );
-            match text("/spec/path") {
+        FluxKind::Kustomization => spec.source_ref.as_ref().and_then(|r| {
+            let k = given(&r.kind)?;
+            let ns = given(&r.namespace).unwrap_or(&namespace);
+            let src = format!("{k} {ns}/{}", given(&r.name).unwrap_or_default());
+            Some(match given(&spec.path) {
                 Some(path) => format!("{src}, path {path}"),
                 None => src,
-            }
-        }),
-        FluxKind::HelmRelease => text("/spec/chart/spec/chart")
-            .map(|chart| format!("chart {chart}"))
-            .or_else(|| text("/spec/chartRef/name").map(|c| format!("chart {c}"))),
-    };
-    let rules_at = match kind {
-        FluxKind::Kustomization => "/spec/ignore",
-        FluxKind::HelmRelease => "/spec/driftDetection/ignore",
-    };
-    let mut rules = Vec::new();
-    for (i, rule) in value
-        .pointer(rules_at)
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .enumerate()
-    {
-        let origin = format!("{label} {namespace}/{name} ignore[{i}]");
-        let paths: Vec<String> = rule
-            .get("paths")
-            .and_then(Value::as_array)
-            .map(|ps| {
-                ps.iter()
-                    .filter_map(Value::as_str)
-                    .map(str::to_owned)
-                    .collect()
             })
-            .unwrap_or_default();
-        let t = rule.get("target").cloned().unwrap_or(Value::Null);
-        let field = |k: &str| {
-            t.get(k)
-                .and_then(Value::as_str)
-                .filter(|s| !s.is_empty())
-                .map(str::to_owned)
-        };
-        let regex = |k: &str| -> Result<Option<Regex>, String> {
-            field(k)
-                .map(|r| {
-                    Regex::new(&format!("^(?:{r})$"))
-                        .map_err(|e| format!("{origin}.target.{k}: {e}"))
-                })
+        }),
+        FluxKind::HelmRelease => spec
+            .chart
+            .as_ref()
+            .and_then(|c| given(&c.spec.as_ref()?.chart))
+            .or_else(|| given(&spec.chart_ref.as_ref()?.name))
+            .map(|chart| format!("chart {chart}")),
+    };
+    let ignores = match kind {
+        FluxKind::Kustomization => spec.ignore,
+        FluxKind::HelmRelease => spec.drift_detection.and_then(|d| d.ignore),
+    };
+    let label = kind.as_str();
+    let mut rules = Vec::new();
+    for (i, ignore) in ignores.into_iter().flatten().enumerate() {
+        let origin = format!("{label} {namespace}/{name} ignore[{i}]");
+        let t = ignore.target.unwrap_or_default();
+        let regex = |field: &'static str, text: &Option<String>| {
+            given(text)
+                .map(|r| Regex::new(&format!("^(?:{r})$")))
                 .transpose()
+                .map_err(|source| SourceError::Regex {
+                    origin: origin.clone(),
+                    field,
+                    source,
+                })
+        };
+        let selector = |field: &'static str, text: &Option<String>| {
+            given(text)
+                .map(parse_selector)
+                .transpose()
+                .map(Option::unwrap_or_default)
+                .map_err(|source| SourceError::Selector {
+                    origin: origin.clone(),
+                    field,
+                    source,
+                })
         };
         rules.push(FluxRule {
+            version: given(&t.version).map(str::to_owned),
+            name: regex("name", &t.name)?,
+            namespace: regex("namespace", &t.namespace)?,
+            labels: selector("labelSelector", &t.label_selector)?,
+            annotations: selector("annotationSelector", &t.annotation_selector)?,
             rule: IgnoreRule::from_flux(
-                &field("group").unwrap_or_default(),
-                &field("kind").unwrap_or_default(),
-                &paths,
+                given(&t.group).unwrap_or_default(),
+                given(&t.kind).unwrap_or_default(),
+                &ignore.paths.unwrap_or_default(),
                 origin.clone(),
             )?,
-            version: field("version"),
-            name: regex("name")?,
-            namespace: regex("namespace")?,
-            labels: equality_selector(field("labelSelector").as_deref()),
-            annotations: equality_selector(field("annotationSelector").as_deref()),
         });
     }
     Ok(FluxSource {
@@ -211,26 +243,236 @@ pub fn flux_from_value(kind: FluxKind, value: &Value) -> Result<FluxSource, Stri
     })
 }
 
-/// `a=b,c=d` selectors; set-based selectors are not supported and match nothing.
-fn equality_selector(text: Option<&str>) -> Vec<(String, String)> {
-    let Some(text) = text else { return Vec::new() };
-    text.split(',')
-        .map(|pair| match pair.split_once('=') {
-            Some((k, v)) => (
-                k.trim().trim_end_matches('=').to_owned(),
-                v.trim().trim_start_matches('=').to_owned(),
-            ),
-            None => (
-                pair.trim().to_owned(),
-                "\u{0}unsupported selector".to_owned(),
-            ),
-        })
-        .collect()
+/// A `labelSelector` or `annotationSelector` that `labels.Parse` (k8s.io/apimachinery,
+/// which Flux uses) would refuse, or that kube's selectors cannot express.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum SelectorError {
+    /// Not the selector grammar.
+    #[error("`{selector}`: expected {expected} at column {column}")]
+    Syntax {
+        selector: String,
+        column: usize,
+        expected: &'static str,
+    },
+    /// A key that is not a qualified name (`[prefix/]name`).
+    #[error("`{selector}`: `{key}` is not a valid label key")]
+    Key { selector: String, key: String },
+    /// A value that is not a valid label value.
+    #[error("`{selector}`: `{value}` is not a valid label value")]
+    Value { selector: String, value: String },
+    /// `a > 1` and `a < 1`: apimachinery has them, kube's `Expression` does not.
+    #[error("`{selector}`: `{operator}` is not supported")]
+    Unsupported {
+        selector: String,
+        operator: &'static str,
+    },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Token<'a> {
+    Word(&'a str),
+    Not,
+    Equals,
+    NotEquals,
+    Open,
+    Close,
+    Comma,
+    Greater,
+    Less,
+    End,
+}
+
+/// Tokens with their 1-based columns, as apimachinery's lexer splits them:
+/// a word runs until whitespace or one of `!=(),<>`; `==` is `=`.
+fn tokens(text: &str) -> Vec<(Token<'_>, usize)> {
+    const SPECIAL: &[char] = &['!', '=', '(', ')', ',', '<', '>'];
+    let mut out = Vec::new();
+    let mut rest = text;
+    loop {
+        rest = rest.trim_start();
+        let column = text.len() - rest.len() + 1;
+        let mut chars = rest.chars();
+        let (token, len) = match chars.next() {
+            None => {
+                out.push((Token::End, column));
+                return out;
+            }
+            Some('!') if chars.next() == Some('=') => (Token::NotEquals, 2),
+            Some('!') => (Token::Not, 1),
+            Some('=') if chars.next() == Some('=') => (Token::Equals, 2),
+            Some('=') => (Token::Equals, 1),
+            Some('(') => (Token::Open, 1),
+            Some(')') => (Token::Close, 1),
+            Some(',') => (Token::Comma, 1),
+            Some('>') => (Token::Greater, 1),
+            Some('<') => (Token::Less, 1),
+            Some(_) => {
+                let len = rest
+                    .find(|c: char| c.is_whitespace() || SPECIAL.contains(&c))
+                    .unwrap_or(rest.len());
+                (Token::Word(&rest[..len]), len)
+            }
+        };
+        out.push((token, column));
+        rest = &rest[len..];
+    }
+}
+
+/// Parses a Kubernetes selector string (`kubectl -l` syntax: `a=b`, `a==b`,
+/// `a!=b`, `a in (x,y)`, `a notin (x,y)`, `a`, `!a`, joined by commas) into
+/// kube's expressions, whose `matches` has apimachinery's semantics (`!=` and
+/// `notin` match an object without the key). kube-core has the types but no
+/// string parser.
+pub fn parse_selector(text: &str) -> Result<Vec<Expression>, SelectorError> {
+    let tokens = tokens(text);
+    let mut at = 0;
+    let mut next = || {
+        let t = tokens[at.min(tokens.len() - 1)];
+        at += 1;
+        t
+    };
+    let syntax = |column, expected| SelectorError::Syntax {
+        selector: text.to_owned(),
+        column,
+        expected,
+    };
+    let key = |k: &str| {
+        if is_qualified_name(k) {
+            Ok(k.to_owned())
+        } else {
+            Err(SelectorError::Key {
+                selector: text.to_owned(),
+                key: k.to_owned(),
+            })
+        }
+    };
+    let value = |v: &str| {
+        if v.is_empty() || is_name(v) {
+            Ok(v.to_owned())
+        } else {
+            Err(SelectorError::Value {
+                selector: text.to_owned(),
+                value: v.to_owned(),
+            })
+        }
+    };
+    let mut out = Vec::new();
+    loop {
+        let (token, column) = next();
+        // What follows the expression: `,` or the end.
+        let follow = match token {
+            Token::Not => match next() {
+                (Token::Word(k), _) => {
+                    out.push(Expression::DoesNotExist(key(k)?));
+                    next()
+                }
+                (_, column) => return Err(syntax(column, "a key after `!`")),
+            },
+            Token::Word(k) => {
+                let k = key(k)?;
+                match next() {
+                    (Token::Word(op @ ("in" | "notin")), _) => {
+                        let (open, column) = next();
+                        if open != Token::Open {
+                            return Err(syntax(column, "`(` after `in` or `notin`"));
+                        }
+                        let mut values = BTreeSet::new();
+                        loop {
+                            let (mut t, mut c) = next();
+                            if let Token::Word(v) = t {
+                                values.insert(value(v)?);
+                                (t, c) = next();
+                            } else {
+                                // `()` and `(a,)` hold the empty value, as in apimachinery.
+                                values.insert(String::new());
+                            }
+                            match t {
+                                Token::Comma => continue,
+                                Token::Close => break,
+                                _ => return Err(syntax(c, "`,` or `)` in a value list")),
+                            }
+                        }
+                        out.push(if op == "in" {
+                            Expression::In(k, values)
+                        } else {
+                            Expression::NotIn(k, values)
+                        });
+                        next()
+                    }
+                    (op @ (Token::Equals | Token::NotEquals), _) => {
+                        let mut after = next();
+                        let v = match after {
+                            (Token::Word(v), _) => {
+                                after = next();
+                                value(v)?
+                            }
+                            // `a=` selects the empty value.
+                            (Token::Comma | Token::End, _) => String::new(),
+                            (_, column) => return Err(syntax(column, "a value")),
+                        };
+                        out.push(if op == Token::Equals {
+                            Expression::Equal(k, v)
+                        } else {
+                            Expression::NotEqual(k, v)
+                        });
+                        after
+                    }
+                    (op @ (Token::Greater | Token::Less), _) => {
+                        return Err(SelectorError::Unsupported {
+                            selector: text.to_owned(),
+                            operator: if op == Token::Greater { ">" } else { "<" },
+                        });
+                    }
+                    other => {
+                        out.push(Expression::Exists(k));
+                        other
+                    }
+                }
+            }
+            _ => return Err(syntax(column, "a key or `!`")),
+        };
+        match follow {
+            (Token::End, _) => return Ok(out),
+            (Token::Comma, _) => {}
+            (_, column) => return Err(syntax(column, "`,` or the end")),
+        }
+    }
+}
+
+/// A label name or value: at most 63 characters, alphanumeric at both ends,
+/// `-`, `_` and `.` between (apimachinery's `IsQualifiedName` name part and
+/// `IsValidLabelValue`).
+fn is_name(s: &str) -> bool {
+    let alnum = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
+    s.len() <= 63
+        && alnum(s.chars().next())
+        && alnum(s.chars().last())
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
+/// `name` or `prefix/name`, the prefix a DNS subdomain.
+fn is_qualified_name(s: &str) -> bool {
+    match s.split_once('/') {
+        None => is_name(s),
+        Some((prefix, name)) => {
+            is_name(name)
+                && prefix.len() <= 253
+                && prefix.split('.').all(|label| {
+                    label.len() <= 63
+                        && label.starts_with(|c: char| c.is_ascii_alphanumeric())
+                        && label.ends_with(|c: char| c.is_ascii_alphanumeric())
+                        && label
+                            .chars()
+                            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                })
+        }
+    }
 }
 
 /// `resource.customizations.ignoreDifferences.<group>_<Kind>` (and `.all`) of
 /// the `argocd-cm` ConfigMap's data.
-pub fn argocd_overrides(data: &serde_json::Map<String, Value>) -> (RuleSet, Vec<String>) {
+pub fn argocd_overrides(data: &serde_json::Map<String, Value>) -> (RuleSet, Vec<SourceError>) {
     const PREFIX: &str = "resource.customizations.ignoreDifferences.";
     #[derive(serde::Deserialize, Default)]
     #[serde(rename_all = "camelCase")]
@@ -255,11 +497,11 @@ pub fn argocd_overrides(data: &serde_json::Map<String, Value>) -> (RuleSet, Vec<
         let text = value.as_str().unwrap_or_default();
         let parsed: Override = match serde_saphyr::from_str(text) {
             Ok(o) => o,
-            Err(e) => {
-                errors.push(format!(
-                    "argocd-cm {key}: {}",
-                    e.to_string().lines().next().unwrap_or_default()
-                ));
+            Err(source) => {
+                errors.push(SourceError::Override {
+                    key: key.clone(),
+                    source: Box::new(source),
+                });
                 continue;
             }
         };
@@ -273,7 +515,7 @@ pub fn argocd_overrides(data: &serde_json::Map<String, Value>) -> (RuleSet, Vec<
         };
         match IgnoreRule::compile(&def, format!("argocd-cm {key}")) {
             Ok(rule) => rules.push(rule),
-            Err(e) => errors.push(e.to_string()),
+            Err(e) => errors.push(e.into()),
         }
     }
     (RuleSet::new(rules), errors)
@@ -281,23 +523,24 @@ pub fn argocd_overrides(data: &serde_json::Map<String, Value>) -> (RuleSet, Vec<
 
 /// Applications read from the cluster; one that does not compile is reported
 /// and left out (its objects keep the policy's rules).
-pub fn applications(values: &[Value]) -> (Vec<Application>, Vec<String>) {
+pub fn applications(values: &[Value]) -> (Vec<Application>, Vec<SourceError>) {
     let mut apps = Vec::new();
     let mut errors = Vec::new();
     for value in values {
+        let text = |p: &str| {
+            value
+                .pointer(p)
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned()
+        };
         match argocd::from_value(value) {
             Ok(app) => apps.push(app),
-            Err(e) => errors.push(format!(
-                "Application {}/{}: {e}",
-                value
-                    .pointer("/metadata/namespace")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default(),
-                value
-                    .pointer("/metadata/name")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-            )),
+            Err(source) => errors.push(SourceError::Application {
+                namespace: text("/metadata/namespace"),
+                name: text("/metadata/name"),
+                source: Box::new(source),
+            }),
         }
     }
     (apps, errors)
@@ -306,6 +549,7 @@ pub fn applications(values: &[Value]) -> (Vec<Application>, Vec<String>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::policy::ignore::Target;
     use serde_json::json;
 
     #[test]
@@ -343,7 +587,7 @@ mod tests {
         assert_eq!(rules.len(), 1);
         assert_eq!(errors.len(), 1, "{errors:?}");
         assert!(
-            errors[0].starts_with(
+            errors[0].to_string().starts_with(
                 "argocd-cm resource.customizations.ignoreDifferences.Service.jqPathExpressions[0]: \
                  at column 6 of the expression: `range` is not allowed: it can run without bound"
             ),
@@ -359,7 +603,7 @@ mod tests {
         assert_eq!(apps.len(), 1);
         assert_eq!(apps[0].name, "good");
         assert!(
-            errors[0].starts_with(
+            errors[0].to_string().starts_with(
                 "Application argocd/bad: Application bad ignoreDifferences[0].jqPathExpressions[0]: \
                  at column 1 of the expression: `repeat` is not allowed"
             ),
@@ -378,5 +622,140 @@ mod tests {
         let (rules, errors) = argocd_overrides(data.as_object().unwrap());
         assert_eq!(rules.len(), 2);
         assert_eq!(errors.len(), 1, "{errors:?}");
+    }
+
+    fn flux_with_target(target: Value) -> Result<FluxSource, SourceError> {
+        let k = json!({"metadata": {"name": "apps", "namespace": "flux-system"},
+            "spec": {"ignore": [{"paths": ["/spec/replicas"], "target": target}]}});
+        flux_from_value(FluxKind::Kustomization, &k)
+    }
+
+    /// Each case: selector, labels of the object, whether Flux's
+    /// `labels.Parse(..).Matches(..)` selects it.
+    #[test]
+    fn flux_label_selectors_match_as_apimachinery_does() {
+        let cases: &[(&str, Value, bool)] = &[
+            ("tier=web", json!({"tier": "web"}), true),
+            ("tier==web", json!({"tier": "web"}), true),
+            ("tier=web", json!({}), false),
+            ("tier!=web", json!({"tier": "api"}), true),
+            ("tier!=web", json!({"tier": "web"}), false),
+            // `!=` and `notin` select an object without the key.
+            ("tier!=web", json!({}), true),
+            ("tier in (web,api)", json!({"tier": "api"}), true),
+            ("tier in (web, api)", json!({"tier": "db"}), false),
+            ("tier in (web,api)", json!({}), false),
+            ("tier notin (web,api)", json!({"tier": "db"}), true),
+            ("tier notin (web,api)", json!({"tier": "web"}), false),
+            ("tier notin (web,api)", json!({}), true),
+            ("tier", json!({"tier": ""}), true),
+            ("tier", json!({}), false),
+            ("!tier", json!({}), true),
+            ("!tier", json!({"tier": "web"}), false),
+            (
+                "tier in (web),!canary,app.kubernetes.io/name=x",
+                json!({"tier": "web", "app.kubernetes.io/name": "x"}),
+                true,
+            ),
+            (
+                "tier in (web),!canary",
+                json!({"tier": "web", "canary": "y"}),
+                false,
+            ),
+        ];
+        let t = Target {
+            group: "apps",
+            kind: "Deployment",
+            name: "web",
+            namespace: "flux-system",
+        };
+        for (selector, labels, selected) in cases {
+            let s = flux_with_target(json!({"labelSelector": selector})).unwrap();
+            let obj = json!({"metadata": {"labels": labels}});
+            assert_eq!(
+                s.rules[0].matches(&t, "v1", &obj),
+                *selected,
+                "{selector} on {labels}"
+            );
+            let s = flux_with_target(json!({"annotationSelector": selector})).unwrap();
+            let obj = json!({"metadata": {"annotations": labels}});
+            assert_eq!(s.rules[0].matches(&t, "v1", &obj), *selected, "{selector}");
+        }
+    }
+
+    #[test]
+    fn a_selector_flux_would_refuse_is_reported_when_read() {
+        for (selector, why) in [
+            (
+                "tier in web",
+                "expected `(` after `in` or `notin` at column 9",
+            ),
+            (
+                "tier in (web",
+                "expected `,` or `)` in a value list at column 13",
+            ),
+            ("tier=web,", "expected a key or `!` at column 10"),
+            ("tier web", "expected `,` or the end at column 6"),
+            ("=web", "expected a key or `!` at column 1"),
+            ("!", "expected a key after `!` at column 2"),
+            ("replicas > 1", "`>` is not supported"),
+            ("tier=a b", "expected `,` or the end at column 8"),
+            ("ti*er=web", "`ti*er` is not a valid label key"),
+            ("tier=-web", "`-web` is not a valid label value"),
+        ] {
+            let err = flux_with_target(json!({"kind": "Deployment", "labelSelector": selector}))
+                .unwrap_err()
+                .to_string();
+            assert_eq!(
+                err,
+                format!(
+                    "Kustomization flux-system/apps ignore[0].target.labelSelector: `{selector}`: {why}"
+                )
+            );
+        }
+    }
+
+    /// Every key a selector names is a decision input, whatever its operator.
+    #[test]
+    fn every_key_a_selector_reads_is_an_input() {
+        let s = flux_with_target(json!({
+            "labelSelector": "a in (x),b notin (y),c,!d,e=f,g!=h",
+            "annotationSelector": "team"}))
+        .unwrap();
+        let old = json!({"metadata": {}});
+        let new = json!({"metadata": {
+            "labels": {"a": "1", "b": "1", "c": "1", "d": "1", "e": "1", "g": "1", "z": "1"},
+            "annotations": {"team": "x"}}});
+        assert_eq!(
+            s.selector_changes(&old, &new),
+            [
+                "/metadata/labels/a",
+                "/metadata/labels/b",
+                "/metadata/labels/c",
+                "/metadata/labels/d",
+                "/metadata/labels/e",
+                "/metadata/labels/g",
+                "/metadata/annotations/team"
+            ]
+        );
+        assert!(s.selector_changes(&new, &new).is_empty());
+    }
+
+    #[test]
+    fn reads_a_flux_helmrelease() {
+        let h = json!({"metadata": {"name": "web", "namespace": "apps"},
+            "spec": {"chart": {"spec": {"chart": "podinfo"}},
+                     "driftDetection": {"ignore": [{"paths": ["/spec/replicas"]}]}}});
+        let s = flux_from_value(FluxKind::HelmRelease, &h).unwrap();
+        assert_eq!(s.source.as_deref(), Some("chart podinfo"));
+        assert_eq!(s.service_account, None);
+        assert_eq!(s.rules.len(), 1);
+        let nameless = json!({"metadata": {"namespace": "apps"}});
+        assert_eq!(
+            flux_from_value(FluxKind::HelmRelease, &nameless)
+                .unwrap_err()
+                .to_string(),
+            "no metadata.name"
+        );
     }
 }

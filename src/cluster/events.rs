@@ -4,6 +4,15 @@
 //! bounded in time: it never changes or delays a verdict. The same reason on
 //! the same object is emitted at most once per interval; the next Event says
 //! how many were folded into it.
+//!
+//! Why not `kube::runtime::events::Recorder` (kube-runtime 5.0): it folds
+//! repeats into an `EventSeries`, but still writes to the apiserver on every
+//! `publish` (a create, then a merge patch per repeat), so a burst of denials
+//! on one object costs one API call each; it has no rate limit, no time bound
+//! (`publish` is awaited), and its cache is bounded only by a 6-minute TTL.
+//! We need at most one write per object and reason per interval, a 2 s bound,
+//! fire-and-forget, and a capped cache; layering that over `Recorder` would
+//! leave it only the Event's construction.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -1,14 +1,33 @@
 //! The parent of a `…/scale` write, read from the apiserver: a Scale carries no
 //! labels or annotations, so ownership and rules come from the parent. Any
-//! scalable resource is read through the same raw GET (no discovery needed).
-//! Each read is bounded in time, and results are cached briefly so that a burst
-//! of scale writes costs one read.
+//! scalable resource is read through the dynamic `Api` from the request's
+//! group, version and resource (no discovery needed). Each read is bounded in
+//! time, and results are cached briefly so that a burst of scale writes costs
+//! one read.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use serde_json::Value;
+
+/// Why the parent could not be read; the decision then applies `unknownScaleParent`.
+#[derive(Debug, thiserror::Error)]
+pub enum ParentError {
+    /// The apiserver did not answer within the bound.
+    #[error("reading {what} took longer than {timeout:?}")]
+    Timeout { what: String, timeout: Duration },
+    /// The apiserver refused or failed the read (not found, forbidden, …).
+    #[error("reading {what}: {source}")]
+    Api { what: String, source: kube::Error },
+    /// The object read does not serialize back to JSON.
+    #[error("reading {what}: {source}")]
+    Json {
+        what: String,
+        source: serde_json::Error,
+    },
+}
 
 pub struct ParentReader {
     client: kube::Client,
@@ -35,47 +54,70 @@ impl ParentReader {
         resource: &str,
         namespace: &str,
         name: &str,
-    ) -> Result<Value, String> {
-        let base = if group.is_empty() {
-            format!("/api/{version}")
-        } else {
-            format!("/apis/{group}/{version}")
-        };
-        let path = if namespace.is_empty() {
-            format!("{base}/{resource}/{name}")
-        } else {
-            format!("{base}/namespaces/{namespace}/{resource}/{name}")
-        };
-        if let Some(hit) = self.cached(&path) {
+    ) -> Result<Value, ParentError> {
+        let what = format!("{resource}.{group}/{version} {namespace}/{name}");
+        if let Some(hit) = self.cached(&what) {
             return Ok(hit);
         }
-        let request = http::Request::get(&path)
-            .body(Vec::new())
-            .map_err(|e| e.to_string())?;
-        let value: Value =
-            match tokio::time::timeout(self.timeout, self.client.request(request)).await {
-                Err(_) => {
-                    return Err(format!(
-                        "reading {path} took longer than {:?}",
-                        self.timeout
-                    ));
-                }
-                Ok(Err(e)) => return Err(format!("reading {path}: {e}")),
-                Ok(Ok(v)) => v,
-            };
+        // A scale request names the parent's resource, not its kind (the
+        // request's kind is Scale); the GET needs only the plural.
+        let ar =
+            ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, ""), resource);
+        let api = if namespace.is_empty() {
+            Api::<DynamicObject>::all_with(self.client.clone(), &ar)
+        } else {
+            Api::<DynamicObject>::namespaced_with(self.client.clone(), namespace, &ar)
+        };
+        let object = match tokio::time::timeout(self.timeout, api.get(name)).await {
+            Err(_) => {
+                return Err(ParentError::Timeout {
+                    what,
+                    timeout: self.timeout,
+                });
+            }
+            Ok(Err(source)) => return Err(ParentError::Api { what, source }),
+            Ok(Ok(object)) => object,
+        };
+        let value = match serde_json::to_value(&object) {
+            Ok(value) => value,
+            Err(source) => return Err(ParentError::Json { what, source }),
+        };
         let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
         if cache.len() > 10_000 {
             cache.clear();
         }
-        cache.insert(path, (Instant::now(), value.clone()));
+        cache.insert(what, (Instant::now(), value.clone()));
         Ok(value)
     }
 
-    fn cached(&self, path: &str) -> Option<Value> {
+    fn cached(&self, key: &str) -> Option<Value> {
         let cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
         cache
-            .get(path)
+            .get(key)
             .filter(|(at, _)| at.elapsed() < self.ttl)
             .map(|(_, v)| v.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// The parent reaches the decision as the apiserver sent it: going
+    /// through `DynamicObject` loses nothing.
+    #[test]
+    fn a_parent_survives_dynamic_object() {
+        let sent = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web", "namespace": "default", "uid": "u",
+                "creationTimestamp": "2025-01-02T03:04:05Z",
+                "labels": {"app": "web"}, "annotations": {"argocd.argoproj.io/tracking-id": "a:apps/Deployment:default/web"},
+                "ownerReferences": [{"apiVersion": "v1", "kind": "X", "name": "x", "uid": "v", "controller": true}],
+                "managedFields": [{"manager": "argocd-controller", "operation": "Apply", "apiVersion": "apps/v1",
+                    "time": "2025-01-02T03:04:05Z", "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:replicas": {}}}}]},
+            "spec": {"replicas": 3, "template": {"metadata": {"labels": {"app": "web"}}}},
+            "status": {"replicas": 3}});
+        let object: DynamicObject = serde_json::from_value(sent.clone()).unwrap();
+        assert_eq!(serde_json::to_value(&object).unwrap(), sent);
     }
 }

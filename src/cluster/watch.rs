@@ -210,8 +210,7 @@ where
                 Ok(_) => {}
                 Err(e) => {
                     metrics.reject_watch(what);
-                    let missing = e.to_string().contains("404");
-                    if missing && !filled {
+                    if not_installed(&e) && !filled {
                         // The CRD is not installed: nothing to learn, nothing to wait for.
                         filled = true;
                         watches.pending.fetch_sub(1, Ordering::SeqCst);
@@ -226,4 +225,39 @@ where
             }
         }
     });
+}
+
+/// The apiserver does not serve the resource (404): its CRD is not installed.
+/// kube turns a 404 without a JSON `Status` body into `Error::Api` too.
+fn not_installed(e: &watcher::Error) -> bool {
+    match e {
+        watcher::Error::InitialListFailed(kube::Error::Api(status))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(status))
+        | watcher::Error::WatchFailed(kube::Error::Api(status))
+        | watcher::Error::WatchError(status) => status.code == 404,
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::core::Status;
+
+    #[test]
+    fn only_a_404_means_not_installed() {
+        let api = |code| kube::Error::Api(Status::failure("x", "y").with_code(code).boxed());
+        assert!(not_installed(&watcher::Error::InitialListFailed(api(404))));
+        assert!(not_installed(&watcher::Error::WatchError(
+            Status::failure("x", "y").with_code(404).boxed()
+        )));
+        assert!(!not_installed(&watcher::Error::InitialListFailed(api(403))));
+        // A message that merely mentions 404 is not a 404.
+        let text = kube::Error::Api(
+            Status::failure("pod web-404 not ready", "y")
+                .with_code(500)
+                .boxed(),
+        );
+        assert!(!not_installed(&watcher::Error::WatchFailed(text)));
+    }
 }

@@ -47,6 +47,7 @@ pub fn normalize_pair(
     {
         let (old_in, new_in) = (JqInput::new(&old_n), JqInput::new(&new_n));
         for rule in rules {
+            // The originals: normalizing dropped managedFields.
             let (o, n) = rule.paths_pair(&old_in, &new_in, Some((old, new)), failures);
             old_paths.extend(o);
             new_paths.extend(n);

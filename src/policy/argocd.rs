@@ -3,6 +3,7 @@
 
 use serde::Deserialize;
 
+use super::PolicyError;
 use super::ignore::{RuleError, RuleSet};
 use super::schema::IgnoreDifference;
 
@@ -66,9 +67,10 @@ pub struct Imported {
     pub skipped: Vec<String>,
 }
 
-pub fn parse(text: &str, file: &str) -> Result<Imported, String> {
+/// Reads a manifest file; the error names the file, and the line when known.
+pub fn parse(text: &str, file: &str) -> Result<Imported, PolicyError> {
     let docs: Vec<Document> =
-        serde_saphyr::from_multiple(text).map_err(|e| super::yaml_error(file, &e))?;
+        serde_saphyr::from_multiple(text).map_err(|e| PolicyError(super::yaml_error(file, &e)))?;
     let mut out = Imported::default();
     // jq expressions of earlier Applications, to place a refused one in the file.
     let mut earlier: Vec<String> = Vec::new();
@@ -97,9 +99,11 @@ pub fn parse(text: &str, file: &str) -> Result<Imported, String> {
             Some(_) => super::locate::describe(file, text, before, e),
             None => format!("{file}: document {}: {e}", i + 1),
         })
-        .map_err(|e| match e {
-            DocError::Invalid(e) => format!("{file}: document {}: {e}", i + 1),
-            DocError::Rule(e) => e,
+        .map_err(|e| {
+            PolicyError(match e {
+                DocError::NoName => format!("{file}: document {}: {NO_NAME}", i + 1),
+                DocError::Rule(e) => e,
+            })
         })?;
         earlier.extend(exprs);
         out.applications.push(app);
@@ -107,28 +111,45 @@ pub fn parse(text: &str, file: &str) -> Result<Imported, String> {
     Ok(out)
 }
 
+const NO_NAME: &str = "Application has no metadata.name";
+
+/// An Application read from the cluster that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ApplicationError {
+    /// Not the shape of an Application.
+    #[error(transparent)]
+    Shape(#[from] serde_json::Error),
+    /// An Application without a name.
+    #[error("{NO_NAME}")]
+    NoName,
+    /// An `ignoreDifferences` entry that does not compile.
+    #[error(transparent)]
+    Rule(RuleError),
+}
+
 /// An Application read from the cluster (a watched object).
-pub fn from_value(value: &serde_json::Value) -> Result<Application, String> {
-    let doc: Document = serde_json::from_value(value.clone()).map_err(|e| e.to_string())?;
-    from_document(doc, &[], |e, _| e.to_string()).map_err(|e| match e {
-        DocError::Invalid(e) | DocError::Rule(e) => e,
+pub fn from_value(value: &serde_json::Value) -> Result<Application, ApplicationError> {
+    let doc = Document::deserialize(value)?;
+    from_document(doc, &[], |e, _| e.clone()).map_err(|e| match e {
+        DocError::NoName => ApplicationError::NoName,
+        DocError::Rule(e) => ApplicationError::Rule(e),
     })
 }
 
-enum DocError {
-    Invalid(String),
-    /// A rule that does not compile, already described.
-    Rule(String),
+enum DocError<E> {
+    NoName,
+    /// A rule that does not compile, as `describe` rendered it.
+    Rule(E),
 }
 
 /// `describe` renders a rule error, given the jq expressions written before it.
-fn from_document(
+fn from_document<E>(
     doc: Document,
     earlier: &[&str],
-    describe: impl Fn(&RuleError, &[&str]) -> String,
-) -> Result<Application, DocError> {
+    describe: impl Fn(&RuleError, &[&str]) -> E,
+) -> Result<Application, DocError<E>> {
     if doc.metadata.name.is_empty() {
-        return Err(DocError::Invalid("Application has no metadata.name".into()));
+        return Err(DocError::NoName);
     }
     let spec = doc.spec.unwrap_or(Spec {
         source: None,

@@ -100,7 +100,7 @@ impl RuleFailure {
 }
 
 /// A rule that does not compile: `item` names the entry (`ignoreDifferences[2].jqPathExpressions[0]`).
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 pub struct RuleError {
     pub item: String,
     pub reason: String,
@@ -167,12 +167,6 @@ impl std::fmt::Display for RuleError {
     }
 }
 
-impl From<RuleError> for String {
-    fn from(e: RuleError) -> Self {
-        e.to_string()
-    }
-}
-
 impl IgnoreRule {
     pub fn compile(def: &IgnoreDifference, origin: String) -> Result<Self, RuleError> {
         let at = |what: &str, i: usize| format!("{origin}.{what}[{i}]");
@@ -227,7 +221,7 @@ impl IgnoreRule {
         kind: &str,
         paths: &[String],
         origin: String,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, RuleError> {
         let glob = |s: &str| {
             if s.is_empty() {
                 "*".to_owned()
@@ -245,10 +239,10 @@ impl IgnoreRule {
                 }
             })
             .collect::<Result<_, _>>()
-            .map_err(|e| format!("{origin}: {e}"))?;
+            .map_err(|e| RuleError::new(origin.clone(), e))?;
         Ok(Self {
-            group: Pattern::new(&glob(group)).map_err(|e| format!("{origin}: {e}"))?,
-            kind: Pattern::new(&glob(kind)).map_err(|e| format!("{origin}: {e}"))?,
+            group: Pattern::new(&glob(group)).map_err(|e| RuleError::new(origin.clone(), e))?,
+            kind: Pattern::new(&glob(kind)).map_err(|e| RuleError::new(origin.clone(), e))?,
             name: String::new(),
             namespace: String::new(),
             pointers,
@@ -276,13 +270,14 @@ impl IgnoreRule {
     /// The paths this rule drops from the stored and the incoming object. jq
     /// expressions whose subtree did not change are skipped (see
     /// [`JqPath::sees_no_change`]); a failure is reported once per expression.
-    /// `owners` are the raw stored and incoming objects, whose managedFields
-    /// say which fields `managedFieldsManagers` own.
+    /// `with_managed_fields` are the stored and incoming objects as received
+    /// (before normalization drops managedFields), whose managedFields say
+    /// which fields `managedFieldsManagers` own.
     pub fn paths_pair(
         &self,
         old: &JqInput,
         new: &JqInput,
-        owners: Option<(&Value, &Value)>,
+        with_managed_fields: Option<(&Value, &Value)>,
         failures: &mut Vec<RuleFailure>,
     ) -> (Vec<Path>, Vec<Path>) {
         let (mut old_paths, mut new_paths) = (self.pointers.clone(), self.pointers.clone());
@@ -301,17 +296,17 @@ impl IgnoreRule {
                 failures.push(RuleFailure {
                     origin: self.origin.clone(),
                     expression: jq.source().to_owned(),
-                    error,
+                    error: error.to_string(),
                 });
             }
         }
-        if let (false, Some((old_owners, new_owners))) = (self.managers.is_empty(), owners) {
+        if let (false, Some((old_raw, new_raw))) = (self.managers.is_empty(), with_managed_fields) {
             // Ignored only where the manager owns the field before and after the
             // write: a manual change moves ownership away (Argo CD then sees the
             // field as drift too), and a field claimed for the manager by this
             // write (a client-chosen fieldManager) is not the manager's yet.
-            let before = owned_leaves(old_owners, &self.managers);
-            let owned: FieldSet = owned_leaves(new_owners, &self.managers)
+            let before = owned_leaves(old_raw, &self.managers);
+            let owned: FieldSet = owned_leaves(new_raw, &self.managers)
                 .intersection(&before)
                 .cloned()
                 .collect();
@@ -430,7 +425,7 @@ mod tests {
 
     #[test]
     fn managed_fields_leaves_and_list_keys() {
-        let owners = json!({"metadata": {"managedFields": [
+        let stored = json!({"metadata": {"managedFields": [
             {"manager": "hpa", "fieldsV1": {"f:spec": {"f:replicas": {}}}},
             {"manager": "mesh", "fieldsV1": {"f:spec": {"f:containers": {
                 "k:{\"name\":\"istio-proxy\"}": {".": {}},
@@ -440,7 +435,7 @@ mod tests {
         let obj = json!({"spec": {"replicas": 3, "paused": false, "containers": [
             {"name": "app", "image": "a:1"}, {"name": "istio-proxy"}]}});
         let managers = vec!["hpa".to_owned(), "mesh".to_owned()];
-        let mut got: Vec<String> = locate_leaves(&owned_leaves(&owners, &managers), &obj)
+        let mut got: Vec<String> = locate_leaves(&owned_leaves(&stored, &managers), &obj)
             .iter()
             .map(Path::to_pointer)
             .collect();

@@ -22,9 +22,44 @@ pub enum CompileError {
     /// Outside the terminating subset, or not jq: placed in the expression.
     #[error(transparent)]
     Refused(#[from] terminating::Refusal),
-    /// jaq's own compiler refused it (an undefined name).
+    /// jaq's own parser or compiler refused it.
+    #[error(transparent)]
+    Jaq(#[from] JaqError),
+}
+
+/// What jaq's loader or compiler refused.
+#[derive(Debug, thiserror::Error)]
+pub enum JaqError {
+    /// jaq's parser found `count` problems.
+    #[error("jq syntax error ({count} problem{})", if *count == 1 { "" } else { "s" })]
+    Syntax { count: usize },
+    /// Names that are neither jq's, jaq-std's nor jaq-json's.
+    #[error("jq compile error: undefined {}", names.join(", "))]
+    Undefined { names: Vec<String> },
+}
+
+/// Why a compiled expression failed on an object; the rule then ignores
+/// nothing there, and the failure is reported.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// jaq raised an error: only its text, which jaq's `Error` exposes.
     #[error("{0}")]
     Jaq(String),
+    /// `path(...)` yielded something other than an array.
+    #[error("path(...) produced a non-array: {0}")]
+    NotAnArray(String),
+    /// A path key that is not a string jaq can print back as JSON.
+    #[error("{0}")]
+    Key(serde_json::Error),
+    /// A path index that is not an integer.
+    #[error("path index {0} is not an integer")]
+    Index(String),
+    /// A path component that is neither a key nor an index.
+    #[error("unsupported path component {0}")]
+    Component(String),
+    /// A runaway expression.
+    #[error("selected more than {MAX_PATHS} paths")]
+    TooMany,
 }
 
 impl CompileError {
@@ -62,8 +97,8 @@ impl JqPath {
     /// the `path(...)` wrapper the way it escapes Argo CD's `del(...)`.
     pub fn compile(expr: &str) -> Result<Self, CompileError> {
         terminating::check(expr)?;
-        compile_filter(expr).map_err(CompileError::Jaq)?;
-        let filter = compile_filter(&format!("path(\n{expr}\n)")).map_err(CompileError::Jaq)?;
+        compile_filter(expr)?;
+        let filter = compile_filter(&format!("path(\n{expr}\n)"))?;
         let narrowed = split_field_prefix(expr).and_then(|(prefix, rest)| {
             compile_filter(&format!("path(\n{rest}\n)"))
                 .ok()
@@ -90,7 +125,7 @@ impl JqPath {
     }
 
     /// The paths the expression selects in `input`, as `del` would remove them.
-    pub fn paths(&self, input: &JqInput) -> Result<Vec<Path>, String> {
+    pub fn paths(&self, input: &JqInput) -> Result<Vec<Path>, RunError> {
         if let Some((prefix, filter)) = &self.narrowed
             && let Some(sub) = walk_objects(input.value, prefix)
         {
@@ -98,7 +133,7 @@ impl JqPath {
             let base: Vec<Segment> = prefix.iter().cloned().map(Segment::Key).collect();
             return run(filter, val, &base);
         }
-        run(&self.filter, input.val()?.clone(), &[])
+        run(&self.filter, input.val().clone(), &[])
     }
 }
 
@@ -127,16 +162,16 @@ fn to_val(value: &Value) -> Val {
 }
 
 /// Runs a compiled `path(...)` filter and prefixes each path with `base`.
-fn run(filter: &JqFilter, input: Val, base: &[Segment]) -> Result<Vec<Path>, String> {
+fn run(filter: &JqFilter, input: Val, base: &[Segment]) -> Result<Vec<Path>, RunError> {
     let ctx = Ctx::<data::JustLut<Val>>::new(&filter.lut, Vars::new([]));
     let mut out = Vec::new();
     for item in filter.id.run((ctx, input)).map(unwrap_valr) {
-        let path = item.map_err(|e| describe_error(&e))?;
+        let path = item.map_err(|e| RunError::Jaq(describe_error(&e)))?;
         let mut full = base.to_vec();
         full.extend(to_path(&path)?.0);
         out.push(Path(full));
         if out.len() > MAX_PATHS {
-            return Err(format!("selected more than {MAX_PATHS} paths"));
+            return Err(RunError::TooMany);
         }
     }
     Ok(out)
@@ -262,7 +297,7 @@ fn is_plain_chain(stage: &str) -> bool {
 /// every jq rule that runs on it.
 pub struct JqInput<'a> {
     value: &'a Value,
-    val: std::cell::OnceCell<Result<Val, String>>,
+    val: std::cell::OnceCell<Val>,
 }
 
 impl<'a> JqInput<'a> {
@@ -277,15 +312,12 @@ impl<'a> JqInput<'a> {
         self.value
     }
 
-    fn val(&self) -> Result<&Val, String> {
-        self.val
-            .get_or_init(|| Ok(to_val(self.value)))
-            .as_ref()
-            .map_err(Clone::clone)
+    fn val(&self) -> &Val {
+        self.val.get_or_init(|| to_val(self.value))
     }
 }
 
-fn compile_filter(code: &str) -> Result<JqFilter, String> {
+fn compile_filter(code: &str) -> Result<JqFilter, JaqError> {
     let defs = jaq_core::defs()
         .chain(jaq_std::defs())
         .chain(jaq_json::defs());
@@ -296,26 +328,21 @@ fn compile_filter(code: &str) -> Result<JqFilter, String> {
     let arena = Arena::default();
     let modules = loader
         .load(&arena, File { code, path: () })
-        .map_err(|errs| {
-            let n = errs.len();
-            format!(
-                "jq syntax error ({n} problem{})",
-                if n == 1 { "" } else { "s" }
-            )
-        })?;
+        .map_err(|errs| JaqError::Syntax { count: errs.len() })?;
     Compiler::default()
         .with_funs(funs)
         .compile(modules)
-        .map_err(|errs| {
-            let names: Vec<String> = errs
+        .map_err(|errs| JaqError::Undefined {
+            names: errs
                 .into_iter()
                 .flat_map(|(_, es)| es.into_iter().map(|(name, _)| name.to_string()))
-                .collect();
-            format!("jq compile error: undefined {}", names.join(", "))
+                .collect(),
         })
 }
 
 /// jaq's error text embeds the whole input value; keep the reason only.
+/// jaq 3.1's `Error` is opaque (its parts are private, `path_expr` only builds
+/// one), so telling a path-expression error from others can only read the text.
 fn describe_error(err: &jaq_core::Error<Val>) -> String {
     let full = err.to_string();
     let text = crate::text::ellipsize(full.split(" with input").next().unwrap_or_default(), 160);
@@ -326,9 +353,9 @@ fn describe_error(err: &jaq_core::Error<Val>) -> String {
     }
 }
 
-fn to_path(val: &Val) -> Result<Path, String> {
+fn to_path(val: &Val) -> Result<Path, RunError> {
     let Val::Arr(items) = val else {
-        return Err(format!("path(...) produced a non-array: {val}"));
+        return Err(RunError::NotAnArray(val.to_string()));
     };
     items
         .iter()
@@ -338,14 +365,14 @@ fn to_path(val: &Val) -> Result<Path, String> {
                 // Display quotes strings as JSON; decode that back.
                 serde_json::from_str::<String>(&s)
                     .map(Segment::Key)
-                    .map_err(|e| e.to_string())
+                    .map_err(RunError::Key)
             }
             Val::Num(n) => n
                 .to_string()
                 .parse::<i64>()
                 .map(Segment::Index)
-                .map_err(|_| format!("path index {n} is not an integer")),
-            other => Err(format!("unsupported path component {other}")),
+                .map_err(|_| RunError::Index(n.to_string())),
+            other => Err(RunError::Component(other.to_string())),
         })
         .collect::<Result<Vec<_>, _>>()
         .map(Path)
@@ -360,6 +387,7 @@ mod tests {
         let jq = JqPath::compile(expr).expect("compiles");
         jq.paths(&JqInput::new(&obj))
             .map(|ps| ps.iter().map(|p| p.to_pointer()).collect())
+            .map_err(|e| e.to_string())
     }
 
     #[test]
@@ -481,8 +509,8 @@ mod tests {
             whole.narrowed = None;
             for obj in &objects {
                 let input = JqInput::new(obj);
-                let a = narrowed.paths(&input).map_err(|e| e.is_empty());
-                let b = whole.paths(&input).map_err(|e| e.is_empty());
+                let a = narrowed.paths(&input).map_err(|e| e.to_string().is_empty());
+                let b = whole.paths(&input).map_err(|e| e.to_string().is_empty());
                 assert_eq!(a, b, "{expr} on {obj}");
             }
         }

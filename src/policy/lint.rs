@@ -112,7 +112,7 @@ fn probe_within(source: &str, limit: std::time::Duration) -> Probed {
 /// yields paths (or nothing); anything else fails.
 pub fn check_expression(jq: &JqPath) -> Option<String> {
     let probe = probe(jq.source());
-    jq.paths(&JqInput::new(&probe)).err()
+    jq.paths(&JqInput::new(&probe)).err().map(|e| e.to_string())
 }
 
 fn probe(expr: &str) -> Value {

@@ -13,25 +13,37 @@ pub enum Segment {
     Index(i64),
 }
 
+/// A JSON pointer an ignore rule cannot use.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum PointerError {
+    /// `""` is the whole document.
+    #[error("the empty pointer would ignore the whole object")]
+    Empty,
+    /// RFC 6901 pointers start with `/`.
+    #[error("`{0}` is not a JSON pointer: it must start with `/`")]
+    NoLeadingSlash(String),
+    /// RFC 6901 escapes are `~0` and `~1` only.
+    #[error("`{0}` has a `~` not followed by 0 or 1")]
+    BadEscape(String),
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct Path(pub Vec<Segment>);
 
 impl Path {
     /// Parses an RFC 6901 pointer. The empty pointer (the whole document) is
     /// refused: as an ignore rule it would silently ignore everything.
-    pub fn parse_pointer(pointer: &str) -> Result<Self, String> {
+    pub fn parse_pointer(pointer: &str) -> Result<Self, PointerError> {
         if pointer.is_empty() {
-            return Err("the empty pointer would ignore the whole object".into());
+            return Err(PointerError::Empty);
         }
         let Some(rest) = pointer.strip_prefix('/') else {
-            return Err(format!(
-                "`{pointer}` is not a JSON pointer: it must start with `/`"
-            ));
+            return Err(PointerError::NoLeadingSlash(pointer.to_owned()));
         };
         let mut segments = Vec::new();
         for token in rest.split('/') {
             if has_bad_escape(token) {
-                return Err(format!("`{pointer}` has a `~` not followed by 0 or 1"));
+                return Err(PointerError::BadEscape(pointer.to_owned()));
             }
             segments.push(Segment::Key(token.replace("~1", "/").replace("~0", "~")));
         }

@@ -2,6 +2,14 @@
 
 use globset::{Glob, GlobMatcher};
 
+/// A pattern globset refuses.
+#[derive(Debug, thiserror::Error)]
+#[error("bad glob `{pattern}`: {source}")]
+pub struct PatternError {
+    pub pattern: String,
+    pub source: globset::Error,
+}
+
 #[derive(Clone, Debug)]
 pub struct Pattern {
     source: String,
@@ -9,8 +17,11 @@ pub struct Pattern {
 }
 
 impl Pattern {
-    pub fn new(source: &str) -> Result<Self, String> {
-        let glob = Glob::new(source).map_err(|e| format!("bad glob `{source}`: {e}"))?;
+    pub fn new(source: &str) -> Result<Self, PatternError> {
+        let glob = Glob::new(source).map_err(|e| PatternError {
+            pattern: source.to_owned(),
+            source: e,
+        })?;
         Ok(Self {
             source: source.to_owned(),
             matcher: glob.compile_matcher(),
@@ -31,7 +42,7 @@ impl Pattern {
 pub struct PatternSet(Vec<Pattern>);
 
 impl PatternSet {
-    pub fn new(sources: &[String]) -> Result<Self, String> {
+    pub fn new(sources: &[String]) -> Result<Self, PatternError> {
         sources
             .iter()
             .map(|s| Pattern::new(s))

@@ -678,6 +678,52 @@ fn is_literal(t: &Term<&str>) -> bool {
     }
 }
 
+/// What Argo CD users write, and the seed files: the subset accepts them
+/// and a policy loads them (`policy::tests`).
+#[cfg(test)]
+pub(crate) const REAL_WORLD: &[&str] = &[
+    ".webhooks[]?.clientConfig.caBundle",
+    ".spec.alternateBackends[]?.weight",
+    ".spec.clusterIP   # comment",
+    ".data",
+    ".spec.volumeClaimTemplates[]?.status",
+    r#".spec.template.metadata.annotations["linkerd.io/proxy-version"]"#,
+    ".spec.template.spec.initContainers",
+    ".spec.ports[] | select(.nodePort != null) | .nodePort",
+    ".webhooks[].clientConfig.caBundle",
+    r#".data["SECRET_KEY"], .data["ACCESS_KEY"], .stringData["SECRET_KEY"], .stringData["ACCESS_KEY"]"#,
+    r#".spec.template.spec.initContainers[] | select(.name == "init-container-0")"#,
+    r#".metadata.annotations | select(. != null) | .[keys[] | select(startswith("cert-manager.io/"))]"#,
+    r#".spec.template.spec.containers[] | select(.name | test("^istio"))"#,
+    r#".spec.template.spec.containers[] | select(.name == "a" or .name == "b")"#,
+    r#".spec.template.metadata.annotations."kubectl.kubernetes.io/restartedAt""#,
+    ".spec.replicas # HPA",
+    r#".metadata.labels | select(. != null) | to_entries[] | select(.key | startswith("service.istio.io"))"#,
+    r#".spec.containers[] | select(.name == "istio-proxy")"#,
+    // Argo CD's own normalizer cases (tests/data/upstream).
+    ".spec.fakeField.foo[]",
+    r#".spec.template.spec.containers[].env[] | select(.name == "SOME_ENV_VAR")"#,
+    ".spec.routes[].rateLimitPolicy.global.descriptors[].entries[]",
+    ".spec.servers[1].enabled",
+    r#".spec.template.spec.containers[] | select(.name == "init") | .image"#,
+    r#".spec.source.helm.parameters | select(.name == "image.tag")"#,
+    r#".metadata.annotations | select(.["foo.bar"] == "baz")"#,
+    r#".spec.sources[] | select(.repoURL | contains("test-repo")).helm.parameters"#,
+    r#".spec | select(.project == "default") | .source.targetRevision"#,
+    // Terminates; only slow when repeated (the decision deadline's test).
+    "(.,.)|(.,.)|(.,.)|select(false)",
+    // Other terminating forms.
+    r#".metadata.labels | (to_entries[] | select(.value == "x") | .key) as $k | .[$k]"#,
+    r#"if .a then .b elif .c then .d else .e end"#,
+    r#"try .a catch .b"#,
+    r#".a[1:3], .b[-1], .c[:2], ..|.x?, .[.k // "d"]"#,
+    r#".d - 1 + 3, .e + "x", "y" + .f, [] + .g, {} + .h, null + .i, -1 + .j"#,
+    r#".[] | map(.x) | first, last(.[]), any(.[]; . == 1), isempty(empty)"#,
+    r#".a | split(",") | .[0] | ascii_downcase | tostring"#,
+    r#". as [$a, {b: $c}] | $a, $c"#,
+    "recurse | error",
+];
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -690,50 +736,6 @@ mod tests {
     fn hint(what: &str) -> String {
         format!("{what} ({ALLOWED})")
     }
-
-    /// What Argo CD users write, and the seed files.
-    const REAL_WORLD: &[&str] = &[
-        ".webhooks[]?.clientConfig.caBundle",
-        ".spec.alternateBackends[]?.weight",
-        ".spec.clusterIP   # comment",
-        ".data",
-        ".spec.volumeClaimTemplates[]?.status",
-        r#".spec.template.metadata.annotations["linkerd.io/proxy-version"]"#,
-        ".spec.template.spec.initContainers",
-        ".spec.ports[] | select(.nodePort != null) | .nodePort",
-        ".webhooks[].clientConfig.caBundle",
-        r#".data["SECRET_KEY"], .data["ACCESS_KEY"], .stringData["SECRET_KEY"], .stringData["ACCESS_KEY"]"#,
-        r#".spec.template.spec.initContainers[] | select(.name == "init-container-0")"#,
-        r#".metadata.annotations | select(. != null) | .[keys[] | select(startswith("cert-manager.io/"))]"#,
-        r#".spec.template.spec.containers[] | select(.name | test("^istio"))"#,
-        r#".spec.template.spec.containers[] | select(.name == "a" or .name == "b")"#,
-        r#".spec.template.metadata.annotations."kubectl.kubernetes.io/restartedAt""#,
-        ".spec.replicas # HPA",
-        r#".metadata.labels | select(. != null) | to_entries[] | select(.key | startswith("service.istio.io"))"#,
-        r#".spec.containers[] | select(.name == "istio-proxy")"#,
-        // Argo CD's own normalizer cases (tests/data/upstream).
-        ".spec.fakeField.foo[]",
-        r#".spec.template.spec.containers[].env[] | select(.name == "SOME_ENV_VAR")"#,
-        ".spec.routes[].rateLimitPolicy.global.descriptors[].entries[]",
-        ".spec.servers[1].enabled",
-        r#".spec.template.spec.containers[] | select(.name == "init") | .image"#,
-        r#".spec.source.helm.parameters | select(.name == "image.tag")"#,
-        r#".metadata.annotations | select(.["foo.bar"] == "baz")"#,
-        r#".spec.sources[] | select(.repoURL | contains("test-repo")).helm.parameters"#,
-        r#".spec | select(.project == "default") | .source.targetRevision"#,
-        // Terminates; only slow when repeated (the decision deadline's test).
-        "(.,.)|(.,.)|(.,.)|select(false)",
-        // Other terminating forms.
-        r#".metadata.labels | (to_entries[] | select(.value == "x") | .key) as $k | .[$k]"#,
-        r#"if .a then .b elif .c then .d else .e end"#,
-        r#"try .a catch .b"#,
-        r#".a[1:3], .b[-1], .c[:2], ..|.x?, .[.k // "d"]"#,
-        r#".d - 1 + 3, .e + "x", "y" + .f, [] + .g, {} + .h, null + .i, -1 + .j"#,
-        r#".[] | map(.x) | first, last(.[]), any(.[]; . == 1), isempty(empty)"#,
-        r#".a | split(",") | .[0] | ascii_downcase | tostring"#,
-        r#". as [$a, {b: $c}] | $a, $c"#,
-        "recurse | error",
-    ];
 
     #[test]
     fn real_world_expressions_are_accepted() {
