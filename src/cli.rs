@@ -108,23 +108,34 @@ pub struct DecisionTimeout {
 /// never be met, and zero would fail every review.
 const MAX_DECISION_TIMEOUT: Duration = Duration::from_secs(30);
 
-fn decision_timeout(text: &str) -> Result<Duration, String> {
+/// A duration flag that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum DurationArgError {
+    #[error("`{0}` is not a duration such as 5s: {1}")]
+    Syntax(String, jiff::Error),
+    #[error("`{0}` must not be negative")]
+    Negative(String),
+    #[error(
+        "`{0}` is out of range: the decision deadline must be more than 0 and less than {max}s (the longest an apiserver waits for a webhook); keep it below the webhooks' timeoutSeconds",
+        max = MAX_DECISION_TIMEOUT.as_secs()
+    )]
+    DeadlineOutOfRange(String),
+}
+
+fn decision_timeout(text: &str) -> Result<Duration, DurationArgError> {
     let d = duration(text)?;
     if d.is_zero() || d >= MAX_DECISION_TIMEOUT {
-        return Err(format!(
-            "`{text}` is out of range: the decision deadline must be more than 0 and less than {}s (the longest an apiserver waits for a webhook); keep it below the webhooks' timeoutSeconds",
-            MAX_DECISION_TIMEOUT.as_secs()
-        ));
+        return Err(DurationArgError::DeadlineOutOfRange(text.to_owned()));
     }
     Ok(d)
 }
 
 /// `4h`, `30s`, `500ms`.
-pub(crate) fn duration(text: &str) -> Result<Duration, String> {
+pub(crate) fn duration(text: &str) -> Result<Duration, DurationArgError> {
     let d: jiff::SignedDuration = text
         .parse()
-        .map_err(|e| format!("`{text}` is not a duration such as 5s: {e}"))?;
-    Duration::try_from(d).map_err(|_| format!("`{text}` must not be negative"))
+        .map_err(|e| DurationArgError::Syntax(text.to_owned(), e))?;
+    Duration::try_from(d).map_err(|_| DurationArgError::Negative(text.to_owned()))
 }
 
 /// The policy file and Argo CD Applications, shared by `serve`, `check` and `register`.
@@ -283,8 +294,12 @@ fn register(args: RegisterArgs) -> Result<ExitCode, Failure> {
     use crate::cluster::register;
     let policy = args.source.load()?;
     let endpoint = match (&args.service, &args.url) {
-        (Some(service), _) => register::Endpoint::parse_service(service).map_err(Failure)?,
-        (None, Some(url)) if url.starts_with("https://") => register::Endpoint::Url(url.clone()),
+        (Some(service), _) => {
+            register::WebhookAddress::parse_service(service).map_err(|e| Failure(e.to_string()))?
+        }
+        (None, Some(url)) if url.starts_with("https://") => {
+            register::WebhookAddress::Url(url.clone())
+        }
         (None, Some(url)) => {
             return Err(Failure(format!(
                 "--url {url}: the apiserver calls webhooks over https only"
@@ -321,7 +336,7 @@ fn register(args: RegisterArgs) -> Result<ExitCode, Failure> {
     runtime.block_on(async {
         let client = crate::cluster::client(args.kubeconfig.as_deref())
             .await
-            .map_err(Failure)?;
+            .map_err(|e| Failure(e.to_string()))?;
         register::apply(client, &validating, &mutating)
             .await
             .map_err(|e| Failure(format!("server-side apply failed: {e}")))

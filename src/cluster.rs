@@ -7,18 +7,35 @@ pub mod register;
 pub mod rules;
 pub mod watch;
 
+/// Why no kube client could be made.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("{path}: {source}")]
+    Kubeconfig {
+        path: String,
+        source: kube::config::KubeconfigError,
+    },
+    #[error("{0}")]
+    Infer(#[from] kube::config::InferConfigError),
+    #[error("{0}")]
+    Client(#[from] kube::Error),
+}
+
 /// A kube client from `kubeconfig`, or inferred (in-cluster, `$KUBECONFIG`,
 /// `~/.kube/config`).
-pub async fn client(kubeconfig: Option<&std::path::Path>) -> Result<kube::Client, String> {
+pub async fn client(kubeconfig: Option<&std::path::Path>) -> Result<kube::Client, ClientError> {
     let config = match kubeconfig {
         Some(path) => {
-            let file = kube::config::Kubeconfig::read_from(path)
-                .map_err(|e| format!("{}: {e}", path.display()))?;
+            let located = |source| ClientError::Kubeconfig {
+                path: path.display().to_string(),
+                source,
+            };
+            let file = kube::config::Kubeconfig::read_from(path).map_err(located)?;
             kube::Config::from_custom_kubeconfig(file, &Default::default())
                 .await
-                .map_err(|e| format!("{}: {e}", path.display()))?
+                .map_err(located)?
         }
-        None => kube::Config::infer().await.map_err(|e| e.to_string())?,
+        None => kube::Config::infer().await?,
     };
-    kube::Client::try_from(config).map_err(|e| e.to_string())
+    Ok(kube::Client::try_from(config)?)
 }

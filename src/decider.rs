@@ -117,7 +117,7 @@ impl Decider {
             let _ = tx.send(guarded(decide));
         })?;
         match tokio::time::timeout(deadline, rx).await {
-            Ok(Ok(out)) => out.map_err(DeciderError::Panicked),
+            Ok(Ok(out)) => out,
             // The job was dropped unrun: its deadline passed in the queue.
             Ok(Err(_)) | Err(_) => Err(DeciderError::TimedOut(deadline)),
         }
@@ -134,7 +134,7 @@ impl Decider {
             let _ = tx.send(guarded(decide));
         })?;
         match rx.recv_timeout(deadline) {
-            Ok(out) => out.map_err(DeciderError::Panicked),
+            Ok(out) => out,
             Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {
                 Err(DeciderError::TimedOut(deadline))
             }
@@ -179,16 +179,16 @@ fn work(tasks: &Mutex<Receiver<Task>>, busy: &AtomicUsize) {
     }
 }
 
-/// Runs `decide`, turning a panic into an error text: a bug must cost one
-/// review its normal answer, never the server.
-pub fn guarded<T>(decide: impl FnOnce() -> T) -> Result<T, String> {
+/// Runs `decide`, turning a panic into an error: a bug must cost one review
+/// its normal answer, never the server.
+pub fn guarded<T>(decide: impl FnOnce() -> T) -> Result<T, DeciderError> {
     std::panic::catch_unwind(AssertUnwindSafe(decide)).map_err(|panic| {
         let text = panic
             .downcast_ref::<&str>()
             .map(|s| s.to_string())
             .or_else(|| panic.downcast_ref::<String>().cloned())
             .unwrap_or_else(|| "unknown panic".into());
-        format!("internal error: {text}")
+        DeciderError::Panicked(format!("internal error: {text}"))
     })
 }
 
@@ -208,8 +208,8 @@ mod tests {
 
     #[test]
     fn a_panic_becomes_an_error_text() {
-        let out: Result<(), String> = guarded(|| panic!("boom"));
-        assert_eq!(out.unwrap_err(), "internal error: boom");
+        let out: Result<(), DeciderError> = guarded(|| panic!("boom"));
+        assert_eq!(out.unwrap_err().to_string(), "internal error: boom");
     }
 
     #[test]

@@ -56,8 +56,7 @@ pub fn judge(
     now: Timestamp,
 ) -> Result<Judged, ReviewError> {
     let req = review::parse(body)?;
-    judge_request(policy, &req, endpoint, parent, None, now)
-        .map_err(ReviewError::from)
+    judge_request(policy, &req, endpoint, parent, None, now).map_err(ReviewError::from)
 }
 
 /// [`judge`] for a request already parsed.

@@ -164,11 +164,15 @@ impl Policy {
             mode: file.mode,
             namespaces,
             controllers: Identities::new(
-                &file.controllers.users,
+                &file.controllers.users_or(schema::default_controller_users),
                 &file.controllers.groups,
                 "controllers",
             )?,
-            trusted: Identities::new(&file.trusted.users, &file.trusted.groups, "trusted")?,
+            trusted: Identities::new(
+                &file.trusted.users_or(schema::default_trusted_users),
+                &file.trusted.groups,
+                "trusted",
+            )?,
             break_glass: BreakGlassPolicy {
                 allowed: Identities::new(
                     &file.break_glass.allowed_users,

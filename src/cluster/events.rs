@@ -118,13 +118,7 @@ impl EventRecorder {
             note = format!("{note} ({folded} more since the last Event)");
         }
         // The apiserver limits an Event note to 1 KiB.
-        if note.len() > 1000 {
-            let mut end = 1000;
-            while !note.is_char_boundary(end) {
-                end -= 1;
-            }
-            note.truncate(end);
-        }
+        note.truncate(crate::text::prefix(&note, 1000).len());
         Event {
             metadata: ObjectMeta {
                 name: Some(format!("{name}.{:x}", now.as_nanosecond())),

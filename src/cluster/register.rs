@@ -13,9 +13,19 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
 use super::rules::{OPERATIONS, RULES};
 use crate::policy::Policy;
 
-/// Where the apiserver reaches driftguard.
+/// A `--service` that is not `NAME.NAMESPACE[:PORT]`.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum AddressError {
+    #[error("`{0}` is not a port")]
+    Port(String),
+    #[error("`{0}` is not NAME.NAMESPACE[:PORT]")]
+    Service(String),
+}
+
+/// Where the apiserver reaches driftguard (not the crate's `Endpoint`, which
+/// is the webhook path, validate or mutate).
 #[derive(Clone, Debug)]
-pub enum Endpoint {
+pub enum WebhookAddress {
     Service {
         name: String,
         namespace: String,
@@ -24,17 +34,17 @@ pub enum Endpoint {
     Url(String),
 }
 
-impl Endpoint {
+impl WebhookAddress {
     /// `NAME.NAMESPACE[:PORT]`.
-    pub fn parse_service(text: &str) -> Result<Self, String> {
+    pub fn parse_service(text: &str) -> Result<Self, AddressError> {
         let (host, port) = match text.rsplit_once(':') {
-            Some((h, p)) => (h, p.parse().map_err(|_| format!("`{p}` is not a port"))?),
+            Some((h, p)) => (h, p.parse().map_err(|_| AddressError::Port(p.to_owned()))?),
             None => (text, 443),
         };
         let (name, namespace) = host
             .split_once('.')
-            .ok_or_else(|| format!("`{text}` is not NAME.NAMESPACE[:PORT]"))?;
-        Ok(Endpoint::Service {
+            .ok_or_else(|| AddressError::Service(text.to_owned()))?;
+        Ok(WebhookAddress::Service {
             name: name.into(),
             namespace: namespace.into(),
             port,
@@ -47,7 +57,7 @@ impl Endpoint {
             ..Default::default()
         };
         match self {
-            Endpoint::Service {
+            WebhookAddress::Service {
                 name,
                 namespace,
                 port,
@@ -59,7 +69,7 @@ impl Endpoint {
                     path: Some(format!("/{path}")),
                 })
             }
-            Endpoint::Url(url) => {
+            WebhookAddress::Url(url) => {
                 config.url = Some(format!("{}/{path}", url.trim_end_matches('/')))
             }
         }
@@ -68,8 +78,8 @@ impl Endpoint {
 
     fn namespace(&self) -> Option<&str> {
         match self {
-            Endpoint::Service { namespace, .. } => Some(namespace),
-            Endpoint::Url(_) => None,
+            WebhookAddress::Service { namespace, .. } => Some(namespace),
+            WebhookAddress::Url(_) => None,
         }
     }
 }
@@ -77,7 +87,7 @@ impl Endpoint {
 #[derive(Clone, Debug)]
 pub struct Options {
     pub name: String,
-    pub endpoint: Endpoint,
+    pub endpoint: WebhookAddress,
     pub ca_bundle: Vec<u8>,
     pub failure_policy: String,
     pub timeout_seconds: i32,
@@ -316,7 +326,7 @@ mod tests {
 
     #[test]
     fn service_endpoint_parses_and_excludes_its_namespace() {
-        let endpoint = Endpoint::parse_service("driftguard.driftguard-system:8443").unwrap();
+        let endpoint = WebhookAddress::parse_service("driftguard.driftguard-system:8443").unwrap();
         let opts = Options {
             name: "driftguard".into(),
             endpoint,
@@ -357,6 +367,6 @@ mod tests {
             vec!["kube-system", "driftguard-system", "monitoring"]
         );
         assert_eq!(m.webhooks.unwrap()[0].side_effects, "NoneOnDryRun");
-        assert!(Endpoint::parse_service("nodots").is_err());
+        assert!(WebhookAddress::parse_service("nodots").is_err());
     }
 }

@@ -44,9 +44,9 @@ pub struct PolicyFile {
     #[serde(default = "default_namespaces")]
     pub namespaces: Vec<NamespaceOverride>,
     #[serde(default)]
-    pub controllers: ControllerIdentities,
+    pub controllers: IdentityList,
     #[serde(default)]
-    pub trusted: TrustedIdentities,
+    pub trusted: IdentityList,
     #[serde(default)]
     pub break_glass: BreakGlassFile,
     #[serde(default)]
@@ -86,25 +86,27 @@ pub struct NamespaceOverride {
     pub mode: Mode,
 }
 
-#[derive(Clone, Debug, Deserialize)]
+/// `controllers` and `trusted`: users and groups, globs allowed. Users left
+/// out take the list's own default ([`default_controller_users`],
+/// [`default_trusted_users`]); groups default to none.
+#[derive(Clone, Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct ControllerIdentities {
-    #[serde(default = "default_controller_users")]
-    pub users: Vec<String>,
+pub struct IdentityList {
+    #[serde(default)]
+    pub users: Option<Vec<String>>,
     #[serde(default)]
     pub groups: Vec<String>,
 }
 
-impl Default for ControllerIdentities {
-    fn default() -> Self {
-        Self {
-            users: default_controller_users(),
-            groups: Vec::new(),
-        }
+impl IdentityList {
+    /// The users as written, or `default` when the key is left out.
+    pub fn users_or(&self, default: fn() -> Vec<String>) -> Vec<String> {
+        self.users.clone().unwrap_or_else(default)
     }
 }
 
-fn default_controller_users() -> Vec<String> {
+/// The GitOps tools' own identities, for a `controllers` list that names no users.
+pub fn default_controller_users() -> Vec<String> {
     [
         "system:serviceaccount:argocd:argocd-application-controller",
         "system:serviceaccount:argocd:argocd-server",
@@ -115,25 +117,8 @@ fn default_controller_users() -> Vec<String> {
     .into()
 }
 
-#[derive(Clone, Debug, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct TrustedIdentities {
-    #[serde(default = "default_trusted_users")]
-    pub users: Vec<String>,
-    #[serde(default)]
-    pub groups: Vec<String>,
-}
-
-impl Default for TrustedIdentities {
-    fn default() -> Self {
-        Self {
-            users: default_trusted_users(),
-            groups: Vec::new(),
-        }
-    }
-}
-
-fn default_trusted_users() -> Vec<String> {
+/// Kubernetes' own components, for a `trusted` list that names no users.
+pub fn default_trusted_users() -> Vec<String> {
     [
         "system:serviceaccount:kube-system:*",
         "system:kube-controller-manager",

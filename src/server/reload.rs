@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 
-use super::tls::{CertStore, certified_key};
+use super::tls::{CertStore, TlsError, certified_key};
 use crate::metrics::Metrics;
 use crate::policy;
 use crate::service::PolicyHandle;
@@ -113,7 +113,7 @@ pub fn spawn_certificate_reloader(
     spawn_poller("cert-reload", files, interval, move || {
         let pair = std::fs::read(&cert)
             .and_then(|c| std::fs::read(&key).map(|k| (c, k)))
-            .map_err(|e| e.to_string())
+            .map_err(TlsError::from)
             .and_then(|(c, k)| certified_key(&c, &k));
         match pair {
             Ok(pair) => {

@@ -25,23 +25,48 @@ pub fn install_process_default() {
     let _ = Arc::unwrap_or_clone(provider()).install_default();
 }
 
+/// Why a certificate, key or client CA cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("{0}")]
+    Read(#[from] std::io::Error),
+    #[error("certificate PEM: {0}")]
+    CertificatePem(rustls_pki_types::pem::Error),
+    #[error("certificate PEM holds no certificate")]
+    NoCertificate,
+    #[error("private key PEM: {0}")]
+    KeyPem(rustls_pki_types::pem::Error),
+    #[error("private key: {0}")]
+    Key(rustls::Error),
+    #[error("certificate and key do not match: {0}")]
+    Mismatch(rustls::Error),
+    #[error("{0}")]
+    Versions(rustls::Error),
+    #[error("client CA PEM: {0}")]
+    ClientCaPem(rustls_pki_types::pem::Error),
+    #[error("client CA: {0}")]
+    ClientCa(rustls::Error),
+    #[error("client CA PEM holds no certificate")]
+    NoClientCa,
+    #[error("client CA: {0}")]
+    Verifier(rustls::server::VerifierBuilderError),
+}
+
 /// Parses a PEM certificate chain and private key into a signing pair.
-pub fn certified_key(cert_pem: &[u8], key_pem: &[u8]) -> Result<CertifiedKey, String> {
+pub fn certified_key(cert_pem: &[u8], key_pem: &[u8]) -> Result<CertifiedKey, TlsError> {
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert_pem)
         .collect::<Result<_, _>>()
-        .map_err(|e| format!("certificate PEM: {e}"))?;
+        .map_err(TlsError::CertificatePem)?;
     if certs.is_empty() {
-        return Err("certificate PEM holds no certificate".into());
+        return Err(TlsError::NoCertificate);
     }
-    let key =
-        PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| format!("private key PEM: {e}"))?;
+    let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(TlsError::KeyPem)?;
     let signing = provider()
         .key_provider
         .load_private_key(key)
-        .map_err(|e| format!("private key: {e}"))?;
+        .map_err(TlsError::Key)?;
     let pair = CertifiedKey::new(certs, signing);
-    pair.keys_match()
-        .map_err(|e| format!("certificate and key do not match: {e}"))?;
+    pair.keys_match().map_err(TlsError::Mismatch)?;
     Ok(pair)
 }
 
@@ -79,24 +104,24 @@ impl ResolvesServerCert for CertStore {
 pub fn server_config(
     certs: Arc<CertStore>,
     client_ca_pem: Option<&[u8]>,
-) -> Result<ServerConfig, String> {
+) -> Result<ServerConfig, TlsError> {
     let builder = ServerConfig::builder_with_provider(provider())
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
-        .map_err(|e| e.to_string())?;
+        .map_err(TlsError::Versions)?;
     let builder = match client_ca_pem {
         Some(pem) => {
             let mut roots = RootCertStore::empty();
             for cert in CertificateDer::pem_slice_iter(pem) {
                 roots
-                    .add(cert.map_err(|e| format!("client CA PEM: {e}"))?)
-                    .map_err(|e| format!("client CA: {e}"))?;
+                    .add(cert.map_err(TlsError::ClientCaPem)?)
+                    .map_err(TlsError::ClientCa)?;
             }
             if roots.is_empty() {
-                return Err("client CA PEM holds no certificate".into());
+                return Err(TlsError::NoClientCa);
             }
             let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
                 .build()
-                .map_err(|e| format!("client CA: {e}"))?;
+                .map_err(TlsError::Verifier)?;
             builder.with_client_cert_verifier(verifier)
         }
         None => builder.with_no_client_auth(),
