@@ -9,6 +9,7 @@
 #![forbid(unsafe_code)]
 
 pub mod admission;
+pub mod args;
 pub mod audit;
 pub mod certs;
 pub mod cli;

@@ -20,7 +20,7 @@ use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
-use crate::cli::{DecisionTimeout, PolicySource, duration};
+use crate::args::{DecisionTimeout, PolicySource, duration};
 use crate::decider::Decider;
 use crate::logging::LogFormat;
 use crate::metrics::Metrics;
