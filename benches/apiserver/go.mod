@@ -1,0 +1,3 @@
+module driftguard.example/benches/apiserver
+
+go 1.26
