@@ -257,8 +257,6 @@ configure() {
 paths() { # SET: -path flags for the objects of that set
   for i in $(seq 0 $((n_objects - 1))); do echo "-path=/api/v1/namespaces/bench/configmaps/$1-$i"; done
 }
-mapfile -t managed < <(paths managed)
-mapfile -t unmanaged < <(paths unmanaged)
 
 # --- interleaved rounds ----------------------------------------------------------
 configs=(none noop driftguard)
@@ -268,7 +266,7 @@ for round in $(seq 1 "$rounds"); do
     config=${configs[$(((round + k) % 3))]}
     configure "$config"
     for set in managed unmanaged; do
-      declare -n objects=$set
+      mapfile -t objects < <(paths "$set")
       for writers in 1 8; do
         "$bench" load -server="$api" -ca=ca.crt -cert=bench.crt -key=bench.key \
           -writes="$writes" -writers="$writers" "${objects[@]}" 2>>load.log |
@@ -276,7 +274,6 @@ for round in $(seq 1 "$rounds"); do
             --argjson writers "$writers" '. + {round: $round, config: $config, set: $set, writers: $writers}' |
           tee -a results.jsonl | jq -r '"round \(.round) \(.config) \(.set) writers=\(.writers): p50 \(.p50_us) us, p99 \(.p99_us) us, \(.errors) errors"' >&2
       done
-      unset -n objects
     done
   done
 done
