@@ -262,8 +262,8 @@ paths() { # SET: -path flags for the objects of that set
 configs=(none noop driftguard)
 log "$rounds rounds x ${#configs[@]} configurations x {managed, unmanaged} x {1, 8 writers}, $writes writes each"
 for round in $(seq 1 "$rounds"); do
-  for k in 0 1 2; do
-    config=${configs[$(((round + k) % 3))]}
+  for k in "${!configs[@]}"; do
+    config=${configs[$(((round + k) % ${#configs[@]}))]}
     configure "$config"
     for set in managed unmanaged; do
       mapfile -t objects < <(paths "$set")
