@@ -17,7 +17,10 @@
 # so driftguard allows) and UNMANAGED ones. Reports added p50 and p99 (config
 # minus no webhook in the same round, median over rounds) and the ratio
 # driftguard / no-op of the added p50. A benchmark, never part of the tests.
-# Usage: scripts/bench-apiserver.sh [ROUNDS] [WRITES]    (default 5 300)
+# With BENCH_VALIDATE_ONLY=1, a fourth configuration, driftguard-validate:
+# the no-op's registration pointed at driftguard's /validate, to tell the cost
+# of driftguard's answer from the cost of a second webhook call.
+# Usage: [BENCH_VALIDATE_ONLY=1] scripts/bench-apiserver.sh [ROUNDS] [WRITES]    (default 5 300)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -204,20 +207,24 @@ wait_for 30 no-op "${pids[-1]}" noop_calls
 
 # The no-op's registration: driftguard's validating webhook with its clientConfig
 # replaced, everything else (rules, matchConditions, failurePolicy, timeoutSeconds,
-# sideEffects, selectors) kept.
+# sideEffects, selectors) kept. The same pointed at driftguard for driftguard-validate.
 "$driftguard" register --dry-run --url=https://127.0.0.1:"$dg_port" \
   --ca-bundle=webhook/ca.crt --policy=policy.yaml |
-  kc create --dry-run=client -o json -f - |
-  jq -n --arg url "https://127.0.0.1:$noop_port/validate" --arg ca "$(base64 -w0 webhook/ca.crt)" '
+  kc create --dry-run=client -o json -f - >registered.json
+validating_only() { # NAME URL
+  jq -n --arg name "$1" --arg url "$2" --arg ca "$(base64 -w0 webhook/ca.crt)" '
     [inputs | .items // [.] | .[] | select(.kind == "ValidatingWebhookConfiguration")] | first
-    | .metadata.name = "bench-noop"
-    | .webhooks[].clientConfig = {url: $url, caBundle: $ca}' >noop-webhook.json
+    | .metadata.name = $name
+    | .webhooks[].clientConfig = {url: $url, caBundle: $ca}' registered.json
+}
+validating_only bench-noop "https://127.0.0.1:$noop_port/validate" >noop-webhook.json
+validating_only bench-validate-only "https://127.0.0.1:$dg_port/validate" >validate-only-webhook.json
 [ "$(jq '.webhooks | length' noop-webhook.json)" -ge 1 ] || die "no validating webhook in register --dry-run"
 
 # --- configurations ----------------------------------------------------------------
 dg_calls() { wc -l <driftguard.audit; }
 unregister() {
-  kc delete validatingwebhookconfigurations driftguard bench-noop --ignore-not-found >/dev/null
+  kc delete validatingwebhookconfigurations driftguard bench-noop bench-validate-only --ignore-not-found >/dev/null
   kc delete mutatingwebhookconfigurations driftguard --ignore-not-found >/dev/null
 }
 # A dry-run write as bench; prints which webhooks it reached: none, noop, driftguard.
@@ -240,6 +247,7 @@ configure() {
   unregister
   case $1 in
     noop) kc apply -f noop-webhook.json >/dev/null ;;
+    driftguard-validate) kc apply -f validate-only-webhook.json >/dev/null ;;
     driftguard)
       "$driftguard" register --url=https://127.0.0.1:"$dg_port" --ca-bundle=webhook/ca.crt \
         --policy=policy.yaml --kubeconfig=admin.kubeconfig >/dev/null ;;
@@ -247,7 +255,7 @@ configure() {
   local streak=0 deadline=$((SECONDS + 30)) seen
   while [ "$streak" -lt 3 ]; do
     seen=$(probe)
-    if [ "$seen" = "$1" ]; then streak=$((streak + 1)); else streak=0; fi
+    if [ "$seen" = "${1%-validate}" ]; then streak=$((streak + 1)); else streak=0; fi
     [ "$SECONDS" -lt "$deadline" ] || die "configuration $1: probes still reach: $seen"
     sleep 0.1
   done
@@ -260,6 +268,7 @@ paths() { # SET: -path flags for the objects of that set
 
 # --- interleaved rounds ----------------------------------------------------------
 configs=(none noop driftguard)
+[ "${BENCH_VALIDATE_ONLY:-}" = 1 ] && configs+=(driftguard-validate)
 log "$rounds rounds x ${#configs[@]} configurations x {managed, unmanaged} x {1, 8 writers}, $writes writes each"
 for round in $(seq 1 "$rounds"); do
   for k in "${!configs[@]}"; do
@@ -291,9 +300,10 @@ fi
 
 # --- report ---------------------------------------------------------------------
 echo "== $rounds interleaved rounds x $writes writes per run, $(nproc) cores; added = config minus no webhook, same round; median over rounds (min-max)"
-python3 - results.jsonl <<'PY'
+python3 - results.jsonl "${configs[@]}" <<'PY'
 import json, statistics, sys
 runs = [json.loads(l) for l in open(sys.argv[1])]
+configs = sys.argv[3:]  # after none
 at = {(r["round"], r["config"], r["set"], r["writers"]): r for r in runs}
 rounds = sorted({r["round"] for r in runs})
 ms = lambda us: us / 1000
@@ -304,16 +314,22 @@ def added(config, s, w, q):
 def cell(values):
     return f"{statistics.median(values):.2f} ({min(values):.2f}–{max(values):.2f})"
 
-print("| writers | objects | no webhook p50 / p99 | no-op added p50 | no-op added p99 | driftguard added p50 | driftguard added p99 | driftguard / no-op, added p50 |")
-print("|---|---|---|---|---|---|---|---|")
+head = ["writers", "objects", "no webhook p50 / p99"]
+head += [f"{c} added {q}" for c in configs for q in ("p50", "p99")]
+head += [f"{c} / noop, added p50" for c in configs[1:]]
+print("| " + " | ".join(head) + " |")
+print("|" + "---|" * len(head))
 for w in (1, 8):
     for s in ("managed", "unmanaged"):
         base50 = statistics.median(ms(at[(r, "none", s, w)]["p50_us"]) for r in rounds)
         base99 = statistics.median(ms(at[(r, "none", s, w)]["p99_us"]) for r in rounds)
-        n50, n99 = added("noop", s, w, "p50_us"), added("noop", s, w, "p99_us")
-        d50, d99 = added("driftguard", s, w, "p50_us"), added("driftguard", s, w, "p99_us")
-        ratio = statistics.median(d50) / statistics.median(n50) if statistics.median(n50) > 0 else float("nan")
-        print(f"| {w} | {s} | {base50:.2f} / {base99:.2f} ms | {cell(n50)} | {cell(n99)} | {cell(d50)} | {cell(d99)} | {ratio:.2f}x |")
+        row = [str(w), s, f"{base50:.2f} / {base99:.2f}"]
+        row += [cell(added(c, s, w, q)) for c in configs for q in ("p50_us", "p99_us")]
+        noop50 = statistics.median(added("noop", s, w, "p50_us"))
+        for c in configs[1:]:
+            ratio = statistics.median(added(c, s, w, "p50_us")) / noop50 if noop50 > 0 else float("nan")
+            row.append(f"{ratio:.2f}x")
+        print("| " + " | ".join(row) + " |")
 errors = sum(r["errors"] for r in runs)
 print(f"\nmilliseconds; {len(runs)} runs, {sum(r['count'] for r in runs)} measured writes, {errors} errors")
 sys.exit(1 if errors else 0)
