@@ -774,6 +774,7 @@ fn every_kind_is_guarded(e: &Env) -> Scenario {
     Ok(())
 }
 
+/// A tracked Namespace, and the destination namespace of an Application.
 fn a_tracked_namespace_cannot_be_deleted_by_hand(e: &Env) -> Scenario {
     // --wait=false: should it go through, nothing here would finalize it.
     let out = e.kubectl("alice", "delete namespace tracked --wait=false");
@@ -788,6 +789,18 @@ fn a_tracked_namespace_cannot_be_deleted_by_hand(e: &Env) -> Scenario {
         out.ok,
         "Argo CD's prune of the namespace was refused: {out}"
     );
+    // production carries no tracking metadata, but application myapp
+    // deploys into it.
+    let out = e.kubectl("alice", "delete namespace production --wait=false");
+    ensure!(
+        !out.ok
+            && out
+                .stderr
+                .contains("is the destination namespace of Argo CD application myapp"),
+        "alice deleted the destination namespace of myapp: {out}"
+    );
+    let phase = e.get("", "namespace/production", "{.status.phase}");
+    ensure!(phase == "Active", "namespace production is {phase}");
     Ok(())
 }
 

@@ -66,6 +66,9 @@ pub const EXCLUDED_RESOURCES: &[&str] = &[
     "tekton.dev/pipelineruns",
 ];
 
+/// A DELETE of a Namespace: it may be an Argo CD Application's destination.
+const DELETE_NAMESPACE: &str = "(request.operation == 'DELETE' && request.resource.group == '' && request.resource.resource == 'namespaces')";
+
 /// The apiserver refuses a webhook with more.
 pub const MAX_MATCH_CONDITIONS: usize = 64;
 
@@ -161,7 +164,8 @@ pub fn identity_condition(policy: &Policy) -> (Option<MatchCondition>, Vec<Strin
 
 /// True for the writes whose decision can be other than "out of scope":
 /// `scale` writes (a Scale carries no labels; driftguard reads the parent),
-/// and objects whose stored (`oldObject`: also a write that removes the
+/// with Argo CD on, DELETEs of Namespaces (an Application's destination), and
+/// objects whose stored (`oldObject`: also a write that removes the
 /// metadata) or incoming (`object`: a CREATE that adds it) version carries
 /// tracking metadata of an enabled detector. The decision judges ownership on
 /// the stored object, so this is a superset of what it can find managed.
@@ -177,6 +181,10 @@ fn managed_expression(policy: &Policy) -> String {
         labels.push(FLUX_HELM_NAME.to_owned());
     }
     let mut terms = vec!["(has(request.subResource) && request.subResource == 'scale')".to_owned()];
+    if policy.argocd.is_some() {
+        // A namespace an Application deploys into is guarded even untracked.
+        terms.push(DELETE_NAMESPACE.to_owned());
+    }
     for object in ["oldObject", "object"] {
         let mut carries = Vec::new();
         for (section, keys) in [("annotations", &annotations), ("labels", &labels)] {
@@ -341,6 +349,7 @@ mod tests {
         assert_eq!(
             expression(&c.validating, "only-gitops-managed-objects"),
             "(has(request.subResource) && request.subResource == 'scale') \
+             || (request.operation == 'DELETE' && request.resource.group == '' && request.resource.resource == 'namespaces') \
              || (oldObject != null && ((has(oldObject.metadata.annotations) && ('argocd.argoproj.io/tracking-id' in oldObject.metadata.annotations)) \
              || (has(oldObject.metadata.labels) && ('app.kubernetes.io/instance' in oldObject.metadata.labels \
              || 'kustomize.toolkit.fluxcd.io/name' in oldObject.metadata.labels || 'helm.toolkit.fluxcd.io/name' in oldObject.metadata.labels)))) \
@@ -354,6 +363,7 @@ mod tests {
         assert_eq!(
             expression(&c.validating, "only-gitops-managed-objects"),
             "(has(request.subResource) && request.subResource == 'scale') \
+             || (request.operation == 'DELETE' && request.resource.group == '' && request.resource.resource == 'namespaces') \
              || (oldObject != null && ((has(oldObject.metadata.annotations) && ('example.com/owner' in oldObject.metadata.annotations)))) \
              || (object != null && ((has(object.metadata.annotations) && ('example.com/owner' in object.metadata.annotations))))"
         );
