@@ -127,6 +127,9 @@ fn denial(view: &Request, d: &Decision) -> String {
         Finding::DeleteByHand => {
             format!("{obj} is managed by {manager}; only {tool} may delete (prune) it.")
         }
+        Finding::DeleteDestination => format!(
+            "{obj} is the destination namespace of {manager}, whose objects live there; only {tool} may delete (prune) it."
+        ),
         Finding::CreateWithTracking => format!(
             "{obj} carries {tool} tracking metadata of {manager}; only {tool} may create it."
         ),

@@ -259,8 +259,7 @@ fn register(args: RegisterArgs) -> Result<ExitCode, Failure> {
         timeout_seconds: args.timeout,
         exclude_namespaces: args.exclude_namespaces,
     };
-    let (_, left_out) = register::match_condition(&policy);
-    for pattern in left_out {
+    for pattern in crate::cluster::rules::conditions(&policy).left_out {
         eprintln!(
             "driftguard: identity pattern `{pattern}` cannot be expressed in CEL; driftguard still allows it, after a call"
         );

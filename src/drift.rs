@@ -94,6 +94,9 @@ pub enum Finding {
     BreakGlass,
     Drift,
     DeleteByHand,
+    /// A DELETE of a Namespace that is not itself tracked but is the
+    /// destination of an Argo CD Application: pruning it is Argo CD's call.
+    DeleteDestination,
     CreateWithTracking,
     BreakGlassUnauthorized,
     BreakGlassInvalid(String),
@@ -114,6 +117,7 @@ impl Finding {
             Finding::BreakGlass => "break-glass",
             Finding::Drift => "drift",
             Finding::DeleteByHand => "manual-delete",
+            Finding::DeleteDestination => "manual-delete-destination",
             Finding::CreateWithTracking => "manual-create",
             Finding::BreakGlassUnauthorized => "break-glass-unauthorized",
             Finding::BreakGlassInvalid(_) => "break-glass-invalid",
@@ -127,6 +131,7 @@ impl Finding {
             self,
             Finding::Drift
                 | Finding::DeleteByHand
+                | Finding::DeleteDestination
                 | Finding::CreateWithTracking
                 | Finding::BreakGlassUnauthorized
                 | Finding::BreakGlassInvalid(_)
@@ -250,13 +255,26 @@ pub fn decide(policy: &Policy, req: &Request, ctx: &Context) -> Result<Decision,
     if let Some(owner) = ownership::controller_owner(&stored) {
         return out_of_scope(d, format!("child of {owner}"));
     }
-    let Some(manager) = ownership::detect(&stored) else {
-        return out_of_scope(d, "not GitOps-managed".into());
-    };
-    if let Some(why) = ownership::opted_out(&stored, &manager) {
-        return out_of_scope(d, why);
+    let mut destination = false;
+    match ownership::detect(&stored) {
+        Some(manager) => {
+            if let Some(why) = ownership::opted_out(&stored, &manager) {
+                return out_of_scope(d, why);
+            }
+            set_manager(policy, ctx, &mut d, manager);
+        }
+        None => {
+            let Some(app) = destination_application(policy, ctx, req) else {
+                return out_of_scope(d, "not GitOps-managed".into());
+            };
+            d.source = app.describe_source();
+            d.manager = Some(Manager::ArgoCd {
+                application: app.name.clone(),
+                application_namespace: None,
+            });
+            destination = true;
+        }
     }
-    set_manager(policy, ctx, &mut d, manager);
     if old.is_some() {
         d.mode = mode_from_annotation(&stored, d.mode, &mut d.notes);
     }
@@ -280,6 +298,7 @@ pub fn decide(policy: &Policy, req: &Request, ctx: &Context) -> Result<Decision,
     let mut changed_inputs = Vec::new();
     let (finding, paths) = match req.operation {
         Operation::Create => (Finding::CreateWithTracking, vec![String::new()]),
+        Operation::Delete if destination => (Finding::DeleteDestination, vec![String::new()]),
         Operation::Delete => (Finding::DeleteByHand, vec![String::new()]),
         _ => {
             let (old, new) = (
@@ -451,6 +470,29 @@ fn rules_for<'p>(
         None => {}
     }
     rules
+}
+
+/// For a DELETE of a Namespace, an Application (from files or the cluster)
+/// that deploys into it on this cluster: its objects live there, so deleting
+/// the namespace by hand deletes them too.
+fn destination_application<'p>(
+    policy: &'p Policy,
+    ctx: &Context<'p>,
+    req: &Request,
+) -> Option<&'p Application> {
+    if req.operation != Operation::Delete
+        || !req.resource_group.is_empty()
+        || req.resource != "namespaces"
+        || !req.sub_resource.is_empty()
+    {
+        return None;
+    }
+    let watched = ctx.sources.map_or(&[][..], |s| &s.applications);
+    policy
+        .applications
+        .iter()
+        .chain(watched)
+        .find(|a| a.destination_namespace.as_deref() == Some(req.name))
 }
 
 /// An Application from `--argocd-application` files, else from the cluster.

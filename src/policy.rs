@@ -233,6 +233,16 @@ impl Policy {
         self
     }
 
+    /// The glob patterns of the `namespaces` entries whose mode is `mode`, as
+    /// written (for the webhooks' matchConditions).
+    pub fn namespace_patterns(&self, mode: Mode) -> Vec<&str> {
+        self.namespaces
+            .iter()
+            .filter(|(_, m)| *m == mode)
+            .flat_map(|(names, _)| names.sources())
+            .collect()
+    }
+
     /// The global mode, overridden by the first matching `namespaces` entry.
     pub fn mode_for_namespace(&self, namespace: &str) -> Mode {
         self.namespaces

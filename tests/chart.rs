@@ -54,20 +54,175 @@ fn find<'a>(docs: &'a [Value], kind: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no {kind} rendered"))
 }
 
-fn rules_of(doc: &Value) -> Vec<(Vec<String>, Vec<String>)> {
-    let strings = |v: &Value| {
-        v.as_array()
-            .unwrap()
-            .iter()
-            .map(|s| s.as_str().unwrap().to_owned())
-            .collect::<Vec<_>>()
-    };
-    doc["webhooks"][0]["rules"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| (strings(&r["apiGroups"]), strings(&r["resources"])))
-        .collect()
+/// What decides which writes reach driftguard: rules and matchConditions.
+fn scope_of(doc: &Value) -> (Value, Value) {
+    let hook = &doc["webhooks"][0];
+    (hook["rules"].clone(), hook["matchConditions"].clone())
+}
+
+/// `driftguard register --dry-run` for `policy`.
+fn registered(plane: &ControlPlane, policy: Option<&std::path::Path>, name: &str) -> Vec<Value> {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_driftguard"));
+    cmd.args(["register", "--url=https://127.0.0.1:8443", "--dry-run"])
+        .arg(format!("--name={name}"))
+        .arg(format!(
+            "--ca-bundle={}",
+            plane.dir.join("ca.crt").display()
+        ));
+    if let Some(policy) = policy {
+        cmd.arg(format!("--policy={}", policy.display()));
+    }
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    documents(&String::from_utf8(out.stdout).unwrap())
+}
+
+/// For policies that change every part of the conditions, the chart renders
+/// exactly what `driftguard register` builds from the same policy.
+fn chart_and_register_agree(helm: &PathBuf, plane: &ControlPlane) {
+    let variants: Vec<(&str, Vec<&str>, Vec<&str>)> = vec![
+        ("defaults", vec![], vec![]),
+        ("warn mode", vec!["policy.mode=warn"], vec![]),
+        ("owned fields", vec!["policy.precision=ownedFields"], vec![]),
+        (
+            "other detector keys",
+            vec![
+                "policy.gitops.argocd.trackingAnnotation=example.com/owner",
+                "policy.gitops.argocd.instanceLabel=",
+                "policy.gitops.flux.enabled=false",
+            ],
+            vec![],
+        ),
+        (
+            "argo off",
+            vec!["policy.gitops.argocd.enabled=false"],
+            vec![],
+        ),
+        (
+            "warn globs",
+            vec![],
+            vec![
+                "--set-json",
+                r#"policy.namespaces=[{"names":["team.a-*","x?"],"mode":"warn"},{"names":["prod"],"mode":"audit"}]"#,
+            ],
+        ),
+        (
+            "a class glob",
+            vec![],
+            vec![
+                "--set-json",
+                r#"policy.namespaces=[{"names":["dev-[ab]"],"mode":"warn"}]"#,
+            ],
+        ),
+        (
+            "no namespaces",
+            vec![],
+            vec!["--set-json", "policy.namespaces=[]"],
+        ),
+        (
+            "identities",
+            vec![],
+            vec![
+                "--set-json",
+                r#"policy.trusted={"users":["ci-bot","ops-*","ci-*-bot"],"groups":["platform","team-*","o'neil"]}"#,
+            ],
+        ),
+    ];
+    for (name, sets, extra) in variants {
+        let rendered = template(helm, &sets, &extra);
+        assert!(rendered.ok, "{name}: {}", rendered.stderr);
+        let charted = documents(&rendered.yaml);
+        let policy = plane.dir.join("variant-policy.yaml");
+        std::fs::write(
+            &policy,
+            find(&charted, "ConfigMap")["data"]["policy.yaml"]
+                .as_str()
+                .unwrap(),
+        )
+        .unwrap();
+        let registered = registered(plane, Some(&policy), "dg-driftguard");
+        for kind in [
+            "ValidatingWebhookConfiguration",
+            "MutatingWebhookConfiguration",
+        ] {
+            assert_eq!(
+                scope_of(find(&charted, kind)),
+                scope_of(find(&registered, kind)),
+                "{name}: {kind}"
+            );
+        }
+    }
+}
+
+/// `driftguard register` for real, with a policy of many controllers and
+/// trusted identities (one long CEL condition): the apiserver checks the
+/// expressions and their cost when it stores the configuration.
+fn many_identities_are_accepted_by_the_apiserver(plane: &ControlPlane) {
+    let users: Vec<String> = (0..150)
+        .map(|i| format!("system:serviceaccount:tenant-{i}:deployer"))
+        .collect();
+    let prefixes: Vec<String> = (0..60)
+        .map(|i| format!("system:serviceaccount:ci-{i}:*"))
+        .collect();
+    let groups: Vec<String> = (0..40).map(|i| format!("platform-{i}")).collect();
+    let group_prefixes: Vec<String> = (0..20).map(|i| format!("oidc:team-{i}-*")).collect();
+    let policy = plane.dir.join("many-identities.yaml");
+    std::fs::write(
+        &policy,
+        format!(
+            "controllers: {{users: {users:?}, groups: {groups:?}}}\ntrusted: {{users: {prefixes:?}, groups: {group_prefixes:?}}}\nnamespaces: [{{names: [dev-*, 'team-?.staging', sandbox-*], mode: warn}}]\n"
+        ),
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_driftguard"))
+        .args([
+            "register",
+            "--url=https://127.0.0.1:8443",
+            "--name=many-identities",
+        ])
+        .arg(format!(
+            "--ca-bundle={}",
+            plane.dir.join("ca.crt").display()
+        ))
+        .arg(format!("--policy={}", policy.display()))
+        .arg(format!(
+            "--kubeconfig={}",
+            plane.kubeconfig("admin").display()
+        ))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "the apiserver refused the conditions of many identities: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = plane.kubectl(
+        "admin",
+        &[
+            "get",
+            "mutatingwebhookconfiguration/many-identities",
+            "-o",
+            "jsonpath={.webhooks[0].matchConditions[*].name}",
+        ],
+    );
+    assert_eq!(
+        out.stdout,
+        "exclude-unmanaged-kinds skip-gitops-and-trusted-identities only-gitops-managed-objects only-where-a-patch-may-follow",
+        "{out}"
+    );
+    let out = plane.kubectl(
+        "admin",
+        &[
+            "delete",
+            "validatingwebhookconfiguration,mutatingwebhookconfiguration",
+            "many-identities",
+        ],
+    );
+    assert!(out.ok, "{out}");
 }
 
 #[test]
@@ -145,7 +300,7 @@ fn the_chart_lints_renders_and_is_accepted_by_the_apiserver() {
             "{name}"
         );
         assert!(
-            hook["matchConditions"][0]["expression"]
+            hook["matchConditions"][1]["expression"]
                 .as_str()
                 .unwrap()
                 .contains("argocd-application-controller"),
@@ -182,22 +337,9 @@ fn the_chart_lints_renders_and_is_accepted_by_the_apiserver() {
         }
     }
 
-    // The chart's rules are driftguard register's rules.
-    let out = Command::new(env!("CARGO_BIN_EXE_driftguard"))
-        .args(["register", "--url=https://127.0.0.1:8443", "--dry-run"])
-        .arg(format!(
-            "--ca-bundle={}",
-            plane.dir.join("ca.crt").display()
-        ))
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    let registered = documents(&String::from_utf8(out.stdout).unwrap());
-    let charted = documents(&template(&helm, &[], &[]).yaml);
-    assert_eq!(
-        rules_of(find(&charted, "ValidatingWebhookConfiguration")),
-        rules_of(find(&registered, "ValidatingWebhookConfiguration"))
-    );
+    // The chart's rules and conditions are driftguard register's.
+    chart_and_register_agree(&helm, &plane);
+    many_identities_are_accepted_by_the_apiserver(&plane);
 
     // Wrong values fail the install with a clear message.
     let kubeconfig = plane.kubeconfig("admin").display().to_string();

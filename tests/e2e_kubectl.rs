@@ -83,6 +83,72 @@ spec:
     spec: {containers: [{name: dns, image: "coredns:1.11"}]}
 "#;
 
+/// One object of each kind the webhooks used to miss, tracked by Argo CD
+/// application myapp, and a tracked Namespace.
+const KINDS: &str = r#"
+apiVersion: v1
+kind: Secret
+metadata: {name: db-creds, namespace: production, annotations: {argocd.argoproj.io/tracking-id: "myapp:/Secret:production/db-creds"}}
+stringData: {password: from-git}
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: deny-all, namespace: production, annotations: {argocd.argoproj.io/tracking-id: "myapp:networking.k8s.io/NetworkPolicy:production/deny-all"}}
+spec: {podSelector: {}, policyTypes: [Ingress]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: deployers, namespace: production, annotations: {argocd.argoproj.io/tracking-id: "myapp:rbac.authorization.k8s.io/RoleBinding:production/deployers"}}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: workload-editor}
+subjects: [{kind: Group, name: deployers, apiGroup: rbac.authorization.k8s.io}]
+---
+apiVersion: autoscaling/v2
+kind: HorizontalPodAutoscaler
+metadata: {name: myapp, namespace: production, annotations: {argocd.argoproj.io/tracking-id: "myapp:autoscaling/HorizontalPodAutoscaler:production/myapp"}}
+spec:
+  scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: myapp}
+  minReplicas: 2
+  maxReplicas: 5
+  metrics: [{type: Resource, resource: {name: cpu, target: {type: Utilization, averageUtilization: 80}}}]
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: myapp, namespace: production, annotations: {argocd.argoproj.io/tracking-id: "myapp:policy/PodDisruptionBudget:production/myapp"}}
+spec: {minAvailable: 1, selector: {matchLabels: {app: myapp}}}
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: myapp, namespace: production, annotations: {argocd.argoproj.io/tracking-id: "myapp:/ServiceAccount:production/myapp"}}
+---
+apiVersion: monitoring.coreos.com/v1
+kind: ServiceMonitor
+metadata: {name: myapp, namespace: production, annotations: {argocd.argoproj.io/tracking-id: "myapp:monitoring.coreos.com/ServiceMonitor:production/myapp"}}
+spec: {selector: {matchLabels: {app: myapp}}, endpoints: [{port: http}]}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: tracked, annotations: {argocd.argoproj.io/tracking-id: "myapp:/Namespace:tracked"}}
+"#;
+
+/// People may also edit the kinds of [`KINDS`] (and delete namespaces), so
+/// that only driftguard stands between them and drift.
+const KINDS_RBAC: &str = r#"
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: gitops-kinds-editor}
+rules:
+  - apiGroups: ["", networking.k8s.io, rbac.authorization.k8s.io, autoscaling, policy, monitoring.coreos.com]
+    resources: [secrets, serviceaccounts, namespaces, networkpolicies, rolebindings, horizontalpodautoscalers, poddisruptionbudgets, servicemonitors]
+    verbs: [get, list, watch, create, update, patch, delete]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: gitops-kinds-editors}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: gitops-kinds-editor}
+subjects:
+  - {kind: Group, name: developers, apiGroup: rbac.authorization.k8s.io}
+"#;
+
 type Scenario = Result<(), String>;
 type Step = (&'static str, fn(&Env) -> Scenario);
 
@@ -184,8 +250,12 @@ fn setup(install: Install) -> Env {
             dg
         }
     };
+    plane.apply_crds(&["monitoring"]);
+    plane.apply_admin(KINDS_RBAC);
     let out = plane.kubectl_as_stdin(ARGO, &["apply", "-f", "-"], Some(OBJECTS));
     assert!(out.ok, "objects as the Argo CD controller: {out}");
+    let out = plane.kubectl_as_stdin(ARGO, &["apply", "-f", "-"], Some(KINDS));
+    assert!(out.ok, "other kinds as the Argo CD controller: {out}");
     wait_for(
         "the webhook to deny a dry-run drift",
         Duration::from_secs(30),
@@ -621,6 +691,141 @@ fn unmanaged_objects_and_kube_system_are_never_touched(e: &Env) -> Scenario {
     Ok(())
 }
 
+/// Records of `name` in driftguard's audit log (either webhook).
+fn audited(e: &Env, name: &str) -> Vec<serde_json::Value> {
+    e.dg.audit()
+        .into_iter()
+        .filter(|r| r["name"] == name)
+        .collect()
+}
+
+fn every_kind_is_guarded(e: &Env) -> Scenario {
+    let subject = r#"[{"op":"add","path":"/subjects/-","value":{"kind":"User","name":"alice","apiGroup":"rbac.authorization.k8s.io"}}]"#;
+    let changes: [(&str, Vec<&str>); 7] = [
+        (
+            "secret/db-creds",
+            vec![
+                "patch",
+                "secret/db-creds",
+                "-p",
+                r#"{"stringData":{"password":"by-hand"}}"#,
+            ],
+        ),
+        (
+            "networkpolicy/deny-all",
+            vec!["label", "networkpolicy/deny-all", "by=hand"],
+        ),
+        (
+            "rolebinding/deployers",
+            vec![
+                "patch",
+                "rolebinding/deployers",
+                "--type=json",
+                "-p",
+                subject,
+            ],
+        ),
+        (
+            "hpa/myapp",
+            vec!["patch", "hpa/myapp", "-p", r#"{"spec":{"maxReplicas":50}}"#],
+        ),
+        (
+            "pdb/myapp",
+            vec!["patch", "pdb/myapp", "-p", r#"{"spec":{"minAvailable":0}}"#],
+        ),
+        (
+            "serviceaccount/myapp",
+            vec!["annotate", "serviceaccount/myapp", "example.com/role=admin"],
+        ),
+        (
+            "servicemonitor/myapp",
+            vec!["label", "servicemonitor/myapp", "by=hand"],
+        ),
+    ];
+    for (what, change) in changes {
+        let mut args = vec!["-n", "production"];
+        args.extend(&change);
+        let out = e.plane.kubectl("alice", &args);
+        ensure!(
+            !out.ok
+                && out.stderr.contains("driftguard")
+                && out.stderr.contains("Argo CD application myapp"),
+            "alice's change to {what} was not denied by driftguard: {out}"
+        );
+        let out = e.plane.kubectl_as(ARGO, &args);
+        ensure!(out.ok, "Argo CD's change to {what} was refused: {out}");
+    }
+    ensure!(
+        e.get("production", "rolebinding/deployers", "{.subjects[*].name}") == "deployers alice",
+        "the subject Argo CD added is missing"
+    );
+    let out = e.kubectl("alice", "-n production delete networkpolicy/deny-all");
+    ensure!(
+        !out.ok && out.stderr.contains("only Argo CD may delete"),
+        "alice's delete of the NetworkPolicy: {out}"
+    );
+    // In enforce mode the mutating webhook, which only patches in warn
+    // mode, is not called: one call per write.
+    let records = audited(e, "db-creds");
+    ensure!(
+        !records.is_empty() && records.iter().all(|r| r["endpoint"] == "validate"),
+        "audit records of the Secret: {records:?}"
+    );
+    Ok(())
+}
+
+/// A tracked Namespace, and the destination namespace of an Application.
+fn a_tracked_namespace_cannot_be_deleted_by_hand(e: &Env) -> Scenario {
+    // --wait=false: should it go through, nothing here would finalize it.
+    let out = e.kubectl("alice", "delete namespace tracked --wait=false");
+    ensure!(
+        !out.ok && out.stderr.contains("only Argo CD may delete"),
+        "alice deleted a tracked namespace: {out}"
+    );
+    let phase = e.get("", "namespace/tracked", "{.status.phase}");
+    ensure!(phase == "Active", "namespace tracked is {phase}");
+    let out = e.kubectl_as(ARGO, "delete namespace tracked --wait=false");
+    ensure!(
+        out.ok,
+        "Argo CD's prune of the namespace was refused: {out}"
+    );
+    // production carries no tracking metadata, but application myapp
+    // deploys into it.
+    let out = e.kubectl("alice", "delete namespace production --wait=false");
+    ensure!(
+        !out.ok
+            && out
+                .stderr
+                .contains("is the destination namespace of Argo CD application myapp"),
+        "alice deleted the destination namespace of myapp: {out}"
+    );
+    let phase = e.get("", "namespace/production", "{.status.phase}");
+    ensure!(phase == "Active", "namespace production is {phase}");
+    Ok(())
+}
+
+fn unmanaged_writes_never_reach_driftguard(e: &Env) -> Scenario {
+    for line in [
+        "-n plain create configmap notes --from-literal=a=b",
+        "-n plain label configmap/notes x=y",
+        "-n plain create secret generic scratch-secret --from-literal=a=b",
+        "-n plain annotate secret/scratch-secret x=y",
+        "-n plain delete configmap/notes",
+        "-n plain delete secret/scratch-secret",
+    ] {
+        let out = e.kubectl("alice", line);
+        ensure!(out.ok && !out.stderr.contains("Warning"), "{line}: {out}");
+    }
+    for name in ["notes", "scratch-secret", "scratch"] {
+        let records = audited(e, name);
+        ensure!(
+            records.is_empty(),
+            "driftguard was called for unmanaged {name}: {records:?}"
+        );
+    }
+    Ok(())
+}
+
 #[test]
 fn kubectl_against_a_real_control_plane() {
     scenarios(setup(Install::Register));
@@ -632,7 +837,7 @@ fn kubectl_against_a_real_control_plane_installed_by_the_chart() {
 }
 
 fn scenarios(mut env: Env) {
-    let scenarios: [Step; 8] = [
+    let scenarios: [Step; 11] = [
         (
             "1 set image",
             set_image_is_denied_for_alice_and_allowed_for_argo_cd,
@@ -656,6 +861,15 @@ fn scenarios(mut env: Env) {
             "9 unmanaged and kube-system",
             unmanaged_objects_and_kube_system_are_never_touched,
         ),
+        ("11 every kind", every_kind_is_guarded),
+        (
+            "12 tracked namespace",
+            a_tracked_namespace_cannot_be_deleted_by_hand,
+        ),
+        (
+            "13 unmanaged writes",
+            unmanaged_writes_never_reach_driftguard,
+        ),
     ];
     let mut failures = Vec::new();
     for (name, scenario) in scenarios {
@@ -664,8 +878,33 @@ fn scenarios(mut env: Env) {
         }
     }
 
-    // 10. driftguard down, failurePolicy Fail.
+    // 10. driftguard down, failurePolicy Fail: only human writes to managed
+    // objects fail; unmanaged objects and controller writes never call it.
     env.dg.stop();
+    for line in [
+        "-n plain create configmap while-down --from-literal=a=b",
+        "-n plain label configmap/while-down x=y",
+        "-n plain delete configmap/while-down",
+    ] {
+        let out = env.kubectl("alice", line);
+        if !out.ok {
+            failures.push(format!(
+                "scenario 10: an unmanaged write failed with driftguard down: {line}: {out}"
+            ));
+        }
+    }
+    let out = env.kubectl_as(ARGO, "-n production label secret/db-creds synced=again");
+    if !out.ok {
+        failures.push(format!(
+            "scenario 10: a controller write to a Secret failed with driftguard down: {out}"
+        ));
+    }
+    let out = env.kubectl("alice", "-n production label secret/db-creds by=hand");
+    if out.ok || !out.stderr.contains("failed calling webhook") {
+        failures.push(format!(
+            "scenario 10: a human write to a managed Secret did not fail closed: {out}"
+        ));
+    }
     let out = env.kubectl_as(
         ARGO,
         "-n production set image deployment/myapp app=nginx:1.30",

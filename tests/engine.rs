@@ -761,3 +761,36 @@ mod base64_decode {
         out
     }
 }
+
+#[test]
+fn deleting_the_destination_namespace_of_an_application_is_drift() {
+    let ns =
+        |name: &str| json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}});
+    let policy = seed_with_app();
+    let out = run(&policy, &Review::delete(ns("production")));
+    assert!(!out.allowed());
+    assert_eq!(out.decision.finding, Finding::DeleteDestination);
+    assert!(
+        out.message()
+            .contains("Namespace production/production is the destination namespace of Argo CD application myapp"),
+        "{}",
+        out.message()
+    );
+    assert!(run(&policy, &Review::delete(ns("production")).by(ARGO, &[])).allowed());
+    let out = run(&policy, &Review::delete(ns("plain")));
+    assert!(out.allowed());
+    assert!(matches!(out.decision.finding, Finding::OutOfScope(_)));
+    // Without the Application, production is a namespace like any other.
+    assert!(run(&seed_policy(), &Review::delete(ns("production"))).allowed());
+    // An Application that deploys to another cluster says nothing of ours.
+    let remote = driftguard::policy::argocd::parse(
+        "apiVersion: argoproj.io/v1alpha1\nkind: Application\nmetadata: {name: remote, namespace: argocd}\n\
+         spec: {destination: {server: 'https://10.0.0.1:6443', namespace: production}}\n",
+        "remote.yaml",
+    )
+    .unwrap()
+    .applications;
+    assert_eq!(remote[0].destination_namespace, None);
+    let policy = seed_policy().with_applications(remote);
+    assert!(run(&policy, &Review::delete(ns("production"))).allowed());
+}

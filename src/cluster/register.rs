@@ -3,14 +3,14 @@
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::{
-    MatchCondition, MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations,
-    ServiceReference, ValidatingWebhook, ValidatingWebhookConfiguration, WebhookClientConfig,
+    MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations, ServiceReference,
+    ValidatingWebhook, ValidatingWebhookConfiguration, WebhookClientConfig,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
     LabelSelector, LabelSelectorRequirement, ObjectMeta,
 };
 
-use super::rules::{OPERATIONS, RULES};
+use super::rules::{OPERATIONS, RULES, conditions};
 use crate::policy::Policy;
 
 /// A `--service` that is not `NAME.NAMESPACE[:PORT]`.
@@ -118,87 +118,15 @@ fn namespace_selector(opts: &Options) -> LabelSelector {
     }
 }
 
-/// CEL that is false for the policy's controller and trusted identities, so the
-/// apiserver never calls driftguard for GitOps or system traffic. Exact names
-/// and `prefix*` globs are expressed; other globs still work, judged by
-/// driftguard itself. Returns the expression and the patterns left out.
-pub fn match_condition(policy: &Policy) -> (Option<MatchCondition>, Vec<String>) {
-    let mut users = Vec::new();
-    let mut groups = Vec::new();
-    for identities in [&policy.controllers, &policy.trusted] {
-        let (u, g) = identities.patterns();
-        users.extend(u.into_iter().map(str::to_owned));
-        groups.extend(g.into_iter().map(str::to_owned));
-    }
-    let mut terms = Vec::new();
-    let mut left_out = Vec::new();
-    let (exact, prefixes) = split_globs(&users, &mut left_out);
-    if !exact.is_empty() {
-        terms.push(format!(
-            "request.userInfo.username in [{}]",
-            cel_list(&exact)
-        ));
-    }
-    terms.extend(
-        prefixes
-            .iter()
-            .map(|p| format!("request.userInfo.username.startsWith({})", cel_string(p))),
-    );
-    let (exact, prefixes) = split_globs(&groups, &mut left_out);
-    if !exact.is_empty() {
-        terms.push(format!(
-            "request.userInfo.groups.exists(g, g in [{}])",
-            cel_list(&exact)
-        ));
-    }
-    terms.extend(prefixes.iter().map(|p| {
-        format!(
-            "request.userInfo.groups.exists(g, g.startsWith({}))",
-            cel_string(p)
-        )
-    }));
-    let condition = (!terms.is_empty()).then(|| MatchCondition {
-        name: "skip-gitops-and-trusted-identities".into(),
-        expression: format!("!({})", terms.join(" || ")),
-    });
-    (condition, left_out)
-}
-
-fn split_globs(patterns: &[String], left_out: &mut Vec<String>) -> (Vec<String>, Vec<String>) {
-    let is_meta = |c: char| matches!(c, '*' | '?' | '[' | ']' | '{' | '}' | '\\');
-    let mut exact = Vec::new();
-    let mut prefixes = Vec::new();
-    for p in patterns {
-        match p.strip_suffix('*') {
-            _ if !p.contains(is_meta) => exact.push(p.clone()),
-            Some(prefix) if !prefix.contains(is_meta) => prefixes.push(prefix.to_owned()),
-            _ => left_out.push(p.clone()),
-        }
-    }
-    (exact, prefixes)
-}
-
-fn cel_string(s: &str) -> String {
-    format!("'{}'", s.replace('\\', "\\\\").replace('\'', "\\'"))
-}
-
-fn cel_list(items: &[String]) -> String {
-    items
-        .iter()
-        .map(|s| cel_string(s))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
 fn rules() -> Vec<RuleWithOperations> {
     RULES
         .iter()
         .map(|r| RuleWithOperations {
             api_groups: Some(r.api_groups.iter().map(|s| s.to_string()).collect()),
-            api_versions: Some(vec!["*".into()]),
+            api_versions: Some(r.api_versions.iter().map(|s| s.to_string()).collect()),
             operations: Some(OPERATIONS.iter().map(|s| s.to_string()).collect()),
             resources: Some(r.resources.iter().map(|s| s.to_string()).collect()),
-            scope: Some("Namespaced".into()),
+            scope: Some(r.scope.into()),
         })
         .collect()
 }
@@ -208,8 +136,7 @@ pub fn configurations(
     opts: &Options,
     policy: &Policy,
 ) -> (ValidatingWebhookConfiguration, MutatingWebhookConfiguration) {
-    let (condition, _) = match_condition(policy);
-    let conditions = condition.map(|c| vec![c]);
+    let conditions = conditions(policy);
     let meta = ObjectMeta {
         name: Some(opts.name.clone()),
         labels: Some(
@@ -231,11 +158,12 @@ pub fn configurations(
         match_policy: Some("Equivalent".into()),
         namespace_selector: Some(namespace_selector(opts)),
         object_selector: Some(LabelSelector::default()),
-        match_conditions: conditions,
+        match_conditions: Some(conditions.validating),
         rules: Some(rules()),
     };
     // The mutating webhook takes every setting from the validating one, so the
-    // two can never disagree; only its name, path and reinvocation differ.
+    // two can never disagree; only its name, path, reinvocation and one more
+    // condition (called only where it may patch) differ.
     let mutating = MutatingWebhook {
         name: format!("mutate.{}.driftguard.io", opts.name),
         client_config: opts.endpoint.client_config("mutate", &opts.ca_bundle),
@@ -246,7 +174,7 @@ pub fn configurations(
         match_policy: validating.match_policy.clone(),
         namespace_selector: validating.namespace_selector.clone(),
         object_selector: validating.object_selector.clone(),
-        match_conditions: validating.match_conditions.clone(),
+        match_conditions: Some(conditions.mutating),
         rules: validating.rules.clone(),
         reinvocation_policy: Some("Never".into()),
     };
@@ -296,33 +224,6 @@ pub async fn apply(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn match_condition_skips_controllers_and_trusted_identities() {
-        let (condition, left_out) = match_condition(&Policy::embedded());
-        let expr = condition.unwrap().expression;
-        assert!(expr.starts_with("!("), "{expr}");
-        assert!(
-            expr.contains("'system:serviceaccount:argocd:argocd-application-controller'"),
-            "{expr}"
-        );
-        assert!(
-            expr.contains(
-                "request.userInfo.username.startsWith('system:serviceaccount:kube-system:')"
-            ),
-            "{expr}"
-        );
-        assert!(expr.contains("startsWith('system:node:')"), "{expr}");
-        assert!(left_out.is_empty());
-        let odd = Policy::from_yaml(
-            "trusted: {users: ['ci-*-bot'], groups: [platform]}\n",
-            "p.yaml",
-        )
-        .unwrap();
-        let (condition, left_out) = match_condition(&odd);
-        assert_eq!(left_out, vec!["ci-*-bot"]);
-        assert!(condition.unwrap().expression.contains("g in ['platform']"));
-    }
 
     #[test]
     fn service_endpoint_parses_and_excludes_its_namespace() {

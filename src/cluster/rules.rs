@@ -1,40 +1,432 @@
-//! What the webhooks receive: the one list of resources and subresources, used
-//! by `driftguard register` (and checked against the Helm chart by a test).
+//! What the webhooks receive: the one list of rules, exclusions and CEL
+//! `matchConditions`, used by `driftguard register` (and checked against the
+//! Helm chart, which renders the same text from its values, by tests/chart.rs).
+//!
+//! The rules name every resource: Argo CD and Flux manage any kind. The
+//! conditions then decide, inside the apiserver and before any call, which
+//! writes driftguard must judge, so a write to an unmanaged object costs
+//! nothing and does not depend on driftguard being up.
+
+use k8s_openapi::api::admissionregistration::v1::MatchCondition;
+
+use crate::drift::MODE_ANNOTATION;
+use crate::drift::ownership::{FLUX_HELM_NAME, FLUX_KUSTOMIZE_NAME};
+use crate::policy::{Mode, Policy, Precision};
 
 pub struct Rule {
     pub api_groups: &'static [&'static str],
+    pub api_versions: &'static [&'static str],
     pub resources: &'static [&'static str],
+    pub scope: &'static str,
 }
 
-/// Workloads (with their scale subresources), Services, ConfigMaps, CronJobs and
-/// Ingresses, on CREATE, UPDATE and DELETE. Pods and Jobs are left out: they are
-/// nearly always children of a managed object, and the apiserver would call
-/// driftguard for every one of them only for it to answer "out of scope".
-pub const RULES: &[Rule] = &[
-    Rule {
-        api_groups: &["apps"],
-        resources: &[
-            "deployments",
-            "deployments/scale",
-            "statefulsets",
-            "statefulsets/scale",
-            "daemonsets",
-            "replicasets",
-            "replicasets/scale",
-        ],
-    },
-    Rule {
-        api_groups: &[""],
-        resources: &["services", "configmaps"],
-    },
-    Rule {
-        api_groups: &["batch"],
-        resources: &["cronjobs"],
-    },
-    Rule {
-        api_groups: &["networking.k8s.io"],
-        resources: &["ingresses"],
-    },
-];
+/// Every resource and every `scale` subresource, namespaced and cluster-wide
+/// (Namespaces, ClusterRoles, CRDs and custom resources are GitOps-managed
+/// too). Other subresources (status, approval, exec...) are never drift.
+pub const RULES: &[Rule] = &[Rule {
+    api_groups: &["*"],
+    api_versions: &["*"],
+    resources: &["*", "*/scale"],
+    scope: "*",
+}];
 
 pub const OPERATIONS: &[&str] = &["CREATE", "UPDATE", "DELETE"];
+
+/// API groups never sent to driftguard: runtime data that GitOps never
+/// manages (events, metrics, leader-election leases) and the review APIs the
+/// apiserver's own authentication and authorization go through.
+pub const EXCLUDED_GROUPS: &[&str] = &[
+    "events.k8s.io",
+    "metrics.k8s.io",
+    "coordination.k8s.io",
+    "authentication.k8s.io",
+    "authorization.k8s.io",
+    "reports.kyverno.io",
+    "wgpolicyk8s.io",
+];
+
+/// `group/resource` never sent to driftguard (core group: `/resource`): the
+/// rest of Argo CD's default `resource.exclusions`, high-churn objects that
+/// controllers write and no repository holds.
+pub const EXCLUDED_RESOURCES: &[&str] = &[
+    "/events",
+    "/endpoints",
+    "discovery.k8s.io/endpointslices",
+    "certificates.k8s.io/certificatesigningrequests",
+    "cert-manager.io/certificaterequests",
+    "cilium.io/ciliumidentities",
+    "cilium.io/ciliumendpoints",
+    "cilium.io/ciliumendpointslices",
+    "kyverno.io/admissionreports",
+    "kyverno.io/clusteradmissionreports",
+    "kyverno.io/backgroundscanreports",
+    "kyverno.io/clusterbackgroundscanreports",
+    "kyverno.io/updaterequests",
+    "tekton.dev/taskruns",
+    "tekton.dev/pipelineruns",
+];
+
+/// A DELETE of a Namespace: it may be an Argo CD Application's destination.
+const DELETE_NAMESPACE: &str = "(request.operation == 'DELETE' && request.resource.group == '' && request.resource.resource == 'namespaces')";
+
+/// The apiserver refuses a webhook with more.
+pub const MAX_MATCH_CONDITIONS: usize = 64;
+
+/// The `matchConditions` of both webhooks (all must hold for a call).
+#[derive(Debug)]
+pub struct Conditions {
+    pub validating: Vec<MatchCondition>,
+    /// The validating ones, plus one that calls the mutating webhook only
+    /// where it may patch.
+    pub mutating: Vec<MatchCondition>,
+    /// Identity patterns that CEL cannot express: driftguard still allows
+    /// them, after a call.
+    pub left_out: Vec<String>,
+}
+
+pub fn conditions(policy: &Policy) -> Conditions {
+    let mut validating = vec![MatchCondition {
+        name: "exclude-unmanaged-kinds".into(),
+        expression: exclusion_expression(),
+    }];
+    let (identities, left_out) = identity_condition(policy);
+    validating.extend(identities);
+    validating.push(MatchCondition {
+        name: "only-gitops-managed-objects".into(),
+        expression: managed_expression(policy),
+    });
+    let mut mutating = validating.clone();
+    mutating.push(MatchCondition {
+        name: "only-where-a-patch-may-follow".into(),
+        expression: patch_expression(policy),
+    });
+    Conditions {
+        validating,
+        mutating,
+        left_out,
+    }
+}
+
+fn exclusion_expression() -> String {
+    let owned = |items: &[&str]| items.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    format!(
+        "!(request.resource.group in [{}] || (request.resource.group + '/' + request.resource.resource) in [{}])",
+        cel_list(&owned(EXCLUDED_GROUPS)),
+        cel_list(&owned(EXCLUDED_RESOURCES))
+    )
+}
+
+/// CEL that is false for the policy's controller and trusted identities, so the
+/// apiserver never calls driftguard for GitOps or system traffic. Exact names
+/// and `prefix*` globs are expressed; other globs still work, judged by
+/// driftguard itself. Returns the condition and the patterns left out.
+pub fn identity_condition(policy: &Policy) -> (Option<MatchCondition>, Vec<String>) {
+    let mut users = Vec::new();
+    let mut groups = Vec::new();
+    for identities in [&policy.controllers, &policy.trusted] {
+        let (u, g) = identities.patterns();
+        users.extend(u.into_iter().map(str::to_owned));
+        groups.extend(g.into_iter().map(str::to_owned));
+    }
+    let mut terms = Vec::new();
+    let mut left_out = Vec::new();
+    let (exact, prefixes) = split_globs(&users, &mut left_out);
+    if !exact.is_empty() {
+        terms.push(format!(
+            "request.userInfo.username in [{}]",
+            cel_list(&exact)
+        ));
+    }
+    terms.extend(
+        prefixes
+            .iter()
+            .map(|p| format!("request.userInfo.username.startsWith({})", cel_string(p))),
+    );
+    let (exact, prefixes) = split_globs(&groups, &mut left_out);
+    if !exact.is_empty() {
+        terms.push(format!(
+            "(has(request.userInfo.groups) && request.userInfo.groups.exists(g, g in [{}]))",
+            cel_list(&exact)
+        ));
+    }
+    terms.extend(prefixes.iter().map(|p| {
+        format!(
+            "(has(request.userInfo.groups) && request.userInfo.groups.exists(g, g.startsWith({})))",
+            cel_string(p)
+        )
+    }));
+    let condition = (!terms.is_empty()).then(|| MatchCondition {
+        name: "skip-gitops-and-trusted-identities".into(),
+        expression: format!("!({})", terms.join(" || ")),
+    });
+    (condition, left_out)
+}
+
+/// True for the writes whose decision can be other than "out of scope":
+/// `scale` writes (a Scale carries no labels; driftguard reads the parent),
+/// with Argo CD on, DELETEs of Namespaces (an Application's destination), and
+/// objects whose stored (`oldObject`: also a write that removes the
+/// metadata) or incoming (`object`: a CREATE that adds it) version carries
+/// tracking metadata of an enabled detector. The decision judges ownership on
+/// the stored object, so this is a superset of what it can find managed.
+fn managed_expression(policy: &Policy) -> String {
+    let mut annotations = Vec::new();
+    let mut labels = Vec::new();
+    if let Some(argo) = &policy.argocd {
+        annotations.push(argo.tracking_annotation.clone());
+        labels.extend(argo.instance_label.clone());
+    }
+    if policy.flux {
+        labels.push(FLUX_KUSTOMIZE_NAME.to_owned());
+        labels.push(FLUX_HELM_NAME.to_owned());
+    }
+    let mut terms = vec!["(has(request.subResource) && request.subResource == 'scale')".to_owned()];
+    if policy.argocd.is_some() {
+        // A namespace an Application deploys into is guarded even untracked.
+        terms.push(DELETE_NAMESPACE.to_owned());
+    }
+    for object in ["oldObject", "object"] {
+        let mut carries = Vec::new();
+        for (section, keys) in [("annotations", &annotations), ("labels", &labels)] {
+            if keys.is_empty() {
+                continue;
+            }
+            let any = keys
+                .iter()
+                .map(|k| format!("{} in {object}.metadata.{section}", cel_string(k)))
+                .collect::<Vec<_>>()
+                .join(" || ");
+            carries.push(format!("(has({object}.metadata.{section}) && ({any}))"));
+        }
+        if !carries.is_empty() {
+            terms.push(format!("({object} != null && ({}))", carries.join(" || ")));
+        }
+    }
+    terms.join(" || ")
+}
+
+/// The mutating webhook only patches (the `driftguard.io/drift` record) on a
+/// CREATE or UPDATE of the object itself, and only in warn mode or, under
+/// `precision: ownedFields`, for a change to fields GitOps does not own.
+/// Where the mode in force can only be enforce or audit, the apiserver skips
+/// it: warn comes from the policy's default, a `warn` entry of `namespaces`,
+/// or the stored object's `driftguard.io/mode` annotation.
+fn patch_expression(policy: &Policy) -> String {
+    let writes =
+        "request.operation != 'DELETE' && (!has(request.subResource) || request.subResource == '')";
+    if policy.mode == Mode::Warn || policy.precision == Precision::OwnedFields {
+        return writes.to_owned();
+    }
+    let mut may_warn = vec![format!(
+        "(oldObject != null && has(oldObject.metadata.annotations) && {key} in oldObject.metadata.annotations && oldObject.metadata.annotations[{key}] == 'warn')",
+        key = cel_string(MODE_ANNOTATION)
+    )];
+    let patterns = policy.namespace_patterns(Mode::Warn);
+    if !patterns.is_empty() {
+        let Some(regexes) = patterns
+            .iter()
+            .map(|p| glob_regex(p))
+            .collect::<Option<Vec<_>>>()
+        else {
+            // A glob CEL cannot mirror: call wherever a patch may follow.
+            return writes.to_owned();
+        };
+        may_warn.push(format!(
+            "(has(request.namespace) && request.namespace.matches({}))",
+            cel_string(&format!("^({})$", regexes.join("|")))
+        ));
+    }
+    format!("{writes} && ({})", may_warn.join(" || "))
+}
+
+/// A namespace glob as an RE2 regex, escaped exactly as Go's
+/// `regexp.QuoteMeta` (the chart's `regexQuoteMeta`) would, so both render
+/// the same text; `None` for classes, alternations and escapes.
+fn glob_regex(glob: &str) -> Option<String> {
+    if glob.contains(['[', ']', '{', '}', '\\']) {
+        return None;
+    }
+    let mut out = String::new();
+    for c in glob.chars() {
+        match c {
+            '*' => out.push_str(".*"),
+            '?' => out.push('.'),
+            '.' | '+' | '(' | ')' | '|' | '^' | '$' => {
+                out.push('\\');
+                out.push(c);
+            }
+            c => out.push(c),
+        }
+    }
+    Some(out)
+}
+
+fn split_globs(patterns: &[String], left_out: &mut Vec<String>) -> (Vec<String>, Vec<String>) {
+    let is_meta = |c: char| matches!(c, '*' | '?' | '[' | ']' | '{' | '}' | '\\');
+    let mut exact = Vec::new();
+    let mut prefixes = Vec::new();
+    for p in patterns {
+        match p.strip_suffix('*') {
+            _ if !p.contains(is_meta) => exact.push(p.clone()),
+            Some(prefix) if !prefix.contains(is_meta) => prefixes.push(prefix.to_owned()),
+            _ => left_out.push(p.clone()),
+        }
+    }
+    (exact, prefixes)
+}
+
+fn cel_string(s: &str) -> String {
+    format!("'{}'", s.replace('\\', "\\\\").replace('\'', "\\'"))
+}
+
+fn cel_list(items: &[String]) -> String {
+    items
+        .iter()
+        .map(|s| cel_string(s))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(yaml: &str) -> Policy {
+        Policy::from_yaml(yaml, "p.yaml").unwrap()
+    }
+
+    fn expression<'a>(conditions: &'a [MatchCondition], name: &str) -> &'a str {
+        &conditions
+            .iter()
+            .find(|c| c.name == name)
+            .unwrap_or_else(|| panic!("no condition {name}"))
+            .expression
+    }
+
+    #[test]
+    fn identity_condition_skips_controllers_and_trusted_identities() {
+        let (condition, left_out) = identity_condition(&Policy::embedded());
+        assert_eq!(
+            condition.unwrap().expression,
+            "!(request.userInfo.username in ['system:serviceaccount:argocd:argocd-application-controller', \
+             'system:serviceaccount:argocd:argocd-server', 'system:serviceaccount:flux-system:kustomize-controller', \
+             'system:serviceaccount:flux-system:helm-controller', 'system:kube-controller-manager', \
+             'system:kube-scheduler'] || request.userInfo.username.startsWith('system:serviceaccount:kube-system:') \
+             || request.userInfo.username.startsWith('system:node:'))"
+        );
+        assert!(left_out.is_empty());
+        let (condition, left_out) = identity_condition(&policy(
+            "trusted: {users: ['ci-*-bot'], groups: [platform]}\n",
+        ));
+        assert_eq!(left_out, vec!["ci-*-bot"]);
+        assert_eq!(
+            condition.unwrap().expression,
+            "!(request.userInfo.username in ['system:serviceaccount:argocd:argocd-application-controller', \
+             'system:serviceaccount:argocd:argocd-server', 'system:serviceaccount:flux-system:kustomize-controller', \
+             'system:serviceaccount:flux-system:helm-controller'] \
+             || (has(request.userInfo.groups) && request.userInfo.groups.exists(g, g in ['platform'])))"
+        );
+    }
+
+    #[test]
+    fn exclusions_are_one_condition() {
+        assert_eq!(
+            exclusion_expression(),
+            "!(request.resource.group in ['events.k8s.io', 'metrics.k8s.io', 'coordination.k8s.io', \
+             'authentication.k8s.io', 'authorization.k8s.io', 'reports.kyverno.io', 'wgpolicyk8s.io'] \
+             || (request.resource.group + '/' + request.resource.resource) in ['/events', '/endpoints', \
+             'discovery.k8s.io/endpointslices', 'certificates.k8s.io/certificatesigningrequests', \
+             'cert-manager.io/certificaterequests', 'cilium.io/ciliumidentities', 'cilium.io/ciliumendpoints', \
+             'cilium.io/ciliumendpointslices', 'kyverno.io/admissionreports', 'kyverno.io/clusteradmissionreports', \
+             'kyverno.io/backgroundscanreports', 'kyverno.io/clusterbackgroundscanreports', \
+             'kyverno.io/updaterequests', 'tekton.dev/taskruns', 'tekton.dev/pipelineruns'])"
+        );
+    }
+
+    #[test]
+    fn only_objects_with_tracking_metadata_of_enabled_detectors_are_sent() {
+        let c = conditions(&Policy::embedded());
+        assert_eq!(
+            expression(&c.validating, "only-gitops-managed-objects"),
+            "(has(request.subResource) && request.subResource == 'scale') \
+             || (request.operation == 'DELETE' && request.resource.group == '' && request.resource.resource == 'namespaces') \
+             || (oldObject != null && ((has(oldObject.metadata.annotations) && ('argocd.argoproj.io/tracking-id' in oldObject.metadata.annotations)) \
+             || (has(oldObject.metadata.labels) && ('app.kubernetes.io/instance' in oldObject.metadata.labels \
+             || 'kustomize.toolkit.fluxcd.io/name' in oldObject.metadata.labels || 'helm.toolkit.fluxcd.io/name' in oldObject.metadata.labels)))) \
+             || (object != null && ((has(object.metadata.annotations) && ('argocd.argoproj.io/tracking-id' in object.metadata.annotations)) \
+             || (has(object.metadata.labels) && ('app.kubernetes.io/instance' in object.metadata.labels \
+             || 'kustomize.toolkit.fluxcd.io/name' in object.metadata.labels || 'helm.toolkit.fluxcd.io/name' in object.metadata.labels))))"
+        );
+        let c = conditions(&policy(
+            "gitops: {argocd: {trackingAnnotation: example.com/owner, instanceLabel: ''}, flux: {enabled: false}}\n",
+        ));
+        assert_eq!(
+            expression(&c.validating, "only-gitops-managed-objects"),
+            "(has(request.subResource) && request.subResource == 'scale') \
+             || (request.operation == 'DELETE' && request.resource.group == '' && request.resource.resource == 'namespaces') \
+             || (oldObject != null && ((has(oldObject.metadata.annotations) && ('example.com/owner' in oldObject.metadata.annotations)))) \
+             || (object != null && ((has(object.metadata.annotations) && ('example.com/owner' in object.metadata.annotations))))"
+        );
+        let c = conditions(&policy(
+            "gitops: {argocd: {enabled: false}, flux: {enabled: false}}\n",
+        ));
+        assert_eq!(
+            expression(&c.validating, "only-gitops-managed-objects"),
+            "(has(request.subResource) && request.subResource == 'scale')"
+        );
+    }
+
+    #[test]
+    fn the_mutating_webhook_is_called_only_where_warn_may_apply() {
+        let c = conditions(&Policy::embedded());
+        assert_eq!(
+            expression(&c.mutating, "only-where-a-patch-may-follow"),
+            "request.operation != 'DELETE' && (!has(request.subResource) || request.subResource == '') && \
+             ((oldObject != null && has(oldObject.metadata.annotations) && 'driftguard.io/mode' in oldObject.metadata.annotations \
+             && oldObject.metadata.annotations['driftguard.io/mode'] == 'warn') \
+             || (has(request.namespace) && request.namespace.matches('^(dev-.*)$')))"
+        );
+        assert_eq!(c.mutating[..c.validating.len()], c.validating[..]);
+        let c = conditions(&policy(
+            "namespaces: [{names: ['team.a-*', 'x?'], mode: warn}, {names: [prod], mode: audit}]\n",
+        ));
+        assert!(
+            expression(&c.mutating, "only-where-a-patch-may-follow").ends_with(
+                "|| (has(request.namespace) && request.namespace.matches('^(team\\\\.a-.*|x.)$')))"
+            )
+        );
+        for yaml in [
+            "mode: warn\n",
+            "precision: ownedFields\n",
+            "namespaces: [{names: ['dev-[ab]'], mode: warn}]\n",
+        ] {
+            let c = conditions(&policy(yaml));
+            assert_eq!(
+                expression(&c.mutating, "only-where-a-patch-may-follow"),
+                "request.operation != 'DELETE' && (!has(request.subResource) || request.subResource == '')",
+                "{yaml}"
+            );
+        }
+        let c = conditions(&policy("namespaces: []\n"));
+        assert!(!expression(&c.mutating, "only-where-a-patch-may-follow").contains("matches"));
+    }
+
+    #[test]
+    fn conditions_stay_within_the_apiserver_limit() {
+        let many: Vec<String> = (0..500).map(|i| format!("user-{i}")).collect();
+        let yaml = format!(
+            "controllers: {{users: {many:?}, groups: {many:?}}}\ntrusted: {{users: {:?}}}\n",
+            many.iter().map(|u| format!("{u}-*")).collect::<Vec<_>>()
+        );
+        let c = conditions(&policy(&yaml));
+        assert_eq!(c.validating.len(), 3);
+        assert_eq!(c.mutating.len(), 4);
+        assert!(c.mutating.len() <= MAX_MATCH_CONDITIONS);
+        let c = conditions(&policy("controllers: {users: []}\ntrusted: {users: []}\n"));
+        assert_eq!(
+            c.validating.len(),
+            2,
+            "no identity condition without identities"
+        );
+    }
+}

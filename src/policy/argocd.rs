@@ -14,6 +14,9 @@ pub struct Application {
     pub namespace: Option<String>,
     pub repo_url: Option<String>,
     pub path: Option<String>,
+    /// `spec.destination.namespace`, when the destination is this cluster
+    /// (`https://kubernetes.default.svc` or `in-cluster`).
+    pub destination_namespace: Option<String>,
     pub rules: RuleSet,
 }
 
@@ -49,6 +52,28 @@ struct Spec {
     sources: Vec<Source>,
     #[serde(default)]
     ignore_differences: Vec<IgnoreDifference>,
+    #[serde(default)]
+    destination: Option<Destination>,
+}
+
+#[derive(Deserialize)]
+struct Destination {
+    #[serde(default)]
+    server: Option<String>,
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    namespace: Option<String>,
+}
+
+impl Destination {
+    /// The namespace, when the Application deploys to the cluster driftguard
+    /// guards (Argo CD's names for it); another cluster's namespace is not ours.
+    fn local_namespace(self) -> Option<String> {
+        let local = self.server.as_deref() == Some("https://kubernetes.default.svc")
+            || self.name.as_deref() == Some("in-cluster");
+        self.namespace.filter(|ns| local && !ns.is_empty())
+    }
 }
 
 #[derive(Deserialize)]
@@ -155,6 +180,7 @@ fn from_document<E>(
         source: None,
         sources: vec![],
         ignore_differences: vec![],
+        destination: None,
     });
     let source = spec.source.or_else(|| spec.sources.into_iter().next());
     let name = doc.metadata.name;
@@ -168,6 +194,7 @@ fn from_document<E>(
         namespace: doc.metadata.namespace,
         repo_url: source.as_ref().and_then(|s| s.repo_url.clone()),
         path: source.and_then(|s| s.path),
+        destination_namespace: spec.destination.and_then(Destination::local_namespace),
         name,
         rules,
     })

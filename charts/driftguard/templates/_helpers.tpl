@@ -28,27 +28,102 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- if $c.certManager.enabled }}certManager{{ else if $provided }}provided{{ else }}generated{{ end -}}
 {{- end -}}
 
-{{/* CEL: false for the policy's controller and trusted identities (exact names and prefix* globs). */}}
+{{/* CEL: false for the policy's controller and trusted identities (exact names and prefix* globs; other globs are left to driftguard). */}}
 {{- define "driftguard.matchExpression" -}}
 {{- $exact := list -}}{{- $prefixes := list -}}{{- $gexact := list -}}{{- $gprefixes := list -}}
 {{- range $ids := list .Values.policy.controllers .Values.policy.trusted -}}
 {{- range $u := ($ids.users | default list) -}}
-{{- if hasSuffix "*" $u }}{{ $prefixes = append $prefixes (trimSuffix "*" $u) }}{{ else }}{{ $exact = append $exact $u }}{{ end -}}
+{{- if regexMatch "[*?\\[\\]{}\\\\]" (trimSuffix "*" $u) }}{{/* other globs: driftguard judges them */}}{{ else if hasSuffix "*" $u }}{{ $prefixes = append $prefixes (trimSuffix "*" $u) }}{{ else }}{{ $exact = append $exact $u }}{{ end -}}
 {{- end -}}
 {{- range $g := ($ids.groups | default list) -}}
-{{- if hasSuffix "*" $g }}{{ $gprefixes = append $gprefixes (trimSuffix "*" $g) }}{{ else }}{{ $gexact = append $gexact $g }}{{ end -}}
+{{- if regexMatch "[*?\\[\\]{}\\\\]" (trimSuffix "*" $g) }}{{ else if hasSuffix "*" $g }}{{ $gprefixes = append $gprefixes (trimSuffix "*" $g) }}{{ else }}{{ $gexact = append $gexact $g }}{{ end -}}
 {{- end -}}
 {{- end -}}
 {{- $terms := list -}}
 {{- if $exact }}{{ $terms = append $terms (printf "request.userInfo.username in [%s]" (include "driftguard.celList" $exact)) }}{{ end -}}
-{{- range $p := $prefixes }}{{ $terms = append $terms (printf "request.userInfo.username.startsWith('%s')" $p) }}{{ end -}}
-{{- if $gexact }}{{ $terms = append $terms (printf "request.userInfo.groups.exists(g, g in [%s])" (include "driftguard.celList" $gexact)) }}{{ end -}}
-{{- range $p := $gprefixes }}{{ $terms = append $terms (printf "request.userInfo.groups.exists(g, g.startsWith('%s'))" $p) }}{{ end -}}
+{{- range $p := $prefixes }}{{ $terms = append $terms (printf "request.userInfo.username.startsWith(%s)" (include "driftguard.celString" $p)) }}{{ end -}}
+{{- if $gexact }}{{ $terms = append $terms (printf "(has(request.userInfo.groups) && request.userInfo.groups.exists(g, g in [%s]))" (include "driftguard.celList" $gexact)) }}{{ end -}}
+{{- range $p := $gprefixes }}{{ $terms = append $terms (printf "(has(request.userInfo.groups) && request.userInfo.groups.exists(g, g.startsWith(%s)))" (include "driftguard.celString" $p)) }}{{ end -}}
 {{- if $terms }}!({{ join " || " $terms }}){{ end -}}
 {{- end -}}
 
+{{- define "driftguard.celString" -}}
+'{{ . | replace "\\" "\\\\" | replace "'" "\\'" }}'
+{{- end -}}
+
 {{- define "driftguard.celList" -}}
-{{- $quoted := list -}}{{- range . }}{{ $quoted = append $quoted (printf "'%s'" .) }}{{ end -}}{{ join ", " $quoted }}
+{{- $quoted := list -}}{{- range . }}{{ $quoted = append $quoted (include "driftguard.celString" .) }}{{ end -}}{{ join ", " $quoted }}
+{{- end -}}
+
+{{/*
+The webhooks' matchConditions: the same text as `driftguard register` builds
+(src/cluster/rules.rs; tests/chart.rs compares them for several policies).
+Mutating adds one condition to the validating ones.
+*/}}
+{{- define "driftguard.matchConditions" -}}
+{{- $w := .Values.webhook -}}
+- name: exclude-unmanaged-kinds
+  expression: {{ printf "!(request.resource.group in [%s] || (request.resource.group + '/' + request.resource.resource) in [%s])" (include "driftguard.celList" $w.excludedGroups) (include "driftguard.celList" $w.excludedResources) | quote }}
+{{- with include "driftguard.matchExpression" . }}
+- name: skip-gitops-and-trusted-identities
+  expression: {{ . | quote }}
+{{- end }}
+- name: only-gitops-managed-objects
+  expression: {{ include "driftguard.managedExpression" . | quote }}
+{{- end -}}
+
+{{/* CEL: scale writes, namespace DELETEs (with Argo CD: a destination), and objects whose stored or incoming version carries tracking metadata of an enabled detector. */}}
+{{- define "driftguard.managedExpression" -}}
+{{- $gitops := .Values.policy.gitops | default dict -}}
+{{- $argo := $gitops.argocd | default dict -}}
+{{- $flux := $gitops.flux | default dict -}}
+{{- $annotations := list -}}{{- $labels := list -}}
+{{- $argoOn := true -}}{{- if hasKey $argo "enabled" }}{{ $argoOn = $argo.enabled }}{{ end -}}
+{{- if $argoOn -}}
+{{- $annotations = append $annotations ($argo.trackingAnnotation | default "argocd.argoproj.io/tracking-id") -}}
+{{- $instance := "app.kubernetes.io/instance" -}}{{- if hasKey $argo "instanceLabel" }}{{ $instance = $argo.instanceLabel }}{{ end -}}
+{{- if $instance }}{{ $labels = append $labels $instance }}{{ end -}}
+{{- end -}}
+{{- $fluxOn := true -}}{{- if hasKey $flux "enabled" }}{{ $fluxOn = $flux.enabled }}{{ end -}}
+{{- if $fluxOn }}{{ $labels = concat $labels (list "kustomize.toolkit.fluxcd.io/name" "helm.toolkit.fluxcd.io/name") }}{{ end -}}
+{{- $terms := list "(has(request.subResource) && request.subResource == 'scale')" -}}
+{{- if $argoOn }}{{ $terms = append $terms "(request.operation == 'DELETE' && request.resource.group == '' && request.resource.resource == 'namespaces')" }}{{ end -}}
+{{- range $o := list "oldObject" "object" -}}
+{{- $carries := list -}}
+{{- range $section := list "annotations" "labels" -}}
+{{- $keys := ternary $annotations $labels (eq $section "annotations") -}}
+{{- if $keys -}}
+{{- $any := list -}}
+{{- range $k := $keys }}{{ $any = append $any (printf "%s in %s.metadata.%s" (include "driftguard.celString" $k) $o $section) }}{{ end -}}
+{{- $carries = append $carries (printf "(has(%s.metadata.%s) && (%s))" $o $section (join " || " $any)) -}}
+{{- end -}}
+{{- end -}}
+{{- if $carries }}{{ $terms = append $terms (printf "(%s != null && (%s))" $o (join " || " $carries)) }}{{ end -}}
+{{- end -}}
+{{- join " || " $terms -}}
+{{- end -}}
+
+{{/* CEL: the mutating webhook only where it may patch (warn mode, or precision ownedFields). */}}
+{{- define "driftguard.patchExpression" -}}
+{{- $p := .Values.policy -}}
+{{- $writes := "request.operation != 'DELETE' && (!has(request.subResource) || request.subResource == '')" -}}
+{{- $namespaces := list (dict "names" (list "dev-*") "mode" "warn") -}}
+{{- if hasKey $p "namespaces" }}{{ $namespaces = $p.namespaces | default list }}{{ end -}}
+{{- $regexes := list -}}{{- $plain := true -}}
+{{- range $entry := $namespaces -}}
+{{- if eq $entry.mode "warn" -}}
+{{- range $g := $entry.names -}}
+{{- if regexMatch "[\\[\\]{}\\\\]" $g }}{{ $plain = false }}{{ else }}{{ $regexes = append $regexes (regexQuoteMeta $g | replace "\\*" ".*" | replace "\\?" ".") }}{{ end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- if or (eq ($p.mode | default "enforce") "warn") (eq ($p.precision | default "all") "ownedFields") (not $plain) -}}
+{{ $writes }}
+{{- else -}}
+{{- $mayWarn := list "(oldObject != null && has(oldObject.metadata.annotations) && 'driftguard.io/mode' in oldObject.metadata.annotations && oldObject.metadata.annotations['driftguard.io/mode'] == 'warn')" -}}
+{{- if $regexes }}{{ $mayWarn = append $mayWarn (printf "(has(request.namespace) && request.namespace.matches(%s))" (include "driftguard.celString" (printf "^(%s)$" (join "|" $regexes)))) }}{{ end -}}
+{{ printf "%s && (%s)" $writes (join " || " $mayWarn) }}
+{{- end -}}
 {{- end -}}
 
 {{/*
