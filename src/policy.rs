@@ -243,6 +243,15 @@ impl Policy {
             .collect()
     }
 
+    /// The first `namespaces` entry matching `namespace`: its patterns as
+    /// written and its mode (what [`Policy::mode_for_namespace`] uses).
+    pub fn namespace_entry(&self, namespace: &str) -> Option<(Vec<&str>, Mode)> {
+        self.namespaces
+            .iter()
+            .find(|(names, _)| names.is_match(namespace))
+            .map(|(names, mode)| (names.sources().collect(), *mode))
+    }
+
     /// The global mode, overridden by the first matching `namespaces` entry.
     pub fn mode_for_namespace(&self, namespace: &str) -> Mode {
         self.namespaces
@@ -342,7 +351,8 @@ impl ManifestHeader {
     }
 }
 
-fn parse_duration(text: &str) -> Result<SignedDuration, DurationError> {
+/// A positive duration as the policy writes `maxDuration` (`4h`, `30m`, `1h30m`).
+pub fn parse_duration(text: &str) -> Result<SignedDuration, DurationError> {
     let d: SignedDuration = text.parse().map_err(|source| DurationError::Syntax {
         text: text.to_owned(),
         source,

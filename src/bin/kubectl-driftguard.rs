@@ -1,0 +1,8 @@
+//! `kubectl-driftguard`: the kubectl plugin (`kubectl driftguard ...`).
+#![forbid(unsafe_code)]
+
+use clap::Parser;
+
+fn main() -> std::process::ExitCode {
+    driftguard::plugin::Cli::parse().run()
+}

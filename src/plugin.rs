@@ -1,0 +1,162 @@
+//! `kubectl-driftguard`: the kubectl plugin. It talks to the apiserver with
+//! the user's own kubeconfig and credentials, never driftguard's.
+//!
+//! Exit codes: 0 ok, 1 the answer is "no" (refused, denied), 2 usage or
+//! access error (the message names the object or the forbidden request).
+
+mod api;
+mod breakglass;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::policy::Policy;
+use api::{Api, ConnectArgs, Refusal};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "kubectl-driftguard",
+    bin_name = "kubectl driftguard",
+    version,
+    about = "driftguard from the terminal: explain, preview and break-glass"
+)]
+pub struct Cli {
+    #[command(flatten)]
+    connect: ConnectArgs,
+    /// The ConfigMap holding the policy in force, NAMESPACE/NAME (the chart's).
+    #[arg(
+        long,
+        global = true,
+        default_value = "driftguard/driftguard-policy",
+        env = "DRIFTGUARD_POLICY_CONFIGMAP"
+    )]
+    policy_configmap: String,
+    /// The key of the policy in that ConfigMap.
+    #[arg(long, global = true, default_value = "policy.yaml")]
+    policy_key: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Set (or with --end remove) break-glass on an object, in one write, if the policy lets you.
+    BreakGlass(breakglass::Args),
+}
+
+/// Why a command could not give an answer (exit 2). A "no" is not an error:
+/// commands return exit code 1 for it.
+#[derive(Debug, thiserror::Error)]
+pub enum PluginError {
+    #[error("{0}")]
+    Usage(String),
+    /// The apiserver could not be reached or refused a request (RBAC, not found).
+    #[error("{0}")]
+    Access(String),
+}
+
+impl PluginError {
+    /// The apiserver's own message names the verb, resource and object
+    /// (`User "alice" cannot get resource "configmaps" ... in the namespace "x"`).
+    fn from_refusal(r: Refusal) -> Self {
+        PluginError::Access(match r.code {
+            403 => format!("forbidden: {}", r.message),
+            404 => format!("not found: {}", r.message),
+            _ => r.message,
+        })
+    }
+}
+
+impl Cli {
+    pub fn run(self) -> ExitCode {
+        crate::server::tls::install_process_default();
+        let runtime = match tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("kubectl-driftguard: cannot start the runtime: {e}");
+                return ExitCode::from(2);
+            }
+        };
+        match runtime.block_on(self.dispatch()) {
+            Ok(code) => code,
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::from(2)
+            }
+        }
+    }
+
+    async fn dispatch(self) -> Result<ExitCode, PluginError> {
+        let api = Api::connect(&self.connect).await?;
+        let source = PolicySource {
+            configmap: self.policy_configmap,
+            key: self.policy_key,
+        };
+        match self.command {
+            Command::BreakGlass(args) => breakglass::run(&api, &source, args).await,
+        }
+    }
+}
+
+/// Where the policy in force lives in the cluster.
+pub struct PolicySource {
+    configmap: String,
+    key: String,
+}
+
+/// The policy in force and where it came from.
+pub struct LoadedPolicy {
+    pub policy: Policy,
+    /// `ConfigMap driftguard/driftguard-policy` or `embedded default`.
+    pub origin: String,
+}
+
+impl PolicySource {
+    /// The ConfigMap's policy; the embedded default, with a warning on
+    /// stderr, when it cannot be read. A policy that does not load is an error.
+    async fn load(&self, api: &Api) -> Result<LoadedPolicy, PluginError> {
+        let (ns, name) = self.configmap.split_once('/').ok_or_else(|| {
+            PluginError::Usage(format!(
+                "--policy-configmap {}: expected NAMESPACE/NAME",
+                self.configmap
+            ))
+        })?;
+        let path = format!("/api/v1/namespaces/{ns}/configmaps/{name}");
+        let fallback = |why: String| {
+            eprintln!(
+                "warning: cannot read the policy from ConfigMap {ns}/{name} ({why}); using driftguard's embedded default policy, which may differ from the one in force"
+            );
+            Ok(LoadedPolicy {
+                policy: Policy::embedded(),
+                origin: "embedded default".into(),
+            })
+        };
+        let cm = match api.try_get(&path).await? {
+            Ok(cm) => cm,
+            Err(refusal) => return fallback(refusal.message),
+        };
+        let Some(text) = cm["data"][&self.key].as_str() else {
+            return fallback(format!("it has no key {}", self.key));
+        };
+        let origin = format!("ConfigMap {ns}/{name}");
+        let policy = Policy::from_yaml(text, &format!("{origin} key {}", self.key))
+            .map_err(|e| PluginError::Usage(format!("the policy does not load: {e}")))?;
+        Ok(LoadedPolicy { policy, origin })
+    }
+}
+
+/// `KIND/NAME` split, both non-empty.
+fn split_target(target: &str) -> Result<(&str, &str), PluginError> {
+    match target.split_once('/') {
+        Some((kind, name)) if !kind.is_empty() && !name.is_empty() && !name.contains('/') => {
+            Ok((kind, name))
+        }
+        _ => Err(PluginError::Usage(format!(
+            "{target}: expected KIND/NAME, e.g. deployment/myapp"
+        ))),
+    }
+}

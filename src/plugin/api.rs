@@ -1,0 +1,308 @@
+//! The apiserver as the plugin's user sees it: their kubeconfig, raw requests
+//! (so that `Warning:` headers and the apiserver's own refusal messages are
+//! kept), discovery of KIND arguments and `SelfSubjectReview`.
+
+use http::{Method, Request};
+use http_body_util::BodyExt;
+use kube::client::{APIGroupDiscoveryList, Body};
+use serde_json::{Value, json};
+
+use super::PluginError;
+
+/// Connection flags shared by every command, as kubectl spells them.
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct ConnectArgs {
+    /// Kubeconfig to use; default: $KUBECONFIG, ~/.kube/config, or in-cluster.
+    #[arg(long, global = true)]
+    pub kubeconfig: Option<std::path::PathBuf>,
+    /// The kubeconfig context to use.
+    #[arg(long, global = true)]
+    pub context: Option<String>,
+    /// Namespace of the object; default: the context's namespace.
+    #[arg(short = 'n', long, global = true)]
+    pub namespace: Option<String>,
+}
+
+/// A client with the user's own credentials, and the namespace to use.
+pub struct Api {
+    client: kube::Client,
+    pub namespace: String,
+}
+
+/// An apiserver reply that was not 2xx.
+#[derive(Debug)]
+pub struct Refusal {
+    pub code: u16,
+    pub message: String,
+    pub warnings: Vec<String>,
+}
+
+impl Refusal {
+    /// A denial by an admission webhook (not RBAC, not validation).
+    pub fn by_webhook(&self) -> bool {
+        self.message.contains("admission webhook")
+    }
+}
+
+/// A 2xx reply: its body and the `Warning:` headers.
+pub struct Reply {
+    pub body: Value,
+    pub warnings: Vec<String>,
+}
+
+/// Where an object kind lives, from discovery.
+#[derive(Clone, Debug)]
+pub struct Resource {
+    pub group: String,
+    pub version: String,
+    pub kind: String,
+    pub plural: String,
+    pub namespaced: bool,
+}
+
+impl Resource {
+    /// The URL path of one object.
+    pub fn path(&self, namespace: &str, name: &str) -> String {
+        let base = if self.group.is_empty() {
+            format!("/api/{}", self.version)
+        } else {
+            format!("/apis/{}/{}", self.group, self.version)
+        };
+        if self.namespaced {
+            format!("{base}/namespaces/{namespace}/{}/{name}", self.plural)
+        } else {
+            format!("{base}/{}/{name}", self.plural)
+        }
+    }
+}
+
+/// Who the apiserver says the caller is.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Identity {
+    pub username: String,
+    pub groups: Vec<String>,
+}
+
+impl Api {
+    pub async fn connect(args: &ConnectArgs) -> Result<Self, PluginError> {
+        let options = kube::config::KubeConfigOptions {
+            context: args.context.clone(),
+            ..Default::default()
+        };
+        let config = match &args.kubeconfig {
+            Some(path) => {
+                let file = kube::config::Kubeconfig::read_from(path).map_err(|e| {
+                    PluginError::Access(format!("kubeconfig {}: {e}", path.display()))
+                })?;
+                kube::Config::from_custom_kubeconfig(file, &options)
+                    .await
+                    .map_err(|e| {
+                        PluginError::Access(format!("kubeconfig {}: {e}", path.display()))
+                    })?
+            }
+            None if args.context.is_some() => kube::Config::from_kubeconfig(&options)
+                .await
+                .map_err(|e| PluginError::Access(format!("kubeconfig: {e}")))?,
+            None => kube::Config::infer()
+                .await
+                .map_err(|e| PluginError::Access(format!("no usable kubeconfig: {e}")))?,
+        };
+        let namespace = args
+            .namespace
+            .clone()
+            .unwrap_or_else(|| config.default_namespace.clone());
+        let client = kube::Client::try_from(config)
+            .map_err(|e| PluginError::Access(format!("cannot build a client: {e}")))?;
+        Ok(Api { client, namespace })
+    }
+
+    /// One request; `Err(Refusal)` for a non-2xx reply, `PluginError` when
+    /// the apiserver could not be reached.
+    pub async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        content_type: Option<&str>,
+        body: Option<&Value>,
+    ) -> Result<Result<Reply, Refusal>, PluginError> {
+        let mut builder = Request::builder()
+            .method(method.clone())
+            .uri(path)
+            .header(http::header::ACCEPT, "application/json");
+        if let Some(ct) = content_type {
+            builder = builder.header(http::header::CONTENT_TYPE, ct);
+        }
+        let bytes = body.map(|b| b.to_string().into_bytes()).unwrap_or_default();
+        let request = builder
+            .body(Body::from(bytes))
+            .map_err(|e| PluginError::Usage(format!("{method} {path}: {e}")))?;
+        let response = self
+            .client
+            .send(request)
+            .await
+            .map_err(|e| PluginError::Access(format!("{method} {path}: {e}")))?;
+        let status = response.status();
+        let warnings = response
+            .headers()
+            .get_all("warning")
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .map(warning_text)
+            .collect();
+        let bytes = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| PluginError::Access(format!("{method} {path}: reading the reply: {e}")))?
+            .to_bytes();
+        let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        if status.is_success() {
+            return Ok(Ok(Reply { body, warnings }));
+        }
+        let message = body
+            .get("message")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+            .unwrap_or_else(|| {
+                format!(
+                    "{method} {path}: HTTP {status}: {}",
+                    String::from_utf8_lossy(&bytes).trim()
+                )
+            });
+        Ok(Err(Refusal {
+            code: status.as_u16(),
+            message,
+            warnings,
+        }))
+    }
+
+    /// A GET whose refusal the caller handles (an optional read).
+    pub async fn try_get(&self, path: &str) -> Result<Result<Value, Refusal>, PluginError> {
+        Ok(self
+            .call(Method::GET, path, None, None)
+            .await?
+            .map(|r| r.body))
+    }
+
+    /// `KIND` as typed (kind, plural, singular, short name, `plural.group`),
+    /// resolved through aggregated discovery; the preferred version wins.
+    pub async fn resolve(&self, kind: &str) -> Result<Resource, PluginError> {
+        let wanted = kind.to_ascii_lowercase();
+        let (name, group) = match wanted.split_once('.') {
+            Some((n, g)) => (n.to_owned(), Some(g.to_owned())),
+            None => (wanted.clone(), None),
+        };
+        let mut lists: Vec<APIGroupDiscoveryList> = Vec::new();
+        lists.push(
+            self.client
+                .list_core_api_versions_aggregated()
+                .await
+                .map_err(|e| PluginError::Access(format!("discovery of /api failed: {e}")))?,
+        );
+        lists.push(
+            self.client
+                .list_api_groups_aggregated()
+                .await
+                .map_err(|e| PluginError::Access(format!("discovery of /apis failed: {e}")))?,
+        );
+        for list in &lists {
+            for g in &list.items {
+                let group_name = g
+                    .metadata
+                    .as_ref()
+                    .and_then(|m| m.name.clone())
+                    .unwrap_or_default();
+                if group.as_deref().is_some_and(|want| want != group_name) {
+                    continue;
+                }
+                // Versions are listed in preference order.
+                let Some(v) = g.versions.first() else {
+                    continue;
+                };
+                for r in &v.resources {
+                    let plural = r.resource.clone().unwrap_or_default();
+                    let kind_name = r
+                        .response_kind
+                        .as_ref()
+                        .and_then(|k| k.kind.clone())
+                        .unwrap_or_default();
+                    let matches = plural == name
+                        || r.singular_resource.as_deref() == Some(name.as_str())
+                        || kind_name.to_ascii_lowercase() == name
+                        || r.short_names.contains(&name);
+                    if matches && !plural.contains('/') {
+                        return Ok(Resource {
+                            group: group_name,
+                            version: v.version.clone().unwrap_or_default(),
+                            kind: kind_name,
+                            plural,
+                            namespaced: r.scope.as_deref() == Some("Namespaced"),
+                        });
+                    }
+                }
+            }
+        }
+        Err(PluginError::Usage(format!(
+            "the server doesn't have a resource type \"{kind}\""
+        )))
+    }
+
+    /// The caller's identity, from a `SelfSubjectReview` (authentication.k8s.io/v1).
+    pub async fn whoami(&self) -> Result<Identity, PluginError> {
+        let review = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"});
+        let path = "/apis/authentication.k8s.io/v1/selfsubjectreviews";
+        let reply = match self
+            .call(Method::POST, path, Some("application/json"), Some(&review))
+            .await?
+        {
+            Ok(reply) => reply.body,
+            Err(refusal) => {
+                return Err(PluginError::Access(format!(
+                    "cannot create selfsubjectreviews.authentication.k8s.io (who am I?): {}",
+                    refusal.message
+                )));
+            }
+        };
+        let info = &reply["status"]["userInfo"];
+        Ok(Identity {
+            username: info["username"].as_str().unwrap_or_default().to_owned(),
+            groups: info["groups"]
+                .as_array()
+                .map(|g| {
+                    g.iter()
+                        .filter_map(Value::as_str)
+                        .map(str::to_owned)
+                        .collect()
+                })
+                .unwrap_or_default(),
+        })
+    }
+}
+
+/// `299 - "text"` → `text`.
+fn warning_text(header: &str) -> String {
+    let rest = header
+        .split_once(' ')
+        .and_then(|(_, r)| r.split_once(' '))
+        .map_or(header, |(_, r)| r);
+    let rest = rest.trim();
+    let unquoted = rest
+        .strip_prefix('"')
+        .and_then(|r| r.strip_suffix('"'))
+        .unwrap_or(rest);
+    unquoted.replace("\\\"", "\"").replace("\\\\", "\\")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::warning_text;
+
+    #[test]
+    fn warning_headers_lose_code_agent_and_quotes() {
+        assert_eq!(
+            warning_text(r#"299 - "driftguard: dry run: the real write would be denied (drift)""#),
+            "driftguard: dry run: the real write would be denied (drift)"
+        );
+        assert_eq!(warning_text("garbage"), "garbage");
+    }
+}

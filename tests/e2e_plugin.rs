@@ -1,0 +1,352 @@
+//! `kubectl driftguard` end to end: a real kube-apiserver and etcd, driftguard
+//! registered through real webhook configurations, and the machine's kubectl
+//! finding `kubectl-driftguard` on PATH. Under CI=true (and everywhere else) a
+//! control plane that cannot start fails the test.
+
+#[path = "support/control_plane.rs"]
+mod control_plane;
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use control_plane::*;
+
+/// The policy in force: break-glass for user sam only, at most 2h.
+const POLICY: &str = "breakGlass:\n  allowedUsers: [sam]\n  maxDuration: 2h\n";
+
+const OBJECTS: &str = r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: myapp
+  namespace: production
+  labels: {app.kubernetes.io/instance: myapp}
+  annotations: {argocd.argoproj.io/tracking-id: "myapp:apps/Deployment:production/myapp"}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: myapp}}
+  template:
+    metadata: {labels: {app: myapp}}
+    spec: {containers: [{name: app, image: "nginx:1.27"}]}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: settings
+  namespace: production
+  annotations: {argocd.argoproj.io/tracking-id: "myapp:/ConfigMap:production/settings"}
+data: {LOG_LEVEL: info}
+"#;
+
+/// People may read Argo CD Applications (explain shows repo and path).
+const READ_APPLICATIONS: &str = r#"
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: application-reader}
+rules:
+  - apiGroups: [argoproj.io]
+    resources: [applications]
+    verbs: [get, list]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: application-readers}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: application-reader}
+subjects:
+  - {kind: Group, name: developers, apiGroup: rbac.authorization.k8s.io}
+  - {kind: Group, name: sre-oncall, apiGroup: rbac.authorization.k8s.io}
+"#;
+
+type Scenario = Result<(), String>;
+type Step = (&'static str, fn(&Env) -> Scenario);
+
+macro_rules! ensure {
+    ($cond:expr, $($fmt:tt)+) => {
+        if !$cond {
+            return Err(format!($($fmt)+));
+        }
+    };
+}
+
+struct Env {
+    plane: ControlPlane,
+    /// A directory holding only a `kubectl-driftguard` symlink, first on PATH.
+    bin: PathBuf,
+    _dg: Driftguard,
+}
+
+/// What `kubectl driftguard ...` printed, and its exit code.
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl std::fmt::Display for Run {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "exit={} stdout={:?} stderr={:?}",
+            self.code, self.stdout, self.stderr
+        )
+    }
+}
+
+impl Env {
+    /// The real kubectl, as `user` (KUBECONFIG), with the plugin on PATH.
+    fn kubectl(&self, user: &str, line: &str) -> Run {
+        let path = format!(
+            "{}:{}",
+            self.bin.display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let out = Command::new("kubectl")
+            .env("PATH", path)
+            .env("KUBECONFIG", self.plane.kubeconfig(user))
+            .args(line.split_whitespace())
+            .stdin(Stdio::null())
+            .output()
+            .expect("kubectl is on PATH");
+        Run {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
+    /// `kubectl driftguard` with arguments that may contain spaces.
+    fn plugin(&self, user: &str, args: &[&str]) -> Run {
+        let path = format!(
+            "{}:{}",
+            self.bin.display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let out = Command::new("kubectl")
+            .env("PATH", path)
+            .env("KUBECONFIG", self.plane.kubeconfig(user))
+            .arg("driftguard")
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("kubectl is on PATH");
+        Run {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
+    fn annotations(&self) -> serde_json::Value {
+        let out = self.plane.kubectl(
+            "admin",
+            &[
+                "-n",
+                "production",
+                "get",
+                "deployment/myapp",
+                "-o",
+                "jsonpath={.metadata.annotations}",
+            ],
+        );
+        assert!(out.ok, "{out}");
+        serde_json::from_str(&out.stdout).unwrap_or_default()
+    }
+}
+
+fn setup() -> Env {
+    let mut plane = ControlPlane::start("plugin");
+    plane.prepare(&["production", "argocd", "flux-system", "driftguard"]);
+    let policy = plane.dir.join("plugin-policy.yaml");
+    std::fs::write(&policy, POLICY).unwrap();
+    let dg = Driftguard::start(
+        &plane,
+        &[
+            &format!("--policy={}", policy.display()),
+            &format!("--argocd-application={ROOT}/tests/data/seed/argocd-application.yaml"),
+            &plane.driftguard_kubeconfig_flag(),
+        ],
+    );
+    dg.register(&plane, &policy.display().to_string());
+    // The policy where the chart puts it: ConfigMap driftguard/driftguard-policy.
+    let out = plane.kubectl(
+        "admin",
+        &[
+            "-n",
+            "driftguard",
+            "create",
+            "configmap",
+            "driftguard-policy",
+            &format!("--from-file=policy.yaml={}", policy.display()),
+        ],
+    );
+    assert!(out.ok, "the policy ConfigMap: {out}");
+    plane.apply_crds(&["argocd-application"]);
+    let out = plane.kubectl(
+        "admin",
+        &[
+            "apply",
+            "-f",
+            &format!("{ROOT}/tests/data/seed/argocd-application.yaml"),
+        ],
+    );
+    assert!(out.ok, "the seed Application: {out}");
+    plane.apply_admin(READ_APPLICATIONS);
+    let out = plane.kubectl_as_stdin(ARGO, &["apply", "-f", "-"], Some(OBJECTS));
+    assert!(out.ok, "objects as the Argo CD controller: {out}");
+    wait_for(
+        "the webhook to deny a dry-run drift",
+        Duration::from_secs(30),
+        || {
+            let out = plane.kubectl(
+                "alice",
+                &[
+                    "-n",
+                    "production",
+                    "label",
+                    "deployment/myapp",
+                    "probe=1",
+                    "--dry-run=server",
+                ],
+            );
+            if !out.ok && out.stderr.contains("driftguard") {
+                Ok(())
+            } else {
+                Err(out.to_string())
+            }
+        },
+    );
+    let bin = plane.dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::os::unix::fs::symlink(
+        env!("CARGO_BIN_EXE_kubectl-driftguard"),
+        bin.join("kubectl-driftguard"),
+    )
+    .unwrap();
+    Env {
+        plane,
+        bin,
+        _dg: dg,
+    }
+}
+
+fn plugin_list_shows_it(e: &Env) -> Scenario {
+    let out = e.kubectl("admin", "plugin list");
+    ensure!(
+        out.code == 0 && out.stdout.contains("kubectl-driftguard"),
+        "kubectl plugin list: {out}"
+    );
+    Ok(())
+}
+
+fn break_glass_refused_granted_ended(e: &Env) -> Scenario {
+    let args = [
+        "break-glass",
+        "deploy/myapp",
+        "-n",
+        "production",
+        "--reason",
+        "INC-42 hotfix",
+        "--for",
+        "1h",
+    ];
+    let out = e.plugin("alice", &args);
+    ensure!(out.code == 1, "alice was not refused: {out}");
+    ensure!(
+        out.stderr.contains("alice") && out.stderr.contains("[sam]"),
+        "the refusal does not give the policy's reason: {out}"
+    );
+    let annotations = e.annotations();
+    ensure!(
+        annotations.get("driftguard.io/break-glass").is_none(),
+        "alice's refusal wrote: {annotations}"
+    );
+    let mut too_long = args;
+    too_long[7] = "3h";
+    let out = e.plugin("sam", &too_long);
+    ensure!(
+        out.code == 1 && out.stderr.contains("maxDuration"),
+        "--for 3h with maxDuration 2h: {out}"
+    );
+
+    let out = e.plugin("sam", &args);
+    ensure!(out.code == 0, "sam's break-glass: {out}");
+    ensure!(
+        out.stdout.contains("expires") || out.stdout.contains("until"),
+        "no expiry printed: {out}"
+    );
+    let annotations = e.annotations();
+    ensure!(
+        annotations["driftguard.io/break-glass"] == "INC-42 hotfix",
+        "reason annotation: {annotations}"
+    );
+    let expires = annotations["driftguard.io/break-glass-expires"]
+        .as_str()
+        .unwrap_or_default();
+    let at: jiff::Timestamp = expires
+        .parse()
+        .map_err(|err| format!("expiry {expires:?} is not RFC 3339: {err}"))?;
+    let ahead = at.duration_since(jiff::Timestamp::now());
+    ensure!(
+        ahead > jiff::SignedDuration::from_mins(55) && ahead <= jiff::SignedDuration::from_hours(1),
+        "expiry {expires} is not about 1h ahead"
+    );
+    // The break-glass works: sam's manual change is now allowed.
+    let out = e.kubectl(
+        "sam",
+        "-n production set image deployment/myapp app=nginx:1.28",
+    );
+    ensure!(out.code == 0, "sam's change under break-glass: {out}");
+
+    let out = e.plugin(
+        "sam",
+        &[
+            "break-glass",
+            "deployment/myapp",
+            "-n",
+            "production",
+            "--end",
+        ],
+    );
+    ensure!(out.code == 0, "--end: {out}");
+    let annotations = e.annotations();
+    ensure!(
+        annotations.get("driftguard.io/break-glass").is_none()
+            && annotations
+                .get("driftguard.io/break-glass-expires")
+                .is_none(),
+        "--end left annotations: {annotations}"
+    );
+    Ok(())
+}
+
+fn usage_and_access_errors_exit_2(e: &Env) -> Scenario {
+    let out = e.plugin(
+        "sam",
+        &["break-glass", "nosuchkind/x", "-n", "production", "--end"],
+    );
+    ensure!(
+        out.code == 2 && out.stderr.contains("nosuchkind"),
+        "an unknown kind: {out}"
+    );
+    let out = e.plugin("sam", &["break-glass", "myapp", "--end"]);
+    ensure!(out.code == 2, "no KIND/: {out}");
+    Ok(())
+}
+
+#[test]
+fn kubectl_driftguard_against_a_real_control_plane() {
+    let env = setup();
+    let scenarios: [Step; 3] = [
+        ("plugin list", plugin_list_shows_it),
+        ("break-glass", break_glass_refused_granted_ended),
+        ("errors", usage_and_access_errors_exit_2),
+    ];
+    let mut failures = Vec::new();
+    for (name, scenario) in scenarios {
+        if let Err(e) = scenario(&env) {
+            failures.push(format!("scenario {name}: {e}"));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
