@@ -6,6 +6,7 @@
 
 mod api;
 mod breakglass;
+mod preview;
 
 use std::process::ExitCode;
 
@@ -43,6 +44,8 @@ pub struct Cli {
 enum Command {
     /// Set (or with --end remove) break-glass on an object, in one write, if the policy lets you.
     BreakGlass(breakglass::Args),
+    /// Server-side dry run of a change as you: what driftguard would answer.
+    Preview(preview::Args),
 }
 
 /// Why a command could not give an answer (exit 2). A "no" is not an error:
@@ -66,6 +69,15 @@ impl PluginError {
             _ => r.message,
         })
     }
+}
+
+/// `-o` for commands that print a report.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Output {
+    #[default]
+    Text,
+    Json,
+    Yaml,
 }
 
 impl Cli {
@@ -98,6 +110,7 @@ impl Cli {
         };
         match self.command {
             Command::BreakGlass(args) => breakglass::run(&api, &source, args).await,
+            Command::Preview(args) => preview::run(&api, args).await,
         }
     }
 }
@@ -159,4 +172,15 @@ fn split_target(target: &str) -> Result<(&str, &str), PluginError> {
             "{target}: expected KIND/NAME, e.g. deployment/myapp"
         ))),
     }
+}
+/// Writes `value` as JSON or YAML on stdout.
+fn print_structured(value: &serde_json::Value, output: Output) -> Result<(), PluginError> {
+    let text = match output {
+        Output::Yaml => serde_saphyr::to_string(value)
+            .map_err(|e| PluginError::Usage(format!("cannot write YAML: {e}")))?,
+        _ => serde_json::to_string_pretty(value)
+            .map_err(|e| PluginError::Usage(format!("cannot write JSON: {e}")))?,
+    };
+    println!("{}", text.trim_end());
+    Ok(())
 }

@@ -320,6 +320,85 @@ fn break_glass_refused_granted_ended(e: &Env) -> Scenario {
     Ok(())
 }
 
+fn preview_allowed_and_denied(e: &Env) -> Scenario {
+    let before = e.annotations();
+    // The seed Application ignores /spec/replicas of its Deployments.
+    let out = e.plugin(
+        "alice",
+        &[
+            "preview",
+            "deployment/myapp",
+            "-n",
+            "production",
+            "--replicas",
+            "5",
+        ],
+    );
+    ensure!(out.code == 0, "an ignored field: {out}");
+    ensure!(out.stdout.contains("allowed"), "no verdict: {out}");
+    let out = e.plugin(
+        "alice",
+        &[
+            "preview",
+            "deploy/myapp",
+            "-n",
+            "production",
+            "--set-image",
+            "app=nginx:9.9",
+        ],
+    );
+    ensure!(
+        out.code == 1,
+        "a drifting image change was not denied: {out}"
+    );
+    ensure!(
+        out.stdout
+            .contains("/spec/template/spec/containers/0/image")
+            && out.stdout.contains("denied"),
+        "the denial does not name the drifted path: {out}"
+    );
+    let out = e.plugin(
+        "alice",
+        &[
+            "preview",
+            "cm/settings",
+            "-n",
+            "production",
+            "-p",
+            r#"{"data":{"LOG_LEVEL":"debug"}}"#,
+            "-o",
+            "json",
+        ],
+    );
+    ensure!(out.code == 1, "a drifting ConfigMap patch: {out}");
+    let report: serde_json::Value = serde_json::from_str(&out.stdout)
+        .map_err(|err| format!("-o json is not JSON: {err}: {out}"))?;
+    ensure!(
+        report["allowed"] == false
+            && report["driftedPaths"]
+                .as_array()
+                .is_some_and(|p| p.iter().any(|p| p == "/data/LOG_LEVEL")),
+        "-o json report: {report}"
+    );
+    // Dry runs change nothing.
+    let image = e.plane.kubectl(
+        "admin",
+        &[
+            "-n",
+            "production",
+            "get",
+            "deployment/myapp",
+            "-o",
+            "jsonpath={.spec.replicas} {.spec.template.spec.containers[0].image}",
+        ],
+    );
+    ensure!(
+        image.stdout != "5 nginx:9.9" && e.annotations() == before,
+        "a preview wrote: {image}"
+    );
+    Ok(())
+}
+
 fn usage_and_access_errors_exit_2(e: &Env) -> Scenario {
     let out = e.plugin(
         "sam",
@@ -337,8 +416,9 @@ fn usage_and_access_errors_exit_2(e: &Env) -> Scenario {
 #[test]
 fn kubectl_driftguard_against_a_real_control_plane() {
     let env = setup();
-    let scenarios: [Step; 3] = [
+    let scenarios: [Step; 4] = [
         ("plugin list", plugin_list_shows_it),
+        ("preview", preview_allowed_and_denied),
         ("break-glass", break_glass_refused_granted_ended),
         ("errors", usage_and_access_errors_exit_2),
     ];

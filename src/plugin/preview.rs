@@ -1,0 +1,222 @@
+//! `kubectl driftguard preview KIND/NAME (-p PATCH | --set-image C=IMG |
+//! --replicas N)`: the change as a server-side dry run (`dryRun=All`) as the
+//! user, so the real apiserver and the real webhooks answer.
+
+use std::process::ExitCode;
+
+use http::Method;
+use serde_json::{Value, json};
+
+use super::api::Api;
+use super::{Output, PluginError, print_structured, split_target};
+
+#[derive(Debug, clap::Args)]
+#[command(group(clap::ArgGroup::new("change").required(true).args(["patch", "set_image", "replicas"])))]
+pub struct Args {
+    /// The object: KIND/NAME.
+    target: String,
+    /// A patch (JSON or YAML), of --type.
+    #[arg(short = 'p', long)]
+    patch: Option<String>,
+    /// The patch type of -p: merge (JSON merge patch), json (JSON patch) or strategic.
+    #[arg(long = "type", default_value = "merge", value_parser = ["merge", "json", "strategic"])]
+    patch_type: String,
+    /// CONTAINER=IMAGE: the image of one container, found by name.
+    #[arg(long)]
+    set_image: Option<String>,
+    /// spec.replicas.
+    #[arg(long)]
+    replicas: Option<u32>,
+    /// Output format: text, json or yaml.
+    #[arg(short = 'o', long, value_enum, default_value_t = Output::Text)]
+    output: Output,
+}
+
+/// Where container lists live in the workload kinds.
+const CONTAINER_LISTS: [&str; 6] = [
+    "/spec/template/spec/containers",
+    "/spec/template/spec/initContainers",
+    "/spec/jobTemplate/spec/template/spec/containers",
+    "/spec/jobTemplate/spec/template/spec/initContainers",
+    "/spec/containers",
+    "/spec/initContainers",
+];
+
+pub async fn run(api: &Api, args: Args) -> Result<ExitCode, PluginError> {
+    let (kind, name) = split_target(&args.target)?;
+    let resource = api.resolve(kind).await?;
+    let path = resource.path(&api.namespace, name);
+    let (content_type, patch) = if let Some(text) = &args.patch {
+        let patch: Value = serde_saphyr::from_str(text)
+            .map_err(|e| PluginError::Usage(format!("-p: not JSON or YAML: {e}")))?;
+        let ct = match args.patch_type.as_str() {
+            "json" => "application/json-patch+json",
+            "strategic" => "application/strategic-merge-patch+json",
+            _ => "application/merge-patch+json",
+        };
+        (ct, patch)
+    } else if let Some(n) = args.replicas {
+        (
+            "application/merge-patch+json",
+            json!({"spec": {"replicas": n}}),
+        )
+    } else if let Some(spec) = &args.set_image {
+        let (container, image) = spec
+            .split_once('=')
+            .filter(|(c, i)| !c.is_empty() && !i.is_empty())
+            .ok_or_else(|| {
+                PluginError::Usage(format!("--set-image {spec}: expected CONTAINER=IMAGE"))
+            })?;
+        let object = match api.try_get(&path).await? {
+            Ok(o) => o,
+            Err(r) => return Err(PluginError::from_refusal(r)),
+        };
+        (
+            "application/json-patch+json",
+            image_patch(&object, container, image)?,
+        )
+    } else {
+        return Err(PluginError::Usage(
+            "give -p PATCH, --set-image C=IMG or --replicas N".into(),
+        ));
+    };
+    let dry_run = format!("{path}?dryRun=All&fieldManager=kubectl-driftguard-preview");
+    let reply = api
+        .call(Method::PATCH, &dry_run, Some(content_type), Some(&patch))
+        .await?;
+    let (allowed, message, warnings) = match reply {
+        Ok(reply) => (true, None, reply.warnings),
+        Err(refusal) if refusal.by_webhook() => {
+            (false, Some(refusal.message.clone()), refusal.warnings)
+        }
+        Err(refusal) => return Err(PluginError::from_refusal(refusal)),
+    };
+    let mut paths = Vec::new();
+    for text in message.iter().chain(warnings.iter()) {
+        if text.contains("driftguard") {
+            for p in drifted_paths(text) {
+                if !paths.contains(&p) {
+                    paths.push(p);
+                }
+            }
+        }
+    }
+    let verdict = warnings
+        .iter()
+        .find_map(|w| w.strip_prefix("driftguard: dry run: the real write would "))
+        .map(str::to_owned);
+    let next = next_step(allowed, &paths, &args.target, &api.namespace);
+    if args.output != Output::Text {
+        print_structured(
+            &json!({
+                "object": args.target,
+                "namespace": api.namespace,
+                "allowed": allowed,
+                "verdict": if allowed { "allowed" } else { "denied" },
+                "realWriteWould": verdict,
+                "message": message,
+                "warnings": warnings,
+                "driftedPaths": paths,
+                "next": next,
+            }),
+            args.output,
+        )?;
+    } else {
+        match &message {
+            None => println!("verdict: allowed (the real write would be allowed)"),
+            Some(m) => {
+                println!("verdict: denied (the real write would be denied)");
+                println!("message: {m}");
+            }
+        }
+        if let Some(v) = &verdict {
+            println!("driftguard: the real write would {v}");
+        }
+        for w in &warnings {
+            println!("Warning: {w}");
+        }
+        if !paths.is_empty() {
+            println!("drifted paths:");
+            for p in &paths {
+                println!("  {p}");
+            }
+        }
+        println!("next: {next}");
+    }
+    Ok(if allowed {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+/// A JSON patch replacing the image of `container`, guarded by a `test` of
+/// the current value so that a concurrent change fails instead of landing.
+fn image_patch(object: &Value, container: &str, image: &str) -> Result<Value, PluginError> {
+    for list in CONTAINER_LISTS {
+        let Some(items) = object.pointer(list).and_then(Value::as_array) else {
+            continue;
+        };
+        if let Some(i) = items
+            .iter()
+            .position(|c| c.get("name").and_then(Value::as_str) == Some(container))
+        {
+            let at = format!("{list}/{i}/image");
+            let current = items[i].get("image").cloned().unwrap_or(Value::Null);
+            return Ok(json!([
+                {"op": "test", "path": at, "value": current},
+                {"op": "replace", "path": at, "value": image},
+            ]));
+        }
+    }
+    Err(PluginError::Usage(format!(
+        "no container named {container} in the object"
+    )))
+}
+
+/// RFC 6901 pointers named in a driftguard message or warning.
+fn drifted_paths(text: &str) -> Vec<String> {
+    text.split(|c: char| c.is_whitespace() || c == ',')
+        .filter(|t| t.starts_with('/') && t.len() > 1)
+        .map(|t| t.trim_end_matches(['.', ';', ')', ':']).to_owned())
+        .collect()
+}
+
+fn next_step(allowed: bool, paths: &[String], target: &str, namespace: &str) -> String {
+    match (allowed, paths.is_empty()) {
+        (true, true) => "make the change; driftguard has nothing against it".into(),
+        (true, false) => {
+            "the change would be allowed but is drift: the GitOps tool may revert it; put it in Git too".into()
+        }
+        (false, _) => format!(
+            "change it in Git and let the GitOps tool sync it; in an emergency, if you may break glass: kubectl driftguard break-glass {target} -n {namespace} --reason TEXT --for DURATION, then repeat the change"
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_are_read_from_messages() {
+        let m = "driftguard: Deployment production/myapp is managed by Argo CD application myapp; this UPDATE drifts from Git at /spec/template/spec/containers/0/image, /metadata/labels/x. Change it in Git";
+        assert_eq!(
+            drifted_paths(m),
+            vec![
+                "/spec/template/spec/containers/0/image",
+                "/metadata/labels/x"
+            ]
+        );
+    }
+
+    #[test]
+    fn set_image_finds_the_container_by_name() {
+        let d = json!({"spec": {"template": {"spec": {"containers": [
+            {"name": "a", "image": "x:1"}, {"name": "b", "image": "y:1"}]}}}});
+        let p = image_patch(&d, "b", "y:2").unwrap();
+        assert_eq!(p[1]["path"], "/spec/template/spec/containers/1/image");
+        assert_eq!(p[0]["value"], "y:1");
+        assert!(image_patch(&d, "c", "z").is_err());
+    }
+}
