@@ -6,6 +6,7 @@
 
 mod api;
 mod breakglass;
+mod explain;
 mod preview;
 
 use std::process::ExitCode;
@@ -46,6 +47,8 @@ enum Command {
     BreakGlass(breakglass::Args),
     /// Server-side dry run of a change as you: what driftguard would answer.
     Preview(preview::Args),
+    /// Who manages an object, the mode in force and why, its ignore rules, break-glass.
+    Explain(explain::Args),
 }
 
 /// Why a command could not give an answer (exit 2). A "no" is not an error:
@@ -111,6 +114,7 @@ impl Cli {
         match self.command {
             Command::BreakGlass(args) => breakglass::run(&api, &source, args).await,
             Command::Preview(args) => preview::run(&api, args).await,
+            Command::Explain(args) => explain::run(&api, &source, args).await,
         }
     }
 }

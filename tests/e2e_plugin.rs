@@ -297,6 +297,24 @@ fn break_glass_refused_granted_ended(e: &Env) -> Scenario {
         "-n production set image deployment/myapp app=nginx:1.28",
     );
     ensure!(out.code == 0, "sam's change under break-glass: {out}");
+    let out = e.plugin(
+        "alice",
+        &[
+            "explain",
+            "deployment/myapp",
+            "-n",
+            "production",
+            "-o",
+            "json",
+        ],
+    );
+    let r: serde_json::Value = serde_json::from_str(&out.stdout)
+        .map_err(|err| format!("explain -o json: {err}: {out}"))?;
+    ensure!(
+        r["breakGlass"]["onObject"]["state"] == "active"
+            && r["breakGlass"]["onObject"]["reason"] == "INC-42 hotfix",
+        "explain does not show the active break-glass: {r}"
+    );
 
     let out = e.plugin(
         "sam",
@@ -399,6 +417,46 @@ fn preview_allowed_and_denied(e: &Env) -> Scenario {
     Ok(())
 }
 
+fn explain_an_argo_cd_object(e: &Env) -> Scenario {
+    let out = e.plugin(
+        "alice",
+        &["explain", "deployment/myapp", "-n", "production"],
+    );
+    ensure!(out.code == 0, "explain: {out}");
+    for needle in [
+        "Argo CD Application argocd/myapp",
+        "repo https://github.com/myorg/gitops-repo.git",
+        "path applications/myapp",
+        "enforce (from the policy's default mode (ConfigMap driftguard/driftguard-policy))",
+        "covers now: /spec/replicas",
+        "you are alice",
+        "you may not break glass",
+    ] {
+        ensure!(
+            out.stdout.contains(needle),
+            "explain lacks {needle:?}: {out}"
+        );
+    }
+    let out = e.plugin(
+        "sam",
+        &["explain", "deploy/myapp", "-n", "production", "-o", "json"],
+    );
+    ensure!(out.code == 0, "explain -o json: {out}");
+    let r: serde_json::Value = serde_json::from_str(&out.stdout)
+        .map_err(|err| format!("-o json is not JSON: {err}: {out}"))?;
+    ensure!(
+        r["managedBy"]["name"] == "myapp"
+            && r["managedBy"]["kind"] == "Application"
+            && r["mode"]["mode"] == "enforce"
+            && r["breakGlass"]["youMayBreakGlass"] == true
+            && r["ignoreRules"].as_array().is_some_and(|rules| rules
+                .iter()
+                .any(|rule| rule["coversNow"][0] == "/spec/replicas")),
+        "explain -o json: {r}"
+    );
+    Ok(())
+}
+
 fn usage_and_access_errors_exit_2(e: &Env) -> Scenario {
     let out = e.plugin(
         "sam",
@@ -416,9 +474,10 @@ fn usage_and_access_errors_exit_2(e: &Env) -> Scenario {
 #[test]
 fn kubectl_driftguard_against_a_real_control_plane() {
     let env = setup();
-    let scenarios: [Step; 4] = [
+    let scenarios: [Step; 5] = [
         ("plugin list", plugin_list_shows_it),
         ("preview", preview_allowed_and_denied),
+        ("explain", explain_an_argo_cd_object),
         ("break-glass", break_glass_refused_granted_ended),
         ("errors", usage_and_access_errors_exit_2),
     ];

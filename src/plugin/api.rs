@@ -61,6 +61,14 @@ pub struct Resource {
 }
 
 impl Resource {
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.clone()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+
     /// The URL path of one object.
     pub fn path(&self, namespace: &str, name: &str) -> String {
         let base = if self.group.is_empty() {
