@@ -8,6 +8,7 @@ mod api;
 mod breakglass;
 mod explain;
 mod preview;
+mod status;
 
 use std::process::ExitCode;
 
@@ -49,6 +50,8 @@ enum Command {
     Preview(preview::Args),
     /// Who manages an object, the mode in force and why, its ignore rules, break-glass.
     Explain(explain::Args),
+    /// Both webhook configurations, caBundle, failurePolicy, endpoints, the policy in force.
+    Status(status::Args),
 }
 
 /// Why a command could not give an answer (exit 2). A "no" is not an error:
@@ -115,6 +118,7 @@ impl Cli {
             Command::BreakGlass(args) => breakglass::run(&api, &source, args).await,
             Command::Preview(args) => preview::run(&api, args).await,
             Command::Explain(args) => explain::run(&api, &source, args).await,
+            Command::Status(args) => status::run(&api, &source, args).await,
         }
     }
 }

@@ -457,7 +457,62 @@ fn explain_an_argo_cd_object(e: &Env) -> Scenario {
     Ok(())
 }
 
+fn status_up_then_a_configuration_missing(e: &Env) -> Scenario {
+    let out = e.plugin("admin", &["status"]);
+    ensure!(out.code == 0, "status: {out}");
+    for needle in [
+        "ValidatingWebhookConfiguration driftguard: present",
+        "MutatingWebhookConfiguration driftguard: present",
+        "failurePolicy Fail, caBundle present",
+        "Policy: ConfigMap driftguard/driftguard-policy",
+        "status: ok",
+    ] {
+        ensure!(
+            out.stdout.contains(needle),
+            "status lacks {needle:?}: {out}"
+        );
+    }
+    let out = e.plugin("admin", &["status", "-o", "json"]);
+    let r: serde_json::Value =
+        serde_json::from_str(&out.stdout).map_err(|err| format!("status -o json: {err}: {out}"))?;
+    ensure!(r["healthy"] == true, "status -o json: {r}");
+    // alice may not read webhook configurations: exit 2, naming what was forbidden.
+    let out = e.plugin("alice", &["status"]);
+    ensure!(
+        out.code == 2
+            && out.stderr.contains("forbidden")
+            && out.stderr.contains("validatingwebhookconfigurations"),
+        "status as alice: {out}"
+    );
+    let gone = e.plane.kubectl(
+        "admin",
+        &["delete", "mutatingwebhookconfiguration", "driftguard"],
+    );
+    ensure!(gone.ok, "{gone}");
+    let out = e.plugin("admin", &["status"]);
+    ensure!(
+        out.code == 1
+            && out
+                .stdout
+                .contains("MutatingWebhookConfiguration driftguard: MISSING"),
+        "status without the mutating configuration: {out}"
+    );
+    Ok(())
+}
+
 fn usage_and_access_errors_exit_2(e: &Env) -> Scenario {
+    let out = e.plugin("alice", &["explain", "secret/db", "-n", "production"]);
+    ensure!(
+        out.code == 2
+            && out.stderr.contains("forbidden")
+            && out.stderr.contains("cannot get resource \"secrets\""),
+        "a forbidden read: {out}"
+    );
+    let out = e.plugin("alice", &["explain", "deployment/nope", "-n", "production"]);
+    ensure!(
+        out.code == 2 && out.stderr.contains("not found") && out.stderr.contains("nope"),
+        "a missing object: {out}"
+    );
     let out = e.plugin(
         "sam",
         &["break-glass", "nosuchkind/x", "-n", "production", "--end"],
@@ -474,12 +529,14 @@ fn usage_and_access_errors_exit_2(e: &Env) -> Scenario {
 #[test]
 fn kubectl_driftguard_against_a_real_control_plane() {
     let env = setup();
-    let scenarios: [Step; 5] = [
+    let scenarios: [Step; 6] = [
         ("plugin list", plugin_list_shows_it),
         ("preview", preview_allowed_and_denied),
         ("explain", explain_an_argo_cd_object),
         ("break-glass", break_glass_refused_granted_ended),
         ("errors", usage_and_access_errors_exit_2),
+        // Last: it deletes the mutating configuration.
+        ("status", status_up_then_a_configuration_missing),
     ];
     let mut failures = Vec::new();
     for (name, scenario) in scenarios {
