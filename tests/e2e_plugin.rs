@@ -39,6 +39,29 @@ metadata:
 data: {LOG_LEVEL: info}
 "#;
 
+/// A Flux Kustomization that ignores /data/LOG_LEVEL of its ConfigMaps, and one of them.
+const FLUX_OBJECTS: &str = r#"
+apiVersion: kustomize.toolkit.fluxcd.io/v1
+kind: Kustomization
+metadata: {name: apps, namespace: flux-system}
+spec:
+  interval: 5m
+  prune: true
+  path: ./apps
+  sourceRef: {kind: GitRepository, name: fleet}
+  ignore:
+    - paths: [/data/LOG_LEVEL]
+      target: {kind: ConfigMap}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: flux-settings
+  namespace: production
+  labels: {kustomize.toolkit.fluxcd.io/name: apps, kustomize.toolkit.fluxcd.io/namespace: flux-system}
+data: {LOG_LEVEL: info}
+"#;
+
 /// People may read Argo CD Applications (explain shows repo and path).
 const READ_APPLICATIONS: &str = r#"
 apiVersion: rbac.authorization.k8s.io/v1
@@ -47,6 +70,9 @@ metadata: {name: application-reader}
 rules:
   - apiGroups: [argoproj.io]
     resources: [applications]
+    verbs: [get, list]
+  - apiGroups: [kustomize.toolkit.fluxcd.io]
+    resources: [kustomizations]
     verbs: [get, list]
 ---
 apiVersion: rbac.authorization.k8s.io/v1
@@ -191,7 +217,10 @@ fn setup() -> Env {
         ],
     );
     assert!(out.ok, "the seed Application: {out}");
+    plane.apply_crds(&["flux-kustomization"]);
     plane.apply_admin(READ_APPLICATIONS);
+    let out = plane.kubectl_as_stdin(FLUX, &["apply", "-f", "-"], Some(FLUX_OBJECTS));
+    assert!(out.ok, "Flux objects as the kustomize-controller: {out}");
     let out = plane.kubectl_as_stdin(ARGO, &["apply", "-f", "-"], Some(OBJECTS));
     assert!(out.ok, "objects as the Argo CD controller: {out}");
     wait_for(
@@ -500,6 +529,33 @@ fn status_up_then_a_configuration_missing(e: &Env) -> Scenario {
     Ok(())
 }
 
+fn explain_a_flux_object(e: &Env) -> Scenario {
+    // --kubeconfig given to the plugin itself, after its name, as kubectl passes it.
+    let kubeconfig = format!("--kubeconfig={}", e.plane.kubeconfig("alice").display());
+    let out = e.plugin(
+        "admin",
+        &[
+            "explain",
+            "configmap/flux-settings",
+            "-n",
+            "production",
+            &kubeconfig,
+        ],
+    );
+    ensure!(out.code == 0, "explain: {out}");
+    for needle in [
+        "Flux Kustomization flux-system/apps",
+        "covers now: /data/LOG_LEVEL",
+        "you are alice",
+    ] {
+        ensure!(
+            out.stdout.contains(needle),
+            "explain lacks {needle:?}: {out}"
+        );
+    }
+    Ok(())
+}
+
 fn usage_and_access_errors_exit_2(e: &Env) -> Scenario {
     let out = e.plugin("alice", &["explain", "secret/db", "-n", "production"]);
     ensure!(
@@ -529,10 +585,11 @@ fn usage_and_access_errors_exit_2(e: &Env) -> Scenario {
 #[test]
 fn kubectl_driftguard_against_a_real_control_plane() {
     let env = setup();
-    let scenarios: [Step; 6] = [
+    let scenarios: [Step; 7] = [
         ("plugin list", plugin_list_shows_it),
         ("preview", preview_allowed_and_denied),
         ("explain", explain_an_argo_cd_object),
+        ("explain flux", explain_a_flux_object),
         ("break-glass", break_glass_refused_granted_ended),
         ("errors", usage_and_access_errors_exit_2),
         // Last: it deletes the mutating configuration.
