@@ -99,7 +99,7 @@ struct Env {
     plane: ControlPlane,
     /// A directory holding only a `kubectl-driftguard` symlink, first on PATH.
     bin: PathBuf,
-    _dg: Driftguard,
+    dg: Driftguard,
 }
 
 /// What `kubectl driftguard ...` printed, and its exit code.
@@ -252,11 +252,7 @@ fn setup() -> Env {
         bin.join("kubectl-driftguard"),
     )
     .unwrap();
-    Env {
-        plane,
-        bin,
-        _dg: dg,
-    }
+    Env { plane, bin, dg }
 }
 
 fn plugin_list_shows_it(e: &Env) -> Scenario {
@@ -493,6 +489,7 @@ fn status_up_then_a_configuration_missing(e: &Env) -> Scenario {
         "ValidatingWebhookConfiguration driftguard: present",
         "MutatingWebhookConfiguration driftguard: present",
         "failurePolicy Fail, caBundle present",
+        ", reachable from here",
         "Policy: ConfigMap driftguard/driftguard-policy",
         "status: ok",
     ] {
@@ -600,6 +597,13 @@ fn kubectl_driftguard_against_a_real_control_plane() {
         if let Err(e) = scenario(&env) {
             failures.push(format!("scenario {name}: {e}"));
         }
+    }
+    // driftguard down: status says its URL does not answer (exit 1).
+    let mut env = env;
+    env.dg.stop();
+    let out = env.plugin("admin", &["status"]);
+    if out.code != 1 || !out.stdout.contains("NOT REACHABLE") {
+        failures.push(format!("status with driftguard down: {out}"));
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }

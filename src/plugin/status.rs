@@ -53,28 +53,34 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
             let cc = &hook["clientConfig"];
             let ca = cc["caBundle"].as_str().is_some_and(|s| !s.is_empty());
             healthy &= ca;
-            let (target, endpoints) = match (cc["url"].as_str(), cc["service"].as_object()) {
-                (Some(url), _) => (url.to_owned(), Value::Null),
-                (None, Some(svc)) => {
-                    let ns = svc
-                        .get("namespace")
-                        .and_then(Value::as_str)
-                        .unwrap_or_default();
-                    let name = svc.get("name").and_then(Value::as_str).unwrap_or_default();
-                    let ready = ready_endpoints(api, ns, name).await?;
-                    if ready == Some(0) {
-                        healthy = false;
+            let (target, endpoints, reachable) =
+                match (cc["url"].as_str(), cc["service"].as_object()) {
+                    (Some(url), _) => {
+                        let reachable = reachable(url).await;
+                        healthy &= reachable != Some(false);
+                        (url.to_owned(), Value::Null, json!(reachable))
                     }
-                    (format!("service {ns}/{name}"), json!(ready))
-                }
-                _ => (String::new(), Value::Null),
-            };
+                    (None, Some(svc)) => {
+                        let ns = svc
+                            .get("namespace")
+                            .and_then(Value::as_str)
+                            .unwrap_or_default();
+                        let name = svc.get("name").and_then(Value::as_str).unwrap_or_default();
+                        let ready = ready_endpoints(api, ns, name).await?;
+                        if ready == Some(0) {
+                            healthy = false;
+                        }
+                        (format!("service {ns}/{name}"), json!(ready), Value::Null)
+                    }
+                    _ => (String::new(), Value::Null, Value::Null),
+                };
             hooks.push(json!({
                 "name": hook["name"],
                 "failurePolicy": hook["failurePolicy"],
                 "caBundle": ca,
                 "calls": target,
                 "readyEndpoints": endpoints,
+                "reachableFromHere": reachable,
             }));
         }
         configurations
@@ -98,9 +104,14 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
             }
             println!("{} {}: present", s(&c["kind"]), s(&c["name"]));
             for h in c["webhooks"].as_array().into_iter().flatten() {
-                let ready = match h["readyEndpoints"].as_u64() {
-                    Some(n) => format!(", {n} ready endpoint(s)"),
-                    None => String::new(),
+                let ready = match (
+                    h["readyEndpoints"].as_u64(),
+                    h["reachableFromHere"].as_bool(),
+                ) {
+                    (Some(n), _) => format!(", {n} ready endpoint(s)"),
+                    (None, Some(true)) => ", reachable from here".to_owned(),
+                    (None, Some(false)) => ", NOT REACHABLE from here".to_owned(),
+                    (None, None) => String::new(),
                 };
                 println!(
                     "  {}: failurePolicy {}, caBundle {}, calls {}{ready}",
@@ -139,6 +150,20 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
     } else {
         ExitCode::from(1)
     })
+}
+
+/// Whether a TCP connection to a webhook URL's host and port opens within
+/// 2 s from this machine; `None` when the URL cannot be parsed. (The
+/// apiserver may see the network differently: this is a hint.)
+async fn reachable(url: &str) -> Option<bool> {
+    let uri: http::Uri = url.parse().ok()?;
+    let host = uri.host()?.trim_start_matches('[').trim_end_matches(']');
+    let port = uri.port_u16().unwrap_or(443);
+    let connect = tokio::net::TcpStream::connect((host, port));
+    Some(matches!(
+        tokio::time::timeout(std::time::Duration::from_secs(2), connect).await,
+        Ok(Ok(_))
+    ))
 }
 
 /// Ready endpoints of a Service, from its EndpointSlices; `None` when they
