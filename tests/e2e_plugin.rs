@@ -489,7 +489,7 @@ fn status_up_then_a_configuration_missing(e: &Env) -> Scenario {
         "ValidatingWebhookConfiguration driftguard: present",
         "MutatingWebhookConfiguration driftguard: present",
         "failurePolicy Fail, caBundle present",
-        ", reachable from here",
+        ", reachable from here, caBundle verifies its certificate",
         "Policy: ConfigMap driftguard/driftguard-policy",
         "status: ok",
     ] {
@@ -509,6 +509,28 @@ fn status_up_then_a_configuration_missing(e: &Env) -> Scenario {
             && out.stderr.contains("forbidden")
             && out.stderr.contains("validatingwebhookconfigurations"),
         "status as alice: {out}"
+    );
+    // A caBundle from another CA: the serving certificate does not verify.
+    let other = driftguard::certs::Authority::new("another CA").unwrap();
+    let bundle =
+        serde_json::to_value(k8s_openapi::ByteString(other.cert_pem.into_bytes())).unwrap();
+    let patch = serde_json::json!([{"op": "replace", "path": "/webhooks/0/clientConfig/caBundle", "value": bundle}]);
+    let out = e.plane.kubectl(
+        "admin",
+        &[
+            "patch",
+            "validatingwebhookconfiguration",
+            "driftguard",
+            "--type=json",
+            "-p",
+            &patch.to_string(),
+        ],
+    );
+    ensure!(out.ok, "{out}");
+    let out = e.plugin("admin", &["status"]);
+    ensure!(
+        out.code == 1 && out.stdout.contains("caBundle does NOT verify"),
+        "status with a wrong caBundle: {out}"
     );
     let gone = e.plane.kubectl(
         "admin",

@@ -56,9 +56,9 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
             let (target, endpoints, reachable) =
                 match (cc["url"].as_str(), cc["service"].as_object()) {
                     (Some(url), _) => {
-                        let reachable = reachable(url).await;
-                        healthy &= reachable != Some(false);
-                        (url.to_owned(), Value::Null, json!(reachable))
+                        let tls = check_tls(url, &cc["caBundle"]).await;
+                        healthy &= tls.ok;
+                        (url.to_owned(), Value::Null, json!(tls))
                     }
                     (None, Some(svc)) => {
                         let ns = svc
@@ -80,7 +80,7 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
                 "caBundle": ca,
                 "calls": target,
                 "readyEndpoints": endpoints,
-                "reachableFromHere": reachable,
+                "tlsFromHere": reachable,
             }));
         }
         configurations
@@ -106,11 +106,10 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
             for h in c["webhooks"].as_array().into_iter().flatten() {
                 let ready = match (
                     h["readyEndpoints"].as_u64(),
-                    h["reachableFromHere"].as_bool(),
+                    h["tlsFromHere"]["text"].as_str(),
                 ) {
                     (Some(n), _) => format!(", {n} ready endpoint(s)"),
-                    (None, Some(true)) => ", reachable from here".to_owned(),
-                    (None, Some(false)) => ", NOT REACHABLE from here".to_owned(),
+                    (None, Some(text)) => format!(", {text}"),
                     (None, None) => String::new(),
                 };
                 println!(
@@ -152,18 +151,87 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
     })
 }
 
-/// Whether a TCP connection to a webhook URL's host and port opens within
-/// 2 s from this machine; `None` when the URL cannot be parsed. (The
-/// apiserver may see the network differently: this is a hint.)
-async fn reachable(url: &str) -> Option<bool> {
-    let uri: http::Uri = url.parse().ok()?;
-    let host = uri.host()?.trim_start_matches('[').trim_end_matches(']');
+/// What a TLS handshake with a webhook URL, from this machine, says.
+#[derive(Debug, serde::Serialize)]
+struct TlsCheck {
+    ok: bool,
+    reachable: bool,
+    #[serde(rename = "caBundleVerifies")]
+    verifies: Option<bool>,
+    text: String,
+}
+
+/// Connects to a webhook URL (2 s) and verifies its certificate against the
+/// configuration's caBundle, as the apiserver will. A hint: the apiserver
+/// may see the network differently from this machine.
+async fn check_tls(url: &str, ca_bundle: &Value) -> TlsCheck {
+    let fail = |reachable, verifies, text: String| TlsCheck {
+        ok: false,
+        reachable,
+        verifies,
+        text,
+    };
+    let Ok(uri) = url.parse::<http::Uri>() else {
+        return fail(false, None, format!("URL {url} does not parse"));
+    };
+    let Some(host) = uri
+        .host()
+        .map(|h| h.trim_start_matches('[').trim_end_matches(']').to_owned())
+    else {
+        return fail(false, None, format!("URL {url} has no host"));
+    };
     let port = uri.port_u16().unwrap_or(443);
-    let connect = tokio::net::TcpStream::connect((host, port));
-    Some(matches!(
-        tokio::time::timeout(std::time::Duration::from_secs(2), connect).await,
-        Ok(Ok(_))
-    ))
+    let timeout = std::time::Duration::from_secs(2);
+    let tcp = match tokio::time::timeout(
+        timeout,
+        tokio::net::TcpStream::connect((host.as_str(), port)),
+    )
+    .await
+    {
+        Ok(Ok(tcp)) => tcp,
+        Ok(Err(e)) => return fail(false, None, format!("NOT REACHABLE from here: {e}")),
+        Err(_) => return fail(false, None, "NOT REACHABLE from here: timed out".into()),
+    };
+    let ca: Vec<u8> = match serde_json::from_value::<k8s_openapi::ByteString>(ca_bundle.clone()) {
+        Ok(b) => b.0,
+        Err(e) => return fail(true, Some(false), format!("caBundle is not base64: {e}")),
+    };
+    let mut roots = rustls::RootCertStore::empty();
+    use rustls_pki_types::pem::PemObject;
+    for cert in rustls_pki_types::CertificateDer::pem_slice_iter(&ca).flatten() {
+        let _ = roots.add(cert);
+    }
+    if roots.is_empty() {
+        return fail(
+            true,
+            Some(false),
+            "caBundle holds no usable certificate".into(),
+        );
+    }
+    let config = match rustls::ClientConfig::builder_with_provider(crate::server::tls::provider())
+        .with_safe_default_protocol_versions()
+    {
+        Ok(b) => b.with_root_certificates(roots).with_no_client_auth(),
+        Err(e) => return fail(true, None, format!("TLS setup: {e}")),
+    };
+    let Ok(name) = rustls_pki_types::ServerName::try_from(host.clone()) else {
+        return fail(true, None, format!("{host} is not a TLS server name"));
+    };
+    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
+    match tokio::time::timeout(timeout, connector.connect(name, tcp)).await {
+        Ok(Ok(_)) => TlsCheck {
+            ok: true,
+            reachable: true,
+            verifies: Some(true),
+            text: "reachable from here, caBundle verifies its certificate".into(),
+        },
+        Ok(Err(e)) => fail(
+            true,
+            Some(false),
+            format!("caBundle does NOT verify its certificate: {e}"),
+        ),
+        Err(_) => fail(true, None, "TLS handshake timed out".into()),
+    }
 }
 
 /// Ready endpoints of a Service, from its EndpointSlices; `None` when they
