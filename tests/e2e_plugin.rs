@@ -423,6 +423,55 @@ fn preview_allowed_and_denied(e: &Env) -> Scenario {
                 .is_some_and(|p| p.iter().any(|p| p == "/data/LOG_LEVEL")),
         "-o json report: {report}"
     );
+    // -f FILE: the whole object, replaced (dry run), once with an ignored
+    // change and once with a drifting one.
+    let got = e.plane.kubectl(
+        "admin",
+        &["-n", "production", "get", "deployment/myapp", "-o", "json"],
+    );
+    ensure!(got.ok, "{got}");
+    let mut object: serde_json::Value = serde_json::from_str(&got.stdout).unwrap();
+    object["spec"]["replicas"] = serde_json::json!(7);
+    let file = e.plane.dir.join("myapp-replicas.json");
+    std::fs::write(&file, object.to_string()).unwrap();
+    let path = file.display().to_string();
+    let out = e.plugin(
+        "alice",
+        &[
+            "preview",
+            "deployment/myapp",
+            "-n",
+            "production",
+            "-f",
+            &path,
+        ],
+    );
+    ensure!(out.code == 0, "-f with an ignored change: {out}");
+    object["spec"]["template"]["spec"]["containers"][0]["image"] = serde_json::json!("nginx:6.6");
+    std::fs::write(&file, object.to_string()).unwrap();
+    let out = e.plugin(
+        "alice",
+        &[
+            "preview",
+            "deployment/myapp",
+            "-n",
+            "production",
+            "-f",
+            &path,
+        ],
+    );
+    ensure!(
+        out.code == 1
+            && out
+                .stdout
+                .contains("/spec/template/spec/containers/0/image"),
+        "-f with a drifting change: {out}"
+    );
+    let out = e.plugin(
+        "alice",
+        &["preview", "cm/settings", "-n", "production", "-f", &path],
+    );
+    ensure!(out.code == 2, "-f holding another object: {out}");
     // Dry runs change nothing.
     let image = e.plane.kubectl(
         "admin",

@@ -1,5 +1,5 @@
-//! `kubectl driftguard preview KIND/NAME (-p PATCH | --set-image C=IMG |
-//! --replicas N)`: the change as a server-side dry run (`dryRun=All`) as the
+//! `kubectl driftguard preview KIND/NAME (-p PATCH | -f FILE | --set-image
+//! C=IMG | --replicas N)`: the change as a server-side dry run (`dryRun=All`) as the
 //! user, so the real apiserver and the real webhooks answer.
 
 use std::process::ExitCode;
@@ -11,7 +11,7 @@ use super::api::Api;
 use super::{Output, PluginError, print_structured, split_target};
 
 #[derive(Debug, clap::Args)]
-#[command(group(clap::ArgGroup::new("change").required(true).args(["patch", "set_image", "replicas"])))]
+#[command(group(clap::ArgGroup::new("change").required(true).args(["patch", "set_image", "replicas", "filename"])))]
 pub struct Args {
     /// The object: KIND/NAME.
     target: String,
@@ -27,6 +27,9 @@ pub struct Args {
     /// spec.replicas.
     #[arg(long)]
     replicas: Option<u32>,
+    /// The whole object (JSON or YAML, `-` for stdin), as `kubectl replace -f` would write it.
+    #[arg(short = 'f', long)]
+    filename: Option<std::path::PathBuf>,
     /// Output format: text, json or yaml.
     #[arg(short = 'o', long, value_enum, default_value_t = Output::Text)]
     output: Output,
@@ -46,7 +49,13 @@ pub async fn run(api: &Api, args: Args) -> Result<ExitCode, PluginError> {
     let (kind, name) = split_target(&args.target)?;
     let resource = api.resolve(kind).await?;
     let path = resource.path(&api.namespace, name);
-    let (content_type, patch) = if let Some(text) = &args.patch {
+    let (method, content_type, patch) = if let Some(file) = &args.filename {
+        (
+            Method::PUT,
+            "application/json",
+            replacement(file, &resource.kind, name)?,
+        )
+    } else if let Some(text) = &args.patch {
         let patch: Value = serde_saphyr::from_str(text)
             .map_err(|e| PluginError::Usage(format!("-p: not JSON or YAML: {e}")))?;
         let ct = match args.patch_type.as_str() {
@@ -54,9 +63,10 @@ pub async fn run(api: &Api, args: Args) -> Result<ExitCode, PluginError> {
             "strategic" => "application/strategic-merge-patch+json",
             _ => "application/merge-patch+json",
         };
-        (ct, patch)
+        (Method::PATCH, ct, patch)
     } else if let Some(n) = args.replicas {
         (
+            Method::PATCH,
             "application/merge-patch+json",
             json!({"spec": {"replicas": n}}),
         )
@@ -72,17 +82,18 @@ pub async fn run(api: &Api, args: Args) -> Result<ExitCode, PluginError> {
             Err(r) => return Err(PluginError::from_refusal(r)),
         };
         (
+            Method::PATCH,
             "application/json-patch+json",
             image_patch(&object, container, image)?,
         )
     } else {
         return Err(PluginError::Usage(
-            "give -p PATCH, --set-image C=IMG or --replicas N".into(),
+            "give -p PATCH, -f FILE, --set-image C=IMG or --replicas N".into(),
         ));
     };
     let dry_run = format!("{path}?dryRun=All&fieldManager=kubectl-driftguard-preview");
     let reply = api
-        .call(Method::PATCH, &dry_run, Some(content_type), Some(&patch))
+        .call(method, &dry_run, Some(content_type), Some(&patch))
         .await?;
     let (allowed, message, warnings) = match reply {
         Ok(reply) => (true, None, reply.warnings),
@@ -148,6 +159,33 @@ pub async fn run(api: &Api, args: Args) -> Result<ExitCode, PluginError> {
     } else {
         ExitCode::from(1)
     })
+}
+
+/// The object of `-f FILE`, which must be KIND/NAME.
+fn replacement(file: &std::path::Path, kind: &str, name: &str) -> Result<Value, PluginError> {
+    let text = if file.as_os_str() == "-" {
+        std::io::read_to_string(std::io::stdin())
+    } else {
+        std::fs::read_to_string(file)
+    }
+    .map_err(|e| PluginError::Usage(format!("{}: cannot read: {e}", file.display())))?;
+    let object: Value = serde_saphyr::from_str(&text).map_err(|e| {
+        PluginError::Usage(format!(
+            "{}: not a JSON or YAML object: {e}",
+            file.display()
+        ))
+    })?;
+    let (k, n) = (
+        object["kind"].as_str().unwrap_or_default(),
+        object["metadata"]["name"].as_str().unwrap_or_default(),
+    );
+    if k != kind || n != name {
+        return Err(PluginError::Usage(format!(
+            "{}: holds {k}/{n}, not {kind}/{name}",
+            file.display()
+        )));
+    }
+    Ok(object)
 }
 
 /// A JSON patch replacing the image of `container`, guarded by a `test` of
