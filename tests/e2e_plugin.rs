@@ -532,6 +532,36 @@ fn explain_an_argo_cd_object(e: &Env) -> Scenario {
 }
 
 fn status_up_then_a_configuration_missing(e: &Env) -> Scenario {
+    // A real denial (an Event), and a break-glass that is still active.
+    let out = e.kubectl("alice", "-n production label configmap/settings by=hand");
+    ensure!(out.code != 0, "alice's label went through: {out}");
+    let out = e.plugin(
+        "sam",
+        &[
+            "break-glass",
+            "cm/settings",
+            "-n",
+            "production",
+            "--reason",
+            "INC-43",
+            "--for",
+            "30m",
+        ],
+    );
+    ensure!(out.code == 0, "{out}");
+    poll("status to list the Events", Duration::from_secs(15), || {
+        let out = e.plugin("admin", &["status"]);
+        if out.stdout.contains("ConfigMap production/settings until")
+            && out.stdout.contains("INC-43")
+            && !out.stdout.contains("Deployment production/myapp until")
+            && out.stdout.contains("Recent DriftBlocked Events:\n")
+            && out.stdout.contains("ConfigMap production/settings: ")
+        {
+            Ok(())
+        } else {
+            Err(out.to_string())
+        }
+    })?;
     let out = e.plugin("admin", &["status"]);
     ensure!(out.code == 0, "status: {out}");
     for needle in [

@@ -87,11 +87,15 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
             .push(json!({"kind": kind, "name": args.name, "present": true, "webhooks": hooks}));
     }
     let loaded = source.load(api).await?;
+    let blocked = recent_events(api, "DriftBlocked").await?;
+    let break_glass = active_break_glass(api).await?;
     let report = json!({
         "healthy": healthy,
         "configurations": configurations,
         "policy": {"from": loaded.origin, "mode": loaded.policy.mode.as_str(),
                    "breakGlassEnabled": !loaded.policy.break_glass.allowed.is_empty()},
+        "recentDriftBlocked": blocked,
+        "activeBreakGlass": break_glass,
     });
     if args.output != Output::Text {
         print_structured(&report, args.output)?;
@@ -135,6 +139,7 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
                 "enabled"
             }
         );
+        print_events(&report);
         println!(
             "{}",
             if healthy {
@@ -232,6 +237,131 @@ async fn check_tls(url: &str, ca_bundle: &Value) -> TlsCheck {
         ),
         Err(_) => fail(true, None, "TLS handshake timed out".into()),
     }
+}
+
+fn print_events(report: &Value) {
+    let list = |v: &Value| v.as_array().cloned().unwrap_or_default();
+    let s = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+    match &report["recentDriftBlocked"] {
+        Value::String(why) => println!("Recent DriftBlocked Events: not readable: {why}"),
+        v if list(v).is_empty() => println!("Recent DriftBlocked Events: none"),
+        v => {
+            println!("Recent DriftBlocked Events:");
+            for e in list(v) {
+                println!("  {} {}: {}", s(&e["time"]), s(&e["object"]), s(&e["note"]));
+            }
+        }
+    }
+    match &report["activeBreakGlass"] {
+        Value::String(why) => println!("Active break-glass: not readable: {why}"),
+        v if list(v).is_empty() => println!("Active break-glass: none"),
+        v => {
+            println!("Active break-glass:");
+            for e in list(v) {
+                println!(
+                    "  {} until {}: {}",
+                    s(&e["object"]),
+                    s(&e["expires"]),
+                    s(&e["reason"])
+                );
+            }
+        }
+    }
+}
+
+/// The 10 most recent driftguard Events with `reason` in every namespace, or
+/// why they cannot be read (a string; not fatal).
+async fn recent_events(api: &Api, reason: &str) -> Result<Value, PluginError> {
+    let path = format!("/apis/events.k8s.io/v1/events?fieldSelector=reason%3D{reason}");
+    let list = match api.try_get(&path).await? {
+        Ok(list) => list,
+        Err(r) => return Ok(json!(r.message)),
+    };
+    let mut events: Vec<Value> = list["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|e| e["reportingController"] == "driftguard")
+        .map(|e| {
+            let time = e["series"]["lastObservedTime"]
+                .as_str()
+                .or(e["eventTime"].as_str())
+                .or(e["metadata"]["creationTimestamp"].as_str());
+            let r = &e["regarding"];
+            let ns = r["namespace"].as_str().map(|n| format!("{n}/")).unwrap_or_default();
+            json!({
+                "time": time,
+                "object": format!("{} {ns}{}", r["kind"].as_str().unwrap_or_default(), r["name"].as_str().unwrap_or_default()),
+                "regarding": r,
+                "note": e["note"],
+            })
+        })
+        .collect();
+    events.sort_by(|a, b| b["time"].as_str().cmp(&a["time"].as_str()));
+    events.truncate(10);
+    Ok(Value::Array(events))
+}
+
+/// Objects that a `BreakGlassUsed` Event names and that still carry an
+/// unexpired break-glass, or why they cannot be listed.
+async fn active_break_glass(api: &Api) -> Result<Value, PluginError> {
+    use crate::drift::breakglass::{EXPIRES, REASON};
+    let path = "/apis/events.k8s.io/v1/events?fieldSelector=reason%3DBreakGlassUsed";
+    let list = match api.try_get(path).await? {
+        Ok(list) => list,
+        Err(r) => return Ok(json!(r.message)),
+    };
+    let mut seen = std::collections::BTreeSet::new();
+    let mut out = Vec::new();
+    let now = jiff::Timestamp::now();
+    for e in list["items"].as_array().into_iter().flatten() {
+        let r = &e["regarding"];
+        let (Some(api_version), Some(kind), Some(name)) = (
+            r["apiVersion"].as_str(),
+            r["kind"].as_str(),
+            r["name"].as_str(),
+        ) else {
+            continue;
+        };
+        let ns = r["namespace"].as_str().unwrap_or_default();
+        if !seen.insert((
+            api_version.to_owned(),
+            kind.to_owned(),
+            ns.to_owned(),
+            name.to_owned(),
+        )) {
+            continue;
+        }
+        let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
+        let wanted = if group.is_empty() {
+            kind.to_owned()
+        } else {
+            format!("{kind}.{group}")
+        };
+        let Ok(resource) = api.resolve(&wanted).await else {
+            continue;
+        };
+        let Ok(Ok(object)) = api.try_get(&resource.path(ns, name)).await else {
+            continue;
+        };
+        let annotations = &object["metadata"]["annotations"];
+        let Some(expires) = annotations[EXPIRES].as_str() else {
+            continue;
+        };
+        if expires.parse::<jiff::Timestamp>().is_ok_and(|at| at > now) {
+            let shown_ns = if ns.is_empty() {
+                String::new()
+            } else {
+                format!("{ns}/")
+            };
+            out.push(json!({
+                "object": format!("{kind} {shown_ns}{name}"),
+                "reason": annotations[REASON],
+                "expires": expires,
+            }));
+        }
+    }
+    Ok(Value::Array(out))
 }
 
 /// Ready endpoints of a Service, from its EndpointSlices; `None` when they
