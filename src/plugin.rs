@@ -192,3 +192,54 @@ fn print_structured(value: &serde_json::Value, output: Output) -> Result<(), Plu
     println!("{}", text.trim_end());
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets_are_kind_slash_name() {
+        assert_eq!(split_target("deploy/myapp").unwrap(), ("deploy", "myapp"));
+        for bad in ["myapp", "/x", "deploy/", "a/b/c"] {
+            assert!(split_target(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_command_line_parses() {
+        Cli::try_parse_from([
+            "kubectl-driftguard",
+            "break-glass",
+            "deploy/x",
+            "-n",
+            "prod",
+            "--reason",
+            "r",
+            "--for",
+            "1h",
+        ])
+        .unwrap();
+        assert!(
+            Cli::try_parse_from([
+                "kubectl-driftguard",
+                "break-glass",
+                "deploy/x",
+                "--end",
+                "--for",
+                "1h"
+            ])
+            .is_err()
+        );
+        assert!(Cli::try_parse_from(["kubectl-driftguard", "preview", "deploy/x"]).is_err());
+        Cli::try_parse_from([
+            "kubectl-driftguard",
+            "explain",
+            "deploy/x",
+            "-o",
+            "json",
+            "--context",
+            "c",
+        ])
+        .unwrap();
+    }
+}

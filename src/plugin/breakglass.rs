@@ -159,3 +159,51 @@ fn expiry(now: Timestamp, duration: SignedDuration) -> Result<Timestamp, PluginE
     Timestamp::from_second(at.as_second())
         .map_err(|e| PluginError::Usage(format!("--for {duration:#}: {e}")))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn loaded(yaml: &str) -> LoadedPolicy {
+        LoadedPolicy {
+            policy: crate::policy::Policy::from_yaml(yaml, "p.yaml").unwrap(),
+            origin: "ConfigMap driftguard/driftguard-policy".into(),
+        }
+    }
+
+    fn who(user: &str, groups: &[&str]) -> Identity {
+        Identity {
+            username: user.into(),
+            groups: groups.iter().map(|g| g.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn the_policy_refuses_before_any_write() {
+        let off = loaded("breakGlass: {allowedUsers: []}\n");
+        let why = refusal(&off, &who("sam", &[]), None).unwrap();
+        assert!(why.contains("disabled"), "{why}");
+
+        let on =
+            loaded("breakGlass: {allowedUsers: [sam], allowedGroups: [sre-*], maxDuration: 2h}\n");
+        let why = refusal(&on, &who("alice", &["developers"]), None).unwrap();
+        assert!(
+            why.contains("alice") && why.contains("[sam]") && why.contains("[sre-*]"),
+            "{why}"
+        );
+        assert_eq!(
+            refusal(&on, &who("sam", &[]), Some(SignedDuration::from_hours(2))),
+            None
+        );
+        assert_eq!(refusal(&on, &who("bob", &["sre-oncall"]), None), None);
+        let why = refusal(&on, &who("sam", &[]), Some(SignedDuration::from_hours(3))).unwrap();
+        assert!(why.contains("maxDuration"), "{why}");
+    }
+
+    #[test]
+    fn the_expiry_is_whole_seconds_rfc_3339() {
+        let now: Timestamp = "2026-01-01T10:00:00.75Z".parse().unwrap();
+        let at = expiry(now, SignedDuration::from_mins(90)).unwrap();
+        assert_eq!(at.to_string(), "2026-01-01T11:30:00Z");
+    }
+}
