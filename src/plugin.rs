@@ -27,14 +27,12 @@ use api::{Api, ConnectArgs, Refusal};
 pub struct Cli {
     #[command(flatten)]
     connect: ConnectArgs,
-    /// The ConfigMap holding the policy in force, NAMESPACE/NAME (the chart's).
-    #[arg(
-        long,
-        global = true,
-        default_value = "driftguard/driftguard-policy",
-        env = "DRIFTGUARD_POLICY_CONFIGMAP"
-    )]
-    policy_configmap: String,
+    /// The ConfigMap holding the policy in force, NAMESPACE/NAME. Default:
+    /// driftguard/driftguard-policy (the chart installed as release driftguard),
+    /// else the one ConfigMap labelled app.kubernetes.io/name=driftguard whose
+    /// name ends in -policy, if you may list ConfigMaps.
+    #[arg(long, global = true, env = "DRIFTGUARD_POLICY_CONFIGMAP")]
+    policy_configmap: Option<String>,
     /// The key of the policy in that ConfigMap.
     #[arg(long, global = true, default_value = "policy.yaml")]
     policy_key: String,
@@ -125,9 +123,13 @@ impl Cli {
 
 /// Where the policy in force lives in the cluster.
 pub struct PolicySource {
-    configmap: String,
+    /// `None`: the chart's default, then a search by the chart's labels.
+    configmap: Option<String>,
     key: String,
 }
+
+/// The chart's ConfigMap for `helm install driftguard charts/driftguard -n driftguard`.
+const DEFAULT_CONFIGMAP: (&str, &str) = ("driftguard", "driftguard-policy");
 
 /// The policy in force and where it came from.
 pub struct LoadedPolicy {
@@ -140,26 +142,39 @@ impl PolicySource {
     /// The ConfigMap's policy; the embedded default, with a warning on
     /// stderr, when it cannot be read. A policy that does not load is an error.
     async fn load(&self, api: &Api) -> Result<LoadedPolicy, PluginError> {
-        let (ns, name) = self.configmap.split_once('/').ok_or_else(|| {
-            PluginError::Usage(format!(
-                "--policy-configmap {}: expected NAMESPACE/NAME",
-                self.configmap
-            ))
-        })?;
+        let (ns, name) = match &self.configmap {
+            Some(text) => text.split_once('/').ok_or_else(|| {
+                PluginError::Usage(format!(
+                    "--policy-configmap {text}: expected NAMESPACE/NAME"
+                ))
+            })?,
+            None => DEFAULT_CONFIGMAP,
+        };
         let path = format!("/api/v1/namespaces/{ns}/configmaps/{name}");
         let fallback = |why: String| {
             eprintln!(
-                "warning: cannot read the policy from ConfigMap {ns}/{name} ({why}); using driftguard's embedded default policy, which may differ from the one in force"
+                "warning: cannot read the policy from ConfigMap {ns}/{name} ({why}); using driftguard's embedded default policy, which may differ from the one in force (give --policy-configmap NAMESPACE/NAME)"
             );
             Ok(LoadedPolicy {
                 policy: Policy::embedded(),
                 origin: "embedded default".into(),
             })
         };
-        let cm = match api.try_get(&path).await? {
-            Ok(cm) => cm,
+        let found = match api.try_get(&path).await? {
+            Ok(cm) => Some(cm),
+            Err(refusal) if refusal.code == 404 && self.configmap.is_none() => {
+                match self.search(api).await? {
+                    Some(cm) => Some(cm),
+                    None => return fallback(refusal.message),
+                }
+            }
             Err(refusal) => return fallback(refusal.message),
         };
+        let cm = found.unwrap_or_default();
+        let (ns, name) = (
+            cm["metadata"]["namespace"].as_str().unwrap_or(ns),
+            cm["metadata"]["name"].as_str().unwrap_or(name),
+        );
         let Some(text) = cm["data"][&self.key].as_str() else {
             return fallback(format!("it has no key {}", self.key));
         };
@@ -167,6 +182,29 @@ impl PolicySource {
         let policy = Policy::from_yaml(text, &format!("{origin} key {}", self.key))
             .map_err(|e| PluginError::Usage(format!("the policy does not load: {e}")))?;
         Ok(LoadedPolicy { policy, origin })
+    }
+
+    /// The one ConfigMap in the cluster that the chart labelled and named
+    /// `…-policy` and that has the key; `None` when there is none, more than
+    /// one, or listing is not allowed.
+    async fn search(&self, api: &Api) -> Result<Option<serde_json::Value>, PluginError> {
+        let path = "/api/v1/configmaps?labelSelector=app.kubernetes.io%2Fname%3Ddriftguard";
+        let Ok(list) = api.try_get(path).await? else {
+            return Ok(None);
+        };
+        let mut found: Vec<serde_json::Value> = list["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|cm| {
+                cm["metadata"]["name"]
+                    .as_str()
+                    .is_some_and(|n| n.ends_with("-policy"))
+                    && cm["data"][&self.key].is_string()
+            })
+            .cloned()
+            .collect();
+        Ok(if found.len() == 1 { found.pop() } else { None })
     }
 }
 

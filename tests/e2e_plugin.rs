@@ -569,7 +569,7 @@ fn status_up_then_a_configuration_missing(e: &Env) -> Scenario {
         "MutatingWebhookConfiguration driftguard: present",
         "failurePolicy Fail, caBundle present",
         ", reachable from here, caBundle verifies its certificate",
-        "Policy: ConfigMap driftguard/driftguard-policy",
+        "Policy: ConfigMap driftguard/dg-driftguard-policy",
         "status: ok",
     ] {
         ensure!(
@@ -654,6 +654,60 @@ fn explain_a_flux_object(e: &Env) -> Scenario {
     Ok(())
 }
 
+fn policy_found_by_the_charts_labels(e: &Env) -> Scenario {
+    // The chart installed as release dg: ConfigMap dg-driftguard-policy, not the default name.
+    let chart = render_chart(&e.plane, 0, &["policy.breakGlass.allowedUsers={sam}"]);
+    let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&chart.yaml).unwrap();
+    let mut cm = docs
+        .into_iter()
+        .find(|d| d["kind"] == "ConfigMap")
+        .ok_or("the chart renders no ConfigMap")?;
+    cm["metadata"]["namespace"] = serde_json::json!("driftguard");
+    // As `helm install` writes it: a Helm release, not an Argo CD application.
+    cm["metadata"]["annotations"] = serde_json::json!({"meta.helm.sh/release-name": "dg"});
+    e.plane.apply_admin(&cm.to_string());
+    let out = e.plane.kubectl(
+        "admin",
+        &[
+            "-n",
+            "driftguard",
+            "delete",
+            "configmap",
+            "driftguard-policy",
+        ],
+    );
+    ensure!(out.ok, "{out}");
+    let out = e.plugin("alice", &["explain", "deploy/myapp", "-n", "production"]);
+    ensure!(
+        out.code == 0
+            && out
+                .stdout
+                .contains("Policy:      ConfigMap driftguard/dg-driftguard-policy")
+            && out.stdout.contains("allowed users [sam]")
+            && !out.stderr.contains("embedded default"),
+        "the chart's ConfigMap was not found by its labels: {out}"
+    );
+    // Named explicitly but missing: the embedded default, with a warning.
+    let out = e.plugin(
+        "alice",
+        &[
+            "explain",
+            "deploy/myapp",
+            "-n",
+            "production",
+            "--policy-configmap",
+            "driftguard/nope",
+        ],
+    );
+    ensure!(
+        out.code == 0
+            && out.stderr.contains("embedded default")
+            && out.stdout.contains("Policy:      embedded default"),
+        "a missing --policy-configmap: {out}"
+    );
+    Ok(())
+}
+
 fn usage_and_access_errors_exit_2(e: &Env) -> Scenario {
     let out = e.plugin("alice", &["explain", "secret/db", "-n", "production"]);
     ensure!(
@@ -683,14 +737,15 @@ fn usage_and_access_errors_exit_2(e: &Env) -> Scenario {
 #[test]
 fn kubectl_driftguard_against_a_real_control_plane() {
     let env = setup();
-    let scenarios: [Step; 7] = [
+    let scenarios: [Step; 8] = [
         ("plugin list", plugin_list_shows_it),
         ("preview", preview_allowed_and_denied),
         ("explain", explain_an_argo_cd_object),
         ("explain flux", explain_a_flux_object),
         ("break-glass", break_glass_refused_granted_ended),
         ("errors", usage_and_access_errors_exit_2),
-        // Last: it deletes the mutating configuration.
+        ("policy by labels", policy_found_by_the_charts_labels),
+        // Last: it breaks the webhook configurations.
         ("status", status_up_then_a_configuration_missing),
     ];
     let mut failures = Vec::new();
