@@ -208,10 +208,21 @@ impl PolicySource {
     }
 }
 
+/// Characters a Kubernetes object name may hold (RBAC names allow `:` and `@`),
+/// so that a name never changes the request's URL.
+fn is_name_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_' | ':' | '@')
+}
+
 /// `KIND/NAME` split, both non-empty.
 fn split_target(target: &str) -> Result<(&str, &str), PluginError> {
     match target.split_once('/') {
         Some((kind, name)) if !kind.is_empty() && !name.is_empty() && !name.contains('/') => {
+            if let Some(c) = name.chars().find(|c| !is_name_char(*c)) {
+                return Err(PluginError::Usage(format!(
+                    "{target}: {c:?} cannot be part of an object name"
+                )));
+            }
             Ok((kind, name))
         }
         _ => Err(PluginError::Usage(format!(
@@ -238,7 +249,14 @@ mod tests {
     #[test]
     fn targets_are_kind_slash_name() {
         assert_eq!(split_target("deploy/myapp").unwrap(), ("deploy", "myapp"));
-        for bad in ["myapp", "/x", "deploy/", "a/b/c"] {
+        for bad in [
+            "myapp",
+            "/x",
+            "deploy/",
+            "a/b/c",
+            "deploy/x?dryRun=All",
+            "cm/a b",
+        ] {
             assert!(split_target(bad).is_err(), "{bad}");
         }
     }

@@ -119,6 +119,15 @@ impl Api {
             .namespace
             .clone()
             .unwrap_or_else(|| config.default_namespace.clone());
+        if namespace.is_empty()
+            || !namespace
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        {
+            return Err(PluginError::Usage(format!(
+                "namespace {namespace:?} is not a valid namespace name"
+            )));
+        }
         let client = kube::Client::try_from(config)
             .map_err(|e| PluginError::Access(format!("cannot build a client: {e}")))?;
         Ok(Api { client, namespace })
