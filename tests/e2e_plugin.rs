@@ -624,6 +624,31 @@ fn status_up_then_a_configuration_missing(e: &Env) -> Scenario {
                 .contains("MutatingWebhookConfiguration driftguard: MISSING"),
         "status without the mutating configuration: {out}"
     );
+    // The chart's pair instead (release dg): found by its labels without --name.
+    let gone = e.plane.kubectl(
+        "admin",
+        &["delete", "validatingwebhookconfiguration", "driftguard"],
+    );
+    ensure!(gone.ok, "{gone}");
+    e.plane.apply_admin(
+        &render_chart(
+            &e.plane,
+            e.dg.port,
+            &["policy.breakGlass.allowedUsers={sam}"],
+        )
+        .webhooks,
+    );
+    let out = e.plugin("admin", &["status"]);
+    ensure!(
+        out.code == 0
+            && out
+                .stdout
+                .contains("ValidatingWebhookConfiguration dg-driftguard: present")
+            && out
+                .stdout
+                .contains("MutatingWebhookConfiguration dg-driftguard: present"),
+        "status with the chart's configurations: {out}"
+    );
     Ok(())
 }
 

@@ -12,9 +12,10 @@ use super::{Output, PluginError, PolicySource, print_structured};
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Name of both webhook configurations (`driftguard register --name`; the
-    /// chart's release full name).
-    #[arg(long, default_value = "driftguard")]
-    name: String,
+    /// chart's release full name). Default: driftguard, else the one
+    /// ValidatingWebhookConfiguration labelled app.kubernetes.io/name=driftguard.
+    #[arg(long)]
+    name: Option<String>,
     /// Output format: text, json or yaml.
     #[arg(short = 'o', long, value_enum, default_value_t = Output::Text)]
     output: Output,
@@ -32,18 +33,19 @@ const KINDS: [(&str, &str); 2] = [
 ];
 
 pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCode, PluginError> {
+    let name = match &args.name {
+        Some(name) => name.clone(),
+        None => default_name(api).await?,
+    };
     let mut healthy = true;
     let mut configurations = Vec::new();
     for (kind, plural) in KINDS {
-        let path = format!(
-            "/apis/admissionregistration.k8s.io/v1/{plural}/{}",
-            args.name
-        );
+        let path = format!("/apis/admissionregistration.k8s.io/v1/{plural}/{}", name);
         let config = match api.try_get(&path).await? {
             Ok(c) => c,
             Err(r) if r.code == 404 => {
                 healthy = false;
-                configurations.push(json!({"kind": kind, "name": args.name, "present": false}));
+                configurations.push(json!({"kind": kind, "name": name, "present": false}));
                 continue;
             }
             Err(r) => return Err(PluginError::from_refusal(r)),
@@ -84,7 +86,7 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
             }));
         }
         configurations
-            .push(json!({"kind": kind, "name": args.name, "present": true, "webhooks": hooks}));
+            .push(json!({"kind": kind, "name": name, "present": true, "webhooks": hooks}));
     }
     let loaded = source.load(api).await?;
     let blocked = recent_events(api, "DriftBlocked").await?;
@@ -153,6 +155,31 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
+    })
+}
+
+/// `driftguard` when that configuration exists (or cannot be read: the
+/// refusal is reported by the caller), else the one the chart labelled.
+async fn default_name(api: &Api) -> Result<String, PluginError> {
+    const DEFAULT: &str = "driftguard";
+    let base = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations";
+    match api.try_get(&format!("{base}/{DEFAULT}")).await? {
+        Err(r) if r.code == 404 => {}
+        _ => return Ok(DEFAULT.to_owned()),
+    }
+    let selector = "labelSelector=app.kubernetes.io%2Fname%3Ddriftguard";
+    let Ok(list) = api.try_get(&format!("{base}?{selector}")).await? else {
+        return Ok(DEFAULT.to_owned());
+    };
+    let names: Vec<&str> = list["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c["metadata"]["name"].as_str())
+        .collect();
+    Ok(match names.as_slice() {
+        [one] => (*one).to_owned(),
+        _ => DEFAULT.to_owned(),
     })
 }
 
