@@ -208,6 +208,26 @@ impl PolicySource {
     }
 }
 
+/// Colors for the few words that carry the answer: only when stdout is a
+/// terminal and `NO_COLOR` is unset, so pipes and scripts get plain text.
+#[derive(Clone, Copy)]
+pub(crate) enum Color {
+    Green,
+    Red,
+}
+
+pub(crate) fn paint(text: &str, color: Color) -> String {
+    use std::io::IsTerminal;
+    if !std::io::stdout().is_terminal() || std::env::var_os("NO_COLOR").is_some() {
+        return text.to_owned();
+    }
+    let code = match color {
+        Color::Green => 32,
+        Color::Red => 31,
+    };
+    format!("\x1b[{code}m{text}\x1b[0m")
+}
+
 /// Characters a Kubernetes object name may hold (RBAC names allow `:` and `@`),
 /// so that a name never changes the request's URL.
 fn is_name_char(c: char) -> bool {

@@ -8,7 +8,7 @@ use http::Method;
 use serde_json::{Value, json};
 
 use super::api::Api;
-use super::{Output, PluginError, print_structured, split_target};
+use super::{Color, Output, PluginError, paint, print_structured, split_target};
 
 #[derive(Debug, clap::Args)]
 #[command(group(clap::ArgGroup::new("change").required(true).args(["patch", "set_image", "replicas", "filename"])))]
@@ -134,9 +134,15 @@ pub async fn run(api: &Api, args: Args) -> Result<ExitCode, PluginError> {
         )?;
     } else {
         match &message {
-            None => println!("verdict: allowed (the real write would be allowed)"),
+            None => println!(
+                "verdict: {} (the real write would be allowed)",
+                paint("allowed", Color::Green)
+            ),
             Some(m) => {
-                println!("verdict: denied (the real write would be denied)");
+                println!(
+                    "verdict: {} (the real write would be denied)",
+                    paint("denied", Color::Red)
+                );
                 println!("message: {m}");
             }
         }

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use serde_json::{Value, json};
 
 use super::api::Api;
-use super::{Output, PluginError, PolicySource, print_structured};
+use super::{Color, Output, PluginError, PolicySource, paint, print_structured};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -105,7 +105,12 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
         for c in &configurations {
             let s = |v: &Value| v.as_str().unwrap_or_default().to_owned();
             if c["present"] != true {
-                println!("{} {}: MISSING", s(&c["kind"]), s(&c["name"]));
+                println!(
+                    "{} {}: {}",
+                    s(&c["kind"]),
+                    s(&c["name"]),
+                    paint("MISSING", Color::Red)
+                );
                 continue;
             }
             println!("{} {}: present", s(&c["kind"]), s(&c["name"]));
@@ -143,11 +148,11 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
         );
         print_events(&report);
         println!(
-            "{}",
+            "status: {}",
             if healthy {
-                "status: ok"
+                paint("ok", Color::Green)
             } else {
-                "status: NOT OK"
+                paint("NOT OK", Color::Red)
             }
         );
     }
