@@ -72,7 +72,9 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
                         if ready == Some(0) {
                             healthy = false;
                         }
-                        (format!("service {ns}/{name}"), json!(ready), Value::Null)
+                        let serving = check_serving_secret(api, ns, name, &cc["caBundle"]).await?;
+                        healthy &= serving.verifies != Some(false);
+                        (format!("service {ns}/{name}"), json!(ready), json!(serving))
                     }
                     _ => (String::new(), Value::Null, Value::Null),
                 };
@@ -82,7 +84,8 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
                 "caBundle": ca,
                 "calls": target,
                 "readyEndpoints": endpoints,
-                "tlsFromHere": reachable,
+                "tlsFromHere": if cc["url"].is_string() { reachable.clone() } else { Value::Null },
+                "servingCertificate": if cc["url"].is_string() { Value::Null } else { reachable },
             }));
         }
         configurations
@@ -134,6 +137,9 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
                     },
                     s(&h["calls"]),
                 );
+                if let Some(text) = h["servingCertificate"]["text"].as_str() {
+                    println!("    {text}");
+                }
             }
         }
         println!(
@@ -269,6 +275,110 @@ async fn check_tls(url: &str, ca_bundle: &Value) -> TlsCheck {
         ),
         Err(_) => fail(true, None, "TLS handshake timed out".into()),
     }
+}
+
+/// What the serving certificate the chart mounts says about a caBundle.
+#[derive(Debug, serde::Serialize)]
+struct ServingCheck {
+    secret: String,
+    /// `None`: not checked (the Secret could not be read), not a failure.
+    #[serde(rename = "caBundleVerifies")]
+    verifies: Option<bool>,
+    text: String,
+}
+
+/// The chart mounts Secret `<fullname>-tls` (keys tls.crt, tls.key) and names
+/// its Service `<fullname>`, both in the release namespace: reads that
+/// Secret's tls.crt and verifies that it chains to `ca_bundle` for the
+/// Service DNS name `NAME.NAMESPACE.svc`, as the apiserver will.
+async fn check_serving_secret(
+    api: &Api,
+    ns: &str,
+    name: &str,
+    ca_bundle: &Value,
+) -> Result<ServingCheck, PluginError> {
+    let secret = format!("{ns}/{name}-tls");
+    let path = format!("/api/v1/namespaces/{ns}/secrets/{name}-tls");
+    let not_checked = |text: String| ServingCheck {
+        secret: secret.clone(),
+        verifies: None,
+        text: format!("caBundle not checked: {text}"),
+    };
+    let object = match api.try_get(&path).await? {
+        Ok(o) => o,
+        Err(r) if r.code == 403 => {
+            return Ok(not_checked(format!(
+                "cannot read Secret {secret} (needs get on secrets in namespace {ns}): {}",
+                r.message
+            )));
+        }
+        Err(r) if r.code == 404 => {
+            return Ok(not_checked(format!(
+                "Secret {secret} (the chart's serving certificate) does not exist"
+            )));
+        }
+        Err(r) => return Ok(not_checked(format!("Secret {secret}: {}", r.message))),
+    };
+    let decode = |v: &Value| {
+        serde_json::from_value::<k8s_openapi::ByteString>(v.clone())
+            .map(|b| b.0)
+            .map_err(|e| e.to_string())
+    };
+    let Ok(leaf) = decode(&object["data"]["tls.crt"]) else {
+        return Ok(not_checked(format!("Secret {secret} has no tls.crt")));
+    };
+    let dns = format!("{name}.{ns}.svc");
+    Ok(match decode(ca_bundle) {
+        Err(e) => ServingCheck {
+            secret: secret.clone(),
+            verifies: Some(false),
+            text: format!("caBundle is not base64: {e}"),
+        },
+        Ok(ca) => match verify_chain(&leaf, &ca, &dns) {
+            Ok(()) => ServingCheck {
+                secret: secret.clone(),
+                verifies: Some(true),
+                text: format!("caBundle verifies tls.crt of Secret {secret} for {dns}"),
+            },
+            Err(e) => ServingCheck {
+                secret: secret.clone(),
+                verifies: Some(false),
+                text: format!("caBundle does NOT verify tls.crt of Secret {secret} for {dns}: {e}"),
+            },
+        },
+    })
+}
+
+/// Verifies PEM `leaf_pem` (end-entity first, then any intermediates) for
+/// `dns` against the roots in PEM `ca_pem`, at the current time.
+fn verify_chain(leaf_pem: &[u8], ca_pem: &[u8], dns: &str) -> Result<(), String> {
+    use rustls::client::danger::ServerCertVerifier;
+    use rustls_pki_types::pem::PemObject;
+    use rustls_pki_types::{CertificateDer, ServerName, UnixTime};
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(ca_pem).flatten() {
+        let _ = roots.add(cert);
+    }
+    if roots.is_empty() {
+        return Err("caBundle holds no usable certificate".into());
+    }
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(leaf_pem)
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("tls.crt: {e}"))?;
+    let Some((end_entity, intermediates)) = chain.split_first() else {
+        return Err("tls.crt holds no certificate".into());
+    };
+    let verifier = rustls::client::WebPkiServerVerifier::builder_with_provider(
+        std::sync::Arc::new(roots),
+        crate::server::tls::provider(),
+    )
+    .build()
+    .map_err(|e| e.to_string())?;
+    let name = ServerName::try_from(dns.to_owned()).map_err(|e| format!("{dns}: {e}"))?;
+    verifier
+        .verify_server_cert(end_entity, intermediates, &name, &[], UnixTime::now())
+        .map(|_| ())
+        .map_err(|e| e.to_string())
 }
 
 fn print_events(report: &Value) {
@@ -420,4 +530,30 @@ async fn ready_endpoints(api: &Api, ns: &str, name: &str) -> Result<Option<u64>,
             None
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::verify_chain;
+    use crate::certs::Authority;
+
+    #[test]
+    fn the_serving_certificate_chains_to_the_ca_bundle_or_not() {
+        let dns = "driftguard.driftguard.svc";
+        let ca = Authority::new("ca").unwrap();
+        let (leaf, _) = ca.leaf("driftguard", &[dns.to_owned()], &[]).unwrap();
+        assert_eq!(
+            verify_chain(leaf.as_bytes(), ca.cert_pem.as_bytes(), dns),
+            Ok(())
+        );
+
+        let other = Authority::new("another ca").unwrap();
+        let (foreign, _) = other.leaf("driftguard", &[dns.to_owned()], &[]).unwrap();
+        let e = verify_chain(foreign.as_bytes(), ca.cert_pem.as_bytes(), dns).unwrap_err();
+        assert!(e.contains("UnknownIssuer"), "{e}");
+
+        let e = verify_chain(leaf.as_bytes(), ca.cert_pem.as_bytes(), "other.ns.svc").unwrap_err();
+        assert!(e.contains("not valid for name"), "{e}");
+        assert!(verify_chain(leaf.as_bytes(), b"", dns).is_err());
+    }
 }
