@@ -652,6 +652,96 @@ fn status_up_then_a_configuration_missing(e: &Env) -> Scenario {
     Ok(())
 }
 
+/// A Service-mode pair `svcprobe` (nothing matches its rules; the apiserver
+/// never calls it) and the Secret the chart would mount, `dgsvc/svcprobe-tls`.
+fn service_webhook(ca_pem: &str, leaf_pem: &str) -> String {
+    let b64 = |pem: &str| {
+        serde_json::to_value(k8s_openapi::ByteString(pem.as_bytes().to_vec()))
+            .unwrap()
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let hook = |kind: &str| {
+        format!(
+            r#"---
+apiVersion: admissionregistration.k8s.io/v1
+kind: {kind}
+metadata: {{name: svcprobe}}
+webhooks:
+  - name: svcprobe.driftguard.io
+    clientConfig:
+      service: {{namespace: dgsvc, name: svcprobe, path: /validate, port: 443}}
+      caBundle: {}
+    rules: [{{apiGroups: [example.invalid], apiVersions: [v1], operations: [CREATE], resources: [nothings]}}]
+    failurePolicy: Ignore
+    sideEffects: None
+    admissionReviewVersions: [v1]
+"#,
+            b64(ca_pem)
+        )
+    };
+    format!(
+        r#"apiVersion: v1
+kind: Namespace
+metadata: {{name: dgsvc}}
+---
+apiVersion: v1
+kind: Secret
+metadata: {{name: svcprobe-tls, namespace: dgsvc}}
+type: kubernetes.io/tls
+data: {{tls.crt: {}, tls.key: {}}}
+{}{}"#,
+        b64(leaf_pem),
+        b64("unused"),
+        hook("ValidatingWebhookConfiguration"),
+        hook("MutatingWebhookConfiguration")
+    )
+}
+
+fn status_of_a_service_webhook(e: &Env) -> Scenario {
+    let dns = "svcprobe.dgsvc.svc".to_owned();
+    let ca = driftguard::certs::Authority::new("chart CA").unwrap();
+    let (leaf, _) = ca
+        .leaf("svcprobe", std::slice::from_ref(&dns), &[])
+        .unwrap();
+    e.plane.apply_admin(&service_webhook(&ca.cert_pem, &leaf));
+    let out = e.plugin("admin", &["status", "--name", "svcprobe"]);
+    ensure!(
+        out.stdout.contains(
+            "caBundle verifies tls.crt of Secret dgsvc/svcprobe-tls for svcprobe.dgsvc.svc"
+        ) && out
+            .stdout
+            .contains("calls service dgsvc/svcprobe, 0 ready endpoint(s)"),
+        "status of a Service webhook: {out}"
+    );
+    // The Secret now holds a leaf from another CA.
+    let other = driftguard::certs::Authority::new("another CA").unwrap();
+    let (foreign, _) = other.leaf("svcprobe", &[dns], &[]).unwrap();
+    e.plane
+        .apply_admin(&service_webhook(&ca.cert_pem, &foreign));
+    let out = e.plugin("admin", &["status", "--name", "svcprobe", "-o", "json"]);
+    let r: serde_json::Value =
+        serde_json::from_str(&out.stdout).map_err(|err| format!("status -o json: {err}: {out}"))?;
+    let check = &r["configurations"][0]["webhooks"][0]["servingCertificate"];
+    ensure!(
+        out.code == 1
+            && check["caBundleVerifies"] == false
+            && check["text"]
+                .as_str()
+                .is_some_and(|t| t.contains("does NOT verify")),
+        "status with a serving certificate from another CA: {out}"
+    );
+    for kind in [
+        "validatingwebhookconfiguration",
+        "mutatingwebhookconfiguration",
+    ] {
+        let gone = e.plane.kubectl("admin", &["delete", kind, "svcprobe"]);
+        ensure!(gone.ok, "{gone}");
+    }
+    Ok(())
+}
+
 fn explain_a_flux_object(e: &Env) -> Scenario {
     // --kubeconfig given to the plugin itself, after its name, as kubectl passes it.
     let kubeconfig = format!("--kubeconfig={}", e.plane.kubeconfig("alice").display());
@@ -762,7 +852,7 @@ fn usage_and_access_errors_exit_2(e: &Env) -> Scenario {
 #[test]
 fn kubectl_driftguard_against_a_real_control_plane() {
     let env = setup();
-    let scenarios: [Step; 8] = [
+    let scenarios: [Step; 9] = [
         ("plugin list", plugin_list_shows_it),
         ("preview", preview_allowed_and_denied),
         ("explain", explain_an_argo_cd_object),
@@ -770,6 +860,7 @@ fn kubectl_driftguard_against_a_real_control_plane() {
         ("break-glass", break_glass_refused_granted_ended),
         ("errors", usage_and_access_errors_exit_2),
         ("policy by labels", policy_found_by_the_charts_labels),
+        ("status of a Service webhook", status_of_a_service_webhook),
         // Last: it breaks the webhook configurations.
         ("status", status_up_then_a_configuration_missing),
     ];
