@@ -581,6 +581,28 @@ fn status_up_then_a_configuration_missing(e: &Env) -> Scenario {
     let r: serde_json::Value =
         serde_json::from_str(&out.stdout).map_err(|err| format!("status -o json: {err}: {out}"))?;
     ensure!(r["healthy"] == true, "status -o json: {r}");
+    ensure!(
+        r["metrics"]["reachable"] == false,
+        "status without --metrics-url of URL webhooks: {r}"
+    );
+    // driftguard's probe port, read directly: the policy reload counters.
+    let url = format!("http://127.0.0.1:{}/metrics", e.dg.probe);
+    let out = e.plugin("admin", &["status", "--metrics-url", &url]);
+    ensure!(
+        out.code == 0
+            && out.stdout.contains("Metrics: (")
+            && out.stdout.contains("policy reloads 0 ok, 0 failed")
+            && out.stdout.contains("decision timeouts 0")
+            && out.stdout.contains("internal errors 0"),
+        "status --metrics-url: {out}"
+    );
+    let out = e.plugin("admin", &["status", "--metrics-url", &url, "-o", "json"]);
+    let r: serde_json::Value = serde_json::from_str(&out.stdout)
+        .map_err(|err| format!("status --metrics-url -o json: {err}: {out}"))?;
+    ensure!(
+        r["metrics"]["reachable"] == true && r["metrics"]["policyReloads"]["failure"] == 0,
+        "status --metrics-url -o json: {r}"
+    );
     // alice may not read webhook configurations: exit 2, naming what was forbidden.
     let out = e.plugin("alice", &["status"]);
     ensure!(
@@ -731,6 +753,12 @@ fn status_of_a_service_webhook(e: &Env) -> Scenario {
                 .as_str()
                 .is_some_and(|t| t.contains("does NOT verify")),
         "status with a serving certificate from another CA: {out}"
+    );
+    // Its /metrics through the apiserver's service proxy: no such Service, reported.
+    ensure!(
+        r["metrics"]["reachable"] == false
+            && r["metrics"]["from"] == "service dgsvc/svcprobe port probes",
+        "status of a Service webhook without pods, metrics: {r}"
     );
     for kind in [
         "validatingwebhookconfiguration",

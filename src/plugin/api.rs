@@ -193,6 +193,41 @@ impl Api {
         }))
     }
 
+    /// A GET of a text body (e.g. a Service's `/metrics` through the
+    /// apiserver's service proxy); a non-2xx reply is a refusal.
+    pub async fn get_text(&self, path: &str) -> Result<Result<String, Refusal>, PluginError> {
+        let request = Request::builder()
+            .method(Method::GET)
+            .uri(path)
+            .body(Body::from(Vec::new()))
+            .map_err(|e| PluginError::Usage(format!("GET {path}: {e}")))?;
+        let response = self
+            .client
+            .send(request)
+            .await
+            .map_err(|e| PluginError::Access(format!("GET {path}: {e}")))?;
+        let status = response.status();
+        let bytes = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| PluginError::Access(format!("GET {path}: reading the reply: {e}")))?
+            .to_bytes();
+        let text = String::from_utf8_lossy(&bytes).into_owned();
+        if status.is_success() {
+            return Ok(Ok(text));
+        }
+        let message = serde_json::from_str::<Value>(&text)
+            .ok()
+            .and_then(|v| v["message"].as_str().map(str::to_owned))
+            .unwrap_or_else(|| format!("GET {path}: HTTP {status}: {}", text.trim()));
+        Ok(Err(Refusal {
+            code: status.as_u16(),
+            message,
+            warnings: Vec::new(),
+        }))
+    }
+
     /// A GET whose refusal the caller handles (an optional read).
     pub async fn try_get(&self, path: &str) -> Result<Result<Value, Refusal>, PluginError> {
         Ok(self

@@ -16,6 +16,10 @@ pub struct Args {
     /// ValidatingWebhookConfiguration labelled app.kubernetes.io/name=driftguard.
     #[arg(long)]
     name: Option<String>,
+    /// Read driftguard's OpenMetrics from this URL (http://HOST:PORT/metrics)
+    /// instead of through the apiserver's proxy to the Service's `probes` port.
+    #[arg(long)]
+    metrics_url: Option<String>,
     /// Output format: text, json or yaml.
     #[arg(short = 'o', long, value_enum, default_value_t = Output::Text)]
     output: Output,
@@ -39,6 +43,7 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
     };
     let mut healthy = true;
     let mut configurations = Vec::new();
+    let mut service_target: Option<(String, String)> = None;
     for (kind, plural) in KINDS {
         let path = format!("/apis/admissionregistration.k8s.io/v1/{plural}/{}", name);
         let config = match api.try_get(&path).await? {
@@ -68,6 +73,9 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
                             .and_then(Value::as_str)
                             .unwrap_or_default();
                         let name = svc.get("name").and_then(Value::as_str).unwrap_or_default();
+                        if service_target.is_none() {
+                            service_target = Some((ns.to_owned(), name.to_owned()));
+                        }
                         let ready = ready_endpoints(api, ns, name).await?;
                         if ready == Some(0) {
                             healthy = false;
@@ -91,6 +99,24 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
         configurations
             .push(json!({"kind": kind, "name": name, "present": true, "webhooks": hooks}));
     }
+    let metrics = match (&args.metrics_url, &service_target) {
+        (Some(url), _) => metrics_report(url, fetch_url(url).await),
+        (None, Some((ns, name))) => {
+            let path = format!("/api/v1/namespaces/{ns}/services/http:{name}:probes/proxy/metrics");
+            let text = match api.get_text(&path).await {
+                Ok(Ok(text)) => Ok(text),
+                Ok(Err(r)) if r.code == 403 => Err(format!(
+                    "forbidden (needs get on services/proxy in namespace {ns}): {}",
+                    r.message
+                )),
+                Ok(Err(r)) => Err(r.message),
+                Err(e) => Err(e.to_string()),
+            };
+            metrics_report(&format!("service {ns}/{name} port probes"), text)
+        }
+        (None, None) => json!({"from": Value::Null, "reachable": false,
+            "text": "not read: the webhooks call a URL; give --metrics-url http://HOST:PROBEPORT/metrics"}),
+    };
     let loaded = source.load(api).await?;
     let blocked = recent_events(api, "DriftBlocked").await?;
     let break_glass = active_break_glass(api).await?;
@@ -99,6 +125,7 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
         "configurations": configurations,
         "policy": {"from": loaded.origin, "mode": loaded.policy.mode.as_str(),
                    "breakGlassEnabled": !loaded.policy.break_glass.allowed.is_empty()},
+        "metrics": metrics,
         "recentDriftBlocked": blocked,
         "activeBreakGlass": break_glass,
     });
@@ -151,6 +178,10 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
             } else {
                 "enabled"
             }
+        );
+        println!(
+            "Metrics: {}",
+            report["metrics"]["text"].as_str().unwrap_or_default()
         );
         print_events(&report);
         println!(
@@ -275,6 +306,89 @@ async fn check_tls(url: &str, ca_bundle: &Value) -> TlsCheck {
         ),
         Err(_) => fail(true, None, "TLS handshake timed out".into()),
     }
+}
+
+/// `GET` of an `http://` URL, 2 s, without TLS (driftguard's probe port).
+async fn fetch_url(url: &str) -> Result<String, String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let uri: http::Uri = url.parse().map_err(|e| format!("{url}: {e}"))?;
+    if uri.scheme_str() != Some("http") {
+        return Err(format!("{url}: only http:// is supported (the probe port)"));
+    }
+    let host = uri.host().ok_or_else(|| format!("{url} has no host"))?;
+    let port = uri.port_u16().unwrap_or(80);
+    let path = uri.path_and_query().map_or("/", |p| p.as_str());
+    let fetch = async {
+        let mut tcp = tokio::net::TcpStream::connect((host.trim_matches(['[', ']']), port))
+            .await
+            .map_err(|e| e.to_string())?;
+        let request =
+            format!("GET {path} HTTP/1.0\r\nHost: {host}:{port}\r\nAccept: text/plain\r\n\r\n");
+        tcp.write_all(request.as_bytes())
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut reply = Vec::new();
+        tcp.read_to_end(&mut reply)
+            .await
+            .map_err(|e| e.to_string())?;
+        let reply = String::from_utf8_lossy(&reply).into_owned();
+        let (head, body) = reply
+            .split_once("\r\n\r\n")
+            .ok_or("the reply is not HTTP")?;
+        let status = head.lines().next().unwrap_or_default();
+        if status.split_whitespace().nth(1) != Some("200") {
+            return Err(status.to_owned());
+        }
+        Ok(body.to_owned())
+    };
+    match tokio::time::timeout(std::time::Duration::from_secs(2), fetch).await {
+        Ok(r) => r.map_err(|e: String| format!("{url}: {e}")),
+        Err(_) => Err(format!("{url}: timed out")),
+    }
+}
+
+/// The sum of the samples of `name` whose labels contain `label` (all when empty).
+fn sample_sum(text: &str, name: &str, label: &str) -> u64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            let (metric, labels) = series.split_once('{').unwrap_or((series, ""));
+            (metric == name && labels.contains(label)).then(|| value.parse::<f64>().ok())?
+        })
+        .sum::<f64>() as u64
+}
+
+/// The policy reload counters, decision timeouts and internal errors from
+/// driftguard's OpenMetrics, or why they could not be read (not a failure).
+fn metrics_report(from: &str, text: Result<String, String>) -> Value {
+    let text = match text {
+        Ok(text) => text,
+        Err(why) => {
+            return json!({"from": from, "reachable": false,
+                          "text": format!("not reachable ({from}): {why}")});
+        }
+    };
+    let ok = sample_sum(
+        &text,
+        "driftguard_policy_reloads_total",
+        "result=\"success\"",
+    );
+    let failed = sample_sum(
+        &text,
+        "driftguard_policy_reloads_total",
+        "result=\"failure\"",
+    );
+    let timeouts = sample_sum(&text, "driftguard_decision_timeouts_total", "");
+    let errors = sample_sum(&text, "driftguard_internal_errors_total", "");
+    json!({
+        "from": from,
+        "reachable": true,
+        "policyReloads": {"success": ok, "failure": failed},
+        "decisionTimeouts": timeouts,
+        "internalErrors": errors,
+        "text": format!("({from}) policy reloads {ok} ok, {failed} failed; decision timeouts {timeouts}; internal errors {errors}"),
+    })
 }
 
 /// What the serving certificate the chart mounts says about a caBundle.
@@ -534,7 +648,24 @@ async fn ready_endpoints(api: &Api, ns: &str, name: &str) -> Result<Option<u64>,
 
 #[cfg(test)]
 mod tests {
-    use super::verify_chain;
+    use super::{metrics_report, verify_chain};
+
+    #[test]
+    fn the_metrics_report_counts_reloads_timeouts_and_errors() {
+        let text = "# TYPE driftguard_policy_reloads counter\n\
+            driftguard_policy_reloads_total{result=\"success\"} 3\n\
+            driftguard_policy_reloads_total{result=\"failure\"} 1\n\
+            driftguard_decision_timeouts_total 2\n\
+            driftguard_internal_errors_total 0\n# EOF\n";
+        let r = metrics_report("here", Ok(text.into()));
+        assert_eq!(r["policyReloads"]["success"], 3);
+        assert_eq!(r["policyReloads"]["failure"], 1);
+        assert_eq!(r["decisionTimeouts"], 2);
+        assert_eq!(r["internalErrors"], 0);
+        let r = metrics_report("here", Err("connection refused".into()));
+        assert_eq!(r["reachable"], false);
+        assert!(r["text"].as_str().unwrap().contains("not reachable"));
+    }
     use crate::certs::Authority;
 
     #[test]
