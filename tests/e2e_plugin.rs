@@ -293,6 +293,23 @@ fn break_glass_refused_granted_ended(e: &Env) -> Scenario {
         out.code == 1 && out.stderr.contains("maxDuration"),
         "--for 3h with maxDuration 2h: {out}"
     );
+    // The same refusal, machine-readable.
+    let out = e.plugin("sam", &[&too_long[..], &["-o", "json"]].concat());
+    let r: serde_json::Value = serde_json::from_str(&out.stdout)
+        .map_err(|err| format!("break-glass -o json: {err}: {out}"))?;
+    ensure!(
+        out.code == 1
+            && r["action"] == "refused"
+            && r["user"] == "sam"
+            && r["reason"] == "INC-42 hotfix"
+            && r["expires"].is_null()
+            && r["object"]
+                == serde_json::json!({"kind": "Deployment", "name": "myapp", "namespace": "production"})
+            && r["refusal"]
+                .as_str()
+                .is_some_and(|t| t.contains("maxDuration")),
+        "break-glass -o json, refused: {out}"
+    );
 
     let out = e.plugin("sam", &args);
     ensure!(out.code == 0, "sam's break-glass: {out}");
@@ -349,9 +366,14 @@ fn break_glass_refused_granted_ended(e: &Env) -> Scenario {
             "-n",
             "production",
             "--end",
+            "-o",
+            "yaml",
         ],
     );
-    ensure!(out.code == 0, "--end: {out}");
+    ensure!(
+        out.code == 0 && out.stdout.contains("action: ended") && out.stdout.contains("user: sam"),
+        "--end -o yaml: {out}"
+    );
     let annotations = e.annotations();
     ensure!(
         annotations.get("driftguard.io/break-glass").is_none()

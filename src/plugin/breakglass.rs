@@ -9,7 +9,7 @@ use jiff::{SignedDuration, Timestamp};
 use serde_json::{Value, json};
 
 use super::api::{Api, Identity};
-use super::{LoadedPolicy, PluginError, PolicySource, split_target};
+use super::{LoadedPolicy, Output, PluginError, PolicySource, print_structured, split_target};
 use crate::drift::breakglass::{EXPIRES, REASON};
 
 #[derive(Debug, clap::Args)]
@@ -25,6 +25,10 @@ pub struct Args {
     /// Remove break-glass from the object instead.
     #[arg(long, conflicts_with_all = ["reason", "duration"])]
     end: bool,
+    /// Output format: text, or json or yaml (object, action granted, refused
+    /// or ended, user, reason, expires).
+    #[arg(short = 'o', long, value_enum, default_value_t = Output::Text)]
+    output: Output,
 }
 
 pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCode, PluginError> {
@@ -44,11 +48,6 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
     let resource = api.resolve(kind).await?;
     let loaded = source.load(api).await?;
     let me = api.whoami().await?;
-    if let Some(why) = refusal(&loaded, &me, duration) {
-        eprintln!("refused: {why}");
-        eprintln!("nothing was written");
-        return Ok(ExitCode::from(1));
-    }
     let path = resource.path(&api.namespace, name);
     let shown = format!("{}/{name}", resource.kind.to_ascii_lowercase());
     let where_ = if resource.namespaced {
@@ -56,6 +55,28 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
     } else {
         String::new()
     };
+    let result = |action: &str, expires: Option<String>, refused: Option<&str>| {
+        let mut r = json!({
+            "object": {"kind": resource.kind, "name": name,
+                       "namespace": resource.namespaced.then_some(&api.namespace)},
+            "action": action,
+            "user": me.username,
+            "reason": reason,
+            "expires": expires,
+        });
+        if let Some(why) = refused {
+            r["refusal"] = json!(why);
+        }
+        r
+    };
+    if let Some(why) = refusal(&loaded, &me, duration) {
+        eprintln!("refused: {why}");
+        eprintln!("nothing was written");
+        if args.output != Output::Text {
+            print_structured(&result("refused", None, Some(&why)), args.output)?;
+        }
+        return Ok(ExitCode::from(1));
+    }
     let (patch, expires) = match (args.end, reason, duration) {
         (true, _, _) => (
             json!({"metadata": {"annotations": {REASON: Value::Null, EXPIRES: Value::Null}}}),
@@ -87,6 +108,14 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
             for w in &reply.warnings {
                 eprintln!("Warning: {w}");
             }
+            if args.output != Output::Text {
+                let r = match expires {
+                    Some((at, _)) => result("granted", Some(at.to_string()), None),
+                    None => result("ended", None, None),
+                };
+                print_structured(&r, args.output)?;
+                return Ok(ExitCode::SUCCESS);
+            }
             match expires {
                 Some((at, duration)) => {
                     println!(
@@ -113,6 +142,12 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
                 eprintln!("Warning: {w}");
             }
             eprintln!("denied: {}", refusal.message);
+            if args.output != Output::Text {
+                print_structured(
+                    &result("refused", None, Some(&refusal.message)),
+                    args.output,
+                )?;
+            }
             Ok(ExitCode::from(1))
         }
         Err(refusal) => Err(PluginError::from_refusal(refusal)),
