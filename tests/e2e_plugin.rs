@@ -782,6 +782,32 @@ fn status_of_a_service_webhook(e: &Env) -> Scenario {
             && r["metrics"]["from"] == "service dgsvc/svcprobe port probes",
         "status of a Service webhook without pods, metrics: {r}"
     );
+    // sam may read webhook configurations but not Secrets (nor EndpointSlices):
+    // the caBundle is not checked, which is said, and the exit code stays 0.
+    e.plane.apply_admin(
+        r#"apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: webhook-reader}
+rules:
+  - apiGroups: [admissionregistration.k8s.io]
+    resources: [validatingwebhookconfigurations, mutatingwebhookconfigurations]
+    verbs: [get, list]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: sam-reads-webhooks}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: webhook-reader}
+subjects: [{kind: User, name: sam, apiGroup: rbac.authorization.k8s.io}]
+"#,
+    );
+    let out = e.plugin("sam", &["status", "--name", "svcprobe"]);
+    ensure!(
+        out.code == 0
+            && out.stdout.contains(
+                "caBundle not checked: cannot read Secret dgsvc/svcprobe-tls (needs get on secrets in namespace dgsvc)"
+            ),
+        "status as sam, who may not read the Secret: {out}"
+    );
     for kind in [
         "validatingwebhookconfiguration",
         "mutatingwebhookconfiguration",
