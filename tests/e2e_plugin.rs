@@ -625,6 +625,23 @@ fn status_up_then_a_configuration_missing(e: &Env) -> Scenario {
         r["metrics"]["reachable"] == true && r["metrics"]["policyReloads"]["failure"] == 0,
         "status --metrics-url -o json: {r}"
     );
+    // A broken policy file, then the good one again: one failed reload, one ok.
+    let policy = e.plane.dir.join("plugin-policy.yaml");
+    std::fs::write(&policy, "mode: [not a mode\n").unwrap();
+    let counted = |needle: &'static str| {
+        poll(needle, Duration::from_secs(10), || {
+            let out = e.plugin("admin", &["status", "--metrics-url", &url]);
+            if out.stdout.contains(needle) {
+                Ok(())
+            } else {
+                Err(out.to_string())
+            }
+        })
+    };
+    let failed = counted("policy reloads 0 ok, 1 failed");
+    std::fs::write(&policy, POLICY).unwrap();
+    failed?;
+    counted("policy reloads 1 ok, 1 failed")?;
     // alice may not read webhook configurations: exit 2, naming what was forbidden.
     let out = e.plugin("alice", &["status"]);
     ensure!(
