@@ -584,6 +584,68 @@ fn status_up_then_a_configuration_missing(e: &Env) -> Scenario {
             Err(out.to_string())
         }
     })?;
+    // A break-glass set by hand (kubectl annotate, as sam, whom the policy
+    // allows): the scan finds it without any BreakGlassUsed Event.
+    let expires = (jiff::Timestamp::now().round(jiff::Unit::Second).unwrap()
+        + jiff::SignedDuration::from_mins(20))
+    .to_string();
+    let out = e.kubectl(
+        "sam",
+        &format!(
+            "-n production annotate configmap/flux-settings driftguard.io/break-glass=INC-44-by-hand driftguard.io/break-glass-expires={expires}"
+        ),
+    );
+    ensure!(out.code == 0, "sam's kubectl annotate: {out}");
+    // As if the apiserver's event TTL had passed: every BreakGlassUsed Event
+    // deleted, both break-glasses are still listed.
+    let events = e.plane.kubectl(
+        "admin",
+        &[
+            "delete",
+            "events.events.k8s.io",
+            "-A",
+            "--field-selector",
+            "reason=BreakGlassUsed",
+        ],
+    );
+    ensure!(events.ok, "deleting the BreakGlassUsed Events: {events}");
+    let events = e.plane.kubectl(
+        "admin",
+        &[
+            "get",
+            "events.events.k8s.io",
+            "-A",
+            "--field-selector",
+            "reason=BreakGlassUsed",
+            "-o",
+            "name",
+        ],
+    );
+    ensure!(
+        events.ok && events.stdout.trim().is_empty(),
+        "BreakGlassUsed Events left: {events}"
+    );
+    let out = e.plugin("admin", &["status", "-o", "json"]);
+    let r: serde_json::Value =
+        serde_json::from_str(&out.stdout).map_err(|err| format!("status -o json: {err}: {out}"))?;
+    let listed = r["activeBreakGlass"].as_array().is_some_and(|list| {
+        list.iter().any(|b| {
+            b["object"] == "ConfigMap production/flux-settings"
+                && b["kind"] == "ConfigMap"
+                && b["namespace"] == "production"
+                && b["name"] == "flux-settings"
+                && b["reason"] == "INC-44-by-hand"
+                && b["expires"] == expires.as_str()
+        }) && list
+            .iter()
+            .any(|b| b["object"] == "ConfigMap production/settings" && b["reason"] == "INC-43")
+    });
+    ensure!(
+        listed
+            && r["breakGlassScan"]["typesNotReadable"] == 0
+            && r["breakGlassScan"]["typesListed"].as_u64() > Some(10),
+        "status -o json lacks the annotated ConfigMap: {r}"
+    );
     let out = e.plugin("admin", &["status"]);
     ensure!(out.code == 0, "status: {out}");
     for needle in [
@@ -592,6 +654,7 @@ fn status_up_then_a_configuration_missing(e: &Env) -> Scenario {
         "failurePolicy Fail, caBundle present",
         ", reachable from here, caBundle verifies its certificate",
         "Policy: ConfigMap driftguard/dg-driftguard-policy",
+        "ConfigMap production/flux-settings until ",
         "status: ok",
     ] {
         ensure!(

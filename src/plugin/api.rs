@@ -69,6 +69,16 @@ impl Resource {
         }
     }
 
+    /// The URL path of this type in every namespace (cluster-scoped: all).
+    pub fn list_path(&self) -> String {
+        let base = if self.group.is_empty() {
+            format!("/api/{}", self.version)
+        } else {
+            format!("/apis/{}/{}", self.group, self.version)
+        };
+        format!("{base}/{}", self.plural)
+    }
+
     /// The URL path of one object.
     pub fn path(&self, namespace: &str, name: &str) -> String {
         let base = if self.group.is_empty() {
@@ -142,10 +152,22 @@ impl Api {
         content_type: Option<&str>,
         body: Option<&Value>,
     ) -> Result<Result<Reply, Refusal>, PluginError> {
+        self.request(method, path, "application/json", content_type, body)
+            .await
+    }
+
+    async fn request(
+        &self,
+        method: Method,
+        path: &str,
+        accept: &str,
+        content_type: Option<&str>,
+        body: Option<&Value>,
+    ) -> Result<Result<Reply, Refusal>, PluginError> {
         let mut builder = Request::builder()
             .method(method.clone())
             .uri(path)
-            .header(http::header::ACCEPT, "application/json");
+            .header(http::header::ACCEPT, accept);
         if let Some(ct) = content_type {
             builder = builder.header(http::header::CONTENT_TYPE, ct);
         }
@@ -236,14 +258,85 @@ impl Api {
             .map(|r| r.body))
     }
 
-    /// `KIND` as typed (kind, plural, singular, short name, `plural.group`),
-    /// resolved through aggregated discovery; the preferred version wins.
-    pub async fn resolve(&self, kind: &str) -> Result<Resource, PluginError> {
-        let wanted = kind.to_ascii_lowercase();
-        let (name, group) = match wanted.split_once('.') {
-            Some((n, g)) => (n.to_owned(), Some(g.to_owned())),
-            None => (wanted.clone(), None),
-        };
+    /// Every object of `resource` in every namespace, metadata only
+    /// (`PartialObjectMetadataList`), all pages; a refusal of any page is
+    /// the answer.
+    pub async fn list_metadata(
+        &self,
+        resource: &Resource,
+    ) -> Result<Result<Vec<Value>, Refusal>, PluginError> {
+        const ACCEPT: &str =
+            "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json";
+        let mut items = Vec::new();
+        let mut token = String::new();
+        loop {
+            let mut path = format!("{}?limit=500", resource.list_path());
+            if !token.is_empty() {
+                path.push_str("&continue=");
+                path.push_str(&url_escape(&token));
+            }
+            let reply = match self.request(Method::GET, &path, ACCEPT, None, None).await? {
+                Ok(reply) => reply.body,
+                Err(refusal) => return Ok(Err(refusal)),
+            };
+            if let Some(page) = reply["items"].as_array() {
+                items.extend(page.iter().cloned());
+            }
+            match reply["metadata"]["continue"].as_str() {
+                Some(next) if !next.is_empty() => token = next.to_owned(),
+                _ => return Ok(Ok(items)),
+            }
+        }
+    }
+
+    /// Every resource type that supports `list`, in its preferred version,
+    /// without subresources and without the types driftguard never judges
+    /// (`crate::cluster::rules::EXCLUDED_GROUPS` and `EXCLUDED_RESOURCES`).
+    pub async fn listable(&self) -> Result<Vec<Resource>, PluginError> {
+        use crate::cluster::rules::{EXCLUDED_GROUPS, EXCLUDED_RESOURCES};
+        let mut out = Vec::new();
+        for list in &self.discovery().await? {
+            for g in &list.items {
+                let group_name = g
+                    .metadata
+                    .as_ref()
+                    .and_then(|m| m.name.clone())
+                    .unwrap_or_default();
+                if EXCLUDED_GROUPS.contains(&group_name.as_str()) {
+                    continue;
+                }
+                let Some(v) = g.versions.first() else {
+                    continue;
+                };
+                for r in &v.resources {
+                    let plural = r.resource.clone().unwrap_or_default();
+                    let excluded = format!("{group_name}/{plural}");
+                    if plural.is_empty()
+                        || plural.contains('/')
+                        || !r.verbs.iter().any(|v| v == "list")
+                        || EXCLUDED_RESOURCES.contains(&excluded.as_str())
+                    {
+                        continue;
+                    }
+                    out.push(Resource {
+                        group: group_name.clone(),
+                        version: v.version.clone().unwrap_or_default(),
+                        kind: r
+                            .response_kind
+                            .as_ref()
+                            .and_then(|k| k.kind.clone())
+                            .unwrap_or_default(),
+                        plural,
+                        namespaced: r.scope.as_deref() == Some("Namespaced"),
+                    });
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Aggregated discovery of `/api` and `/apis`.
+    async fn discovery(&self) -> Result<Vec<APIGroupDiscoveryList>, PluginError> {
         let mut lists: Vec<APIGroupDiscoveryList> = Vec::new();
         lists.push(
             self.client
@@ -257,7 +350,18 @@ impl Api {
                 .await
                 .map_err(|e| PluginError::Access(format!("discovery of /apis failed: {e}")))?,
         );
-        for list in &lists {
+        Ok(lists)
+    }
+
+    /// `KIND` as typed (kind, plural, singular, short name, `plural.group`),
+    /// resolved through aggregated discovery; the preferred version wins.
+    pub async fn resolve(&self, kind: &str) -> Result<Resource, PluginError> {
+        let wanted = kind.to_ascii_lowercase();
+        let (name, group) = match wanted.split_once('.') {
+            Some((n, g)) => (n.to_owned(), Some(g.to_owned())),
+            None => (wanted.clone(), None),
+        };
+        for list in &self.discovery().await? {
             for g in &list.items {
                 let group_name = g
                     .metadata
@@ -331,6 +435,19 @@ impl Api {
     }
 }
 
+/// A query parameter value, percent-encoded (continue tokens are base64).
+fn url_escape(value: &str) -> String {
+    value
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
 /// `299 - "text"` → `text`.
 fn warning_text(header: &str) -> String {
     let rest = header
@@ -347,7 +464,13 @@ fn warning_text(header: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::warning_text;
+    use super::{url_escape, warning_text};
+
+    #[test]
+    fn continue_tokens_are_percent_encoded() {
+        assert_eq!(url_escape("eyJ2Ijo+/=="), "eyJ2Ijo%2B%2F%3D%3D");
+        assert_eq!(url_escape("a-b_c.d~"), "a-b_c.d~");
+    }
 
     #[test]
     fn warning_headers_lose_code_agent_and_quotes() {

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use serde_json::{Value, json};
 
-use super::api::Api;
+use super::api::{Api, Resource};
 use super::{Color, Output, PluginError, PolicySource, paint, print_structured};
 
 #[derive(Debug, clap::Args)]
@@ -119,7 +119,7 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
     };
     let loaded = source.load(api).await?;
     let blocked = recent_events(api, "DriftBlocked").await?;
-    let break_glass = active_break_glass(api).await?;
+    let (break_glass, expired_break_glass, scan) = break_glass_scan(api).await?;
     let report = json!({
         "healthy": healthy,
         "configurations": configurations,
@@ -128,6 +128,8 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
         "metrics": metrics,
         "recentDriftBlocked": blocked,
         "activeBreakGlass": break_glass,
+        "expiredBreakGlass": expired_break_glass,
+        "breakGlassScan": scan,
     });
     if args.output != Output::Text {
         print_structured(&report, args.output)?;
@@ -523,6 +525,33 @@ fn print_events(report: &Value) {
             }
         }
     }
+    let expired = list(&report["expiredBreakGlass"]);
+    if !expired.is_empty() {
+        println!("Break-glass expired, annotations left:");
+        for e in expired {
+            let when = if e["state"] == "invalid" {
+                format!("invalid expiry {:?}", s(&e["expires"]))
+            } else {
+                format!("expired {}", s(&e["expires"]))
+            };
+            println!("  {} {when}: {}", s(&e["object"]), s(&e["reason"]));
+        }
+    }
+    let scan = &report["breakGlassScan"];
+    let unreadable = scan["typesNotReadable"].as_u64().unwrap_or(0);
+    if unreadable > 0 {
+        println!(
+            "  ({unreadable} types not readable: {})",
+            list(&scan["notReadable"])
+                .iter()
+                .map(s)
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    for f in list(&scan["failed"]) {
+        println!("  (not listed: {})", s(&f));
+    }
 }
 
 /// The 10 most recent driftguard Events with `reason` in every namespace, or
@@ -558,66 +587,110 @@ async fn recent_events(api: &Api, reason: &str) -> Result<Value, PluginError> {
     Ok(Value::Array(events))
 }
 
-/// Objects that a `BreakGlassUsed` Event names and that still carry an
-/// unexpired break-glass, or why they cannot be listed.
-async fn active_break_glass(api: &Api) -> Result<Value, PluginError> {
-    use crate::drift::breakglass::{EXPIRES, REASON};
-    let path = "/apis/events.k8s.io/v1/events?fieldSelector=reason%3DBreakGlassUsed";
-    let list = match api.try_get(path).await? {
-        Ok(list) => list,
-        Err(r) => return Ok(json!(r.message)),
-    };
-    let mut seen = std::collections::BTreeSet::new();
-    let mut out = Vec::new();
-    let now = jiff::Timestamp::now();
-    for e in list["items"].as_array().into_iter().flatten() {
-        let r = &e["regarding"];
-        let (Some(api_version), Some(kind), Some(name)) = (
-            r["apiVersion"].as_str(),
-            r["kind"].as_str(),
-            r["name"].as_str(),
-        ) else {
-            continue;
-        };
-        let ns = r["namespace"].as_str().unwrap_or_default();
-        if !seen.insert((
-            api_version.to_owned(),
-            kind.to_owned(),
-            ns.to_owned(),
-            name.to_owned(),
-        )) {
-            continue;
+/// Every object in the cluster that carries driftguard's break-glass
+/// annotations, found by listing each listable resource type (metadata only)
+/// in every namespace, not through `BreakGlassUsed` Events (they expire long
+/// before a break-glass may): `activeBreakGlass` (expiry in the future),
+/// `expiredBreakGlass` (expired or unreadable expiry, annotations left) and
+/// `breakGlassScan` (types listed, types not readable). When discovery itself
+/// fails, `activeBreakGlass` is why (a string).
+async fn break_glass_scan(api: &Api) -> Result<(Value, Value, Value), PluginError> {
+    use futures_util::stream::{self, StreamExt};
+    let types = match api.listable().await {
+        Ok(types) => types,
+        Err(PluginError::Access(why)) => {
+            return Ok((json!(why), json!([]), json!({"typesListed": 0})));
         }
-        let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
-        let wanted = if group.is_empty() {
-            kind.to_owned()
+        Err(e) => return Err(e),
+    };
+    let lists: Vec<_> = stream::iter(types)
+        .map(|r| async move {
+            let list = api.list_metadata(&r).await;
+            (r, list)
+        })
+        .buffer_unordered(4)
+        .collect()
+        .await;
+    let now = jiff::Timestamp::now();
+    let (mut active, mut expired, mut forbidden, mut failed) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut listed = 0;
+    for (resource, list) in lists {
+        let name = if resource.group.is_empty() {
+            resource.plural.clone()
         } else {
-            format!("{kind}.{group}")
+            format!("{}.{}", resource.plural, resource.group)
         };
-        let Ok(resource) = api.resolve(&wanted).await else {
-            continue;
+        let items = match list? {
+            Ok(items) => items,
+            Err(r) if r.code == 403 => {
+                forbidden.push(json!(name));
+                continue;
+            }
+            Err(r) => {
+                failed.push(json!(format!("{name}: {}", r.message)));
+                continue;
+            }
         };
-        let Ok(Ok(object)) = api.try_get(&resource.path(ns, name)).await else {
-            continue;
-        };
-        let annotations = &object["metadata"]["annotations"];
-        let Some(expires) = annotations[EXPIRES].as_str() else {
-            continue;
-        };
-        if expires.parse::<jiff::Timestamp>().is_ok_and(|at| at > now) {
-            let shown_ns = if ns.is_empty() {
-                String::new()
-            } else {
-                format!("{ns}/")
-            };
-            out.push(json!({
-                "object": format!("{kind} {shown_ns}{name}"),
-                "reason": annotations[REASON],
-                "expires": expires,
-            }));
+        listed += 1;
+        for item in &items {
+            if let Some((state, entry)) = break_glass_entry(&resource, item, now) {
+                if state == "active" {
+                    active.push(entry);
+                } else {
+                    expired.push(entry);
+                }
+            }
         }
     }
-    Ok(Value::Array(out))
+    let key = |e: &Value| e["object"].as_str().unwrap_or_default().to_owned();
+    active.sort_by_key(key);
+    expired.sort_by_key(key);
+    forbidden.sort_by_key(|v| v.as_str().unwrap_or_default().to_owned());
+    let scan = json!({
+        "typesListed": listed,
+        "typesNotReadable": forbidden.len(),
+        "notReadable": forbidden,
+        "failed": failed,
+    });
+    Ok((Value::Array(active), Value::Array(expired), scan))
+}
+
+/// One listed object's break-glass, when it carries the expiry annotation:
+/// `("active" | "expired" | "invalid", entry)`.
+fn break_glass_entry(
+    resource: &Resource,
+    item: &Value,
+    now: jiff::Timestamp,
+) -> Option<(&'static str, Value)> {
+    use crate::drift::breakglass::{EXPIRES, REASON};
+    let meta = &item["metadata"];
+    let expires = meta["annotations"][EXPIRES].as_str()?;
+    let name = meta["name"].as_str().unwrap_or_default();
+    let ns = meta["namespace"].as_str().unwrap_or_default();
+    let shown_ns = if ns.is_empty() {
+        String::new()
+    } else {
+        format!("{ns}/")
+    };
+    let state = match expires.parse::<jiff::Timestamp>() {
+        Ok(at) if at > now => "active",
+        Ok(_) => "expired",
+        Err(_) => "invalid",
+    };
+    Some((
+        state,
+        json!({
+            "object": format!("{} {shown_ns}{name}", resource.kind),
+            "apiVersion": resource.api_version(),
+            "kind": resource.kind,
+            "namespace": if ns.is_empty() { Value::Null } else { json!(ns) },
+            "name": name,
+            "reason": meta["annotations"][REASON],
+            "expires": expires,
+            "state": state,
+        }),
+    ))
 }
 
 /// Ready endpoints of a Service, from its EndpointSlices; `None` when they
@@ -648,7 +721,52 @@ async fn ready_endpoints(api: &Api, ns: &str, name: &str) -> Result<Option<u64>,
 
 #[cfg(test)]
 mod tests {
-    use super::{metrics_report, verify_chain};
+    use super::{break_glass_entry, metrics_report, verify_chain};
+    use crate::plugin::api::Resource;
+    use serde_json::json;
+
+    #[test]
+    fn a_listed_objects_break_glass_is_active_expired_invalid_or_none() {
+        let cm = Resource {
+            group: String::new(),
+            version: "v1".into(),
+            kind: "ConfigMap".into(),
+            plural: "configmaps".into(),
+            namespaced: true,
+        };
+        let now: jiff::Timestamp = "2030-01-01T12:00:00Z".parse().unwrap();
+        let item = |expires: &str| {
+            json!({"metadata": {"name": "settings", "namespace": "production",
+                "annotations": {"driftguard.io/break-glass": "INC-1",
+                                "driftguard.io/break-glass-expires": expires}}})
+        };
+        let (state, e) = break_glass_entry(&cm, &item("2030-01-01T15:59:00Z"), now).unwrap();
+        assert_eq!(state, "active");
+        assert_eq!(e["object"], "ConfigMap production/settings");
+        assert_eq!(e["apiVersion"], "v1");
+        assert_eq!(e["reason"], "INC-1");
+        assert_eq!(e["expires"], "2030-01-01T15:59:00Z");
+        let (state, _) = break_glass_entry(&cm, &item("2030-01-01T11:00:00Z"), now).unwrap();
+        assert_eq!(state, "expired");
+        let (state, _) = break_glass_entry(&cm, &item("tomorrow"), now).unwrap();
+        assert_eq!(state, "invalid");
+        let plain = json!({"metadata": {"name": "x", "namespace": "production"}});
+        assert!(break_glass_entry(&cm, &plain, now).is_none());
+
+        let ns = Resource {
+            group: String::new(),
+            version: "v1".into(),
+            kind: "Namespace".into(),
+            plural: "namespaces".into(),
+            namespaced: false,
+        };
+        let item = json!({"metadata": {"name": "production",
+            "annotations": {"driftguard.io/break-glass-expires": "2030-01-01T13:00:00Z"}}});
+        let (_, e) = break_glass_entry(&ns, &item, now).unwrap();
+        assert_eq!(e["object"], "Namespace production");
+        assert_eq!(e["namespace"], serde_json::Value::Null);
+        assert_eq!(ns.list_path(), "/api/v1/namespaces");
+    }
 
     #[test]
     fn the_metrics_report_counts_reloads_timeouts_and_errors() {
