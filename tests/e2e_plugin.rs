@@ -646,6 +646,31 @@ fn status_up_then_a_configuration_missing(e: &Env) -> Scenario {
             && r["breakGlassScan"]["typesListed"].as_u64() > Some(10),
         "status -o json lacks the annotated ConfigMap: {r}"
     );
+    // sam may list ConfigMaps but not Secrets (nor most types): the types
+    // sam may not list are skipped and counted, the break-glass still listed.
+    let out = e.plugin("sam", &["status", "-o", "json"]);
+    let r: serde_json::Value = serde_json::from_str(&out.stdout)
+        .map_err(|err| format!("status -o json as sam: {err}: {out}"))?;
+    ensure!(
+        out.code == 0
+            && r["breakGlassScan"]["typesNotReadable"].as_u64() > Some(0)
+            && r["breakGlassScan"]["notReadable"]
+                .as_array()
+                .is_some_and(|l| l.iter().any(|t| t == "secrets"))
+            && r["activeBreakGlass"].as_array().is_some_and(|l| l
+                .iter()
+                .any(|b| b["object"] == "ConfigMap production/flux-settings")),
+        "status -o json as sam: {r}"
+    );
+    let out = e.plugin("sam", &["status"]);
+    ensure!(
+        out.code == 0
+            && out.stdout.contains(" types not readable, not searched: ")
+            && out
+                .stdout
+                .contains("ConfigMap production/flux-settings until "),
+        "status as sam: {out}"
+    );
     let out = e.plugin("admin", &["status"]);
     ensure!(out.code == 0, "status: {out}");
     for needle in [

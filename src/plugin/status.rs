@@ -540,13 +540,11 @@ fn print_events(report: &Value) {
     let scan = &report["breakGlassScan"];
     let unreadable = scan["typesNotReadable"].as_u64().unwrap_or(0);
     if unreadable > 0 {
+        let names: Vec<String> = list(&scan["notReadable"]).iter().map(s).collect();
+        let more = if names.len() > 5 { ", ..." } else { "" };
         println!(
-            "  ({unreadable} types not readable: {})",
-            list(&scan["notReadable"])
-                .iter()
-                .map(s)
-                .collect::<Vec<_>>()
-                .join(", ")
+            "  ({unreadable} types not readable, not searched: {}{more})",
+            names[..names.len().min(5)].join(", ")
         );
     }
     for f in list(&scan["failed"]) {
