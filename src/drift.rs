@@ -305,7 +305,8 @@ pub fn decide(policy: &Policy, req: &Request, ctx: &Context) -> Result<Decision,
                 old.expect("UPDATE has old"),
                 object.expect("UPDATE has object"),
             );
-            let (paths, inputs_changed) = diff(policy, ctx, req, old, new, &mut d);
+            let read = (&stored, incoming.as_ref().expect("UPDATE has object"));
+            let (paths, inputs_changed) = diff(policy, ctx, req, (old, new), read, &mut d);
             changed_inputs = inputs_changed;
             let finding = if paths.is_empty() {
                 Finding::NoDrift
@@ -326,13 +327,14 @@ pub fn decide(policy: &Policy, req: &Request, ctx: &Context) -> Result<Decision,
 }
 
 /// Drifted paths between `old` and `new` under the rules that apply to this
-/// object; rule failures are recorded in `d`.
+/// object, and which of them are decision inputs; rule failures are recorded
+/// in `d`. `read` are the objects' inputs, already read by the caller.
 fn diff(
     policy: &Policy,
     ctx: &Context,
     req: &Request,
-    old: &Value,
-    new: &Value,
+    (old, new): (&Value, &Value),
+    read: (&Inputs, &Inputs),
     d: &mut Decision,
 ) -> (Vec<String>, Vec<String>) {
     let target = Target {
@@ -351,7 +353,7 @@ fn diff(
     let (old_n, new_n) = normalize::normalize_pair(old, new, &rules, &mut failures);
     let mut paths = normalize::drifted_paths(&old_n, &new_n);
     // Named even when a broader path covers it: it says what the change broke.
-    let inputs_changed = input_changes(policy, ctx, d.manager.as_ref(), &rules, old, new);
+    let inputs_changed = input_changes(policy, ctx, d.manager.as_ref(), &rules, (old, new), read);
     for p in &inputs_changed {
         if !paths.contains(p) {
             paths.push(p.clone());
@@ -380,14 +382,10 @@ fn input_changes(
     ctx: &Context,
     manager: Option<&Manager>,
     rules: &[&IgnoreRule],
-    old: &Value,
-    new: &Value,
+    (old, new): (&Value, &Value),
+    (old_read, new_read): (&Inputs, &Inputs),
 ) -> Vec<String> {
-    let mut out = inputs::changes(
-        &Inputs::read(old, policy),
-        &Inputs::read(new, policy),
-        policy,
-    );
+    let mut out = inputs::changes(old_read, new_read, policy);
     if let Some(source) = manager.and_then(|m| ctx.sources.and_then(|s| s.flux_source(m))) {
         out.extend(source.selector_changes(old, new));
     }
@@ -679,7 +677,9 @@ fn decide_scale(
         p
     };
     let (old_parent, new_parent) = (with_replicas(replicas(old)), with_replicas(replicas(new)));
-    let (paths, inputs_changed) = diff(policy, ctx, req, &old_parent, &new_parent, &mut d);
+    // Only spec.replicas differs between the two: the parent's inputs are both sides'.
+    let read = (&stored, &stored);
+    let (paths, inputs_changed) = diff(policy, ctx, req, (&old_parent, &new_parent), read, &mut d);
     d.finding = if paths.is_empty() {
         Finding::NoDrift
     } else {
