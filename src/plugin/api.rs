@@ -175,6 +175,37 @@ impl Api {
         let request = builder
             .body(Body::from(bytes))
             .map_err(|e| PluginError::Usage(format!("{method} {path}: {e}")))?;
+        let (status, warnings, bytes) = self.send(request, &method, path).await?;
+        if status.is_success() {
+            let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+            return Ok(Ok(Reply { body, warnings }));
+        }
+        Ok(Err(refusal(&method, path, status, &bytes, warnings)))
+    }
+
+    /// A GET of a text body (e.g. a Service's `/metrics` through the
+    /// apiserver's service proxy); a non-2xx reply is a refusal.
+    pub async fn get_text(&self, path: &str) -> Result<Result<String, Refusal>, PluginError> {
+        let request = Request::builder()
+            .method(Method::GET)
+            .uri(path)
+            .body(Body::from(Vec::new()))
+            .map_err(|e| PluginError::Usage(format!("GET {path}: {e}")))?;
+        let (status, _, bytes) = self.send(request, &Method::GET, path).await?;
+        if status.is_success() {
+            return Ok(Ok(String::from_utf8_lossy(&bytes).into_owned()));
+        }
+        Ok(Err(refusal(&Method::GET, path, status, &bytes, Vec::new())))
+    }
+
+    /// Sends `request` and reads the whole reply: its status, the apiserver's
+    /// `Warning:` headers (kube-rs exposes them only on a raw reply), and the body.
+    async fn send(
+        &self,
+        request: Request<Body>,
+        method: &Method,
+        path: &str,
+    ) -> Result<(http::StatusCode, Vec<String>, hyper::body::Bytes), PluginError> {
         let response = self
             .client
             .send(request)
@@ -194,60 +225,7 @@ impl Api {
             .await
             .map_err(|e| PluginError::Access(format!("{method} {path}: reading the reply: {e}")))?
             .to_bytes();
-        let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-        if status.is_success() {
-            return Ok(Ok(Reply { body, warnings }));
-        }
-        let message = body
-            .get("message")
-            .and_then(Value::as_str)
-            .map(str::to_owned)
-            .unwrap_or_else(|| {
-                format!(
-                    "{method} {path}: HTTP {status}: {}",
-                    String::from_utf8_lossy(&bytes).trim()
-                )
-            });
-        Ok(Err(Refusal {
-            code: status.as_u16(),
-            message,
-            warnings,
-        }))
-    }
-
-    /// A GET of a text body (e.g. a Service's `/metrics` through the
-    /// apiserver's service proxy); a non-2xx reply is a refusal.
-    pub async fn get_text(&self, path: &str) -> Result<Result<String, Refusal>, PluginError> {
-        let request = Request::builder()
-            .method(Method::GET)
-            .uri(path)
-            .body(Body::from(Vec::new()))
-            .map_err(|e| PluginError::Usage(format!("GET {path}: {e}")))?;
-        let response = self
-            .client
-            .send(request)
-            .await
-            .map_err(|e| PluginError::Access(format!("GET {path}: {e}")))?;
-        let status = response.status();
-        let bytes = response
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| PluginError::Access(format!("GET {path}: reading the reply: {e}")))?
-            .to_bytes();
-        let text = String::from_utf8_lossy(&bytes).into_owned();
-        if status.is_success() {
-            return Ok(Ok(text));
-        }
-        let message = serde_json::from_str::<Value>(&text)
-            .ok()
-            .and_then(|v| v["message"].as_str().map(str::to_owned))
-            .unwrap_or_else(|| format!("GET {path}: HTTP {status}: {}", text.trim()));
-        Ok(Err(Refusal {
-            code: status.as_u16(),
-            message,
-            warnings: Vec::new(),
-        }))
+        Ok((status, warnings, bytes))
     }
 
     /// A GET whose refusal the caller handles (an optional read).
@@ -446,6 +424,31 @@ fn url_escape(value: &str) -> String {
             _ => format!("%{b:02X}"),
         })
         .collect()
+}
+
+/// A non-2xx reply: the apiserver's own `message` when the body is a Status,
+/// else the status line and the body.
+fn refusal(
+    method: &Method,
+    path: &str,
+    status: http::StatusCode,
+    bytes: &[u8],
+    warnings: Vec<String>,
+) -> Refusal {
+    let message = serde_json::from_slice::<Value>(bytes)
+        .ok()
+        .and_then(|v| v.get("message").and_then(Value::as_str).map(str::to_owned))
+        .unwrap_or_else(|| {
+            format!(
+                "{method} {path}: HTTP {status}: {}",
+                String::from_utf8_lossy(bytes).trim()
+            )
+        });
+    Refusal {
+        code: status.as_u16(),
+        message,
+        warnings,
+    }
 }
 
 /// `299 - "text"` → `text`.
