@@ -256,28 +256,7 @@ fn setup(install: Install) -> Env {
     assert!(out.ok, "objects as the Argo CD controller: {out}");
     let out = plane.kubectl_as_stdin(ARGO, &["apply", "-f", "-"], Some(KINDS));
     assert!(out.ok, "other kinds as the Argo CD controller: {out}");
-    wait_for(
-        "the webhook to deny a dry-run drift",
-        Duration::from_secs(30),
-        || {
-            let out = plane.kubectl(
-                "alice",
-                &[
-                    "-n",
-                    "production",
-                    "label",
-                    "deployment/myapp",
-                    "probe=1",
-                    "--dry-run=server",
-                ],
-            );
-            if !out.ok && out.stderr.contains("driftguard") {
-                Ok(())
-            } else {
-                Err(out.to_string())
-            }
-        },
-    );
+    plane.wait_until_webhook_denies_drift();
     Env { plane, dg }
 }
 

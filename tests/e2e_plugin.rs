@@ -223,28 +223,7 @@ fn setup() -> Env {
     assert!(out.ok, "Flux objects as the kustomize-controller: {out}");
     let out = plane.kubectl_as_stdin(ARGO, &["apply", "-f", "-"], Some(OBJECTS));
     assert!(out.ok, "objects as the Argo CD controller: {out}");
-    wait_for(
-        "the webhook to deny a dry-run drift",
-        Duration::from_secs(30),
-        || {
-            let out = plane.kubectl(
-                "alice",
-                &[
-                    "-n",
-                    "production",
-                    "label",
-                    "deployment/myapp",
-                    "probe=1",
-                    "--dry-run=server",
-                ],
-            );
-            if !out.ok && out.stderr.contains("driftguard") {
-                Ok(())
-            } else {
-                Err(out.to_string())
-            }
-        },
-    );
+    plane.wait_until_webhook_denies_drift();
     let bin = plane.dir.join("bin");
     std::fs::create_dir_all(&bin).unwrap();
     std::os::unix::fs::symlink(

@@ -275,6 +275,33 @@ impl ControlPlane {
 
     /// Applies tests/data/crds/`name`.yaml for each name and waits until every
     /// CRD is Established.
+    /// Waits until the registered webhook answers: alice's dry-run label on
+    /// the Argo CD-managed production/myapp is denied by driftguard.
+    pub fn wait_until_webhook_denies_drift(&self) {
+        wait_for(
+            "the webhook to deny a dry-run drift",
+            Duration::from_secs(30),
+            || {
+                let out = self.kubectl(
+                    "alice",
+                    &[
+                        "-n",
+                        "production",
+                        "label",
+                        "deployment/myapp",
+                        "probe=1",
+                        "--dry-run=server",
+                    ],
+                );
+                if !out.ok && out.stderr.contains("driftguard") {
+                    Ok(())
+                } else {
+                    Err(out.to_string())
+                }
+            },
+        );
+    }
+
     pub fn apply_crds(&self, names: &[&str]) {
         for name in names {
             let file = format!("{ROOT}/tests/data/crds/{name}.yaml");
