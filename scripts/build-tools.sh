@@ -1,30 +1,43 @@
 #!/usr/bin/env bash
-# Build the Go-based e2e test tools (etcd, helm, kube-apiserver) from the Go
-# module proxy into .cache/bin/<tool>-<version>.
+# Build the Go-based e2e test tools from the Go module proxy into
+# $DRIFTGUARD_TOOLS_BIN (default ~/.cache/driftguard/bin), as <tool>-<version>.
+# The cache lives outside the checkout so fresh clones on one machine share it.
+#
+#   default:  etcd, helm, kube-apiserver (what scripts/test.sh needs)
+#   gitops:   kube-controller-manager, flux-source-controller,
+#             flux-kustomize-controller, argocd, gitops-aux (Redis + Git HTTP),
+#             the real controllers tests/e2e_gitops.rs runs.
+#
+# Flux v1.9.x and Argo CD v3.6 need Go 1.27: GOTOOLCHAIN=go1.27.3 below makes
+# the go command fetch that toolchain from the module proxy (about 10 s once).
 #
 # Each tool is built from its own consumer module under tests/e2e/<name>/ whose
 # committed go.mod + go.sum pin the full dependency graph, so builds are
 # reproducible and need nothing but a Go toolchain and GOPROXY access.
 # Binaries that already exist are skipped, so a warm re-run takes seconds.
 #
-# Usage: scripts/build-tools.sh [etcd|helm|kube-apiserver ...]   (default: all)
+# Usage: scripts/build-tools.sh [TOOL|gitops ...]   (default: etcd helm kube-apiserver)
 # Prints the absolute path of each requested binary on stdout; progress goes
 # to stderr.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 E2E_DIR="${ROOT}/tests/e2e"
-BIN_DIR="${ROOT}/.cache/bin"
+BIN_DIR="${DRIFTGUARD_TOOLS_BIN:-${XDG_CACHE_HOME:-${HOME}/.cache}/driftguard/bin}"
 
 ETCD_VERSION="v3.6.14"
 HELM_VERSION="v3.22.0"
 KUBE_VERSION="v1.34.4"
+# Flux v1.10.1 does not build from this proxy (fluxcd/pkg versions refused).
+FLUX_VERSION="v1.9.6"
+ARGOCD_VERSION="v3.6.1"
 
 # -mod=readonly: never rewrite the committed go.mod/go.sum; a missing go.sum
 # entry is an error rather than a silent re-resolution.
 export GOFLAGS="-mod=readonly"
 export GOWORK=off
 export CGO_ENABLED=0
+export GOTOOLCHAIN=go1.27.3
 
 log() { printf '==> %s\n' "$*" >&2; }
 
@@ -87,8 +100,11 @@ build_helm() {
   echo "${out}"
 }
 
-build_kube_apiserver() {
-  local out="${BIN_DIR}/kube-apiserver-${KUBE_VERSION}"
+# build_kube <command>: kube-apiserver and kube-controller-manager share the
+# tests/e2e/kube consumer module.
+build_kube() {
+  local cmd="$1"
+  local out="${BIN_DIR}/${cmd}-${KUBE_VERSION}"
   if [[ ! -x "${out}" ]]; then
     local major minor
     major="$(cut -d. -f1 <<<"${KUBE_VERSION#v}")"
@@ -100,10 +116,46 @@ build_kube_apiserver() {
       ldflags+=" -X ${pkg}.gitMajor=${major}"
       ldflags+=" -X ${pkg}.gitMinor=${minor}"
     done
-    go_build "${E2E_DIR}/kube" "${out}" k8s.io/kubernetes/cmd/kube-apiserver "${ldflags}"
+    go_build "${E2E_DIR}/kube" "${out}" "k8s.io/kubernetes/cmd/${cmd}" "${ldflags}"
     check_version "${out}" "Kubernetes ${KUBE_VERSION}" --version
   fi
   echo "${out}"
+}
+
+# build_flux <source|kustomize>: the controller's main package is its module root.
+build_flux() {
+  local kind="$1"
+  local out="${BIN_DIR}/flux-${kind}-controller-${FLUX_VERSION}"
+  if [[ ! -x "${out}" ]]; then
+    go_build "${E2E_DIR}/flux-${kind}" "${out}" "github.com/fluxcd/${kind}-controller" "-s -w"
+    # The controllers have no --version; their flags prove the right main.
+    check_version "${out}" "--metrics-addr" --help
+  fi
+  echo "${out}"
+}
+
+# Argo CD is one multi-call binary: ARGOCD_BINARY_NAME picks the component.
+build_argocd() {
+  local out="${BIN_DIR}/argocd-${ARGOCD_VERSION}"
+  if [[ ! -x "${out}" ]]; then
+    local ldflags="-s -w -X github.com/argoproj/argo-cd/v3/common.version=${ARGOCD_VERSION#v}"
+    go_build "${E2E_DIR}/argocd" "${out}" github.com/argoproj/argo-cd/v3/cmd "${ldflags}"
+    ARGOCD_BINARY_NAME=argocd-repo-server check_version "${out}" "--disable-tls" --help
+  fi
+  echo "${out}"
+}
+
+# Redis for Argo CD and a smart-HTTP Git server for Flux, from tests/e2e/gitops-aux.
+build_gitops_aux() {
+  local hash name out
+  hash="$(cat "${E2E_DIR}"/gitops-aux/go.* "${E2E_DIR}"/gitops-aux/*/*.go | sha256sum | cut -c1-12)"
+  for name in redis githttp; do
+    out="${BIN_DIR}/gitops-aux-${name}-${hash}"
+    if [[ ! -x "${out}" ]]; then
+      go_build "${E2E_DIR}/gitops-aux" "${out}" "./${name}" "-s -w"
+    fi
+    echo "${out}"
+  done
 }
 
 mkdir -p "${BIN_DIR}"
@@ -113,12 +165,19 @@ if [[ ${#tools[@]} -eq 0 ]]; then
   # Smallest first; kube-apiserver is by far the longest build.
   tools=(etcd helm kube-apiserver)
 fi
+if [[ " ${tools[*]} " == *" gitops "* ]]; then
+  tools=(kube-controller-manager flux-source-controller flux-kustomize-controller argocd gitops-aux)
+fi
 
 for tool in "${tools[@]}"; do
   case "${tool}" in
     etcd) build_etcd ;;
     helm) build_helm ;;
-    kube-apiserver) build_kube_apiserver ;;
-    *) log "unknown tool: ${tool} (want etcd, helm or kube-apiserver)"; exit 2 ;;
+    kube-apiserver|kube-controller-manager) build_kube "${tool}" ;;
+    flux-source-controller) build_flux source ;;
+    flux-kustomize-controller) build_flux kustomize ;;
+    argocd) build_argocd ;;
+    gitops-aux) build_gitops_aux ;;
+    *) log "unknown tool: ${tool} (want etcd, helm, kube-apiserver, gitops or one of its parts)"; exit 2 ;;
   esac
 done
