@@ -145,6 +145,33 @@ build_argocd() {
   echo "${out}"
 }
 
+# module_dir <consumer module> <module path>: where the go command unpacked it.
+module_dir() {
+  (cd "$1" && go mod download -json "$2" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+}
+
+# The tools' real CRDs (and Argo CD's git wrapper), copied out of the very
+# module versions the binaries are built from. Prints the directory.
+build_gitops_assets() {
+  local out="${BIN_DIR}/gitops-assets-flux-${FLUX_VERSION}-argocd-${ARGOCD_VERSION}"
+  if [[ ! -d "${out}" ]]; then
+    local tmp="${out}.tmp.$$" dir
+    rm -rf "${tmp}" && mkdir -p "${tmp}/flux" "${tmp}/argocd"
+    for kind in source kustomize; do
+      dir="$(module_dir "${E2E_DIR}/flux-${kind}" "github.com/fluxcd/${kind}-controller")"
+      [[ -d "${dir}" ]] || { log "no module dir for ${kind}-controller"; exit 1; }
+      cp "${dir}"/config/crd/bases/*.yaml "${tmp}/flux/"
+    done
+    dir="$(module_dir "${E2E_DIR}/argocd" github.com/argoproj/argo-cd/v3)"
+    [[ -d "${dir}" ]] || { log "no module dir for argo-cd"; exit 1; }
+    cp "${dir}"/manifests/crds/application-crd.yaml "${dir}"/manifests/crds/appproject-crd.yaml "${tmp}/argocd/"
+    cp "${dir}"/hack/git-verify-wrapper.sh "${tmp}/argocd/"
+    chmod -R u+w "${tmp}" && chmod +x "${tmp}/argocd/git-verify-wrapper.sh"
+    mv "${tmp}" "${out}"
+  fi
+  echo "${out}"
+}
+
 # Redis for Argo CD and a smart-HTTP Git server for Flux, from tests/e2e/gitops-aux.
 build_gitops_aux() {
   local hash name out
@@ -166,7 +193,7 @@ if [[ ${#tools[@]} -eq 0 ]]; then
   tools=(etcd helm kube-apiserver)
 fi
 if [[ " ${tools[*]} " == *" gitops "* ]]; then
-  tools=(kube-controller-manager flux-source-controller flux-kustomize-controller argocd gitops-aux)
+  tools=(kube-controller-manager flux-source-controller flux-kustomize-controller argocd gitops-aux gitops-assets)
 fi
 
 for tool in "${tools[@]}"; do
@@ -178,6 +205,7 @@ for tool in "${tools[@]}"; do
     flux-kustomize-controller) build_flux kustomize ;;
     argocd) build_argocd ;;
     gitops-aux) build_gitops_aux ;;
+    gitops-assets) build_gitops_assets ;;
     *) log "unknown tool: ${tool} (want etcd, helm, kube-apiserver, gitops or one of its parts)"; exit 2 ;;
   esac
 done

@@ -1,0 +1,739 @@
+//! End to end with the real GitOps tools in the loop: Flux source- and
+//! kustomize-controller, Argo CD application-controller and repo-server, and
+//! kube-controller-manager, all built from the Go module proxy
+//! (`scripts/build-tools.sh gitops`) and run against a real kube-apiserver
+//! with their own CRDs. driftguard is registered through real webhook
+//! configurations; people use the machine's kubectl. Under CI=true (and
+//! everywhere else) a tool that cannot start fails the test.
+
+#[path = "support/control_plane.rs"]
+mod control_plane;
+#[path = "support/gitops.rs"]
+mod gitops;
+#[path = "support/oracle.rs"]
+mod oracle;
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use control_plane::*;
+use gitops::*;
+
+/// One control plane with its controllers at a time: two cores.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+const POLICY: &str = "tests/data/gitops-policy.yaml";
+const KUSTOMIZE_SA: &str = "system:serviceaccount:flux-system:kustomize-controller";
+/// A trusted identity of the default policy (kube-system service accounts):
+/// it plays "something changed the object" for the tools to heal.
+const OPERATOR: &str = "system:serviceaccount:kube-system:ops-bot";
+
+const WEB: &str = r#"apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: production}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers:
+        - name: web
+          image: nginx:1.27
+          env: [{name: MODE, value: live}]
+"#;
+
+const WORKER: &str = r#"apiVersion: apps/v1
+kind: Deployment
+metadata: {name: worker, namespace: production}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: worker}}
+  template:
+    metadata: {labels: {app: worker}}
+    spec: {containers: [{name: worker, image: "busybox:1.36"}]}
+"#;
+
+const SERVICE: &str = r#"apiVersion: v1
+kind: Service
+metadata:
+  name: web
+  namespace: production
+  annotations: {example.com/owner: shop}
+spec:
+  selector: {app: web}
+  ports: [{name: http, port: 80, targetPort: 8080}]
+"#;
+
+const CRON: &str = r#"apiVersion: batch/v1
+kind: CronJob
+metadata: {name: nightly, namespace: production}
+spec:
+  schedule: "0 3 * * *"
+  jobTemplate:
+    spec:
+      template:
+        spec:
+          restartPolicy: Never
+          containers: [{name: job, image: "busybox:1.36"}]
+"#;
+
+const SETTINGS: &str = r#"apiVersion: v1
+kind: ConfigMap
+metadata: {name: settings, namespace: production}
+data: {LOG_LEVEL: info}
+"#;
+
+const TENANT_CONFIG: &str = r#"apiVersion: v1
+kind: ConfigMap
+metadata: {name: tenant-config, namespace: tenant-a}
+data: {color: blue}
+"#;
+
+/// The tenant's reconciler may edit ConfigMaps in its namespace only.
+const TENANT_RBAC: &str = r#"apiVersion: v1
+kind: ServiceAccount
+metadata: {name: reconciler, namespace: tenant-a}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: reconciler, namespace: tenant-a}
+rules:
+  - apiGroups: [""]
+    resources: [configmaps]
+    verbs: [get, list, watch, create, update, patch, delete]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: reconciler, namespace: tenant-a}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: reconciler}
+subjects: [{kind: ServiceAccount, name: reconciler, namespace: tenant-a}]
+"#;
+
+/// driftguard's RBAC beyond the e2e minimum: the break-glass expiry sweep
+/// lists and patches armed objects and the Argo CD Applications it paused,
+/// and `--watch-argocd` reads AppProjects (as the chart grants).
+const DRIFTGUARD_EXTRA_RBAC: &str = r#"apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: driftguard-gitops}
+rules:
+  - apiGroups: ["*"]
+    resources: ["*"]
+    verbs: [list, patch]
+  - apiGroups: [argoproj.io]
+    resources: [applications, appprojects]
+    verbs: [get, list, watch, patch]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: driftguard-gitops}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: driftguard-gitops}
+subjects: [{kind: User, name: driftguard}]
+"#;
+
+const ORACLE_KUSTOMIZATION: &str = r#"apiVersion: kustomize.toolkit.fluxcd.io/v1
+kind: Kustomization
+metadata: {name: oracle, namespace: flux-system}
+spec:
+  interval: 1h
+  path: ./oracle
+  prune: true
+  wait: false
+  timeout: 2m
+  sourceRef: {kind: GitRepository, name: repo}
+"#;
+
+/// The oracle's objects as they are now, by (kind, name).
+fn live_objects(
+    plane: &ControlPlane,
+    ns: &str,
+) -> std::collections::BTreeMap<(String, String), serde_json::Value> {
+    let list = get_json(plane, &["-n", ns, "deployments,services,configmaps,cronjobs"])
+        .expect("the oracle's objects");
+    list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| {
+            let key = (
+                o["kind"].as_str().unwrap().to_owned(),
+                o["metadata"]["name"].as_str().unwrap().to_owned(),
+            );
+            (key, o.clone())
+        })
+        .collect()
+}
+
+fn flux_objects(url: &str) -> String {
+    format!(
+        r#"apiVersion: source.toolkit.fluxcd.io/v1
+kind: GitRepository
+metadata: {{name: repo, namespace: flux-system}}
+spec:
+  interval: 1m
+  url: {url}
+  ref: {{branch: main}}
+---
+apiVersion: kustomize.toolkit.fluxcd.io/v1
+kind: Kustomization
+metadata: {{name: apps, namespace: flux-system}}
+spec:
+  interval: 1m
+  path: ./apps
+  prune: true
+  wait: false
+  timeout: 1m
+  sourceRef: {{kind: GitRepository, name: repo}}
+---
+apiVersion: kustomize.toolkit.fluxcd.io/v1
+kind: Kustomization
+metadata: {{name: tenant, namespace: tenant-a}}
+spec:
+  interval: 1m
+  path: ./tenant
+  prune: true
+  wait: false
+  timeout: 1m
+  serviceAccountName: reconciler
+  sourceRef: {{kind: GitRepository, name: repo, namespace: flux-system}}
+"#
+    )
+}
+
+/// Makes every planned edit as alice (the namespace is in audit mode) and
+/// returns driftguard's verdict for each: drift or not, from its audit records.
+fn driftguard_verdicts(plane: &ControlPlane, dg: &Driftguard, ns: &str, edits: &[oracle::Edit]) -> Vec<bool> {
+    for e in edits {
+        let target = format!("{}/{}", e.resource(), e.object);
+        ok(
+            plane.kubectl(
+                "alice",
+                &["-n", ns, "patch", &target, "--type", e.patch_type, "-p", &e.patch.to_string()],
+            ),
+            &format!("{} on {target}", e.edit.what),
+        );
+    }
+    let audit = dg.audit();
+    edits
+        .iter()
+        .map(|e| {
+            let verdict = audit
+                .iter()
+                .rev()
+                .find(|r| {
+                    r["user"] == "alice" && r["namespace"] == ns && r["name"] == e.object.as_str()
+                        && r["operation"] == "UPDATE"
+                })
+                .unwrap_or_else(|| panic!("no audit record for {}/{}", ns, e.object))["verdict"]
+                .clone();
+            assert!(verdict == "audit" || verdict == "allow", "{}: {verdict}", e.object);
+            verdict == "audit"
+        })
+        .collect()
+}
+
+/// Prints the agreement table, keeps it under target/e2e, and fails on any
+/// disagreement that is not a documented one.
+fn report(tool: &str, seed: u64, outcomes: &[oracle::Outcome]) {
+    let table = oracle::table(tool, seed, outcomes);
+    eprintln!("{table}");
+    let dir = std::path::Path::new(ROOT).join("target/e2e");
+    let _ = std::fs::create_dir_all(&dir);
+    let _ = std::fs::write(dir.join(format!("oracle-{}.md", tool.to_lowercase().replace(' ', "-"))), &table);
+    let unexplained: Vec<String> = outcomes
+        .iter()
+        .filter(|o| !o.agrees() && !o.deliberate())
+        .map(|o| format!("{} {} ({}): driftguard drift={}, {tool} drift={}", o.edit.edit.kind, o.edit.object, o.edit.edit.what, o.driftguard_drift, o.tool_drift))
+        .collect();
+    assert!(unexplained.is_empty(), "driftguard and {tool} disagree:\n{}\n{table}", unexplained.join("\n"));
+}
+
+/// A denial as a person sees it.
+fn denied(out: &Kubectl, needle: &str) -> Result<(), String> {
+    if !out.ok && out.stderr.contains("denied") && out.stderr.contains(needle) {
+        Ok(())
+    } else {
+        Err(format!("expected a denial naming {needle:?}: {out}"))
+    }
+}
+
+fn image(plane: &ControlPlane, ns: &str, deploy: &str) -> Option<String> {
+    get_json(plane, &["-n", ns, "deployment", deploy])
+        .and_then(|d| field(&d, "/spec/template/spec/containers/0/image"))
+}
+
+#[test]
+fn flux_applies_through_driftguard_and_agrees_on_what_is_drift() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let tools = Tools::build();
+    let mut plane = ControlPlane::start("gitops-flux");
+    plane.prepare(&["flux-system", "production", "tenant-a"]);
+    plane.apply_admin(DRIFTGUARD_EXTRA_RBAC);
+    plane.apply_admin(TENANT_RBAC);
+    let _kcm = start_controller_manager(&plane, &tools);
+    let repo = GitRepo::new(&plane, &tools);
+    let first = repo.commit(
+        "apps",
+        &[
+            ("apps/web.yaml", Some(WEB)),
+            ("apps/worker.yaml", Some(WORKER)),
+            ("apps/service.yaml", Some(SERVICE)),
+            ("apps/cron.yaml", Some(CRON)),
+            ("apps/settings.yaml", Some(SETTINGS)),
+            ("tenant/config.yaml", Some(TENANT_CONFIG)),
+        ],
+    );
+    let flux = Flux::start(&plane, &tools);
+    let dg = Driftguard::start(
+        &plane,
+        &[
+            &format!("--policy={ROOT}/{POLICY}"),
+            &plane.driftguard_kubeconfig_flag(),
+            "--watch-flux",
+        ],
+    );
+    dg.register(&plane, &format!("{ROOT}/{POLICY}"));
+    plane.apply_admin(&flux_objects(&repo.http_url));
+
+    // A commit is applied through driftguard: Flux's own identity passes.
+    Flux::reconcile(&plane, "flux-system", "apps", Some(&first));
+    assert_eq!(image(&plane, "production", "web").as_deref(), Some("nginx:1.27"));
+    let web = get_json(&plane, &["-n", "production", "deployment", "web"]).unwrap();
+    assert_eq!(
+        field(&web, "/metadata/labels/kustomize.toolkit.fluxcd.io~1name").as_deref(),
+        Some("apps"),
+        "Flux labels what it applies"
+    );
+    // kube-controller-manager runs: the Deployment got its ReplicaSet.
+    eventually("a ReplicaSet for web", Duration::from_secs(60), || {
+        let rs = ok(
+            plane.kubectl("admin", &["-n", "production", "get", "rs", "-l", "app=web", "-o", "name"]),
+            "list ReplicaSets",
+        );
+        if rs.stdout.trim().is_empty() { Err("none yet".into()) } else { Ok(()) }
+    });
+
+    // A human edit is denied, naming the Kustomization.
+    let out = plane.kubectl(
+        "alice",
+        &["-n", "production", "set", "image", "deployment/web", "web=nginx:hotfix"],
+    );
+    denied(&out, "Flux Kustomization flux-system/apps").unwrap();
+
+    // An ignored field Flux does not apply from Git: allowed, and Flux leaves it.
+    let out = plane.kubectl(
+        "alice",
+        &["-n", "production", "annotate", "service/web", "example.com/note=by-hand"],
+    );
+    assert!(out.ok, "ignored annotation on the Service: {out}");
+    // An ignored field that Flux applies from Git (replicas: 2): Flux would
+    // revert it, so driftguard denies it and says why.
+    let out = plane.kubectl(
+        "alice",
+        &["-n", "production", "scale", "deployment/web", "--replicas=5"],
+    );
+    denied(&out, "kustomize-controller").unwrap();
+
+    // Flux's own drift correction passes: a trusted change is healed.
+    ok(
+        plane.kubectl_as(OPERATOR, &["-n", "production", "set", "image", "deployment/web", "web=nginx:1.26"]),
+        "the operator's change",
+    );
+    Flux::reconcile(&plane, "flux-system", "apps", None);
+    assert_eq!(image(&plane, "production", "web").as_deref(), Some("nginx:1.27"), "{}", flux.logs());
+    let svc = get_json(&plane, &["-n", "production", "service", "web"]).unwrap();
+    assert_eq!(
+        field(&svc, "/metadata/annotations/example.com~1note").as_deref(),
+        Some("by-hand"),
+        "Flux leaves a field it does not apply alone"
+    );
+
+    // A new commit, a prune, and the tenant's reconciler writing as itself.
+    let tenant_config = TENANT_CONFIG.replace("blue", "green");
+    let second = repo.commit(
+        "upgrade web, retire worker and nightly",
+        &[
+            ("apps/web.yaml", Some(&WEB.replace("nginx:1.27", "nginx:1.28"))),
+            ("apps/worker.yaml", None),
+            ("apps/cron.yaml", None),
+            ("tenant/config.yaml", Some(&tenant_config)),
+        ],
+    );
+    Flux::reconcile(&plane, "flux-system", "apps", Some(&second));
+    assert_eq!(image(&plane, "production", "web").as_deref(), Some("nginx:1.28"));
+    assert!(get_json(&plane, &["-n", "production", "cronjob", "nightly"]).is_none(), "pruned");
+    assert!(get_json(&plane, &["-n", "production", "deployment", "worker"]).is_none(), "pruned");
+    // The garbage collector removes the pruned Deployment's ReplicaSets.
+    eventually("worker's ReplicaSets to be collected", Duration::from_secs(60), || {
+        let rs = ok(
+            plane.kubectl("admin", &["-n", "production", "get", "rs", "-l", "app=worker", "-o", "name"]),
+            "list ReplicaSets",
+        );
+        if rs.stdout.trim().is_empty() { Ok(()) } else { Err(rs.stdout) }
+    });
+    Flux::reconcile(&plane, "tenant-a", "tenant", Some(&second));
+    let cm = get_json(&plane, &["-n", "tenant-a", "configmap", "tenant-config"]).unwrap();
+    assert_eq!(field(&cm, "/data/color").as_deref(), Some("green"), "the tenant's update");
+    let tenant_writes: Vec<_> = dg
+        .audit()
+        .into_iter()
+        .filter(|r| r["user"] == "system:serviceaccount:tenant-a:reconciler")
+        .collect();
+    assert!(
+        !tenant_writes.is_empty() && tenant_writes.iter().all(|r| r["verdict"] == "allow"),
+        "the tenant's writes reach driftguard and are allowed: {tenant_writes:?}"
+    );
+    assert!(
+        dg.audit().iter().all(|r| r["user"] != KUSTOMIZE_SA),
+        "kustomize-controller's writes are skipped by matchConditions"
+    );
+
+    // The differential oracle: driftguard's verdict against Flux's own.
+    let seed = oracle::seed();
+    let edits = oracle::plan(&mut oracle::Rng::new(seed));
+    plane.create_namespaces(&["oracle-flux"]);
+    let rev = repo.commit(
+        "oracle objects",
+        &[("oracle/objects.yaml", Some(&oracle::manifests("oracle-flux")))],
+    );
+    plane.apply_admin(ORACLE_KUSTOMIZATION);
+    Flux::reconcile(&plane, "flux-system", "oracle", Some(&rev));
+    let verdicts = driftguard_verdicts(&plane, &dg, "oracle-flux", &edits);
+    Flux::reconcile(&plane, "flux-system", "oracle", None);
+    let live = live_objects(&plane, "oracle-flux");
+    let outcomes: Vec<_> = edits
+        .iter()
+        .zip(verdicts)
+        .map(|(e, driftguard_drift)| oracle::Outcome {
+            tool_drift: e.reverted(&live[&(e.edit.kind.to_owned(), e.object.clone())]),
+            edit: e.clone(),
+            driftguard_drift,
+        })
+        .collect();
+    report("Flux", seed, &outcomes);
+
+    // The namespace controller empties a deleted namespace of managed objects.
+    ok(plane.kubectl("admin", &["delete", "namespace", "tenant-a", "--wait=false"]), "delete tenant-a");
+    eventually("namespace tenant-a to be gone", Duration::from_secs(90), || {
+        match get_json(&plane, &["namespace", "tenant-a"]) {
+            None => Ok(()),
+            Some(ns) => Err(field(&ns, "/status").unwrap_or_default()),
+        }
+    });
+    let denied_system: Vec<_> = dg
+        .audit()
+        .into_iter()
+        .filter(|r| r["verdict"] == "deny" && r["user"].as_str().is_some_and(|u| u.starts_with("system:")))
+        .collect();
+    assert!(denied_system.is_empty(), "no system write denied: {denied_system:?}");
+    drop(flux);
+}
+
+/// A PreSync hook: Argo CD runs it before every sync and waits for it.
+const MIGRATE: &str = r#"apiVersion: batch/v1
+kind: Job
+metadata:
+  name: migrate
+  namespace: production
+  annotations:
+    argocd.argoproj.io/hook: PreSync
+    argocd.argoproj.io/hook-delete-policy: BeforeHookCreation
+spec:
+  backoffLimit: 0
+  template:
+    spec:
+      restartPolicy: Never
+      containers: [{name: migrate, image: "busybox:1.36"}]
+"#;
+
+const TEAM_CONFIG: &str = r#"apiVersion: v1
+kind: ConfigMap
+metadata: {name: team-config, namespace: NS}
+data: {owner: team}
+"#;
+
+/// The deployer Argo CD impersonates for team-c syncs may edit ConfigMaps
+/// there, and (to show driftguard's trust is per Application) in production.
+const DEPLOYER_RBAC: &str = r#"apiVersion: v1
+kind: ServiceAccount
+metadata: {name: deployer, namespace: team-c}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: configmap-editor}
+rules:
+  - apiGroups: [""]
+    resources: [configmaps]
+    verbs: [get, list, watch, create, update, patch, delete]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: deployer, namespace: team-c}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: configmap-editor}
+subjects: [{kind: ServiceAccount, name: deployer, namespace: team-c}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: deployer, namespace: production}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: configmap-editor}
+subjects: [{kind: ServiceAccount, name: deployer, namespace: team-c}]
+---
+apiVersion: argoproj.io/v1alpha1
+kind: AppProject
+metadata: {name: tenants, namespace: argocd}
+spec:
+  sourceRepos: ['*']
+  destinations: [{server: '*', namespace: 'team-c'}]
+  destinationServiceAccounts:
+    - {server: 'https://kubernetes.default.svc', namespace: team-c, defaultServiceAccount: deployer}
+"#;
+
+/// The seed's Application, pointed at the local repository.
+fn application(name: &str, project: &str, url: &str, path: &str, namespace: &str) -> String {
+    format!(
+        r#"apiVersion: argoproj.io/v1alpha1
+kind: Application
+metadata: {{name: {name}, namespace: argocd}}
+spec:
+  project: {project}
+  source: {{repoURL: '{url}', targetRevision: main, path: {path}}}
+  destination: {{server: https://kubernetes.default.svc, namespace: {namespace}}}
+  syncPolicy:
+    automated: {{prune: true, selfHeal: true}}
+    syncOptions: [RespectIgnoreDifferences=true]
+  ignoreDifferences:
+    - group: apps
+      kind: Deployment
+      jsonPointers: [/spec/replicas]
+    - group: ""
+      kind: Pod
+      jqPathExpressions: ['.spec.containers[] | select(.name == "istio-proxy")']
+    - group: ""
+      kind: Service
+      jsonPointers: [/metadata/annotations]
+    - group: batch
+      kind: CronJob
+      jsonPointers: [/spec/schedule]
+"#
+    )
+}
+
+/// Waits until the Application is Synced and Healthy-or-Progressing at `revision`,
+/// playing the kubelet for hook Jobs: their Pods are marked Succeeded.
+fn wait_synced(plane: &ControlPlane, argo: &ArgoCd, name: &str, revision: &str) -> serde_json::Value {
+    eventually(
+        &format!("Application {name} synced at {revision}"),
+        Duration::from_secs(180),
+        || {
+            finish_hook_pods(plane);
+            let app = get_json(plane, &["-n", "argocd", "application", name]).ok_or("no Application")?;
+            let sync = field(&app, "/status/sync/status").unwrap_or_default();
+            let at = field(&app, "/status/sync/revision").unwrap_or_default();
+            let op = field(&app, "/status/operationState/phase").unwrap_or_default();
+            if sync == "Synced" && at == revision && op == "Succeeded" {
+                Ok(app)
+            } else {
+                Err(format!(
+                    "sync={sync} revision={at} operation={op} message={:?}\n{}",
+                    field(&app, "/status/operationState/message"),
+                    argo.logs()
+                ))
+            }
+        },
+    )
+}
+
+/// No kubelet runs here: Pods of hook Jobs are marked Succeeded by admin, so
+/// the Job controller completes the Job and Argo CD's hook phase moves on.
+fn finish_hook_pods(plane: &ControlPlane) {
+    let pods = plane.kubectl(
+        "admin",
+        &["get", "pods", "-A", "-l", "batch.kubernetes.io/job-name", "-o", "json"],
+    );
+    let Ok(list) = serde_json::from_str::<serde_json::Value>(&pods.stdout) else {
+        return;
+    };
+    for pod in list["items"].as_array().into_iter().flatten() {
+        if pod["status"]["phase"] != "Pending" {
+            continue;
+        }
+        let (ns, name) = (
+            pod["metadata"]["namespace"].as_str().unwrap_or_default(),
+            pod["metadata"]["name"].as_str().unwrap_or_default(),
+        );
+        let now = "2026-01-01T00:00:00Z";
+        let status = serde_json::json!({"status": {
+            "phase": "Succeeded",
+            "conditions": [{"type": "Ready", "status": "False", "reason": "PodCompleted"}],
+            "containerStatuses": [{"name": "migrate", "ready": false, "restartCount": 0, "image": "busybox:1.36", "imageID": "",
+                "state": {"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": now, "finishedAt": now}}}]}});
+        let _ = plane.kubectl(
+            "admin",
+            &["-n", ns, "patch", "pod", name, "--subresource=status", "--type=merge", "-p", &status.to_string()],
+        );
+    }
+}
+
+#[test]
+fn argocd_syncs_through_driftguard_and_agrees_on_what_is_drift() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let tools = Tools::build();
+    let mut plane = ControlPlane::start("gitops-argocd");
+    plane.prepare(&["argocd", "production", "team-b", "team-c"]);
+    plane.apply_admin(DRIFTGUARD_EXTRA_RBAC);
+    let _kcm = start_controller_manager(&plane, &tools);
+    let repo = GitRepo::new(&plane, &tools);
+    let first = repo.commit(
+        "myapp",
+        &[
+            ("myapp/web.yaml", Some(WEB)),
+            ("myapp/service.yaml", Some(SERVICE)),
+            ("myapp/cron.yaml", Some(CRON)),
+            ("myapp/settings.yaml", Some(SETTINGS)),
+            ("myapp/migrate.yaml", Some(MIGRATE)),
+            ("labelled/config.yaml", Some(&TEAM_CONFIG.replace("NS", "team-b"))),
+            ("tenant/config.yaml", Some(&TEAM_CONFIG.replace("NS", "team-c"))),
+        ],
+    );
+    let argo = ArgoCd::start(&plane, &tools, "");
+    let dg = Driftguard::start(
+        &plane,
+        &[
+            &format!("--policy={ROOT}/{POLICY}"),
+            &plane.driftguard_kubeconfig_flag(),
+            "--watch-argocd",
+        ],
+    );
+    dg.register(&plane, &format!("{ROOT}/{POLICY}"));
+    let url = repo.file_url();
+    plane.apply_admin(&application("myapp", "default", &url, "myapp", "production"));
+
+    // A sync, with its PreSync hook Job, through driftguard.
+    wait_synced(&plane, &argo, "myapp", &first);
+    let web = get_json(&plane, &["-n", "production", "deployment", "web"]).unwrap();
+    assert_eq!(
+        field(&web, "/metadata/annotations/argocd.argoproj.io~1tracking-id").as_deref(),
+        Some("myapp:apps/Deployment:production/web"),
+        "Argo CD v3 tracks by annotation"
+    );
+    let job = get_json(&plane, &["-n", "production", "job", "migrate"]).expect("the hook Job ran");
+    assert!(field(&job, "/status/succeeded").as_deref() == Some("1"), "hook Job: {job}");
+
+    // A human edit is denied, naming the Application and its repository.
+    let out = plane.kubectl(
+        "alice",
+        &["-n", "production", "set", "image", "deployment/web", "web=nginx:hotfix"],
+    );
+    denied(&out, "Argo CD application myapp").unwrap();
+    denied(&out, &url).unwrap();
+    // An ignored field: allowed, and Argo CD stays Synced.
+    ok(
+        plane.kubectl("alice", &["-n", "production", "scale", "deployment/web", "--replicas=4"]),
+        "ignored replicas",
+    );
+    let app = ArgoCd::hard_refresh(&plane, "myapp");
+    assert_eq!(
+        ArgoCd::resource_status(&app, "Deployment", "production", "web").as_deref(),
+        Some("Synced")
+    );
+
+    // Self-heal: a trusted change is reverted by Argo CD, through driftguard.
+    ok(
+        plane.kubectl_as(OPERATOR, &["-n", "production", "set", "image", "deployment/web", "web=nginx:1.26"]),
+        "the operator's change",
+    );
+    eventually("Argo CD to self-heal web", Duration::from_secs(60), || {
+        match image(&plane, "production", "web") {
+            Some(i) if i == "nginx:1.27" => Ok(()),
+            other => Err(format!("{other:?}\n{}", argo.logs())),
+        }
+    });
+
+    // A prune.
+    let second = repo.commit("retire nightly", &[("myapp/cron.yaml", None)]);
+    ArgoCd::hard_refresh(&plane, "myapp");
+    wait_synced(&plane, &argo, "myapp", &second);
+    eventually("nightly to be pruned", Duration::from_secs(60), || {
+        match get_json(&plane, &["-n", "production", "cronjob", "nightly"]) {
+            None => Ok(()),
+            Some(_) => Err("still there".into()),
+        }
+    });
+
+    // Tracking by label.
+    plane.apply_admin(&argocd_settings("  application.resourceTrackingMethod: label\n"));
+    plane.apply_admin(&application("labelled", "default", &url, "labelled", "team-b"));
+    wait_synced(&plane, &argo, "labelled", &second);
+    let cm = get_json(&plane, &["-n", "team-b", "configmap", "team-config"]).unwrap();
+    assert_eq!(
+        field(&cm, "/metadata/labels/app.kubernetes.io~1instance").as_deref(),
+        Some("labelled")
+    );
+    let out = plane.kubectl(
+        "alice",
+        &["-n", "team-b", "patch", "configmap", "team-config", "-p", r#"{"data":{"owner":"me"}}"#],
+    );
+    denied(&out, "Argo CD application labelled").unwrap();
+
+    // Sync impersonation: the deployer service account writes, and
+    // driftguard trusts it for exactly this Application's objects.
+    plane.apply_admin(&argocd_settings(
+        "  application.resourceTrackingMethod: annotation\n  application.sync.impersonation.enabled: \"true\"\n",
+    ));
+    plane.apply_admin(DEPLOYER_RBAC);
+    plane.apply_admin(&application("tenant", "tenants", &url, "tenant", "team-c"));
+    wait_synced(&plane, &argo, "tenant", &second);
+    let third = repo.commit(
+        "team-c owner",
+        &[("tenant/config.yaml", Some(&TEAM_CONFIG.replace("NS", "team-c").replace("owner: team", "owner: team-c")))],
+    );
+    ArgoCd::hard_refresh(&plane, "tenant");
+    wait_synced(&plane, &argo, "tenant", &third);
+    let cm = get_json(&plane, &["-n", "team-c", "configmap", "team-config"]).unwrap();
+    assert_eq!(field(&cm, "/data/owner").as_deref(), Some("team-c"));
+    let deployer: Vec<_> = dg
+        .audit()
+        .into_iter()
+        .filter(|r| r["user"] == "system:serviceaccount:team-c:deployer")
+        .collect();
+    assert!(
+        deployer.iter().any(|r| r["operation"] == "UPDATE")
+            && deployer.iter().all(|r| r["verdict"] == "allow"),
+        "the impersonated writes reach driftguard and are allowed: {deployer:?}"
+    );
+    // The same identity on another Application's object is a manual change.
+    let out = plane.kubectl_as(
+        "system:serviceaccount:team-c:deployer",
+        &["-n", "production", "patch", "configmap", "settings", "-p", r#"{"data":{"LOG_LEVEL":"debug"}}"#],
+    );
+    denied(&out, "Argo CD application myapp").unwrap();
+
+    // The differential oracle: driftguard's verdict against Argo CD's own.
+    let seed = oracle::seed();
+    let edits = oracle::plan(&mut oracle::Rng::new(seed));
+    plane.create_namespaces(&["oracle-argo"]);
+    let rev = repo.commit(
+        "oracle objects",
+        &[("oracle/objects.yaml", Some(&oracle::manifests("oracle-argo")))],
+    );
+    // No self-heal here: Argo CD is asked, not left to answer by reverting.
+    let app = application("oracle", "default", &url, "oracle", "oracle-argo")
+        .replace("selfHeal: true", "selfHeal: false");
+    plane.apply_admin(&app);
+    wait_synced(&plane, &argo, "oracle", &rev);
+    let verdicts = driftguard_verdicts(&plane, &dg, "oracle-argo", &edits);
+    let app = ArgoCd::hard_refresh(&plane, "oracle");
+    let outcomes: Vec<_> = edits
+        .iter()
+        .zip(verdicts)
+        .map(|(e, driftguard_drift)| {
+            let status = ArgoCd::resource_status(&app, e.edit.kind, "oracle-argo", &e.object);
+            oracle::Outcome {
+                tool_drift: status.as_deref() == Some("OutOfSync"),
+                edit: e.clone(),
+                driftguard_drift,
+            }
+        })
+        .collect();
+    report("Argo CD", seed, &outcomes);
+}
