@@ -129,6 +129,12 @@ kind: ClusterRoleBinding
 metadata: {name: driftguard-gitops}
 roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: driftguard-gitops}
 subjects: [{kind: User, name: driftguard}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: ops-bot}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: workload-editor}
+subjects: [{kind: ServiceAccount, name: ops-bot, namespace: kube-system}]
 "#;
 
 const ORACLE_KUSTOMIZATION: &str = r#"apiVersion: kustomize.toolkit.fluxcd.io/v1
@@ -248,6 +254,85 @@ fn report(tool: &str, seed: u64, outcomes: &[oracle::Outcome]) {
     assert!(unexplained.is_empty(), "driftguard and {tool} disagree:\n{}\n{table}", unexplained.join("\n"));
 }
 
+/// On call may read the policy and pause Argo CD Applications (what
+/// `kubectl driftguard break-glass` does for an Argo CD-managed object).
+const ONCALL_RBAC: &str = r#"apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: break-glass-oncall}
+rules:
+  - apiGroups: [argoproj.io]
+    resources: [applications]
+    verbs: [get, list, patch]
+  - apiGroups: [kustomize.toolkit.fluxcd.io]
+    resources: [kustomizations]
+    verbs: [get, list]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: break-glass-oncall}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: break-glass-oncall}
+subjects: [{kind: Group, name: sre-oncall, apiGroup: rbac.authorization.k8s.io}]
+"#;
+
+/// The policy where the chart puts it (ConfigMap driftguard/driftguard-policy,
+/// which the plugin reads) and the plugin on a PATH of its own.
+fn install_plugin(plane: &ControlPlane) -> std::path::PathBuf {
+    plane.create_namespaces(&["driftguard"]);
+    ok(
+        plane.kubectl(
+            "admin",
+            &[
+                "-n",
+                "driftguard",
+                "create",
+                "configmap",
+                "driftguard-policy",
+                &format!("--from-file=policy.yaml={ROOT}/{POLICY}"),
+            ],
+        ),
+        "the policy ConfigMap",
+    );
+    plane.apply_admin(ONCALL_RBAC);
+    let bin = plane.dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_kubectl-driftguard"), bin.join("kubectl-driftguard"))
+        .unwrap();
+    bin
+}
+
+/// `kubectl driftguard ARGS` as `user`, the plugin found on PATH by kubectl.
+fn plugin(plane: &ControlPlane, bin: &std::path::Path, user: &str, args: &[&str]) -> Kubectl {
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+    std::process::Command::new("kubectl")
+        .env("PATH", path)
+        .env("KUBECONFIG", plane.kubeconfig(user))
+        .arg("driftguard")
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("kubectl runs")
+        .into()
+}
+
+/// Waits until the sweeper has ended the break-glass on `ns/deploy`: its
+/// annotations and label are gone once it expired.
+fn wait_break_glass_ended(plane: &ControlPlane, ns: &str, deploy: &str) {
+    eventually("the break-glass to expire and be swept", Duration::from_secs(120), || {
+        let d = get_json(plane, &["-n", ns, "deployment", deploy]).ok_or("gone")?;
+        let annotations = d["metadata"]["annotations"].clone();
+        let labels = d["metadata"]["labels"].clone();
+        let left: Vec<&str> = ["driftguard.io/break-glass", "driftguard.io/break-glass-expires", "driftguard.io/break-glass-paused", "kustomize.toolkit.fluxcd.io/reconcile"]
+            .into_iter()
+            .filter(|k| annotations.get(*k).is_some())
+            .collect();
+        if left.is_empty() && labels.get("driftguard.io/break-glass").is_none() {
+            Ok(())
+        } else {
+            Err(format!("still there: {left:?} labels={labels}"))
+        }
+    });
+}
+
 /// A denial as a person sees it.
 fn denied(out: &Kubectl, needle: &str) -> Result<(), String> {
     if !out.ok && out.stderr.contains("denied") && out.stderr.contains(needle) {
@@ -267,7 +352,7 @@ fn flux_applies_through_driftguard_and_agrees_on_what_is_drift() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let tools = Tools::build();
     let mut plane = ControlPlane::start("gitops-flux");
-    plane.prepare(&["flux-system", "production", "tenant-a"]);
+    plane.prepare(&["argocd", "flux-system", "production", "tenant-a"]);
     plane.apply_admin(DRIFTGUARD_EXTRA_RBAC);
     plane.apply_admin(TENANT_RBAC);
     let _kcm = start_controller_manager(&plane, &tools);
@@ -290,6 +375,7 @@ fn flux_applies_through_driftguard_and_agrees_on_what_is_drift() {
             &format!("--policy={ROOT}/{POLICY}"),
             &plane.driftguard_kubeconfig_flag(),
             "--watch-flux",
+            "--break-glass-sweep-interval=2s",
         ],
     );
     dg.register(&plane, &format!("{ROOT}/{POLICY}"));
@@ -387,6 +473,39 @@ fn flux_applies_through_driftguard_and_agrees_on_what_is_drift() {
         dg.audit().iter().all(|r| r["user"] != KUSTOMIZE_SA),
         "kustomize-controller's writes are skipped by matchConditions"
     );
+
+    // Break-glass survives Flux's reconciles until it expires; then Git wins.
+    let bin = install_plugin(&plane);
+    let out = plugin(
+        &plane,
+        &bin,
+        "sam",
+        &["break-glass", "deployment/web", "-n", "production", "--reason", "INC-7 checkout down", "--for", "45s"],
+    );
+    assert!(out.ok, "sam breaks glass: {out}");
+    let web = get_json(&plane, &["-n", "production", "deployment", "web"]).unwrap();
+    assert_eq!(
+        field(&web, "/metadata/annotations/kustomize.toolkit.fluxcd.io~1reconcile").as_deref(),
+        Some("disabled"),
+        "arming pauses Flux for this object: {out}"
+    );
+    ok(
+        plane.kubectl("sam", &["-n", "production", "set", "image", "deployment/web", "web=nginx:1.28-hotfix"]),
+        "sam's hotfix",
+    );
+    let out = plane.kubectl("alice", &["-n", "production", "set", "image", "deployment/web", "web=nginx:alice"]);
+    denied(&out, "Flux Kustomization flux-system/apps").unwrap();
+    for _ in 0..3 {
+        Flux::reconcile(&plane, "flux-system", "apps", None);
+        assert_eq!(
+            image(&plane, "production", "web").as_deref(),
+            Some("nginx:1.28-hotfix"),
+            "the hotfix holds through Flux's reconciles"
+        );
+    }
+    wait_break_glass_ended(&plane, "production", "web");
+    Flux::reconcile(&plane, "flux-system", "apps", None);
+    assert_eq!(image(&plane, "production", "web").as_deref(), Some("nginx:1.28"), "Git wins after expiry");
 
     // The differential oracle: driftguard's verdict against Flux's own.
     let seed = oracle::seed();
@@ -602,6 +721,7 @@ fn argocd_syncs_through_driftguard_and_agrees_on_what_is_drift() {
             &format!("--policy={ROOT}/{POLICY}"),
             &plane.driftguard_kubeconfig_flag(),
             "--watch-argocd",
+            "--break-glass-sweep-interval=2s",
         ],
     );
     dg.register(&plane, &format!("{ROOT}/{POLICY}"));
@@ -657,6 +777,44 @@ fn argocd_syncs_through_driftguard_and_agrees_on_what_is_drift() {
         match get_json(&plane, &["-n", "production", "cronjob", "nightly"]) {
             None => Ok(()),
             Some(_) => Err("still there".into()),
+        }
+    });
+
+    // Break-glass survives self-heal until it expires; then Git wins.
+    let bin = install_plugin(&plane);
+    let out = plugin(
+        &plane,
+        &bin,
+        "sam",
+        &["break-glass", "deployment/web", "-n", "production", "--reason", "INC-8 checkout down", "--for", "40s"],
+    );
+    assert!(out.ok, "sam breaks glass: {out}");
+    let app = get_json(&plane, &["-n", "argocd", "application", "myapp"]).unwrap();
+    assert_eq!(
+        field(&app, "/metadata/annotations/argocd.argoproj.io~1skip-reconcile").as_deref(),
+        Some("true"),
+        "arming pauses the Application: {out}"
+    );
+    ok(
+        plane.kubectl("sam", &["-n", "production", "set", "image", "deployment/web", "web=nginx:1.27-hotfix"]),
+        "sam's hotfix",
+    );
+    holds("the hotfix under selfHeal: true", Duration::from_secs(15), || {
+        match image(&plane, "production", "web") {
+            Some(i) if i == "nginx:1.27-hotfix" => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    });
+    wait_break_glass_ended(&plane, "production", "web");
+    let app = get_json(&plane, &["-n", "argocd", "application", "myapp"]).unwrap();
+    assert!(
+        field(&app, "/metadata/annotations/argocd.argoproj.io~1skip-reconcile").is_none(),
+        "the pause is lifted at expiry: {app}"
+    );
+    eventually("Git to win after expiry (self-heal)", Duration::from_secs(90), || {
+        match image(&plane, "production", "web") {
+            Some(i) if i == "nginx:1.27" => Ok(()),
+            other => Err(format!("{other:?}\n{}", argo.logs())),
         }
     });
 
