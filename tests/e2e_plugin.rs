@@ -970,6 +970,9 @@ fn status_up_then_a_configuration_missing(e: &Env) -> Scenario {
         ", reachable from here, caBundle verifies its certificate",
         "Policy: ConfigMap driftguard/dg-driftguard-policy",
         "ConfigMap production/flux-settings until ",
+        // Armed by the plugin (Argo CD paused) and by hand (nothing paused).
+        "INC-43 (paused: argocd.argoproj.io/skip-reconcile)",
+        "INC-44-by-hand (nothing paused: the GitOps tool may revert it)",
         "status: ok",
     ] {
         ensure!(
