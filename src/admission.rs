@@ -183,6 +183,10 @@ fn warnings(view: &Request, d: &Decision) -> Vec<String> {
             d.manager.as_ref().map_or("the GitOps tool", |m| m.tool()),
             path_list(&d.drifted_paths)
         )),
+        Verdict::Allow if d.finding == Finding::BreakGlassEnded => out.push(format!(
+            "driftguard: break-glass on {obj} ended; {} restores it from Git",
+            d.manager.as_ref().map_or("the GitOps tool", |m| m.tool())
+        )),
         Verdict::Allow if d.finding == Finding::BreakGlass => {
             if let Some(bg) = &d.break_glass {
                 out.push(format!(

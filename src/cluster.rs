@@ -1,7 +1,9 @@
 //! driftguard and the cluster it protects (kube-rs): the webhook rules and their
-//! registration, and reading the parent of a `…/scale` write.
+//! registration, reading the parent of a `…/scale` write, the GitOps sources,
+//! Events, and ending expired break-glasses.
 
 pub mod events;
+pub mod expiry;
 pub mod parents;
 pub mod register;
 pub mod rules;

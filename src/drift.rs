@@ -6,6 +6,7 @@ pub mod inputs;
 pub mod normalize;
 pub mod owned;
 pub mod ownership;
+pub mod restore;
 
 use jiff::{SignedDuration, Timestamp};
 use serde_json::Value;
@@ -100,6 +101,9 @@ pub enum Finding {
     CreateWithTracking,
     BreakGlassUnauthorized,
     BreakGlassInvalid(String),
+    /// An UPDATE that only ends a break-glass ([`restore`]): expired or
+    /// invalid (anyone), or still in force (identities allowed to break glass).
+    BreakGlassEnded,
     /// A `…/scale` write whose parent could not be read.
     UnknownParent,
     /// `precision: ownedFields`: only fields the GitOps tool does not own
@@ -121,6 +125,7 @@ impl Finding {
             Finding::CreateWithTracking => "manual-create",
             Finding::BreakGlassUnauthorized => "break-glass-unauthorized",
             Finding::BreakGlassInvalid(_) => "break-glass-invalid",
+            Finding::BreakGlassEnded => "break-glass-ended",
             Finding::UnknownParent => "scale-parent-unknown",
             Finding::UnownedChange => "unowned-change",
         }
@@ -282,6 +287,12 @@ pub fn decide(policy: &Policy, req: &Request, ctx: &Context) -> Result<Decision,
         return Ok(d);
     }
     let incoming = object.map(|o| Inputs::read(o, policy));
+    if let (Operation::Update, Some(old), Some(new), Some(read)) =
+        (req.operation, old, object, &incoming)
+        && ends_break_glass(policy, ctx, req, (old, new), (&stored, read), &mut d)
+    {
+        return Ok(d);
+    }
     let (bg_carrier, bg_previous) = match (req.operation, &incoming) {
         (Operation::Create, Some(new)) => (new, None),
         (Operation::Update, Some(new)) => (new, Some(&stored)),
@@ -322,8 +333,58 @@ pub fn decide(policy: &Policy, req: &Request, ctx: &Context) -> Result<Decision,
         apply_precision(policy, old, &changed_inputs, &mut d);
     }
     apply_break_glass(&mut d, bg);
+    if d.finding == Finding::BreakGlass {
+        breakglass::warn_unpaused(bg_carrier, d.manager.as_ref(), &mut d.notes);
+    }
     d.verdict = verdict_for(&d.finding, d.mode, policy.unknown_scale_parent);
     Ok(d)
+}
+
+/// An UPDATE that only ends a break-glass ([`restore::candidate`]) and leaves
+/// the object in scope, with the same Flux ignore targets: allowed, recorded
+/// in `d` as [`Finding::BreakGlassEnded`].
+fn ends_break_glass(
+    policy: &Policy,
+    ctx: &Context,
+    req: &Request,
+    (old, new): (&Value, &Value),
+    (stored, incoming): (&Inputs, &Inputs),
+    d: &mut Decision,
+) -> bool {
+    let may_end = policy
+        .break_glass
+        .allowed
+        .contains(req.username, req.groups);
+    let Some(trimmed) = restore::candidate(old, new, stored, may_end, policy, ctx.now) else {
+        return false;
+    };
+    let Some(manager) = d.manager.as_ref() else {
+        return false;
+    };
+    // Removing the marker must not leave a Flux opt-out that takes the object out of scope.
+    if ownership::opted_out(incoming, manager).is_some() {
+        return false;
+    }
+    let source = ctx.sources.and_then(|s| s.flux_source(manager));
+    if source.is_some_and(|s| !s.selector_changes(old, new).is_empty()) {
+        return false;
+    }
+    let trimmed_read = Inputs::read(&trimmed, policy);
+    let mut probe = d.clone();
+    let (paths, _) = diff(
+        policy,
+        ctx,
+        req,
+        (&trimmed, new),
+        (&trimmed_read, incoming),
+        &mut probe,
+    );
+    if !paths.is_empty() {
+        return false;
+    }
+    *d = probe;
+    d.finding = Finding::BreakGlassEnded;
+    true
 }
 
 /// Drifted paths between `old` and `new` under the rules that apply to this
@@ -697,6 +758,9 @@ fn decide_scale(
         ctx.now,
     );
     apply_break_glass(&mut d, bg);
+    if d.finding == Finding::BreakGlass {
+        breakglass::warn_unpaused(&stored, d.manager.as_ref(), &mut d.notes);
+    }
     d.verdict = verdict_for(&d.finding, d.mode, policy.unknown_scale_parent);
     Ok(d)
 }

@@ -18,6 +18,7 @@ pub mod decider;
 pub mod drift;
 pub mod logging;
 pub mod metrics;
+pub mod pause;
 pub mod plugin;
 pub mod policy;
 pub mod review;

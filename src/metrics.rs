@@ -32,6 +32,7 @@ pub struct Metrics {
     pub rejected: Family<ReasonLabels, Counter>,
     pub decision_seconds: Histogram,
     pub break_glass: Counter,
+    pub break_glass_expired: Counter,
     pub internal_errors: Counter,
     pub decision_timeouts: Counter,
     pub decision_queue_full: Counter,
@@ -73,6 +74,12 @@ impl Default for Metrics {
             "break_glass_uses",
             "Writes allowed by break-glass",
             break_glass.clone(),
+        );
+        let break_glass_expired = Counter::default();
+        registry.register(
+            "break_glass_expired",
+            "Expired break-glasses the sweeper ended, handing the object back to Git",
+            break_glass_expired.clone(),
         );
         let internal_errors = Counter::default();
         registry.register(
@@ -125,6 +132,7 @@ impl Default for Metrics {
             rejected,
             decision_seconds,
             break_glass,
+            break_glass_expired,
             internal_errors,
             decision_timeouts,
             decision_queue_full,

@@ -7,6 +7,7 @@
 mod api;
 mod breakglass;
 mod explain;
+mod pause;
 mod preview;
 mod status;
 

@@ -109,9 +109,23 @@ pub struct Config {
     /// Read Flux Kustomizations and HelmReleases from the cluster.
     #[arg(long, env = "DRIFTGUARD_WATCH_FLUX")]
     pub watch_flux: bool,
+    /// How often expired break-glasses are ended: their annotations, label and
+    /// the GitOps pause driftguard set removed, so the tool restores Git
+    /// (needs list and patch on every type, and patch on Argo CD
+    /// Applications). 0 turns it off. Never runs without cluster access.
+    #[arg(long, env = "DRIFTGUARD_BREAK_GLASS_SWEEP_INTERVAL", default_value = "15s", value_parser = sweep_interval)]
+    pub break_glass_sweep_interval: Duration,
     /// How often the policy and certificate files are checked for changes.
     #[arg(long, env = "DRIFTGUARD_RELOAD_INTERVAL", default_value = "2s", value_parser = duration)]
     pub reload_interval: Duration,
+}
+
+/// `--break-glass-sweep-interval`: a duration, or `0` for off.
+fn sweep_interval(text: &str) -> Result<Duration, String> {
+    if text.trim() == "0" {
+        return Ok(Duration::ZERO);
+    }
+    duration(text).map_err(|e| e.to_string())
 }
 
 /// What one connection may take: body size, and how long each phase and
@@ -246,6 +260,19 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         ),
         _ => None,
     };
+    if let Some(client) = &client
+        && !config.break_glass_sweep_interval.is_zero()
+    {
+        crate::cluster::expiry::spawn(
+            client.clone(),
+            policy.clone(),
+            metrics.clone(),
+            crate::cluster::expiry::Options {
+                interval: config.break_glass_sweep_interval,
+                argocd_namespace: config.argocd_namespace.clone(),
+            },
+        );
+    }
     let threads = config
         .decision_threads
         .map_or_else(Decider::default_threads, usize::from);
@@ -408,5 +435,20 @@ async fn shutdown_signal() {
     tokio::select! {
         _ = term.recv() => {}
         _ = tokio::signal::ctrl_c() => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sweep_interval;
+    use std::time::Duration;
+
+    #[test]
+    fn the_sweep_interval_is_a_duration_or_zero() {
+        assert_eq!(sweep_interval("0"), Ok(Duration::ZERO));
+        assert_eq!(sweep_interval("0s"), Ok(Duration::ZERO));
+        assert_eq!(sweep_interval("15s"), Ok(Duration::from_secs(15)));
+        assert!(sweep_interval("soon").is_err());
+        assert!(sweep_interval("-5s").is_err());
     }
 }

@@ -40,6 +40,26 @@ fn template(helm: &PathBuf, sets: &[&str], extra: &[&str]) -> Rendered {
     }
 }
 
+/// The ClusterRole's rules that grant list and patch (the expiry sweeper's),
+/// and the Deployment's `--break-glass-sweep-interval`.
+fn sweeper_of(docs: &[Value]) -> (Vec<Value>, Option<String>) {
+    let rules = find(docs, "ClusterRole")["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["verbs"] == serde_json::json!(["list", "patch"]))
+        .cloned()
+        .collect();
+    let flag = find(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .find_map(|a| a.strip_prefix("--break-glass-sweep-interval="))
+        .map(str::to_owned);
+    (rules, flag)
+}
+
 fn documents(yaml: &str) -> Vec<Value> {
     serde_saphyr::from_multiple::<Value>(yaml)
         .unwrap()
@@ -276,6 +296,18 @@ fn the_chart_lints_renders_and_is_accepted_by_the_apiserver() {
             ],
         ),
         ("flux", vec!["watch.flux=true"]),
+        (
+            "no break-glass sweeper",
+            vec!["breakGlass.restoreAtExpiry=false"],
+        ),
+        (
+            "narrow break-glass sweeper",
+            vec![
+                "breakGlass.sweepRules[0].apiGroups={apps}",
+                "breakGlass.sweepRules[0].resources={deployments}",
+                "breakGlass.sweepInterval=1m",
+            ],
+        ),
     ];
     for (name, sets) in &combinations {
         let rendered = template(&helm, sets, &[]);
@@ -306,6 +338,39 @@ fn the_chart_lints_renders_and_is_accepted_by_the_apiserver() {
                 .contains("argocd-application-controller"),
             "{name}"
         );
+        let (sweeper_rules, sweep_flag) = sweeper_of(&docs);
+        let applications = serde_json::json!({"apiGroups": ["argoproj.io"],
+            "resources": ["applications"], "verbs": ["get", "patch"]});
+        match *name {
+            "no break-glass sweeper" => {
+                assert_eq!(sweep_flag.as_deref(), Some("0"), "{name}");
+                assert_eq!(sweeper_rules, Vec::<Value>::new(), "{name}");
+            }
+            "narrow break-glass sweeper" => {
+                assert_eq!(sweep_flag.as_deref(), Some("1m"), "{name}");
+                assert_eq!(
+                    sweeper_rules,
+                    vec![
+                        serde_json::json!({"apiGroups": ["apps"], "resources": ["deployments"],
+                                            "verbs": ["list", "patch"]})
+                    ],
+                    "{name}"
+                );
+            }
+            _ => {
+                // By default every type, since Argo CD and Flux manage any kind.
+                assert_eq!(sweep_flag.as_deref(), Some("15s"), "{name}");
+                assert_eq!(
+                    sweeper_rules,
+                    vec![serde_json::json!({"apiGroups": ["*"], "resources": ["*"],
+                                            "verbs": ["list", "patch"]})],
+                    "{name}"
+                );
+            }
+        }
+        let role = find(&docs, "ClusterRole");
+        let lifts_pause = role["rules"].as_array().unwrap().contains(&applications);
+        assert_eq!(lifts_pause, sweep_flag.as_deref() != Some("0"), "{name}");
         match *name {
             "cert-manager" => {
                 find(&docs, "Certificate");
@@ -347,6 +412,7 @@ fn the_chart_lints_renders_and_is_accepted_by_the_apiserver() {
         ("policy.mode=sometimes", "/policy/mode"),
         ("webhook.timeoutSeconds=-1", "/webhook/timeoutSeconds"),
         ("webhook.failurePolicy=Maybe", "/webhook/failurePolicy"),
+        ("breakGlass.sweepInterval=soon", "/breakGlass/sweepInterval"),
     ] {
         let out = Command::new(&helm)
             .args([

@@ -60,6 +60,62 @@ metadata:
   namespace: production
   labels: {kustomize.toolkit.fluxcd.io/name: apps, kustomize.toolkit.fluxcd.io/namespace: flux-system}
 data: {LOG_LEVEL: info}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: flux-hotfix
+  namespace: production
+  labels: {kustomize.toolkit.fluxcd.io/name: apps, kustomize.toolkit.fluxcd.io/namespace: flux-system}
+data: {MODE: normal}
+"#;
+
+/// An Argo CD object of the seed Application myapp, for the expiry sweeper.
+const ARGO_HOTFIX: &str = r#"
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: argo-hotfix
+  namespace: production
+  annotations: {argocd.argoproj.io/tracking-id: "myapp:/ConfigMap:production/argo-hotfix"}
+data: {MODE: normal}
+"#;
+
+/// Breaking glass on an Argo CD object pauses its Application: sre-oncall may
+/// patch Applications. driftguard's expiry sweeper may list and patch the
+/// kinds these tests arm, and lift an Application's pause (the chart's
+/// breakGlass.sweepRules, narrowed).
+const PAUSE_RBAC: &str = r#"
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: application-pauser}
+rules:
+  - apiGroups: [argoproj.io]
+    resources: [applications]
+    verbs: [get, patch]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: application-pausers}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: application-pauser}
+subjects:
+  - {kind: Group, name: sre-oncall, apiGroup: rbac.authorization.k8s.io}
+  - {kind: User, name: driftguard, apiGroup: rbac.authorization.k8s.io}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: driftguard-break-glass-sweeper}
+rules:
+  - apiGroups: ["", apps]
+    resources: [configmaps, deployments]
+    verbs: [list, patch]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: driftguard-break-glass-sweeper}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: driftguard-break-glass-sweeper}
+subjects:
+  - {kind: User, name: driftguard, apiGroup: rbac.authorization.k8s.io}
 "#;
 
 /// People may read Argo CD Applications (explain shows repo and path).
@@ -163,6 +219,56 @@ impl Env {
         }
     }
 
+    /// `{annotations, labels}` of `kind/name` in production, as admin.
+    fn metadata(&self, target: &str) -> serde_json::Value {
+        let out = self.plane.kubectl(
+            "admin",
+            &[
+                "-n",
+                "production",
+                "get",
+                target,
+                "-o",
+                "jsonpath={.metadata}",
+            ],
+        );
+        assert!(out.ok, "{out}");
+        let meta: serde_json::Value = serde_json::from_str(&out.stdout).unwrap_or_default();
+        serde_json::json!({"annotations": meta.get("annotations").cloned().unwrap_or(serde_json::json!({})),
+                           "labels": meta.get("labels").cloned().unwrap_or(serde_json::json!({}))})
+    }
+
+    /// The annotations of Argo CD Application argocd/myapp.
+    fn application(&self) -> serde_json::Value {
+        let out = self.plane.kubectl(
+            "admin",
+            &[
+                "-n",
+                "argocd",
+                "get",
+                "applications.argoproj.io/myapp",
+                "-o",
+                "jsonpath={.metadata.annotations}",
+            ],
+        );
+        assert!(out.ok, "{out}");
+        serde_json::from_str(&out.stdout).unwrap_or(serde_json::json!({}))
+    }
+
+    /// A counter from driftguard's probe port.
+    fn metric(&self, name: &str) -> u64 {
+        use std::io::{Read, Write};
+        let Ok(mut tcp) = std::net::TcpStream::connect(("127.0.0.1", self.dg.probe)) else {
+            return 0;
+        };
+        let _ = tcp.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n");
+        let mut text = String::new();
+        let _ = tcp.read_to_string(&mut text);
+        text.lines()
+            .filter_map(|l| l.strip_prefix(name)?.trim().parse::<f64>().ok())
+            .sum::<f64>() as u64
+    }
+
     fn annotations(&self) -> serde_json::Value {
         let out = self.plane.kubectl(
             "admin",
@@ -191,6 +297,7 @@ fn setup() -> Env {
             &format!("--policy={}", policy.display()),
             &format!("--argocd-application={ROOT}/tests/data/seed/argocd-application.yaml"),
             &plane.driftguard_kubeconfig_flag(),
+            "--break-glass-sweep-interval=2s",
         ],
     );
     dg.register(&plane, &policy.display().to_string());
@@ -219,10 +326,13 @@ fn setup() -> Env {
     assert!(out.ok, "the seed Application: {out}");
     plane.apply_crds(&["flux-kustomization"]);
     plane.apply_admin(READ_APPLICATIONS);
+    plane.apply_admin(PAUSE_RBAC);
     let out = plane.kubectl_as_stdin(FLUX, &["apply", "-f", "-"], Some(FLUX_OBJECTS));
     assert!(out.ok, "Flux objects as the kustomize-controller: {out}");
     let out = plane.kubectl_as_stdin(ARGO, &["apply", "-f", "-"], Some(OBJECTS));
     assert!(out.ok, "objects as the Argo CD controller: {out}");
+    let out = plane.kubectl_as_stdin(ARGO, &["apply", "-f", "-"], Some(ARGO_HOTFIX));
+    assert!(out.ok, "{out}");
     plane.wait_until_webhook_denies_drift();
     let bin = plane.dir.join("bin");
     std::fs::create_dir_all(&bin).unwrap();
@@ -296,6 +406,26 @@ fn break_glass_refused_granted_ended(e: &Env) -> Scenario {
         out.stdout.contains("expires") || out.stdout.contains("until"),
         "no expiry printed: {out}"
     );
+    // Argo CD is paused for it: skip-reconcile on the Application, which
+    // records the object; the object records the pause and carries the label.
+    ensure!(
+        out.stdout
+            .contains("Argo CD Application argocd/myapp is paused (skip-reconcile) until "),
+        "the pause is not reported: {out}"
+    );
+    let app = e.application();
+    ensure!(
+        app["argocd.argoproj.io/skip-reconcile"] == "true"
+            && app["driftguard.io/break-glass-paused-for"] == "apps/Deployment:production/myapp",
+        "the Application is not paused for deployment/myapp: {app}"
+    );
+    let meta = e.metadata("deployment/myapp");
+    ensure!(
+        meta["annotations"]["driftguard.io/break-glass-paused"]
+            == "argocd.argoproj.io/skip-reconcile"
+            && meta["labels"]["driftguard.io/break-glass"] == "true",
+        "the object does not record the pause: {meta}"
+    );
     let annotations = e.annotations();
     ensure!(
         annotations["driftguard.io/break-glass"] == "INC-42 hotfix",
@@ -350,16 +480,189 @@ fn break_glass_refused_granted_ended(e: &Env) -> Scenario {
         ],
     );
     ensure!(
-        out.code == 0 && out.stdout.contains("action: ended") && out.stdout.contains("user: sam"),
+        out.code == 0
+            && out.stdout.contains("action: ended")
+            && out.stdout.contains("user: sam")
+            && out.stdout.contains("state: resumed"),
         "--end -o yaml: {out}"
     );
-    let annotations = e.annotations();
+    let meta = e.metadata("deployment/myapp");
+    let annotations = &meta["annotations"];
     ensure!(
         annotations.get("driftguard.io/break-glass").is_none()
             && annotations
                 .get("driftguard.io/break-glass-expires")
-                .is_none(),
-        "--end left annotations: {annotations}"
+                .is_none()
+            && annotations
+                .get("driftguard.io/break-glass-paused")
+                .is_none()
+            && meta["labels"].get("driftguard.io/break-glass").is_none(),
+        "--end left annotations or the label: {meta}"
+    );
+    let app = e.application();
+    ensure!(
+        app.get("argocd.argoproj.io/skip-reconcile").is_none()
+            && app.get("driftguard.io/break-glass-paused-for").is_none(),
+        "--end did not resume the Application: {app}"
+    );
+    Ok(())
+}
+
+/// A Flux object: the pause is `reconcile: disabled` in the arming write,
+/// the object stays judged while paused, and `--end` removes what arming added.
+fn break_glass_pauses_flux(e: &Env) -> Scenario {
+    let out = e.plugin(
+        "sam",
+        &[
+            "break-glass",
+            "cm/flux-hotfix",
+            "-n",
+            "production",
+            "--reason",
+            "INC-50",
+            "--for",
+            "1h",
+        ],
+    );
+    ensure!(
+        out.code == 0
+            && out
+                .stdout
+                .contains("Flux will not reconcile configmap/flux-hotfix until ")
+            && out.stdout.contains("Git wins again after that"),
+        "sam's break-glass on a Flux object: {out}"
+    );
+    let meta = e.metadata("cm/flux-hotfix");
+    ensure!(
+        meta["annotations"]["kustomize.toolkit.fluxcd.io/reconcile"] == "disabled"
+            && meta["annotations"]["driftguard.io/break-glass-paused"]
+                == "kustomize.toolkit.fluxcd.io/reconcile"
+            && meta["labels"]["driftguard.io/break-glass"] == "true",
+        "not paused for Flux: {meta}"
+    );
+    // Paused by driftguard, it is still judged: alice is denied, sam allowed.
+    let out = e.kubectl(
+        "alice",
+        "-n production patch configmap/flux-hotfix -p {\"data\":{\"MODE\":\"alice\"}}",
+    );
+    ensure!(
+        out.code != 0 && out.stderr.contains("driftguard"),
+        "alice's edit of a paused object went through: {out}"
+    );
+    let out = e.kubectl(
+        "sam",
+        "-n production patch configmap/flux-hotfix -p {\"data\":{\"MODE\":\"hotfix\"}}",
+    );
+    ensure!(out.code == 0, "sam's hotfix under break-glass: {out}");
+    // Unauthorized, alice may not end a break-glass in force.
+    let out = e.kubectl(
+        "alice",
+        "-n production annotate configmap/flux-hotfix driftguard.io/break-glass- driftguard.io/break-glass-expires- driftguard.io/break-glass-paused- kustomize.toolkit.fluxcd.io/reconcile-",
+    );
+    ensure!(out.code != 0, "alice ended sam's break-glass: {out}");
+    let out = e.plugin(
+        "sam",
+        &["break-glass", "cm/flux-hotfix", "-n", "production", "--end"],
+    );
+    ensure!(
+        out.code == 0
+            && out
+                .stdout
+                .contains("Flux reconciles configmap/flux-hotfix from Git again"),
+        "--end: {out}"
+    );
+    let meta = e.metadata("cm/flux-hotfix");
+    ensure!(
+        meta["annotations"]
+            .as_object()
+            .is_none_or(|a| !a
+                .keys()
+                .any(|k| k.starts_with("driftguard.io/")
+                    || k == "kustomize.toolkit.fluxcd.io/reconcile"))
+            && meta["labels"].get("driftguard.io/break-glass").is_none(),
+        "--end left something: {meta}"
+    );
+    Ok(())
+}
+
+/// The sweeper: break-glasses armed for a few seconds on a Flux and an Argo
+/// CD object end by themselves, the pause with them; the webhook allowed
+/// driftguard's own write as `break-glass-ended`.
+fn the_sweeper_ends_expired_break_glass(e: &Env) -> Scenario {
+    let before = e.metric("driftguard_break_glass_expired_total");
+    let arm = |target: &str| {
+        e.plugin(
+            "sam",
+            &[
+                "break-glass",
+                target,
+                "-n",
+                "production",
+                "--reason",
+                "INC-51 short",
+                "--for",
+                "6s",
+            ],
+        )
+    };
+    let out = arm("cm/argo-hotfix");
+    ensure!(out.code == 0, "arming configmap/argo-hotfix for 6s: {out}");
+    let app = e.application();
+    ensure!(
+        app["driftguard.io/break-glass-paused-for"] == "/ConfigMap:production/argo-hotfix"
+            && app["argocd.argoproj.io/skip-reconcile"] == "true",
+        "the Application is not paused for configmap/argo-hotfix: {app}"
+    );
+    let out = arm("cm/flux-hotfix");
+    ensure!(out.code == 0, "arming configmap/flux-hotfix for 6s: {out}");
+    poll(
+        "the sweeper to end both break-glasses",
+        Duration::from_secs(60),
+        || {
+            let flux = e.metadata("cm/flux-hotfix");
+            let argo = e.metadata("cm/argo-hotfix");
+            let app = e.application();
+            let clean = |m: &serde_json::Value| {
+                m["annotations"].as_object().is_none_or(|a| {
+                    !a.keys().any(|k| {
+                        k.starts_with("driftguard.io/")
+                            || k == "kustomize.toolkit.fluxcd.io/reconcile"
+                    })
+                }) && m["labels"].get("driftguard.io/break-glass").is_none()
+            };
+            if clean(&flux)
+                && clean(&argo)
+                && app.get("argocd.argoproj.io/skip-reconcile").is_none()
+                && app.get("driftguard.io/break-glass-paused-for").is_none()
+            {
+                Ok(())
+            } else {
+                Err(format!(
+                    "flux-hotfix {flux}; argo-hotfix {argo}; application {app}"
+                ))
+            }
+        },
+    )?;
+    let after = e.metric("driftguard_break_glass_expired_total");
+    ensure!(
+        after >= before + 2,
+        "driftguard_break_glass_expired_total {before} -> {after}"
+    );
+    let ended: Vec<_> =
+        e.dg.audit()
+            .into_iter()
+            .filter(|r| {
+                r["endpoint"] == "validate"
+                    && r["user"] == "driftguard"
+                    && r["reason"] == "break-glass-ended"
+                    && r["verdict"] == "allow"
+            })
+            .collect();
+    ensure!(
+        ["flux-hotfix", "argo-hotfix"]
+            .iter()
+            .all(|n| ended.iter().any(|r| r["name"] == *n)),
+        "no break-glass-ended audit records by driftguard: {ended:?}"
     );
     Ok(())
 }
@@ -575,6 +878,14 @@ fn status_up_then_a_configuration_missing(e: &Env) -> Scenario {
         ),
     );
     ensure!(out.code == 0, "sam's kubectl annotate: {out}");
+    ensure!(
+        out.stderr
+            .contains("Flux will revert this hotfix on its next reconcile:")
+            && out
+                .stderr
+                .contains("`kubectl driftguard break-glass`, which pauses Flux for this object"),
+        "a break-glass without a pause does not warn: {out}"
+    );
     // As if the apiserver's event TTL had passed: every BreakGlassUsed Event
     // deleted, both break-glasses are still listed.
     let events = e.plane.kubectl(
@@ -659,6 +970,9 @@ fn status_up_then_a_configuration_missing(e: &Env) -> Scenario {
         ", reachable from here, caBundle verifies its certificate",
         "Policy: ConfigMap driftguard/dg-driftguard-policy",
         "ConfigMap production/flux-settings until ",
+        // Armed by the plugin (Argo CD paused) and by hand (nothing paused).
+        "INC-43 (paused: argocd.argoproj.io/skip-reconcile)",
+        "INC-44-by-hand (nothing paused: the GitOps tool may revert it)",
         "status: ok",
     ] {
         ensure!(
@@ -1012,12 +1326,17 @@ fn usage_and_access_errors_exit_2(e: &Env) -> Scenario {
 #[test]
 fn kubectl_driftguard_against_a_real_control_plane() {
     let env = setup();
-    let scenarios: [Step; 9] = [
+    let scenarios: [Step; 11] = [
         ("plugin list", plugin_list_shows_it),
         ("preview", preview_allowed_and_denied),
         ("explain", explain_an_argo_cd_object),
         ("explain flux", explain_a_flux_object),
         ("break-glass", break_glass_refused_granted_ended),
+        ("break-glass pauses Flux", break_glass_pauses_flux),
+        (
+            "the sweeper ends expired break-glass",
+            the_sweeper_ends_expired_break_glass,
+        ),
         ("errors", usage_and_access_errors_exit_2),
         ("policy by labels", policy_found_by_the_charts_labels),
         ("status of a Service webhook", status_of_a_service_webhook),

@@ -538,6 +538,226 @@ fn break_glass_is_disabled_by_default() {
     );
 }
 
+const REASON_KEY: &str = "driftguard.io/break-glass";
+const EXPIRES_KEY: &str = "driftguard.io/break-glass-expires";
+const PAUSED_KEY: &str = "driftguard.io/break-glass-paused";
+const RECONCILE: &str = "kustomize.toolkit.fluxcd.io/reconcile";
+
+/// A Deployment of Flux Kustomization flux-system/apps.
+fn flux_deployment() -> Value {
+    let mut d = deployment();
+    d["metadata"]["annotations"] = json!({});
+    d["metadata"]["labels"]["kustomize.toolkit.fluxcd.io/name"] = json!("apps");
+    d["metadata"]["labels"]["kustomize.toolkit.fluxcd.io/namespace"] = json!("flux-system");
+    d
+}
+
+/// `obj` armed by `kubectl driftguard break-glass` until `expires`: for Flux
+/// with `reconcile: disabled` on the object, for Argo CD with the marker only.
+fn paused(obj: &Value, expires: &str) -> Value {
+    let flux = obj["metadata"]["labels"]
+        .get("kustomize.toolkit.fluxcd.io/name")
+        .is_some();
+    let mut o = glass(obj, "INC-9 hotfix", expires);
+    let a = &mut o["metadata"]["annotations"];
+    if flux {
+        a[PAUSED_KEY] = json!(RECONCILE);
+        a[RECONCILE] = json!("disabled");
+    } else {
+        a[PAUSED_KEY] = json!("argocd.argoproj.io/skip-reconcile");
+    }
+    o["metadata"]["labels"]["driftguard.io/break-glass"] = json!("true");
+    o
+}
+
+/// What the sweeper and `--end` write: every key arming added, removed.
+fn ended(obj: &Value) -> Value {
+    let mut o = obj.clone();
+    let a = o["metadata"]["annotations"].as_object_mut().unwrap();
+    for k in [REASON_KEY, EXPIRES_KEY, PAUSED_KEY, RECONCILE] {
+        a.remove(k);
+    }
+    o["metadata"]["labels"]
+        .as_object_mut()
+        .unwrap()
+        .remove("driftguard.io/break-glass");
+    o
+}
+
+#[test]
+fn anyone_may_end_a_break_glass_that_grants_nothing() {
+    let policy = break_glass_policy();
+    for base in [deployment(), flux_deployment()] {
+        for expires in ["2026-11-29T09:00:00Z", "tomorrow"] {
+            let old = paused(&base, expires);
+            let out = run(&policy, &Review::update(old.clone(), ended(&old)));
+            assert!(out.allowed(), "{expires}: {}", out.message());
+            assert_eq!(out.decision.finding, Finding::BreakGlassEnded);
+            assert_eq!(out.audit("reason").as_deref(), Some("break-glass-ended"));
+            assert!(
+                out.warnings().iter().any(|w| w.contains("ended")),
+                "{:?}",
+                out.warnings()
+            );
+        }
+        // A break-glass set by hand, without a pause, too.
+        let old = glass(&base, "INC-9", "2026-11-29T09:00:00Z");
+        assert!(run(&policy, &Review::update(old, base.clone())).allowed());
+    }
+}
+
+#[test]
+fn ending_a_break_glass_in_force_is_for_those_allowed_to_break_glass() {
+    let policy = break_glass_policy();
+    for base in [deployment(), flux_deployment()] {
+        let old = paused(&base, "2026-11-29T11:00:00Z");
+        let alice = run(&policy, &Review::update(old.clone(), ended(&old)));
+        assert!(!alice.allowed());
+        assert_eq!(alice.decision.finding, Finding::BreakGlassUnauthorized);
+        let sam = run(
+            &policy,
+            &Review::update(old.clone(), ended(&old)).by("sam", &["sre-oncall"]),
+        );
+        assert!(sam.allowed(), "{}", sam.message());
+        assert_eq!(sam.decision.finding, Finding::BreakGlassEnded);
+    }
+}
+
+#[test]
+fn ending_removes_every_key_and_changes_nothing_else() {
+    let policy = break_glass_policy();
+    let old = paused(&flux_deployment(), "2026-11-29T09:00:00Z");
+    let done = ended(&old);
+    let partial = [
+        // The opt-out left without the marker would take the object out of scope.
+        with(
+            &done,
+            "/metadata/annotations/kustomize.toolkit.fluxcd.io~1reconcile",
+            json!("disabled"),
+        ),
+        with(
+            &done,
+            "/metadata/annotations/driftguard.io~1break-glass-paused",
+            json!(RECONCILE),
+        ),
+        with(
+            &done,
+            "/metadata/labels/driftguard.io~1break-glass",
+            json!("true"),
+        ),
+        with(
+            &done,
+            "/metadata/annotations/driftguard.io~1break-glass",
+            json!("INC-9 hotfix"),
+        ),
+        with(&done, IMAGE, json!("web:evil")),
+        with(
+            &done,
+            "/metadata/annotations/driftguard.io~1mode",
+            json!("audit"),
+        ),
+    ];
+    for new in partial {
+        let out = run(&policy, &Review::update(old.clone(), new.clone()));
+        assert!(!out.allowed(), "allowed: {}", new["metadata"]);
+        assert_ne!(out.decision.finding, Finding::BreakGlassEnded);
+    }
+    // Someone else's opt-out, as a label, stays: ending may not take the object out of scope.
+    let theirs = with(
+        &old,
+        "/metadata/labels/kustomize.toolkit.fluxcd.io~1reconcile",
+        json!("disabled"),
+    );
+    let out = run(&policy, &Review::update(theirs.clone(), ended(&theirs)));
+    assert!(!out.allowed(), "{:?}", out.decision);
+}
+
+#[test]
+fn the_pause_marker_keeps_a_paused_flux_object_judged() {
+    let policy = break_glass_policy();
+    let old = paused(&flux_deployment(), "2026-11-29T11:00:00Z");
+    let edit = with(&old, IMAGE, json!("web:hotfix"));
+    let alice = run(&policy, &Review::update(old.clone(), edit.clone()));
+    assert!(!alice.allowed(), "{:?}", alice.decision.finding);
+    assert_eq!(alice.decision.finding, Finding::Drift);
+    let sam = run(
+        &policy,
+        &Review::update(old.clone(), edit).by("sam", &["sre-oncall"]),
+    );
+    assert!(sam.allowed());
+    assert_eq!(sam.decision.finding, Finding::BreakGlass);
+    // The same opt-out without the marker is someone else's: out of scope.
+    let mut theirs = old.clone();
+    theirs["metadata"]["annotations"]
+        .as_object_mut()
+        .unwrap()
+        .remove(PAUSED_KEY);
+    let out = run(
+        &policy,
+        &Review::update(theirs.clone(), with(&theirs, IMAGE, json!("web:x"))),
+    );
+    assert!(matches!(out.decision.finding, Finding::OutOfScope(_)));
+}
+
+#[test]
+fn a_break_glass_without_a_pause_warns_that_the_tool_will_revert_it() {
+    let policy = break_glass_policy();
+    for (base, tool) in [(deployment(), "Argo CD"), (flux_deployment(), "Flux")] {
+        let hotfix = with(&base, IMAGE, json!("web:hotfix"));
+        let by_hand = glass(&hotfix, "INC-9", "2026-11-29T11:00:00Z");
+        let out = run(
+            &policy,
+            &Review::update(base.clone(), by_hand).by("sam", &["sre-oncall"]),
+        );
+        assert!(out.allowed());
+        let w = out.warnings().join("\n");
+        assert!(
+            w.contains(&format!(
+                "{tool} will revert this hotfix on its next reconcile:"
+            )) && w.contains(&format!(
+                "`kubectl driftguard break-glass`, which pauses {tool} for this object"
+            )),
+            "{w}"
+        );
+        assert!(
+            out.warnings().iter().all(|l| l.chars().count() <= 120),
+            "{w}"
+        );
+        let armed = paused(&hotfix, "2026-11-29T11:00:00Z");
+        let out = run(
+            &policy,
+            &Review::update(base.clone(), armed).by("sam", &["sre-oncall"]),
+        );
+        assert!(out.allowed(), "{}", out.message());
+        assert_eq!(out.decision.finding, Finding::BreakGlass);
+        assert!(
+            !out.warnings().iter().any(|l| l.contains("will revert")),
+            "{:?}",
+            out.warnings()
+        );
+    }
+}
+
+#[test]
+fn arming_a_pause_by_hand_is_drift() {
+    let policy = break_glass_policy();
+    let old = flux_deployment();
+    let armed = paused(&old, "2026-11-29T11:00:00Z");
+    let out = run(&policy, &Review::update(old.clone(), armed));
+    assert!(!out.allowed());
+    let mut marker_only = old.clone();
+    marker_only["metadata"]["annotations"][PAUSED_KEY] = json!(RECONCILE);
+    let out = run(&policy, &Review::update(old, marker_only));
+    assert!(!out.allowed());
+    assert!(
+        out.decision
+            .drifted_paths
+            .contains(&"/metadata/annotations/driftguard.io~1break-glass-paused".to_owned()),
+        "{:?}",
+        out.decision.drifted_paths
+    );
+}
+
 #[test]
 fn mode_comes_from_policy_then_namespace_then_the_stored_object() {
     let old = deployment();

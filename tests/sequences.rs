@@ -63,6 +63,7 @@ fn known_two_step_bypasses_are_closed() {
                             first: vec![first.clone()],
                             second: second.clone(),
                             honest_second,
+                            paused: false,
                         };
                         if let Err(e) = scenario.check() {
                             panic!("{scenario:?}\n{e}");
@@ -74,6 +75,78 @@ fn known_two_step_bypasses_are_closed() {
         }
     }
     assert_eq!(checked, 4 * 2 * 11 * 2 * 2);
+}
+
+/// After a break-glass armed with a pause has expired, anyone may end it
+/// (the sweeper does); no partial or whole ending unlocks a later edit, and an
+/// edit under the expired break-glass stays denied.
+#[test]
+fn ending_an_expired_paused_break_glass_unlocks_nothing() {
+    let firsts = [
+        vec![Edit::EndBreakGlass],
+        vec![Edit::Annotation("driftguard.io/break-glass-paused", None)],
+        vec![Edit::Label("driftguard.io/break-glass", None)],
+        vec![Edit::Annotation(
+            "kustomize.toolkit.fluxcd.io/reconcile",
+            None,
+        )],
+        vec![Edit::Annotation(
+            "helm.toolkit.fluxcd.io/driftDetection",
+            None,
+        )],
+        vec![
+            Edit::EndBreakGlass,
+            Edit::Annotation("kustomize.toolkit.fluxcd.io/reconcile", Some("disabled")),
+        ],
+        vec![
+            Edit::EndBreakGlass,
+            Edit::Label("kustomize.toolkit.fluxcd.io/reconcile", Some("disabled")),
+        ],
+        vec![
+            Edit::EndBreakGlass,
+            Edit::Annotation("driftguard.io/mode", Some("audit")),
+        ],
+        vec![
+            Edit::EndBreakGlass,
+            Edit::Annotation("driftguard.io/break-glass-paused", Some("other")),
+        ],
+    ];
+    let mut checked = 0;
+    for manager in [
+        Manager::ArgoAnnotation,
+        Manager::ArgoLabel,
+        Manager::FluxKustomization,
+        Manager::FluxHelm,
+    ] {
+        for rules in [
+            vec![],
+            vec!["{group: '*', kind: '*', jsonPointers: [/metadata]}"],
+        ] {
+            for first in &firsts {
+                for second in [Second::Field("/spec/paused", 7), Second::Delete] {
+                    let scenario = Scenario {
+                        rules: rules.clone(),
+                        owned_fields: false,
+                        kind: Kind::Deployment,
+                        manager,
+                        first: first.clone(),
+                        second,
+                        honest_second: true,
+                        paused: true,
+                    };
+                    // The sweeper's write itself is allowed, so the second write is tested after it.
+                    if matches!(first[..], [Edit::EndBreakGlass]) {
+                        assert_eq!(scenario.first_allowed(), Ok(true), "{scenario:?}");
+                    }
+                    if let Err(e) = scenario.check() {
+                        panic!("{scenario:?}\n{e}");
+                    }
+                    checked += 1;
+                }
+            }
+        }
+    }
+    assert_eq!(checked, 4 * 2 * 9 * 2);
 }
 
 mod common;
@@ -123,6 +196,26 @@ fn set_location(obj: &mut Value, at: Location, value: Option<Value>) {
     }
 }
 
+/// The break-glass keys: a manual writer may remove them only all together
+/// and only once the break-glass grants nothing (tested below); removing one
+/// from a break-glass in force is drift like any input.
+fn is_break_glass_key(input: inputs::Input) -> bool {
+    use inputs::Input::*;
+    matches!(
+        input,
+        BreakGlassReason | BreakGlassExpires | BreakGlassPaused | BreakGlassLabel
+    )
+}
+
+/// A break-glass in force at `common::now()`, armed without a pause.
+fn in_force(obj: &Value) -> Value {
+    let mut o = obj.clone();
+    o["metadata"]["annotations"]["driftguard.io/break-glass"] = json!("INC-1");
+    o["metadata"]["annotations"]["driftguard.io/break-glass-expires"] =
+        json!("2026-11-29T11:00:00Z");
+    o
+}
+
 /// Every listed input, added, changed or removed by hand, is drift under a rule
 /// that ignores all of metadata, and the denial names it.
 #[test]
@@ -134,7 +227,11 @@ fn every_decision_input_changed_by_hand_is_drift() {
         let pointer = at.pointer();
         // Stored with the input set to a value that keeps the object managed
         // and in scope, then each of: change, remove; and add from absent.
-        let base = common::deployment();
+        let base = if is_break_glass_key(input) {
+            in_force(&common::deployment())
+        } else {
+            common::deployment()
+        };
         let mut with_value = base.clone();
         let keeps_scope = match input {
             inputs::Input::ControllerOwner => None,

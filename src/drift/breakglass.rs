@@ -4,10 +4,20 @@
 use jiff::Timestamp;
 
 use super::inputs::{Input, Inputs};
+use super::ownership::Manager;
 use crate::policy::Policy;
 
 pub const REASON: &str = "driftguard.io/break-glass";
 pub const EXPIRES: &str = "driftguard.io/break-glass-expires";
+/// Set by `kubectl driftguard break-glass` next to the two annotations: the
+/// key of the GitOps tool's own control that it paused for this object
+/// (`kustomize.toolkit.fluxcd.io/reconcile`, `helm.toolkit.fluxcd.io/driftDetection`
+/// or, on the Application, `argocd.argoproj.io/skip-reconcile`), so that
+/// ending the break-glass removes exactly what driftguard added.
+pub const PAUSED: &str = "driftguard.io/break-glass-paused";
+/// A label (value `true`) on every object armed by the plugin: the expiry
+/// sweeper finds them with a server-side label selector.
+pub const LABEL: &str = "driftguard.io/break-glass";
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BreakGlassUse {
@@ -57,31 +67,65 @@ pub fn evaluate(
     if reason.is_none() && expires.is_none() {
         return BreakGlass::None;
     }
-    let invalid = |why: String| BreakGlass::Invalid { why, changed };
-    let reason = match reason.map(str::trim) {
+    match validate(carrier, policy, now) {
+        Ok((reason, expires)) => BreakGlass::Valid {
+            used: BreakGlassUse {
+                user: user.to_owned(),
+                reason: reason.to_owned(),
+                expires: expires.to_owned(),
+            },
+            changed,
+        },
+        Err(why) => BreakGlass::Invalid { why, changed },
+    }
+}
+
+/// Whether the break-glass on `carrier` grants anything now (whoever set
+/// it): a reason, and an expiry in the future within `maxDuration`.
+pub fn grants(carrier: &Inputs, policy: &Policy, now: Timestamp) -> bool {
+    validate(carrier, policy, now).is_ok()
+}
+
+/// The reason and expiry of a break-glass in force, or why it is not.
+fn validate<'a>(
+    carrier: &Inputs<'a>,
+    policy: &Policy,
+    now: Timestamp,
+) -> Result<(&'a str, &'a str), String> {
+    let reason = match carrier.text(Input::BreakGlassReason).map(str::trim) {
         Some(r) if !r.is_empty() => r,
-        _ => return invalid(format!("annotation {REASON} must give a reason")),
+        _ => return Err(format!("annotation {REASON} must give a reason")),
     };
-    let Some(expires) = expires else {
-        return invalid(format!("annotation {EXPIRES} is missing (RFC 3339 time)"));
+    let Some(expires) = carrier.text(Input::BreakGlassExpires) else {
+        return Err(format!("annotation {EXPIRES} is missing (RFC 3339 time)"));
     };
-    let at: Timestamp = match expires.parse() {
-        Ok(t) => t,
-        Err(_) => return invalid(format!("{EXPIRES} `{expires}` is not an RFC 3339 time")),
-    };
+    let at: Timestamp = expires
+        .parse()
+        .map_err(|_| format!("{EXPIRES} `{expires}` is not an RFC 3339 time"))?;
     if at <= now {
-        return invalid(format!("break-glass expired at {expires}"));
+        return Err(format!("break-glass expired at {expires}"));
     }
     let max = policy.break_glass.max_duration;
     if at.duration_since(now) > max {
-        return invalid(format!("{EXPIRES} `{expires}` is more than {max:#} ahead"));
+        return Err(format!("{EXPIRES} `{expires}` is more than {max:#} ahead"));
     }
-    BreakGlass::Valid {
-        used: BreakGlassUse {
-            user: user.to_owned(),
-            reason: reason.to_owned(),
-            expires: expires.to_owned(),
-        },
-        changed,
+    Ok((reason, expires))
+}
+
+/// A break-glass on an object of Argo CD or Flux without driftguard's pause
+/// (set with `kubectl annotate`, say): the tool will undo the hotfix on its
+/// next reconcile. Two lines, as warnings are cut at 120 characters.
+pub fn warn_unpaused(carrier: &Inputs, manager: Option<&Manager>, notes: &mut Vec<String>) {
+    let Some(tool) = manager.map(Manager::tool) else {
+        return;
+    };
+    if carrier.get(Input::BreakGlassPaused).is_some() {
+        return;
     }
+    notes.push(format!(
+        "{tool} will revert this hotfix on its next reconcile:"
+    ));
+    notes.push(format!(
+        "arm break-glass with `kubectl driftguard break-glass`, which pauses {tool} for this object"
+    ));
 }

@@ -43,6 +43,12 @@ pub enum Input {
     Mode,
     BreakGlassReason,
     BreakGlassExpires,
+    /// `driftguard.io/break-glass-paused`: which GitOps control the plugin
+    /// paused; while present, a Flux opt-out is driftguard's own pause and
+    /// does not take the object out of scope.
+    BreakGlassPaused,
+    /// The `driftguard.io/break-glass` label that the expiry sweeper selects on.
+    BreakGlassLabel,
     /// The ownerReference with `controller: true`: its object is a child.
     ControllerOwner,
 }
@@ -69,7 +75,7 @@ impl Location<'_> {
 impl Input {
     /// Every input. [`Input::index`] is an exhaustive match, so a new variant
     /// does not compile until it is placed here too (a test checks the order).
-    pub const ALL: [Input; 15] = [
+    pub const ALL: [Input; 17] = [
         Input::ArgoTrackingAnnotation,
         Input::ArgoInstanceLabel,
         Input::HelmReleaseAnnotation,
@@ -84,6 +90,8 @@ impl Input {
         Input::Mode,
         Input::BreakGlassReason,
         Input::BreakGlassExpires,
+        Input::BreakGlassPaused,
+        Input::BreakGlassLabel,
         Input::ControllerOwner,
     ];
 
@@ -103,7 +111,9 @@ impl Input {
             Input::Mode => 11,
             Input::BreakGlassReason => 12,
             Input::BreakGlassExpires => 13,
-            Input::ControllerOwner => 14,
+            Input::BreakGlassPaused => 14,
+            Input::BreakGlassLabel => 15,
+            Input::ControllerOwner => 16,
         }
     }
 
@@ -140,6 +150,8 @@ impl Input {
             Input::Mode => Location::Annotation(MODE_ANNOTATION),
             Input::BreakGlassReason => Location::Annotation(breakglass::REASON),
             Input::BreakGlassExpires => Location::Annotation(breakglass::EXPIRES),
+            Input::BreakGlassPaused => Location::Annotation(breakglass::PAUSED),
+            Input::BreakGlassLabel => Location::Label(breakglass::LABEL),
             Input::ControllerOwner => Location::ControllerOwnerReference,
         })
     }

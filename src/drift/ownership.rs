@@ -132,8 +132,14 @@ fn argo_app(app: &str) -> Manager {
 
 /// Flux's per-object opt-outs, on the stored object (label or annotation):
 /// such an object is not reconciled, so its changes are not drift. Adding one by
-/// hand is a change to a decision input, and so drift.
+/// hand is a change to a decision input, and so drift. An object carrying
+/// driftguard's break-glass pause marker is not opted out: the opt-out is
+/// driftguard's own pause for the break-glass window, and the object stays
+/// judged (otherwise anyone could edit it while Flux looks away).
 pub fn opted_out(inputs: &Inputs, manager: &Manager) -> Option<String> {
+    if inputs.get(Input::BreakGlassPaused).is_some() {
+        return None;
+    }
     let (key, label, annotation) = match manager {
         Manager::FluxKustomization { .. } => (
             FLUX_RECONCILE,

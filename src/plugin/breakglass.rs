@@ -1,6 +1,10 @@
 //! `kubectl driftguard break-glass KIND/NAME --reason TEXT --for DURATION`
-//! and `--end`: the two annotations in one merge-patch write, after checking
-//! the caller against the policy in force.
+//! and `--end`: after checking the caller against the policy in force, pause
+//! the GitOps tool for this object with the tool's own control and arm
+//! break-glass, or end both (see [`crate::pause`]). For Flux the pause is in
+//! the same write as the two annotations; for Argo CD the Application is
+//! paused first (and resumed first when ending), so the hotfix is never
+//! exposed to a self-heal while driftguard already allows it.
 
 use std::process::ExitCode;
 
@@ -8,9 +12,10 @@ use http::Method;
 use jiff::{SignedDuration, Timestamp};
 use serde_json::{Value, json};
 
-use super::api::{Api, Identity};
+use super::api::{Api, Identity, Refusal, Reply, Resource};
+use super::pause::{CONFLICT_RETRIES, update_application};
 use super::{LoadedPolicy, Output, PluginError, PolicySource, print_structured, split_target};
-use crate::drift::breakglass::{EXPIRES, REASON};
+use crate::pause::{AppChange, AppState, Plan};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -22,13 +27,41 @@ pub struct Args {
     /// How long, e.g. 30m, 1h, 1h30m; at most the policy's breakGlass.maxDuration.
     #[arg(long = "for", required_unless_present = "end")]
     duration: Option<String>,
-    /// Remove break-glass from the object instead.
+    /// Remove break-glass (and driftguard's pause) from the object instead.
     #[arg(long, conflicts_with_all = ["reason", "duration"])]
     end: bool,
+    /// Where Argo CD Applications live when the tracking id names none.
+    #[arg(long, default_value = "argocd")]
+    argocd_namespace: String,
     /// Output format: text, or json or yaml (object, action granted, refused
-    /// or ended, user, reason, expires).
+    /// or ended, user, reason, expires, pause).
     #[arg(short = 'o', long, value_enum, default_value_t = Output::Text)]
     output: Output,
+}
+
+/// What was paused or resumed, for the report.
+struct PauseReport {
+    tool: Option<&'static str>,
+    /// The annotation that pauses, and where it is.
+    control: Option<&'static str>,
+    target: Option<String>,
+    /// paused | already-paused | resumed | still-paused | not-paused
+    state: &'static str,
+    paused_for: Vec<String>,
+    text: String,
+}
+
+impl PauseReport {
+    fn json(&self) -> Value {
+        json!({"tool": self.tool, "control": self.control, "target": self.target,
+               "state": self.state, "pausedFor": self.paused_for, "text": self.text})
+    }
+}
+
+/// A write's result: the apiserver's reply, or driftguard's denial.
+enum Written {
+    Done(Reply, PauseReport),
+    Denied(Refusal),
 }
 
 pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCode, PluginError> {
@@ -48,7 +81,6 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
     let resource = api.resolve(kind).await?;
     let loaded = source.load(api).await?;
     let me = api.whoami().await?;
-    let path = resource.path(&api.namespace, name);
     let shown = format!("{}/{name}", resource.kind.to_ascii_lowercase());
     let where_ = if resource.namespaced {
         format!(" in namespace {}", api.namespace)
@@ -77,17 +109,19 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
         }
         return Ok(ExitCode::from(1));
     }
-    let (patch, expires) = match (args.end, reason, duration) {
-        (true, _, _) => (
-            json!({"metadata": {"annotations": {REASON: Value::Null, EXPIRES: Value::Null}}}),
-            None,
-        ),
+    let target = Target {
+        api,
+        resource: &resource,
+        name,
+        shown: &shown,
+        policy: &loaded.policy,
+        argocd_namespace: &args.argocd_namespace,
+    };
+    let (written, expires) = match (args.end, reason, duration) {
+        (true, _, _) => (target.end().await?, None),
         (false, Some(reason), Some(duration)) => {
-            let expires = expiry(Timestamp::now(), duration)?;
-            (
-                json!({"metadata": {"annotations": {REASON: reason, EXPIRES: expires.to_string()}}}),
-                Some((expires, duration)),
-            )
+            let at = expiry(Timestamp::now(), duration)?;
+            (target.arm(reason, at).await?, Some((at, duration)))
         }
         _ => {
             return Err(PluginError::Usage(
@@ -95,49 +129,9 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
             ));
         }
     };
-    let reply = api
-        .call(
-            Method::PATCH,
-            &path,
-            Some("application/merge-patch+json"),
-            Some(&patch),
-        )
-        .await?;
-    match reply {
-        Ok(reply) => {
-            for w in &reply.warnings {
-                eprintln!("Warning: {w}");
-            }
-            if args.output != Output::Text {
-                let r = match expires {
-                    Some((at, _)) => result("granted", Some(at.to_string()), None),
-                    None => result("ended", None, None),
-                };
-                print_structured(&r, args.output)?;
-                return Ok(ExitCode::SUCCESS);
-            }
-            match expires {
-                Some((at, duration)) => {
-                    println!(
-                        "break-glass set on {shown}{where_} by {} for {duration:#}, until {at}",
-                        me.username
-                    );
-                    println!(
-                        "until then, manual changes to it by identities allowed to break glass are allowed (with a warning, audited, and a BreakGlassUsed Event)"
-                    );
-                    println!(
-                        "at {at} it expires: driftguard judges changes as drift again, and the annotations stay until `kubectl driftguard break-glass {} --end`; the GitOps tool may revert manual changes at its next sync, so put the fix in Git",
-                        args.target
-                    );
-                }
-                None => {
-                    println!("break-glass removed from {shown}{where_}");
-                    println!("changes to it by hand are judged as drift again");
-                }
-            }
-            Ok(ExitCode::SUCCESS)
-        }
-        Err(refusal) if refusal.by_webhook() => {
+    let (reply, pause) = match written {
+        Written::Done(reply, pause) => (reply, pause),
+        Written::Denied(refusal) => {
             for w in &refusal.warnings {
                 eprintln!("Warning: {w}");
             }
@@ -148,10 +142,329 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
                     args.output,
                 )?;
             }
-            Ok(ExitCode::from(1))
+            return Ok(ExitCode::from(1));
         }
-        Err(refusal) => Err(PluginError::from_refusal(refusal)),
+    };
+    for w in &reply.warnings {
+        eprintln!("Warning: {w}");
     }
+    if args.output != Output::Text {
+        let mut r = match expires {
+            Some((at, _)) => result("granted", Some(at.to_string()), None),
+            None => result("ended", None, None),
+        };
+        r["pause"] = pause.json();
+        print_structured(&r, args.output)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    match expires {
+        Some((at, duration)) => {
+            println!(
+                "break-glass set on {shown}{where_} by {} for {duration:#}, until {at}",
+                me.username
+            );
+            println!("{}", pause.text);
+            println!(
+                "until then, manual changes to it by identities allowed to break glass are allowed (with a warning, audited, and a BreakGlassUsed Event)"
+            );
+            println!(
+                "at {at} it expires: driftguard removes the break-glass and the pause within its sweep interval, and the GitOps tool restores Git; end it earlier with `kubectl driftguard break-glass {} --end`; put the fix in Git",
+                args.target
+            );
+        }
+        None => {
+            println!("break-glass removed from {shown}{where_}");
+            if !pause.text.is_empty() {
+                println!("{}", pause.text);
+            }
+            println!("changes to it by hand are judged as drift again");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The object under break-glass and what is needed to pause its tool.
+struct Target<'a> {
+    api: &'a Api,
+    resource: &'a Resource,
+    name: &'a str,
+    shown: &'a str,
+    policy: &'a crate::policy::Policy,
+    argocd_namespace: &'a str,
+}
+
+impl Target<'_> {
+    fn path(&self) -> String {
+        self.resource.path(&self.api.namespace, self.name)
+    }
+
+    async fn get(&self) -> Result<Value, PluginError> {
+        match self.api.try_get(&self.path()).await? {
+            Ok(o) => Ok(o),
+            Err(r) => Err(PluginError::from_refusal(r)),
+        }
+    }
+
+    fn plan(&self, object: &Value) -> Plan {
+        crate::pause::plan(
+            object,
+            &self.resource.group,
+            self.policy,
+            self.argocd_namespace,
+        )
+    }
+
+    /// A merge patch of the object; `None` on a conflict (read again).
+    async fn patch(&self, body: &Value) -> Result<Option<Result<Reply, Refusal>>, PluginError> {
+        let reply = self
+            .api
+            .call(
+                Method::PATCH,
+                &self.path(),
+                Some("application/merge-patch+json"),
+                Some(body),
+            )
+            .await?;
+        Ok(match reply {
+            Err(r) if r.code == 409 => None,
+            other => Some(other),
+        })
+    }
+
+    /// Pauses the tool for the object (Argo CD: the Application first), then
+    /// arms break-glass; a pause this run added is undone when the arming
+    /// write is refused.
+    async fn arm(&self, reason: &str, at: Timestamp) -> Result<Written, PluginError> {
+        let expires = at.to_string();
+        // Whether this run added the object to its Application's pause, across retries.
+        let mut added = false;
+        for _ in 0..CONFLICT_RETRIES {
+            let object = self.get().await?;
+            let rv = object["metadata"]["resourceVersion"]
+                .as_str()
+                .unwrap_or_default();
+            let plan = self.plan(&object);
+            let mut app = None;
+            if let Plan::ArgoCd {
+                namespace,
+                name,
+                entry,
+            } = &plan
+            {
+                let outcome =
+                    update_application(self.api, namespace, name, AppChange::Pause(entry)).await?;
+                added |= !outcome.was_listed && matches!(outcome.state, AppState::PausedFor(_));
+                app = Some(outcome.state);
+            }
+            let body = crate::pause::arm_patch(&plan, reason, &expires, rv);
+            let Some(reply) = self.patch(&body).await? else {
+                continue;
+            };
+            return match reply {
+                Ok(reply) => Ok(Written::Done(
+                    reply,
+                    armed_report(&plan, app, self.shown, &expires),
+                )),
+                Err(refusal) => {
+                    if added {
+                        self.undo_pause(&plan).await;
+                    }
+                    if refusal.by_webhook() {
+                        Ok(Written::Denied(refusal))
+                    } else {
+                        Err(PluginError::from_refusal(refusal))
+                    }
+                }
+            };
+        }
+        Err(self.kept_changing())
+    }
+
+    /// After a refused arming write: take the object out of the Application's
+    /// pause that this run added it to (best effort; said on stderr).
+    async fn undo_pause(&self, plan: &Plan) {
+        let Plan::ArgoCd {
+            namespace,
+            name,
+            entry,
+        } = plan
+        else {
+            return;
+        };
+        if let Err(e) =
+            update_application(self.api, namespace, name, AppChange::Resume(entry)).await
+        {
+            eprintln!(
+                "warning: Argo CD Application {namespace}/{name} stays paused for {entry}: {e}; remove it with `kubectl driftguard break-glass {} --end`",
+                self.shown
+            );
+        }
+    }
+
+    /// Resumes the tool (Argo CD: the Application first), then removes
+    /// everything arming added to the object.
+    async fn end(&self) -> Result<Written, PluginError> {
+        for _ in 0..CONFLICT_RETRIES {
+            let object = self.get().await?;
+            let meta = &object["metadata"];
+            let rv = meta["resourceVersion"].as_str().unwrap_or_default();
+            let annotations = &meta["annotations"];
+            let marker = annotations[crate::drift::breakglass::PAUSED].as_str();
+            let mut app = None;
+            if crate::pause::paused_application(annotations) {
+                match self.plan(&object) {
+                    Plan::ArgoCd {
+                        namespace,
+                        name,
+                        entry,
+                    } => {
+                        let change = AppChange::Resume(&entry);
+                        let outcome =
+                            update_application(self.api, &namespace, &name, change).await?;
+                        app = Some((format!("{namespace}/{name}"), outcome.state));
+                    }
+                    _ => eprintln!(
+                        "warning: {} says it paused an Argo CD Application, but no longer names one: check {} on its Application",
+                        self.shown,
+                        crate::pause::SKIP_RECONCILE
+                    ),
+                }
+            }
+            let body = crate::pause::end_patch(annotations, rv);
+            let Some(reply) = self.patch(&body).await? else {
+                continue;
+            };
+            return Ok(match reply {
+                Ok(reply) => Written::Done(reply, ended_report(marker, app, self.shown)),
+                Err(refusal) if refusal.by_webhook() => Written::Denied(refusal),
+                Err(refusal) => return Err(PluginError::from_refusal(refusal)),
+            });
+        }
+        Err(self.kept_changing())
+    }
+
+    fn kept_changing(&self) -> PluginError {
+        PluginError::Access(format!(
+            "{} kept changing ({CONFLICT_RETRIES} conflicting writes); try again",
+            self.shown
+        ))
+    }
+}
+
+/// What arming paused, in words and as data.
+fn armed_report(plan: &Plan, app: Option<AppState>, shown: &str, until: &str) -> PauseReport {
+    let mut r = PauseReport {
+        tool: None,
+        control: None,
+        target: None,
+        state: "not-paused",
+        paused_for: Vec::new(),
+        text: String::new(),
+    };
+    match plan {
+        Plan::Unmanaged => {
+            r.text = format!("no GitOps tool manages {shown}: nothing to pause");
+        }
+        Plan::AlreadyOptedOut { key, manager } => {
+            r.tool = Some(manager.tool());
+            r.control = Some(key);
+            r.target = Some("object".into());
+            r.state = "already-paused";
+            r.text = format!(
+                "Flux already skips {shown} ({key}: disabled, set before and not by driftguard): left as it is, so driftguard does not judge it and Git does not win at expiry"
+            );
+        }
+        Plan::Flux { key, manager } => {
+            r.tool = Some(manager.tool());
+            r.control = Some(key);
+            r.target = Some("object".into());
+            r.state = "paused";
+            let what = if *key == crate::drift::ownership::FLUX_RECONCILE {
+                "reconcile"
+            } else {
+                "correct drift of"
+            };
+            r.text = format!(
+                "Flux will not {what} {shown} until {until}; Git wins again after that ({key}: disabled on it, for {manager})"
+            );
+        }
+        Plan::ArgoCd {
+            namespace, name, ..
+        } => {
+            r.tool = Some("Argo CD");
+            r.control = Some(crate::pause::SKIP_RECONCILE);
+            r.target = Some(format!("Application {namespace}/{name}"));
+            match app {
+                Some(AppState::PausedFor(list)) => {
+                    r.state = "paused";
+                    r.text = format!(
+                        "Argo CD Application {namespace}/{name} is paused (skip-reconcile) until {until}: no sync or self-heal of any of its objects; Git wins again after that"
+                    );
+                    if list.len() > 1 {
+                        r.text.push_str(&format!(
+                            " (the pause is shared with {} other break-glass(es))",
+                            list.len() - 1
+                        ));
+                    }
+                    r.paused_for = list;
+                }
+                _ => {
+                    r.state = "already-paused";
+                    r.text = format!(
+                        "Argo CD Application {namespace}/{name} was already paused (skip-reconcile set by someone else): left as it is, and not resumed at expiry"
+                    );
+                }
+            }
+        }
+    }
+    r
+}
+
+/// What ending resumed, in words and as data.
+fn ended_report(marker: Option<&str>, app: Option<(String, AppState)>, shown: &str) -> PauseReport {
+    let mut r = PauseReport {
+        tool: None,
+        control: marker
+            .and_then(crate::drift::restore::paused_annotation)
+            .or(app.as_ref().map(|_| crate::pause::SKIP_RECONCILE)),
+        target: None,
+        state: "not-paused",
+        paused_for: Vec::new(),
+        text: String::new(),
+    };
+    if let Some(key) = marker.and_then(crate::drift::restore::paused_annotation) {
+        r.tool = Some("Flux");
+        r.target = Some("object".into());
+        r.state = "resumed";
+        r.text = format!("Flux reconciles {shown} from Git again ({key} removed)");
+    }
+    if let Some((app, state)) = app {
+        r.tool = Some("Argo CD");
+        r.target = Some(format!("Application {app}"));
+        match state {
+            AppState::Resumed => {
+                r.state = "resumed";
+                r.text = format!(
+                    "Argo CD Application {app} resumes (skip-reconcile removed): Git wins again"
+                );
+            }
+            AppState::PausedFor(list) => {
+                r.state = "still-paused";
+                r.text = format!(
+                    "Argo CD Application {app} stays paused for {} other break-glass(es): {}",
+                    list.len(),
+                    list.join(", ")
+                );
+                r.paused_for = list;
+            }
+            _ => {
+                r.text = format!(
+                    "Argo CD Application {app} was not paused by driftguard for {shown}: left as it is"
+                );
+            }
+        }
+    }
+    r
 }
 
 /// Why the policy refuses this caller or duration, before any write.
@@ -233,6 +546,99 @@ mod tests {
         assert_eq!(refusal(&on, &who("bob", &["sre-oncall"]), None), None);
         let why = refusal(&on, &who("sam", &[]), Some(SignedDuration::from_hours(3))).unwrap();
         assert!(why.contains("maxDuration"), "{why}");
+    }
+
+    #[test]
+    fn the_report_says_what_was_paused_and_until_when() {
+        use crate::drift::ownership::{FLUX_RECONCILE, HELM_DRIFT_DETECTION, Manager};
+        let kustomization = Manager::FluxKustomization {
+            namespace: "flux-system".into(),
+            name: "apps".into(),
+        };
+        let plan = Plan::Flux {
+            key: FLUX_RECONCILE,
+            manager: kustomization.clone(),
+        };
+        let r = armed_report(&plan, None, "deployment/web", "2026-01-01T11:00:00Z");
+        assert!(
+            r.text.starts_with(
+                "Flux will not reconcile deployment/web until 2026-01-01T11:00:00Z; Git wins again after that"
+            ),
+            "{}",
+            r.text
+        );
+        assert_eq!((r.state, r.control), ("paused", Some(FLUX_RECONCILE)));
+        let helm = Plan::Flux {
+            key: HELM_DRIFT_DETECTION,
+            manager: kustomization.clone(),
+        };
+        let r = armed_report(&helm, None, "deployment/web", "T");
+        assert!(r.text.contains("will not correct drift of"), "{}", r.text);
+        let theirs = Plan::AlreadyOptedOut {
+            key: FLUX_RECONCILE,
+            manager: kustomization,
+        };
+        assert_eq!(
+            armed_report(&theirs, None, "x", "T").state,
+            "already-paused"
+        );
+
+        let argo = Plan::ArgoCd {
+            namespace: "argocd".into(),
+            name: "myapp".into(),
+            entry: "apps/Deployment:p/web".into(),
+        };
+        let list = vec![
+            "/ConfigMap:p/a".to_owned(),
+            "apps/Deployment:p/web".to_owned(),
+        ];
+        let r = armed_report(
+            &argo,
+            Some(AppState::PausedFor(list.clone())),
+            "deployment/web",
+            "T",
+        );
+        assert!(
+            r.text
+                .starts_with("Argo CD Application argocd/myapp is paused (skip-reconcile) until T")
+                && r.text.contains("shared with 1 other"),
+            "{}",
+            r.text
+        );
+        assert_eq!(r.paused_for, list);
+        let r = armed_report(&argo, Some(AppState::PausedBySomeoneElse), "x", "T");
+        assert_eq!(r.state, "already-paused");
+        assert_eq!(
+            armed_report(&Plan::Unmanaged, None, "x", "T").state,
+            "not-paused"
+        );
+    }
+
+    #[test]
+    fn the_end_report_says_what_resumed() {
+        let r = ended_report(
+            Some("kustomize.toolkit.fluxcd.io/reconcile"),
+            None,
+            "deployment/web",
+        );
+        assert_eq!((r.tool, r.state), (Some("Flux"), "resumed"));
+        let r = ended_report(
+            Some(crate::pause::SKIP_RECONCILE),
+            Some(("argocd/myapp".into(), AppState::Resumed)),
+            "deployment/web",
+        );
+        assert!(r.text.contains("argocd/myapp resumes"), "{}", r.text);
+        let r = ended_report(
+            Some(crate::pause::SKIP_RECONCILE),
+            Some((
+                "argocd/myapp".into(),
+                AppState::PausedFor(vec!["/ConfigMap:p/a".into()]),
+            )),
+            "deployment/web",
+        );
+        assert_eq!(r.state, "still-paused");
+        assert!(r.text.contains("/ConfigMap:p/a"), "{}", r.text);
+        assert_eq!(ended_report(None, None, "x").state, "not-paused");
     }
 
     #[test]

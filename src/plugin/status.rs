@@ -516,8 +516,12 @@ fn print_events(report: &Value) {
         v => {
             println!("Active break-glass:");
             for e in list(v) {
+                let paused = match e["paused"].as_str() {
+                    Some(key) => format!(" (paused: {key})"),
+                    None => " (nothing paused: the GitOps tool may revert it)".to_owned(),
+                };
                 println!(
-                    "  {} until {}: {}",
+                    "  {} until {}: {}{paused}",
                     s(&e["object"]),
                     s(&e["expires"]),
                     s(&e["reason"])
@@ -661,7 +665,7 @@ fn break_glass_entry(
     item: &Value,
     now: jiff::Timestamp,
 ) -> Option<(&'static str, Value)> {
-    use crate::drift::breakglass::{EXPIRES, REASON};
+    use crate::drift::breakglass::{EXPIRES, PAUSED, REASON};
     let meta = &item["metadata"];
     let expires = meta["annotations"][EXPIRES].as_str()?;
     let name = meta["name"].as_str().unwrap_or_default();
@@ -687,6 +691,8 @@ fn break_glass_entry(
             "reason": meta["annotations"][REASON],
             "expires": expires,
             "state": state,
+            // What `kubectl driftguard break-glass` paused for it, if anything.
+            "paused": meta["annotations"][PAUSED],
         }),
     ))
 }
@@ -744,6 +750,12 @@ mod tests {
         assert_eq!(e["apiVersion"], "v1");
         assert_eq!(e["reason"], "INC-1");
         assert_eq!(e["expires"], "2030-01-01T15:59:00Z");
+        assert_eq!(e["paused"], serde_json::Value::Null);
+        let mut paused = item("2030-01-01T15:59:00Z");
+        paused["metadata"]["annotations"]["driftguard.io/break-glass-paused"] =
+            json!("kustomize.toolkit.fluxcd.io/reconcile");
+        let (_, e) = break_glass_entry(&cm, &paused, now).unwrap();
+        assert_eq!(e["paused"], "kustomize.toolkit.fluxcd.io/reconcile");
         let (state, _) = break_glass_entry(&cm, &item("2030-01-01T11:00:00Z"), now).unwrap();
         assert_eq!(state, "expired");
         let (state, _) = break_glass_entry(&cm, &item("tomorrow"), now).unwrap();

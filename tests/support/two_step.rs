@@ -34,8 +34,9 @@ const RULES: [&str; 12] = [
 ];
 
 /// Label and annotation keys a first write may add, change or remove.
-const LABELS: [&str; 8] = [
+const LABELS: [&str; 9] = [
     "app.kubernetes.io/instance",
+    "driftguard.io/break-glass",
     "kustomize.toolkit.fluxcd.io/name",
     "kustomize.toolkit.fluxcd.io/namespace",
     "helm.toolkit.fluxcd.io/name",
@@ -44,8 +45,9 @@ const LABELS: [&str; 8] = [
     "helm.toolkit.fluxcd.io/driftDetection",
     "team",
 ];
-const ANNOTATIONS: [&str; 10] = [
+const ANNOTATIONS: [&str; 11] = [
     "argocd.argoproj.io/tracking-id",
+    "driftguard.io/break-glass-paused",
     "driftguard.io/mode",
     "driftguard.io/break-glass",
     "driftguard.io/break-glass-expires",
@@ -56,7 +58,7 @@ const ANNOTATIONS: [&str; 10] = [
     "driftguard.io/drift",
     "team",
 ];
-const VALUES: [&str; 10] = [
+const VALUES: [&str; 12] = [
     "audit",
     "warn",
     "disabled",
@@ -67,6 +69,8 @@ const VALUES: [&str; 10] = [
     "2026-11-29T11:00:00Z",
     "{}",
     "flux-system",
+    "true",
+    "kustomize.toolkit.fluxcd.io/reconcile",
 ];
 
 /// Spec fields a denied second write changes, per kind.
@@ -109,6 +113,9 @@ pub enum Edit {
     Disown(&'static str),
     /// A judged field edited; allowed only if ignored.
     Field(&'static str, i64),
+    /// What the expiry sweeper writes: the break-glass annotations, the pause
+    /// marker, the label and the opt-out the marker names, removed.
+    EndBreakGlass,
 }
 
 #[derive(Clone, Debug)]
@@ -129,6 +136,9 @@ pub struct Scenario {
     /// does for an Update; otherwise it keeps managedFields as stored (a
     /// client posing as the owning manager).
     pub honest_second: bool,
+    /// The stored object carries an expired break-glass armed by the plugin:
+    /// the pause marker, the label and, for Flux, the opt-out it set.
+    pub paused: bool,
 }
 
 /// Reads choices from bytes; running out of bytes reads zeros.
@@ -162,7 +172,7 @@ impl Scenario {
         let first = (0..1 + b.next() % 3)
             .map(|_| {
                 let value = |b: &mut Bytes| (!b.next().is_multiple_of(4)).then(|| b.pick(&VALUES));
-                match b.next() % 8 {
+                match b.next() % 9 {
                     0 | 1 => Edit::Annotation(b.pick(&ANNOTATIONS), value(&mut b)),
                     2 => Edit::Label(b.pick(&LABELS), value(&mut b)),
                     3 => Edit::ControllerOwner(b.flag()),
@@ -174,7 +184,8 @@ impl Scenario {
                     6 => {
                         Edit::Disown(b.pick(&["hpa", "argocd-controller", "kustomize-controller"]))
                     }
-                    _ => Edit::Field(b.pick(fields), 1 + (b.next() % 3) as i64),
+                    7 => Edit::Field(b.pick(fields), 1 + (b.next() % 3) as i64),
+                    _ => Edit::EndBreakGlass,
                 }
             })
             .collect();
@@ -191,6 +202,7 @@ impl Scenario {
             first,
             second,
             honest_second: b.flag(),
+            paused: b.flag(),
         }
     }
 
@@ -277,6 +289,22 @@ impl Scenario {
         let applied = json!({"metadata": {"labels": obj["metadata"]["labels"]}}).to_string();
         obj["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"] =
             json!(applied);
+        if self.paused {
+            let opt_out = match self.manager {
+                Manager::FluxKustomization => Some("kustomize.toolkit.fluxcd.io/reconcile"),
+                Manager::FluxHelm => Some("helm.toolkit.fluxcd.io/driftDetection"),
+                Manager::ArgoAnnotation | Manager::ArgoLabel => None,
+            };
+            let a = &mut obj["metadata"]["annotations"];
+            a["driftguard.io/break-glass"] = json!("INC-1");
+            a["driftguard.io/break-glass-expires"] = json!("2026-11-29T09:00:00Z");
+            a["driftguard.io/break-glass-paused"] =
+                json!(opt_out.unwrap_or("argocd.argoproj.io/skip-reconcile"));
+            if let Some(key) = opt_out {
+                a[key] = json!("disabled");
+            }
+            obj["metadata"]["labels"]["driftguard.io/break-glass"] = json!("true");
+        }
         obj
     }
 
@@ -303,6 +331,16 @@ impl Scenario {
             }
         }
         Ok(())
+    }
+
+    /// Whether W1 on the stored object is allowed.
+    pub fn first_allowed(&self) -> Result<bool, String> {
+        let stored = self.stored();
+        let mut after = stored.clone();
+        for e in &self.first {
+            apply(&mut after, e);
+        }
+        decide(&self.policy(), "UPDATE", Some(&stored), Some(&after))
     }
 
     /// `Some(true)` when W2 on `stored` is denied.
@@ -447,6 +485,27 @@ fn apply(obj: &mut Value, edit: &Edit) {
                 .retain(|e| e["manager"] != json!(manager));
         }
         Edit::Field(field, value) => set(obj, field, json!(value)),
+        Edit::EndBreakGlass => {
+            let annotations = meta["annotations"].as_object_mut().expect("a map");
+            let marker = annotations
+                .get("driftguard.io/break-glass-paused")
+                .and_then(Value::as_str)
+                .map(str::to_owned);
+            for k in [
+                "driftguard.io/break-glass",
+                "driftguard.io/break-glass-expires",
+                "driftguard.io/break-glass-paused",
+            ] {
+                annotations.remove(k);
+            }
+            if let Some(m) = marker.filter(|m| m.contains("toolkit.fluxcd.io")) {
+                annotations.remove(&m);
+            }
+            meta["labels"]
+                .as_object_mut()
+                .expect("a map")
+                .remove("driftguard.io/break-glass");
+        }
     }
 }
 

@@ -1,0 +1,279 @@
+//! The break-glass expiry sweeper: when a break-glass stops granting, hand
+//! the object back to Git. Every interval it finds the objects armed by
+//! `kubectl driftguard break-glass` (label `driftguard.io/break-glass`,
+//! metadata only, in every type it may list and patch), and for each whose
+//! break-glass grants nothing any more (expired; an expiry missing or
+//! unreadable) it lifts the pause the marker records and removes what arming
+//! added ([`crate::pause`]). The webhook allows that write whoever sends it
+//! (`break-glass-ended`), so the sweeper needs no special identity. Errors are
+//! logged and retried at the next tick; nothing here can fail a review.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::stream::{self, StreamExt};
+use kube::api::{
+    Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
+};
+use kube::discovery::{Discovery, verbs};
+use serde_json::{Value, json};
+
+use crate::cluster::rules::{EXCLUDED_GROUPS, EXCLUDED_RESOURCES};
+use crate::drift::breakglass::{self, EXPIRES, LABEL};
+use crate::drift::inputs::Inputs;
+use crate::metrics::Metrics;
+use crate::pause::{self, AppChange, AppState, Plan};
+use crate::service::PolicyHandle;
+
+/// Types are discovered again this often (a new CRD is swept within it).
+const REDISCOVER: Duration = Duration::from_secs(300);
+/// Types listed at once.
+const CONCURRENT_LISTS: usize = 4;
+/// Conflicting writes to one Application before waiting for the next tick.
+const APP_RETRIES: usize = 3;
+
+pub struct Options {
+    pub interval: Duration,
+    /// Where Argo CD Applications live when a tracking id names no namespace.
+    pub argocd_namespace: String,
+}
+
+/// Starts the sweeper on the current runtime.
+pub fn spawn(client: kube::Client, policy: PolicyHandle, metrics: Arc<Metrics>, options: Options) {
+    tracing::info!(interval = ?options.interval, "break-glass expiry sweeper started");
+    let mut sweeper = Sweeper {
+        client,
+        policy,
+        metrics,
+        options,
+        types: Vec::new(),
+        discovered: None,
+        unlistable: BTreeSet::new(),
+    };
+    tokio::spawn(async move {
+        let mut ticks = tokio::time::interval(sweeper.options.interval);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticks.tick().await;
+            sweeper.tick().await;
+        }
+    });
+}
+
+struct Sweeper {
+    client: kube::Client,
+    policy: PolicyHandle,
+    metrics: Arc<Metrics>,
+    options: Options,
+    /// Listable and patchable types, from the last discovery.
+    types: Vec<ApiResource>,
+    discovered: Option<Instant>,
+    /// Types the last tick could not list (logged when the set changes).
+    unlistable: BTreeSet<String>,
+}
+
+impl Sweeper {
+    async fn tick(&mut self) {
+        if self.discovered.is_none_or(|at| at.elapsed() > REDISCOVER) {
+            match discover(&self.client).await {
+                Ok(types) => {
+                    self.types = types;
+                    self.discovered = Some(Instant::now());
+                }
+                // The last good list keeps serving; discovery is tried again next tick.
+                Err(e) => tracing::warn!(error = %e, "break-glass sweeper: discovery failed"),
+            }
+        }
+        // Owned values: a stream borrowing `self` cannot live in the spawned task.
+        let lists: Vec<_> = stream::iter(self.types.clone())
+            .map(|ar| {
+                let api = Api::<DynamicObject>::all_with(self.client.clone(), &ar);
+                async move {
+                    let list = api
+                        .list_metadata(&ListParams::default().labels(LABEL))
+                        .await;
+                    (ar, list)
+                }
+            })
+            .buffer_unordered(CONCURRENT_LISTS)
+            .collect()
+            .await;
+        let mut unlistable = BTreeSet::new();
+        let mut due = Vec::new();
+        let now = jiff::Timestamp::now();
+        let policy = self.policy.current();
+        for (ar, list) in lists {
+            match list {
+                Ok(list) => {
+                    for item in list.items {
+                        let object = json!({"kind": ar.kind, "metadata": item.metadata});
+                        if !breakglass::grants(&Inputs::read(&object, &policy), &policy, now) {
+                            due.push((ar.clone(), object));
+                        }
+                    }
+                }
+                // A type gone since discovery (404) is no one's business.
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(kube::Error::Api(s)) => {
+                    unlistable.insert(format!("{} (HTTP {})", type_name(&ar), s.code));
+                }
+                Err(e) => {
+                    unlistable.insert(format!("{}: {e}", type_name(&ar)));
+                }
+            }
+        }
+        if unlistable != self.unlistable {
+            if !unlistable.is_empty() {
+                let shown: Vec<&String> = unlistable.iter().take(5).collect();
+                tracing::warn!(
+                    types = unlistable.len(),
+                    first = ?shown,
+                    "break-glass sweeper cannot list these types (it needs list and patch on them): their expired break-glasses are not removed"
+                );
+            }
+            self.unlistable = unlistable;
+        }
+        for (ar, object) in due {
+            self.end(&ar, &object).await;
+        }
+    }
+
+    /// Lifts the Application's pause, if the marker records one, then ends
+    /// the break-glass on the object; failures wait for the next tick.
+    async fn end(&self, ar: &ApiResource, object: &Value) {
+        let meta = &object["metadata"];
+        let name = meta["name"].as_str().unwrap_or_default();
+        let namespace = meta["namespace"].as_str().unwrap_or_default();
+        let annotations = &meta["annotations"];
+        let shown = format!("{} {}{name}", ar.kind, ns_prefix(namespace));
+        let mut resumed = None;
+        if pause::paused_application(annotations) {
+            let policy = self.policy.current();
+            match pause::plan(object, &ar.group, &policy, &self.options.argocd_namespace) {
+                Plan::ArgoCd {
+                    namespace: app_ns,
+                    name: app,
+                    entry,
+                } => match self.resume(&app_ns, &app, &entry).await {
+                    Ok(state) => resumed = Some((format!("{app_ns}/{app}"), state)),
+                    Err(e) => {
+                        tracing::warn!(object = %shown, application = %format!("{app_ns}/{app}"), error = %e, "break-glass sweeper: cannot lift the Application's pause; trying again next tick");
+                        return;
+                    }
+                },
+                _ => {
+                    tracing::warn!(object = %shown, "break-glass sweeper: the pause marker names Argo CD, but the object names no Application; ending the break-glass on the object only")
+                }
+            }
+        }
+        let api = if namespace.is_empty() {
+            Api::<DynamicObject>::all_with(self.client.clone(), ar)
+        } else {
+            Api::<DynamicObject>::namespaced_with(self.client.clone(), namespace, ar)
+        };
+        let rv = meta["resourceVersion"].as_str().unwrap_or_default();
+        let body = pause::end_patch(annotations, rv);
+        match api
+            .patch(name, &PatchParams::default(), &Patch::Merge(&body))
+            .await
+        {
+            Ok(_) => {
+                self.metrics.break_glass_expired.inc();
+                let application = resumed.map(|(app, state)| match state {
+                    AppState::Resumed => format!("{app} resumed"),
+                    AppState::PausedFor(l) => format!("{app} still paused for {}", l.join(",")),
+                    _ => format!("{app} not paused by driftguard"),
+                });
+                tracing::info!(
+                    object = %shown,
+                    expires = annotations[EXPIRES].as_str().unwrap_or("(missing)"),
+                    paused = annotations[breakglass::PAUSED].as_str().unwrap_or("(nothing)"),
+                    application = application.as_deref().unwrap_or("-"),
+                    "break-glass expired: removed it and driftguard's pause; the GitOps tool restores Git"
+                );
+            }
+            // Changed since it was listed (or another replica won): the next tick sees it again.
+            Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => {
+                tracing::debug!(object = %shown, code = s.code, "break-glass sweeper: object changed; next tick");
+            }
+            Err(e) => {
+                tracing::warn!(object = %shown, error = %e, "break-glass sweeper: cannot end the break-glass; trying again next tick");
+            }
+        }
+    }
+
+    /// Takes `entry` out of Application `namespace/name`'s pause, with the
+    /// Application's resourceVersion as precondition. A missing Application
+    /// has nothing to lift.
+    async fn resume(&self, namespace: &str, name: &str, entry: &str) -> Result<AppState, String> {
+        let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(
+            "argoproj.io",
+            "v1alpha1",
+            "Application",
+        ));
+        let api = Api::<DynamicObject>::namespaced_with(self.client.clone(), namespace, &ar);
+        for _ in 0..APP_RETRIES {
+            let app = match api.get(name).await {
+                Ok(app) => serde_json::to_value(app).unwrap_or_default(),
+                Err(kube::Error::Api(s)) if s.code == 404 => return Ok(AppState::NotListed),
+                Err(e) => return Err(e.to_string()),
+            };
+            let (patch, state) = pause::application_update(&app, AppChange::Resume(entry));
+            let Some(patch) = patch else {
+                return Ok(state);
+            };
+            match api
+                .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                Ok(_) => return Ok(state),
+                Err(kube::Error::Api(s)) if s.code == 409 => continue,
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+        Err(format!("{APP_RETRIES} conflicting writes"))
+    }
+}
+
+/// Every type the sweeper may need: listable and patchable, in the preferred
+/// version, without the kinds driftguard never judges. Aggregated discovery
+/// (2 requests) where the apiserver has it, else one request per group.
+async fn discover(client: &kube::Client) -> Result<Vec<ApiResource>, kube::Error> {
+    let discovery = match Discovery::new(client.clone()).run_aggregated().await {
+        Ok(d) => d,
+        Err(_) => Discovery::new(client.clone()).run().await?,
+    };
+    let mut out = Vec::new();
+    for group in discovery.groups() {
+        if EXCLUDED_GROUPS.contains(&group.name()) {
+            continue;
+        }
+        for (ar, caps) in group.recommended_resources() {
+            let excluded = format!("{}/{}", ar.group, ar.plural);
+            if caps.supports_operation(verbs::LIST)
+                && caps.supports_operation(verbs::PATCH)
+                && !EXCLUDED_RESOURCES.contains(&excluded.as_str())
+            {
+                out.push(ar);
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn type_name(ar: &ApiResource) -> String {
+    if ar.group.is_empty() {
+        ar.plural.clone()
+    } else {
+        format!("{}.{}", ar.plural, ar.group)
+    }
+}
+
+fn ns_prefix(namespace: &str) -> String {
+    if namespace.is_empty() {
+        String::new()
+    } else {
+        format!("{namespace}/")
+    }
+}

@@ -1,0 +1,421 @@
+//! What arming a break-glass pauses, and what ending it undoes, as merge
+//! patches: shared by `kubectl driftguard break-glass` and the server's
+//! expiry sweeper. Plain data in, patch bodies out; callers send them.
+//!
+//! Each GitOps tool is paused with its own documented control, for exactly
+//! one object where the tool allows it:
+//! - Flux Kustomization: `kustomize.toolkit.fluxcd.io/reconcile: disabled` on
+//!   the object (kustomize-controller neither applies nor prunes it);
+//! - Flux HelmRelease: `helm.toolkit.fluxcd.io/driftDetection: disabled` on
+//!   the object (helm-controller leaves it out of drift detection and
+//!   correction; a new release still applies the chart);
+//! - Argo CD: `argocd.argoproj.io/skip-reconcile: "true"` on the Application
+//!   (the controller skips the whole Application), shared by every object of
+//!   that Application under break-glass, listed in
+//!   `driftguard.io/break-glass-paused-for`.
+//!
+//! What driftguard did not add it never removes: a Flux opt-out or an
+//! Application skip-reconcile that was there before is left alone.
+
+use std::collections::BTreeSet;
+
+use serde_json::{Map, Value, json};
+
+use crate::drift::breakglass::{EXPIRES, LABEL, PAUSED, REASON};
+use crate::drift::inputs::{Input, Inputs};
+use crate::drift::ownership::{self, FLUX_RECONCILE, HELM_DRIFT_DETECTION, Manager};
+use crate::drift::restore;
+use crate::policy::Policy;
+
+/// Argo CD's `common.AnnotationKeyAppSkipReconcile`: while `"true"`, the
+/// application controller does not process the Application at all.
+pub const SKIP_RECONCILE: &str = "argocd.argoproj.io/skip-reconcile";
+/// On an Application that driftguard paused: the objects whose break-glass
+/// holds the pause, sorted, comma-separated, each `group/Kind:namespace/name`
+/// as in an Argo CD tracking id. Absent when the pause is not driftguard's.
+pub const PAUSED_FOR: &str = "driftguard.io/break-glass-paused-for";
+
+/// How arming a break-glass pauses the GitOps tool for one object.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Plan {
+    /// No GitOps manager under the policy's detectors: nothing to pause.
+    Unmanaged,
+    /// Flux already skips the object: an opt-out driftguard did not set,
+    /// left as it is (and not recorded as driftguard's).
+    AlreadyOptedOut { key: &'static str, manager: Manager },
+    /// Flux: `key: disabled` on the object, in the arming write.
+    Flux { key: &'static str, manager: Manager },
+    /// Argo CD: pause the Application first, then arm the object.
+    ArgoCd {
+        namespace: String,
+        name: String,
+        /// This object in the Application's `PAUSED_FOR` list.
+        entry: String,
+    },
+}
+
+impl Plan {
+    /// What the object's pause marker records, if anything.
+    fn marker(&self) -> Option<&'static str> {
+        match self {
+            Plan::Flux { key, .. } => Some(key),
+            Plan::ArgoCd { .. } => Some(SKIP_RECONCILE),
+            Plan::Unmanaged | Plan::AlreadyOptedOut { .. } => None,
+        }
+    }
+}
+
+/// The object's entry in an Application's `PAUSED_FOR` list.
+pub fn entry(group: &str, kind: &str, namespace: &str, name: &str) -> String {
+    format!("{group}/{kind}:{namespace}/{name}")
+}
+
+/// How to pause the tool that manages `obj` (which must carry its `kind`),
+/// detected as the decision detects it. An Argo CD Application lives in the
+/// namespace of an `ns_app` tracking id, else in `argocd_namespace`.
+pub fn plan(obj: &Value, group: &str, policy: &Policy, argocd_namespace: &str) -> Plan {
+    let inputs = Inputs::read(obj, policy);
+    let Some(manager) = ownership::detect(&inputs) else {
+        return Plan::Unmanaged;
+    };
+    let (key, label, annotation) = match &manager {
+        Manager::ArgoCd {
+            application,
+            application_namespace,
+        } => {
+            return Plan::ArgoCd {
+                namespace: application_namespace
+                    .clone()
+                    .unwrap_or_else(|| argocd_namespace.to_owned()),
+                name: application.clone(),
+                entry: entry(group, inputs.kind, inputs.namespace, inputs.name),
+            };
+        }
+        Manager::FluxKustomization { .. } => (
+            FLUX_RECONCILE,
+            Input::FluxReconcileLabel,
+            Input::FluxReconcileAnnotation,
+        ),
+        Manager::FluxHelmRelease { .. } => (
+            HELM_DRIFT_DETECTION,
+            Input::HelmDriftDetectionLabel,
+            Input::HelmDriftDetectionAnnotation,
+        ),
+    };
+    let ours = inputs.text(Input::BreakGlassPaused) == Some(key);
+    let disabled = [label, annotation]
+        .into_iter()
+        .any(|i| inputs.non_empty(i) == Some("disabled"));
+    if disabled && !ours {
+        Plan::AlreadyOptedOut { key, manager }
+    } else {
+        Plan::Flux { key, manager }
+    }
+}
+
+/// The arming write: both annotations, the pause marker and the Flux opt-out
+/// (when the plan pauses something), and the label; with a resourceVersion
+/// precondition, since the plan was read from that version.
+pub fn arm_patch(plan: &Plan, reason: &str, expires: &str, resource_version: &str) -> Value {
+    let mut annotations = Map::new();
+    annotations.insert(REASON.into(), json!(reason));
+    annotations.insert(EXPIRES.into(), json!(expires));
+    if let Some(marker) = plan.marker() {
+        annotations.insert(PAUSED.into(), json!(marker));
+    }
+    if let Plan::Flux { key, .. } = plan {
+        annotations.insert((*key).into(), json!("disabled"));
+    }
+    json!({"metadata": {
+        "resourceVersion": resource_version,
+        "annotations": annotations,
+        "labels": {LABEL: "true"},
+    }})
+}
+
+/// The ending write for an object whose annotations are `annotations`:
+/// every key arming added, removed (the Flux opt-out only when its marker
+/// names it); with a resourceVersion precondition.
+pub fn end_patch(annotations: &Value, resource_version: &str) -> Value {
+    let marker = annotations.get(PAUSED).and_then(Value::as_str);
+    let removed: Map<String, Value> = restore::annotations(marker)
+        .into_iter()
+        .map(|k| (k.to_owned(), Value::Null))
+        .collect();
+    let labels: Map<String, Value> = restore::LABELS
+        .into_iter()
+        .map(|k| (k.to_owned(), Value::Null))
+        .collect();
+    json!({"metadata": {
+        "resourceVersion": resource_version,
+        "annotations": removed,
+        "labels": labels,
+    }})
+}
+
+/// Whether the object's marker says its Argo CD Application was paused for it.
+pub fn paused_application(annotations: &Value) -> bool {
+    annotations.get(PAUSED).and_then(Value::as_str) == Some(SKIP_RECONCILE)
+}
+
+/// What changes on an Application.
+#[derive(Clone, Copy, Debug)]
+pub enum AppChange<'a> {
+    /// An object's break-glass joins (or starts) the pause.
+    Pause(&'a str),
+    /// An object's break-glass ended.
+    Resume(&'a str),
+}
+
+/// Where the Application stands after the change.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AppState {
+    /// driftguard's pause holds, for these objects.
+    PausedFor(Vec<String>),
+    /// skip-reconcile was already "true" without driftguard's list: someone
+    /// else paused it; left alone, nothing recorded.
+    PausedBySomeoneElse,
+    /// The last object's break-glass ended: skip-reconcile removed.
+    Resumed,
+    /// The object was not in the list: nothing of driftguard's to undo.
+    NotListed,
+}
+
+/// The merge patch (with the Application's resourceVersion as precondition)
+/// that applies `change` to `app`, or `None` when nothing needs writing; and
+/// where the Application stands after it.
+pub fn application_update(app: &Value, change: AppChange) -> (Option<Value>, AppState) {
+    let annotations = &app["metadata"]["annotations"];
+    let skip = annotations.get(SKIP_RECONCILE).and_then(Value::as_str) == Some("true");
+    let listed = annotations.get(PAUSED_FOR).and_then(Value::as_str);
+    let mut list: BTreeSet<String> = listed
+        .unwrap_or_default()
+        .split(',')
+        .map(str::trim)
+        .filter(|e| !e.is_empty())
+        .map(str::to_owned)
+        .collect();
+    let rv = app["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap_or_default();
+    let patch = |skip: Value, paused_for: Value| {
+        json!({"metadata": {"resourceVersion": rv,
+            "annotations": {SKIP_RECONCILE: skip, PAUSED_FOR: paused_for}}})
+    };
+    match change {
+        AppChange::Pause(_) if skip && list.is_empty() => (None, AppState::PausedBySomeoneElse),
+        AppChange::Pause(entry) => {
+            // Not skipped any more: whatever was listed no longer holds a pause.
+            if !skip {
+                list.clear();
+            }
+            let changed = list.insert(entry.to_owned()) || !skip;
+            let all: Vec<String> = list.into_iter().collect();
+            let p = changed.then(|| patch(json!("true"), json!(all.join(","))));
+            (p, AppState::PausedFor(all))
+        }
+        AppChange::Resume(entry) => {
+            if !list.remove(entry) {
+                return (None, AppState::NotListed);
+            }
+            if list.is_empty() {
+                // The list is driftguard's record that the pause is its own.
+                (Some(patch(Value::Null, Value::Null)), AppState::Resumed)
+            } else {
+                let all: Vec<String> = list.into_iter().collect();
+                let p = patch(json!("true"), json!(all.join(",")));
+                (Some(p), AppState::PausedFor(all))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn obj(labels: Value, annotations: Value) -> Value {
+        json!({"apiVersion": "apps/v1", "kind": "Deployment",
+               "metadata": {"name": "web", "namespace": "prod", "labels": labels, "annotations": annotations}})
+    }
+
+    fn flux_labels() -> Value {
+        json!({"kustomize.toolkit.fluxcd.io/name": "apps", "kustomize.toolkit.fluxcd.io/namespace": "flux-system"})
+    }
+
+    #[test]
+    fn a_flux_object_is_paused_on_itself_unless_someone_else_opted_it_out() {
+        let p = Policy::embedded();
+        let plan = plan(&obj(flux_labels(), json!({})), "apps", &p, "argocd");
+        assert!(
+            matches!(
+                plan,
+                Plan::Flux {
+                    key: FLUX_RECONCILE,
+                    ..
+                }
+            ),
+            "{plan:?}"
+        );
+        let body = arm_patch(&plan, "INC-1", "2026-01-01T11:00:00Z", "42");
+        assert_eq!(
+            body,
+            json!({"metadata": {"resourceVersion": "42",
+                "annotations": {REASON: "INC-1", EXPIRES: "2026-01-01T11:00:00Z",
+                                PAUSED: FLUX_RECONCILE, FLUX_RECONCILE: "disabled"},
+                "labels": {LABEL: "true"}}})
+        );
+
+        let theirs = obj(flux_labels(), json!({FLUX_RECONCILE: "disabled"}));
+        let plan = super::plan(&theirs, "apps", &p, "argocd");
+        assert!(matches!(plan, Plan::AlreadyOptedOut { .. }), "{plan:?}");
+        let body = arm_patch(&plan, "INC-1", "2026-01-01T11:00:00Z", "42");
+        assert_eq!(
+            body["metadata"]["annotations"],
+            json!({REASON: "INC-1", EXPIRES: "2026-01-01T11:00:00Z"})
+        );
+        // Re-arming an object paused by driftguard keeps the pause its own.
+        let ours = obj(
+            flux_labels(),
+            json!({FLUX_RECONCILE: "disabled", PAUSED: FLUX_RECONCILE}),
+        );
+        assert!(matches!(
+            super::plan(&ours, "apps", &p, "argocd"),
+            Plan::Flux { .. }
+        ));
+
+        let helm = obj(
+            json!({"helm.toolkit.fluxcd.io/name": "web", "helm.toolkit.fluxcd.io/namespace": "db"}),
+            json!({}),
+        );
+        assert!(matches!(
+            super::plan(&helm, "apps", &p, "argocd"),
+            Plan::Flux {
+                key: HELM_DRIFT_DETECTION,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn an_argo_cd_object_pauses_its_application() {
+        let p = Policy::embedded();
+        let o = obj(
+            json!({}),
+            json!({"argocd.argoproj.io/tracking-id": "team-a_shop:apps/Deployment:prod/web"}),
+        );
+        assert_eq!(
+            plan(&o, "apps", &p, "argocd"),
+            Plan::ArgoCd {
+                namespace: "team-a".into(),
+                name: "shop".into(),
+                entry: "apps/Deployment:prod/web".into()
+            }
+        );
+        let o = obj(json!({"app.kubernetes.io/instance": "shop"}), json!({}));
+        let Plan::ArgoCd { namespace, .. } = plan(&o, "apps", &p, "gitops") else {
+            panic!("not Argo CD");
+        };
+        assert_eq!(namespace, "gitops");
+        let body = arm_patch(&plan(&o, "apps", &p, "gitops"), "r", "t", "7");
+        assert_eq!(body["metadata"]["annotations"][PAUSED], SKIP_RECONCILE);
+        assert_eq!(body["metadata"]["annotations"].get(SKIP_RECONCILE), None);
+        assert_eq!(
+            plan(&obj(json!({}), json!({})), "apps", &p, "argocd"),
+            Plan::Unmanaged
+        );
+    }
+
+    #[test]
+    fn ending_removes_what_arming_added() {
+        let body = end_patch(
+            &json!({PAUSED: FLUX_RECONCILE, FLUX_RECONCILE: "disabled"}),
+            "9",
+        );
+        assert_eq!(
+            body,
+            json!({"metadata": {"resourceVersion": "9",
+                "annotations": {REASON: null, EXPIRES: null, PAUSED: null, FLUX_RECONCILE: null},
+                "labels": {LABEL: null}}})
+        );
+        // Someone else's opt-out, not named by the marker, stays.
+        let body = end_patch(&json!({FLUX_RECONCILE: "disabled"}), "9");
+        assert_eq!(body["metadata"]["annotations"].get(FLUX_RECONCILE), None);
+        assert!(paused_application(&json!({PAUSED: SKIP_RECONCILE})));
+        assert!(!paused_application(&json!({PAUSED: FLUX_RECONCILE})));
+    }
+
+    fn app(annotations: Value) -> Value {
+        json!({"metadata": {"name": "shop", "namespace": "argocd", "resourceVersion": "5",
+                            "annotations": annotations}})
+    }
+
+    #[test]
+    fn two_break_glasses_share_one_application_pause() {
+        let (patch, state) =
+            application_update(&app(json!({})), AppChange::Pause("apps/Deployment:p/b"));
+        assert_eq!(
+            patch,
+            Some(json!({"metadata": {"resourceVersion": "5", "annotations":
+                {SKIP_RECONCILE: "true", PAUSED_FOR: "apps/Deployment:p/b"}}}))
+        );
+        assert_eq!(
+            state,
+            AppState::PausedFor(vec!["apps/Deployment:p/b".into()])
+        );
+
+        let held = app(json!({SKIP_RECONCILE: "true", PAUSED_FOR: "apps/Deployment:p/b"}));
+        let (patch, _) = application_update(&held, AppChange::Pause("/ConfigMap:p/a"));
+        assert_eq!(
+            patch.unwrap()["metadata"]["annotations"][PAUSED_FOR],
+            "/ConfigMap:p/a,apps/Deployment:p/b"
+        );
+        // Arming the same object again writes nothing.
+        assert_eq!(
+            application_update(&held, AppChange::Pause("apps/Deployment:p/b")).0,
+            None
+        );
+
+        let both =
+            app(json!({SKIP_RECONCILE: "true", PAUSED_FOR: "/ConfigMap:p/a,apps/Deployment:p/b"}));
+        let (patch, state) = application_update(&both, AppChange::Resume("/ConfigMap:p/a"));
+        assert_eq!(
+            patch.unwrap()["metadata"]["annotations"],
+            json!({SKIP_RECONCILE: "true", PAUSED_FOR: "apps/Deployment:p/b"})
+        );
+        assert_eq!(
+            state,
+            AppState::PausedFor(vec!["apps/Deployment:p/b".into()])
+        );
+        let (patch, state) = application_update(&held, AppChange::Resume("apps/Deployment:p/b"));
+        assert_eq!(
+            patch.unwrap()["metadata"]["annotations"],
+            json!({SKIP_RECONCILE: null, PAUSED_FOR: null})
+        );
+        assert_eq!(state, AppState::Resumed);
+    }
+
+    #[test]
+    fn an_application_paused_by_someone_else_is_left_alone() {
+        let theirs = app(json!({SKIP_RECONCILE: "true"}));
+        assert_eq!(
+            application_update(&theirs, AppChange::Pause("apps/Deployment:p/b")),
+            (None, AppState::PausedBySomeoneElse)
+        );
+        assert_eq!(
+            application_update(&theirs, AppChange::Resume("apps/Deployment:p/b")),
+            (None, AppState::NotListed)
+        );
+        // A list left from a pause someone already lifted starts over.
+        let stale = app(json!({PAUSED_FOR: "/ConfigMap:p/old"}));
+        let (patch, state) = application_update(&stale, AppChange::Pause("apps/Deployment:p/b"));
+        assert_eq!(
+            patch.unwrap()["metadata"]["annotations"],
+            json!({SKIP_RECONCILE: "true", PAUSED_FOR: "apps/Deployment:p/b"})
+        );
+        assert_eq!(
+            state,
+            AppState::PausedFor(vec!["apps/Deployment:p/b".into()])
+        );
+    }
+}
