@@ -6,6 +6,7 @@ pub mod inputs;
 pub mod normalize;
 pub mod owned;
 pub mod ownership;
+pub mod reapplied;
 
 use jiff::{SignedDuration, Timestamp};
 use serde_json::Value;
@@ -153,6 +154,9 @@ pub struct Decision {
     pub break_glass: Option<BreakGlassUse>,
     pub rule_failures: Vec<RuleFailure>,
     pub notes: Vec<String>,
+    /// Drifted paths that an ignore rule would have hidden, but that Flux's
+    /// kustomize-controller owns and re-applies from Git (see [`reapplied`]).
+    pub reapplied: Vec<String>,
     pub dry_run: bool,
     /// The longest break-glass the policy allows, for the denial's hint;
     /// `None` when break-glass is disabled (no identity may use it).
@@ -220,6 +224,7 @@ pub fn decide(policy: &Policy, req: &Request, ctx: &Context) -> Result<Decision,
         break_glass: None,
         rule_failures: Vec::new(),
         notes: Vec::new(),
+        reapplied: Vec::new(),
         dry_run: req.dry_run,
         break_glass_max: (!policy.break_glass.allowed.is_empty())
             .then_some(policy.break_glass.max_duration),
@@ -359,6 +364,13 @@ fn diff(
             paths.push(p.clone());
         }
     }
+    // An ignore rule does not stop kustomize-controller from re-applying a
+    // field it owns; only the Kustomization's own rules do.
+    if let Some(flux @ Manager::FluxKustomization { .. }) = d.manager.as_ref() {
+        let own = flux_rules(ctx, &target, flux, version, old);
+        d.reapplied = reapplied::hidden_reverts(old, new, &paths, &own);
+        paths.extend(d.reapplied.iter().cloned());
+    }
     // A rule usually fails on both objects alike; report each failure once.
     for f in failures {
         if !d.rule_failures.contains(&f) {
@@ -370,7 +382,7 @@ fn diff(
 
 /// Pointer reported when a manual write gives fields to a manager that an
 /// ignore rule trusts (`managedFieldsManagers`).
-const MANAGED_FIELDS_GROWN: [&str; 1] = ["/metadata/managedFields"];
+const MANAGED_FIELDS: &str = "/metadata/managedFields";
 
 /// Changes to what the decision reads, which no ignore rule or ownedFields
 /// partition may hide: the [`Inputs`]; the labels and annotations that the
@@ -393,11 +405,10 @@ fn input_changes(
         .iter()
         .flat_map(|r| r.managers.iter().map(String::as_str))
         .collect();
-    if !managers.is_empty() {
-        let (before, after) = (owned_leaves(old, &managers), owned_leaves(new, &managers));
-        if !after.is_subset(&before) {
-            out.extend(MANAGED_FIELDS_GROWN.map(str::to_owned));
-        }
+    let grown = !managers.is_empty()
+        && !owned_leaves(new, &managers).is_subset(&owned_leaves(old, &managers));
+    if grown {
+        out.push(MANAGED_FIELDS.to_owned());
     }
     if policy.precision == crate::policy::Precision::OwnedFields {
         for p in owned::ownership_taken(old, new) {
@@ -454,20 +465,31 @@ fn rules_for<'p>(
                 rules.extend(app.rules.matching(target));
             }
         }
-        Some(flux) => {
-            if let Some(source) = ctx.sources.and_then(|s| s.flux_source(flux)) {
-                rules.extend(
-                    source
-                        .rules
-                        .iter()
-                        .filter(|r| r.matches(target, version, obj))
-                        .map(|r| &r.rule),
-                );
-            }
-        }
+        Some(flux) => rules.extend(flux_rules(ctx, target, flux, version, obj)),
         None => {}
     }
     rules
+}
+
+/// The managing Flux object's own ignore rules that apply to this object.
+fn flux_rules<'p>(
+    ctx: &Context<'p>,
+    target: &Target,
+    manager: &Manager,
+    version: &str,
+    obj: &Value,
+) -> Vec<&'p IgnoreRule> {
+    ctx.sources
+        .and_then(|s| s.flux_source(manager))
+        .map(|source| {
+            source
+                .rules
+                .iter()
+                .filter(|r| r.matches(target, version, obj))
+                .map(|r| &r.rule)
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// For a DELETE of a Namespace, an Application (from files or the cluster)

@@ -794,3 +794,119 @@ fn deleting_the_destination_namespace_of_an_application_is_drift() {
     let policy = seed_policy().with_applications(remote);
     assert!(run(&policy, &Review::delete(ns("production"))).allowed());
 }
+
+/// A Deployment of Flux Kustomization flux-system/apps, as kustomize-controller
+/// v1.9.6 leaves it: its server-side apply entry owns what Git sets
+/// (`replicas` only when `owns_replicas`), kube-controller-manager's the status.
+fn flux_deployment(owns_replicas: bool) -> Value {
+    let mut spec = json!({"f:selector": {}, "f:template": {
+        "f:metadata": {"f:labels": {"f:app": {}}},
+        "f:spec": {"f:containers": {"k:{\"name\":\"web\"}": {".": {}, "f:image": {}, "f:name": {}}}}}});
+    if owns_replicas {
+        spec["f:replicas"] = json!({});
+    }
+    let mut d = deployment();
+    d["metadata"]["annotations"] = json!({});
+    d["metadata"]["labels"] = json!({"kustomize.toolkit.fluxcd.io/name": "apps",
+                                     "kustomize.toolkit.fluxcd.io/namespace": "flux-system"});
+    d["metadata"]["managedFields"] = json!([
+        {"manager": "kustomize-controller", "operation": "Apply", "apiVersion": "apps/v1",
+         "time": "2026-11-29T09:00:00Z", "fieldsType": "FieldsV1", "fieldsV1": {
+            "f:metadata": {"f:labels": {"f:kustomize.toolkit.fluxcd.io/name": {},
+                                        "f:kustomize.toolkit.fluxcd.io/namespace": {}}},
+            "f:spec": spec}},
+        {"manager": "kube-controller-manager", "operation": "Update", "apiVersion": "apps/v1",
+         "time": "2026-11-29T09:00:01Z", "fieldsType": "FieldsV1", "subresource": "status",
+         "fieldsV1": {"f:status": {"f:replicas": {}, "f:readyReplicas": {}}}}
+    ]);
+    d
+}
+
+const IGNORE_REPLICAS: &str =
+    "ignoreDifferences:\n  - {group: apps, kind: Deployment, jsonPointers: [/spec/replicas]}\n";
+
+const REAPPLIED: &str = "Flux applies /spec/replicas from Git (kustomize-controller owns it) and would revert this change: an ignore rule does not stop Flux; remove the field from Git to let it change by hand.";
+
+#[test]
+fn an_ignore_rule_does_not_hide_what_kustomize_controller_reapplies() {
+    let policy = policy_with(IGNORE_REPLICAS);
+    let old = flux_deployment(true);
+    let new = with(&old, "/spec/replicas", json!(5));
+    let out = run(&policy, &Review::update(old.clone(), new.clone()));
+    assert!(!out.allowed());
+    assert_eq!(out.decision.drifted_paths, ["/spec/replicas"]);
+    assert_eq!(out.decision.reapplied, ["/spec/replicas"]);
+    assert!(out.message().contains(REAPPLIED), "{}", out.message());
+
+    // kubectl scale writes deployments/scale: judged as the parent's replicas.
+    let scale = Review::scale("deployments", "web", 3, 5);
+    let out = run_with(&policy, &scale, Endpoint::Validate, Some(&old));
+    assert!(!out.allowed());
+    assert_eq!(out.decision.reapplied, ["/spec/replicas"]);
+    assert!(out.message().contains(REAPPLIED), "{}", out.message());
+
+    // Not in Git, so not owned: Flux leaves it alone and the rule decides.
+    let unowned = flux_deployment(false);
+    let out = run(
+        &policy,
+        &Review::update(unowned.clone(), with(&unowned, "/spec/replicas", json!(5))),
+    );
+    assert!(out.allowed(), "{}", out.message());
+    assert_eq!(out.decision.finding, Finding::NoDrift);
+    assert!(run_with(&policy, &scale, Endpoint::Validate, Some(&unowned)).allowed());
+
+    // In warn mode the warning says why.
+    let warn = policy_with(&format!("mode: warn\n{IGNORE_REPLICAS}"));
+    let out = run(&warn, &Review::update(old.clone(), new.clone()));
+    assert_eq!(out.decision.verdict, Verdict::Warn);
+    assert!(
+        out.warnings().contains(&"driftguard: Flux applies /spec/replicas from Git (kustomize-controller owns it) and would revert this change".to_owned()),
+        "{:?}",
+        out.warnings()
+    );
+
+    // Argo CD's ignoreDifferences really stop self-heal: unchanged.
+    let mut argo = old.clone();
+    argo["metadata"]["labels"] = json!({});
+    argo["metadata"]["annotations"] =
+        json!({"argocd.argoproj.io/tracking-id": "myapp:apps/Deployment:production/web"});
+    argo["metadata"]["managedFields"][0]["manager"] = json!("argocd-controller");
+    let out = run(
+        &policy,
+        &Review::update(argo.clone(), with(&argo, "/spec/replicas", json!(5))),
+    );
+    assert!(out.allowed(), "{}", out.message());
+}
+
+/// Flux v1.9.6 keeps a changed field its Kustomization's `spec.ignore`
+/// selects (it adopts the in-cluster value): that rule still allows.
+#[test]
+fn the_kustomizations_own_ignore_rule_still_allows() {
+    use driftguard::sources::{FluxKind, Sources, flux_from_value};
+    let kustomization = json!({"metadata": {"name": "apps", "namespace": "flux-system"},
+        "spec": {"ignore": [{"paths": ["/spec/replicas"], "target": {"kind": "Deployment"}}]}});
+    let sources = Sources {
+        flux: vec![flux_from_value(FluxKind::Kustomization, &kustomization).unwrap()],
+        ..Default::default()
+    };
+    let old = flux_deployment(true);
+    let new = with(&old, "/spec/replicas", json!(5));
+    let body = serde_json::to_vec(&Review::update(old, new).body()).unwrap();
+    let req = driftguard::review::parse(&body).unwrap();
+    let judged = driftguard::judge_request(
+        &Policy::embedded(),
+        &req,
+        Endpoint::Validate,
+        None,
+        Some(&sources),
+        now(),
+    )
+    .unwrap();
+    assert_eq!(
+        judged.decision.verdict,
+        Verdict::Allow,
+        "{:?}",
+        judged.decision
+    );
+    assert!(judged.decision.reapplied.is_empty());
+}
