@@ -380,15 +380,17 @@ fn diff(
     (paths, inputs_changed)
 }
 
-/// Pointer reported when a manual write gives fields to a manager that an
-/// ignore rule trusts (`managedFieldsManagers`).
+/// Pointer reported when a manual write changes field ownership that an
+/// ignore rule or Flux's re-apply depends on.
 const MANAGED_FIELDS: &str = "/metadata/managedFields";
 
 /// Changes to what the decision reads, which no ignore rule or ownedFields
 /// partition may hide: the [`Inputs`]; the labels and annotations that the
-/// managing Flux object's ignore targets select on; and fields given to a
+/// managing Flux object's ignore targets select on; fields given to a
 /// manager that `managedFieldsManagers` trusts (a client-chosen fieldManager
-/// claiming them, which would make a later change to them ignored).
+/// claiming them, which would make a later change to them ignored); and, on a
+/// Kustomization's object, fields taken from kustomize-controller without
+/// changing them (which would let a rule hide a later change to them).
 fn input_changes(
     policy: &Policy,
     ctx: &Context,
@@ -407,7 +409,8 @@ fn input_changes(
         .collect();
     let grown = !managers.is_empty()
         && !owned_leaves(new, &managers).is_subset(&owned_leaves(old, &managers));
-    if grown {
+    let flux = matches!(manager, Some(Manager::FluxKustomization { .. }));
+    if grown || (flux && reapplied::ownership_dropped(old, new)) {
         out.push(MANAGED_FIELDS.to_owned());
     }
     if policy.precision == crate::policy::Precision::OwnedFields {

@@ -910,3 +910,30 @@ fn the_kustomizations_own_ignore_rule_still_allows() {
     );
     assert!(judged.decision.reapplied.is_empty());
 }
+
+/// Two steps: a write that only removes kustomize-controller's managedFields
+/// entry would make the next replicas change look unowned, and so ignored.
+#[test]
+fn taking_fields_from_kustomize_controller_by_hand_is_drift() {
+    let policy = policy_with(IGNORE_REPLICAS);
+    let old = flux_deployment(true);
+    let mut disowned = old.clone();
+    disowned["metadata"]["managedFields"]
+        .as_array_mut()
+        .unwrap()
+        .remove(0);
+    let out = run(&policy, &Review::update(old.clone(), disowned.clone()));
+    assert!(!out.allowed());
+    assert_eq!(out.decision.drifted_paths, ["/metadata/managedFields"]);
+    // Had it been allowed, the replicas change would be.
+    let scaled = with(&disowned, "/spec/replicas", json!(5));
+    assert!(run(&policy, &Review::update(disowned, scaled)).allowed());
+
+    // An honest edit of a field kustomize-controller does not own leaves its
+    // entry alone and is judged by the rules as before.
+    let paused = with(&old, "/spec/paused", json!(true));
+    let rule = policy_with(
+        "ignoreDifferences:\n  - {group: apps, kind: Deployment, jsonPointers: [/spec/paused]}\n",
+    );
+    assert!(run(&rule, &Review::update(old, paused)).allowed());
+}

@@ -66,6 +66,22 @@ pub fn hidden_reverts(
         .collect()
 }
 
+/// Whether this write takes fields away from kustomize-controller without
+/// changing them, i.e. rewrites managedFields. A field a write changes moves
+/// to its writer (the apiserver records that) and is judged as a change; one
+/// dropped unchanged would make a later change to it look unowned.
+pub fn ownership_dropped(old: &Value, new: &Value) -> bool {
+    let after = applied_leaves(new);
+    let dropped: Vec<Vec<String>> = applied_leaves(old).difference(&after).cloned().collect();
+    if dropped.is_empty() {
+        return false;
+    }
+    let (old_n, new_n) = normalize::normalize_pair(old, new, &[], &mut Vec::new());
+    dropped
+        .iter()
+        .any(|keys| value(keys, &old_n) == value(keys, &new_n))
+}
+
 fn value<'a>(keys: &[String], obj: &'a Value) -> Option<&'a Value> {
     locate_leaf(keys, obj).map(|(_, v)| v)
 }
@@ -145,5 +161,31 @@ mod tests {
         let mut out = obj.clone();
         out["spec"]["replicas"] = json!(replicas);
         out
+    }
+
+    #[test]
+    fn dropping_ownership_without_a_change_is_detected() {
+        let old = deployment(2, "web:1");
+        let mut disowned = old.clone();
+        disowned["metadata"]["managedFields"]
+            .as_array_mut()
+            .unwrap()
+            .remove(0);
+        assert!(ownership_dropped(&old, &disowned));
+        // The apiserver moving a changed field to its writer is not a drop.
+        let mut scaled = with_replicas(&old, 5);
+        scaled["metadata"]["managedFields"][0]["fieldsV1"]["f:spec"]
+            .as_object_mut()
+            .unwrap()
+            .remove("f:replicas");
+        scaled["metadata"]["managedFields"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"manager": "kubectl", "operation": "Update", "apiVersion": "apps/v1",
+                         "fieldsType": "FieldsV1", "subresource": "scale", "fieldsV1": {"f:spec": {"f:replicas": {}}}}));
+        assert!(!ownership_dropped(&old, &scaled));
+        // Growing it is not a drop either.
+        assert!(!ownership_dropped(&disowned, &old));
+        assert!(!ownership_dropped(&old, &old));
     }
 }
