@@ -17,6 +17,7 @@ pub use ownership::Manager;
 
 use crate::policy::flux::{FluxKind, FluxSource};
 use crate::policy::ignore::owned_leaves;
+use crate::policy::impersonation::SyncAccount;
 use crate::policy::path::is_under;
 use crate::policy::{
     Application, IgnoreRule, Mode, Policy, RuleFailure, RuleSet, Target, UnknownParent,
@@ -183,6 +184,9 @@ pub struct Sources {
     /// Argo CD-managed object.
     pub argocd_overrides: RuleSet,
     pub flux: Vec<FluxSource>,
+    /// Argo CD sync impersonation (argocd-cm `application.sync.impersonation.enabled`):
+    /// the service account each watched Application is synced as.
+    pub argocd_sync_accounts: Vec<SyncAccount>,
 }
 
 impl Sources {
@@ -200,6 +204,20 @@ impl Sources {
         self.flux
             .iter()
             .find(|s| s.kind == kind && &s.namespace == namespace && &s.name == name)
+    }
+
+    /// The account Argo CD syncs the managing Application as, when it impersonates one.
+    pub fn argocd_sync_account(&self, manager: &Manager) -> Option<&SyncAccount> {
+        let Manager::ArgoCd {
+            application,
+            application_namespace,
+        } = manager
+        else {
+            return None;
+        };
+        self.argocd_sync_accounts
+            .iter()
+            .find(|a| a.is_for(application, application_namespace.as_deref()))
     }
 }
 
@@ -551,8 +569,9 @@ fn set_manager(policy: &Policy, ctx: &Context, d: &mut Decision, manager: Manage
 /// The one identity check: is the writer allowed whatever it writes?
 /// `Controller` for a controller identity, and for a Flux object (`manager`)
 /// also exactly the service account its Kustomization or HelmRelease
-/// impersonates (multi-tenancy); `Trusted` for a trusted identity; `None`
-/// otherwise. The decision calls it once the manager is known; the server
+/// impersonates (multi-tenancy), for an Argo CD object exactly the service
+/// account Argo CD syncs its Application as (sync impersonation); `Trusted`
+/// for a trusted identity; `None` otherwise. The decision calls it once the manager is known; the server
 /// also calls it, without a manager, to skip reading a scale parent.
 pub fn exemption(
     policy: &Policy,
@@ -561,10 +580,13 @@ pub fn exemption(
     username: &str,
     groups: &[String],
 ) -> Option<Finding> {
-    let tenant = manager
-        .and_then(|m| sources.and_then(|s| s.flux_source(m)))
-        .and_then(|f| f.service_account.as_deref());
-    if policy.controllers.contains(username, groups) || tenant == Some(username) {
+    let impersonated = manager.zip(sources).and_then(|(m, s)| match m {
+        Manager::ArgoCd { .. } => s.argocd_sync_account(m).map(|a| &a.service_account),
+        flux => s.flux_source(flux).and_then(|f| f.service_account.as_ref()),
+    });
+    if policy.controllers.contains(username, groups)
+        || impersonated.is_some_and(|sa| sa == username)
+    {
         Some(Finding::Controller)
     } else if policy.trusted.contains(username, groups) {
         Some(Finding::Trusted)

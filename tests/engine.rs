@@ -937,3 +937,70 @@ fn taking_fields_from_kustomize_controller_by_hand_is_drift() {
     );
     assert!(run(&rule, &Review::update(old, paused)).allowed());
 }
+
+/// Argo CD sync impersonation: the account Argo CD syncs an Application as is
+/// a controller for exactly that Application's objects.
+#[test]
+fn argo_cd_sync_impersonation_trusts_the_account_for_its_application_only() {
+    use driftguard::policy::impersonation::AppProject;
+    use driftguard::sources::{Sources, applications, sync_accounts};
+    const SA: &str = "system:serviceaccount:production:deployer";
+    let app = |name: &str, project: &str| {
+        json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
+               "metadata": {"name": name, "namespace": "argocd"},
+               "spec": {"project": project,
+                        "destination": {"server": "https://kubernetes.default.svc", "namespace": "production"}}})
+    };
+    let (apps, errors) = applications(&[app("myapp", "shop"), app("other", "default")]);
+    assert!(errors.is_empty());
+    let project = AppProject::from_value(&json!({"metadata": {"name": "shop", "namespace": "argocd"},
+        "spec": {"destinationServiceAccounts": [
+            {"server": "https://kubernetes.default.svc", "namespace": "production", "defaultServiceAccount": "deployer"}]}}))
+    .unwrap();
+    let judge = |enabled: bool, old: &Value, user: &str| {
+        let sources = Sources {
+            argocd_sync_accounts: sync_accounts(
+                &apps,
+                std::slice::from_ref(&project),
+                enabled,
+                "argocd",
+            ),
+            ..Default::default()
+        };
+        let new = with(old, IMAGE, json!("web:2"));
+        let review = Review::update(old.clone(), new).by(user, &["system:serviceaccounts"]);
+        let body = serde_json::to_vec(&review.body()).unwrap();
+        let req = driftguard::review::parse(&body).unwrap();
+        driftguard::judge_request(
+            &Policy::embedded(),
+            &req,
+            Endpoint::Validate,
+            None,
+            Some(&sources),
+            now(),
+        )
+        .unwrap()
+        .decision
+    };
+    let mine = deployment();
+    let d = judge(true, &mine, SA);
+    assert_eq!(
+        (d.verdict, d.finding),
+        (Verdict::Allow, Finding::Controller)
+    );
+    // Another Application's object, an unmanaged one, the flag off, another user.
+    let mut theirs = deployment();
+    theirs["metadata"]["annotations"]["argocd.argoproj.io/tracking-id"] =
+        json!("other:apps/Deployment:production/web");
+    assert_eq!(judge(true, &theirs, SA).verdict, Verdict::Deny);
+    assert_eq!(judge(false, &mine, SA).verdict, Verdict::Deny);
+    assert_eq!(
+        judge(true, &mine, "system:serviceaccount:production:other").verdict,
+        Verdict::Deny
+    );
+    // An Application elsewhere named alike is another Application.
+    let mut namespaced = deployment();
+    namespaced["metadata"]["annotations"]["argocd.argoproj.io/tracking-id"] =
+        json!("team-a_myapp:apps/Deployment:production/web");
+    assert_eq!(judge(true, &namespaced, SA).verdict, Verdict::Deny);
+}

@@ -52,6 +52,59 @@ impl AppProject {
     }
 }
 
+/// The account Argo CD syncs one Application as.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SyncAccount {
+    pub application: String,
+    pub namespace: String,
+    /// The Application lives in Argo CD's own namespace, where tracking ids
+    /// name it without a namespace.
+    pub control_plane: bool,
+    pub service_account: String,
+}
+
+impl SyncAccount {
+    /// Whether a tracking id's `<namespace>_<application>` (or bare
+    /// `<application>`, in Argo CD's own namespace) names this Application.
+    pub fn is_for(&self, application: &str, namespace: Option<&str>) -> bool {
+        self.application == application
+            && namespace.map_or(self.control_plane, |ns| ns == self.namespace)
+    }
+}
+
+/// With impersonation `enabled`, the account each Application is synced as,
+/// its AppProject looked up by name in Argo CD's namespace, as Argo CD does.
+pub fn sync_accounts(
+    applications: &[Application],
+    projects: &[AppProject],
+    enabled: bool,
+    argocd_namespace: &str,
+) -> Vec<SyncAccount> {
+    if !enabled {
+        return Vec::new();
+    }
+    applications
+        .iter()
+        .filter_map(|app| {
+            let project = projects.iter().find(|p| {
+                p.metadata.name == app.project && p.metadata.namespace == argocd_namespace
+            })?;
+            let namespace = app.namespace.clone().unwrap_or_default();
+            Some(SyncAccount {
+                service_account: sync_account(project, app, argocd_namespace)?,
+                application: app.name.clone(),
+                control_plane: namespace.is_empty() || namespace == argocd_namespace,
+                namespace,
+            })
+        })
+        .collect()
+}
+
+/// `application.sync.impersonation.enabled` of argocd-cm's data.
+pub fn enabled(data: &serde_json::Map<String, Value>) -> bool {
+    data.get(ENABLED_KEY).and_then(Value::as_str) == Some("true")
+}
+
 /// Characters Argo CD refuses in `defaultServiceAccount`.
 const DISALLOWED: [char; 8] = ['!', '*', '[', ']', '{', '}', '\\', '/'];
 
@@ -245,6 +298,40 @@ mod tests {
         ]);
         assert_eq!(derive(accounts, &app("argocd", local("shop"))), None);
         assert_eq!(derive(json!([]), &app("argocd", local("shop"))), None);
+    }
+
+    #[test]
+    fn accounts_only_when_enabled_and_only_for_their_application() {
+        let accounts = json!([{"server": "*", "namespace": "*", "defaultServiceAccount": "sa"}]);
+        let projects = [project(accounts)];
+        let mut other = app("argocd", local("billing"));
+        other.name = "billing".into();
+        other.project = "default".into();
+        let apps = [
+            app("argocd", local("shop")),
+            app("team-a", local("shop")),
+            other,
+        ];
+        assert!(sync_accounts(&apps, &projects, false, "argocd").is_empty());
+        let got = sync_accounts(&apps, &projects, true, "argocd");
+        // `billing`'s project (default) is not there: no account.
+        assert_eq!(got.len(), 2, "{got:?}");
+        assert!(got[0].is_for("web", None) && got[0].is_for("web", Some("argocd")));
+        assert!(!got[0].is_for("web", Some("team-a")) && !got[0].is_for("billing", None));
+        assert!(got[1].is_for("web", Some("team-a")) && !got[1].is_for("web", None));
+        // A project of the same name in another namespace is not Argo CD's.
+        let mut elsewhere = projects[0].clone();
+        elsewhere.metadata.namespace = "team-a".into();
+        assert!(sync_accounts(&apps, &[elsewhere], true, "argocd").is_empty());
+    }
+
+    #[test]
+    fn the_flag_must_be_exactly_true() {
+        for (value, on) in [("true", true), ("True", false), ("yes", false), ("", false)] {
+            let data = json!({ENABLED_KEY: value});
+            assert_eq!(enabled(data.as_object().unwrap()), on, "{value:?}");
+        }
+        assert!(!enabled(json!({}).as_object().unwrap()));
     }
 
     #[test]
