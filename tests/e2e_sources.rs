@@ -488,3 +488,98 @@ fn argo_cd_sync_impersonation_is_trusted_for_that_application_only() {
         }
     });
 }
+
+/// Two Deployments of Flux Kustomization flux-system/apps, applied as
+/// kustomize-controller applies them (server-side, its field manager): Git
+/// sets `replicas` for `web`, not for `autoscaled`.
+const FLUX_APPLIED: &str = r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+  namespace: apps
+  labels: {kustomize.toolkit.fluxcd.io/name: apps, kustomize.toolkit.fluxcd.io/namespace: flux-system}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec: {containers: [{name: web, image: "nginx:1.27"}]}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: autoscaled
+  namespace: apps
+  labels: {kustomize.toolkit.fluxcd.io/name: apps, kustomize.toolkit.fluxcd.io/namespace: flux-system}
+spec:
+  selector: {matchLabels: {app: autoscaled}}
+  template:
+    metadata: {labels: {app: autoscaled}}
+    spec: {containers: [{name: autoscaled, image: "nginx:1.27"}]}
+"#;
+
+/// A policy rule ignoring `/spec/replicas` does not let `kubectl scale` change
+/// what kustomize-controller applies from Git: Flux would set it back.
+#[test]
+fn an_ignore_rule_does_not_hide_what_flux_reapplies() {
+    let mut plane = ControlPlane::start("reapply");
+    plane.prepare(&["argocd", "flux-system", "apps"]);
+    let out = plane.kubectl_as_stdin(
+        control_plane::FLUX,
+        &[
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "--field-manager=kustomize-controller",
+            "-f",
+            "-",
+        ],
+        Some(FLUX_APPLIED),
+    );
+    assert!(out.ok, "{out}");
+    let policy = plane.dir.join("replicas-policy.yaml");
+    std::fs::write(
+        &policy,
+        "ignoreDifferences:\n  - {group: apps, kind: Deployment, jsonPointers: [/spec/replicas]}\n",
+    )
+    .unwrap();
+    let dg = Driftguard::start(
+        &plane,
+        &[
+            &format!("--policy={}", policy.display()),
+            &plane.driftguard_kubeconfig_flag(),
+        ],
+    );
+    dg.register(&plane, &policy.display().to_string());
+    let scale = |name: &str, replicas: u32| {
+        plane.kubectl(
+            "alice",
+            &[
+                "-n",
+                "apps",
+                "scale",
+                &format!("deployment/{name}"),
+                &format!("--replicas={replicas}"),
+            ],
+        )
+    };
+    eventually("kubectl scale of Git's replicas denied", || {
+        let out = scale("web", 5);
+        if !out.ok && out.stderr.contains("driftguard") {
+            Ok(())
+        } else {
+            Err(out.to_string())
+        }
+    });
+    let out = scale("web", 5);
+    assert!(
+        out.stderr.contains(
+            "Flux applies /spec/replicas from Git (kustomize-controller owns it) and would revert this change"
+        ),
+        "{out}"
+    );
+    // Not in Git: kustomize-controller does not own it, and the rule applies.
+    let out = scale("autoscaled", 5);
+    assert!(out.ok, "{out}");
+}
