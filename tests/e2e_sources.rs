@@ -1,5 +1,5 @@
 //! End to end, cluster integration: driftguard reads Argo CD Applications,
-//! argocd-cm and Flux Kustomizations from a real apiserver (minimal CRDs in
+//! AppProjects, argocd-cm and Flux Kustomizations from a real apiserver (minimal CRDs in
 //! tests/data/crds), with exactly its own minimal RBAC, and judges with them.
 
 #[path = "support/control_plane.rs"]
