@@ -407,8 +407,9 @@ const MANAGED_FIELDS: &str = "/metadata/managedFields";
 /// managing Flux object's ignore targets select on; fields given to a
 /// manager that `managedFieldsManagers` trusts (a client-chosen fieldManager
 /// claiming them, which would make a later change to them ignored); and, on a
-/// Kustomization's object, fields taken from kustomize-controller without
-/// changing them (which would let a rule hide a later change to them).
+/// Kustomization's object, fields taken from kustomize-controller, or given to
+/// another manager inside its fields, without changing them (which would let
+/// a rule hide a later change).
 fn input_changes(
     policy: &Policy,
     ctx: &Context,
@@ -428,7 +429,7 @@ fn input_changes(
     let grown = !managers.is_empty()
         && !owned_leaves(new, &managers).is_subset(&owned_leaves(old, &managers));
     let flux = matches!(manager, Some(Manager::FluxKustomization { .. }));
-    if grown || (flux && reapplied::ownership_dropped(old, new)) {
+    if grown || (flux && reapplied::ownership_rewritten(old, new)) {
         out.push(MANAGED_FIELDS.to_owned());
     }
     if policy.precision == crate::policy::Precision::OwnedFields {

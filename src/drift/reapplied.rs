@@ -7,6 +7,13 @@
 //! adopts the in-cluster value). So an ignore rule may not hide a change to a
 //! field kustomize-controller owns: the user would be told "allowed" and see
 //! the change vanish.
+//!
+//! A leaf of its managedFields that holds a map or a list is either atomic
+//! (Git's whole value, re-applied whole) or a map or struct that Git left
+//! empty (`resources: {}`, `annotations: {}`): server-side apply then owns
+//! nothing inside, and what others add there stays. Without the schema, the
+//! stored object tells them apart: an empty value, or fields inside owned by
+//! another manager (impossible under an atomic field), mean Git left it empty.
 
 use serde_json::Value;
 
@@ -17,14 +24,26 @@ use crate::policy::path::is_under;
 
 pub const KUSTOMIZE_CONTROLLER: &str = "kustomize-controller";
 
-/// FieldsV1 leaves kustomize-controller owns in `obj` by applying the object
-/// itself: its Apply entry, not an Update or a subresource entry.
+/// kustomize-controller's entry for applying the object itself: Apply, not
+/// an Update or a subresource.
+fn is_applied(entry: &Value) -> bool {
+    entry_text(entry, "manager") == KUSTOMIZE_CONTROLLER
+        && entry_text(entry, "operation") == "Apply"
+        && entry_text(entry, "subresource").is_empty()
+}
+
+/// FieldsV1 leaves kustomize-controller owns in `obj` by applying it.
 pub fn applied_leaves(obj: &Value) -> FieldSet {
-    leaves_where(obj, |e| {
-        entry_text(e, "manager") == KUSTOMIZE_CONTROLLER
-            && entry_text(e, "operation") == "Apply"
-            && entry_text(e, "subresource").is_empty()
-    })
+    leaves_where(obj, is_applied)
+}
+
+/// FieldsV1 leaves every other managedFields entry of `obj` owns.
+fn other_leaves(obj: &Value) -> FieldSet {
+    leaves_where(obj, |e| !is_applied(e))
+}
+
+fn strictly_under(keys: &[String], prefix: &[String]) -> bool {
+    keys.len() > prefix.len() && keys.starts_with(prefix)
 }
 
 /// Pointers of the fields kustomize-controller owns in `old` that this write
@@ -59,25 +78,42 @@ pub fn hidden_reverts(
     }
     // As Flux compares them: without its own ignored paths, empties as absent.
     let (old_f, new_f) = normalize::normalize_pair(old, new, flux_rules, &mut Vec::new());
+    let others = other_leaves(old);
     candidates
         .into_iter()
-        .filter(|(keys, _)| value(keys, &old_f) != value(keys, &new_f))
+        .filter(|(keys, _)| {
+            // Empty in the stored object: Git left it empty (or Flux keeps it).
+            let Some(stored) = value(keys, &old_f) else {
+                return false;
+            };
+            let left_empty = (stored.is_object() || stored.is_array())
+                && others.iter().any(|o| strictly_under(o, keys));
+            !left_empty && Some(stored) != value(keys, &new_f)
+        })
         .map(|(_, pointer)| pointer)
         .collect()
 }
 
-/// Whether this write takes fields away from kustomize-controller without
-/// changing them, i.e. rewrites managedFields. A field a write changes moves
-/// to its writer (the apiserver records that) and is judged as a change; one
-/// dropped unchanged would make a later change to it look unowned.
-pub fn ownership_dropped(old: &Value, new: &Value) -> bool {
-    let after = applied_leaves(new);
-    let dropped: Vec<Vec<String>> = applied_leaves(old).difference(&after).cloned().collect();
-    if dropped.is_empty() {
+/// Whether this write rewrites managedFields in a way [`hidden_reverts`]
+/// reads: it takes fields away from kustomize-controller, or gives another
+/// manager fields inside one of kustomize-controller's (which would make an
+/// atomic field look left empty by Git), without changing those fields. A
+/// field a write changes moves to its writer (the apiserver records that) and
+/// is judged as that change; ownership moved without a change would make a
+/// later change to the field look like one Flux keeps.
+pub fn ownership_rewritten(old: &Value, new: &Value) -> bool {
+    let (applied, applied_new) = (applied_leaves(old), applied_leaves(new));
+    let (others, others_new) = (other_leaves(old), other_leaves(new));
+    let dropped = applied.difference(&applied_new);
+    let gained = others_new
+        .difference(&others)
+        .filter(|k| applied.iter().any(|a| strictly_under(k, a)));
+    let moved: Vec<&Vec<String>> = dropped.chain(gained).collect();
+    if moved.is_empty() {
         return false;
     }
     let (old_n, new_n) = normalize::normalize_pair(old, new, &[], &mut Vec::new());
-    dropped
+    moved
         .iter()
         .any(|keys| value(keys, &old_n) == value(keys, &new_n))
 }
@@ -157,6 +193,58 @@ mod tests {
         assert!(hidden_reverts(&old, &new, &[], &[&rule]).is_empty());
     }
 
+    /// `web`'s container as Git wrote it: `resources: {}` (a struct left
+    /// empty) and `command` (an atomic list), with `fields` of others.
+    fn with_container(resources: Value, command: Value, others: Value) -> Value {
+        let mut d = deployment(2, "web:1");
+        let fields = &mut d["metadata"]["managedFields"][0]["fieldsV1"]["f:spec"]["f:template"]["f:spec"]
+            ["f:containers"]["k:{\"name\":\"web\"}"];
+        fields["f:resources"] = json!({});
+        fields["f:command"] = json!({});
+        let container = &mut d["spec"]["template"]["spec"]["containers"][0];
+        container["resources"] = resources;
+        container["command"] = command;
+        d["metadata"]["managedFields"].as_array_mut().unwrap().push(
+            json!({"manager": "kubectl-set", "operation": "Update", "apiVersion": "apps/v1",
+                         "fieldsType": "FieldsV1", "fieldsV1": others}),
+        );
+        d
+    }
+
+    #[test]
+    fn what_others_add_where_git_left_a_map_empty_is_kept_an_atomic_list_is_not() {
+        let limits = json!({"limits": {"cpu": "1"}});
+        let owns_limits = json!({"f:spec": {"f:template": {"f:spec": {"f:containers": {
+            "k:{\"name\":\"web\"}": {"f:resources": {"f:limits": {"f:cpu": {}}}}}}}}});
+        // `kubectl set resources` on `resources: {}`, first and second time.
+        let git = with_container(json!({}), json!(["serve"]), json!({}));
+        let set = with_container(limits.clone(), json!(["serve"]), owns_limits.clone());
+        assert!(hidden_reverts(&git, &set, &[], &[]).is_empty());
+        let again = with_container(
+            json!({"limits": {"cpu": "2"}}),
+            json!(["serve"]),
+            owns_limits.clone(),
+        );
+        assert!(hidden_reverts(&set, &again, &[], &[]).is_empty());
+        // An atomic list is Git's whole value.
+        let command = with_container(json!({}), json!(["debug"]), json!({}));
+        assert_eq!(
+            hidden_reverts(&git, &command, &[], &[]),
+            ["/spec/template/spec/containers/0/command"]
+        );
+        // A manual write claiming for another manager what is inside the atomic
+        // list (so that it looks left empty by Git) changes ownership, not the list.
+        let forged = with_container(
+            json!({}),
+            json!(["serve"]),
+            json!({"f:spec": {"f:template": {"f:spec": {
+            "f:containers": {"k:{\"name\":\"web\"}": {"f:command": {"v:\"serve\"": {}}}}}}}}),
+        );
+        assert!(ownership_rewritten(&git, &forged));
+        // The apiserver recording `kubectl set resources` is not a rewrite.
+        assert!(!ownership_rewritten(&git, &set));
+    }
+
     fn with_replicas(obj: &Value, replicas: i64) -> Value {
         let mut out = obj.clone();
         out["spec"]["replicas"] = json!(replicas);
@@ -171,7 +259,7 @@ mod tests {
             .as_array_mut()
             .unwrap()
             .remove(0);
-        assert!(ownership_dropped(&old, &disowned));
+        assert!(ownership_rewritten(&old, &disowned));
         // The apiserver moving a changed field to its writer is not a drop.
         let mut scaled = with_replicas(&old, 5);
         scaled["metadata"]["managedFields"][0]["fieldsV1"]["f:spec"]
@@ -183,9 +271,9 @@ mod tests {
             .unwrap()
             .push(json!({"manager": "kubectl", "operation": "Update", "apiVersion": "apps/v1",
                          "fieldsType": "FieldsV1", "subresource": "scale", "fieldsV1": {"f:spec": {"f:replicas": {}}}}));
-        assert!(!ownership_dropped(&old, &scaled));
+        assert!(!ownership_rewritten(&old, &scaled));
         // Growing it is not a drop either.
-        assert!(!ownership_dropped(&disowned, &old));
-        assert!(!ownership_dropped(&old, &old));
+        assert!(!ownership_rewritten(&disowned, &old));
+        assert!(!ownership_rewritten(&old, &old));
     }
 }
