@@ -572,8 +572,9 @@ fn set_manager(policy: &Policy, ctx: &Context, d: &mut Decision, manager: Manage
 /// also exactly the service account its Kustomization or HelmRelease
 /// impersonates (multi-tenancy), for an Argo CD object exactly the service
 /// account Argo CD syncs its Application as (sync impersonation); `Trusted`
-/// for a trusted identity; `None` otherwise. The decision calls it once the manager is known; the server
-/// also calls it, without a manager, to skip reading a scale parent.
+/// for a trusted identity; `None` otherwise. The decision calls it once the
+/// manager is known; the server also calls it, without a manager, to skip
+/// reading a scale parent.
 pub fn exemption(
     policy: &Policy,
     sources: Option<&Sources>,
