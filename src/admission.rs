@@ -156,7 +156,27 @@ fn denial(view: &Request, d: &Decision) -> String {
         Some(_) => String::new(),
         None => "; break-glass is disabled in driftguard's policy".into(),
     };
-    format!("driftguard: {what} {fix}{glass}.")
+    let flux = reapplied_text(d).map_or(String::new(), |(a, b)| format!(" {a}: {b}."));
+    format!("driftguard: {what}{flux} {fix}{glass}.")
+}
+
+/// Why an ignore rule did not allow a change Flux re-applies, in two halves
+/// (each fits a warning line for one path).
+fn reapplied_text(d: &Decision) -> Option<(String, String)> {
+    let (it, field) = match d.reapplied.len() {
+        0 => return None,
+        1 => ("it", "the field"),
+        _ => ("them", "the fields"),
+    };
+    Some((
+        format!(
+            "Flux applies {} from Git (kustomize-controller owns {it}) and would revert this change",
+            path_list(&d.reapplied)
+        ),
+        format!(
+            "an ignore rule does not stop Flux; remove {field} from Git to let {it} change by hand"
+        ),
+    ))
 }
 
 fn warnings(view: &Request, d: &Decision) -> Vec<String> {
@@ -177,6 +197,10 @@ fn warnings(view: &Request, d: &Decision) -> Vec<String> {
                 "driftguard: {} will revert this; change it in Git",
                 d.manager.as_ref().map_or("GitOps", |m| m.tool())
             ));
+            if let Some((a, b)) = reapplied_text(d) {
+                out.push(format!("driftguard: {a}"));
+                out.push(format!("driftguard: {b}"));
+            }
         }
         Verdict::Allow if d.finding == Finding::UnownedChange => out.push(format!(
             "driftguard: {} does not own {}: allowed and recorded on the object",

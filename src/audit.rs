@@ -210,6 +210,7 @@ mod tests {
             }),
             rule_failures: vec![],
             notes: vec![],
+            reapplied: vec![],
             dry_run: false,
             break_glass_max: None,
         };

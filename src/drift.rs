@@ -6,6 +6,7 @@ pub mod inputs;
 pub mod normalize;
 pub mod owned;
 pub mod ownership;
+pub mod reapplied;
 pub mod restore;
 
 use jiff::{SignedDuration, Timestamp};
@@ -17,6 +18,7 @@ pub use ownership::Manager;
 
 use crate::policy::flux::{FluxKind, FluxSource};
 use crate::policy::ignore::owned_leaves;
+use crate::policy::impersonation::SyncAccount;
 use crate::policy::path::is_under;
 use crate::policy::{
     Application, IgnoreRule, Mode, Policy, RuleFailure, RuleSet, Target, UnknownParent,
@@ -158,6 +160,9 @@ pub struct Decision {
     pub break_glass: Option<BreakGlassUse>,
     pub rule_failures: Vec<RuleFailure>,
     pub notes: Vec<String>,
+    /// Drifted paths that an ignore rule would have hidden, but that Flux's
+    /// kustomize-controller owns and re-applies from Git (see [`reapplied`]).
+    pub reapplied: Vec<String>,
     pub dry_run: bool,
     /// The longest break-glass the policy allows, for the denial's hint;
     /// `None` when break-glass is disabled (no identity may use it).
@@ -184,6 +189,9 @@ pub struct Sources {
     /// Argo CD-managed object.
     pub argocd_overrides: RuleSet,
     pub flux: Vec<FluxSource>,
+    /// Argo CD sync impersonation (argocd-cm `application.sync.impersonation.enabled`):
+    /// the service account each watched Application is synced as.
+    pub argocd_sync_accounts: Vec<SyncAccount>,
 }
 
 impl Sources {
@@ -201,6 +209,20 @@ impl Sources {
         self.flux
             .iter()
             .find(|s| s.kind == kind && &s.namespace == namespace && &s.name == name)
+    }
+
+    /// The account Argo CD syncs the managing Application as, when it impersonates one.
+    pub fn argocd_sync_account(&self, manager: &Manager) -> Option<&SyncAccount> {
+        let Manager::ArgoCd {
+            application,
+            application_namespace,
+        } = manager
+        else {
+            return None;
+        };
+        self.argocd_sync_accounts
+            .iter()
+            .find(|a| a.is_for(application, application_namespace.as_deref()))
     }
 }
 
@@ -225,6 +247,7 @@ pub fn decide(policy: &Policy, req: &Request, ctx: &Context) -> Result<Decision,
         break_glass: None,
         rule_failures: Vec::new(),
         notes: Vec::new(),
+        reapplied: Vec::new(),
         dry_run: req.dry_run,
         break_glass_max: (!policy.break_glass.allowed.is_empty())
             .then_some(policy.break_glass.max_duration),
@@ -420,6 +443,13 @@ fn diff(
             paths.push(p.clone());
         }
     }
+    // An ignore rule does not stop kustomize-controller from re-applying a
+    // field it owns; only the Kustomization's own rules do.
+    if let Some(flux @ Manager::FluxKustomization { .. }) = d.manager.as_ref() {
+        let own = flux_rules(ctx, &target, flux, version, old);
+        d.reapplied = reapplied::hidden_reverts(old, new, &paths, &own);
+        paths.extend(d.reapplied.iter().cloned());
+    }
     // A rule usually fails on both objects alike; report each failure once.
     for f in failures {
         if !d.rule_failures.contains(&f) {
@@ -429,15 +459,18 @@ fn diff(
     (paths, inputs_changed)
 }
 
-/// Pointer reported when a manual write gives fields to a manager that an
-/// ignore rule trusts (`managedFieldsManagers`).
-const MANAGED_FIELDS_GROWN: [&str; 1] = ["/metadata/managedFields"];
+/// Pointer reported when a manual write changes field ownership that an
+/// ignore rule or Flux's re-apply depends on.
+const MANAGED_FIELDS: &str = "/metadata/managedFields";
 
 /// Changes to what the decision reads, which no ignore rule or ownedFields
 /// partition may hide: the [`Inputs`]; the labels and annotations that the
-/// managing Flux object's ignore targets select on; and fields given to a
+/// managing Flux object's ignore targets select on; fields given to a
 /// manager that `managedFieldsManagers` trusts (a client-chosen fieldManager
-/// claiming them, which would make a later change to them ignored).
+/// claiming them, which would make a later change to them ignored); and, on a
+/// Kustomization's object, fields taken from kustomize-controller, or given to
+/// another manager inside its fields, without changing them (which would let
+/// a rule hide a later change).
 fn input_changes(
     policy: &Policy,
     ctx: &Context,
@@ -454,11 +487,11 @@ fn input_changes(
         .iter()
         .flat_map(|r| r.managers.iter().map(String::as_str))
         .collect();
-    if !managers.is_empty() {
-        let (before, after) = (owned_leaves(old, &managers), owned_leaves(new, &managers));
-        if !after.is_subset(&before) {
-            out.extend(MANAGED_FIELDS_GROWN.map(str::to_owned));
-        }
+    let grown = !managers.is_empty()
+        && !owned_leaves(new, &managers).is_subset(&owned_leaves(old, &managers));
+    let flux = matches!(manager, Some(Manager::FluxKustomization { .. }));
+    if grown || (flux && reapplied::ownership_rewritten(old, new)) {
+        out.push(MANAGED_FIELDS.to_owned());
     }
     if policy.precision == crate::policy::Precision::OwnedFields {
         for p in owned::ownership_taken(old, new) {
@@ -515,20 +548,31 @@ fn rules_for<'p>(
                 rules.extend(app.rules.matching(target));
             }
         }
-        Some(flux) => {
-            if let Some(source) = ctx.sources.and_then(|s| s.flux_source(flux)) {
-                rules.extend(
-                    source
-                        .rules
-                        .iter()
-                        .filter(|r| r.matches(target, version, obj))
-                        .map(|r| &r.rule),
-                );
-            }
-        }
+        Some(flux) => rules.extend(flux_rules(ctx, target, flux, version, obj)),
         None => {}
     }
     rules
+}
+
+/// The managing Flux object's own ignore rules that apply to this object.
+fn flux_rules<'p>(
+    ctx: &Context<'p>,
+    target: &Target,
+    manager: &Manager,
+    version: &str,
+    obj: &Value,
+) -> Vec<&'p IgnoreRule> {
+    ctx.sources
+        .and_then(|s| s.flux_source(manager))
+        .map(|source| {
+            source
+                .rules
+                .iter()
+                .filter(|r| r.matches(target, version, obj))
+                .map(|r| &r.rule)
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// For a DELETE of a Namespace, an Application (from files or the cluster)
@@ -587,9 +631,11 @@ fn set_manager(policy: &Policy, ctx: &Context, d: &mut Decision, manager: Manage
 /// The one identity check: is the writer allowed whatever it writes?
 /// `Controller` for a controller identity, and for a Flux object (`manager`)
 /// also exactly the service account its Kustomization or HelmRelease
-/// impersonates (multi-tenancy); `Trusted` for a trusted identity; `None`
-/// otherwise. The decision calls it once the manager is known; the server
-/// also calls it, without a manager, to skip reading a scale parent.
+/// impersonates (multi-tenancy), for an Argo CD object exactly the service
+/// account Argo CD syncs its Application as (sync impersonation); `Trusted`
+/// for a trusted identity; `None` otherwise. The decision calls it once the
+/// manager is known; the server also calls it, without a manager, to skip
+/// reading a scale parent.
 pub fn exemption(
     policy: &Policy,
     sources: Option<&Sources>,
@@ -597,10 +643,13 @@ pub fn exemption(
     username: &str,
     groups: &[String],
 ) -> Option<Finding> {
-    let tenant = manager
-        .and_then(|m| sources.and_then(|s| s.flux_source(m)))
-        .and_then(|f| f.service_account.as_deref());
-    if policy.controllers.contains(username, groups) || tenant == Some(username) {
+    let impersonated = manager.zip(sources).and_then(|(m, s)| match m {
+        Manager::ArgoCd { .. } => s.argocd_sync_account(m).map(|a| &a.service_account),
+        flux => s.flux_source(flux).and_then(|f| f.service_account.as_ref()),
+    });
+    if policy.controllers.contains(username, groups)
+        || impersonated.is_some_and(|sa| sa == username)
+    {
         Some(Finding::Controller)
     } else if policy.trusted.contains(username, groups) {
         Some(Finding::Trusted)

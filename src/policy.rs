@@ -3,6 +3,7 @@
 pub mod argocd;
 pub mod flux;
 pub mod ignore;
+pub mod impersonation;
 pub mod jq;
 pub mod lint;
 pub mod locate;

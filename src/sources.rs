@@ -1,7 +1,8 @@
 //! What Argo CD and Flux themselves know, read from the cluster: Applications
-//! and their ignoreDifferences, the `argocd-cm` resource customizations, and
-//! Flux Kustomizations and HelmReleases (the service account each impersonates,
-//! its ignore rules, its source). The result is the plain [`Sources`] the
+//! and their ignoreDifferences, the `argocd-cm` resource customizations, the
+//! account Argo CD syncs each Application as (AppProjects, with impersonation
+//! on in `argocd-cm`), and Flux Kustomizations and HelmReleases (the service
+//! account each impersonates, its ignore rules, its source). The result is the plain [`Sources`] the
 //! decision reads; this module depends on the core, never the reverse.
 
 use std::collections::BTreeSet;
@@ -14,6 +15,7 @@ use serde_json::Value;
 pub use crate::drift::Sources;
 pub use crate::policy::flux::{FluxKind, FluxRule, FluxSource};
 use crate::policy::ignore::{IgnoreRule, RuleError, RuleSet};
+pub use crate::policy::impersonation::{AppProject, SyncAccount, sync_accounts};
 use crate::policy::schema::IgnoreDifference;
 use crate::policy::{Application, argocd};
 
@@ -54,6 +56,13 @@ pub enum SourceError {
     Override {
         key: String,
         source: Box<serde_saphyr::Error>,
+    },
+    /// An AppProject that does not have the shape of one.
+    #[error("AppProject {namespace}/{name}: {source}")]
+    Project {
+        namespace: String,
+        name: String,
+        source: serde_json::Error,
     },
     /// An Application that does not compile.
     #[error("Application {namespace}/{name}: {source}")]
@@ -521,24 +530,51 @@ pub fn argocd_overrides(data: &serde_json::Map<String, Value>) -> (RuleSet, Vec<
     (RuleSet::new(rules), errors)
 }
 
+/// `metadata.namespace`, `metadata.name` of a watched object, for messages.
+fn named(value: &Value) -> (String, String) {
+    let text = |p: &str| {
+        value
+            .pointer(p)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    (text("/metadata/namespace"), text("/metadata/name"))
+}
+
+/// AppProjects read from the cluster; one that cannot be read is reported and
+/// left out (its Applications get no sync account).
+pub fn app_projects(values: &[Value]) -> (Vec<AppProject>, Vec<SourceError>) {
+    let mut projects = Vec::new();
+    let mut errors = Vec::new();
+    for value in values {
+        match AppProject::from_value(value) {
+            Ok(p) => projects.push(p),
+            Err(source) => {
+                let (namespace, name) = named(value);
+                errors.push(SourceError::Project {
+                    namespace,
+                    name,
+                    source,
+                });
+            }
+        }
+    }
+    (projects, errors)
+}
+
 /// Applications read from the cluster; one that does not compile is reported
 /// and left out (its objects keep the policy's rules).
 pub fn applications(values: &[Value]) -> (Vec<Application>, Vec<SourceError>) {
     let mut apps = Vec::new();
     let mut errors = Vec::new();
     for value in values {
-        let text = |p: &str| {
-            value
-                .pointer(p)
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_owned()
-        };
+        let (namespace, name) = named(value);
         match argocd::from_value(value) {
             Ok(app) => apps.push(app),
             Err(source) => errors.push(SourceError::Application {
-                namespace: text("/metadata/namespace"),
-                name: text("/metadata/name"),
+                namespace,
+                name,
                 source: Box::new(source),
             }),
         }

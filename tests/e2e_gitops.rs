@@ -154,8 +154,11 @@ fn live_objects(
     plane: &ControlPlane,
     ns: &str,
 ) -> std::collections::BTreeMap<(String, String), serde_json::Value> {
-    let list = get_json(plane, &["-n", ns, "deployments,services,configmaps,cronjobs"])
-        .expect("the oracle's objects");
+    let list = get_json(
+        plane,
+        &["-n", ns, "deployments,services,configmaps,cronjobs"],
+    )
+    .expect("the oracle's objects");
     list["items"]
         .as_array()
         .unwrap()
@@ -208,13 +211,27 @@ spec:
 
 /// Makes every planned edit as alice (the namespace is in audit mode) and
 /// returns driftguard's verdict for each: drift or not, from its audit records.
-fn driftguard_verdicts(plane: &ControlPlane, dg: &Driftguard, ns: &str, edits: &[oracle::Edit]) -> Vec<bool> {
+fn driftguard_verdicts(
+    plane: &ControlPlane,
+    dg: &Driftguard,
+    ns: &str,
+    edits: &[oracle::Edit],
+) -> Vec<bool> {
     for e in edits {
         let target = format!("{}/{}", e.resource(), e.object);
         ok(
             plane.kubectl(
                 "alice",
-                &["-n", ns, "patch", &target, "--type", e.patch_type, "-p", &e.patch.to_string()],
+                &[
+                    "-n",
+                    ns,
+                    "patch",
+                    &target,
+                    "--type",
+                    e.patch_type,
+                    "-p",
+                    &e.patch.to_string(),
+                ],
             ),
             &format!("{} on {target}", e.edit.what),
         );
@@ -227,12 +244,18 @@ fn driftguard_verdicts(plane: &ControlPlane, dg: &Driftguard, ns: &str, edits: &
                 .iter()
                 .rev()
                 .find(|r| {
-                    r["user"] == "alice" && r["namespace"] == ns && r["name"] == e.object.as_str()
+                    r["user"] == "alice"
+                        && r["namespace"] == ns
+                        && r["name"] == e.object.as_str()
                         && r["operation"] == "UPDATE"
                 })
                 .unwrap_or_else(|| panic!("no audit record for {}/{}", ns, e.object))["verdict"]
                 .clone();
-            assert!(verdict == "audit" || verdict == "allow", "{}: {verdict}", e.object);
+            assert!(
+                verdict == "audit" || verdict == "allow",
+                "{}: {verdict}",
+                e.object
+            );
             verdict == "audit"
         })
         .collect()
@@ -245,13 +268,28 @@ fn report(tool: &str, seed: u64, outcomes: &[oracle::Outcome]) {
     eprintln!("{table}");
     let dir = std::path::Path::new(ROOT).join("target/e2e");
     let _ = std::fs::create_dir_all(&dir);
-    let _ = std::fs::write(dir.join(format!("oracle-{}.md", tool.to_lowercase().replace(' ', "-"))), &table);
+    let _ = std::fs::write(
+        dir.join(format!(
+            "oracle-{}.md",
+            tool.to_lowercase().replace(' ', "-")
+        )),
+        &table,
+    );
     let unexplained: Vec<String> = outcomes
         .iter()
         .filter(|o| !o.agrees() && !o.deliberate())
-        .map(|o| format!("{} {} ({}): driftguard drift={}, {tool} drift={}", o.edit.edit.kind, o.edit.object, o.edit.edit.what, o.driftguard_drift, o.tool_drift))
+        .map(|o| {
+            format!(
+                "{} {} ({}): driftguard drift={}, {tool} drift={}",
+                o.edit.edit.kind, o.edit.object, o.edit.edit.what, o.driftguard_drift, o.tool_drift
+            )
+        })
         .collect();
-    assert!(unexplained.is_empty(), "driftguard and {tool} disagree:\n{}\n{table}", unexplained.join("\n"));
+    assert!(
+        unexplained.is_empty(),
+        "driftguard and {tool} disagree:\n{}\n{table}",
+        unexplained.join("\n")
+    );
 }
 
 /// On call may read the policy and pause Argo CD Applications (what
@@ -295,14 +333,21 @@ fn install_plugin(plane: &ControlPlane) -> std::path::PathBuf {
     plane.apply_admin(ONCALL_RBAC);
     let bin = plane.dir.join("bin");
     std::fs::create_dir_all(&bin).unwrap();
-    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_kubectl-driftguard"), bin.join("kubectl-driftguard"))
-        .unwrap();
+    std::os::unix::fs::symlink(
+        env!("CARGO_BIN_EXE_kubectl-driftguard"),
+        bin.join("kubectl-driftguard"),
+    )
+    .unwrap();
     bin
 }
 
 /// `kubectl driftguard ARGS` as `user`, the plugin found on PATH by kubectl.
 fn plugin(plane: &ControlPlane, bin: &std::path::Path, user: &str, args: &[&str]) -> Kubectl {
-    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
     std::process::Command::new("kubectl")
         .env("PATH", path)
         .env("KUBECONFIG", plane.kubeconfig(user))
@@ -317,20 +362,29 @@ fn plugin(plane: &ControlPlane, bin: &std::path::Path, user: &str, args: &[&str]
 /// Waits until the sweeper has ended the break-glass on `ns/deploy`: its
 /// annotations and label are gone once it expired.
 fn wait_break_glass_ended(plane: &ControlPlane, ns: &str, deploy: &str) {
-    eventually("the break-glass to expire and be swept", Duration::from_secs(120), || {
-        let d = get_json(plane, &["-n", ns, "deployment", deploy]).ok_or("gone")?;
-        let annotations = d["metadata"]["annotations"].clone();
-        let labels = d["metadata"]["labels"].clone();
-        let left: Vec<&str> = ["driftguard.io/break-glass", "driftguard.io/break-glass-expires", "driftguard.io/break-glass-paused", "kustomize.toolkit.fluxcd.io/reconcile"]
+    eventually(
+        "the break-glass to expire and be swept",
+        Duration::from_secs(120),
+        || {
+            let d = get_json(plane, &["-n", ns, "deployment", deploy]).ok_or("gone")?;
+            let annotations = d["metadata"]["annotations"].clone();
+            let labels = d["metadata"]["labels"].clone();
+            let left: Vec<&str> = [
+                "driftguard.io/break-glass",
+                "driftguard.io/break-glass-expires",
+                "driftguard.io/break-glass-paused",
+                "kustomize.toolkit.fluxcd.io/reconcile",
+            ]
             .into_iter()
             .filter(|k| annotations.get(*k).is_some())
             .collect();
-        if left.is_empty() && labels.get("driftguard.io/break-glass").is_none() {
-            Ok(())
-        } else {
-            Err(format!("still there: {left:?} labels={labels}"))
-        }
-    });
+            if left.is_empty() && labels.get("driftguard.io/break-glass").is_none() {
+                Ok(())
+            } else {
+                Err(format!("still there: {left:?} labels={labels}"))
+            }
+        },
+    );
 }
 
 /// A denial as a person sees it.
@@ -383,7 +437,10 @@ fn flux_applies_through_driftguard_and_agrees_on_what_is_drift() {
 
     // A commit is applied through driftguard: Flux's own identity passes.
     Flux::reconcile(&plane, "flux-system", "apps", Some(&first));
-    assert_eq!(image(&plane, "production", "web").as_deref(), Some("nginx:1.27"));
+    assert_eq!(
+        image(&plane, "production", "web").as_deref(),
+        Some("nginx:1.27")
+    );
     let web = get_json(&plane, &["-n", "production", "deployment", "web"]).unwrap();
     assert_eq!(
         field(&web, "/metadata/labels/kustomize.toolkit.fluxcd.io~1name").as_deref(),
@@ -393,40 +450,90 @@ fn flux_applies_through_driftguard_and_agrees_on_what_is_drift() {
     // kube-controller-manager runs: the Deployment got its ReplicaSet.
     eventually("a ReplicaSet for web", Duration::from_secs(60), || {
         let rs = ok(
-            plane.kubectl("admin", &["-n", "production", "get", "rs", "-l", "app=web", "-o", "name"]),
+            plane.kubectl(
+                "admin",
+                &[
+                    "-n",
+                    "production",
+                    "get",
+                    "rs",
+                    "-l",
+                    "app=web",
+                    "-o",
+                    "name",
+                ],
+            ),
             "list ReplicaSets",
         );
-        if rs.stdout.trim().is_empty() { Err("none yet".into()) } else { Ok(()) }
+        if rs.stdout.trim().is_empty() {
+            Err("none yet".into())
+        } else {
+            Ok(())
+        }
     });
 
     // A human edit is denied, naming the Kustomization.
     let out = plane.kubectl(
         "alice",
-        &["-n", "production", "set", "image", "deployment/web", "web=nginx:hotfix"],
+        &[
+            "-n",
+            "production",
+            "set",
+            "image",
+            "deployment/web",
+            "web=nginx:hotfix",
+        ],
     );
     denied(&out, "Flux Kustomization flux-system/apps").unwrap();
 
     // An ignored field Flux does not apply from Git: allowed, and Flux leaves it.
     let out = plane.kubectl(
         "alice",
-        &["-n", "production", "annotate", "service/web", "example.com/note=by-hand"],
+        &[
+            "-n",
+            "production",
+            "annotate",
+            "service/web",
+            "example.com/note=by-hand",
+        ],
     );
     assert!(out.ok, "ignored annotation on the Service: {out}");
     // An ignored field that Flux applies from Git (replicas: 2): Flux would
     // revert it, so driftguard denies it and says why.
     let out = plane.kubectl(
         "alice",
-        &["-n", "production", "scale", "deployment/web", "--replicas=5"],
+        &[
+            "-n",
+            "production",
+            "scale",
+            "deployment/web",
+            "--replicas=5",
+        ],
     );
     denied(&out, "kustomize-controller").unwrap();
 
     // Flux's own drift correction passes: a trusted change is healed.
     ok(
-        plane.kubectl_as(OPERATOR, &["-n", "production", "set", "image", "deployment/web", "web=nginx:1.26"]),
+        plane.kubectl_as(
+            OPERATOR,
+            &[
+                "-n",
+                "production",
+                "set",
+                "image",
+                "deployment/web",
+                "web=nginx:1.26",
+            ],
+        ),
         "the operator's change",
     );
     Flux::reconcile(&plane, "flux-system", "apps", None);
-    assert_eq!(image(&plane, "production", "web").as_deref(), Some("nginx:1.27"), "{}", flux.logs());
+    assert_eq!(
+        image(&plane, "production", "web").as_deref(),
+        Some("nginx:1.27"),
+        "{}",
+        flux.logs()
+    );
     let svc = get_json(&plane, &["-n", "production", "service", "web"]).unwrap();
     assert_eq!(
         field(&svc, "/metadata/annotations/example.com~1note").as_deref(),
@@ -439,27 +546,63 @@ fn flux_applies_through_driftguard_and_agrees_on_what_is_drift() {
     let second = repo.commit(
         "upgrade web, retire worker and nightly",
         &[
-            ("apps/web.yaml", Some(&WEB.replace("nginx:1.27", "nginx:1.28"))),
+            (
+                "apps/web.yaml",
+                Some(&WEB.replace("nginx:1.27", "nginx:1.28")),
+            ),
             ("apps/worker.yaml", None),
             ("apps/cron.yaml", None),
             ("tenant/config.yaml", Some(&tenant_config)),
         ],
     );
     Flux::reconcile(&plane, "flux-system", "apps", Some(&second));
-    assert_eq!(image(&plane, "production", "web").as_deref(), Some("nginx:1.28"));
-    assert!(get_json(&plane, &["-n", "production", "cronjob", "nightly"]).is_none(), "pruned");
-    assert!(get_json(&plane, &["-n", "production", "deployment", "worker"]).is_none(), "pruned");
+    assert_eq!(
+        image(&plane, "production", "web").as_deref(),
+        Some("nginx:1.28")
+    );
+    assert!(
+        get_json(&plane, &["-n", "production", "cronjob", "nightly"]).is_none(),
+        "pruned"
+    );
+    assert!(
+        get_json(&plane, &["-n", "production", "deployment", "worker"]).is_none(),
+        "pruned"
+    );
     // The garbage collector removes the pruned Deployment's ReplicaSets.
-    eventually("worker's ReplicaSets to be collected", Duration::from_secs(60), || {
-        let rs = ok(
-            plane.kubectl("admin", &["-n", "production", "get", "rs", "-l", "app=worker", "-o", "name"]),
-            "list ReplicaSets",
-        );
-        if rs.stdout.trim().is_empty() { Ok(()) } else { Err(rs.stdout) }
-    });
+    eventually(
+        "worker's ReplicaSets to be collected",
+        Duration::from_secs(60),
+        || {
+            let rs = ok(
+                plane.kubectl(
+                    "admin",
+                    &[
+                        "-n",
+                        "production",
+                        "get",
+                        "rs",
+                        "-l",
+                        "app=worker",
+                        "-o",
+                        "name",
+                    ],
+                ),
+                "list ReplicaSets",
+            );
+            if rs.stdout.trim().is_empty() {
+                Ok(())
+            } else {
+                Err(rs.stdout)
+            }
+        },
+    );
     Flux::reconcile(&plane, "tenant-a", "tenant", Some(&second));
     let cm = get_json(&plane, &["-n", "tenant-a", "configmap", "tenant-config"]).unwrap();
-    assert_eq!(field(&cm, "/data/color").as_deref(), Some("green"), "the tenant's update");
+    assert_eq!(
+        field(&cm, "/data/color").as_deref(),
+        Some("green"),
+        "the tenant's update"
+    );
     let tenant_writes: Vec<_> = dg
         .audit()
         .into_iter()
@@ -480,20 +623,53 @@ fn flux_applies_through_driftguard_and_agrees_on_what_is_drift() {
         &plane,
         &bin,
         "sam",
-        &["break-glass", "deployment/web", "-n", "production", "--reason", "INC-7 checkout down", "--for", "45s"],
+        &[
+            "break-glass",
+            "deployment/web",
+            "-n",
+            "production",
+            "--reason",
+            "INC-7 checkout down",
+            "--for",
+            "45s",
+        ],
     );
     assert!(out.ok, "sam breaks glass: {out}");
     let web = get_json(&plane, &["-n", "production", "deployment", "web"]).unwrap();
     assert_eq!(
-        field(&web, "/metadata/annotations/kustomize.toolkit.fluxcd.io~1reconcile").as_deref(),
+        field(
+            &web,
+            "/metadata/annotations/kustomize.toolkit.fluxcd.io~1reconcile"
+        )
+        .as_deref(),
         Some("disabled"),
         "arming pauses Flux for this object: {out}"
     );
     ok(
-        plane.kubectl("sam", &["-n", "production", "set", "image", "deployment/web", "web=nginx:1.28-hotfix"]),
+        plane.kubectl(
+            "sam",
+            &[
+                "-n",
+                "production",
+                "set",
+                "image",
+                "deployment/web",
+                "web=nginx:1.28-hotfix",
+            ],
+        ),
         "sam's hotfix",
     );
-    let out = plane.kubectl("alice", &["-n", "production", "set", "image", "deployment/web", "web=nginx:alice"]);
+    let out = plane.kubectl(
+        "alice",
+        &[
+            "-n",
+            "production",
+            "set",
+            "image",
+            "deployment/web",
+            "web=nginx:alice",
+        ],
+    );
     denied(&out, "Flux Kustomization flux-system/apps").unwrap();
     for _ in 0..3 {
         Flux::reconcile(&plane, "flux-system", "apps", None);
@@ -505,7 +681,11 @@ fn flux_applies_through_driftguard_and_agrees_on_what_is_drift() {
     }
     wait_break_glass_ended(&plane, "production", "web");
     Flux::reconcile(&plane, "flux-system", "apps", None);
-    assert_eq!(image(&plane, "production", "web").as_deref(), Some("nginx:1.28"), "Git wins after expiry");
+    assert_eq!(
+        image(&plane, "production", "web").as_deref(),
+        Some("nginx:1.28"),
+        "Git wins after expiry"
+    );
 
     // The differential oracle: driftguard's verdict against Flux's own.
     let seed = oracle::seed();
@@ -513,7 +693,10 @@ fn flux_applies_through_driftguard_and_agrees_on_what_is_drift() {
     plane.create_namespaces(&["oracle-flux"]);
     let rev = repo.commit(
         "oracle objects",
-        &[("oracle/objects.yaml", Some(&oracle::manifests("oracle-flux")))],
+        &[(
+            "oracle/objects.yaml",
+            Some(&oracle::manifests("oracle-flux")),
+        )],
     );
     plane.apply_admin(ORACLE_KUSTOMIZATION);
     Flux::reconcile(&plane, "flux-system", "oracle", Some(&rev));
@@ -532,19 +715,32 @@ fn flux_applies_through_driftguard_and_agrees_on_what_is_drift() {
     report("Flux", seed, &outcomes);
 
     // The namespace controller empties a deleted namespace of managed objects.
-    ok(plane.kubectl("admin", &["delete", "namespace", "tenant-a", "--wait=false"]), "delete tenant-a");
-    eventually("namespace tenant-a to be gone", Duration::from_secs(90), || {
-        match get_json(&plane, &["namespace", "tenant-a"]) {
+    ok(
+        plane.kubectl(
+            "admin",
+            &["delete", "namespace", "tenant-a", "--wait=false"],
+        ),
+        "delete tenant-a",
+    );
+    eventually(
+        "namespace tenant-a to be gone",
+        Duration::from_secs(90),
+        || match get_json(&plane, &["namespace", "tenant-a"]) {
             None => Ok(()),
             Some(ns) => Err(field(&ns, "/status").unwrap_or_default()),
-        }
-    });
+        },
+    );
     let denied_system: Vec<_> = dg
         .audit()
         .into_iter()
-        .filter(|r| r["verdict"] == "deny" && r["user"].as_str().is_some_and(|u| u.starts_with("system:")))
+        .filter(|r| {
+            r["verdict"] == "deny" && r["user"].as_str().is_some_and(|u| u.starts_with("system:"))
+        })
         .collect();
-    assert!(denied_system.is_empty(), "no system write denied: {denied_system:?}");
+    assert!(
+        denied_system.is_empty(),
+        "no system write denied: {denied_system:?}"
+    );
     drop(flux);
 }
 
@@ -639,13 +835,19 @@ spec:
 
 /// Waits until the Application is Synced and Healthy-or-Progressing at `revision`,
 /// playing the kubelet for hook Jobs: their Pods are marked Succeeded.
-fn wait_synced(plane: &ControlPlane, argo: &ArgoCd, name: &str, revision: &str) -> serde_json::Value {
+fn wait_synced(
+    plane: &ControlPlane,
+    argo: &ArgoCd,
+    name: &str,
+    revision: &str,
+) -> serde_json::Value {
     eventually(
         &format!("Application {name} synced at {revision}"),
         Duration::from_secs(180),
         || {
             finish_hook_pods(plane);
-            let app = get_json(plane, &["-n", "argocd", "application", name]).ok_or("no Application")?;
+            let app =
+                get_json(plane, &["-n", "argocd", "application", name]).ok_or("no Application")?;
             let sync = field(&app, "/status/sync/status").unwrap_or_default();
             let at = field(&app, "/status/sync/revision").unwrap_or_default();
             let op = field(&app, "/status/operationState/phase").unwrap_or_default();
@@ -667,7 +869,15 @@ fn wait_synced(plane: &ControlPlane, argo: &ArgoCd, name: &str, revision: &str) 
 fn finish_hook_pods(plane: &ControlPlane) {
     let pods = plane.kubectl(
         "admin",
-        &["get", "pods", "-A", "-l", "batch.kubernetes.io/job-name", "-o", "json"],
+        &[
+            "get",
+            "pods",
+            "-A",
+            "-l",
+            "batch.kubernetes.io/job-name",
+            "-o",
+            "json",
+        ],
     );
     let Ok(list) = serde_json::from_str::<serde_json::Value>(&pods.stdout) else {
         return;
@@ -688,7 +898,17 @@ fn finish_hook_pods(plane: &ControlPlane) {
                 "state": {"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": now, "finishedAt": now}}}]}});
         let _ = plane.kubectl(
             "admin",
-            &["-n", ns, "patch", "pod", name, "--subresource=status", "--type=merge", "-p", &status.to_string()],
+            &[
+                "-n",
+                ns,
+                "patch",
+                "pod",
+                name,
+                "--subresource=status",
+                "--type=merge",
+                "-p",
+                &status.to_string(),
+            ],
         );
     }
 }
@@ -710,8 +930,14 @@ fn argocd_syncs_through_driftguard_and_agrees_on_what_is_drift() {
             ("myapp/cron.yaml", Some(CRON)),
             ("myapp/settings.yaml", Some(SETTINGS)),
             ("myapp/migrate.yaml", Some(MIGRATE)),
-            ("labelled/config.yaml", Some(&TEAM_CONFIG.replace("NS", "team-b"))),
-            ("tenant/config.yaml", Some(&TEAM_CONFIG.replace("NS", "team-c"))),
+            (
+                "labelled/config.yaml",
+                Some(&TEAM_CONFIG.replace("NS", "team-b")),
+            ),
+            (
+                "tenant/config.yaml",
+                Some(&TEAM_CONFIG.replace("NS", "team-c")),
+            ),
         ],
     );
     let argo = ArgoCd::start(&plane, &tools, "");
@@ -726,29 +952,58 @@ fn argocd_syncs_through_driftguard_and_agrees_on_what_is_drift() {
     );
     dg.register(&plane, &format!("{ROOT}/{POLICY}"));
     let url = repo.file_url();
-    plane.apply_admin(&application("myapp", "default", &url, "myapp", "production"));
+    plane.apply_admin(&application(
+        "myapp",
+        "default",
+        &url,
+        "myapp",
+        "production",
+    ));
 
     // A sync, with its PreSync hook Job, through driftguard.
     wait_synced(&plane, &argo, "myapp", &first);
     let web = get_json(&plane, &["-n", "production", "deployment", "web"]).unwrap();
     assert_eq!(
-        field(&web, "/metadata/annotations/argocd.argoproj.io~1tracking-id").as_deref(),
+        field(
+            &web,
+            "/metadata/annotations/argocd.argoproj.io~1tracking-id"
+        )
+        .as_deref(),
         Some("myapp:apps/Deployment:production/web"),
         "Argo CD v3 tracks by annotation"
     );
     let job = get_json(&plane, &["-n", "production", "job", "migrate"]).expect("the hook Job ran");
-    assert!(field(&job, "/status/succeeded").as_deref() == Some("1"), "hook Job: {job}");
+    assert!(
+        field(&job, "/status/succeeded").as_deref() == Some("1"),
+        "hook Job: {job}"
+    );
 
     // A human edit is denied, naming the Application and its repository.
     let out = plane.kubectl(
         "alice",
-        &["-n", "production", "set", "image", "deployment/web", "web=nginx:hotfix"],
+        &[
+            "-n",
+            "production",
+            "set",
+            "image",
+            "deployment/web",
+            "web=nginx:hotfix",
+        ],
     );
     denied(&out, "Argo CD application myapp").unwrap();
     denied(&out, &url).unwrap();
     // An ignored field: allowed, and Argo CD stays Synced.
     ok(
-        plane.kubectl("alice", &["-n", "production", "scale", "deployment/web", "--replicas=4"]),
+        plane.kubectl(
+            "alice",
+            &[
+                "-n",
+                "production",
+                "scale",
+                "deployment/web",
+                "--replicas=4",
+            ],
+        ),
         "ignored replicas",
     );
     let app = ArgoCd::hard_refresh(&plane, "myapp");
@@ -759,26 +1014,40 @@ fn argocd_syncs_through_driftguard_and_agrees_on_what_is_drift() {
 
     // Self-heal: a trusted change is reverted by Argo CD, through driftguard.
     ok(
-        plane.kubectl_as(OPERATOR, &["-n", "production", "set", "image", "deployment/web", "web=nginx:1.26"]),
+        plane.kubectl_as(
+            OPERATOR,
+            &[
+                "-n",
+                "production",
+                "set",
+                "image",
+                "deployment/web",
+                "web=nginx:1.26",
+            ],
+        ),
         "the operator's change",
     );
-    eventually("Argo CD to self-heal web", Duration::from_secs(60), || {
-        match image(&plane, "production", "web") {
+    eventually(
+        "Argo CD to self-heal web",
+        Duration::from_secs(60),
+        || match image(&plane, "production", "web") {
             Some(i) if i == "nginx:1.27" => Ok(()),
             other => Err(format!("{other:?}\n{}", argo.logs())),
-        }
-    });
+        },
+    );
 
     // A prune.
     let second = repo.commit("retire nightly", &[("myapp/cron.yaml", None)]);
     ArgoCd::hard_refresh(&plane, "myapp");
     wait_synced(&plane, &argo, "myapp", &second);
-    eventually("nightly to be pruned", Duration::from_secs(60), || {
-        match get_json(&plane, &["-n", "production", "cronjob", "nightly"]) {
+    eventually(
+        "nightly to be pruned",
+        Duration::from_secs(60),
+        || match get_json(&plane, &["-n", "production", "cronjob", "nightly"]) {
             None => Ok(()),
             Some(_) => Err("still there".into()),
-        }
-    });
+        },
+    );
 
     // Break-glass survives self-heal until it expires; then Git wins.
     let bin = install_plugin(&plane);
@@ -786,41 +1055,76 @@ fn argocd_syncs_through_driftguard_and_agrees_on_what_is_drift() {
         &plane,
         &bin,
         "sam",
-        &["break-glass", "deployment/web", "-n", "production", "--reason", "INC-8 checkout down", "--for", "40s"],
+        &[
+            "break-glass",
+            "deployment/web",
+            "-n",
+            "production",
+            "--reason",
+            "INC-8 checkout down",
+            "--for",
+            "40s",
+        ],
     );
     assert!(out.ok, "sam breaks glass: {out}");
     let app = get_json(&plane, &["-n", "argocd", "application", "myapp"]).unwrap();
     assert_eq!(
-        field(&app, "/metadata/annotations/argocd.argoproj.io~1skip-reconcile").as_deref(),
+        field(
+            &app,
+            "/metadata/annotations/argocd.argoproj.io~1skip-reconcile"
+        )
+        .as_deref(),
         Some("true"),
         "arming pauses the Application: {out}"
     );
     ok(
-        plane.kubectl("sam", &["-n", "production", "set", "image", "deployment/web", "web=nginx:1.27-hotfix"]),
+        plane.kubectl(
+            "sam",
+            &[
+                "-n",
+                "production",
+                "set",
+                "image",
+                "deployment/web",
+                "web=nginx:1.27-hotfix",
+            ],
+        ),
         "sam's hotfix",
     );
-    holds("the hotfix under selfHeal: true", Duration::from_secs(15), || {
-        match image(&plane, "production", "web") {
+    holds(
+        "the hotfix under selfHeal: true",
+        Duration::from_secs(15),
+        || match image(&plane, "production", "web") {
             Some(i) if i == "nginx:1.27-hotfix" => Ok(()),
             other => Err(format!("{other:?}")),
-        }
-    });
+        },
+    );
     wait_break_glass_ended(&plane, "production", "web");
     let app = get_json(&plane, &["-n", "argocd", "application", "myapp"]).unwrap();
     assert!(
-        field(&app, "/metadata/annotations/argocd.argoproj.io~1skip-reconcile").is_none(),
+        field(
+            &app,
+            "/metadata/annotations/argocd.argoproj.io~1skip-reconcile"
+        )
+        .is_none(),
         "the pause is lifted at expiry: {app}"
     );
-    eventually("Git to win after expiry (self-heal)", Duration::from_secs(90), || {
-        match image(&plane, "production", "web") {
+    eventually(
+        "Git to win after expiry (self-heal)",
+        Duration::from_secs(90),
+        || match image(&plane, "production", "web") {
             Some(i) if i == "nginx:1.27" => Ok(()),
             other => Err(format!("{other:?}\n{}", argo.logs())),
-        }
-    });
+        },
+    );
 
     // Tracking by label.
-    plane.apply_admin(&argocd_settings("  application.resourceTrackingMethod: label\n"));
-    plane.apply_admin(&application("labelled", "default", &url, "labelled", "team-b"));
+    plane.apply_admin(&argocd_settings(
+        "  application.resourceTrackingMethod: label\n",
+    ));
+    plane.apply_admin(&application(
+        "labelled", "default", &url, "labelled", "team-b",
+    ));
     wait_synced(&plane, &argo, "labelled", &second);
     let cm = get_json(&plane, &["-n", "team-b", "configmap", "team-config"]).unwrap();
     assert_eq!(
@@ -829,7 +1133,15 @@ fn argocd_syncs_through_driftguard_and_agrees_on_what_is_drift() {
     );
     let out = plane.kubectl(
         "alice",
-        &["-n", "team-b", "patch", "configmap", "team-config", "-p", r#"{"data":{"owner":"me"}}"#],
+        &[
+            "-n",
+            "team-b",
+            "patch",
+            "configmap",
+            "team-config",
+            "-p",
+            r#"{"data":{"owner":"me"}}"#,
+        ],
     );
     denied(&out, "Argo CD application labelled").unwrap();
 
@@ -843,7 +1155,14 @@ fn argocd_syncs_through_driftguard_and_agrees_on_what_is_drift() {
     wait_synced(&plane, &argo, "tenant", &second);
     let third = repo.commit(
         "team-c owner",
-        &[("tenant/config.yaml", Some(&TEAM_CONFIG.replace("NS", "team-c").replace("owner: team", "owner: team-c")))],
+        &[(
+            "tenant/config.yaml",
+            Some(
+                &TEAM_CONFIG
+                    .replace("NS", "team-c")
+                    .replace("owner: team", "owner: team-c"),
+            ),
+        )],
     );
     ArgoCd::hard_refresh(&plane, "tenant");
     wait_synced(&plane, &argo, "tenant", &third);
@@ -862,7 +1181,15 @@ fn argocd_syncs_through_driftguard_and_agrees_on_what_is_drift() {
     // The same identity on another Application's object is a manual change.
     let out = plane.kubectl_as(
         "system:serviceaccount:team-c:deployer",
-        &["-n", "production", "patch", "configmap", "settings", "-p", r#"{"data":{"LOG_LEVEL":"debug"}}"#],
+        &[
+            "-n",
+            "production",
+            "patch",
+            "configmap",
+            "settings",
+            "-p",
+            r#"{"data":{"LOG_LEVEL":"debug"}}"#,
+        ],
     );
     denied(&out, "Argo CD application myapp").unwrap();
 
@@ -872,7 +1199,10 @@ fn argocd_syncs_through_driftguard_and_agrees_on_what_is_drift() {
     plane.create_namespaces(&["oracle-argo"]);
     let rev = repo.commit(
         "oracle objects",
-        &[("oracle/objects.yaml", Some(&oracle::manifests("oracle-argo")))],
+        &[(
+            "oracle/objects.yaml",
+            Some(&oracle::manifests("oracle-argo")),
+        )],
     );
     // No self-heal here: Argo CD is asked, not left to answer by reverting.
     let app = application("oracle", "default", &url, "oracle", "oracle-argo")

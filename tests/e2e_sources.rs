@@ -1,5 +1,5 @@
 //! End to end, cluster integration: driftguard reads Argo CD Applications,
-//! argocd-cm and Flux Kustomizations from a real apiserver (minimal CRDs in
+//! AppProjects, argocd-cm and Flux Kustomizations from a real apiserver (minimal CRDs in
 //! tests/data/crds), with exactly its own minimal RBAC, and judges with them.
 
 #[path = "support/control_plane.rs"]
@@ -362,4 +362,224 @@ fn owned_fields_precision_judges_only_what_the_gitops_tool_owns() {
         );
         assert!(out.stdout.contains("/metadata/labels"), "{name}: {out}");
     }
+}
+
+/// The account Argo CD syncs Application `shop` as, by its AppProject.
+const DEPLOYER: &str = "system:serviceaccount:shop:deployer";
+
+const IMPERSONATION: &str = r#"
+apiVersion: argoproj.io/v1alpha1
+kind: AppProject
+metadata: {name: shop, namespace: argocd}
+spec:
+  destinations: [{server: 'https://kubernetes.default.svc', namespace: shop}]
+  destinationServiceAccounts:
+    - {server: 'https://kubernetes.default.svc', namespace: shop, defaultServiceAccount: deployer}
+---
+apiVersion: argoproj.io/v1alpha1
+kind: Application
+metadata: {name: shop, namespace: argocd}
+spec:
+  project: shop
+  source: {repoURL: 'https://git.example.com/shop.git', path: deploy, targetRevision: main}
+  destination: {server: 'https://kubernetes.default.svc', namespace: shop}
+---
+apiVersion: argoproj.io/v1alpha1
+kind: Application
+metadata: {name: other, namespace: argocd}
+spec:
+  project: default
+  source: {repoURL: 'https://git.example.com/other.git', path: deploy, targetRevision: main}
+  destination: {name: in-cluster, namespace: shop}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: deployer, namespace: shop}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: workload-editor}
+subjects:
+  - {kind: ServiceAccount, name: deployer, namespace: shop}
+"#;
+
+const OTHER_OBJECT: &str = r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: other
+  namespace: shop
+  annotations: {argocd.argoproj.io/tracking-id: "other:apps/Deployment:shop/other"}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: other}}
+  template:
+    metadata: {labels: {app: other}}
+    spec: {containers: [{name: other, image: "nginx:1.27"}]}
+"#;
+
+fn argocd_cm(impersonation: bool) -> String {
+    format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: argocd-cm, namespace: argocd}}\ndata:\n  application.sync.impersonation.enabled: \"{impersonation}\"\n"
+    )
+}
+
+/// Argo CD v3.6 syncing as the AppProject's destination service account:
+/// that account is trusted for its Application's objects and nothing else.
+#[test]
+fn argo_cd_sync_impersonation_is_trusted_for_that_application_only() {
+    let mut plane = ControlPlane::start("impersonation");
+    plane.prepare(&["argocd", "shop"]);
+    plane.apply_crds(&["argocd-application", "argocd-appproject"]);
+    plane.apply_admin(IMPERSONATION);
+    plane.apply_admin(&argocd_cm(true));
+    for objects in [OBJECTS, OTHER_OBJECT] {
+        let out = plane.kubectl_as_stdin(ARGO, &["apply", "-f", "-"], Some(objects));
+        assert!(out.ok, "{out}");
+    }
+    let dg = Driftguard::start(
+        &plane,
+        &["--watch-argocd", &plane.driftguard_kubeconfig_flag()],
+    );
+    dg.register(&plane, &format!("{ROOT}/src/policy/default-policy.yaml"));
+    let set_image = |user: &str, name: &str, image: &str| {
+        let target = format!("deployment/{name}");
+        let container = format!("{name}={image}");
+        let args = ["-n", "shop", "set", "image", &target, &container];
+        if user.starts_with("system:serviceaccount:") {
+            plane.kubectl_as(user, &args)
+        } else {
+            plane.kubectl(user, &args)
+        }
+    };
+    eventually("the webhook denies alice", || {
+        let out = set_image("alice", "shop", "nginx:1.28");
+        if !out.ok && out.stderr.contains("driftguard") {
+            Ok(())
+        } else {
+            Err(out.to_string())
+        }
+    });
+
+    // Argo CD syncing shop as its project's account: allowed.
+    let out = set_image(DEPLOYER, "shop", "nginx:1.28");
+    assert!(out.ok, "the impersonated sync account was refused: {out}");
+    let trusted = dg
+        .audit()
+        .into_iter()
+        .any(|r| r["user"] == DEPLOYER && r["name"] == "shop" && r["reason"] == "controller");
+    assert!(
+        trusted,
+        "the sync account's write is audited as a controller's"
+    );
+    // The same account on another Application's object, in the same namespace.
+    let out = set_image(DEPLOYER, "other", "nginx:1.28");
+    assert!(
+        !out.ok,
+        "the account changed another Application's object: {out}"
+    );
+    assert!(out.stderr.contains("Argo CD application other"), "{out}");
+
+    // Impersonation off: Argo CD syncs as its controller, the account is nobody.
+    plane.apply_admin(&argocd_cm(false));
+    eventually("the account is denied once impersonation is off", || {
+        let out = set_image(DEPLOYER, "shop", "nginx:1.29");
+        if !out.ok && out.stderr.contains("driftguard") {
+            Ok(())
+        } else {
+            Err(out.to_string())
+        }
+    });
+}
+
+/// Two Deployments of Flux Kustomization flux-system/apps, applied as
+/// kustomize-controller applies them (server-side, its field manager): Git
+/// sets `replicas` for `web`, not for `autoscaled`.
+const FLUX_APPLIED: &str = r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+  namespace: apps
+  labels: {kustomize.toolkit.fluxcd.io/name: apps, kustomize.toolkit.fluxcd.io/namespace: flux-system}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec: {containers: [{name: web, image: "nginx:1.27"}]}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: autoscaled
+  namespace: apps
+  labels: {kustomize.toolkit.fluxcd.io/name: apps, kustomize.toolkit.fluxcd.io/namespace: flux-system}
+spec:
+  selector: {matchLabels: {app: autoscaled}}
+  template:
+    metadata: {labels: {app: autoscaled}}
+    spec: {containers: [{name: autoscaled, image: "nginx:1.27"}]}
+"#;
+
+/// A policy rule ignoring `/spec/replicas` does not let `kubectl scale` change
+/// what kustomize-controller applies from Git: Flux would set it back.
+#[test]
+fn an_ignore_rule_does_not_hide_what_flux_reapplies() {
+    let mut plane = ControlPlane::start("reapply");
+    plane.prepare(&["argocd", "flux-system", "apps"]);
+    let out = plane.kubectl_as_stdin(
+        control_plane::FLUX,
+        &[
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "--field-manager=kustomize-controller",
+            "-f",
+            "-",
+        ],
+        Some(FLUX_APPLIED),
+    );
+    assert!(out.ok, "{out}");
+    let policy = plane.dir.join("replicas-policy.yaml");
+    std::fs::write(
+        &policy,
+        "ignoreDifferences:\n  - {group: apps, kind: Deployment, jsonPointers: [/spec/replicas]}\n",
+    )
+    .unwrap();
+    let dg = Driftguard::start(
+        &plane,
+        &[
+            &format!("--policy={}", policy.display()),
+            &plane.driftguard_kubeconfig_flag(),
+        ],
+    );
+    dg.register(&plane, &policy.display().to_string());
+    let scale = |name: &str, replicas: u32| {
+        plane.kubectl(
+            "alice",
+            &[
+                "-n",
+                "apps",
+                "scale",
+                &format!("deployment/{name}"),
+                &format!("--replicas={replicas}"),
+            ],
+        )
+    };
+    eventually("kubectl scale of Git's replicas denied", || {
+        let out = scale("web", 5);
+        if !out.ok && out.stderr.contains("driftguard") {
+            Ok(())
+        } else {
+            Err(out.to_string())
+        }
+    });
+    let out = scale("web", 5);
+    assert!(
+        out.stderr.contains(
+            "Flux applies /spec/replicas from Git (kustomize-controller owns it) and would revert this change"
+        ),
+        "{out}"
+    );
+    // Not in Git: kustomize-controller does not own it, and the rule applies.
+    let out = scale("autoscaled", 5);
+    assert!(out.ok, "{out}");
 }

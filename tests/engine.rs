@@ -544,7 +544,7 @@ const PAUSED_KEY: &str = "driftguard.io/break-glass-paused";
 const RECONCILE: &str = "kustomize.toolkit.fluxcd.io/reconcile";
 
 /// A Deployment of Flux Kustomization flux-system/apps.
-fn flux_deployment() -> Value {
+fn flux_paused_base() -> Value {
     let mut d = deployment();
     d["metadata"]["annotations"] = json!({});
     d["metadata"]["labels"]["kustomize.toolkit.fluxcd.io/name"] = json!("apps");
@@ -587,7 +587,7 @@ fn ended(obj: &Value) -> Value {
 #[test]
 fn anyone_may_end_a_break_glass_that_grants_nothing() {
     let policy = break_glass_policy();
-    for base in [deployment(), flux_deployment()] {
+    for base in [deployment(), flux_paused_base()] {
         for expires in ["2026-11-29T09:00:00Z", "tomorrow"] {
             let old = paused(&base, expires);
             let out = run(&policy, &Review::update(old.clone(), ended(&old)));
@@ -609,7 +609,7 @@ fn anyone_may_end_a_break_glass_that_grants_nothing() {
 #[test]
 fn ending_a_break_glass_in_force_is_for_those_allowed_to_break_glass() {
     let policy = break_glass_policy();
-    for base in [deployment(), flux_deployment()] {
+    for base in [deployment(), flux_paused_base()] {
         let old = paused(&base, "2026-11-29T11:00:00Z");
         let alice = run(&policy, &Review::update(old.clone(), ended(&old)));
         assert!(!alice.allowed());
@@ -626,7 +626,7 @@ fn ending_a_break_glass_in_force_is_for_those_allowed_to_break_glass() {
 #[test]
 fn ending_removes_every_key_and_changes_nothing_else() {
     let policy = break_glass_policy();
-    let old = paused(&flux_deployment(), "2026-11-29T09:00:00Z");
+    let old = paused(&flux_paused_base(), "2026-11-29T09:00:00Z");
     let done = ended(&old);
     let partial = [
         // The opt-out left without the marker would take the object out of scope.
@@ -675,7 +675,7 @@ fn ending_removes_every_key_and_changes_nothing_else() {
 #[test]
 fn the_pause_marker_keeps_a_paused_flux_object_judged() {
     let policy = break_glass_policy();
-    let old = paused(&flux_deployment(), "2026-11-29T11:00:00Z");
+    let old = paused(&flux_paused_base(), "2026-11-29T11:00:00Z");
     let edit = with(&old, IMAGE, json!("web:hotfix"));
     let alice = run(&policy, &Review::update(old.clone(), edit.clone()));
     assert!(!alice.allowed(), "{:?}", alice.decision.finding);
@@ -702,7 +702,7 @@ fn the_pause_marker_keeps_a_paused_flux_object_judged() {
 #[test]
 fn a_break_glass_without_a_pause_warns_that_the_tool_will_revert_it() {
     let policy = break_glass_policy();
-    for (base, tool) in [(deployment(), "Argo CD"), (flux_deployment(), "Flux")] {
+    for (base, tool) in [(deployment(), "Argo CD"), (flux_paused_base(), "Flux")] {
         let hotfix = with(&base, IMAGE, json!("web:hotfix"));
         let by_hand = glass(&hotfix, "INC-9", "2026-11-29T11:00:00Z");
         let out = run(
@@ -741,7 +741,7 @@ fn a_break_glass_without_a_pause_warns_that_the_tool_will_revert_it() {
 #[test]
 fn arming_a_pause_by_hand_is_drift() {
     let policy = break_glass_policy();
-    let old = flux_deployment();
+    let old = flux_paused_base();
     let armed = paused(&old, "2026-11-29T11:00:00Z");
     let out = run(&policy, &Review::update(old.clone(), armed));
     assert!(!out.allowed());
@@ -1013,4 +1013,214 @@ fn deleting_the_destination_namespace_of_an_application_is_drift() {
     assert_eq!(remote[0].destination_namespace, None);
     let policy = seed_policy().with_applications(remote);
     assert!(run(&policy, &Review::delete(ns("production"))).allowed());
+}
+
+/// A Deployment of Flux Kustomization flux-system/apps, as kustomize-controller
+/// v1.9.6 leaves it: its server-side apply entry owns what Git sets
+/// (`replicas` only when `owns_replicas`), kube-controller-manager's the status.
+fn flux_deployment(owns_replicas: bool) -> Value {
+    let mut spec = json!({"f:selector": {}, "f:template": {
+        "f:metadata": {"f:labels": {"f:app": {}}},
+        "f:spec": {"f:containers": {"k:{\"name\":\"web\"}": {".": {}, "f:image": {}, "f:name": {}}}}}});
+    if owns_replicas {
+        spec["f:replicas"] = json!({});
+    }
+    let mut d = deployment();
+    d["metadata"]["annotations"] = json!({});
+    d["metadata"]["labels"] = json!({"kustomize.toolkit.fluxcd.io/name": "apps",
+                                     "kustomize.toolkit.fluxcd.io/namespace": "flux-system"});
+    d["metadata"]["managedFields"] = json!([
+        {"manager": "kustomize-controller", "operation": "Apply", "apiVersion": "apps/v1",
+         "time": "2026-11-29T09:00:00Z", "fieldsType": "FieldsV1", "fieldsV1": {
+            "f:metadata": {"f:labels": {"f:kustomize.toolkit.fluxcd.io/name": {},
+                                        "f:kustomize.toolkit.fluxcd.io/namespace": {}}},
+            "f:spec": spec}},
+        {"manager": "kube-controller-manager", "operation": "Update", "apiVersion": "apps/v1",
+         "time": "2026-11-29T09:00:01Z", "fieldsType": "FieldsV1", "subresource": "status",
+         "fieldsV1": {"f:status": {"f:replicas": {}, "f:readyReplicas": {}}}}
+    ]);
+    d
+}
+
+const IGNORE_REPLICAS: &str =
+    "ignoreDifferences:\n  - {group: apps, kind: Deployment, jsonPointers: [/spec/replicas]}\n";
+
+const REAPPLIED: &str = "Flux applies /spec/replicas from Git (kustomize-controller owns it) and would revert this change: an ignore rule does not stop Flux; remove the field from Git to let it change by hand.";
+
+#[test]
+fn an_ignore_rule_does_not_hide_what_kustomize_controller_reapplies() {
+    let policy = policy_with(IGNORE_REPLICAS);
+    let old = flux_deployment(true);
+    let new = with(&old, "/spec/replicas", json!(5));
+    let out = run(&policy, &Review::update(old.clone(), new.clone()));
+    assert!(!out.allowed());
+    assert_eq!(out.decision.drifted_paths, ["/spec/replicas"]);
+    assert_eq!(out.decision.reapplied, ["/spec/replicas"]);
+    assert!(out.message().contains(REAPPLIED), "{}", out.message());
+
+    // kubectl scale writes deployments/scale: judged as the parent's replicas.
+    let scale = Review::scale("deployments", "web", 3, 5);
+    let out = run_with(&policy, &scale, Endpoint::Validate, Some(&old));
+    assert!(!out.allowed());
+    assert_eq!(out.decision.reapplied, ["/spec/replicas"]);
+    assert!(out.message().contains(REAPPLIED), "{}", out.message());
+
+    // Not in Git, so not owned: Flux leaves it alone and the rule decides.
+    let unowned = flux_deployment(false);
+    let out = run(
+        &policy,
+        &Review::update(unowned.clone(), with(&unowned, "/spec/replicas", json!(5))),
+    );
+    assert!(out.allowed(), "{}", out.message());
+    assert_eq!(out.decision.finding, Finding::NoDrift);
+    assert!(run_with(&policy, &scale, Endpoint::Validate, Some(&unowned)).allowed());
+
+    // In warn mode the warning says why.
+    let warn = policy_with(&format!("mode: warn\n{IGNORE_REPLICAS}"));
+    let out = run(&warn, &Review::update(old.clone(), new.clone()));
+    assert_eq!(out.decision.verdict, Verdict::Warn);
+    assert!(
+        out.warnings().contains(&"driftguard: Flux applies /spec/replicas from Git (kustomize-controller owns it) and would revert this change".to_owned()),
+        "{:?}",
+        out.warnings()
+    );
+
+    // Argo CD's ignoreDifferences really stop self-heal: unchanged.
+    let mut argo = old.clone();
+    argo["metadata"]["labels"] = json!({});
+    argo["metadata"]["annotations"] =
+        json!({"argocd.argoproj.io/tracking-id": "myapp:apps/Deployment:production/web"});
+    argo["metadata"]["managedFields"][0]["manager"] = json!("argocd-controller");
+    let out = run(
+        &policy,
+        &Review::update(argo.clone(), with(&argo, "/spec/replicas", json!(5))),
+    );
+    assert!(out.allowed(), "{}", out.message());
+}
+
+/// Flux v1.9.6 keeps a changed field its Kustomization's `spec.ignore`
+/// selects (it adopts the in-cluster value): that rule still allows.
+#[test]
+fn the_kustomizations_own_ignore_rule_still_allows() {
+    use driftguard::sources::{FluxKind, Sources, flux_from_value};
+    let kustomization = json!({"metadata": {"name": "apps", "namespace": "flux-system"},
+        "spec": {"ignore": [{"paths": ["/spec/replicas"], "target": {"kind": "Deployment"}}]}});
+    let sources = Sources {
+        flux: vec![flux_from_value(FluxKind::Kustomization, &kustomization).unwrap()],
+        ..Default::default()
+    };
+    let old = flux_deployment(true);
+    let new = with(&old, "/spec/replicas", json!(5));
+    let body = serde_json::to_vec(&Review::update(old, new).body()).unwrap();
+    let req = driftguard::review::parse(&body).unwrap();
+    let judged = driftguard::judge_request(
+        &Policy::embedded(),
+        &req,
+        Endpoint::Validate,
+        None,
+        Some(&sources),
+        now(),
+    )
+    .unwrap();
+    assert_eq!(
+        judged.decision.verdict,
+        Verdict::Allow,
+        "{:?}",
+        judged.decision
+    );
+    assert!(judged.decision.reapplied.is_empty());
+}
+
+/// Two steps: a write that only removes kustomize-controller's managedFields
+/// entry would make the next replicas change look unowned, and so ignored.
+#[test]
+fn taking_fields_from_kustomize_controller_by_hand_is_drift() {
+    let policy = policy_with(IGNORE_REPLICAS);
+    let old = flux_deployment(true);
+    let mut disowned = old.clone();
+    disowned["metadata"]["managedFields"]
+        .as_array_mut()
+        .unwrap()
+        .remove(0);
+    let out = run(&policy, &Review::update(old.clone(), disowned.clone()));
+    assert!(!out.allowed());
+    assert_eq!(out.decision.drifted_paths, ["/metadata/managedFields"]);
+    // Had it been allowed, the replicas change would be.
+    let scaled = with(&disowned, "/spec/replicas", json!(5));
+    assert!(run(&policy, &Review::update(disowned, scaled)).allowed());
+
+    // An honest edit of a field kustomize-controller does not own leaves its
+    // entry alone and is judged by the rules as before.
+    let paused = with(&old, "/spec/paused", json!(true));
+    let rule = policy_with(
+        "ignoreDifferences:\n  - {group: apps, kind: Deployment, jsonPointers: [/spec/paused]}\n",
+    );
+    assert!(run(&rule, &Review::update(old, paused)).allowed());
+}
+
+/// Argo CD sync impersonation: the account Argo CD syncs an Application as is
+/// a controller for exactly that Application's objects.
+#[test]
+fn argo_cd_sync_impersonation_trusts_the_account_for_its_application_only() {
+    use driftguard::policy::impersonation::AppProject;
+    use driftguard::sources::{Sources, applications, sync_accounts};
+    const SA: &str = "system:serviceaccount:production:deployer";
+    let app = |name: &str, project: &str| {
+        json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
+               "metadata": {"name": name, "namespace": "argocd"},
+               "spec": {"project": project,
+                        "destination": {"server": "https://kubernetes.default.svc", "namespace": "production"}}})
+    };
+    let (apps, errors) = applications(&[app("myapp", "shop"), app("other", "default")]);
+    assert!(errors.is_empty());
+    let project = AppProject::from_value(&json!({"metadata": {"name": "shop", "namespace": "argocd"},
+        "spec": {"destinationServiceAccounts": [
+            {"server": "https://kubernetes.default.svc", "namespace": "production", "defaultServiceAccount": "deployer"}]}}))
+    .unwrap();
+    let judge = |enabled: bool, old: &Value, user: &str| {
+        let sources = Sources {
+            argocd_sync_accounts: sync_accounts(
+                &apps,
+                std::slice::from_ref(&project),
+                enabled,
+                "argocd",
+            ),
+            ..Default::default()
+        };
+        let new = with(old, IMAGE, json!("web:2"));
+        let review = Review::update(old.clone(), new).by(user, &["system:serviceaccounts"]);
+        let body = serde_json::to_vec(&review.body()).unwrap();
+        let req = driftguard::review::parse(&body).unwrap();
+        driftguard::judge_request(
+            &Policy::embedded(),
+            &req,
+            Endpoint::Validate,
+            None,
+            Some(&sources),
+            now(),
+        )
+        .unwrap()
+        .decision
+    };
+    let mine = deployment();
+    let d = judge(true, &mine, SA);
+    assert_eq!(
+        (d.verdict, d.finding),
+        (Verdict::Allow, Finding::Controller)
+    );
+    // Another Application's object, an unmanaged one, the flag off, another user.
+    let mut theirs = deployment();
+    theirs["metadata"]["annotations"]["argocd.argoproj.io/tracking-id"] =
+        json!("other:apps/Deployment:production/web");
+    assert_eq!(judge(true, &theirs, SA).verdict, Verdict::Deny);
+    assert_eq!(judge(false, &mine, SA).verdict, Verdict::Deny);
+    assert_eq!(
+        judge(true, &mine, "system:serviceaccount:production:other").verdict,
+        Verdict::Deny
+    );
+    // An Application elsewhere named alike is another Application.
+    let mut namespaced = deployment();
+    namespaced["metadata"]["annotations"]["argocd.argoproj.io/tracking-id"] =
+        json!("team-a_myapp:apps/Deployment:production/web");
+    assert_eq!(judge(true, &namespaced, SA).verdict, Verdict::Deny);
 }

@@ -149,6 +149,33 @@ fn ending_an_expired_paused_break_glass_unlocks_nothing() {
     assert_eq!(checked, 4 * 2 * 9 * 2);
 }
 
+/// Flux re-applies what kustomize-controller owns (`/spec/paused` in the
+/// stored object), whatever the rules say: dropping its managedFields entry
+/// by hand must not make a later change to it allowed.
+#[test]
+fn disowning_kustomize_controller_unlocks_nothing() {
+    for owned_fields in [false, true] {
+        for honest_second in [false, true] {
+            let scenario = Scenario {
+                rules: vec![
+                    "{group: '*', kind: '*', jsonPointers: [/metadata]}",
+                    "{group: '*', kind: '*', jsonPointers: [/spec/paused]}",
+                ],
+                owned_fields,
+                kind: Kind::Deployment,
+                manager: Manager::FluxKustomization,
+                first: vec![Edit::Disown("kustomize-controller")],
+                second: Second::Field("/spec/paused", 7),
+                honest_second,
+                paused: false,
+            };
+            if let Err(e) = scenario.check() {
+                panic!("{scenario:?}\n{e}");
+            }
+        }
+    }
+}
+
 mod common;
 
 use common::{Review, run};

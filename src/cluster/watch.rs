@@ -1,5 +1,6 @@
 //! `--watch-argocd` and `--watch-flux`: reflectors over Applications, the
-//! `argocd-cm` ConfigMap, Kustomizations and HelmReleases. Every change
+//! AppProjects and the `argocd-cm` ConfigMap in Argo CD's namespace,
+//! Kustomizations and HelmReleases. Every change
 //! rebuilds the [`Sources`] the decision reads; a watch that fails or lags
 //! never blocks admission: the last good sources keep serving, their age is a
 //! metric, and only a cache that was never filled keeps driftguard unready.
@@ -36,6 +37,7 @@ impl SourcesHandle {
 #[derive(Default)]
 struct Stores {
     applications: Option<Store<DynamicObject>>,
+    app_projects: Option<Store<DynamicObject>>,
     argocd_cm: Option<Store<ConfigMap>>,
     kustomizations: Option<Store<DynamicObject>>,
     helmreleases: Option<Store<DynamicObject>>,
@@ -44,6 +46,8 @@ struct Stores {
 pub struct Watches {
     pub handle: SourcesHandle,
     stores: Mutex<Stores>,
+    /// Where Argo CD runs: its AppProjects and argocd-cm are read there.
+    argocd_namespace: String,
     /// Watches whose first list has not completed yet.
     pending: AtomicUsize,
     last_change: Mutex<Instant>,
@@ -77,20 +81,27 @@ impl Watches {
                 .unwrap_or_default()
         };
         let (applications, mut errors) = sources::applications(&values(&stores.applications));
-        let (argocd_overrides, cm_errors) = stores
+        let (projects, project_errors) = sources::app_projects(&values(&stores.app_projects));
+        errors.extend(project_errors);
+        let cm: serde_json::Map<String, Value> = stores
             .argocd_cm
             .as_ref()
             .and_then(|s| s.state().first().cloned())
             .and_then(|cm| cm.data.clone())
             .map(|data| {
-                let map = data
-                    .into_iter()
+                data.into_iter()
                     .map(|(k, v)| (k, Value::String(v)))
-                    .collect();
-                sources::argocd_overrides(&map)
+                    .collect()
             })
             .unwrap_or_default();
+        let (argocd_overrides, cm_errors) = sources::argocd_overrides(&cm);
         errors.extend(cm_errors);
+        let argocd_sync_accounts = sources::sync_accounts(
+            &applications,
+            &projects,
+            crate::policy::impersonation::enabled(&cm),
+            &self.argocd_namespace,
+        );
         let mut flux = Vec::new();
         for (kind, store) in [
             (FluxKind::Kustomization, &stores.kustomizations),
@@ -110,6 +121,7 @@ impl Watches {
             applications,
             argocd_overrides,
             flux,
+            argocd_sync_accounts,
         });
         *self.last_change.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
     }
@@ -126,6 +138,7 @@ pub fn spawn(client: kube::Client, options: &WatchOptions, metrics: Arc<Metrics>
     let watches = Arc::new(Watches {
         handle: SourcesHandle::default(),
         stores: Mutex::new(Stores::default()),
+        argocd_namespace: options.argocd_namespace.clone(),
         pending: AtomicUsize::new(0),
         last_change: Mutex::new(Instant::now()),
     });
@@ -134,8 +147,15 @@ pub fn spawn(client: kube::Client, options: &WatchOptions, metrics: Arc<Metrics>
     };
     if options.argocd {
         let ar = dynamic("argoproj.io", "v1alpha1", "Application");
-        let store = watch_dynamic(&watches, client.clone(), ar, "Application", metrics.clone());
+        let api = Api::<DynamicObject>::all_with(client.clone(), &ar);
+        let store = watch_dynamic(&watches, api, ar, "Application", metrics.clone());
         watches.stores.lock().unwrap().applications = Some(store);
+        // Argo CD reads an Application's project from its own namespace only.
+        let ar = dynamic("argoproj.io", "v1alpha1", "AppProject");
+        let api =
+            Api::<DynamicObject>::namespaced_with(client.clone(), &options.argocd_namespace, &ar);
+        let store = watch_dynamic(&watches, api, ar, "AppProject", metrics.clone());
+        watches.stores.lock().unwrap().app_projects = Some(store);
         let writer = reflector::store::Writer::<ConfigMap>::default();
         watches.stores.lock().unwrap().argocd_cm = Some(writer.as_reader());
         let api = Api::<ConfigMap>::namespaced(client.clone(), &options.argocd_namespace);
@@ -149,16 +169,12 @@ pub fn spawn(client: kube::Client, options: &WatchOptions, metrics: Arc<Metrics>
     }
     if options.flux {
         let ar = dynamic("kustomize.toolkit.fluxcd.io", "v1", "Kustomization");
-        let store = watch_dynamic(
-            &watches,
-            client.clone(),
-            ar,
-            "Kustomization",
-            metrics.clone(),
-        );
+        let api = Api::<DynamicObject>::all_with(client.clone(), &ar);
+        let store = watch_dynamic(&watches, api, ar, "Kustomization", metrics.clone());
         watches.stores.lock().unwrap().kustomizations = Some(store);
         let ar = dynamic("helm.toolkit.fluxcd.io", "v2", "HelmRelease");
-        let store = watch_dynamic(&watches, client, ar, "HelmRelease", metrics);
+        let api = Api::<DynamicObject>::all_with(client, &ar);
+        let store = watch_dynamic(&watches, api, ar, "HelmRelease", metrics);
         watches.stores.lock().unwrap().helmreleases = Some(store);
     }
     watches
@@ -166,14 +182,13 @@ pub fn spawn(client: kube::Client, options: &WatchOptions, metrics: Arc<Metrics>
 
 fn watch_dynamic(
     watches: &Arc<Watches>,
-    client: kube::Client,
+    api: Api<DynamicObject>,
     ar: ApiResource,
     what: &'static str,
     metrics: Arc<Metrics>,
 ) -> Store<DynamicObject> {
-    let writer = reflector::store::Writer::<DynamicObject>::new(ar.clone());
+    let writer = reflector::store::Writer::<DynamicObject>::new(ar);
     let reader = writer.as_reader();
-    let api = Api::<DynamicObject>::all_with(client, &ar);
     run(
         watches,
         reflector::reflector(writer, watcher(api, watcher::Config::default())).default_backoff(),

@@ -13,8 +13,10 @@ use super::{Output, PluginError, PolicySource, print_structured, split_target};
 use crate::drift::breakglass::{EXPIRES, REASON};
 use crate::drift::inputs::{Input, Inputs, MODE_ANNOTATION};
 use crate::drift::ownership::{self, Manager};
+use crate::policy::argocd::Application;
 use crate::policy::flux::FluxKind;
 use crate::policy::ignore::{IgnoreRule, Target};
+use crate::policy::impersonation::{self, AppProject};
 use crate::policy::jq::JqInput;
 use crate::policy::{Mode, Policy};
 
@@ -22,7 +24,8 @@ use crate::policy::{Mode, Policy};
 pub struct Args {
     /// The object: KIND/NAME.
     target: String,
-    /// Where Argo CD Applications live when the tracking id names none (and argocd-cm).
+    /// Where Argo CD Applications live when the tracking id names none (and
+    /// argocd-cm and the AppProjects).
     #[arg(long, default_value = "argocd")]
     argocd_namespace: String,
     /// Output format: text, json or yaml.
@@ -77,12 +80,13 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
             );
             let mut entry = json!({"tool": "Argo CD", "kind": "Application",
                                    "namespace": app_ns, "name": application});
+            let mut found = None;
             match api.try_get(&path).await? {
                 Ok(app) => match crate::policy::argocd::from_value(&app) {
                     Ok(app) => {
                         entry["repoURL"] = json!(app.repo_url);
                         entry["path"] = json!(app.path);
-                        tool_rules.push((format!("Application {app_ns}/{application}"), app.rules));
+                        found = Some(app);
                     }
                     Err(e) => notes.push(format!("Application {app_ns}/{application}: {e}")),
                 },
@@ -95,6 +99,7 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
                 "/api/v1/namespaces/{}/configmaps/argocd-cm",
                 args.argocd_namespace
             );
+            let mut impersonation = false;
             match api.try_get(&cm).await? {
                 Ok(cm) => {
                     if let Some(data) = cm["data"].as_object() {
@@ -104,10 +109,18 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
                             format!("ConfigMap {}/argocd-cm", args.argocd_namespace),
                             set,
                         ));
+                        impersonation = impersonation::enabled(data);
                     }
                 }
                 Err(r) if r.code == 404 => {}
                 Err(r) => notes.push(format!("cannot read argocd-cm: {}", r.message)),
+            }
+            if let Some(app) = found {
+                if impersonation {
+                    entry["serviceAccount"] =
+                        json!(sync_account(api, &app, &args.argocd_namespace, &mut notes).await?);
+                }
+                tool_rules.push((format!("Application {app_ns}/{application}"), app.rules));
             }
             managed_by = entry;
         }
@@ -229,6 +242,40 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
     Ok(ExitCode::SUCCESS)
 }
 
+/// The account Argo CD syncs `app` as (sync impersonation on), read from its
+/// AppProject; a project that cannot be read is a note.
+async fn sync_account(
+    api: &Api,
+    app: &Application,
+    argocd_namespace: &str,
+    notes: &mut Vec<String>,
+) -> Result<Option<String>, PluginError> {
+    let path = format!(
+        "/apis/argoproj.io/v1alpha1/namespaces/{argocd_namespace}/appprojects/{}",
+        app.project
+    );
+    let project = match api.try_get(&path).await? {
+        Ok(value) => AppProject::from_value(&value),
+        Err(r) => {
+            notes.push(format!(
+                "cannot read AppProject {argocd_namespace}/{}: {}",
+                app.project, r.message
+            ));
+            return Ok(None);
+        }
+    };
+    match project {
+        Ok(project) => Ok(impersonation::sync_account(&project, app, argocd_namespace)),
+        Err(e) => {
+            notes.push(format!(
+                "AppProject {argocd_namespace}/{}: {e}",
+                app.project
+            ));
+            Ok(None)
+        }
+    }
+}
+
 fn rule_report(origin: &str, rule: &IgnoreRule, object: &Value) -> Value {
     let input = JqInput::new(object);
     let mut covers: Vec<String> = rule
@@ -321,6 +368,20 @@ fn print_text(r: &Value) {
             line.push_str(&format!(", source {src}"));
         }
         println!("Managed by:  {line}");
+        // The account the tool writes this object as, which driftguard trusts here.
+        if let Some(sa) = m["serviceAccount"].as_str() {
+            let how = if s(&m["tool"]) == "Argo CD" {
+                "Argo CD sync"
+            } else {
+                "Flux reconcile"
+            };
+            println!(
+                "Identities:  allowed: {how} as {sa}, impersonated for {} {}/{}",
+                s(&m["kind"]),
+                s(&m["namespace"]),
+                s(&m["name"])
+            );
+        }
     }
     println!("Scope:       {}", s(&r["scope"]));
     println!(

@@ -7,6 +7,10 @@ use super::PolicyError;
 use super::ignore::{RuleError, RuleSet};
 use super::schema::IgnoreDifference;
 
+/// The server URL and name Argo CD gives the cluster it runs in.
+pub const IN_CLUSTER_SERVER: &str = "https://kubernetes.default.svc";
+pub const IN_CLUSTER_NAME: &str = "in-cluster";
+
 /// An imported Application: where its objects come from, and its ignore rules.
 #[derive(Debug)]
 pub struct Application {
@@ -17,6 +21,12 @@ pub struct Application {
     /// `spec.destination.namespace`, when the destination is this cluster
     /// (`https://kubernetes.default.svc` or `in-cluster`).
     pub destination_namespace: Option<String>,
+    /// `spec.project`; Argo CD reads an empty one as `default`.
+    pub project: String,
+    /// `spec.destination.namespace` as written (possibly empty), when Argo CD
+    /// resolves the destination to this cluster; `None` for another cluster or
+    /// a destination it refuses. What sync impersonation is derived from.
+    pub sync_destination: Option<String>,
     pub rules: RuleSet,
 }
 
@@ -47,6 +57,8 @@ struct Metadata {
 #[serde(rename_all = "camelCase")]
 struct Spec {
     #[serde(default)]
+    project: Option<String>,
+    #[serde(default)]
     source: Option<Source>,
     #[serde(default)]
     sources: Vec<Source>,
@@ -67,11 +79,26 @@ struct Destination {
 }
 
 impl Destination {
+    /// The destination namespace as written, when Argo CD resolves the
+    /// destination to this cluster (`GetDestinationServer`: server or name,
+    /// never both; a trailing `/` of the server is dropped). Another name may
+    /// also point here through a cluster Secret, which driftguard does not read.
+    fn in_cluster(&self) -> Option<String> {
+        let server = self.server.as_deref().filter(|s| !s.is_empty());
+        let name = self.name.as_deref().filter(|s| !s.is_empty());
+        let local = match (server, name) {
+            (Some(server), None) => server.trim_end_matches('/') == IN_CLUSTER_SERVER,
+            (None, Some(name)) => name == IN_CLUSTER_NAME,
+            _ => false,
+        };
+        local.then(|| self.namespace.clone().unwrap_or_default())
+    }
+
     /// The namespace, when the Application deploys to the cluster driftguard
     /// guards (Argo CD's names for it); another cluster's namespace is not ours.
     fn local_namespace(self) -> Option<String> {
-        let local = self.server.as_deref() == Some("https://kubernetes.default.svc")
-            || self.name.as_deref() == Some("in-cluster");
+        let local = self.server.as_deref() == Some(IN_CLUSTER_SERVER)
+            || self.name.as_deref() == Some(IN_CLUSTER_NAME);
         self.namespace.filter(|ns| local && !ns.is_empty())
     }
 }
@@ -177,6 +204,7 @@ fn from_document<E>(
         return Err(DocError::NoName);
     }
     let spec = doc.spec.unwrap_or(Spec {
+        project: None,
         source: None,
         sources: vec![],
         ignore_differences: vec![],
@@ -190,11 +218,17 @@ fn from_document<E>(
         earlier,
     )
     .map_err(|(e, before)| DocError::Rule(describe(&e, &before)))?;
+    let project = spec
+        .project
+        .filter(|p| !p.is_empty())
+        .unwrap_or_else(|| "default".to_owned());
     Ok(Application {
         namespace: doc.metadata.namespace,
         repo_url: source.as_ref().and_then(|s| s.repo_url.clone()),
         path: source.and_then(|s| s.path),
+        sync_destination: spec.destination.as_ref().and_then(Destination::in_cluster),
         destination_namespace: spec.destination.and_then(Destination::local_namespace),
+        project,
         name,
         rules,
     })

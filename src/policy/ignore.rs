@@ -324,23 +324,30 @@ pub type FieldSet = BTreeSet<Vec<String>>;
 /// A leaf is a node with no children but `"."`: owned whole. A node with
 /// children is not owned whole, so fields other managers own inside it stay.
 pub fn owned_leaves<M: AsRef<str>>(obj: &Value, managers: &[M]) -> FieldSet {
+    leaves_where(obj, |entry| {
+        let manager = entry_text(entry, "manager");
+        managers.iter().any(|m| m.as_ref() == manager)
+    })
+}
+
+/// The FieldsV1 leaves of the managedFields entries that `keep` selects.
+pub fn leaves_where(obj: &Value, keep: impl Fn(&Value) -> bool) -> FieldSet {
     let mut out = FieldSet::new();
     let entries = obj
         .pointer("/metadata/managedFields")
         .and_then(Value::as_array);
-    for entry in entries.into_iter().flatten() {
-        let manager = entry
-            .get("manager")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        if !managers.iter().any(|m| m.as_ref() == manager) {
-            continue;
-        }
+    for entry in entries.into_iter().flatten().filter(|e| keep(e)) {
         if let Some(fields) = entry.get("fieldsV1") {
             collect_leaves(fields, &mut Vec::new(), &mut out);
         }
     }
     out
+}
+
+/// A string field of a managedFields entry (`manager`, `operation`,
+/// `subresource`); absent or not a string reads as `""`.
+pub fn entry_text<'a>(entry: &'a Value, field: &str) -> &'a str {
+    entry.get(field).and_then(Value::as_str).unwrap_or_default()
 }
 
 fn collect_leaves(fields: &Value, prefix: &mut Vec<String>, out: &mut FieldSet) {
@@ -362,17 +369,20 @@ fn collect_leaves(fields: &Value, prefix: &mut Vec<String>, out: &mut FieldSet) 
 pub fn locate_leaves(leaves: &FieldSet, obj: &Value) -> Vec<Path> {
     leaves
         .iter()
-        .filter_map(|keys| {
-            let mut node = obj;
-            let mut path = Vec::with_capacity(keys.len());
-            for key in keys {
-                let (seg, child) = locate(key, node)?;
-                path.push(seg);
-                node = child;
-            }
-            Some(Path(path))
-        })
+        .filter_map(|keys| locate_leaf(keys, obj).map(|(path, _)| path))
         .collect()
+}
+
+/// Where one FieldsV1 leaf is in `obj`, and its value there.
+pub fn locate_leaf<'a>(keys: &[String], obj: &'a Value) -> Option<(Path, &'a Value)> {
+    let mut node = obj;
+    let mut path = Vec::with_capacity(keys.len());
+    for key in keys {
+        let (seg, child) = locate(key, node)?;
+        path.push(seg);
+        node = child;
+    }
+    Some((Path(path), node))
 }
 
 fn locate<'a>(key: &str, obj: &'a Value) -> Option<(Segment, &'a Value)> {

@@ -561,13 +561,17 @@ rules:
     resources: [helmreleases]
     verbs: [get, list, watch]
 ---
-# argocd-cm: a Role in the Argo CD namespace only, not every ConfigMap.
+# argocd-cm and the AppProjects: a Role in the Argo CD namespace only, not
+# every ConfigMap.
 apiVersion: rbac.authorization.k8s.io/v1
 kind: Role
 metadata: {name: driftguard-argocd-cm, namespace: argocd}
 rules:
   - apiGroups: [""]
     resources: [configmaps]
+    verbs: [get, list, watch]
+  - apiGroups: [argoproj.io]
+    resources: [appprojects]
     verbs: [get, list, watch]
 ---
 apiVersion: rbac.authorization.k8s.io/v1

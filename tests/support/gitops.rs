@@ -64,7 +64,11 @@ impl Tools {
 }
 
 /// Polls `probe` every half second (each probe runs kubectl) until it holds.
-pub fn eventually<T>(what: &str, timeout: Duration, mut probe: impl FnMut() -> Result<T, String>) -> T {
+pub fn eventually<T>(
+    what: &str,
+    timeout: Duration,
+    mut probe: impl FnMut() -> Result<T, String>,
+) -> T {
     let deadline = Instant::now() + timeout;
     loop {
         match probe() {
@@ -154,9 +158,15 @@ pub fn start_controller_manager(plane: &ControlPlane, tools: &Tools) -> Proc {
     spawn(
         "kube-controller-manager",
         Command::new(&tools.controller_manager)
-            .arg(format!("--kubeconfig={}", plane.kubeconfig("admin").display()))
+            .arg(format!(
+                "--kubeconfig={}",
+                plane.kubeconfig("admin").display()
+            ))
             .args(["--leader-elect=false", "--secure-port=0"])
-            .arg(format!("--service-account-private-key-file={}", p("sa.key")))
+            .arg(format!(
+                "--service-account-private-key-file={}",
+                p("sa.key")
+            ))
             .arg(format!("--root-ca-file={}", p("ca.crt")))
             .arg("--use-service-account-credentials=true")
             .arg("--concurrent-gc-syncs=5")
@@ -179,7 +189,10 @@ impl GitRepo {
         let bare = root.join("repo.git");
         let work = root.join("work");
         std::fs::create_dir_all(&work).unwrap();
-        git(&root, &["init", "--bare", "--initial-branch=main", "repo.git"]);
+        git(
+            &root,
+            &["init", "--bare", "--initial-branch=main", "repo.git"],
+        );
         git(&work, &["init", "--initial-branch=main"]);
         git(&work, &["remote", "add", "origin", bare.to_str().unwrap()]);
         let port = unused_port();
@@ -217,7 +230,10 @@ impl GitRepo {
             }
         }
         git(&self.work, &["add", "-A"]);
-        git(&self.work, &["commit", "-q", "--allow-empty", "-m", message]);
+        git(
+            &self.work,
+            &["commit", "-q", "--allow-empty", "-m", message],
+        );
         git(&self.work, &["push", "-q", "origin", "main"]);
         git(&self.work, &["rev-parse", "HEAD"]).trim().to_owned()
     }
@@ -260,7 +276,13 @@ pub fn install_crds(plane: &ControlPlane, dir: &Path) {
     }
     let out = plane.kubectl(
         "admin",
-        &["wait", "--for=condition=Established", "crd", "--all", "--timeout=60s"],
+        &[
+            "wait",
+            "--for=condition=Established",
+            "crd",
+            "--all",
+            "--timeout=60s",
+        ],
     );
     assert!(out.ok, "{out}");
 }
@@ -279,7 +301,8 @@ impl Flux {
         let storage = plane.dir.join("flux-storage");
         std::fs::create_dir_all(&storage).unwrap();
         let storage_port = unused_port();
-        let source_kubeconfig = service_account_kubeconfig(plane, "flux-system", "source-controller");
+        let source_kubeconfig =
+            service_account_kubeconfig(plane, "flux-system", "source-controller");
         let source = spawn(
             "source-controller",
             Command::new(&tools.source_controller)
@@ -353,7 +376,9 @@ impl Flux {
                 if handled.as_deref() == Some(&token) && ready["status"] == "True" && at_revision {
                     Ok(())
                 } else {
-                    Err(format!("handled={handled:?} applied={applied} ready={ready}"))
+                    Err(format!(
+                        "handled={handled:?} applied={applied} ready={ready}"
+                    ))
                 }
             },
         );
@@ -451,7 +476,11 @@ impl ArgoCd {
                 .arg(format!("--repo-server=127.0.0.1:{repo_port}"))
                 .args(["--repo-server-plaintext", "--hydrator-enabled=false"])
                 .arg(format!("--metrics-port={}", unused_port()))
-                .args(["--namespace=argocd", "--app-resync=10", "--self-heal-timeout-seconds=1"])
+                .args([
+                    "--namespace=argocd",
+                    "--app-resync=10",
+                    "--self-heal-timeout-seconds=1",
+                ])
                 .arg("--loglevel=info"),
         );
         ArgoCd {
@@ -503,7 +532,9 @@ impl ArgoCd {
     /// The sync status Argo CD reports for one resource of the Application.
     pub fn resource_status(app: &Value, kind: &str, namespace: &str, name: &str) -> Option<String> {
         app["status"]["resources"].as_array()?.iter().find_map(|r| {
-            (r["kind"] == kind && r["name"] == name && r["namespace"].as_str().unwrap_or("") == namespace)
+            (r["kind"] == kind
+                && r["name"] == name
+                && r["namespace"].as_str().unwrap_or("") == namespace)
                 .then(|| r["status"].as_str().unwrap_or("").to_owned())
         })
     }

@@ -72,11 +72,31 @@ const fn kind(
 /// The catalog, by object kind.
 pub const CATALOG: [&[EditKind]; 4] = [
     &[
-        kind("Deployment", "image", "/spec/template/spec/containers/0/image", false),
+        kind(
+            "Deployment",
+            "image",
+            "/spec/template/spec/containers/0/image",
+            false,
+        ),
         kind("Deployment", "replicas (ignored)", "/spec/replicas", false),
-        kind("Deployment", "env value", "/spec/template/spec/containers/0/env/0/value", false),
-        kind("Deployment", "env var removed", "/spec/template/spec/containers/0/env/0/name", false),
-        kind("Deployment", "label added", "/metadata/labels/example.com~1by-hand", true),
+        kind(
+            "Deployment",
+            "env value",
+            "/spec/template/spec/containers/0/env/0/value",
+            false,
+        ),
+        kind(
+            "Deployment",
+            "env var removed",
+            "/spec/template/spec/containers/0/env/0/name",
+            false,
+        ),
+        kind(
+            "Deployment",
+            "label added",
+            "/metadata/labels/example.com~1by-hand",
+            true,
+        ),
         kind(
             "Deployment",
             "pod template annotation added",
@@ -85,23 +105,53 @@ pub const CATALOG: [&[EditKind]; 4] = [
         ),
     ],
     &[
-        kind("Service", "annotation added (ignored)", "/metadata/annotations/example.com~1note", false),
-        kind("Service", "Git's annotation changed (ignored)", "/metadata/annotations/example.com~1owner", false),
+        kind(
+            "Service",
+            "annotation added (ignored)",
+            "/metadata/annotations/example.com~1note",
+            false,
+        ),
+        kind(
+            "Service",
+            "Git's annotation changed (ignored)",
+            "/metadata/annotations/example.com~1owner",
+            false,
+        ),
         kind("Service", "port", "/spec/ports/0/port", false),
         kind("Service", "selector", "/spec/selector/app", false),
-        kind("Service", "label added", "/metadata/labels/example.com~1by-hand", true),
+        kind(
+            "Service",
+            "label added",
+            "/metadata/labels/example.com~1by-hand",
+            true,
+        ),
     ],
     &[
         kind("ConfigMap", "value", "/data/LOG_LEVEL", false),
         kind("ConfigMap", "key removed", "/data/LOG_LEVEL", false),
         kind("ConfigMap", "key added", "/data/EXTRA", true),
-        kind("ConfigMap", "label added", "/metadata/labels/example.com~1by-hand", true),
+        kind(
+            "ConfigMap",
+            "label added",
+            "/metadata/labels/example.com~1by-hand",
+            true,
+        ),
     ],
     &[
         kind("CronJob", "schedule (ignored)", "/spec/schedule", false),
-        kind("CronJob", "image", "/spec/jobTemplate/spec/template/spec/containers/0/image", false),
+        kind(
+            "CronJob",
+            "image",
+            "/spec/jobTemplate/spec/template/spec/containers/0/image",
+            false,
+        ),
         kind("CronJob", "suspend (defaulted)", "/spec/suspend", true),
-        kind("CronJob", "label added", "/metadata/labels/example.com~1by-hand", true),
+        kind(
+            "CronJob",
+            "label added",
+            "/metadata/labels/example.com~1by-hand",
+            true,
+        ),
     ],
 ];
 
@@ -227,7 +277,9 @@ fn patch_for(edit: &EditKind, n: usize) -> (&'static str, Value, Option<Value>) 
             None,
         ),
         ("ConfigMap", _) => merge(json!({"data": {"EXTRA": tag}}), json!(tag)),
-        ("CronJob", "schedule (ignored)") => replace(edit.pointer, json!(format!("{} 4 * * *", n % 60))),
+        ("CronJob", "schedule (ignored)") => {
+            replace(edit.pointer, json!(format!("{} 4 * * *", n % 60)))
+        }
         _ => replace(edit.pointer, json!(true)),
     }
 }
@@ -255,7 +307,9 @@ impl Outcome {
 pub fn table(tool: &str, seed: u64, outcomes: &[Outcome]) -> String {
     let mut rows: BTreeMap<(&str, &str), [usize; 5]> = BTreeMap::new();
     for o in outcomes {
-        let row = rows.entry((o.edit.edit.kind, o.edit.edit.what)).or_default();
+        let row = rows
+            .entry((o.edit.edit.kind, o.edit.edit.what))
+            .or_default();
         row[0] += 1;
         row[1] += usize::from(o.driftguard_drift);
         row[2] += usize::from(o.tool_drift);

@@ -1,0 +1,279 @@
+//! What Flux's kustomize-controller re-applies from Git. It applies every
+//! object of a Kustomization with server-side apply, forcing conflicts, as
+//! field manager `kustomize-controller`: on the next reconcile a field in that
+//! manager's Apply entry of managedFields is set back to Git's value, whatever
+//! driftguard's ignore rules say, and a field outside it is left alone. Only
+//! the Kustomization's own `spec.ignore` makes Flux keep a changed field (it
+//! adopts the in-cluster value). So an ignore rule may not hide a change to a
+//! field kustomize-controller owns: the user would be told "allowed" and see
+//! the change vanish.
+//!
+//! A leaf of its managedFields that holds a map or a list is either atomic
+//! (Git's whole value, re-applied whole) or a map or struct that Git left
+//! empty (`resources: {}`, `annotations: {}`): server-side apply then owns
+//! nothing inside, and what others add there stays. Without the schema, the
+//! stored object tells them apart: an empty value, or fields inside owned by
+//! another manager (impossible under an atomic field), mean Git left it empty.
+
+use serde_json::Value;
+
+use super::normalize;
+use crate::policy::IgnoreRule;
+use crate::policy::ignore::{FieldSet, entry_text, leaves_where, locate_leaf};
+use crate::policy::path::is_under;
+
+pub const KUSTOMIZE_CONTROLLER: &str = "kustomize-controller";
+
+/// kustomize-controller's entry for applying the object itself: Apply, not
+/// an Update or a subresource.
+fn is_applied(entry: &Value) -> bool {
+    entry_text(entry, "manager") == KUSTOMIZE_CONTROLLER
+        && entry_text(entry, "operation") == "Apply"
+        && entry_text(entry, "subresource").is_empty()
+}
+
+/// FieldsV1 leaves kustomize-controller owns in `obj` by applying it.
+pub fn applied_leaves(obj: &Value) -> FieldSet {
+    leaves_where(obj, is_applied)
+}
+
+/// FieldsV1 leaves every other managedFields entry of `obj` owns.
+fn other_leaves(obj: &Value) -> FieldSet {
+    leaves_where(obj, |e| !is_applied(e))
+}
+
+fn strictly_under(keys: &[String], prefix: &[String]) -> bool {
+    keys.len() > prefix.len() && keys.starts_with(prefix)
+}
+
+/// Pointers of the fields kustomize-controller owns in `old` that this write
+/// changes and that `shown` (the drifted paths so far) does not name: an
+/// ignore rule hid them, and Flux will revert them. `flux_rules` are the
+/// Kustomization's own ignore rules, whose paths Flux keeps.
+pub fn hidden_reverts(
+    old: &Value,
+    new: &Value,
+    shown: &[String],
+    flux_rules: &[&IgnoreRule],
+) -> Vec<String> {
+    let owned = applied_leaves(old);
+    // Raw values first: most writes change no owned field that a rule hides,
+    // and only those that do are normalized again.
+    let candidates: Vec<(&Vec<String>, String)> = owned
+        .iter()
+        .filter_map(|keys| {
+            let (before, after) = (locate_leaf(keys, old), locate_leaf(keys, new));
+            if before.as_ref().map(|(_, v)| v) == after.as_ref().map(|(_, v)| v) {
+                return None;
+            }
+            let pointer = before.or(after)?.0.to_pointer();
+            let named = shown
+                .iter()
+                .any(|q| is_under(&pointer, q) || is_under(q, &pointer));
+            (!named).then_some((keys, pointer))
+        })
+        .collect();
+    if candidates.is_empty() {
+        return Vec::new();
+    }
+    // As Flux compares them: without its own ignored paths, empties as absent.
+    let (old_f, new_f) = normalize::normalize_pair(old, new, flux_rules, &mut Vec::new());
+    let others = other_leaves(old);
+    candidates
+        .into_iter()
+        .filter(|(keys, _)| {
+            // Empty in the stored object: Git left it empty (or Flux keeps it).
+            let Some(stored) = value(keys, &old_f) else {
+                return false;
+            };
+            let left_empty = (stored.is_object() || stored.is_array())
+                && others.iter().any(|o| strictly_under(o, keys));
+            !left_empty && Some(stored) != value(keys, &new_f)
+        })
+        .map(|(_, pointer)| pointer)
+        .collect()
+}
+
+/// Whether this write rewrites managedFields in a way [`hidden_reverts`]
+/// reads: it takes fields away from kustomize-controller, or gives another
+/// manager fields inside one of kustomize-controller's (which would make an
+/// atomic field look left empty by Git), without changing those fields. A
+/// field a write changes moves to its writer (the apiserver records that) and
+/// is judged as that change; ownership moved without a change would make a
+/// later change to the field look like one Flux keeps.
+pub fn ownership_rewritten(old: &Value, new: &Value) -> bool {
+    let (applied, applied_new) = (applied_leaves(old), applied_leaves(new));
+    let (others, others_new) = (other_leaves(old), other_leaves(new));
+    let dropped = applied.difference(&applied_new);
+    let gained = others_new
+        .difference(&others)
+        .filter(|k| applied.iter().any(|a| strictly_under(k, a)));
+    let moved: Vec<&Vec<String>> = dropped.chain(gained).collect();
+    if moved.is_empty() {
+        return false;
+    }
+    let (old_n, new_n) = normalize::normalize_pair(old, new, &[], &mut Vec::new());
+    moved
+        .iter()
+        .any(|keys| value(keys, &old_n) == value(keys, &new_n))
+}
+
+fn value<'a>(keys: &[String], obj: &'a Value) -> Option<&'a Value> {
+    locate_leaf(keys, obj).map(|(_, v)| v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// A Deployment as kustomize-controller v1.9.6 leaves it: its Apply entry
+    /// owns what Git sets, kube-controller-manager's Update entry the rest.
+    fn deployment(replicas: i64, image: &str) -> Value {
+        json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web", "namespace": "apps",
+                "labels": {"kustomize.toolkit.fluxcd.io/name": "apps", "kustomize.toolkit.fluxcd.io/namespace": "flux-system"},
+                "managedFields": [
+                    {"manager": "kustomize-controller", "operation": "Apply", "apiVersion": "apps/v1",
+                     "time": "2026-11-29T09:00:00Z", "fieldsType": "FieldsV1", "fieldsV1": {
+                        "f:metadata": {"f:labels": {"f:kustomize.toolkit.fluxcd.io/name": {}, "f:kustomize.toolkit.fluxcd.io/namespace": {}}},
+                        "f:spec": {"f:replicas": {}, "f:selector": {}, "f:template": {
+                            "f:metadata": {"f:labels": {"f:app": {}}},
+                            "f:spec": {"f:containers": {"k:{\"name\":\"web\"}": {".": {}, "f:image": {}, "f:name": {}}}}}}}},
+                    {"manager": "kube-controller-manager", "operation": "Update", "apiVersion": "apps/v1",
+                     "time": "2026-11-29T09:00:01Z", "fieldsType": "FieldsV1", "subresource": "status",
+                     "fieldsV1": {"f:status": {"f:replicas": {}}}}
+                ]},
+            "spec": {"replicas": replicas, "paused": false, "selector": {"matchLabels": {"app": "web"}},
+                     "template": {"metadata": {"labels": {"app": "web"}},
+                                  "spec": {"containers": [{"name": "web", "image": image}]}}}
+        })
+    }
+
+    #[test]
+    fn an_owned_change_not_shown_is_reverted() {
+        let (old, new) = (deployment(2, "web:1"), deployment(5, "web:1"));
+        assert_eq!(hidden_reverts(&old, &new, &[], &[]), ["/spec/replicas"]);
+        // Already a drifted path (no rule hid it): nothing to add.
+        let shown = ["/spec/replicas".to_owned()];
+        assert!(hidden_reverts(&old, &new, &shown, &[]).is_empty());
+        let image = deployment(2, "web:2");
+        assert_eq!(
+            hidden_reverts(&old, &image, &[], &[]),
+            ["/spec/template/spec/containers/0/image"]
+        );
+    }
+
+    #[test]
+    fn a_field_kustomize_controller_does_not_own_is_left_to_the_rules() {
+        let old = deployment(2, "web:1");
+        let mut new = old.clone();
+        new["spec"]["paused"] = json!(true);
+        new["spec"]["template"]["spec"]["containers"][0]["env"] =
+            json!([{"name": "A", "value": "1"}]);
+        assert!(hidden_reverts(&old, &new, &[], &[]).is_empty());
+        // Owned by kustomize-controller through Update (before SSA): not re-applied.
+        let mut update = deployment(2, "web:1");
+        update["metadata"]["managedFields"][0]["operation"] = json!("Update");
+        let scaled = with_replicas(&update, 5);
+        assert!(hidden_reverts(&update, &scaled, &[], &[]).is_empty());
+    }
+
+    #[test]
+    fn the_kustomizations_own_ignore_rules_keep_the_change() {
+        let rule = IgnoreRule::from_flux(
+            "apps",
+            "Deployment",
+            &["/spec/replicas".to_owned()],
+            "Kustomization flux-system/apps ignore[0]".into(),
+        )
+        .unwrap();
+        let (old, new) = (deployment(2, "web:1"), deployment(5, "web:1"));
+        assert!(hidden_reverts(&old, &new, &[], &[&rule]).is_empty());
+    }
+
+    /// `web`'s container as Git wrote it: `resources: {}` (a struct left
+    /// empty) and `command` (an atomic list), with `fields` of others.
+    fn with_container(resources: Value, command: Value, others: Value) -> Value {
+        let mut d = deployment(2, "web:1");
+        let fields = &mut d["metadata"]["managedFields"][0]["fieldsV1"]["f:spec"]["f:template"]["f:spec"]
+            ["f:containers"]["k:{\"name\":\"web\"}"];
+        fields["f:resources"] = json!({});
+        fields["f:command"] = json!({});
+        let container = &mut d["spec"]["template"]["spec"]["containers"][0];
+        container["resources"] = resources;
+        container["command"] = command;
+        d["metadata"]["managedFields"].as_array_mut().unwrap().push(
+            json!({"manager": "kubectl-set", "operation": "Update", "apiVersion": "apps/v1",
+                         "fieldsType": "FieldsV1", "fieldsV1": others}),
+        );
+        d
+    }
+
+    #[test]
+    fn what_others_add_where_git_left_a_map_empty_is_kept_an_atomic_list_is_not() {
+        let limits = json!({"limits": {"cpu": "1"}});
+        let owns_limits = json!({"f:spec": {"f:template": {"f:spec": {"f:containers": {
+            "k:{\"name\":\"web\"}": {"f:resources": {"f:limits": {"f:cpu": {}}}}}}}}});
+        // `kubectl set resources` on `resources: {}`, first and second time.
+        let git = with_container(json!({}), json!(["serve"]), json!({}));
+        let set = with_container(limits.clone(), json!(["serve"]), owns_limits.clone());
+        assert!(hidden_reverts(&git, &set, &[], &[]).is_empty());
+        let again = with_container(
+            json!({"limits": {"cpu": "2"}}),
+            json!(["serve"]),
+            owns_limits.clone(),
+        );
+        assert!(hidden_reverts(&set, &again, &[], &[]).is_empty());
+        // An atomic list is Git's whole value.
+        let command = with_container(json!({}), json!(["debug"]), json!({}));
+        assert_eq!(
+            hidden_reverts(&git, &command, &[], &[]),
+            ["/spec/template/spec/containers/0/command"]
+        );
+        // A manual write claiming for another manager what is inside the atomic
+        // list (so that it looks left empty by Git) changes ownership, not the list.
+        let forged = with_container(
+            json!({}),
+            json!(["serve"]),
+            json!({"f:spec": {"f:template": {"f:spec": {
+            "f:containers": {"k:{\"name\":\"web\"}": {"f:command": {"v:\"serve\"": {}}}}}}}}),
+        );
+        assert!(ownership_rewritten(&git, &forged));
+        // The apiserver recording `kubectl set resources` is not a rewrite.
+        assert!(!ownership_rewritten(&git, &set));
+    }
+
+    fn with_replicas(obj: &Value, replicas: i64) -> Value {
+        let mut out = obj.clone();
+        out["spec"]["replicas"] = json!(replicas);
+        out
+    }
+
+    #[test]
+    fn dropping_ownership_without_a_change_is_detected() {
+        let old = deployment(2, "web:1");
+        let mut disowned = old.clone();
+        disowned["metadata"]["managedFields"]
+            .as_array_mut()
+            .unwrap()
+            .remove(0);
+        assert!(ownership_rewritten(&old, &disowned));
+        // The apiserver moving a changed field to its writer is not a drop.
+        let mut scaled = with_replicas(&old, 5);
+        scaled["metadata"]["managedFields"][0]["fieldsV1"]["f:spec"]
+            .as_object_mut()
+            .unwrap()
+            .remove("f:replicas");
+        scaled["metadata"]["managedFields"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"manager": "kubectl", "operation": "Update", "apiVersion": "apps/v1",
+                         "fieldsType": "FieldsV1", "subresource": "scale", "fieldsV1": {"f:spec": {"f:replicas": {}}}}));
+        assert!(!ownership_rewritten(&old, &scaled));
+        // Growing it is not a drop either.
+        assert!(!ownership_rewritten(&disowned, &old));
+        assert!(!ownership_rewritten(&old, &old));
+    }
+}
