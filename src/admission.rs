@@ -156,7 +156,11 @@ fn denial(view: &Request, d: &Decision) -> String {
         Some(_) => String::new(),
         None => "; break-glass is disabled in driftguard's policy".into(),
     };
-    let flux = reapplied_text(d).map_or(String::new(), |(a, b)| format!(" {a}: {b}."));
+    let flux = [reapplied_text(d), cleaned_up_text(d)]
+        .into_iter()
+        .flatten()
+        .map(|(a, b)| format!(" {a}: {b}."))
+        .collect::<String>();
     format!("driftguard: {what}{flux} {fix}{glass}.")
 }
 
@@ -179,6 +183,22 @@ fn reapplied_text(d: &Decision) -> Option<(String, String)> {
     ))
 }
 
+/// Why an ignore rule did not allow a change written with kubectl on a Flux
+/// object, in two halves.
+fn cleaned_up_text(d: &Decision) -> Option<(String, String)> {
+    if d.cleaned_up.is_empty() {
+        return None;
+    }
+    Some((
+        format!(
+            "Flux removes what kubectl wrote ({}) on its next reconcile",
+            path_list(&d.cleaned_up)
+        ),
+        "an ignore rule does not stop Flux; change it in Git, or with a field manager of its own"
+            .to_owned(),
+    ))
+}
+
 fn warnings(view: &Request, d: &Decision) -> Vec<String> {
     let mut out = Vec::new();
     let obj = describe_object(view);
@@ -197,7 +217,10 @@ fn warnings(view: &Request, d: &Decision) -> Vec<String> {
                 "driftguard: {} will revert this; change it in Git",
                 d.manager.as_ref().map_or("GitOps", |m| m.tool())
             ));
-            if let Some((a, b)) = reapplied_text(d) {
+            for (a, b) in [reapplied_text(d), cleaned_up_text(d)]
+                .into_iter()
+                .flatten()
+            {
                 out.push(format!("driftguard: {a}"));
                 out.push(format!("driftguard: {b}"));
             }

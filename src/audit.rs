@@ -211,6 +211,7 @@ mod tests {
             rule_failures: vec![],
             notes: vec![],
             reapplied: vec![],
+            cleaned_up: vec![],
             dry_run: false,
             break_glass_max: None,
         };

@@ -163,6 +163,10 @@ pub struct Decision {
     /// Drifted paths that an ignore rule would have hidden, but that Flux's
     /// kustomize-controller owns and re-applies from Git (see [`reapplied`]).
     pub reapplied: Vec<String>,
+    /// Changes an ignore rule hid that a `kubectl*` field manager wrote on a
+    /// Flux Kustomization's object: Flux removes or resets them
+    /// ([`reapplied::cleaned_up`]).
+    pub cleaned_up: Vec<String>,
     pub dry_run: bool,
     /// The longest break-glass the policy allows, for the denial's hint;
     /// `None` when break-glass is disabled (no identity may use it).
@@ -248,6 +252,7 @@ pub fn decide(policy: &Policy, req: &Request, ctx: &Context) -> Result<Decision,
         rule_failures: Vec::new(),
         notes: Vec::new(),
         reapplied: Vec::new(),
+        cleaned_up: Vec::new(),
         dry_run: req.dry_run,
         break_glass_max: (!policy.break_glass.allowed.is_empty())
             .then_some(policy.break_glass.max_duration),
@@ -449,6 +454,8 @@ fn diff(
         let own = flux_rules(ctx, &target, flux, version, old);
         d.reapplied = reapplied::hidden_reverts(old, new, &paths, &own);
         paths.extend(d.reapplied.iter().cloned());
+        d.cleaned_up = reapplied::cleaned_up(old, new, &paths, &own);
+        paths.extend(d.cleaned_up.iter().cloned());
     }
     // A rule usually fails on both objects alike; report each failure once.
     for f in failures {

@@ -219,20 +219,21 @@ fn driftguard_verdicts(
 ) -> Vec<bool> {
     for e in edits {
         let target = format!("{}/{}", e.resource(), e.object);
+        let body = e.patch.to_string();
+        let manager = e.field_manager.map(|m| format!("--field-manager={m}"));
+        let mut args = vec![
+            "-n",
+            ns,
+            "patch",
+            &target,
+            "--type",
+            e.patch_type,
+            "-p",
+            &body,
+        ];
+        args.extend(manager.as_deref());
         ok(
-            plane.kubectl(
-                "alice",
-                &[
-                    "-n",
-                    ns,
-                    "patch",
-                    &target,
-                    "--type",
-                    e.patch_type,
-                    "-p",
-                    &e.patch.to_string(),
-                ],
-            ),
+            plane.kubectl("alice", &args),
             &format!("{} on {target}", e.edit.what),
         );
     }
@@ -486,18 +487,20 @@ fn flux_applies_through_driftguard_and_agrees_on_what_is_drift() {
     );
     denied(&out, "Flux Kustomization flux-system/apps").unwrap();
 
-    // An ignored field Flux does not apply from Git: allowed, and Flux leaves it.
-    let out = plane.kubectl(
-        "alice",
-        &[
-            "-n",
-            "production",
-            "annotate",
-            "service/web",
-            "example.com/note=by-hand",
-        ],
+    // An ignored field Git does not set: Flux removes what kubectl wrote, so
+    // driftguard denies it and says why; written by another field manager
+    // (a mesh injector, say) it is allowed, and Flux leaves it.
+    let annotate = |manager: Option<&str>| {
+        let mut args = vec!["-n", "production", "annotate"];
+        args.extend(manager);
+        args.extend(["service/web", "example.com/note=by-hand"]);
+        plane.kubectl("alice", &args)
+    };
+    denied(&annotate(None), "Flux removes what kubectl wrote").unwrap();
+    ok(
+        annotate(Some("--field-manager=mesh-injector")),
+        "ignored annotation on the Service, its own field manager",
     );
-    assert!(out.ok, "ignored annotation on the Service: {out}");
     // An ignored field that Flux applies from Git (replicas: 2): Flux would
     // revert it, so driftguard denies it and says why.
     let out = plane.kubectl(

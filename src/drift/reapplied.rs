@@ -19,7 +19,7 @@ use serde_json::Value;
 
 use super::normalize;
 use crate::policy::IgnoreRule;
-use crate::policy::ignore::{FieldSet, entry_text, leaves_where, locate_leaf};
+use crate::policy::ignore::{FieldSet, entry_text, leaves_where, locate_leaf, locate_leaves};
 use crate::policy::path::is_under;
 
 pub const KUSTOMIZE_CONTROLLER: &str = "kustomize-controller";
@@ -117,6 +117,53 @@ pub fn ownership_rewritten(old: &Value, new: &Value) -> bool {
         .iter()
         .any(|keys| value(keys, &old_n) == value(keys, &new_n))
 }
+
+/// Managers whose fields kustomize-controller takes over before each apply
+/// (v1.9.6 `applyOpts.Cleanup.FieldManagers`, matched as prefixes, Apply or
+/// Update, never a subresource): `kubectl apply`, `kubectl edit`, `patch`,
+/// `label`, `annotate`, `set`... write as `kubectl` or `kubectl-<verb>`.
+const CLEANED_UP: [&str; 2] = ["kubectl", "before-first-apply"];
+
+fn is_cleaned_up(entry: &Value) -> bool {
+    let manager = entry_text(entry, "manager");
+    CLEANED_UP.iter().any(|p| manager.starts_with(p))
+        && matches!(entry_text(entry, "operation"), "Apply" | "Update")
+        && entry_text(entry, "subresource").is_empty()
+}
+
+/// Pointers of the fields this write changes that `shown` does not name and
+/// that a `kubectl*` field manager owns afterwards: Flux's next reconcile
+/// takes them over and applies Git, so a field Git does not set is removed
+/// and one it sets is reset, whatever an ignore rule says. Written with
+/// another field manager, a field Git does not set stays (and an ignore rule
+/// then rightly allows it). `flux_rules` are the Kustomization's own rules.
+pub fn cleaned_up(
+    old: &Value,
+    new: &Value,
+    shown: &[String],
+    flux_rules: &[&IgnoreRule],
+) -> Vec<String> {
+    let kubectl_owned: Vec<String> = locate_leaves(&leaves_where(new, is_cleaned_up), new)
+        .iter()
+        .map(|p| p.to_pointer())
+        .collect();
+    if kubectl_owned.is_empty() {
+        return Vec::new();
+    }
+    let (old_f, new_f) = normalize::normalize_pair(old, new, flux_rules, &mut Vec::new());
+    normalize::drifted_paths(&old_f, &new_f)
+        .into_iter()
+        .filter(|p| {
+            !p.starts_with(MANAGED_FIELDS)
+                && !shown.iter().any(|q| is_under(p, q) || is_under(q, p))
+                && kubectl_owned
+                    .iter()
+                    .any(|q| is_under(p, q) || is_under(q, p))
+        })
+        .collect()
+}
+
+const MANAGED_FIELDS: &str = "/metadata/managedFields";
 
 fn value<'a>(keys: &[String], obj: &'a Value) -> Option<&'a Value> {
     locate_leaf(keys, obj).map(|(_, v)| v)
@@ -249,6 +296,51 @@ mod tests {
         let mut out = obj.clone();
         out["spec"]["replicas"] = json!(replicas);
         out
+    }
+
+    /// `old` with annotation `example.com/note` added by `manager` (Update).
+    fn annotated_by(old: &Value, manager: &str, subresource: Option<&str>) -> Value {
+        let mut new = old.clone();
+        new["metadata"]["annotations"] = json!({"example.com/note": "by hand"});
+        let mut entry = json!({"manager": manager, "operation": "Update", "apiVersion": "apps/v1",
+            "time": "2026-11-29T10:00:00Z", "fieldsType": "FieldsV1",
+            "fieldsV1": {"f:metadata": {"f:annotations": {".": {}, "f:example.com/note": {}}}}});
+        if let Some(sub) = subresource {
+            entry["subresource"] = json!(sub);
+        }
+        new["metadata"]["managedFields"]
+            .as_array_mut()
+            .unwrap()
+            .push(entry);
+        new
+    }
+
+    #[test]
+    fn what_kubectl_writes_is_cleaned_up_and_other_managers_keep_theirs() {
+        let old = deployment(2, "web:1");
+        for manager in [
+            "kubectl-annotate",
+            "kubectl-edit",
+            "kubectl",
+            "before-first-apply",
+        ] {
+            let new = annotated_by(&old, manager, None);
+            assert_eq!(
+                cleaned_up(&old, &new, &[], &[]),
+                ["/metadata/annotations"],
+                "{manager}"
+            );
+            // Already shown as drift: nothing to add.
+            let shown = ["/metadata/annotations".to_owned()];
+            assert!(cleaned_up(&old, &new, &shown, &[]).is_empty());
+        }
+        for (manager, sub) in [
+            ("mesh-injector", None),
+            ("kubectl-annotate", Some("status")),
+        ] {
+            let new = annotated_by(&old, manager, sub);
+            assert!(cleaned_up(&old, &new, &[], &[]).is_empty(), "{manager}");
+        }
     }
 
     #[test]

@@ -338,6 +338,18 @@ impl ControlPlane {
     }
 }
 
+/// A passing test leaves nothing behind (a failing one keeps its directory,
+/// logs and etcd data, under target/e2e, to look at).
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        self.apiserver.stop();
+        self.etcd.stop();
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
 /// etcd on two ports picked here, retried when another process took one.
 /// Ready is its own log line, not a probe of the port: another test's etcd
 /// could answer there.

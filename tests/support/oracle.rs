@@ -37,6 +37,9 @@ pub struct Edit {
     pub patch: Value,
     /// The edited field's value after the edit; `None` when the edit removes it.
     pub edited: Option<Value>,
+    /// `kubectl patch --field-manager`, or kubectl's own (`kubectl-patch`):
+    /// Flux removes what `kubectl*` managers write, not what others do.
+    pub field_manager: Option<&'static str>,
 }
 
 impl Edit {
@@ -117,7 +120,9 @@ pub const CATALOG: [&[EditKind]; 4] = [
             "/metadata/annotations/example.com~1owner",
             false,
         ),
-        kind("Service", "port", "/spec/ports/0/port", false),
+        // Not the port itself: it keys the list, and a changed key makes
+        // server-side apply add a second entry, which Flux cannot apply.
+        kind("Service", "targetPort", "/spec/ports/0/targetPort", false),
         kind("Service", "selector", "/spec/selector/app", false),
         kind(
             "Service",
@@ -218,12 +223,14 @@ pub fn plan(rng: &mut Rng) -> Vec<Edit> {
             let edit = choices[rng.below(choices.len())];
             let n = rng.below(1000);
             let (patch_type, patch, edited) = patch_for(&edit, n);
+            let field_manager = [None, Some("ops-script")][rng.below(2)];
             Edit {
                 object: format!("o{i}"),
                 edit,
                 patch_type,
                 patch,
                 edited,
+                field_manager,
             }
         })
         .collect()
@@ -268,7 +275,7 @@ fn patch_for(edit: &EditKind, n: usize) -> (&'static str, Value, Option<Value>) 
             json!({"metadata": {"annotations": {"example.com/owner": tag}}}),
             json!(tag),
         ),
-        ("Service", "port") => replace(edit.pointer, json!(1000 + n)),
+        ("Service", "targetPort") => replace(edit.pointer, json!(9000 + n)),
         ("Service", _) => merge(json!({"spec": {"selector": {"app": tag}}}), json!(tag)),
         ("ConfigMap", "value") => replace(edit.pointer, json!(tag)),
         ("ConfigMap", "key removed") => (
@@ -305,10 +312,11 @@ impl Outcome {
 
 /// The agreement table, one row per kind of edit, as Markdown.
 pub fn table(tool: &str, seed: u64, outcomes: &[Outcome]) -> String {
-    let mut rows: BTreeMap<(&str, &str), [usize; 5]> = BTreeMap::new();
+    let mut rows: BTreeMap<(&str, &str, &str), [usize; 5]> = BTreeMap::new();
     for o in outcomes {
+        let manager = o.edit.field_manager.unwrap_or("kubectl-patch");
         let row = rows
-            .entry((o.edit.edit.kind, o.edit.edit.what))
+            .entry((o.edit.edit.kind, o.edit.edit.what, manager))
             .or_default();
         row[0] += 1;
         row[1] += usize::from(o.driftguard_drift);
@@ -317,13 +325,13 @@ pub fn table(tool: &str, seed: u64, outcomes: &[Outcome]) -> String {
         row[4] += usize::from(o.deliberate());
     }
     let mut out = format!(
-        "{tool}: {} edits (ORACLE_SEED={seed})\n\n| kind | edit | edits | driftguard: drift | {tool}: drift | agree | by design |\n|---|---|---:|---:|---:|---:|---:|\n",
+        "{tool}: {} edits (ORACLE_SEED={seed})\n\n| kind | edit | field manager | edits | driftguard: drift | {tool}: drift | agree | by design |\n|---|---|---|---:|---:|---:|---:|---:|\n",
         outcomes.len()
     );
-    for ((kind, what), [n, dg, tool_n, agree, by_design]) in &rows {
+    for ((kind, what, manager), [n, dg, tool_n, agree, by_design]) in &rows {
         let _ = writeln!(
             out,
-            "| {kind} | {what} | {n} | {dg} | {tool_n} | {agree} | {by_design} |"
+            "| {kind} | {what} | {manager} | {n} | {dg} | {tool_n} | {agree} | {by_design} |"
         );
     }
     let agree = outcomes.iter().filter(|o| o.agrees()).count();
