@@ -212,6 +212,7 @@ mod tests {
             notes: vec![],
             reapplied: vec![],
             cleaned_up: vec![],
+            kubectl_written: vec![],
             dry_run: false,
             break_glass_max: None,
         };

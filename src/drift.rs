@@ -167,6 +167,9 @@ pub struct Decision {
     /// Flux Kustomization's object: Flux removes or resets them
     /// ([`reapplied::cleaned_up`]).
     pub cleaned_up: Vec<String>,
+    /// Every change a `kubectl*` field manager wrote on a Flux Kustomization's
+    /// object, hidden by a rule or not: `precision: ownedFields` keeps them.
+    pub kubectl_written: Vec<String>,
     pub dry_run: bool,
     /// The longest break-glass the policy allows, for the denial's hint;
     /// `None` when break-glass is disabled (no identity may use it).
@@ -253,6 +256,7 @@ pub fn decide(policy: &Policy, req: &Request, ctx: &Context) -> Result<Decision,
         notes: Vec::new(),
         reapplied: Vec::new(),
         cleaned_up: Vec::new(),
+        kubectl_written: Vec::new(),
         dry_run: req.dry_run,
         break_glass_max: (!policy.break_glass.allowed.is_empty())
             .then_some(policy.break_glass.max_duration),
@@ -358,6 +362,7 @@ pub fn decide(policy: &Policy, req: &Request, ctx: &Context) -> Result<Decision,
     d.drifted_paths = paths;
     d.finding = finding;
     if let (Operation::Update, Some(old), Some(_)) = (req.operation, old, object) {
+        changed_inputs.extend(d.kubectl_written.iter().cloned());
         apply_precision(policy, old, &changed_inputs, &mut d);
     }
     apply_break_glass(&mut d, bg);
@@ -454,6 +459,9 @@ fn diff(
         let own = flux_rules(ctx, &target, flux, version, old);
         d.reapplied = reapplied::hidden_reverts(old, new, &paths, &own);
         paths.extend(d.reapplied.iter().cloned());
+        // What Flux removes is drift under every precision: it owns nothing
+        // of it before, yet reverts it.
+        d.kubectl_written = reapplied::cleaned_up(old, new, &[], &own);
         d.cleaned_up = reapplied::cleaned_up(old, new, &paths, &own);
         paths.extend(d.cleaned_up.iter().cloned());
     }

@@ -156,7 +156,12 @@ fn live_objects(
 ) -> std::collections::BTreeMap<(String, String), serde_json::Value> {
     let list = get_json(
         plane,
-        &["-n", ns, "deployments,services,configmaps,cronjobs"],
+        &[
+            "-n",
+            ns,
+            "deployments,services,configmaps,cronjobs",
+            "--show-managed-fields",
+        ],
     )
     .expect("the oracle's objects");
     list["items"]
@@ -262,6 +267,10 @@ fn driftguard_verdicts(
         .collect()
 }
 
+fn policy_text() -> String {
+    std::fs::read_to_string(format!("{ROOT}/{POLICY}")).expect("the policy file")
+}
+
 /// Prints the agreement table, keeps it under target/e2e, and fails on any
 /// disagreement that is not a documented one.
 fn report(tool: &str, seed: u64, outcomes: &[oracle::Outcome]) {
@@ -276,13 +285,21 @@ fn report(tool: &str, seed: u64, outcomes: &[oracle::Outcome]) {
         )),
         &table,
     );
+    // The default precision may only be stricter, and only where Git
+    // declares nothing; ownedFields must agree exactly.
     let unexplained: Vec<String> = outcomes
         .iter()
-        .filter(|o| !o.agrees() && !o.deliberate())
+        .filter(|o| (!o.agrees() && !o.deliberate()) || o.owned_fields_drift != o.tool_drift)
         .map(|o| {
             format!(
-                "{} {} ({}): driftguard drift={}, {tool} drift={}",
-                o.edit.edit.kind, o.edit.object, o.edit.edit.what, o.driftguard_drift, o.tool_drift
+                "{} {} ({}, {:?}): driftguard drift={}, ownedFields drift={}, {tool} drift={}",
+                o.edit.edit.kind,
+                o.edit.object,
+                o.edit.edit.what,
+                o.edit.field_manager,
+                o.driftguard_drift,
+                o.owned_fields_drift,
+                o.tool_drift
             )
         })
         .collect();
@@ -703,16 +720,27 @@ fn flux_applies_through_driftguard_and_agrees_on_what_is_drift() {
     );
     plane.apply_admin(ORACLE_KUSTOMIZATION);
     Flux::reconcile(&plane, "flux-system", "oracle", Some(&rev));
+    let before = live_objects(&plane, "oracle-flux");
     let verdicts = driftguard_verdicts(&plane, &dg, "oracle-flux", &edits);
+    let edited = live_objects(&plane, "oracle-flux");
     Flux::reconcile(&plane, "flux-system", "oracle", None);
     let live = live_objects(&plane, "oracle-flux");
+    let owned_fields = oracle::owned_fields_policy(&policy_text());
     let outcomes: Vec<_> = edits
         .iter()
         .zip(verdicts)
-        .map(|(e, driftguard_drift)| oracle::Outcome {
-            tool_drift: e.reverted(&live[&(e.edit.kind.to_owned(), e.object.clone())]),
-            edit: e.clone(),
-            driftguard_drift,
+        .map(|(e, driftguard_drift)| {
+            let key = (e.edit.kind.to_owned(), e.object.clone());
+            oracle::Outcome {
+                tool_drift: e.reverted(&live[&key]),
+                owned_fields_drift: oracle::judged_drift(
+                    &owned_fields,
+                    &before[&key],
+                    &edited[&key],
+                ),
+                edit: e.clone(),
+                driftguard_drift,
+            }
         })
         .collect();
     report("Flux", seed, &outcomes);
@@ -1215,15 +1243,24 @@ fn argocd_syncs_through_driftguard_and_agrees_on_what_is_drift() {
         .replace("selfHeal: true", "selfHeal: false");
     plane.apply_admin(&app);
     wait_synced(&plane, &argo, "oracle", &rev);
+    let before = live_objects(&plane, "oracle-argo");
     let verdicts = driftguard_verdicts(&plane, &dg, "oracle-argo", &edits);
+    let edited = live_objects(&plane, "oracle-argo");
     let app = ArgoCd::hard_refresh(&plane, "oracle");
+    let owned_fields = oracle::owned_fields_policy(&policy_text());
     let outcomes: Vec<_> = edits
         .iter()
         .zip(verdicts)
         .map(|(e, driftguard_drift)| {
             let status = ArgoCd::resource_status(&app, e.edit.kind, "oracle-argo", &e.object);
+            let key = (e.edit.kind.to_owned(), e.object.clone());
             oracle::Outcome {
                 tool_drift: status.as_deref() == Some("OutOfSync"),
+                owned_fields_drift: oracle::judged_drift(
+                    &owned_fields,
+                    &before[&key],
+                    &edited[&key],
+                ),
                 edit: e.clone(),
                 driftguard_drift,
             }

@@ -6,7 +6,9 @@
 
 use serde_json::Value;
 
-use crate::policy::ignore::{FieldSet, locate_leaves, owned_leaves};
+use crate::policy::ignore::{
+    FieldSet, entry_text, leaves_where, locate_leaf, locate_leaves, owned_leaves,
+};
 use crate::policy::path::{Path, escape, is_under};
 
 /// The field managers of Argo CD and Flux under server-side apply.
@@ -19,13 +21,26 @@ pub const GITOPS_MANAGERS: [&str; 3] = [
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 /// RFC 6901 pointers of the fields the GitOps tool owns in `stored`.
+/// An Update entry (client-side apply, `kubectl apply` as Argo CD does it by
+/// default) also owns what the apiserver defaulted on create, which the tool
+/// never compares: its last-applied annotation says what it applied. So
+/// Update entries count only when the object has neither.
 pub fn owned_pointers(stored: &Value) -> Vec<String> {
-    let mut out: Vec<String> = locate_leaves(&owned_leaves(stored, &GITOPS_MANAGERS), stored)
-        .iter()
-        .map(Path::to_pointer)
-        .collect();
+    let applied = leaves_where(stored, |e| {
+        GITOPS_MANAGERS.contains(&entry_text(e, "manager")) && entry_text(e, "operation") == "Apply"
+    });
+    let pointers = |set: &FieldSet| -> Vec<String> {
+        locate_leaves(set, stored)
+            .iter()
+            .map(Path::to_pointer)
+            .collect()
+    };
+    let mut out = pointers(&applied);
     if let Some(applied) = last_applied(stored) {
         leaves(&applied, &mut String::new(), &mut out);
+    }
+    if out.is_empty() {
+        out = pointers(&owned_leaves(stored, &GITOPS_MANAGERS));
     }
     out
 }
@@ -47,8 +62,18 @@ fn last_applied(obj: &Value) -> Option<Value> {
 /// last-applied annotation, so it is not drift.
 pub fn ownership_taken(old: &Value, new: &Value) -> Vec<String> {
     let mut out = Vec::new();
-    let managed = |o: &Value| -> FieldSet { owned_leaves(o, &GITOPS_MANAGERS) };
-    if !managed(old).is_subset(&managed(new)) {
+    let (before, after): (FieldSet, FieldSet) = (
+        owned_leaves(old, &GITOPS_MANAGERS),
+        owned_leaves(new, &GITOPS_MANAGERS),
+    );
+    // A field this write changes moves to its writer (the apiserver records
+    // that) and is judged as that change; ownership moved without a change
+    // is what would make a later change to the field look unowned.
+    let value = |keys: &Vec<String>, o: &Value| locate_leaf(keys, o).map(|(_, v)| v.clone());
+    if before
+        .difference(&after)
+        .any(|keys| value(keys, old) == value(keys, new))
+    {
         out.push("/metadata/managedFields".to_owned());
     }
     let applied = |o: &Value| {

@@ -297,6 +297,40 @@ pub struct Outcome {
     pub edit: Edit,
     pub driftguard_drift: bool,
     pub tool_drift: bool,
+    /// driftguard's verdict on the same two objects under `precision:
+    /// ownedFields`, judged offline by `driftguard::judge`.
+    pub owned_fields_drift: bool,
+}
+
+/// The test's policy with `precision: ownedFields`.
+pub fn owned_fields_policy(policy_yaml: &str) -> driftguard::Policy {
+    let text = format!("{policy_yaml}\nprecision: ownedFields\n");
+    driftguard::Policy::from_yaml(&text, "gitops-policy.yaml + ownedFields")
+        .expect("the policy loads")
+}
+
+/// Whether alice's UPDATE from `old` to `new` is drift under `policy`.
+pub fn judged_drift(policy: &driftguard::Policy, old: &Value, new: &Value) -> bool {
+    let api_version = new["apiVersion"].as_str().unwrap_or_default();
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    let kind = new["kind"].as_str().unwrap_or_default();
+    let review = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": "00000000-0000-4000-8000-000000000003",
+        "kind": {"group": group, "version": version, "kind": kind},
+        "resource": {"group": group, "version": version, "resource": format!("{}s", kind.to_lowercase())},
+        "name": new["metadata"]["name"], "namespace": new["metadata"]["namespace"], "operation": "UPDATE",
+        "userInfo": {"username": "alice", "groups": ["developers", "system:authenticated"]},
+        "object": new, "oldObject": old, "dryRun": false}});
+    let body = serde_json::to_vec(&review).unwrap();
+    let judged = driftguard::judge(
+        policy,
+        &body,
+        driftguard::Endpoint::Validate,
+        None,
+        jiff::Timestamp::now(),
+    )
+    .expect("the review is judged");
+    judged.decision.verdict == driftguard::drift::Verdict::Audit
 }
 
 impl Outcome {
@@ -312,7 +346,7 @@ impl Outcome {
 
 /// The agreement table, one row per kind of edit, as Markdown.
 pub fn table(tool: &str, seed: u64, outcomes: &[Outcome]) -> String {
-    let mut rows: BTreeMap<(&str, &str, &str), [usize; 5]> = BTreeMap::new();
+    let mut rows: BTreeMap<(&str, &str, &str), [usize; 7]> = BTreeMap::new();
     for o in outcomes {
         let manager = o.edit.field_manager.unwrap_or("kubectl-patch");
         let row = rows
@@ -323,24 +357,31 @@ pub fn table(tool: &str, seed: u64, outcomes: &[Outcome]) -> String {
         row[2] += usize::from(o.tool_drift);
         row[3] += usize::from(o.agrees());
         row[4] += usize::from(o.deliberate());
+        row[5] += usize::from(o.owned_fields_drift);
+        row[6] += usize::from(o.owned_fields_drift == o.tool_drift);
     }
     let mut out = format!(
-        "{tool}: {} edits (ORACLE_SEED={seed})\n\n| kind | edit | field manager | edits | driftguard: drift | {tool}: drift | agree | by design |\n|---|---|---|---:|---:|---:|---:|---:|\n",
+        "{tool}: {} edits (ORACLE_SEED={seed})\n\n| kind | edit | field manager | edits | {tool}: drift | driftguard: drift | agree | by design | ownedFields: drift | ownedFields: agree |\n|---|---|---|---:|---:|---:|---:|---:|---:|---:|\n",
         outcomes.len()
     );
-    for ((kind, what, manager), [n, dg, tool_n, agree, by_design]) in &rows {
+    for ((kind, what, manager), [n, dg, tool_n, agree, by_design, owned, owned_agree]) in &rows {
         let _ = writeln!(
             out,
-            "| {kind} | {what} | {manager} | {n} | {dg} | {tool_n} | {agree} | {by_design} |"
+            "| {kind} | {what} | {manager} | {n} | {tool_n} | {dg} | {agree} | {by_design} | {owned} | {owned_agree} |"
         );
     }
     let agree = outcomes.iter().filter(|o| o.agrees()).count();
     let by_design = outcomes.iter().filter(|o| o.deliberate()).count();
     let _ = writeln!(
         out,
-        "\nagree: {agree}/{}; differ by design: {by_design}; unexplained: {}",
+        "\nagree: {agree}/{}; differ by design: {by_design}; unexplained: {}; precision ownedFields agrees: {}/{}",
         outcomes.len(),
-        outcomes.len() - agree - by_design
+        outcomes.len() - agree - by_design,
+        outcomes
+            .iter()
+            .filter(|o| o.owned_fields_drift == o.tool_drift)
+            .count(),
+        outcomes.len()
     );
     out
 }
