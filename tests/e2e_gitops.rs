@@ -1182,7 +1182,13 @@ fn argocd_syncs_through_driftguard_and_agrees_on_what_is_drift() {
         "  application.resourceTrackingMethod: annotation\n  application.sync.impersonation.enabled: \"true\"\n",
     ));
     plane.apply_admin(DEPLOYER_RBAC);
-    plane.apply_admin(&application("tenant", "tenants", &url, "tenant", "team-c"));
+    // Server-side diff: Argo CD compares through server-side dry-run applies,
+    // as the impersonated account, and those dry runs reach driftguard too.
+    let tenant = application("tenant", "tenants", &url, "tenant", "team-c").replace(
+        "metadata: {name: tenant, namespace: argocd}",
+        "metadata: {name: tenant, namespace: argocd, annotations: {argocd.argoproj.io/compare-options: ServerSideDiff=true}}",
+    );
+    plane.apply_admin(&tenant);
     wait_synced(&plane, &argo, "tenant", &second);
     let third = repo.commit(
         "team-c owner",
@@ -1205,7 +1211,10 @@ fn argocd_syncs_through_driftguard_and_agrees_on_what_is_drift() {
         .filter(|r| r["user"] == "system:serviceaccount:team-c:deployer")
         .collect();
     assert!(
-        deployer.iter().any(|r| r["operation"] == "UPDATE")
+        deployer
+            .iter()
+            .any(|r| r["operation"] == "UPDATE" && r["dryRun"] == false)
+            && deployer.iter().any(|r| r["dryRun"] == true)
             && deployer.iter().all(|r| r["verdict"] == "allow"),
         "the impersonated writes reach driftguard and are allowed: {deployer:?}"
     );
