@@ -267,6 +267,53 @@ fn driftguard_verdicts(
         .collect()
 }
 
+/// The tool's answer for one edit (given the edit and the edited object).
+type Answer = Box<dyn Fn(&oracle::Edit) -> bool>;
+
+/// The oracle for one tool in namespace `ns`: commits the objects, lets
+/// `sync` apply that revision, makes the edits as alice and reads driftguard's
+/// verdicts, takes the tool's answers from `ask`, judges the same objects
+/// under ownedFields, and reports.
+fn run_oracle(
+    (plane, dg, repo): (&ControlPlane, &Driftguard, &GitRepo),
+    tool_name: &str,
+    ns: &str,
+    sync: impl Fn(&str),
+    ask: impl Fn() -> Answer,
+) {
+    let seed = oracle::seed();
+    let edits = oracle::plan(&mut oracle::Rng::new(seed));
+    plane.create_namespaces(&[ns]);
+    let rev = repo.commit(
+        "oracle objects",
+        &[("oracle/objects.yaml", Some(&oracle::manifests(ns)))],
+    );
+    sync(&rev);
+    let before = live_objects(plane, ns);
+    let verdicts = driftguard_verdicts(plane, dg, ns, &edits);
+    let edited = live_objects(plane, ns);
+    let answer = ask();
+    let owned_fields = oracle::owned_fields_policy(&policy_text());
+    let outcomes: Vec<_> = edits
+        .iter()
+        .zip(verdicts)
+        .map(|(e, driftguard_drift)| {
+            let key = (e.edit.kind.to_owned(), e.object.clone());
+            oracle::Outcome {
+                tool_drift: answer(e),
+                owned_fields_drift: oracle::judged_drift(
+                    &owned_fields,
+                    &before[&key],
+                    &edited[&key],
+                ),
+                edit: e.clone(),
+                driftguard_drift,
+            }
+        })
+        .collect();
+    report(tool_name, seed, &outcomes);
+}
+
 fn policy_text() -> String {
     std::fs::read_to_string(format!("{ROOT}/{POLICY}")).expect("the policy file")
 }
@@ -414,6 +461,56 @@ fn denied(out: &Kubectl, needle: &str) -> Result<(), String> {
     }
 }
 
+/// sam, on call, runs `kubectl driftguard break-glass deployment/web` in
+/// production (the plugin installed as the chart would have it).
+fn break_glass_web(plane: &ControlPlane, reason: &str, duration: &str) -> Kubectl {
+    let bin = install_plugin(plane);
+    let args = [
+        "break-glass",
+        "deployment/web",
+        "-n",
+        "production",
+        "--reason",
+        reason,
+        "--for",
+        duration,
+    ];
+    let out = plugin(plane, &bin, "sam", &args);
+    assert!(out.ok, "sam breaks glass: {out}");
+    out
+}
+
+/// `kubectl set image deployment/web web=IMAGE` in production, as `user` or,
+/// with `as_account`, as that service account.
+fn set_web_image(plane: &ControlPlane, user: &str, as_account: bool, image: &str) -> Kubectl {
+    let container = format!("web={image}");
+    let args = [
+        "-n",
+        "production",
+        "set",
+        "image",
+        "deployment/web",
+        container.as_str(),
+    ];
+    if as_account {
+        plane.kubectl_as(user, &args)
+    } else {
+        plane.kubectl(user, &args)
+    }
+}
+
+/// The tools built, a control plane with `namespaces` and the e2e RBAC plus
+/// driftguard's, kube-controller-manager running, and an empty Git repository.
+fn start(name: &str, namespaces: &[&str]) -> (Tools, ControlPlane, Proc, GitRepo) {
+    let tools = Tools::build();
+    let mut plane = ControlPlane::start(name);
+    plane.prepare(namespaces);
+    plane.apply_admin(DRIFTGUARD_EXTRA_RBAC);
+    let kcm = start_controller_manager(&plane, &tools);
+    let repo = GitRepo::new(&plane, &tools);
+    (tools, plane, kcm, repo)
+}
+
 fn image(plane: &ControlPlane, ns: &str, deploy: &str) -> Option<String> {
     get_json(plane, &["-n", ns, "deployment", deploy])
         .and_then(|d| field(&d, "/spec/template/spec/containers/0/image"))
@@ -422,13 +519,11 @@ fn image(plane: &ControlPlane, ns: &str, deploy: &str) -> Option<String> {
 #[test]
 fn flux_applies_through_driftguard_and_agrees_on_what_is_drift() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let tools = Tools::build();
-    let mut plane = ControlPlane::start("gitops-flux");
-    plane.prepare(&["argocd", "flux-system", "production", "tenant-a"]);
-    plane.apply_admin(DRIFTGUARD_EXTRA_RBAC);
+    let (tools, plane, _kcm, repo) = start(
+        "gitops-flux",
+        &["argocd", "flux-system", "production", "tenant-a"],
+    );
     plane.apply_admin(TENANT_RBAC);
-    let _kcm = start_controller_manager(&plane, &tools);
-    let repo = GitRepo::new(&plane, &tools);
     let first = repo.commit(
         "apps",
         &[
@@ -491,17 +586,7 @@ fn flux_applies_through_driftguard_and_agrees_on_what_is_drift() {
     });
 
     // A human edit is denied, naming the Kustomization.
-    let out = plane.kubectl(
-        "alice",
-        &[
-            "-n",
-            "production",
-            "set",
-            "image",
-            "deployment/web",
-            "web=nginx:hotfix",
-        ],
-    );
+    let out = set_web_image(&plane, "alice", false, "nginx:hotfix");
     denied(&out, "Flux Kustomization flux-system/apps").unwrap();
 
     // An ignored field Git does not set: Flux removes what kubectl wrote, so
@@ -534,17 +619,7 @@ fn flux_applies_through_driftguard_and_agrees_on_what_is_drift() {
 
     // Flux's own drift correction passes: a trusted change is healed.
     ok(
-        plane.kubectl_as(
-            OPERATOR,
-            &[
-                "-n",
-                "production",
-                "set",
-                "image",
-                "deployment/web",
-                "web=nginx:1.26",
-            ],
-        ),
+        set_web_image(&plane, OPERATOR, true, "nginx:1.26"),
         "the operator's change",
     );
     Flux::reconcile(&plane, "flux-system", "apps", None);
@@ -638,23 +713,7 @@ fn flux_applies_through_driftguard_and_agrees_on_what_is_drift() {
     );
 
     // Break-glass survives Flux's reconciles until it expires; then Git wins.
-    let bin = install_plugin(&plane);
-    let out = plugin(
-        &plane,
-        &bin,
-        "sam",
-        &[
-            "break-glass",
-            "deployment/web",
-            "-n",
-            "production",
-            "--reason",
-            "INC-7 checkout down",
-            "--for",
-            "45s",
-        ],
-    );
-    assert!(out.ok, "sam breaks glass: {out}");
+    let out = break_glass_web(&plane, "INC-7 checkout down", "45s");
     let web = get_json(&plane, &["-n", "production", "deployment", "web"]).unwrap();
     assert_eq!(
         field(
@@ -666,30 +725,10 @@ fn flux_applies_through_driftguard_and_agrees_on_what_is_drift() {
         "arming pauses Flux for this object: {out}"
     );
     ok(
-        plane.kubectl(
-            "sam",
-            &[
-                "-n",
-                "production",
-                "set",
-                "image",
-                "deployment/web",
-                "web=nginx:1.28-hotfix",
-            ],
-        ),
+        set_web_image(&plane, "sam", false, "nginx:1.28-hotfix"),
         "sam's hotfix",
     );
-    let out = plane.kubectl(
-        "alice",
-        &[
-            "-n",
-            "production",
-            "set",
-            "image",
-            "deployment/web",
-            "web=nginx:alice",
-        ],
-    );
+    let out = set_web_image(&plane, "alice", false, "nginx:alice");
     denied(&out, "Flux Kustomization flux-system/apps").unwrap();
     for _ in 0..3 {
         Flux::reconcile(&plane, "flux-system", "apps", None);
@@ -708,42 +747,22 @@ fn flux_applies_through_driftguard_and_agrees_on_what_is_drift() {
     );
 
     // The differential oracle: driftguard's verdict against Flux's own.
-    let seed = oracle::seed();
-    let edits = oracle::plan(&mut oracle::Rng::new(seed));
-    plane.create_namespaces(&["oracle-flux"]);
-    let rev = repo.commit(
-        "oracle objects",
-        &[(
-            "oracle/objects.yaml",
-            Some(&oracle::manifests("oracle-flux")),
-        )],
+    run_oracle(
+        (&plane, &dg, &repo),
+        "Flux",
+        "oracle-flux",
+        |rev| {
+            plane.apply_admin(ORACLE_KUSTOMIZATION);
+            Flux::reconcile(&plane, "flux-system", "oracle", Some(rev));
+        },
+        || {
+            Flux::reconcile(&plane, "flux-system", "oracle", None);
+            let live = live_objects(&plane, "oracle-flux");
+            Box::new(move |e: &oracle::Edit| {
+                e.reverted(&live[&(e.edit.kind.to_owned(), e.object.clone())])
+            })
+        },
     );
-    plane.apply_admin(ORACLE_KUSTOMIZATION);
-    Flux::reconcile(&plane, "flux-system", "oracle", Some(&rev));
-    let before = live_objects(&plane, "oracle-flux");
-    let verdicts = driftguard_verdicts(&plane, &dg, "oracle-flux", &edits);
-    let edited = live_objects(&plane, "oracle-flux");
-    Flux::reconcile(&plane, "flux-system", "oracle", None);
-    let live = live_objects(&plane, "oracle-flux");
-    let owned_fields = oracle::owned_fields_policy(&policy_text());
-    let outcomes: Vec<_> = edits
-        .iter()
-        .zip(verdicts)
-        .map(|(e, driftguard_drift)| {
-            let key = (e.edit.kind.to_owned(), e.object.clone());
-            oracle::Outcome {
-                tool_drift: e.reverted(&live[&key]),
-                owned_fields_drift: oracle::judged_drift(
-                    &owned_fields,
-                    &before[&key],
-                    &edited[&key],
-                ),
-                edit: e.clone(),
-                driftguard_drift,
-            }
-        })
-        .collect();
-    report("Flux", seed, &outcomes);
 
     // The namespace controller empties a deleted namespace of managed objects.
     ok(
@@ -947,12 +966,10 @@ fn finish_hook_pods(plane: &ControlPlane) {
 #[test]
 fn argocd_syncs_through_driftguard_and_agrees_on_what_is_drift() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let tools = Tools::build();
-    let mut plane = ControlPlane::start("gitops-argocd");
-    plane.prepare(&["argocd", "production", "team-b", "team-c"]);
-    plane.apply_admin(DRIFTGUARD_EXTRA_RBAC);
-    let _kcm = start_controller_manager(&plane, &tools);
-    let repo = GitRepo::new(&plane, &tools);
+    let (tools, plane, _kcm, repo) = start(
+        "gitops-argocd",
+        &["argocd", "production", "team-b", "team-c"],
+    );
     let first = repo.commit(
         "myapp",
         &[
@@ -1010,17 +1027,7 @@ fn argocd_syncs_through_driftguard_and_agrees_on_what_is_drift() {
     );
 
     // A human edit is denied, naming the Application and its repository.
-    let out = plane.kubectl(
-        "alice",
-        &[
-            "-n",
-            "production",
-            "set",
-            "image",
-            "deployment/web",
-            "web=nginx:hotfix",
-        ],
-    );
+    let out = set_web_image(&plane, "alice", false, "nginx:hotfix");
     denied(&out, "Argo CD application myapp").unwrap();
     denied(&out, &url).unwrap();
     // An ignored field: allowed, and Argo CD stays Synced.
@@ -1045,17 +1052,7 @@ fn argocd_syncs_through_driftguard_and_agrees_on_what_is_drift() {
 
     // Self-heal: a trusted change is reverted by Argo CD, through driftguard.
     ok(
-        plane.kubectl_as(
-            OPERATOR,
-            &[
-                "-n",
-                "production",
-                "set",
-                "image",
-                "deployment/web",
-                "web=nginx:1.26",
-            ],
-        ),
+        set_web_image(&plane, OPERATOR, true, "nginx:1.26"),
         "the operator's change",
     );
     eventually(
@@ -1081,23 +1078,7 @@ fn argocd_syncs_through_driftguard_and_agrees_on_what_is_drift() {
     );
 
     // Break-glass survives self-heal until it expires; then Git wins.
-    let bin = install_plugin(&plane);
-    let out = plugin(
-        &plane,
-        &bin,
-        "sam",
-        &[
-            "break-glass",
-            "deployment/web",
-            "-n",
-            "production",
-            "--reason",
-            "INC-8 checkout down",
-            "--for",
-            "40s",
-        ],
-    );
-    assert!(out.ok, "sam breaks glass: {out}");
+    let out = break_glass_web(&plane, "INC-8 checkout down", "40s");
     let app = get_json(&plane, &["-n", "argocd", "application", "myapp"]).unwrap();
     assert_eq!(
         field(
@@ -1109,17 +1090,7 @@ fn argocd_syncs_through_driftguard_and_agrees_on_what_is_drift() {
         "arming pauses the Application: {out}"
     );
     ok(
-        plane.kubectl(
-            "sam",
-            &[
-                "-n",
-                "production",
-                "set",
-                "image",
-                "deployment/web",
-                "web=nginx:1.27-hotfix",
-            ],
-        ),
+        set_web_image(&plane, "sam", false, "nginx:1.27-hotfix"),
         "sam's hotfix",
     );
     holds(
@@ -1234,46 +1205,26 @@ fn argocd_syncs_through_driftguard_and_agrees_on_what_is_drift() {
     denied(&out, "Argo CD application myapp").unwrap();
 
     // The differential oracle: driftguard's verdict against Argo CD's own.
-    let seed = oracle::seed();
-    let edits = oracle::plan(&mut oracle::Rng::new(seed));
-    plane.create_namespaces(&["oracle-argo"]);
-    let rev = repo.commit(
-        "oracle objects",
-        &[(
-            "oracle/objects.yaml",
-            Some(&oracle::manifests("oracle-argo")),
-        )],
-    );
     // Impersonation off again: the default project names no account, and
     // Argo CD v3.6 then refuses to sync rather than use its own.
     plane.apply_admin(&argocd_settings(""));
-    // No self-heal here: Argo CD is asked, not left to answer by reverting.
-    let app = application("oracle", "default", &url, "oracle", "oracle-argo")
-        .replace("selfHeal: true", "selfHeal: false");
-    plane.apply_admin(&app);
-    wait_synced(&plane, &argo, "oracle", &rev);
-    let before = live_objects(&plane, "oracle-argo");
-    let verdicts = driftguard_verdicts(&plane, &dg, "oracle-argo", &edits);
-    let edited = live_objects(&plane, "oracle-argo");
-    let app = ArgoCd::hard_refresh(&plane, "oracle");
-    let owned_fields = oracle::owned_fields_policy(&policy_text());
-    let outcomes: Vec<_> = edits
-        .iter()
-        .zip(verdicts)
-        .map(|(e, driftguard_drift)| {
-            let status = ArgoCd::resource_status(&app, e.edit.kind, "oracle-argo", &e.object);
-            let key = (e.edit.kind.to_owned(), e.object.clone());
-            oracle::Outcome {
-                tool_drift: status.as_deref() == Some("OutOfSync"),
-                owned_fields_drift: oracle::judged_drift(
-                    &owned_fields,
-                    &before[&key],
-                    &edited[&key],
-                ),
-                edit: e.clone(),
-                driftguard_drift,
-            }
-        })
-        .collect();
-    report("Argo CD", seed, &outcomes);
+    run_oracle(
+        (&plane, &dg, &repo),
+        "Argo CD",
+        "oracle-argo",
+        |rev| {
+            // No self-heal here: Argo CD is asked, not left to answer by reverting.
+            let app = application("oracle", "default", &url, "oracle", "oracle-argo")
+                .replace("selfHeal: true", "selfHeal: false");
+            plane.apply_admin(&app);
+            wait_synced(&plane, &argo, "oracle", rev);
+        },
+        || {
+            let app = ArgoCd::hard_refresh(&plane, "oracle");
+            Box::new(move |e: &oracle::Edit| {
+                ArgoCd::resource_status(&app, e.edit.kind, "oracle-argo", &e.object).as_deref()
+                    == Some("OutOfSync")
+            })
+        },
+    );
 }
