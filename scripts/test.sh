@@ -2,8 +2,8 @@
 # The whole test suite: formatting, lints, unit, table, property, fixture, CLI,
 # router, TLS, chart and end-to-end tests (the end-to-end and chart tests build
 # etcd, kube-apiserver, helm, kube-controller-manager, Flux and Argo CD from
-# the Go module proxy on first use), then
-# the container image.
+# the Go module proxy on first use), 60 s of each fuzz target, then the
+# container image.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Flux and Argo CD, which tests/e2e_gitops.rs builds, declare go 1.27.
@@ -11,4 +11,14 @@ export GOTOOLCHAIN=go1.27.3
 cargo fmt --all -- --check
 cargo clippy --locked --all-targets -- -D warnings
 cargo test --locked --all-targets
+# Every fuzz target for 60 s, where the nightly toolchain is: CI has it and
+# cargo-fuzz, so there a missing one fails rather than skips.
+if rustup toolchain list 2>/dev/null | grep -q '^nightly' && command -v cargo-fuzz >/dev/null; then
+  scripts/fuzz.sh 60
+elif [ "${CI:-}" = true ]; then
+  echo "fuzz: the nightly toolchain or cargo-fuzz is missing; CI must run the fuzz targets" >&2
+  exit 1
+else
+  echo "fuzz: skipped (no nightly toolchain or cargo-fuzz)" >&2
+fi
 scripts/test-image.sh

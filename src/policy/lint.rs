@@ -16,6 +16,12 @@ pub struct Report {
 }
 
 pub fn lint(text: &str, file: &str) -> Report {
+    lint_with(text, file, &|source| probe_within(source, PROBE_LIMIT))
+}
+
+/// [`lint`] with the jq probe given: the fuzzer lints without a thread and a
+/// 5 s wait per expression.
+pub fn lint_with(text: &str, file: &str, probe: &dyn Fn(&str) -> Probed) -> Report {
     let mut report = Report::default();
     match Policy::from_any_yaml(text, file) {
         Ok((policy, notes)) => {
@@ -26,7 +32,7 @@ pub fn lint(text: &str, file: &str) -> Report {
                     "{file}: driftguard policy with {} ignore rule(s) loads",
                     policy.rules.len()
                 ));
-                check_rules(&policy.rules, text, file, &mut report);
+                check_rules(&policy.rules, text, file, probe, &mut report);
             }
             for app in &policy.applications {
                 report.notes.push(format!(
@@ -34,7 +40,7 @@ pub fn lint(text: &str, file: &str) -> Report {
                     app.name,
                     app.rules.len()
                 ));
-                check_rules(&app.rules, text, file, &mut report);
+                check_rules(&app.rules, text, file, probe, &mut report);
             }
         }
         Err(e) => report.problems.push(e.to_string()),
@@ -42,10 +48,16 @@ pub fn lint(text: &str, file: &str) -> Report {
     report
 }
 
-fn check_rules(rules: &RuleSet, text: &str, file: &str, report: &mut Report) {
+fn check_rules(
+    rules: &RuleSet,
+    text: &str,
+    file: &str,
+    probe: &dyn Fn(&str) -> Probed,
+    report: &mut Report,
+) {
     for rule in rules.iter() {
         for jq in &rule.jq {
-            let problem = match probe_within(jq.source(), PROBE_LIMIT) {
+            let problem = match probe(jq.source()) {
                 Probed::Finished(problem) => problem,
                 Probed::TooSlow => {
                     report.problems.push(format!(
@@ -79,9 +91,19 @@ fn check_rules(rules: &RuleSet, text: &str, file: &str, report: &mut Report) {
 /// How long lint waits for one expression on its probe object.
 const PROBE_LIMIT: std::time::Duration = std::time::Duration::from_secs(5);
 
-enum Probed {
+/// What probing one jq expression found.
+pub enum Probed {
+    /// It ended: the problem, if it is not a path expression.
     Finished(Option<String>),
     TooSlow,
+}
+
+/// Compiles and probes `source` on this thread, however long that takes.
+pub fn probe_now(source: &str) -> Probed {
+    let outcome = JqPath::compile(source)
+        .map_err(|e| e.to_string())
+        .and_then(|jq| check_expression(&jq).map_or(Ok(()), Err));
+    Probed::Finished(outcome.err())
 }
 
 /// [`check_expression`] on its own thread, waited for at most `limit`: an
@@ -94,15 +116,10 @@ fn probe_within(source: &str, limit: std::time::Duration) -> Probed {
     let spawned = std::thread::Builder::new()
         .name("lint-probe".into())
         .spawn(move || {
-            let outcome = JqPath::compile(&source)
-                .map_err(|e| e.to_string())
-                .and_then(|jq| check_expression(&jq).map_or(Ok(()), Err));
-            let _ = tx.send(outcome.err());
+            let _ = tx.send(probe_now(&source));
         });
     match spawned {
-        Ok(_) => rx
-            .recv_timeout(limit)
-            .map_or(Probed::TooSlow, Probed::Finished),
+        Ok(_) => rx.recv_timeout(limit).unwrap_or(Probed::TooSlow),
         Err(e) => Probed::Finished(Some(format!("cannot run the probe: {e}"))),
     }
 }
