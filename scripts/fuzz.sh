@@ -11,6 +11,9 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "${root}/fuzz"
 SECONDS_EACH="${1:-60}"
 shift || true
+# Outside the checkout, like the Go tools: every clone on the machine reuses
+# the ASan build of the dependencies (minutes cold).
+target_dir="${DRIFTGUARD_FUZZ_TARGET:-${XDG_CACHE_HOME:-${HOME}/.cache}/driftguard/fuzz-target}"
 command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
 targets=("$@")
 if [ "${#targets[@]}" -eq 0 ]; then
@@ -59,7 +62,7 @@ for target in "${targets[@]}"; do
   done < <(seeds_for "${target}")
   log="$(mktemp)"
   echo "==> ${target}: ${SECONDS_EACH}s, ${seeded} seed file(s)" >&2
-  if ! cargo +nightly fuzz run "${target}" -- -max_total_time="${SECONDS_EACH}" \
+  if ! cargo +nightly fuzz run --target-dir "${target_dir}" "${target}" -- -max_total_time="${SECONDS_EACH}" \
       -rss_limit_mb=512 -timeout=2 -print_final_stats=1 >"${log}" 2>&1; then
     tail -n 60 "${log}" >&2
     echo "==> ${target}: FAILED (artifacts in fuzz/artifacts/${target})" >&2
