@@ -224,9 +224,12 @@ fn serve(config: server::Config) -> Result<ExitCode, Failure> {
         .enable_all()
         .build()
         .map_err(|e| Failure(format!("cannot start the runtime: {e}")))?;
-    runtime
-        .block_on(server::run(config))
-        .map_err(|e| Failure(format!("{e:#}")))?;
+    let served = runtime.block_on(server::run(config));
+    // The records of the last reviews, unless nobody reads stdout.
+    if !crate::logging::audit_writer::flush(std::time::Duration::from_secs(5)) {
+        eprintln!("driftguard: audit records still queued at exit were lost");
+    }
+    served.map_err(|e| Failure(format!("{e:#}")))?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -7,6 +7,7 @@ pub mod expiry;
 pub mod parents;
 pub mod register;
 pub mod rules;
+pub mod source_cache;
 pub mod watch;
 
 /// Why no kube client could be made.

@@ -9,6 +9,8 @@ pub mod ownership;
 pub mod reapplied;
 pub mod restore;
 
+use std::sync::Arc;
+
 use jiff::{SignedDuration, Timestamp};
 use serde_json::Value;
 
@@ -191,14 +193,15 @@ pub enum DecideError {
 /// by [`crate::sources`] (`--watch-argocd`, `--watch-flux`), or built by tests.
 #[derive(Debug, Default)]
 pub struct Sources {
-    pub applications: Vec<Application>,
+    /// Shared with the watch cache: a new snapshot copies pointers, not rules.
+    pub applications: Vec<Arc<Application>>,
     /// `resource.customizations.ignoreDifferences.*` of `argocd-cm`: for every
     /// Argo CD-managed object.
-    pub argocd_overrides: RuleSet,
-    pub flux: Vec<FluxSource>,
+    pub argocd_overrides: Arc<RuleSet>,
+    pub flux: Vec<Arc<FluxSource>>,
     /// Argo CD sync impersonation (argocd-cm `application.sync.impersonation.enabled`):
     /// the service account each watched Application is synced as.
-    pub argocd_sync_accounts: Vec<SyncAccount>,
+    pub argocd_sync_accounts: Vec<Arc<SyncAccount>>,
 }
 
 impl Sources {
@@ -216,6 +219,7 @@ impl Sources {
         self.flux
             .iter()
             .find(|s| s.kind == kind && &s.namespace == namespace && &s.name == name)
+            .map(|s| &**s)
     }
 
     /// The account Argo CD syncs the managing Application as, when it impersonates one.
@@ -230,6 +234,7 @@ impl Sources {
         self.argocd_sync_accounts
             .iter()
             .find(|a| a.is_for(application, application_namespace.as_deref()))
+            .map(|a| &**a)
     }
 }
 
@@ -605,11 +610,11 @@ fn destination_application<'p>(
     {
         return None;
     }
-    let watched = ctx.sources.map_or(&[][..], |s| &s.applications);
+    let watched = ctx.sources.map_or(&[][..], |s| &s.applications[..]);
     policy
         .applications
         .iter()
-        .chain(watched)
+        .chain(watched.iter().map(|a| &**a))
         .find(|a| a.destination_namespace.as_deref() == Some(req.name))
 }
 
@@ -620,11 +625,11 @@ fn find_application<'p>(
     name: &str,
     namespace: Option<&str>,
 ) -> Option<&'p Application> {
-    let watched = ctx.sources.map_or(&[][..], |s| &s.applications);
+    let watched = ctx.sources.map_or(&[][..], |s| &s.applications[..]);
     policy
         .applications
         .iter()
-        .chain(watched)
+        .chain(watched.iter().map(|a| &**a))
         .find(|a| a.tracks(name, namespace))
 }
 

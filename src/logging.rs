@@ -1,7 +1,9 @@
 //! Two streams: audit records (target `driftguard::audit`) as bare JSON lines on
-//! stdout, and diagnostic logs, text or JSON, on stderr (`RUST_LOG` filters them).
+//! stdout, through a bounded queue that never blocks a decision
+//! ([`audit_writer`]), and diagnostic logs, text or JSON, on stderr
+//! (`RUST_LOG` filters them).
 
-use std::io::Write;
+pub mod audit_writer;
 
 use tracing::field::{Field, Visit};
 use tracing::{Event, Subscriber};
@@ -17,7 +19,7 @@ pub enum LogFormat {
     Text,
 }
 
-/// Prints the `record` field of audit events, and nothing else, as one line.
+/// Queues the `record` field of audit events, and nothing else, as one line.
 struct AuditLayer;
 
 struct RecordField(Option<String>);
@@ -40,12 +42,7 @@ impl<S: Subscriber> Layer<S> for AuditLayer {
         let mut field = RecordField(None);
         event.record(&mut field);
         if let Some(line) = field.0 {
-            let mut out = std::io::stdout().lock();
-            // A closed stdout must not take the server down; the record is lost
-            // either way, and stderr says so.
-            if writeln!(out, "{line}").and_then(|_| out.flush()).is_err() {
-                eprintln!("driftguard: cannot write an audit record to stdout");
-            }
+            audit_writer::submit(line);
         }
     }
 }
@@ -61,6 +58,7 @@ pub fn init(format: LogFormat) {
         LogFormat::Json => diagnostics.json().with_current_span(true).boxed(),
         LogFormat::Text => diagnostics.boxed(),
     };
+    audit_writer::start();
     let _ = tracing_subscriber::registry()
         .with(AuditLayer.with_filter(is_audit))
         .with(diagnostics.with_filter(not_audit).with_filter(env))

@@ -124,6 +124,12 @@ impl Default for Metrics {
             "Seconds since the Argo CD / Flux sources last changed",
             source_age.clone(),
         );
+        // Counted by the audit writer, which runs before any Metrics exists.
+        registry.register(
+            "audit_dropped",
+            "Audit records dropped because stdout was not read fast enough (the queue was full)",
+            crate::logging::audit_writer::dropped().clone(),
+        );
         Self {
             registry,
             watch_errors,

@@ -1106,7 +1106,9 @@ fn the_kustomizations_own_ignore_rule_still_allows() {
     let kustomization = json!({"metadata": {"name": "apps", "namespace": "flux-system"},
         "spec": {"ignore": [{"paths": ["/spec/replicas"], "target": {"kind": "Deployment"}}]}});
     let sources = Sources {
-        flux: vec![flux_from_value(FluxKind::Kustomization, &kustomization).unwrap()],
+        flux: vec![std::sync::Arc::new(
+            flux_from_value(FluxKind::Kustomization, &kustomization).unwrap(),
+        )],
         ..Default::default()
     };
     let old = flux_deployment(true);
@@ -1184,7 +1186,10 @@ fn argo_cd_sync_impersonation_trusts_the_account_for_its_application_only() {
                 std::slice::from_ref(&project),
                 enabled,
                 "argocd",
-            ),
+            )
+            .into_iter()
+            .map(std::sync::Arc::new)
+            .collect(),
             ..Default::default()
         };
         let new = with(old, IMAGE, json!("web:2"));

@@ -343,7 +343,9 @@ fn labels_a_flux_ignore_target_selects_on_are_decision_inputs() {
         "spec": {"path": "./apps", "sourceRef": {"kind": "GitRepository", "name": "repo"},
                  "ignore": [{"paths": ["/spec/replicas"], "target": {"kind": "Deployment", "labelSelector": "scaling=manual"}}]}});
     let sources = Sources {
-        flux: vec![flux_from_value(FluxKind::Kustomization, &kustomization).unwrap()],
+        flux: vec![std::sync::Arc::new(
+            flux_from_value(FluxKind::Kustomization, &kustomization).unwrap(),
+        )],
         ..Default::default()
     };
     let policy = Policy::from_yaml(

@@ -1,10 +1,12 @@
-//! `--watch-argocd` and `--watch-flux`: reflectors over Applications, the
+//! `--watch-argocd` and `--watch-flux`: watches over Applications, the
 //! AppProjects and the `argocd-cm` ConfigMap in Argo CD's namespace,
-//! Kustomizations and HelmReleases. Every change
-//! rebuilds the [`Sources`] the decision reads; a watch that fails or lags
-//! never blocks admission: the last good sources keep serving, their age is a
-//! metric, and only a cache that was never filled keeps driftguard unready.
-//! A kind whose CRD is not installed counts as filled and empty.
+//! Kustomizations and HelmReleases. An event recompiles only its object, and
+//! only when what driftguard reads of it changed ([`SourceCache`]); the
+//! decision reads an immutable snapshot swapped in whole, so it never waits
+//! for a writer. A watch that fails or lags never blocks admission: the last
+//! good sources keep serving, their age is a metric, and only a cache that
+//! was never filled keeps driftguard unready. A kind whose CRD is not
+//! installed counts as filled and empty.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -13,14 +15,15 @@ use std::time::Instant;
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
-use kube::runtime::reflector::{self, Store};
+use kube::runtime::watcher::Event;
 use kube::runtime::{WatchStreamExt, watcher};
-use serde_json::Value;
 
+use super::source_cache::{Kind, SourceCache, strip};
 use crate::metrics::Metrics;
-use crate::sources::{self, FluxKind, Sources};
+use crate::sources::Sources;
 
-/// The sources in force, replaced whole on every change.
+/// The sources in force, replaced whole on every change. The lock is held
+/// only to clone or store the pointer, never while compiling.
 #[derive(Clone, Default)]
 pub struct SourcesHandle(Arc<RwLock<Arc<Sources>>>);
 
@@ -30,26 +33,18 @@ impl SourcesHandle {
     }
 
     fn replace(&self, sources: Sources) {
-        *self.0.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(sources);
+        let sources = Arc::new(sources);
+        *self.0.write().unwrap_or_else(|e| e.into_inner()) = sources;
     }
-}
-
-#[derive(Default)]
-struct Stores {
-    applications: Option<Store<DynamicObject>>,
-    app_projects: Option<Store<DynamicObject>>,
-    argocd_cm: Option<Store<ConfigMap>>,
-    kustomizations: Option<Store<DynamicObject>>,
-    helmreleases: Option<Store<DynamicObject>>,
 }
 
 pub struct Watches {
     pub handle: SourcesHandle,
-    stores: Mutex<Stores>,
-    /// Where Argo CD runs: its AppProjects and argocd-cm are read there.
-    argocd_namespace: String,
+    /// Taken by the watch tasks only, one event at a time; readers use `handle`.
+    cache: Mutex<SourceCache>,
     /// Watches whose first list has not completed yet.
     pending: AtomicUsize,
+    /// When a watch last reported: the sources were current then.
     last_change: Mutex<Instant>,
 }
 
@@ -67,62 +62,13 @@ impl Watches {
             .as_secs_f64()
     }
 
-    fn rebuild(&self) {
-        let stores = self.stores.lock().unwrap_or_else(|e| e.into_inner());
-        let values = |store: &Option<Store<DynamicObject>>| -> Vec<Value> {
-            store
-                .as_ref()
-                .map(|s| {
-                    s.state()
-                        .iter()
-                        .filter_map(|o| serde_json::to_value(o.as_ref()).ok())
-                        .collect()
-                })
-                .unwrap_or_default()
-        };
-        let (applications, mut errors) = sources::applications(&values(&stores.applications));
-        let (projects, project_errors) = sources::app_projects(&values(&stores.app_projects));
-        errors.extend(project_errors);
-        let cm: serde_json::Map<String, Value> = stores
-            .argocd_cm
-            .as_ref()
-            .and_then(|s| s.state().first().cloned())
-            .and_then(|cm| cm.data.clone())
-            .map(|data| {
-                data.into_iter()
-                    .map(|(k, v)| (k, Value::String(v)))
-                    .collect()
-            })
-            .unwrap_or_default();
-        let (argocd_overrides, cm_errors) = sources::argocd_overrides(&cm);
-        errors.extend(cm_errors);
-        let argocd_sync_accounts = sources::sync_accounts(
-            &applications,
-            &projects,
-            crate::policy::impersonation::enabled(&cm),
-            &self.argocd_namespace,
-        );
-        let mut flux = Vec::new();
-        for (kind, store) in [
-            (FluxKind::Kustomization, &stores.kustomizations),
-            (FluxKind::HelmRelease, &stores.helmreleases),
-        ] {
-            for value in values(store) {
-                match sources::flux_from_value(kind, &value) {
-                    Ok(source) => flux.push(source),
-                    Err(e) => errors.push(e),
-                }
-            }
+    /// Applies one event to the cache; publishes a snapshot only if the
+    /// sources changed.
+    fn update(&self, change: impl FnOnce(&mut SourceCache) -> bool) {
+        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        if change(&mut cache) {
+            self.handle.replace(cache.snapshot());
         }
-        for e in errors {
-            tracing::warn!(error = %e, "a GitOps source was left out");
-        }
-        self.handle.replace(Sources {
-            applications,
-            argocd_overrides,
-            flux,
-            argocd_sync_accounts,
-        });
         *self.last_change.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
     }
 }
@@ -137,8 +83,7 @@ pub struct WatchOptions {
 pub fn spawn(client: kube::Client, options: &WatchOptions, metrics: Arc<Metrics>) -> Arc<Watches> {
     let watches = Arc::new(Watches {
         handle: SourcesHandle::default(),
-        stores: Mutex::new(Stores::default()),
-        argocd_namespace: options.argocd_namespace.clone(),
+        cache: Mutex::new(SourceCache::new(&options.argocd_namespace)),
         pending: AtomicUsize::new(0),
         last_change: Mutex::new(Instant::now()),
     });
@@ -148,60 +93,84 @@ pub fn spawn(client: kube::Client, options: &WatchOptions, metrics: Arc<Metrics>
     if options.argocd {
         let ar = dynamic("argoproj.io", "v1alpha1", "Application");
         let api = Api::<DynamicObject>::all_with(client.clone(), &ar);
-        let store = watch_dynamic(&watches, api, ar, "Application", metrics.clone());
-        watches.stores.lock().unwrap().applications = Some(store);
+        watch_dynamic(&watches, api, Kind::Application, metrics.clone());
         // Argo CD reads an Application's project from its own namespace only.
         let ar = dynamic("argoproj.io", "v1alpha1", "AppProject");
         let api =
             Api::<DynamicObject>::namespaced_with(client.clone(), &options.argocd_namespace, &ar);
-        let store = watch_dynamic(&watches, api, ar, "AppProject", metrics.clone());
-        watches.stores.lock().unwrap().app_projects = Some(store);
-        let writer = reflector::store::Writer::<ConfigMap>::default();
-        watches.stores.lock().unwrap().argocd_cm = Some(writer.as_reader());
+        watch_dynamic(&watches, api, Kind::AppProject, metrics.clone());
         let api = Api::<ConfigMap>::namespaced(client.clone(), &options.argocd_namespace);
         let config = watcher::Config::default().fields("metadata.name=argocd-cm");
+        let stream = watcher(api, config)
+            .modify(|cm: &mut ConfigMap| cm.metadata.managed_fields = None)
+            .default_backoff();
+        let mut listed: Option<ConfigMap> = None;
         run(
             &watches,
-            reflector::reflector(writer, watcher(api, config)).default_backoff(),
+            stream,
             "argocd-cm",
             metrics.clone(),
+            move |w, event| match event {
+                Event::Init => listed = None,
+                Event::InitApply(cm) => listed = Some(cm),
+                Event::InitDone => w.update(|c| c.apply_cm(listed.take().as_ref())),
+                Event::Apply(cm) => w.update(|c| c.apply_cm(Some(&cm))),
+                Event::Delete(_) => w.update(|c| c.apply_cm(None)),
+            },
         );
     }
     if options.flux {
         let ar = dynamic("kustomize.toolkit.fluxcd.io", "v1", "Kustomization");
         let api = Api::<DynamicObject>::all_with(client.clone(), &ar);
-        let store = watch_dynamic(&watches, api, ar, "Kustomization", metrics.clone());
-        watches.stores.lock().unwrap().kustomizations = Some(store);
+        watch_dynamic(&watches, api, Kind::Kustomization, metrics.clone());
         let ar = dynamic("helm.toolkit.fluxcd.io", "v2", "HelmRelease");
         let api = Api::<DynamicObject>::all_with(client, &ar);
-        let store = watch_dynamic(&watches, api, ar, "HelmRelease", metrics);
-        watches.stores.lock().unwrap().helmreleases = Some(store);
+        watch_dynamic(&watches, api, Kind::HelmRelease, metrics);
     }
     watches
 }
 
+/// A watch over one dynamic kind. kube's `predicate_filter` is not used: it
+/// sees applied objects only, and a source cache needs deletes and relist
+/// boundaries too; [`SourceCache`] keeps the same per-uid hash itself.
 fn watch_dynamic(
     watches: &Arc<Watches>,
     api: Api<DynamicObject>,
-    ar: ApiResource,
-    what: &'static str,
+    kind: Kind,
     metrics: Arc<Metrics>,
-) -> Store<DynamicObject> {
-    let writer = reflector::store::Writer::<DynamicObject>::new(ar);
-    let reader = writer.as_reader();
+) {
+    let stream = watcher(api, watcher::Config::default())
+        .modify(strip)
+        .default_backoff();
+    // A relist's objects, applied together once it completes.
+    let mut listed = Vec::new();
     run(
         watches,
-        reflector::reflector(writer, watcher(api, watcher::Config::default())).default_backoff(),
-        what,
+        stream,
+        kind.as_str(),
         metrics,
+        move |w, event| match event {
+            Event::Init => listed.clear(),
+            Event::InitApply(o) => listed.push(o),
+            Event::InitDone => {
+                let objects = std::mem::take(&mut listed);
+                w.update(|c| c.relist(kind, &objects));
+            }
+            Event::Apply(o) => w.update(|c| c.apply(kind, &o)),
+            Event::Delete(o) => w.update(|c| c.delete(kind, &o)),
+        },
     );
-    reader
 }
 
-fn run<K, S>(watches: &Arc<Watches>, stream: S, what: &'static str, metrics: Arc<Metrics>)
-where
+fn run<K, S>(
+    watches: &Arc<Watches>,
+    stream: S,
+    what: &'static str,
+    metrics: Arc<Metrics>,
+    mut on_event: impl FnMut(&Watches, Event<K>) + Send + 'static,
+) where
     K: Send + 'static,
-    S: futures_util::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+    S: futures_util::Stream<Item = Result<Event<K>, watcher::Error>> + Send + 'static,
 {
     watches.pending.fetch_add(1, Ordering::SeqCst);
     let watches = watches.clone();
@@ -210,19 +179,15 @@ where
         let mut stream = std::pin::pin!(stream);
         while let Some(event) = stream.next().await {
             match event {
-                Ok(watcher::Event::InitDone)
-                | Ok(watcher::Event::Apply(_))
-                | Ok(watcher::Event::Delete(_)) => {
-                    if !filled && matches!(event, Ok(watcher::Event::InitDone)) {
+                Ok(event) => {
+                    let done = matches!(event, Event::InitDone);
+                    on_event(&watches, event);
+                    if done && !filled {
                         filled = true;
                         watches.pending.fetch_sub(1, Ordering::SeqCst);
                         tracing::info!(source = what, "watch filled");
                     }
-                    if filled {
-                        watches.rebuild();
-                    }
                 }
-                Ok(_) => {}
                 Err(e) => {
                     metrics.reject_watch(what);
                     if not_installed(&e) && !filled {

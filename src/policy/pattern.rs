@@ -13,23 +13,37 @@ pub struct PatternError {
 #[derive(Clone, Debug)]
 pub struct Pattern {
     source: String,
-    matcher: GlobMatcher,
+    /// `None` for a pattern without glob syntax, compared as a string: a
+    /// compiled matcher holds a regex of about 8 KiB, and most group and kind
+    /// patterns of the thousands of ignore rules Applications carry are literal.
+    matcher: Option<GlobMatcher>,
 }
+
+/// What globset reads as syntax; a pattern without any matches only itself.
+const GLOB_SYNTAX: &[char] = &['*', '?', '[', ']', '{', '}', '\\'];
 
 impl Pattern {
     pub fn new(source: &str) -> Result<Self, PatternError> {
-        let glob = Glob::new(source).map_err(|e| PatternError {
-            pattern: source.to_owned(),
-            source: e,
-        })?;
+        let matcher = if source.contains(GLOB_SYNTAX) {
+            let glob = Glob::new(source).map_err(|e| PatternError {
+                pattern: source.to_owned(),
+                source: e,
+            })?;
+            Some(glob.compile_matcher())
+        } else {
+            None
+        };
         Ok(Self {
             source: source.to_owned(),
-            matcher: glob.compile_matcher(),
+            matcher,
         })
     }
 
     pub fn is_match(&self, s: &str) -> bool {
-        self.matcher.is_match(s)
+        match &self.matcher {
+            Some(m) => m.is_match(s),
+            None => self.source == s,
+        }
     }
 
     pub fn source(&self) -> &str {
@@ -74,6 +88,26 @@ mod tests {
         assert!(!p.is_match("system:serviceaccount:default:x"));
         let g = Pattern::new("*.k8s.io").unwrap();
         assert!(g.is_match("networking.k8s.io"));
+    }
+
+    /// The literal fast path agrees with globset.
+    #[test]
+    fn a_literal_matches_as_its_glob_would() {
+        for (pattern, s) in [
+            ("apps", "apps"),
+            ("apps", "Apps"),
+            ("apps", "apps/v1"),
+            ("Deployment", "Deployment"),
+            ("a.b", "axb"),
+            ("", ""),
+            ("", "x"),
+            ("x/y", "x/y"),
+        ] {
+            let glob = Glob::new(pattern).unwrap().compile_matcher();
+            let p = Pattern::new(pattern).unwrap();
+            assert!(p.matcher.is_none());
+            assert_eq!(p.is_match(s), glob.is_match(s), "{pattern} on {s}");
+        }
     }
 
     #[test]

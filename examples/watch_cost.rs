@@ -1,0 +1,215 @@
+//! The cost of one Application event under `--watch-argocd`, before (every
+//! event re-serialized every Application and recompiled every rule) and after
+//! (the event's own object, only when what driftguard reads changed), side by
+//! side; and the memory each holds. Run in release:
+//!
+//!     cargo run --release --example watch_cost -- [apps] [rules per app] [events] [jq every]
+
+use std::alloc::{GlobalAlloc, Layout};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicIsize, AtomicUsize, Ordering};
+use std::time::Instant;
+
+use driftguard::cluster::source_cache::{Kind, SourceCache, strip};
+use driftguard::sources::{self, Sources};
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+use kube::runtime::reflector::store::Writer;
+use kube::runtime::watcher::Event;
+use serde_json::{Value, json};
+
+/// mimalloc, as the server runs, counting live bytes.
+struct Counting;
+
+static LIVE: AtomicIsize = AtomicIsize::new(0);
+static INNER: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
+        unsafe { INNER.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
+        unsafe { INNER.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        LIVE.fetch_add(
+            new_size as isize - layout.size() as isize,
+            Ordering::Relaxed,
+        );
+        unsafe { INNER.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+fn live() -> isize {
+    LIVE.load(Ordering::Relaxed)
+}
+
+/// One ignore rule in this many is a jq expression (0: none).
+static JQ_EVERY: AtomicUsize = AtomicUsize::new(5);
+
+/// An Application as Argo CD keeps it: `rules` ignoreDifferences (some jq
+/// expressions), and a status with a resource list.
+fn application(i: usize, rules: usize, revision: usize, spec_rev: usize) -> DynamicObject {
+    let jq_every = JQ_EVERY.load(Ordering::Relaxed);
+    let ignore: Vec<Value> = (0..rules)
+        .map(|r| {
+            if jq_every > 0 && r % jq_every == jq_every - 1 {
+                json!({"group": "apps", "kind": "Deployment",
+                       "jqPathExpressions": [format!(".spec.template.spec.containers[] | select(.name == \"c{r}\") | .image")]})
+            } else {
+                json!({"group": "apps", "kind": format!("Kind{r}"),
+                       "jsonPointers": [format!("/spec/field{r}/rev{spec_rev}")]})
+            }
+        })
+        .collect();
+    let resources: Vec<Value> = (0..20)
+        .map(|r| {
+            json!({"group": "apps", "version": "v1", "kind": "Deployment",
+                        "namespace": format!("ns-{i}"), "name": format!("web-{r}"),
+                        "status": "Synced", "health": {"status": "Healthy"}})
+        })
+        .collect();
+    serde_json::from_value(json!({
+        "apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
+        "metadata": {"name": format!("app-{i}"), "namespace": "argocd", "uid": format!("uid-{i}"),
+                     "generation": 1 + spec_rev, "resourceVersion": revision.to_string()},
+        "spec": {"project": "default",
+                 "source": {"repoURL": "https://git.example.com/apps.git", "path": format!("apps/{i}")},
+                 "destination": {"server": "https://kubernetes.default.svc", "namespace": format!("ns-{i}")},
+                 "ignoreDifferences": ignore},
+        "status": {"sync": {"status": "Synced", "revision": format!("{revision:040}")},
+                   "health": {"status": "Healthy"}, "resources": resources,
+                   "reconciledAt": format!("2026-11-30T12:00:{:02}Z", revision % 60)}
+    }))
+    .expect("an Application")
+}
+
+/// The old `Watches::rebuild`, for Applications: serialize every stored
+/// object and compile every rule, whatever the event changed.
+fn old_rebuild(store: &kube::runtime::reflector::Store<DynamicObject>) -> Sources {
+    let values: Vec<Value> = store
+        .state()
+        .iter()
+        .filter_map(|o| serde_json::to_value(o.as_ref()).ok())
+        .collect();
+    let (applications, _errors) = sources::applications(&values);
+    let (overrides, _) = sources::argocd_overrides(&Default::default());
+    let accounts = sources::sync_accounts(&applications, &[], false, "argocd");
+    Sources {
+        applications: applications.into_iter().map(Arc::new).collect(),
+        argocd_overrides: Arc::new(overrides),
+        flux: Vec::new(),
+        argocd_sync_accounts: accounts.into_iter().map(Arc::new).collect(),
+    }
+}
+
+/// Mean microseconds of `f` over `n` calls: single-threaded CPU work, so
+/// wall time on an idle core is its CPU time.
+fn per_event(n: usize, mut f: impl FnMut(usize)) -> f64 {
+    let start = Instant::now();
+    for i in 0..n {
+        f(i);
+    }
+    start.elapsed().as_secs_f64() * 1e6 / n as f64
+}
+
+fn main() {
+    let arg = |i: usize, default: usize| {
+        std::env::args()
+            .nth(i)
+            .and_then(|a| a.parse().ok())
+            .unwrap_or(default)
+    };
+    let (apps, rules, events) = (arg(1, 2000), arg(2, 10), arg(3, 20));
+    JQ_EVERY.store(arg(4, 5), Ordering::Relaxed);
+    let objects: Vec<DynamicObject> = (0..apps).map(|i| application(i, rules, 1, 0)).collect();
+    println!(
+        "{apps} Applications x {rules} ignore rules = {} rules (one in {} jq); {events} events per row before, 50x after",
+        apps * rules,
+        JQ_EVERY.load(Ordering::Relaxed)
+    );
+
+    // Before: a reflector store of whole objects, and a full rebuild per event.
+    let base = live();
+    let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(
+        "argoproj.io",
+        "v1alpha1",
+        "Application",
+    ));
+    let mut writer = Writer::<DynamicObject>::new(ar);
+    for o in &objects {
+        writer.apply_watcher_event(&Event::Apply(o.clone()));
+    }
+    let store = writer.as_reader();
+    let mut published = Arc::new(old_rebuild(&store));
+    let old_bytes = live() - base;
+    let old_status = per_event(events, |n| {
+        writer.apply_watcher_event(&Event::Apply(application(n % apps, rules, n + 2, 0)));
+        published = Arc::new(old_rebuild(&store));
+    });
+    let old_spec = per_event(events, |n| {
+        writer.apply_watcher_event(&Event::Apply(application(n % apps, rules, n + 2, n + 1)));
+        published = Arc::new(old_rebuild(&store));
+    });
+    drop((writer, store, published));
+
+    // After: compiled entries only, one recompiled per changed object.
+    let base = live();
+    let mut cache = SourceCache::new("argocd");
+    let stripped: Vec<DynamicObject> = objects
+        .iter()
+        .cloned()
+        .map(|mut o| {
+            strip(&mut o);
+            o
+        })
+        .collect();
+    cache.relist(Kind::Application, &stripped);
+    drop(stripped);
+    let mut published = Arc::new(cache.snapshot());
+    let new_bytes = live() - base;
+    // Each row builds its event object as the watch delivers it, like the rows
+    // above; cheap now, so more events for a steadier mean.
+    let events = events * 50;
+    let new_status = per_event(events, |n| {
+        let mut o = application(n % apps, rules, n + 2, 0);
+        strip(&mut o);
+        if cache.apply(Kind::Application, &o) {
+            published = Arc::new(cache.snapshot());
+        }
+    });
+    let new_spec = per_event(events, |n| {
+        let mut o = application(n % apps, rules, n + 2, n + 1);
+        strip(&mut o);
+        if cache.apply(Kind::Application, &o) {
+            published = Arc::new(cache.snapshot());
+        }
+    });
+    assert_eq!(published.applications.len(), apps);
+    // What building an event object alone costs, included in every row.
+    let floor = per_event(events, |n| {
+        let mut o = application(n % apps, rules, n + 2, 0);
+        strip(&mut o);
+        std::hint::black_box(o);
+    });
+
+    println!("Time per Application event (µs, one thread):");
+    println!("  {:<28}{:>14}{:>14}", "", "before", "after");
+    println!(
+        "  {:<28}{old_status:>14.1}{new_status:>14.1}",
+        "status-only change"
+    );
+    println!("  {:<28}{old_spec:>14.1}{new_spec:>14.1}", "spec change");
+    println!("  (building the event object alone: {floor:.1} µs)");
+    println!("Live heap held (MiB):");
+    println!(
+        "  {:<28}{:>14.1}{:>14.1}",
+        "store + sources",
+        old_bytes as f64 / 1048576.0,
+        new_bytes as f64 / 1048576.0
+    );
+}

@@ -1,0 +1,441 @@
+//! The compiled GitOps sources, one entry per watched object, keyed by uid.
+//! An event recompiles only its own object, and only when what driftguard
+//! reads of it changed (a hash of that content): Argo CD rewrites an
+//! Application's status many times a second, and its CRD has no status
+//! subresource, so `metadata.generation` moves with status writes too and
+//! cannot be the key. Entries are `Arc`s shared between snapshots: publishing
+//! copies pointers, never rules. No client here, so the cost is measurable
+//! (`examples/watch_cost.rs`).
+
+use std::collections::{BTreeMap, HashSet};
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::DynamicObject;
+use serde_json::Value;
+
+use crate::policy::Application;
+use crate::policy::ignore::RuleSet;
+use crate::policy::impersonation::{self, AppProject, SyncAccount};
+use crate::sources::{self, FluxKind, FluxSource, SourceError, Sources};
+
+/// The watched kinds held as dynamic objects.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Application,
+    AppProject,
+    Kustomization,
+    HelmRelease,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Application => "Application",
+            Kind::AppProject => "AppProject",
+            Kind::Kustomization => "Kustomization",
+            Kind::HelmRelease => "HelmRelease",
+        }
+    }
+}
+
+/// One object's compiled form; `None` when it does not compile (reported once,
+/// when its content changed).
+struct Entry<T> {
+    hash: u64,
+    value: Option<Arc<T>>,
+}
+
+struct AppEntry {
+    hash: u64,
+    app: Option<Arc<Application>>,
+    /// The account Argo CD syncs it as; depends on the projects and argocd-cm too.
+    account: Option<Arc<SyncAccount>>,
+}
+
+#[derive(Default)]
+pub struct SourceCache {
+    argocd_namespace: String,
+    applications: BTreeMap<String, AppEntry>,
+    projects: BTreeMap<String, Entry<AppProject>>,
+    /// The projects as a list, what sync-account derivation reads; rebuilt
+    /// on a project change (there are few, and they change rarely).
+    project_list: Vec<AppProject>,
+    kustomizations: BTreeMap<String, Entry<FluxSource>>,
+    helmreleases: BTreeMap<String, Entry<FluxSource>>,
+    cm_hash: Option<u64>,
+    overrides: Arc<RuleSet>,
+    impersonation: bool,
+}
+
+/// What driftguard reads of a watched object: its name, namespace and spec.
+/// Status, annotations and managedFields never change a decision.
+pub fn content_hash(object: &DynamicObject) -> u64 {
+    let mut h = std::hash::DefaultHasher::new();
+    object.metadata.name.hash(&mut h);
+    object.metadata.namespace.hash(&mut h);
+    hash_value(object.data.get("spec").unwrap_or(&Value::Null), &mut h);
+    h.finish()
+}
+
+/// The argocd-cm keys driftguard reads, and their values.
+fn cm_data(cm: Option<&ConfigMap>) -> serde_json::Map<String, Value> {
+    cm.and_then(|cm| cm.data.as_ref())
+        .into_iter()
+        .flatten()
+        .filter(|(k, _)| {
+            k.starts_with("resource.customizations.ignoreDifferences.")
+                || k.as_str() == impersonation::ENABLED_KEY
+        })
+        .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+        .collect()
+}
+
+/// Hashes JSON without serializing it.
+fn hash_value(value: &Value, h: &mut impl Hasher) {
+    match value {
+        Value::Null => 0u8.hash(h),
+        Value::Bool(b) => (1u8, b).hash(h),
+        Value::Number(n) => (2u8, n.to_string()).hash(h),
+        Value::String(s) => (3u8, s).hash(h),
+        Value::Array(items) => {
+            (4u8, items.len()).hash(h);
+            items.iter().for_each(|v| hash_value(v, h));
+        }
+        Value::Object(map) => {
+            (5u8, map.len()).hash(h);
+            for (k, v) in map {
+                k.hash(h);
+                hash_value(v, h);
+            }
+        }
+    }
+}
+
+fn uid(object: &DynamicObject) -> Option<&str> {
+    object.metadata.uid.as_deref()
+}
+
+fn report(errors: impl IntoIterator<Item = SourceError>) {
+    for e in errors {
+        tracing::warn!(error = %e, "a GitOps source was left out");
+    }
+}
+
+impl SourceCache {
+    pub fn new(argocd_namespace: &str) -> Self {
+        Self {
+            argocd_namespace: argocd_namespace.to_owned(),
+            ..Self::default()
+        }
+    }
+
+    /// An added or changed object. Returns whether the sources changed.
+    pub fn apply(&mut self, kind: Kind, object: &DynamicObject) -> bool {
+        let Some(uid) = uid(object) else {
+            return false;
+        };
+        let hash = content_hash(object);
+        match kind {
+            Kind::Application => {
+                if self.applications.get(uid).is_some_and(|e| e.hash == hash) {
+                    return false;
+                }
+                let entry = self.compile_app(object, hash);
+                self.applications.insert(uid.to_owned(), entry);
+            }
+            Kind::AppProject => {
+                if self.projects.get(uid).is_some_and(|e| e.hash == hash) {
+                    return false;
+                }
+                let value = to_value(object).and_then(|v| {
+                    let (mut projects, errors) = sources::app_projects(&[v]);
+                    report(errors);
+                    projects.pop().map(Arc::new)
+                });
+                self.projects.insert(uid.to_owned(), Entry { hash, value });
+                self.projects_changed();
+            }
+            Kind::Kustomization | Kind::HelmRelease => {
+                let flux_kind = if kind == Kind::Kustomization {
+                    FluxKind::Kustomization
+                } else {
+                    FluxKind::HelmRelease
+                };
+                let map = self.flux_map(kind);
+                if map.get(uid).is_some_and(|e| e.hash == hash) {
+                    return false;
+                }
+                let value = to_value(object).and_then(|v| {
+                    sources::flux_from_value(flux_kind, &v)
+                        .map_err(|e| report([e]))
+                        .ok()
+                        .map(Arc::new)
+                });
+                map.insert(uid.to_owned(), Entry { hash, value });
+            }
+        }
+        true
+    }
+
+    /// A deleted object. Returns whether the sources changed.
+    pub fn delete(&mut self, kind: Kind, object: &DynamicObject) -> bool {
+        let Some(uid) = uid(object) else {
+            return false;
+        };
+        match kind {
+            Kind::Application => self.applications.remove(uid).is_some(),
+            Kind::AppProject => {
+                let removed = self.projects.remove(uid).is_some();
+                if removed {
+                    self.projects_changed();
+                }
+                removed
+            }
+            Kind::Kustomization | Kind::HelmRelease => self.flux_map(kind).remove(uid).is_some(),
+        }
+    }
+
+    /// A completed (re)list: the objects now in the cluster, and only those.
+    /// Unchanged objects keep their compiled entries.
+    pub fn relist(&mut self, kind: Kind, objects: &[DynamicObject]) -> bool {
+        let listed: HashSet<&str> = objects.iter().filter_map(uid).collect();
+        fn unlisted<V>(map: &BTreeMap<String, V>, listed: &HashSet<&str>) -> Vec<String> {
+            map.keys()
+                .filter(|k| !listed.contains(k.as_str()))
+                .cloned()
+                .collect()
+        }
+        let gone = match kind {
+            Kind::Application => unlisted(&self.applications, &listed),
+            Kind::AppProject => unlisted(&self.projects, &listed),
+            Kind::Kustomization => unlisted(&self.kustomizations, &listed),
+            Kind::HelmRelease => unlisted(&self.helmreleases, &listed),
+        };
+        let mut changed = false;
+        for uid in gone {
+            changed |= match kind {
+                Kind::Application => self.applications.remove(&uid).is_some(),
+                Kind::AppProject => self.projects.remove(&uid).is_some(),
+                Kind::Kustomization | Kind::HelmRelease => {
+                    self.flux_map(kind).remove(&uid).is_some()
+                }
+            };
+        }
+        if changed && kind == Kind::AppProject {
+            self.projects_changed();
+        }
+        for object in objects {
+            changed |= self.apply(kind, object);
+        }
+        changed
+    }
+
+    /// The argocd-cm ConfigMap (`None`: absent). Returns whether the sources changed.
+    pub fn apply_cm(&mut self, cm: Option<&ConfigMap>) -> bool {
+        let data = cm_data(cm);
+        let mut h = std::hash::DefaultHasher::new();
+        hash_value(&Value::Object(data.clone()), &mut h);
+        let hash = h.finish();
+        if self.cm_hash == Some(hash) {
+            return false;
+        }
+        self.cm_hash = Some(hash);
+        let (overrides, errors) = sources::argocd_overrides(&data);
+        report(errors);
+        self.overrides = Arc::new(overrides);
+        let enabled = impersonation::enabled(&data);
+        if enabled != self.impersonation {
+            self.impersonation = enabled;
+            self.recompute_accounts();
+        }
+        true
+    }
+
+    /// The sources to publish: pointers to the compiled entries.
+    pub fn snapshot(&self) -> Sources {
+        let flux = |map: &BTreeMap<String, Entry<FluxSource>>| {
+            map.values()
+                .filter_map(|e| e.value.clone())
+                .collect::<Vec<_>>()
+        };
+        let mut all_flux = flux(&self.kustomizations);
+        all_flux.extend(flux(&self.helmreleases));
+        Sources {
+            applications: self
+                .applications
+                .values()
+                .filter_map(|e| e.app.clone())
+                .collect(),
+            argocd_overrides: self.overrides.clone(),
+            flux: all_flux,
+            argocd_sync_accounts: self
+                .applications
+                .values()
+                .filter_map(|e| e.account.clone())
+                .collect(),
+        }
+    }
+
+    fn flux_map(&mut self, kind: Kind) -> &mut BTreeMap<String, Entry<FluxSource>> {
+        if kind == Kind::HelmRelease {
+            &mut self.helmreleases
+        } else {
+            &mut self.kustomizations
+        }
+    }
+
+    fn compile_app(&self, object: &DynamicObject, hash: u64) -> AppEntry {
+        let app = to_value(object).and_then(|v| {
+            let (mut apps, errors) = sources::applications(std::slice::from_ref(&v));
+            report(errors);
+            apps.pop().map(Arc::new)
+        });
+        let account = app.as_deref().and_then(|a| self.account(a));
+        AppEntry { hash, app, account }
+    }
+
+    fn account(&self, app: &Application) -> Option<Arc<SyncAccount>> {
+        impersonation::sync_accounts(
+            std::slice::from_ref(app),
+            &self.project_list,
+            self.impersonation,
+            &self.argocd_namespace,
+        )
+        .pop()
+        .map(Arc::new)
+    }
+
+    fn projects_changed(&mut self) {
+        self.project_list = self
+            .projects
+            .values()
+            .filter_map(|e| e.value.as_deref().cloned())
+            .collect();
+        self.recompute_accounts();
+    }
+
+    /// Every Application's sync account: after a project or argocd-cm change.
+    fn recompute_accounts(&mut self) {
+        let accounts: Vec<_> = self
+            .applications
+            .values()
+            .map(|e| e.app.as_deref().and_then(|a| self.account(a)))
+            .collect();
+        for (entry, account) in self.applications.values_mut().zip(accounts) {
+            entry.account = account;
+        }
+    }
+}
+
+/// The object as JSON, for the readers in [`sources`].
+fn to_value(object: &DynamicObject) -> Option<Value> {
+    serde_json::to_value(object).ok()
+}
+
+/// Drops what driftguard never reads before an object is held or hashed.
+pub fn strip(object: &mut DynamicObject) {
+    object.metadata.managed_fields = None;
+    if let Some(data) = object.data.as_object_mut() {
+        data.remove("status");
+        data.remove("operation");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn app(uid: &str, name: &str, replicas_rule: bool, status: &str) -> DynamicObject {
+        let ignore = if replicas_rule {
+            json!([{"group": "apps", "kind": "Deployment", "jsonPointers": ["/spec/replicas"]}])
+        } else {
+            json!([])
+        };
+        serde_json::from_value(json!({
+            "apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
+            "metadata": {"name": name, "namespace": "argocd", "uid": uid},
+            "spec": {"project": "default", "ignoreDifferences": ignore,
+                     "destination": {"server": "https://kubernetes.default.svc", "namespace": "shop"}},
+            "status": {"sync": {"status": status}}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_status_change_costs_nothing_and_keeps_the_entry() {
+        let mut cache = SourceCache::new("argocd");
+        assert!(cache.apply(Kind::Application, &app("u1", "shop", true, "Synced")));
+        let before = cache.snapshot();
+        assert!(!cache.apply(Kind::Application, &app("u1", "shop", true, "OutOfSync")));
+        let after = cache.snapshot();
+        // The same compiled Application, not a copy.
+        assert!(Arc::ptr_eq(&before.applications[0], &after.applications[0]));
+        assert!(cache.apply(Kind::Application, &app("u1", "shop", false, "OutOfSync")));
+        let changed = cache.snapshot();
+        assert!(!Arc::ptr_eq(
+            &before.applications[0],
+            &changed.applications[0]
+        ));
+        assert!(changed.applications[0].rules.is_empty());
+    }
+
+    #[test]
+    fn only_the_changed_object_is_recompiled() {
+        let mut cache = SourceCache::new("argocd");
+        cache.relist(
+            Kind::Application,
+            &[app("u1", "a", true, "x"), app("u2", "b", true, "x")],
+        );
+        let before = cache.snapshot();
+        cache.apply(Kind::Application, &app("u2", "b", false, "x"));
+        let after = cache.snapshot();
+        assert!(Arc::ptr_eq(&before.applications[0], &after.applications[0]));
+        assert!(!Arc::ptr_eq(
+            &before.applications[1],
+            &after.applications[1]
+        ));
+    }
+
+    #[test]
+    fn a_relist_drops_what_is_gone_and_a_delete_removes() {
+        let mut cache = SourceCache::new("argocd");
+        cache.relist(
+            Kind::Application,
+            &[app("u1", "a", true, "x"), app("u2", "b", true, "x")],
+        );
+        assert!(cache.relist(Kind::Application, &[app("u2", "b", true, "x")]));
+        assert_eq!(cache.snapshot().applications.len(), 1);
+        assert!(!cache.relist(Kind::Application, &[app("u2", "b", true, "y")]));
+        assert!(cache.delete(Kind::Application, &app("u2", "b", true, "x")));
+        assert!(cache.snapshot().applications.is_empty());
+    }
+
+    #[test]
+    fn argocd_cm_is_keyed_by_the_keys_read() {
+        let cm = |extra: &str| -> ConfigMap {
+            serde_json::from_value(json!({"metadata": {"name": "argocd-cm"}, "data": {
+                "resource.customizations.ignoreDifferences.apps_Deployment": "jsonPointers:\n- /spec/replicas\n",
+                "url": extra}}))
+            .unwrap()
+        };
+        let mut cache = SourceCache::new("argocd");
+        assert!(cache.apply_cm(Some(&cm("a"))));
+        assert!(!cache.apply_cm(Some(&cm("b"))), "a key never read");
+        assert_eq!(cache.snapshot().argocd_overrides.len(), 1);
+        assert!(cache.apply_cm(None));
+        assert_eq!(cache.snapshot().argocd_overrides.len(), 0);
+    }
+
+    #[test]
+    fn strip_drops_status_operation_and_managed_fields() {
+        let mut a = app("u1", "a", true, "x");
+        a.data["operation"] = json!({"sync": {}});
+        let hash = content_hash(&a);
+        strip(&mut a);
+        assert!(a.data.get("status").is_none() && a.data.get("operation").is_none());
+        assert_eq!(content_hash(&a), hash);
+    }
+}
