@@ -23,7 +23,7 @@ use serde_json::{Map, Value, json};
 
 use crate::drift::breakglass::{EXPIRES, LABEL, PAUSED, REASON};
 use crate::drift::inputs::{Input, Inputs};
-use crate::drift::ownership::{self, FLUX_RECONCILE, HELM_DRIFT_DETECTION, Manager};
+use crate::drift::ownership::{self, Manager};
 use crate::drift::restore;
 use crate::policy::Policy;
 
@@ -78,35 +78,24 @@ pub fn plan(obj: &Value, group: &str, policy: &Policy, argocd_namespace: &str) -
     let Some(manager) = ownership::detect(&inputs) else {
         return Plan::Unmanaged;
     };
-    let (key, label, annotation) = match &manager {
-        Manager::ArgoCd {
-            application,
-            application_namespace,
-        } => {
-            return Plan::ArgoCd {
-                namespace: application_namespace
-                    .clone()
-                    .unwrap_or_else(|| argocd_namespace.to_owned()),
-                name: application.clone(),
-                entry: entry(group, inputs.kind, inputs.namespace, inputs.name),
-            };
-        }
-        Manager::FluxKustomization { .. } => (
-            FLUX_RECONCILE,
-            Input::FluxReconcileLabel,
-            Input::FluxReconcileAnnotation,
-        ),
-        Manager::FluxHelmRelease { .. } => (
-            HELM_DRIFT_DETECTION,
-            Input::HelmDriftDetectionLabel,
-            Input::HelmDriftDetectionAnnotation,
-        ),
+    if let Manager::ArgoCd {
+        application,
+        application_namespace,
+    } = &manager
+    {
+        return Plan::ArgoCd {
+            namespace: application_namespace
+                .clone()
+                .unwrap_or_else(|| argocd_namespace.to_owned()),
+            name: application.clone(),
+            entry: entry(group, inputs.kind, inputs.namespace, inputs.name),
+        };
+    }
+    let Some(key) = ownership::flux_opt_out(&manager) else {
+        return Plan::Unmanaged;
     };
     let ours = inputs.text(Input::BreakGlassPaused) == Some(key);
-    let disabled = [label, annotation]
-        .into_iter()
-        .any(|i| inputs.non_empty(i) == Some("disabled"));
-    if disabled && !ours {
+    if ownership::opt_out_set(&inputs, &manager) && !ours {
         Plan::AlreadyOptedOut { key, manager }
     } else {
         Plan::Flux { key, manager }
@@ -233,6 +222,7 @@ pub fn application_update(app: &Value, change: AppChange) -> (Option<Value>, App
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::drift::ownership::{FLUX_RECONCILE, HELM_DRIFT_DETECTION};
 
     fn obj(labels: Value, annotations: Value) -> Value {
         json!({"apiVersion": "apps/v1", "kind": "Deployment",

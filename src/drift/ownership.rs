@@ -140,23 +140,36 @@ pub fn opted_out(inputs: &Inputs, manager: &Manager) -> Option<String> {
     if inputs.get(Input::BreakGlassPaused).is_some() {
         return None;
     }
-    let (key, label, annotation) = match manager {
-        Manager::FluxKustomization { .. } => (
-            FLUX_RECONCILE,
-            Input::FluxReconcileLabel,
-            Input::FluxReconcileAnnotation,
-        ),
+    let key = flux_opt_out(manager)?;
+    opt_out_set(inputs, manager).then(|| format!("{key}: disabled (unmanaged by {manager})"))
+}
+
+/// The per-object opt-out key of a Flux manager (`None` for Argo CD, which
+/// has none).
+pub fn flux_opt_out(manager: &Manager) -> Option<&'static str> {
+    match manager {
+        Manager::FluxKustomization { .. } => Some(FLUX_RECONCILE),
+        Manager::FluxHelmRelease { .. } => Some(HELM_DRIFT_DETECTION),
+        Manager::ArgoCd { .. } => None,
+    }
+}
+
+/// Whether the object carries its Flux manager's opt-out, `disabled`, as a
+/// label or an annotation.
+pub fn opt_out_set(inputs: &Inputs, manager: &Manager) -> bool {
+    let (label, annotation) = match manager {
+        Manager::FluxKustomization { .. } => {
+            (Input::FluxReconcileLabel, Input::FluxReconcileAnnotation)
+        }
         Manager::FluxHelmRelease { .. } => (
-            HELM_DRIFT_DETECTION,
             Input::HelmDriftDetectionLabel,
             Input::HelmDriftDetectionAnnotation,
         ),
-        Manager::ArgoCd { .. } => return None,
+        Manager::ArgoCd { .. } => return false,
     };
-    let disabled = [label, annotation]
+    [label, annotation]
         .into_iter()
-        .any(|i| inputs.non_empty(i) == Some("disabled"));
-    disabled.then(|| format!("{key}: disabled (unmanaged by {manager})"))
+        .any(|i| inputs.non_empty(i) == Some("disabled"))
 }
 
 #[cfg(test)]
