@@ -297,12 +297,20 @@ fn the_chart_lints_renders_and_is_accepted_by_the_apiserver() {
         ),
         ("flux", vec!["watch.flux=true"]),
         (
+            "break-glass on",
+            vec!["policy.breakGlass.allowedGroups={sre-oncall}"],
+        ),
+        (
             "no break-glass sweeper",
-            vec!["breakGlass.restoreAtExpiry=false"],
+            vec![
+                "policy.breakGlass.allowedGroups={sre-oncall}",
+                "breakGlass.restoreAtExpiry=false",
+            ],
         ),
         (
             "narrow break-glass sweeper",
             vec![
+                "policy.breakGlass.allowedGroups={sre-oncall}",
                 "breakGlass.sweepRules[0].apiGroups={apps}",
                 "breakGlass.sweepRules[0].resources={deployments}",
                 "breakGlass.sweepInterval=1m",
@@ -341,8 +349,12 @@ fn the_chart_lints_renders_and_is_accepted_by_the_apiserver() {
         let (sweeper_rules, sweep_flag) = sweeper_of(&docs);
         let applications = serde_json::json!({"apiGroups": ["argoproj.io"],
             "resources": ["applications"], "verbs": ["get", "patch"]});
+        // Break-glass is off by default: nothing to sweep, and no grant.
+        let break_glass_on = sets
+            .iter()
+            .any(|s| s.starts_with("policy.breakGlass.allowedGroups"));
         match *name {
-            "no break-glass sweeper" => {
+            _ if !break_glass_on || *name == "no break-glass sweeper" => {
                 assert_eq!(sweep_flag.as_deref(), Some("0"), "{name}");
                 assert_eq!(sweeper_rules, Vec::<Value>::new(), "{name}");
             }
@@ -358,7 +370,7 @@ fn the_chart_lints_renders_and_is_accepted_by_the_apiserver() {
                 );
             }
             _ => {
-                // By default every type, since Argo CD and Flux manage any kind.
+                // Every type unless narrowed, since Argo CD and Flux manage any kind.
                 assert_eq!(sweep_flag.as_deref(), Some("15s"), "{name}");
                 assert_eq!(
                     sweeper_rules,

@@ -150,3 +150,9 @@ ca: {{ index $existing.data "ca.crt" }}
 {{- toYaml .Values._generated -}}
 {{- end -}}
 {{- end -}}
+
+{{/* The break-glass expiry sweeper runs (and gets its RBAC) only when asked
+     for and when the policy lets someone break glass at all. */}}
+{{- define "driftguard.sweeps" -}}
+{{- if and .Values.breakGlass.restoreAtExpiry (or .Values.policy.breakGlass.allowedGroups .Values.policy.breakGlass.allowedUsers) -}}true{{- end -}}
+{{- end -}}
