@@ -467,7 +467,12 @@ fn diff(
         // What Flux removes is drift under every precision: it owns nothing
         // of it before, yet reverts it.
         d.kubectl_written = reapplied::cleaned_up(old, new, &[], &own);
-        d.cleaned_up = reapplied::cleaned_up(old, new, &paths, &own);
+        d.cleaned_up = d
+            .kubectl_written
+            .iter()
+            .filter(|p| !paths.iter().any(|q| is_under(p, q) || is_under(q, p)))
+            .cloned()
+            .collect();
         paths.extend(d.cleaned_up.iter().cloned());
     }
     // A rule usually fails on both objects alike; report each failure once.

@@ -23,25 +23,24 @@ const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 /// RFC 6901 pointers of the fields the GitOps tool owns in `stored`.
 /// An Update entry (client-side apply, `kubectl apply` as Argo CD does it by
 /// default) also owns what the apiserver defaulted on create, which the tool
-/// never compares: its last-applied annotation says what it applied. So
-/// Update entries count only when the object has neither.
+/// never compares: where the last-applied annotation exists, it and the Apply
+/// entries say what the tool owns; elsewhere every entry of its managers does.
+/// The switch is the annotation alone, which a manual write may not add
+/// ([`ownership_taken`]); never an entry a client-chosen fieldManager writes.
 pub fn owned_pointers(stored: &Value) -> Vec<String> {
-    let applied = leaves_where(stored, |e| {
-        GITOPS_MANAGERS.contains(&entry_text(e, "manager")) && entry_text(e, "operation") == "Apply"
-    });
     let pointers = |set: &FieldSet| -> Vec<String> {
         locate_leaves(set, stored)
             .iter()
             .map(Path::to_pointer)
             .collect()
     };
-    let mut out = pointers(&applied);
-    if let Some(applied) = last_applied(stored) {
-        leaves(&applied, &mut String::new(), &mut out);
-    }
-    if out.is_empty() {
-        out = pointers(&owned_leaves(stored, &GITOPS_MANAGERS));
-    }
+    let Some(applied) = last_applied(stored) else {
+        return pointers(&owned_leaves(stored, &GITOPS_MANAGERS));
+    };
+    let mut out = pointers(&leaves_where(stored, |e| {
+        GITOPS_MANAGERS.contains(&entry_text(e, "manager")) && entry_text(e, "operation") == "Apply"
+    }));
+    leaves(&applied, &mut String::new(), &mut out);
     out
 }
 
@@ -84,7 +83,10 @@ pub fn ownership_taken(old: &Value, new: &Value) -> Vec<String> {
         leaves_out
     };
     let after = applied(new);
-    if applied(old).iter().any(|p| !after.contains(p)) {
+    // Adding the annotation where there was none switches ownership to it
+    // (owned_pointers), which could shrink what the tool owns.
+    let added = last_applied(old).is_none() && last_applied(new).is_some();
+    if added || applied(old).iter().any(|p| !after.contains(p)) {
         out.push(format!("/metadata/annotations/{}", escape(LAST_APPLIED)));
     }
     out
