@@ -14,6 +14,8 @@ use serde_json::Value;
 
 use super::path::{Path, Segment};
 
+use std::sync::Arc;
+
 type JqFilter = jaq_core::compile::Filter<jaq_core::Native<data::JustLut<Val>>>;
 
 /// An expression that does not compile.
@@ -78,11 +80,11 @@ const MAX_PATHS: usize = 10_000;
 /// A compiled `jqPathExpressions` entry.
 pub struct JqPath {
     source: String,
-    filter: JqFilter,
+    filter: Arc<JqFilter>,
     /// When the expression starts with a plain field chain (`.spec.template…`),
     /// the rest of it compiled to run on that subtree: converting a few hundred
     /// bytes for jaq instead of the whole object.
-    narrowed: Option<(Vec<String>, JqFilter)>,
+    narrowed: Option<(Vec<String>, Arc<JqFilter>)>,
 }
 
 impl std::fmt::Debug for JqPath {
@@ -97,10 +99,16 @@ impl JqPath {
     /// the `path(...)` wrapper the way it escapes Argo CD's `del(...)`.
     pub fn compile(expr: &str) -> Result<Self, CompileError> {
         terminating::check(expr)?;
-        compile_filter(expr)?;
-        let filter = compile_filter(&format!("path(\n{expr}\n)"))?;
+        let wrapped = format!("path(\n{expr}\n)");
+        let filter = match shared::cached(&wrapped) {
+            Some(filter) => filter,
+            None => {
+                compile_filter(expr)?;
+                shared::compile(&wrapped)?
+            }
+        };
         let narrowed = split_field_prefix(expr).and_then(|(prefix, rest)| {
-            compile_filter(&format!("path(\n{rest}\n)"))
+            shared::compile(&format!("path(\n{rest}\n)"))
                 .ok()
                 .map(|f| (prefix, f))
         });
@@ -314,6 +322,37 @@ impl<'a> JqInput<'a> {
 
     fn val(&self) -> &Val {
         self.val.get_or_init(|| to_val(self.value))
+    }
+}
+
+/// Compiled programs shared by every rule with the same expression text: a
+/// jaq program carries its own copy of the standard library (tens of KB),
+/// and 2,000 Applications repeat the same few expressions.
+mod shared {
+    use super::{JaqError, JqFilter, compile_filter};
+    use std::collections::HashMap;
+    use std::sync::{Arc, LazyLock, Mutex, Weak};
+
+    static PROGRAMS: LazyLock<Mutex<HashMap<String, Weak<JqFilter>>>> =
+        LazyLock::new(Default::default);
+
+    pub fn cached(code: &str) -> Option<Arc<JqFilter>> {
+        let programs = PROGRAMS.lock().unwrap_or_else(|e| e.into_inner());
+        programs.get(code).and_then(Weak::upgrade)
+    }
+
+    pub fn compile(code: &str) -> Result<Arc<JqFilter>, JaqError> {
+        if let Some(filter) = cached(code) {
+            return Ok(filter);
+        }
+        let filter = Arc::new(compile_filter(code)?);
+        let mut programs = PROGRAMS.lock().unwrap_or_else(|e| e.into_inner());
+        programs.insert(code.to_owned(), Arc::downgrade(&filter));
+        // Forget programs no rule holds any more, now and then.
+        if programs.len().is_multiple_of(1024) {
+            programs.retain(|_, p| p.strong_count() > 0);
+        }
+        Ok(filter)
     }
 }
 
