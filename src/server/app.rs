@@ -11,6 +11,7 @@ use axum::extract::{Request, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
+use http_body_util::BodyExt;
 
 use super::errors::HttpError;
 use crate::Endpoint;
@@ -54,25 +55,44 @@ async fn handle(app: &App, endpoint: Endpoint, request: Request) -> Response {
     }
 }
 
-/// Reads the whole body within `limit` bytes and `timeout`.
+/// Reads the whole body within `limit` bytes and `timeout`. A body over the
+/// limit is still read and dropped, up to [`DRAIN_FACTOR`] times the limit,
+/// before the 413 is sent: closing a socket with unread data makes the
+/// kernel reset it, and the client would lose the answer saying why.
 async fn read_body(
     body: Body,
     limit: usize,
     timeout: Duration,
 ) -> Result<axum::body::Bytes, HttpError> {
-    match tokio::time::timeout(timeout, axum::body::to_bytes(body, limit)).await {
-        Err(_) => Err(HttpError::BodyTimeout(timeout)),
-        Ok(Ok(bytes)) => Ok(bytes),
-        Ok(Err(e)) => {
-            let too_large = std::error::Error::source(&e)
-                .and_then(|s| s.downcast_ref::<http_body_util::LengthLimitError>())
-                .is_some()
-                || e.to_string().contains("length limit");
-            if too_large {
-                Err(HttpError::TooLarge(limit))
+    let read = async {
+        let mut body = body;
+        let mut kept = Vec::new();
+        let mut seen = 0usize;
+        while let Some(frame) = body.frame().await {
+            let frame =
+                frame.map_err(|e| HttpError::BadRequest(format!("cannot read the body: {e}")))?;
+            let Ok(data) = frame.into_data() else {
+                continue;
+            };
+            seen = seen.saturating_add(data.len());
+            if seen <= limit {
+                kept.extend_from_slice(&data);
+            } else if seen > limit.saturating_mul(DRAIN_FACTOR) {
+                return Err(HttpError::TooLarge(limit));
             } else {
-                Err(HttpError::BadRequest(format!("cannot read the body: {e}")))
+                kept = Vec::new();
             }
         }
-    }
+        if seen > limit {
+            Err(HttpError::TooLarge(limit))
+        } else {
+            Ok(axum::body::Bytes::from(kept))
+        }
+    };
+    tokio::time::timeout(timeout, read)
+        .await
+        .unwrap_or(Err(HttpError::BodyTimeout(timeout)))
 }
+
+/// How far past the limit a body is read (and dropped) so that its 413 arrives.
+const DRAIN_FACTOR: usize = 4;
