@@ -40,6 +40,8 @@ pub struct Metrics {
     pub certificate_reloads: Family<ResultLabels, Counter>,
     pub watch_errors: Family<SourceLabels, Counter>,
     pub source_age: Gauge<f64, AtomicU64>,
+    pub runtime_tasks: Gauge,
+    pub sources_objects: Family<SourceLabels, Gauge>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -124,6 +126,18 @@ impl Default for Metrics {
             "Seconds since the Argo CD / Flux sources last changed",
             source_age.clone(),
         );
+        let sources_objects = Family::<SourceLabels, Gauge>::default();
+        registry.register(
+            "sources_objects",
+            "Argo CD / Flux objects read from the cluster, by kind",
+            sources_objects.clone(),
+        );
+        let runtime_tasks = Gauge::default();
+        registry.register(
+            "runtime_tasks",
+            "Tokio tasks alive when scraped (connections, watches, reloaders): flat over time, or something leaks",
+            runtime_tasks.clone(),
+        );
         // Counted by the audit writer, which runs before any Metrics exists.
         registry.register(
             "audit_dropped",
@@ -134,6 +148,8 @@ impl Default for Metrics {
             registry,
             watch_errors,
             source_age,
+            runtime_tasks,
+            sources_objects,
             requests,
             rejected,
             decision_seconds,

@@ -132,6 +132,16 @@ impl SourceCache {
     }
 
     /// An added or changed object. Returns whether the sources changed.
+    /// Objects of `kind` cached (those that do not compile included).
+    pub fn count(&self, kind: Kind) -> usize {
+        match kind {
+            Kind::Application => self.applications.len(),
+            Kind::AppProject => self.projects.len(),
+            Kind::Kustomization => self.kustomizations.len(),
+            Kind::HelmRelease => self.helmreleases.len(),
+        }
+    }
+
     pub fn apply(&mut self, kind: Kind, object: &DynamicObject) -> bool {
         let Some(uid) = uid(object) else {
             return false;

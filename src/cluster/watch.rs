@@ -19,7 +19,7 @@ use kube::runtime::watcher::Event;
 use kube::runtime::{WatchStreamExt, watcher};
 
 use super::source_cache::{Kind, SourceCache, strip};
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, SourceLabels};
 use crate::sources::Sources;
 
 /// The sources in force, replaced whole on every change. The lock is held
@@ -52,6 +52,13 @@ impl Watches {
     /// Ready once every watch has been filled at least once.
     pub fn filled(&self) -> bool {
         self.pending.load(Ordering::SeqCst) == 0
+    }
+
+    fn count(&self, kind: Kind) -> usize {
+        self.cache
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .count(kind)
     }
 
     pub fn age_seconds(&self) -> f64 {
@@ -144,12 +151,14 @@ fn watch_dynamic(
         .default_backoff();
     // A relist's objects, applied together once it completes.
     let mut listed = Vec::new();
-    run(
-        watches,
-        stream,
-        kind.as_str(),
-        metrics,
-        move |w, event| match event {
+    let cached = metrics
+        .sources_objects
+        .get_or_create(&SourceLabels {
+            source: kind.as_str(),
+        })
+        .clone();
+    run(watches, stream, kind.as_str(), metrics, move |w, event| {
+        match event {
             Event::Init => listed.clear(),
             Event::InitApply(o) => listed.push(o),
             Event::InitDone => {
@@ -158,8 +167,9 @@ fn watch_dynamic(
             }
             Event::Apply(o) => w.update(|c| c.apply(kind, &o)),
             Event::Delete(o) => w.update(|c| c.delete(kind, &o)),
-        },
-    );
+        }
+        cached.set(w.count(kind) as i64);
+    });
 }
 
 fn run<K, S>(

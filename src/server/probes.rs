@@ -68,6 +68,10 @@ pub fn router(health: Arc<Health>, metrics: Arc<Metrics>) -> Router {
         .route(
             "/metrics",
             get(|State(metrics): State<Arc<Metrics>>| async move {
+                let alive = tokio::runtime::Handle::current()
+                    .metrics()
+                    .num_alive_tasks();
+                metrics.runtime_tasks.set(alive as i64);
                 (
                     [(
                         header::CONTENT_TYPE,
