@@ -585,7 +585,7 @@ async fn writer(
                 image,
                 want,
             )
-        } else if k % 2 == 0 {
+        } else if k.is_multiple_of(2) {
             let n = replicas(&before).parse::<i32>().unwrap() % 5 + 1;
             (
                 Kind::HumanIgnored,
@@ -713,8 +713,7 @@ impl Load {
                 t.await.expect("a writer panicked");
             }
         });
-        let outcomes = self.outcomes.lock().unwrap().clone();
-        outcomes
+        self.outcomes.lock().unwrap().clone()
     }
 }
 
