@@ -902,14 +902,33 @@ fn decided_for_alice(dg: &Driftguard) -> usize {
         .count()
 }
 
+/// The apiserver calls a URL webhook on a loopback address over HTTP/2
+/// (one connection, so one replica carries every call); any other host
+/// over HTTP/1.1 with a pool of connections, as it calls a Service
+/// (k8s.io/apiserver util/webhook/client.go, kubernetes#75791).
 #[test]
 fn two_replicas_behind_one_address_one_sigkilled() {
+    two_replicas("faults-replicas", "127.0.0.1");
+}
+
+/// The same at this machine's non-loopback address: HTTP/1.1 as in a
+/// cluster, and both replicas take calls.
+#[test]
+fn two_replicas_over_http1_one_sigkilled() {
+    let ip = tcp_proxy::non_loopback_ipv4()
+        .expect("this test needs an IPv4 address that is not loopback (a default route)");
+    two_replicas("faults-replicas-h1", &ip.to_string());
+}
+
+fn two_replicas(name: &str, host: &str) {
     let test_started = Instant::now();
+    let http1 = host != "127.0.0.1";
     let (humans, controllers) = (4, 2);
-    let mut plane = ControlPlane::start("faults-replicas");
+    let mut plane = ControlPlane::start(name);
     let policy = load_setup(&mut plane, humans, controllers);
-    let a = Driftguard::start(
+    let a = Driftguard::start_with_names(
         &plane,
+        &["127.0.0.1", host],
         &[
             &format!("--policy={policy}"),
             &plane.driftguard_kubeconfig_flag(),
@@ -921,18 +940,19 @@ fn two_replicas_behind_one_address_one_sigkilled() {
         Ok("rst") => tcp_proxy::Close::Reset,
         _ => tcp_proxy::Close::Mirror,
     };
-    let proxy = tcp_proxy::TcpProxy::start(&[a.port, b.port], close);
-    Driftguard::register_url(
-        &plane,
-        &policy,
-        &format!("https://127.0.0.1:{}", proxy.port),
+    let proxy = tcp_proxy::TcpProxy::start_on(host.parse().unwrap(), &[a.port, b.port], close);
+    std::net::TcpStream::connect((proxy.ip, proxy.port))
+        .unwrap_or_else(|e| panic!("the proxy on {}:{}: {e}", proxy.ip, proxy.port));
+    eprintln!(
+        "proxy on {}:{} for {} and {}",
+        proxy.ip, proxy.port, a.port, b.port
     );
+    Driftguard::register_url(&plane, &policy, &format!("https://{host}:{}", proxy.port));
     wait_until_denies(&plane);
 
     let load = Load::start(&plane, humans, controllers);
     load.wait(test_started, 10, "writes with both replicas up");
-    // Kill the replica that carries the traffic (the apiserver keeps its
-    // connection: HTTP/2 to a loopback URL).
+    // Kill the replica that carries the most traffic.
     let mut replicas = [a, b];
     let counts = [
         decided_for_alice(&replicas[0]),
@@ -950,11 +970,28 @@ fn two_replicas_behind_one_address_one_sigkilled() {
     let outcomes = load.finish();
     let survivor_after = decided_for_alice(&replicas[survivor]);
     let victim_total = decided_for_alice(&replicas[victim]);
+    // The proxy closed the apiserver's connections to the dead replica by then.
+    let last_close = proxy
+        .stats
+        .backend_ended_at
+        .lock()
+        .unwrap()
+        .iter()
+        .copied()
+        .filter(|&t| t >= kill_at)
+        .max();
 
     let mut tally = Tally::new();
     let mut wrong = Vec::new();
     let mut failed = Vec::new();
     let mut decided_after_kill = 0;
+    let relative = |t: Instant| {
+        if t >= kill_at {
+            format!("+{:?}", t - kill_at)
+        } else {
+            format!("-{:?}", kill_at - t)
+        }
+    };
     for o in &outcomes {
         let phase = if o.ended < kill_at {
             "both up"
@@ -967,21 +1004,27 @@ fn two_replicas_behind_one_address_one_sigkilled() {
         if o.started > killed && o.kind.human() && o.got != Got::FailedClosed {
             decided_after_kill += 1;
         }
-        if o.got == Got::FailedClosed && o.kind.human() {
-            // A call in flight on the connection to the replica that died.
-            let at = if o.started >= kill_at {
-                format!("+{:?}", o.started - kill_at)
-            } else {
-                format!("-{:?}", kill_at - o.started)
-            };
+        // A call in flight on (or written into) a connection to the replica
+        // that died: from at most the webhook timeout (5 s) before the kill
+        // to shortly (1 s, generous) after the proxy closed that connection.
+        let around_the_kill = o.started + Duration::from_secs(10) > kill_at
+            && last_close.is_some_and(|c| o.started < c + Duration::from_secs(1));
+        if o.got == Got::FailedClosed && o.kind.human() && around_the_kill {
             failed.push(format!(
-                "{:?} {} started {at} from the kill: {}",
-                o.kind, o.object, o.detail
+                "{:?} {} started {} from the kill: {}",
+                o.kind,
+                o.object,
+                relative(o.started),
+                o.detail
             ));
         } else if o.got != o.kind.correct() {
             wrong.push(format!(
-                "{phase} {:?} {}: {:?} {}",
-                o.kind, o.object, o.got, o.detail
+                "{phase} {:?} {} started {}: {:?} {}",
+                o.kind,
+                o.object,
+                relative(o.started),
+                o.got,
+                o.detail
             ));
         }
         if let Err(e) = &o.state {
@@ -989,13 +1032,16 @@ fn two_replicas_behind_one_address_one_sigkilled() {
         }
     }
     eprintln!(
-        "two replicas: {} writes; killed replica {victim} (it had decided {} of alice's writes, {victim_total} in all), \
-         the survivor decided {survivor_before} before and {} after the kill; \
-         {} human writes failed closed (bound: {humans}, one in flight per writer):\n{}\n{}\nproxy at the kill: {proxy_before}\nproxy at the end: {}\napiserver:\n{}\ntest took {:?}",
+        "two replicas ({}): {} writes; killed replica {victim} (it had decided {} of alice's writes, {victim_total} in all), \
+         the survivor decided {survivor_before} before and {} after the kill; the proxy closed the last dead connection {}; \
+         {} human writes failed closed (bound: {}, two per writer):\n{}\n{}\nproxy at the kill: {proxy_before}\nproxy at the end: {}\napiserver:\n{}\ntest took {:?}",
+        if http1 { "HTTP/1.1" } else { "HTTP/2" },
         outcomes.len(),
         counts[victim],
         survivor_after - survivor_before,
+        last_close.map(relative).unwrap_or_else(|| "never".into()),
         failed.len(),
+        2 * humans,
         failed.join("\n"),
         tally_text(&tally),
         proxy.stats.summary(),
@@ -1008,13 +1054,21 @@ fn two_replicas_behind_one_address_one_sigkilled() {
         wrong.len(),
         wrong.join("\n")
     );
+    // One in flight at the kill, one more written into the dying connection
+    // before the apiserver saw it close.
     assert!(
-        failed.len() <= humans,
-        "more human writes failed than could have been in flight at the kill"
+        failed.len() <= 2 * humans,
+        "more human writes failed than could have met the dying connection"
     );
     assert!(
         survivor_after - survivor_before >= decided_after_kill,
         "the survivor decided {} of alice's writes after the kill, {decided_after_kill} were decided",
         survivor_after - survivor_before
     );
+    if http1 {
+        assert!(
+            counts.iter().all(|&c| c > 0),
+            "over HTTP/1.1 both replicas take calls before the kill: {counts:?}"
+        );
+    }
 }

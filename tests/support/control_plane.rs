@@ -461,10 +461,14 @@ pub struct Driftguard {
 impl Driftguard {
     /// Starts on a port the server picks itself (`--listen=127.0.0.1:0`).
     pub fn start(plane: &ControlPlane, extra: &[&str]) -> Driftguard {
-        let (cert, key) = plane
-            .ca
-            .leaf("driftguard", &["127.0.0.1".into()], &[])
-            .unwrap();
+        Self::start_with_names(plane, &["127.0.0.1"], extra)
+    }
+
+    /// [`Driftguard::start`] with a certificate for `names` (IP addresses
+    /// and DNS names).
+    pub fn start_with_names(plane: &ControlPlane, names: &[&str], extra: &[&str]) -> Driftguard {
+        let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+        let (cert, key) = plane.ca.leaf("driftguard", &names, &[]).unwrap();
         std::fs::write(plane.dir.join("driftguard.crt"), cert).unwrap();
         driftguard::certs::write_private(&plane.dir.join("driftguard.key"), &key).unwrap();
         let mut args: Vec<String> = vec![

@@ -7,8 +7,9 @@
 //! for a reset ([`Close::Mirror`]), or always one of them.
 #![allow(dead_code)]
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
@@ -40,6 +41,8 @@ pub struct Stats {
     pub client_closed: AtomicU64,
     /// Client connections closed at once: no backend could be reached.
     pub no_backend: AtomicU64,
+    /// When each client connection was closed because its backend's side ended.
+    pub backend_ended_at: Mutex<Vec<Instant>>,
 }
 
 impl Stats {
@@ -64,6 +67,7 @@ impl Stats {
 }
 
 pub struct TcpProxy {
+    pub ip: std::net::IpAddr,
     pub port: u16,
     pub stats: Arc<Stats>,
     runtime: Option<tokio::runtime::Runtime>,
@@ -72,12 +76,17 @@ pub struct TcpProxy {
 impl TcpProxy {
     /// Listens on 127.0.0.1, a port of its own, for `backends` (ports on 127.0.0.1).
     pub fn start(backends: &[u16], close: Close) -> TcpProxy {
+        Self::start_on(std::net::Ipv4Addr::LOCALHOST.into(), backends, close)
+    }
+
+    /// [`TcpProxy::start`] listening on `ip`.
+    pub fn start_on(ip: std::net::IpAddr, backends: &[u16], close: Close) -> TcpProxy {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
             .build()
             .unwrap();
-        let listener = runtime.block_on(TcpListener::bind("127.0.0.1:0")).unwrap();
+        let listener = runtime.block_on(TcpListener::bind((ip, 0))).unwrap();
         let port = listener.local_addr().unwrap().port();
         let stats = Arc::new(Stats {
             accepted: AtomicU64::new(0),
@@ -87,6 +96,7 @@ impl TcpProxy {
             closed_fin: AtomicU64::new(0),
             closed_rst: AtomicU64::new(0),
             no_backend: AtomicU64::new(0),
+            backend_ended_at: Mutex::new(Vec::new()),
         });
         runtime.spawn(accept_loop(
             listener,
@@ -95,6 +105,7 @@ impl TcpProxy {
             close,
         ));
         TcpProxy {
+            ip,
             port,
             stats,
             runtime: Some(runtime),
@@ -188,6 +199,7 @@ async fn relay(client: TcpStream, server: TcpStream, stats: &Stats, close: Close
         Close::Reset => true,
     };
     let client = cr.reunite(cw).expect("halves of one stream");
+    stats.backend_ended_at.lock().unwrap().push(Instant::now());
     if reset {
         stats.closed_rst.fetch_add(1, Ordering::SeqCst);
         let _ = client.set_zero_linger();
@@ -197,4 +209,13 @@ async fn relay(client: TcpStream, server: TcpStream, stats: &Stats, close: Close
         let mut client = client;
         let _ = client.shutdown().await;
     }
+}
+
+/// An IPv4 address of this machine that is not a loopback one (the source
+/// address of its default route; connecting a UDP socket sends nothing).
+pub fn non_loopback_ipv4() -> Option<std::net::IpAddr> {
+    let socket = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
+    socket.connect("192.0.2.1:9").ok()?;
+    let ip = socket.local_addr().ok()?.ip();
+    (!ip.is_loopback() && !ip.is_unspecified()).then_some(ip)
 }
