@@ -434,8 +434,9 @@ fn apiserver_restart_while_driftguard_watches() {
 
     assert!(
         not_ready.is_empty(),
-        "/readyz was not 200 in {} of {polls} polls: {not_ready:?}",
-        not_ready.len()
+        "/readyz was not 200 in {} of {polls} polls, first: {:?}",
+        not_ready.len(),
+        &not_ready[..not_ready.len().min(5)]
     );
     eprintln!(
         "apiserver restart: down {downtime:?}; {rounds} rounds of 3 direct reviews while down, all decided from the last good sources; \
@@ -827,16 +828,16 @@ fn sigkill_under_load_fails_closed_for_people_only() {
     wait_until_denies(&plane);
 
     let load = Load::start(&plane, humans, controllers);
-    load.wait(test_started, 8, "writes while driftguard is up");
+    load.wait(test_started, 20, "writes while driftguard is up");
     let kill_at = Instant::now();
     dg.proc.child.kill().unwrap(); // SIGKILL
     let status = dg.proc.wait_exit(Duration::from_secs(10));
     let killed = Instant::now();
-    load.wait(killed, 20, "writes while driftguard is dead");
+    load.wait(killed, 30, "writes while driftguard is dead");
     let restart_at = Instant::now();
     dg.restart(None);
     let ready_at = Instant::now();
-    load.wait(ready_at, 8, "writes after the restart");
+    load.wait(ready_at, 20, "writes after the restart");
     let outcomes = load.finish();
 
     let mut tally = Tally::new();
@@ -951,7 +952,7 @@ fn two_replicas(name: &str, host: &str) {
     wait_until_denies(&plane);
 
     let load = Load::start(&plane, humans, controllers);
-    load.wait(test_started, 10, "writes with both replicas up");
+    load.wait(test_started, 20, "writes with both replicas up");
     // Kill the replica that carries the most traffic.
     let mut replicas = [a, b];
     let counts = [
@@ -966,7 +967,7 @@ fn two_replicas(name: &str, host: &str) {
     replicas[victim].proc.child.kill().unwrap(); // SIGKILL
     replicas[victim].proc.wait_exit(Duration::from_secs(10));
     let killed = Instant::now();
-    load.wait(killed, 12, "writes after one replica died");
+    load.wait(killed, 30, "writes after one replica died");
     let outcomes = load.finish();
     let survivor_after = decided_for_alice(&replicas[survivor]);
     let victim_total = decided_for_alice(&replicas[victim]);
@@ -1053,6 +1054,16 @@ fn two_replicas(name: &str, host: &str) {
         "{} writes not as expected:\n{}",
         wrong.len(),
         wrong.join("\n")
+    );
+    // Every connection after the kill reached the survivor (a dead replica
+    // was skipped, never handed to the apiserver as a closed connection).
+    assert_eq!(
+        proxy
+            .stats
+            .no_backend
+            .load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "the proxy turned a connection away while a replica was up"
     );
     // One in flight at the kill, one more written into the dying connection
     // before the apiserver saw it close.
