@@ -1,8 +1,10 @@
 //! End to end on a real kube-apiserver and etcd: faults. The apiserver
 //! restarts while driftguard watches Argo CD Applications; driftguard is
 //! SIGKILLed under load with failurePolicy Fail; one of two replicas behind
-//! one address is SIGKILLed under load. Every write's outcome is checked
+//! one address (a TCP proxy, tests/support/tcp_proxy.rs) is SIGKILLed under
+//! load, over HTTP/2 and over HTTP/1.1. Every write's outcome is checked
 //! against what it should be, and against the object as stored afterwards.
+//! The figures each test measured are printed (`-- --nocapture`).
 
 #[path = "support/control_plane.rs"]
 mod control_plane;
