@@ -966,8 +966,13 @@ fn two_replicas(name: &str, host: &str) {
     let survivor_before = counts[survivor];
     let proxy_before = proxy.stats.summary();
     let kill_at = Instant::now();
-    replicas[victim].proc.child.kill().unwrap(); // SIGKILL
-    replicas[victim].proc.wait_exit(Duration::from_secs(10));
+    // DRIFTGUARD_FAULTS_STOP=term: a graceful stop instead, for comparison.
+    if std::env::var("DRIFTGUARD_FAULTS_STOP").as_deref() == Ok("term") {
+        replicas[victim].proc.terminate();
+    } else {
+        replicas[victim].proc.child.kill().unwrap(); // SIGKILL
+    }
+    let exit = replicas[victim].proc.wait_exit(Duration::from_secs(30));
     let killed = Instant::now();
     load.wait(killed, 30, "writes after one replica died");
     let outcomes = load.finish();
@@ -1035,11 +1040,12 @@ fn two_replicas(name: &str, host: &str) {
         }
     }
     eprintln!(
-        "two replicas ({}): {} writes; killed replica {victim} (it had decided {} of alice's writes, {victim_total} in all), \
+        "two replicas ({}): {} writes; replica {victim} exited {exit} {:?} after the signal (it had decided {} of alice's writes, {victim_total} in all), \
          the survivor decided {survivor_before} before and {} after the kill; the proxy closed the last dead connection {}; \
          {} human writes failed closed (bound: {}, two per writer):\n{}\n{}\nproxy at the kill: {proxy_before}\nproxy at the end: {}\napiserver:\n{}\ntest took {:?}",
         if http1 { "HTTP/1.1" } else { "HTTP/2" },
         outcomes.len(),
+        killed - kill_at,
         counts[victim],
         survivor_after - survivor_before,
         last_close.map(relative).unwrap_or_else(|| "never".into()),
