@@ -72,6 +72,8 @@ pub struct ControlPlane {
     pub port: u16,
     pub echo: bool,
     kubeconfigs: BTreeMap<String, PathBuf>,
+    /// etcd's client port, kept for [`ControlPlane::start_apiserver`].
+    etcd_client: u16,
     // Dropped last: the apiserver before etcd.
     apiserver: Proc,
     etcd: Proc,
@@ -112,6 +114,7 @@ impl ControlPlane {
             port,
             echo: false,
             kubeconfigs: BTreeMap::new(),
+            etcd_client: client,
             apiserver,
             etcd,
         };
@@ -135,6 +138,35 @@ impl ControlPlane {
             users.iter().for_each(|u| plane.write_kubeconfig(u));
         }
         plane
+    }
+
+    /// Stops the kube-apiserver (SIGTERM, as a rolling restart does); etcd
+    /// and every kubeconfig stay.
+    pub fn stop_apiserver(&mut self) {
+        self.apiserver.stop();
+    }
+
+    /// Starts the kube-apiserver again on the same port with the same flags
+    /// and the same etcd, and waits for /readyz.
+    pub fn start_apiserver(&mut self) {
+        self.apiserver = spawn_apiserver(
+            &tool("kube-apiserver"),
+            &self.dir,
+            self.etcd_client,
+            self.port,
+        );
+        if let Err(PortTaken(why)) = self.wait_ready() {
+            panic!(
+                "kube-apiserver: port {} was taken while it was down: {why}",
+                self.port
+            );
+        }
+    }
+
+    /// [`ControlPlane::stop_apiserver`], then [`ControlPlane::start_apiserver`].
+    pub fn restart_apiserver(&mut self) {
+        self.stop_apiserver();
+        self.start_apiserver();
     }
 
     pub fn add_user(&mut self, user: &str, groups: &[&str]) {
@@ -429,10 +461,14 @@ pub struct Driftguard {
 impl Driftguard {
     /// Starts on a port the server picks itself (`--listen=127.0.0.1:0`).
     pub fn start(plane: &ControlPlane, extra: &[&str]) -> Driftguard {
-        let (cert, key) = plane
-            .ca
-            .leaf("driftguard", &["127.0.0.1".into()], &[])
-            .unwrap();
+        Self::start_with_names(plane, &["127.0.0.1"], extra)
+    }
+
+    /// [`Driftguard::start`] with a certificate for `names` (IP addresses
+    /// and DNS names).
+    pub fn start_with_names(plane: &ControlPlane, names: &[&str], extra: &[&str]) -> Driftguard {
+        let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+        let (cert, key) = plane.ca.leaf("driftguard", &names, &[]).unwrap();
         std::fs::write(plane.dir.join("driftguard.crt"), cert).unwrap();
         driftguard::certs::write_private(&plane.dir.join("driftguard.key"), &key).unwrap();
         let mut args: Vec<String> = vec![
@@ -487,13 +523,27 @@ impl Driftguard {
             .collect()
     }
 
+    /// Another replica with the same flags, the same certificate and key
+    /// files, on a port of its own.
+    pub fn replica(&self) -> Driftguard {
+        let Served { proc, port, probe } = serve_driftguard(&Self::binary(), 0, &self.args);
+        Driftguard {
+            proc,
+            port,
+            probe,
+            args: self.args.clone(),
+        }
+    }
+
     /// Registers both webhooks with `driftguard register` (server-side apply as admin).
     pub fn register(&self, plane: &ControlPlane, policy: &str) {
+        Self::register_url(plane, policy, &format!("https://127.0.0.1:{}", self.port));
+    }
+
+    /// Registers both webhooks at `url` (a proxy in front of replicas, say).
+    pub fn register_url(plane: &ControlPlane, policy: &str, url: &str) {
         let out = Command::new(Self::binary())
-            .args([
-                "register",
-                &format!("--url=https://127.0.0.1:{}", self.port),
-            ])
+            .args(["register", &format!("--url={url}")])
             .arg(format!(
                 "--ca-bundle={}",
                 plane.dir.join("ca.crt").display()
