@@ -40,6 +40,8 @@ pub struct Metrics {
     pub certificate_reloads: Family<ResultLabels, Counter>,
     pub watch_errors: Family<SourceLabels, Counter>,
     pub source_age: Gauge<f64, AtomicU64>,
+    pub connections_open: Gauge,
+    pub connections_evicted: Counter,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -124,6 +126,18 @@ impl Default for Metrics {
             "Seconds since the Argo CD / Flux sources last changed",
             source_age.clone(),
         );
+        let connections_open = Gauge::default();
+        registry.register(
+            "connections_open",
+            "Webhook connections open, in their TLS handshake or after it",
+            connections_open.clone(),
+        );
+        let connections_evicted = Counter::default();
+        registry.register(
+            "connections_evicted",
+            "Connections with no request in flight closed to make room under --max-connections",
+            connections_evicted.clone(),
+        );
         // Counted by the audit writer, which runs before any Metrics exists.
         registry.register(
             "audit_dropped",
@@ -144,6 +158,8 @@ impl Default for Metrics {
             decision_queue_full,
             policy_reloads,
             certificate_reloads,
+            connections_open,
+            connections_evicted,
         }
     }
 }
