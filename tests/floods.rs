@@ -29,7 +29,7 @@ const MAX: usize = 64;
 /// for a slot.
 const MARGIN: usize = 8;
 
-fn start(dir: &Path, ca: &Authority, max: usize) -> Served {
+fn start(dir: &Path, ca: &Authority, max: usize, extra: &[&str]) -> Served {
     let (cert, key) = ca.leaf("server", &["127.0.0.1".into()], &[]).unwrap();
     std::fs::write(dir.join("tls.crt"), cert).unwrap();
     std::fs::write(dir.join("tls.key"), key).unwrap();
@@ -40,6 +40,10 @@ fn start(dir: &Path, ca: &Authority, max: usize) -> Served {
         "--no-cluster".into(),
         format!("--max-connections={max}"),
     ];
+    let args: Vec<String> = args
+        .into_iter()
+        .chain(extra.iter().map(|a| a.to_string()))
+        .collect();
     serve_driftguard(Path::new(env!("CARGO_BIN_EXE_driftguard")), 0, &args)
 }
 
@@ -60,6 +64,57 @@ fn review(addr: SocketAddr, ca: &Authority) -> Result<Duration, String> {
     Ok(started.elapsed())
 }
 
+fn scratch(name: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("floods-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// hyper's header timeout does not run before the protocol is known: without
+/// driftguard's own deadline, a client that completes the handshake and says
+/// nothing would keep its connection while there is room.
+#[test]
+fn a_connection_that_sends_no_request_is_closed_after_the_header_timeout() {
+    use std::io::Read;
+    let dir = scratch("silent");
+    let ca = Authority::new("test CA").unwrap();
+    let server = start(&dir, &ca, MAX, &["--header-timeout=1s"]);
+    let config = std::sync::Arc::new(client_config(&ca.cert_pem));
+    let name = rustls::pki_types::ServerName::IpAddress(std::net::Ipv4Addr::LOCALHOST.into());
+    let mut tls = rustls::StreamOwned::new(
+        rustls::ClientConnection::new(config, name).unwrap(),
+        std::net::TcpStream::connect(("127.0.0.1", server.port)).unwrap(),
+    );
+    tls.sock
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let started = Instant::now();
+    let mut buf = [0u8; 256];
+    // Session tickets first, then the end (an EOF or a reset).
+    loop {
+        match tls.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+    }
+    let waited = started.elapsed();
+    assert!(
+        waited < Duration::from_secs(20),
+        "the connection stayed open {waited:?}"
+    );
+    assert!(
+        waited >= Duration::from_millis(900),
+        "closed before the timeout: {waited:?}"
+    );
+    assert_eq!(
+        metric(server.probe, "driftguard_connections_evicted_total"),
+        0.0
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn a_review_gets_through_idle_connections_and_slow_handshakes() {
     let dir =
@@ -67,7 +122,7 @@ fn a_review_gets_through_idle_connections_and_slow_handshakes() {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let ca = Authority::new("test CA").unwrap();
-    let server = start(&dir, &ca, MAX);
+    let server = start(&dir, &ca, MAX, &[]);
     let addr: SocketAddr = ([127, 0, 0, 1], server.port).into();
     let pid = server.proc.child.id();
     review(addr, &ca).expect("a review before the flood");
