@@ -547,8 +547,27 @@ async fn shutdown_signal() {
 
 #[cfg(test)]
 mod tests {
-    use super::sweep_interval;
+    use super::{ConnectionLimits, sweep_interval};
+    use clap::Parser as _;
     use std::time::Duration;
+
+    #[derive(clap::Parser)]
+    struct Limits {
+        #[command(flatten)]
+        limits: ConnectionLimits,
+    }
+
+    #[test]
+    fn max_connections_defaults_to_1024_and_is_range_checked() {
+        let parse = |args: &[&str]| {
+            Limits::try_parse_from(std::iter::once("serve").chain(args.iter().copied()))
+                .map(|l| l.limits.max_connections)
+        };
+        assert_eq!(parse(&[]).unwrap(), 1024);
+        assert_eq!(parse(&["--max-connections=64"]).unwrap(), 64);
+        assert!(parse(&["--max-connections=0"]).is_err());
+        assert!(parse(&["--max-connections=2000000"]).is_err());
+    }
 
     #[test]
     fn the_sweep_interval_is_a_duration_or_zero() {
