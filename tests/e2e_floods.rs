@@ -105,7 +105,7 @@ fn kubectl_writes_are_decided_through_a_connection_flood() {
     let mut plane = ControlPlane::start("floods");
     plane.prepare(&["production", "argocd"]);
     let policy = format!("{ROOT}/tests/data/e2e-policy.yaml");
-    let dg = Driftguard::start(
+    let mut dg = Driftguard::start(
         &plane,
         &[
             &format!("--policy={policy}"),
@@ -167,7 +167,6 @@ fn kubectl_writes_are_decided_through_a_connection_flood() {
     }
     let summary = flood.stats.summary();
     let evicted_during = evicted(&dg);
-    flood.stop();
     let peak = fds.peak();
     drop(fds);
     println!(
@@ -181,6 +180,50 @@ fn kubectl_writes_are_decided_through_a_connection_flood() {
     assert!(
         evicted_during >= IDLE as f64 / 2.0,
         "only {evicted_during} connections evicted"
+    );
+
+    // Driftguard restarts on the same port while the flood goes on: the
+    // apiserver's kept-alive connection is gone, and its new one has to get
+    // through the backlog and the eviction churn like any other.
+    dg.restart(None);
+    let fds = FdPeak::watch(dg.proc.child.id());
+    wait_for(
+        "the flood to press on the restarted driftguard",
+        Duration::from_secs(120),
+        || match evicted(&dg) {
+            e if e >= IDLE as f64 / 2.0 => Ok(()),
+            e => Err(format!("{e} evicted; {}", flood.stats.summary())),
+        },
+    );
+    let (mut denials, mut allowed) = (Vec::new(), Vec::new());
+    for round in 0..5 {
+        denials.push(drift_is_denied(&plane).unwrap_or_else(|e| {
+            panic!(
+                "after the restart during the flood (round {round}): {e}; {}",
+                flood.stats.summary()
+            )
+        }));
+        allowed.push(
+            allowed_write_succeeds(&plane, 4 + round).unwrap_or_else(|e| {
+                panic!(
+                    "after the restart during the flood (round {round}): {e}; {}",
+                    flood.stats.summary()
+                )
+            }),
+        );
+    }
+    let evicted_during = evicted(&dg);
+    let summary = flood.stats.summary();
+    flood.stop();
+    let peak = fds.peak();
+    drop(fds);
+    println!(
+        "restarted during the flood: denied drift {denials:?}, allowed scale {allowed:?}; \
+         driftguard fds peak {peak}; evicted {evicted_during}; {summary}"
+    );
+    assert!(
+        peak <= baseline + MAX + MARGIN,
+        "the restarted driftguard held {peak} descriptors (baseline {baseline}, --max-connections {MAX})"
     );
 
     // After the flood: the slots come back, and writes are still decided.
