@@ -118,11 +118,14 @@ fn kubectl_writes_are_decided_through_a_connection_flood() {
     let out = plane.kubectl_as_stdin(ARGO, &["apply", "-f", "-"], Some(OBJECTS));
     assert!(out.ok, "objects as the Argo CD controller: {out}");
     plane.wait_until_webhook_denies_drift();
-    drift_is_denied(&plane).unwrap();
-    allowed_write_succeeds(&plane, 3).unwrap();
+    let quiet = (
+        drift_is_denied(&plane).unwrap(),
+        allowed_write_succeeds(&plane, 3).unwrap(),
+    );
 
     let pid = dg.proc.child.id();
     let baseline = fd_count(pid);
+    let rss_before = rss_kib(pid) / 1024;
     let fds = FdPeak::watch(pid);
     let addr: SocketAddr = ([127, 0, 0, 1], dg.port).into();
     let flood_started = Instant::now();
@@ -167,11 +170,15 @@ fn kubectl_writes_are_decided_through_a_connection_flood() {
     }
     let summary = flood.stats.summary();
     let evicted_during = evicted(&dg);
-    let peak = fds.peak();
+    let (peak, rss) = (fds.peak(), fds.rss_peak_mib());
     drop(fds);
     println!(
-        "flood ramp {ramp:?}; kubectl during the flood: denied drift {denials:?}, allowed scale {allowed:?}; \
-         driftguard fds {baseline} before, peak {peak}; evicted {evicted_before} after the ramp, {evicted_during} at the end; {summary}"
+        "driftguard resident memory: {rss_before} MiB before the flood, peak {rss} MiB during it"
+    );
+    println!(
+        "kubectl before the flood: denied drift {:?}, allowed scale {:?}; flood ramp {ramp:?}; kubectl during the flood: denied drift {denials:?}, allowed scale {allowed:?}; \
+         driftguard fds {baseline} before, peak {peak}; evicted {evicted_before} after the ramp, {evicted_during} at the end; {summary}",
+        quiet.0, quiet.1
     );
     assert!(
         peak <= baseline + MAX + MARGIN,

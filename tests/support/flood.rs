@@ -222,10 +222,23 @@ pub fn fd_count(pid: u32) -> usize {
         .unwrap_or(0)
 }
 
-/// Samples `fd_count(pid)` every 50 ms on a thread of its own and keeps the
-/// peak, until dropped.
+/// Resident memory of process `pid` in KiB.
+pub fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// Samples `fd_count(pid)` (and the resident memory) every 50 ms on a thread
+/// of its own and keeps the peaks, until dropped.
 pub struct FdPeak {
     peak: Arc<AtomicU64>,
+    rss_peak: Arc<AtomicU64>,
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -233,18 +246,21 @@ pub struct FdPeak {
 impl FdPeak {
     pub fn watch(pid: u32) -> FdPeak {
         let peak = Arc::new(AtomicU64::new(fd_count(pid) as u64));
+        let rss_peak = Arc::new(AtomicU64::new(rss_kib(pid)));
         let stop = Arc::new(AtomicBool::new(false));
         let thread = std::thread::spawn({
-            let (peak, stop) = (peak.clone(), stop.clone());
+            let (peak, rss_peak, stop) = (peak.clone(), rss_peak.clone(), stop.clone());
             move || {
                 while !stop.load(Ordering::SeqCst) {
                     peak.fetch_max(fd_count(pid) as u64, Ordering::SeqCst);
+                    rss_peak.fetch_max(rss_kib(pid), Ordering::SeqCst);
                     std::thread::sleep(Duration::from_millis(50));
                 }
             }
         });
         FdPeak {
             peak,
+            rss_peak,
             stop,
             thread: Some(thread),
         }
@@ -252,6 +268,11 @@ impl FdPeak {
 
     pub fn peak(&self) -> usize {
         self.peak.load(Ordering::SeqCst) as usize
+    }
+
+    /// Peak resident memory in MiB.
+    pub fn rss_peak_mib(&self) -> u64 {
+        self.rss_peak.load(Ordering::SeqCst) / 1024
     }
 }
 
