@@ -370,13 +370,13 @@ pub async fn serve_tls(
     metrics: &Metrics,
 ) {
     let mut builder = auto::Builder::new(TokioExecutor::new());
-    // No idle timeout of our own for connections that served a request: on
-    // HTTP/1.1, hyper's header read timeout starts as soon as a kept-alive
-    // connection waits for its next request, so an idle one ends after
-    // --header-timeout anyway; an idle HTTP/2 connection (the apiserver's)
-    // stays until the client's own idle timeout (90 s in Go's transport)
-    // closes it, which avoids racing the client's reuse of it. Under
-    // pressure, idle connections are evicted instead.
+    // No idle timeout of our own for connections that served a request. The
+    // apiserver speaks HTTP/1.1 to webhooks (HTTP/2 only to loopback URLs)
+    // and keeps idle connections for Go's 90 s. On HTTP/1.1, hyper's header
+    // read timeout starts as soon as a kept-alive connection waits for its
+    // next request, so an idle one already ends after --header-timeout; an
+    // idle HTTP/2 connection stays until the client closes it or its
+    // keep-alive pings go unanswered. Under pressure, idle ones are evicted.
     builder
         .http1()
         .timer(TokioTimer::new())

@@ -5,8 +5,13 @@
 //! decided by driftguard within the webhook timeout (5 s): a drifting write is
 //! denied with driftguard's own message, not "failed calling webhook", and an
 //! allowed write goes through. Meanwhile driftguard's descriptors stay
-//! bounded and it counts its evictions. Under CI=true (and everywhere else) a
-//! control plane that cannot start fails the test.
+//! bounded and it counts its evictions. Then driftguard restarts on its port
+//! with the flood still on, so the apiserver has to open a new connection
+//! through it. The webhook URL is on 127.0.0.1, so the apiserver negotiates
+//! HTTP/2 (to other URLs it speaks HTTP/1.1 and opens a connection per
+//! concurrent review; tests/floods.rs sends each review on a new HTTP/1.1
+//! connection). Under CI=true (and everywhere else) a control plane that
+//! cannot start fails the test.
 
 #[path = "support/control_plane.rs"]
 mod control_plane;
