@@ -410,7 +410,9 @@ pub async fn serve_tls(
                     }
                 };
                 // Waits while every connection is busy: the listener is not
-                // polled meanwhile, so further connections stay in the backlog.
+                // polled meanwhile, so further connections stay in the
+                // backlog. Nor is the signal: a SIGTERM is seen once a
+                // request ends, within --body-timeout and --decision-timeout.
                 let admitted = connections.admit().await;
                 let _ = tcp.set_nodelay(true);
                 let conn = Conn {
