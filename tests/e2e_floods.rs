@@ -107,6 +107,8 @@ fn allowed_write_succeeds(plane: &ControlPlane, replicas: u32) -> Result<Duratio
 #[test]
 fn kubectl_writes_are_decided_through_a_connection_flood() {
     let test_started = Instant::now();
+    // The flood's sockets, kubectl's and the control plane's own.
+    ensure_open_files((IDLE + SLOW + 1_000) as u64);
     let mut plane = ControlPlane::start("floods");
     plane.prepare(&["production", "argocd"]);
     let policy = format!("{ROOT}/tests/data/e2e-policy.yaml");

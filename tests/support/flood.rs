@@ -360,3 +360,38 @@ pub fn post_fresh(
             .unwrap_or_else(|_| Err(format!("no answer within {within:?}")))
     })
 }
+
+/// Makes sure this process may open `needed` descriptors: raises the soft
+/// limit to the hard one when that is enough (with util-linux `prlimit`),
+/// and fails with the reason otherwise, rather than with a flood that never
+/// connects.
+pub fn ensure_open_files(needed: u64) {
+    let limits = |text: &str| -> Option<(u64, u64)> {
+        let line = text.lines().find(|l| l.starts_with("Max open files"))?;
+        let mut fields = line["Max open files".len()..].split_whitespace();
+        let soft = fields.next()?.parse().unwrap_or(u64::MAX);
+        let hard = fields.next()?.parse().unwrap_or(u64::MAX);
+        Some((soft, hard))
+    };
+    let read = || {
+        limits(&std::fs::read_to_string("/proc/self/limits").unwrap_or_default()).unwrap_or((0, 0))
+    };
+    let (soft, hard) = read();
+    if soft >= needed {
+        return;
+    }
+    assert!(
+        hard >= needed,
+        "the flood needs {needed} open files; `ulimit -n` allows {soft} (hard limit {hard})"
+    );
+    let raised = std::process::Command::new("prlimit")
+        .arg(format!("--pid={}", std::process::id()))
+        .arg(format!("--nofile={hard}:{hard}"))
+        .status()
+        .is_ok_and(|s| s.success());
+    let (soft, _) = read();
+    assert!(
+        raised && soft >= needed,
+        "the flood needs {needed} open files; `ulimit -n` allows {soft} and prlimit could not raise it to {hard}"
+    );
+}
