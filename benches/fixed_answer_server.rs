@@ -44,6 +44,7 @@ async fn main() {
         handshake_timeout: Duration::from_secs(10),
         shutdown_delay: Duration::ZERO,
         shutdown_timeout: Duration::from_secs(5),
+        max_connections: 4096,
     };
     let router = axum::Router::new().route(
         "/{*path}",
@@ -61,5 +62,13 @@ async fn main() {
     let listener = tokio::net::TcpListener::bind(listen.as_str())
         .await
         .unwrap();
-    server::serve_tls(listener, acceptor, router, &limits, &Health::default()).await;
+    server::serve_tls(
+        listener,
+        acceptor,
+        router,
+        &limits,
+        &Health::default(),
+        &driftguard::metrics::Metrics::default(),
+    )
+    .await;
 }

@@ -42,6 +42,8 @@ pub struct Metrics {
     pub source_age: Gauge<f64, AtomicU64>,
     pub runtime_tasks: Gauge,
     pub sources_objects: Family<SourceLabels, Gauge>,
+    pub connections_open: Gauge,
+    pub connections_evicted: Counter,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -138,6 +140,18 @@ impl Default for Metrics {
             "Tokio tasks alive when scraped (connections, watches, reloaders): flat over time, or something leaks",
             runtime_tasks.clone(),
         );
+        let connections_open = Gauge::default();
+        registry.register(
+            "connections_open",
+            "Webhook connections open, in their TLS handshake or after it",
+            connections_open.clone(),
+        );
+        let connections_evicted = Counter::default();
+        registry.register(
+            "connections_evicted",
+            "Connections with no request in flight closed to make room under --max-connections",
+            connections_evicted.clone(),
+        );
         // Counted by the audit writer, which runs before any Metrics exists.
         registry.register(
             "audit_dropped",
@@ -160,6 +174,8 @@ impl Default for Metrics {
             decision_queue_full,
             policy_reloads,
             certificate_reloads,
+            connections_open,
+            connections_evicted,
         }
     }
 }

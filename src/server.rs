@@ -1,6 +1,7 @@
 //! `driftguard serve`: the HTTPS admission endpoint and the probe port.
 
 pub mod app;
+pub mod connections;
 pub mod errors;
 pub mod probes;
 pub mod reload;
@@ -15,7 +16,6 @@ use std::time::Duration;
 use anyhow::Context as _;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
@@ -26,6 +26,7 @@ use crate::logging::LogFormat;
 use crate::metrics::Metrics;
 use crate::service::{OnError, PolicyHandle, Reviewer};
 use app::App;
+use connections::{Admitted, CloseReason, Connections, EVICTION_GRACE};
 use probes::Health;
 use tls::CertStore;
 
@@ -150,6 +151,11 @@ pub struct ConnectionLimits {
     /// Then at most this long to finish the reviews in flight.
     #[arg(long, env = "DRIFTGUARD_SHUTDOWN_TIMEOUT", default_value = "20s", value_parser = duration)]
     pub shutdown_timeout: Duration,
+    /// Most connections open at once. When full, a new connection closes the
+    /// oldest one with no request in flight (or still in its TLS handshake);
+    /// when every one is busy, new ones wait in the kernel backlog.
+    #[arg(long, env = "DRIFTGUARD_MAX_CONNECTIONS", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..=1_048_576))]
+    pub max_connections: u32,
 }
 
 impl Config {
@@ -300,6 +306,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         app::router(app),
         &config.limits,
         &health,
+        &metrics,
     )
     .await;
     probe_task.abort();
@@ -349,7 +356,8 @@ fn initial_pair(source: &TlsSource) -> anyhow::Result<rustls::sign::CertifiedKey
 }
 
 /// Accepts TLS connections and serves HTTP/1.1 or HTTP/2 on each (public so
-/// that the load benchmark's fixed-answer baseline runs the very same stack).
+/// that the load benchmark's fixed-answer baseline runs the very same stack),
+/// at most `--max-connections` at once (see [`connections`]).
 /// On SIGTERM
 /// or SIGINT: unready at once, keep accepting for the shutdown delay so that
 /// endpoints update, then stop accepting and let in-flight reviews finish.
@@ -359,8 +367,16 @@ pub async fn serve_tls(
     router: axum::Router,
     limits: &ConnectionLimits,
     health: &Health,
+    metrics: &Metrics,
 ) {
     let mut builder = auto::Builder::new(TokioExecutor::new());
+    // No idle timeout of our own for connections that served a request. The
+    // apiserver speaks HTTP/1.1 to webhooks (HTTP/2 only to loopback URLs)
+    // and keeps idle connections for Go's 90 s. On HTTP/1.1, hyper's header
+    // read timeout starts as soon as a kept-alive connection waits for its
+    // next request, so an idle one already ends after --header-timeout; an
+    // idle HTTP/2 connection stays until the client closes it or its
+    // keep-alive pings go unanswered. Under pressure, idle ones are evicted.
     builder
         .http1()
         .timer(TokioTimer::new())
@@ -371,7 +387,11 @@ pub async fn serve_tls(
         .timer(TokioTimer::new())
         .keep_alive_interval(Some(Duration::from_secs(30)));
     let builder = Arc::new(builder);
-    let graceful = GracefulShutdown::new();
+    let connections = Connections::new(
+        limits.max_connections as usize,
+        metrics.connections_open.clone(),
+        metrics.connections_evicted.clone(),
+    );
     let signal = shutdown_signal();
     tokio::pin!(signal);
     let drain = tokio::time::sleep(Duration::MAX / 4);
@@ -389,23 +409,20 @@ pub async fn serve_tls(
                         continue;
                     }
                 };
+                // Waits while every connection is busy: the listener is not
+                // polled meanwhile, so further connections stay in the
+                // backlog. Nor is the signal: a SIGTERM is seen once a
+                // request ends, within --body-timeout and --decision-timeout.
+                let admitted = connections.admit().await;
                 let _ = tcp.set_nodelay(true);
-                let acceptor = acceptor.clone();
-                let service = TowerToHyperService::new(router.clone());
-                let builder = builder.clone();
-                let watcher = graceful.watcher();
-                let handshake_timeout = limits.handshake_timeout;
-                tokio::spawn(async move {
-                    let tls = match tokio::time::timeout(handshake_timeout, acceptor.accept(tcp)).await {
-                        Ok(Ok(tls)) => tls,
-                        Ok(Err(e)) => return tracing::debug!(%peer, error = %e, "TLS handshake failed"),
-                        Err(_) => return tracing::debug!(%peer, "TLS handshake timed out"),
-                    };
-                    let conn = builder.serve_connection(TokioIo::new(tls), service).into_owned();
-                    if let Err(e) = watcher.watch(conn).await {
-                        tracing::debug!(%peer, error = %e, "connection ended with an error");
-                    }
-                });
+                let conn = Conn {
+                    acceptor: acceptor.clone(),
+                    service: TowerToHyperService::new(router.clone()),
+                    builder: builder.clone(),
+                    handshake_timeout: limits.handshake_timeout,
+                    first_request_timeout: limits.header_timeout,
+                };
+                tokio::spawn(conn.serve(tcp, peer, admitted));
             }
             _ = &mut signal, if !signalled => {
                 signalled = true;
@@ -418,14 +435,106 @@ pub async fn serve_tls(
     }
     drop(listener);
     tracing::info!(
-        connections = graceful.count(),
+        connections = connections.len(),
         "no longer accepting; finishing reviews in flight"
     );
-    if tokio::time::timeout(limits.shutdown_timeout, graceful.shutdown())
+    connections.close_all();
+    if tokio::time::timeout(limits.shutdown_timeout, connections.all_closed())
         .await
         .is_err()
     {
         tracing::warn!(timeout = ?limits.shutdown_timeout, "shutdown timeout reached with connections still open");
+    }
+}
+
+/// What serving one connection needs.
+struct Conn {
+    acceptor: TlsAcceptor,
+    service: TowerToHyperService<axum::Router>,
+    builder: Arc<auto::Builder<TokioExecutor>>,
+    handshake_timeout: Duration,
+    /// A connection that has not begun a request this long after its
+    /// handshake is closed: hyper's HTTP/1 header timeout does not cover the
+    /// time before the protocol is known, so a client that completes the
+    /// handshake and sends nothing would hold its connection for ever.
+    first_request_timeout: Duration,
+}
+
+impl Conn {
+    async fn serve(self, tcp: tokio::net::TcpStream, peer: SocketAddr, admitted: Admitted) {
+        let slot = admitted.slot().clone();
+        let handshake = tokio::time::timeout(self.handshake_timeout, self.acceptor.accept(tcp));
+        let tls = tokio::select! {
+            done = handshake => match done {
+                Ok(Ok(tls)) => tls,
+                Ok(Err(e)) => return tracing::debug!(%peer, error = %e, "TLS handshake failed"),
+                Err(_) => return tracing::debug!(%peer, "TLS handshake timed out"),
+            },
+            reason = slot.closed() => return tracing::debug!(%peer, ?reason, "closed during the TLS handshake"),
+        };
+        slot.handshake_done();
+        // Counts the requests in flight: busy from the call until the
+        // response is produced (or the request is dropped).
+        let inner = self.service;
+        let counted = slot.clone();
+        let service = hyper::service::service_fn(move |request| {
+            let busy = counted.begin();
+            let response = hyper::service::Service::call(&inner, request);
+            async move {
+                let response = response.await;
+                drop(busy);
+                response
+            }
+        });
+        let conn = self
+            .builder
+            .serve_connection(TokioIo::new(tls), service)
+            .into_owned();
+        tokio::pin!(conn);
+        let first_request = tokio::time::sleep(self.first_request_timeout);
+        tokio::pin!(first_request);
+        let grace = tokio::time::sleep(Duration::MAX / 4);
+        tokio::pin!(grace);
+        let (mut closing, mut deadline_passed, mut grace_running) = (false, false, false);
+        loop {
+            tokio::select! {
+                ended = conn.as_mut() => {
+                    if let Err(e) = ended {
+                        tracing::debug!(%peer, error = %e, "connection ended with an error");
+                    }
+                    return;
+                }
+                reason = slot.closed() => {
+                    if !closing {
+                        conn.as_mut().graceful_shutdown();
+                        closing = true;
+                    }
+                    // Evicted: bounded by the grace. Shutdown: in-flight
+                    // reviews finish, bounded by --shutdown-timeout overall.
+                    grace_running = reason == CloseReason::Evicted;
+                    if grace_running {
+                        grace.as_mut().reset(tokio::time::Instant::now() + EVICTION_GRACE);
+                    }
+                }
+                _ = &mut first_request, if !deadline_passed => {
+                    deadline_passed = true;
+                    if !slot.served() && !closing {
+                        tracing::debug!(%peer, timeout = ?self.first_request_timeout, "no request after the handshake; closing");
+                        conn.as_mut().graceful_shutdown();
+                        closing = true;
+                        grace_running = true;
+                        grace.as_mut().reset(tokio::time::Instant::now() + EVICTION_GRACE);
+                    }
+                }
+                _ = &mut grace, if grace_running => {
+                    if slot.in_flight() == 0 {
+                        return tracing::debug!(%peer, "closed after the grace");
+                    }
+                    // A request raced in: graceful shutdown lets it finish.
+                    grace_running = false;
+                }
+            }
+        }
     }
 }
 
@@ -440,8 +549,27 @@ async fn shutdown_signal() {
 
 #[cfg(test)]
 mod tests {
-    use super::sweep_interval;
+    use super::{ConnectionLimits, sweep_interval};
+    use clap::Parser as _;
     use std::time::Duration;
+
+    #[derive(clap::Parser)]
+    struct Limits {
+        #[command(flatten)]
+        limits: ConnectionLimits,
+    }
+
+    #[test]
+    fn max_connections_defaults_to_1024_and_is_range_checked() {
+        let parse = |args: &[&str]| {
+            Limits::try_parse_from(std::iter::once("serve").chain(args.iter().copied()))
+                .map(|l| l.limits.max_connections)
+        };
+        assert_eq!(parse(&[]).unwrap(), 1024);
+        assert_eq!(parse(&["--max-connections=64"]).unwrap(), 64);
+        assert!(parse(&["--max-connections=0"]).is_err());
+        assert!(parse(&["--max-connections=2000000"]).is_err());
+    }
 
     #[test]
     fn the_sweep_interval_is_a_duration_or_zero() {

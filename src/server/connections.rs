@@ -1,0 +1,392 @@
+//! The open connections of the webhook listener, bounded by
+//! `--max-connections`.
+//!
+//! Every accepted connection holds a slot until its task ends. When all slots
+//! are taken and another connection arrives, the oldest connection that does
+//! nothing useful (still in its TLS handshake, or open with no request in
+//! flight) is told to close, and the new one waits for its slot. Only when
+//! every connection has a request in flight does nothing get closed: the
+//! accept loop then waits for one to end and the kernel backlog holds the
+//! rest. So idle floods and slow handshakes cannot starve the apiserver,
+//! whose connection is busy while it matters.
+//!
+//! Connections that have served a request rank after those that never did:
+//! a flood of connections that never send anything is spent before the
+//! apiserver's kept-alive connection, which would otherwise be the oldest
+//! idle one after a quiet spell.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+use tokio::sync::Notify;
+
+/// How long an evicted connection that was told to close gracefully (an
+/// HTTP/2 GOAWAY waits for the peer's ping answer) may take before it is
+/// dropped, unless a request raced in and is still in flight.
+pub const EVICTION_GRACE: Duration = Duration::from_secs(1);
+
+/// How often the accept loop looks for another victim while the one it chose
+/// is still closing.
+const RECHECK: Duration = Duration::from_millis(50);
+
+/// Why a connection was told to close.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum CloseReason {
+    /// Not told to close.
+    None = 0,
+    /// Evicted to make room for a new connection.
+    Evicted = 1,
+    /// The server is shutting down: finish what is in flight.
+    Shutdown = 2,
+}
+
+/// One connection's state, shared between its task (which updates it) and
+/// the registry (which reads it to choose a victim).
+#[derive(Debug)]
+pub struct Slot {
+    id: u64,
+    epoch: Instant,
+    /// Whether a request ever started on this connection.
+    served: AtomicBool,
+    in_flight: AtomicUsize,
+    /// Milliseconds after `epoch` at which the connection was accepted or last
+    /// became idle.
+    since_ms: AtomicU64,
+    reason: AtomicU8,
+    close: Notify,
+}
+
+impl Slot {
+    fn now_ms(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
+    }
+
+    /// The TLS handshake completed: idle from now on.
+    pub fn handshake_done(&self) {
+        self.since_ms.store(self.now_ms(), Ordering::SeqCst);
+    }
+
+    /// A request started; the connection is busy until the guard is dropped
+    /// (when its response is produced, or the request is abandoned).
+    pub fn begin(self: &Arc<Self>) -> Busy {
+        self.served.store(true, Ordering::SeqCst);
+        self.in_flight.fetch_add(1, Ordering::SeqCst);
+        Busy(self.clone())
+    }
+
+    pub fn served(&self) -> bool {
+        self.served.load(Ordering::SeqCst)
+    }
+
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.load(Ordering::SeqCst)
+    }
+
+    /// Resolves when the connection is told to close (at once if it already was).
+    pub async fn closed(&self) -> CloseReason {
+        self.close.notified().await;
+        self.reason()
+    }
+
+    pub fn reason(&self) -> CloseReason {
+        match self.reason.load(Ordering::SeqCst) {
+            1 => CloseReason::Evicted,
+            2 => CloseReason::Shutdown,
+            _ => CloseReason::None,
+        }
+    }
+
+    /// Tells the task to close. A shutdown overrides an eviction, never the
+    /// other way round.
+    fn tell(&self, reason: CloseReason) {
+        let previous = self.reason.fetch_max(reason as u8, Ordering::SeqCst);
+        if previous < reason as u8 {
+            // notify_one keeps a permit: a task not waiting yet still sees it.
+            self.close.notify_one();
+        }
+    }
+
+    fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            busy: self.in_flight() > 0,
+            closing: self.reason() != CloseReason::None,
+            served: self.served(),
+            since_ms: self.since_ms.load(Ordering::SeqCst),
+        }
+    }
+}
+
+/// A request in flight on a connection.
+pub struct Busy(Arc<Slot>);
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        // since first: the registry never sees an idle slot with a stale time.
+        self.0.since_ms.store(self.0.now_ms(), Ordering::SeqCst);
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// What the eviction choice looks at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Snapshot {
+    pub busy: bool,
+    pub closing: bool,
+    pub served: bool,
+    pub since_ms: u64,
+}
+
+/// The connection to close to make room: among those with nothing in flight
+/// and not already closing, the ones that never served a request first, then
+/// the longest idle (or longest in its handshake). `None` when every
+/// connection is busy or already closing.
+pub fn choose_victim(slots: impl IntoIterator<Item = (u64, Snapshot)>) -> Option<u64> {
+    slots
+        .into_iter()
+        .filter(|(_, s)| !s.busy && !s.closing)
+        .min_by_key(|(id, s)| (s.served, s.since_ms, *id))
+        .map(|(id, _)| id)
+}
+
+/// The registry of open connections.
+pub struct Connections {
+    max: usize,
+    epoch: Instant,
+    next_id: AtomicU64,
+    open: Mutex<HashMap<u64, Arc<Slot>>>,
+    /// Signalled whenever a connection ends.
+    room: Notify,
+    open_gauge: Gauge,
+    evicted: Counter,
+}
+
+impl Connections {
+    pub fn new(max: usize, open_gauge: Gauge, evicted: Counter) -> Arc<Self> {
+        Arc::new(Self {
+            max: max.max(1),
+            epoch: Instant::now(),
+            next_id: AtomicU64::new(0),
+            open: Mutex::new(HashMap::new()),
+            room: Notify::new(),
+            open_gauge,
+            evicted,
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<Slot>>> {
+        self.open.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// A slot for a connection just accepted. When all are taken, tells the
+    /// best victim to close and waits for room; with none to close (every
+    /// connection busy), waits for one to end. Scans the connections only
+    /// when full.
+    pub async fn admit(self: &Arc<Self>) -> Admitted {
+        loop {
+            {
+                let mut open = self.lock();
+                if open.len() < self.max {
+                    let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+                    let slot = Arc::new(Slot {
+                        id,
+                        epoch: self.epoch,
+                        served: AtomicBool::new(false),
+                        in_flight: AtomicUsize::new(0),
+                        since_ms: AtomicU64::new(self.epoch.elapsed().as_millis() as u64),
+                        reason: AtomicU8::new(CloseReason::None as u8),
+                        close: Notify::new(),
+                    });
+                    open.insert(id, slot.clone());
+                    self.open_gauge.set(open.len() as i64);
+                    return Admitted {
+                        registry: self.clone(),
+                        slot,
+                    };
+                }
+                let victim = choose_victim(open.iter().map(|(id, s)| (*id, s.snapshot())));
+                if let Some(slot) = victim.and_then(|id| open.get(&id)) {
+                    slot.tell(CloseReason::Evicted);
+                    self.evicted.inc();
+                }
+            }
+            // A victim still closing after RECHECK (an HTTP/2 peer that does
+            // not answer the GOAWAY ping) does not stall the loop: choose another.
+            let _ = tokio::time::timeout(RECHECK, self.room.notified()).await;
+        }
+    }
+
+    /// Tells every connection to finish what is in flight and close.
+    pub fn close_all(&self) {
+        for slot in self.lock().values() {
+            slot.tell(CloseReason::Shutdown);
+        }
+    }
+
+    /// Resolves when no connection is open.
+    pub async fn all_closed(&self) {
+        while !self.is_empty() {
+            // A connection ending between the check and the wait leaves a permit.
+            self.room.notified().await;
+        }
+    }
+
+    fn release(&self, id: u64) {
+        let mut open = self.lock();
+        open.remove(&id);
+        self.open_gauge.set(open.len() as i64);
+        drop(open);
+        self.room.notify_one();
+    }
+}
+
+/// A connection's slot, given back when dropped (when its task ends).
+pub struct Admitted {
+    registry: Arc<Connections>,
+    slot: Arc<Slot>,
+}
+
+impl Admitted {
+    pub fn slot(&self) -> &Arc<Slot> {
+        &self.slot
+    }
+}
+
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        self.registry.release(self.slot.id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn snap(busy: bool, closing: bool, served: bool, since_ms: u64) -> Snapshot {
+        Snapshot {
+            busy,
+            closing,
+            served,
+            since_ms,
+        }
+    }
+
+    #[test]
+    fn the_oldest_connection_doing_nothing_is_chosen() {
+        let slots = [
+            (1, snap(false, false, false, 300)),
+            (2, snap(false, false, false, 100)),
+            (3, snap(false, false, false, 200)),
+        ];
+        assert_eq!(choose_victim(slots), Some(2));
+    }
+
+    #[test]
+    fn busy_and_closing_connections_are_never_chosen() {
+        let slots = [
+            (1, snap(true, false, true, 0)),
+            (2, snap(false, true, false, 1)),
+            (3, snap(false, false, true, 500)),
+        ];
+        assert_eq!(choose_victim(slots), Some(3));
+        let all_busy = [
+            (1, snap(true, false, true, 0)),
+            (2, snap(true, false, true, 9)),
+        ];
+        assert_eq!(choose_victim(all_busy), None);
+        assert_eq!(choose_victim([]), None);
+    }
+
+    #[test]
+    fn a_connection_that_served_goes_after_every_one_that_never_did() {
+        // The apiserver's kept-alive connection, idle for long, against a
+        // handshake that started a moment ago.
+        let slots = [
+            (1, snap(false, false, true, 0)),
+            (2, snap(false, false, false, 10_000)),
+        ];
+        assert_eq!(choose_victim(slots), Some(2));
+    }
+
+    fn registry(max: usize) -> (Arc<Connections>, Gauge, Counter) {
+        let (gauge, counter) = (Gauge::default(), Counter::default());
+        (
+            Connections::new(max, gauge.clone(), counter.clone()),
+            gauge,
+            counter,
+        )
+    }
+
+    #[tokio::test]
+    async fn a_full_registry_evicts_the_oldest_idle_and_spares_the_busy() {
+        let (connections, gauge, evicted) = registry(2);
+        let first = connections.admit().await;
+        first.slot().handshake_done();
+        let busy = first.slot().begin();
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let second = connections.admit().await;
+        assert_eq!(gauge.get(), 2);
+
+        // Full: the third evicts the second (idle), not the first (busy).
+        let second_slot = second.slot().clone();
+        let waiter = tokio::spawn({
+            let connections = connections.clone();
+            async move { connections.admit().await }
+        });
+        assert_eq!(second_slot.closed().await, CloseReason::Evicted);
+        assert_eq!(first.slot().reason(), CloseReason::None);
+        assert_eq!(evicted.get(), 1);
+        drop(second);
+        let third = waiter.await.unwrap();
+        assert_eq!(gauge.get(), 2);
+        drop(busy);
+        drop((first, third));
+        assert_eq!(gauge.get(), 0);
+        connections.all_closed().await;
+    }
+
+    #[tokio::test]
+    async fn with_every_connection_busy_admission_waits_for_one_to_end() {
+        let (connections, _, evicted) = registry(1);
+        let only = connections.admit().await;
+        let busy = only.slot().begin();
+        let waiter = tokio::spawn({
+            let connections = connections.clone();
+            async move { connections.admit().await }
+        });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(!waiter.is_finished(), "admitted beyond the limit");
+        assert_eq!(evicted.get(), 0);
+        assert_eq!(only.slot().reason(), CloseReason::None);
+        drop(busy);
+        drop(only);
+        let _next = tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .expect("admitted once the busy connection ended")
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn shutdown_overrides_an_eviction() {
+        let (connections, _, _) = registry(4);
+        let a = connections.admit().await;
+        a.slot().tell(CloseReason::Evicted);
+        assert_eq!(a.slot().closed().await, CloseReason::Evicted);
+        connections.close_all();
+        assert_eq!(a.slot().closed().await, CloseReason::Shutdown);
+        a.slot().tell(CloseReason::Evicted);
+        assert_eq!(a.slot().reason(), CloseReason::Shutdown);
+    }
+}

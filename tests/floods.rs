@@ -1,0 +1,180 @@
+//! `--max-connections` against floods, on the real server binary over real
+//! TLS without a control plane: idle TLS connections and slow handshakes
+//! take every slot, and a review on a fresh connection is still answered
+//! while the server's open file descriptors stay bounded.
+
+#[path = "support/flood.rs"]
+mod flood;
+#[path = "support/process.rs"]
+mod process;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering::SeqCst;
+use std::time::{Duration, Instant};
+
+use driftguard::certs::Authority;
+use flood::*;
+use process::*;
+
+const REVIEW: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/data/deployment-update-image.json"
+);
+/// The uid in `REVIEW`.
+const UID: &str = "5b1a7f2e-9f7c-4d8e-8a51-2f4c1d9e0a11";
+const MAX: usize = 64;
+/// Descriptors beyond the connections: listeners, epoll, the runtime's
+/// wakers, the audit pipe; and the one connection accepted while it waits
+/// for a slot.
+const MARGIN: usize = 8;
+
+fn start(dir: &Path, ca: &Authority, max: usize, extra: &[&str]) -> Served {
+    let (cert, key) = ca.leaf("server", &["127.0.0.1".into()], &[]).unwrap();
+    std::fs::write(dir.join("tls.crt"), cert).unwrap();
+    std::fs::write(dir.join("tls.key"), key).unwrap();
+    let args: Vec<String> = vec![
+        format!("--tls-cert={}", dir.join("tls.crt").display()),
+        format!("--tls-key={}", dir.join("tls.key").display()),
+        "--shutdown-delay=0s".into(),
+        "--no-cluster".into(),
+        format!("--max-connections={max}"),
+    ];
+    let args: Vec<String> = args
+        .into_iter()
+        .chain(extra.iter().map(|a| a.to_string()))
+        .collect();
+    serve_driftguard(Path::new(env!("CARGO_BIN_EXE_driftguard")), 0, &args)
+}
+
+/// A review on a new connection is decided: driftguard's own answer.
+fn review(addr: SocketAddr, ca: &Authority) -> Result<Duration, String> {
+    let started = Instant::now();
+    let body = std::fs::read(REVIEW).unwrap();
+    let (status, text) = post_fresh(
+        addr,
+        &ca.cert_pem,
+        "/validate",
+        &body,
+        Duration::from_secs(30),
+    )?;
+    if status != 200 || !text.contains(UID) || !text.contains("\"allowed\":false") {
+        return Err(format!("{status} {text}"));
+    }
+    Ok(started.elapsed())
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("floods-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// hyper's header timeout does not run before the protocol is known: without
+/// driftguard's own deadline, a client that completes the handshake and says
+/// nothing would keep its connection while there is room.
+#[test]
+fn a_connection_that_sends_no_request_is_closed_after_the_header_timeout() {
+    use std::io::Read;
+    let dir = scratch("silent");
+    let ca = Authority::new("test CA").unwrap();
+    let server = start(&dir, &ca, MAX, &["--header-timeout=1s"]);
+    let config = std::sync::Arc::new(client_config(&ca.cert_pem));
+    let name = rustls::pki_types::ServerName::IpAddress(std::net::Ipv4Addr::LOCALHOST.into());
+    let mut tls = rustls::StreamOwned::new(
+        rustls::ClientConnection::new(config, name).unwrap(),
+        std::net::TcpStream::connect(("127.0.0.1", server.port)).unwrap(),
+    );
+    tls.sock
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let started = Instant::now();
+    let mut buf = [0u8; 256];
+    // Session tickets first, then the end (an EOF or a reset).
+    loop {
+        match tls.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+    }
+    let waited = started.elapsed();
+    assert!(
+        waited < Duration::from_secs(20),
+        "the connection stayed open {waited:?}"
+    );
+    assert!(
+        waited >= Duration::from_millis(900),
+        "closed before the timeout: {waited:?}"
+    );
+    assert_eq!(
+        metric(server.probe, "driftguard_connections_evicted_total"),
+        0.0
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_review_gets_through_idle_connections_and_slow_handshakes() {
+    let dir =
+        PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("floods-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let ca = Authority::new("test CA").unwrap();
+    let server = start(&dir, &ca, MAX, &[]);
+    let addr: SocketAddr = ([127, 0, 0, 1], server.port).into();
+    let pid = server.proc.child.id();
+    review(addr, &ca).expect("a review before the flood");
+    let baseline = fd_count(pid);
+    let fds = FdPeak::watch(pid);
+
+    let flood = Flood::start(
+        addr,
+        &ca.cert_pem,
+        FloodShape {
+            idle: 500,
+            slow: 200,
+            dribble: Duration::from_secs(1),
+            reconnect_after: Duration::from_millis(200),
+        },
+    );
+    // Every flood client connected at least once: 500 idle and 200 slow
+    // connections against 64 slots.
+    wait_for("the flood to press", Duration::from_secs(120), || {
+        let s = &flood.stats;
+        let (idle, slow) = (s.handshakes.load(SeqCst), s.slow_opened.load(SeqCst));
+        if idle >= 500 && slow >= 200 {
+            Ok(())
+        } else {
+            Err(s.summary())
+        }
+    });
+    let mut took = Vec::new();
+    for _ in 0..5 {
+        took.push(review(addr, &ca).unwrap_or_else(|e| {
+            panic!("a review during the flood: {e}; {}", flood.stats.summary())
+        }));
+    }
+    let slowest = took.iter().max().unwrap();
+    assert!(
+        *slowest < Duration::from_secs(10),
+        "reviews during the flood took {took:?}"
+    );
+    let peak = fds.peak();
+    println!(
+        "reviews during the flood took {took:?}; fds: {baseline} before, peak {peak}; {} evicted; {}",
+        metric(server.probe, "driftguard_connections_evicted_total"),
+        flood.stats.summary()
+    );
+    assert!(
+        peak <= baseline + MAX + MARGIN,
+        "driftguard held {peak} descriptors (baseline {baseline}, --max-connections {MAX})"
+    );
+    let evicted = metric(server.probe, "driftguard_connections_evicted_total");
+    assert!(evicted >= 100.0, "{evicted} connections evicted");
+    drop(flood);
+    drop(fds);
+    review(addr, &ca).expect("a review after the flood");
+    let _ = std::fs::remove_dir_all(&dir);
+}
