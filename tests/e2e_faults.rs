@@ -128,25 +128,8 @@ struct Direct {
 
 impl Direct {
     fn new(plane: &ControlPlane, port: u16) -> Direct {
-        use rustls::pki_types::CertificateDer;
-        use rustls::pki_types::pem::PemObject;
         let ca = std::fs::read(plane.dir.join("ca.crt")).unwrap();
-        let mut roots = rustls::RootCertStore::empty();
-        roots
-            .add(CertificateDer::from_pem_slice(&ca).unwrap())
-            .unwrap();
-        let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-        let http = reqwest::Client::builder()
-            .tls_backend_preconfigured(tls)
-            .timeout(Duration::from_secs(10))
-            .build()
-            .unwrap();
+        let http = https_client(&ca, Duration::from_secs(10));
         Direct {
             rt: tokio_runtime(),
             http,

@@ -26,8 +26,6 @@ use futures_util::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::GroupVersionKind;
-use rustls::pki_types::CertificateDer;
-use rustls::pki_types::pem::PemObject;
 use serde_json::{Value, json};
 
 const APPLICATIONS: usize = 2_000;
@@ -115,7 +113,14 @@ async fn run(total: Duration, out: &Path) {
             "--reload-interval=1s",
         ],
     );
-    register(&plane, dg.port, &policy);
+    // The Argo CD namespace left out: the churn is Argo CD's own status
+    // writes, which the real chart never sends either.
+    Driftguard::register_with(
+        &plane,
+        &policy.display().to_string(),
+        &format!("https://127.0.0.1:{}", dg.port),
+        &["--exclude-namespace=argocd"],
+    );
     let started = Instant::now();
     let created = futures_util::stream::iter(0..APPLICATIONS)
         .map(|i| {
@@ -149,7 +154,7 @@ async fn run(total: Duration, out: &Path) {
 
     let pid = dg.proc.child.id();
     let ca_pem = plane.ca.cert_pem.clone();
-    let direct = direct_client(&ca_pem);
+    let direct = https_client(ca_pem.as_bytes(), Duration::from_secs(15));
     let probe = format!("http://127.0.0.1:{}/metrics", dg.probe);
 
     let load = Load {
@@ -838,31 +843,6 @@ fn write_atomic(path: &Path, text: &str) {
     std::fs::rename(&tmp, path).unwrap();
 }
 
-/// `driftguard register`, with the Argo CD namespace left out: the churn is
-/// Argo CD's own status writes, which the real chart never sends either.
-fn register(plane: &ControlPlane, port: u16, policy: &Path) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_driftguard"))
-        .arg("register")
-        .arg(format!("--url=https://127.0.0.1:{port}"))
-        .arg(format!(
-            "--ca-bundle={}",
-            plane.dir.join("ca.crt").display()
-        ))
-        .arg(format!("--policy={}", policy.display()))
-        .arg("--exclude-namespace=argocd")
-        .arg(format!(
-            "--kubeconfig={}",
-            plane.kubeconfig("admin").display()
-        ))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "driftguard register: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 async fn client(plane: &ControlPlane, user: &str, impersonate: Option<&str>) -> kube::Client {
     let kubeconfig = kube::config::Kubeconfig::read_from(plane.kubeconfig(user)).unwrap();
     let mut config = kube::Config::from_custom_kubeconfig(
@@ -881,25 +861,6 @@ async fn client(plane: &ControlPlane, user: &str, impersonate: Option<&str>) -> 
     }
     config.read_timeout = Some(Duration::from_secs(30));
     kube::Client::try_from(config).unwrap()
-}
-
-fn direct_client(ca_pem: &str) -> reqwest::Client {
-    let mut roots = rustls::RootCertStore::empty();
-    roots
-        .add(CertificateDer::from_pem_slice(ca_pem.as_bytes()).unwrap())
-        .unwrap();
-    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    reqwest::Client::builder()
-        .tls_backend_preconfigured(tls)
-        .timeout(Duration::from_secs(15))
-        .build()
-        .unwrap()
 }
 
 /// The decision latency of an audit record of the load (not of the bad

@@ -542,8 +542,14 @@ impl Driftguard {
 
     /// Registers both webhooks at `url` (a proxy in front of replicas, say).
     pub fn register_url(plane: &ControlPlane, policy: &str, url: &str) {
+        Self::register_with(plane, policy, url, &[]);
+    }
+
+    /// `driftguard register` with `extra` flags (`--exclude-namespace=…`).
+    pub fn register_with(plane: &ControlPlane, policy: &str, url: &str, extra: &[&str]) {
         let out = Command::new(Self::binary())
             .args(["register", &format!("--url={url}")])
+            .args(extra)
             .arg(format!(
                 "--ca-bundle={}",
                 plane.dir.join("ca.crt").display()

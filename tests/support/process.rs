@@ -309,3 +309,26 @@ impl Served {
         )
     }
 }
+
+/// An HTTPS client that trusts only `ca_pem` (TLS 1.2+, ring), for reviews
+/// sent straight to driftguard.
+pub fn https_client(ca_pem: &[u8], timeout: Duration) -> reqwest::Client {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_slice(ca_pem).unwrap())
+        .unwrap();
+    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    reqwest::Client::builder()
+        .tls_backend_preconfigured(tls)
+        .timeout(timeout)
+        .build()
+        .unwrap()
+}
