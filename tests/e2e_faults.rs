@@ -12,7 +12,6 @@ mod control_plane;
 mod tcp_proxy;
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write as _};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -24,29 +23,6 @@ use serde_json::{Value, json};
 
 // ---------------------------------------------------------------------------
 // Shared helpers
-
-/// A plain HTTP/1.0 GET on driftguard's probe port: (status, body); status
-/// 0 when nothing answered.
-fn probe_get(port: u16, path: &str) -> (u16, String) {
-    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
-        return (0, String::new());
-    };
-    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
-    if write!(s, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").is_err() {
-        return (0, String::new());
-    }
-    let mut text = String::new();
-    let _ = s.read_to_string(&mut text);
-    let status = text
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    (
-        status,
-        text.split("\r\n\r\n").nth(1).unwrap_or_default().to_owned(),
-    )
-}
 
 /// The sum of every sample of a metric family on driftguard's probe port.
 fn metric_sum(probe: u16, family: &str) -> f64 {

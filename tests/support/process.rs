@@ -275,24 +275,7 @@ pub fn serve_driftguard(binary: &Path, port: u16, args: &[String]) -> Served {
 impl Served {
     /// A plain HTTP/1.0 GET on the probe port: (status, body).
     pub fn probe_get(&self, path: &str) -> (u16, String) {
-        let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", self.probe)) else {
-            return (0, String::new());
-        };
-        let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
-        if write!(s, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").is_err() {
-            return (0, String::new());
-        }
-        let mut text = String::new();
-        let _ = s.read_to_string(&mut text);
-        let status = text
-            .split_whitespace()
-            .nth(1)
-            .and_then(|c| c.parse().ok())
-            .unwrap_or(0);
-        (
-            status,
-            text.split("\r\n\r\n").nth(1).unwrap_or_default().to_owned(),
-        )
+        probe_get(self.probe, path)
     }
 
     pub fn wait_ready(&self) {
@@ -331,4 +314,27 @@ pub fn https_client(ca_pem: &[u8], timeout: Duration) -> reqwest::Client {
         .timeout(timeout)
         .build()
         .unwrap()
+}
+
+/// A plain HTTP/1.0 GET on 127.0.0.1:`port`: (status, body); status 0 when
+/// nothing answered.
+pub fn probe_get(port: u16, path: &str) -> (u16, String) {
+    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return (0, String::new());
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+    if write!(s, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").is_err() {
+        return (0, String::new());
+    }
+    let mut text = String::new();
+    let _ = s.read_to_string(&mut text);
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (
+        status,
+        text.split("\r\n\r\n").nth(1).unwrap_or_default().to_owned(),
+    )
 }
