@@ -303,7 +303,10 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     serve_tls(
         listener,
         acceptor,
-        app::router(app),
+        app::router(app).layer(axum::middleware::from_fn_with_state(
+            health.clone(),
+            app::close_when_draining,
+        )),
         &config.limits,
         &health,
         &metrics,

@@ -888,12 +888,18 @@ fn two_replicas(name: &str, host: &str) {
     let (humans, controllers) = (4, 2);
     let mut plane = ControlPlane::start(name);
     let policy = load_setup(&mut plane, humans, controllers);
+    // DRIFTGUARD_FAULTS_SHUTDOWN_DELAY=3s: with DRIFTGUARD_FAULTS_STOP=term,
+    // the stopping replica drains as behind a Service.
+    let delay = std::env::var("DRIFTGUARD_FAULTS_SHUTDOWN_DELAY")
+        .map(|d| format!("--shutdown-delay={d}"))
+        .unwrap_or_else(|_| "--shutdown-delay=0s".into());
     let a = Driftguard::start_with_names(
         &plane,
         &["127.0.0.1", host],
         &[
             &format!("--policy={policy}"),
             &plane.driftguard_kubeconfig_flag(),
+            &delay,
         ],
     );
     let b = a.replica();

@@ -70,9 +70,11 @@ impl Server {
             format!("--tls-cert={}", dir.join("tls.crt").display()),
             format!("--tls-key={}", dir.join("tls.key").display()),
             "--reload-interval=100ms".into(),
-            "--shutdown-delay=300ms".into(),
             "--no-cluster".into(),
         ];
+        if !extra.iter().any(|a| a.starts_with("--shutdown-delay")) {
+            args.push("--shutdown-delay=300ms".into());
+        }
         args.extend(extra.iter().map(|a| a.to_string()));
         Server(serve_driftguard(
             Path::new(env!("CARGO_BIN_EXE_driftguard")),
@@ -610,4 +612,51 @@ async fn one_audit_line_per_decided_review() {
             .count()
     };
     assert_eq!((endpoint("validate"), endpoint("mutate")), (7, 1));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn while_draining_http1_answers_close_their_connection() {
+    let dir = scratch("draining");
+    let ca = Authority::new("test CA").unwrap();
+    write_pair(&ca, &dir, "server");
+    let mut server = Server::start(&dir, &["--shutdown-delay=5s"]);
+    let http = client(&ca.cert_pem, None, false, false);
+    let body = std::fs::read(REVIEW).unwrap();
+    let connection = |r: &reqwest::Response| {
+        r.headers()
+            .get("connection")
+            .map(|v| v.to_str().unwrap().to_owned())
+    };
+    let before = http
+        .post(server.url("/validate"))
+        .body(body.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(before.status(), 200);
+    assert_eq!(connection(&before), None, "keep-alive while serving");
+
+    server.proc.terminate();
+    let server_ref = &server;
+    wait_for_async(
+        "/readyz 503 after SIGTERM",
+        Duration::from_secs(2),
+        move || async move {
+            match server_ref.probe_get("/readyz") {
+                (503, _) => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    let draining = http
+        .post(server.url("/validate"))
+        .body(body)
+        .send()
+        .await
+        .expect("still served during the shutdown delay");
+    assert_eq!(draining.status(), 200);
+    assert_eq!(connection(&draining).as_deref(), Some("close"));
+    let status = server.proc.wait_exit(Duration::from_secs(15));
+    assert!(status.success(), "{status:?}");
 }

@@ -3,17 +3,20 @@
 //! [`Reviewer`] and wraps its answer; refusals become HTTP in [`HttpError`].
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{Request, State};
-use axum::http::header;
+use axum::http::{HeaderValue, header};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use http_body_util::BodyExt;
 
 use super::errors::HttpError;
+use super::probes::Health;
 use crate::Endpoint;
 use crate::service::Reviewer;
 
@@ -31,6 +34,26 @@ pub fn router(app: Arc<App>) -> Router {
         .fallback(|| async { HttpError::NotFound })
         .method_not_allowed_fallback(|| async { HttpError::MethodNotAllowed })
         .with_state(app)
+}
+
+/// Once SIGTERM has made driftguard unready, every HTTP/1.1 answer says
+/// `Connection: close`: the client's next review then opens a connection
+/// that the Service routes to a ready replica, instead of reusing this one
+/// as it closes at the end of the delay, where a POST would fail and the
+/// apiserver would not retry it. HTTP/2 gets its GOAWAY from the shutdown.
+pub async fn close_when_draining(
+    State(health): State<Arc<Health>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let http1 = request.version() < http::Version::HTTP_2;
+    let mut response = next.run(request).await;
+    if http1 && health.shutting_down.load(Ordering::SeqCst) {
+        response
+            .headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    response
 }
 
 async fn validate(State(app): State<Arc<App>>, request: Request) -> Response {

@@ -474,8 +474,10 @@ impl Driftguard {
         let mut args: Vec<String> = vec![
             format!("--tls-cert={}", plane.dir.join("driftguard.crt").display()),
             format!("--tls-key={}", plane.dir.join("driftguard.key").display()),
-            "--shutdown-delay=0s".into(),
         ];
+        if !extra.iter().any(|a| a.starts_with("--shutdown-delay")) {
+            args.push("--shutdown-delay=0s".into());
+        }
         args.extend(extra.iter().map(|a| a.to_string()));
         let Served { proc, port, probe } = serve_driftguard(&Self::binary(), 0, &args);
         Driftguard {
