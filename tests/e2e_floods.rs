@@ -33,27 +33,31 @@ const MARGIN: usize = 16;
 const IDLE: usize = 5_000;
 const SLOW: usize = 300;
 
-const OBJECTS: &str = r#"
-apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: myapp
-  namespace: production
-  labels: {app.kubernetes.io/instance: myapp}
-  annotations: {argocd.argoproj.io/tracking-id: "myapp:apps/Deployment:production/myapp"}
-spec:
-  replicas: 2
-  selector: {matchLabels: {app: myapp}}
-  template:
-    metadata: {labels: {app: myapp}}
-    spec: {containers: [{name: app, image: "nginx:1.27"}]}
-"#;
-
 fn evicted(dg: &Driftguard) -> f64 {
     metric(dg.probe, "driftguard_connections_evicted_total")
 }
 
 /// A drifting write, denied by driftguard itself; returns how long kubectl took.
+/// Five rounds of a drift that must be denied and a scale that must pass,
+/// with how long each took.
+fn decide_rounds(
+    plane: &ControlPlane,
+    flood: &Flood,
+    phase: &str,
+) -> (Vec<Duration>, Vec<Duration>) {
+    let fail = |round: u32, e: String| -> Duration {
+        panic!("{phase} (round {round}): {e}; {}", flood.stats.summary())
+    };
+    (0..5)
+        .map(|round| {
+            (
+                drift_is_denied(plane).unwrap_or_else(|e| fail(round, e)),
+                allowed_write_succeeds(plane, 4 + round).unwrap_or_else(|e| fail(round, e)),
+            )
+        })
+        .unzip()
+}
+
 fn drift_is_denied(plane: &ControlPlane) -> Result<Duration, String> {
     let started = Instant::now();
     let out = plane.kubectl(
@@ -122,7 +126,7 @@ fn kubectl_writes_are_decided_through_a_connection_flood() {
         ],
     );
     dg.register(&plane, &policy);
-    let out = plane.kubectl_as_stdin(ARGO, &["apply", "-f", "-"], Some(OBJECTS));
+    let out = plane.kubectl_as_stdin(ARGO, &["apply", "-f", "-"], Some(MYAPP_DEPLOYMENT));
     assert!(out.ok, "objects as the Argo CD controller: {out}");
     plane.wait_until_webhook_denies_drift();
     let quiet = (
@@ -158,23 +162,7 @@ fn kubectl_writes_are_decided_through_a_connection_flood() {
     let ramp = flood_started.elapsed();
     let evicted_before = evicted(&dg);
 
-    let (mut denials, mut allowed) = (Vec::new(), Vec::new());
-    for round in 0..5 {
-        denials.push(drift_is_denied(&plane).unwrap_or_else(|e| {
-            panic!(
-                "during the flood (round {round}): {e}; {}",
-                flood.stats.summary()
-            )
-        }));
-        allowed.push(
-            allowed_write_succeeds(&plane, 4 + round).unwrap_or_else(|e| {
-                panic!(
-                    "during the flood (round {round}): {e}; {}",
-                    flood.stats.summary()
-                )
-            }),
-        );
-    }
+    let (denials, allowed) = decide_rounds(&plane, &flood, "during the flood");
     let summary = flood.stats.summary();
     let evicted_during = evicted(&dg);
     let (peak, rss) = (fds.peak(), fds.rss_peak_mib());
@@ -209,23 +197,7 @@ fn kubectl_writes_are_decided_through_a_connection_flood() {
             e => Err(format!("{e} evicted; {}", flood.stats.summary())),
         },
     );
-    let (mut denials, mut allowed) = (Vec::new(), Vec::new());
-    for round in 0..5 {
-        denials.push(drift_is_denied(&plane).unwrap_or_else(|e| {
-            panic!(
-                "after the restart during the flood (round {round}): {e}; {}",
-                flood.stats.summary()
-            )
-        }));
-        allowed.push(
-            allowed_write_succeeds(&plane, 4 + round).unwrap_or_else(|e| {
-                panic!(
-                    "after the restart during the flood (round {round}): {e}; {}",
-                    flood.stats.summary()
-                )
-            }),
-        );
-    }
+    let (denials, allowed) = decide_rounds(&plane, &flood, "after the restart during the flood");
     let evicted_during = evicted(&dg);
     let summary = flood.stats.summary();
     flood.stop();

@@ -83,6 +83,21 @@ impl Server {
         ))
     }
 
+    /// Waits for /readyz to say 503, as it does at once after SIGTERM.
+    async fn wait_unready(&self) {
+        wait_for_async(
+            "/readyz 503 after SIGTERM",
+            Duration::from_secs(2),
+            move || async move {
+                match self.probe_get("/readyz") {
+                    (503, _) => Ok(()),
+                    other => Err(format!("{other:?}")),
+                }
+            },
+        )
+        .await;
+    }
+
     fn url(&self, path: &str) -> String {
         format!("https://127.0.0.1:{}{path}", self.port)
     }
@@ -430,17 +445,7 @@ async fn sigterm_lets_the_review_in_flight_finish_and_exits_zero() {
 
     server.proc.terminate();
     let server_ref = &server;
-    wait_for_async(
-        "/readyz 503 after SIGTERM",
-        Duration::from_secs(2),
-        move || async move {
-            match server_ref.probe_get("/readyz") {
-                (503, _) => Ok(()),
-                other => Err(format!("{other:?}")),
-            }
-        },
-    )
-    .await;
+    server_ref.wait_unready().await;
     // Past the shutdown delay: no longer accepting, but the review in flight completes.
     let stopped = wait_for_async(
         "the server to stop accepting",
@@ -637,18 +642,7 @@ async fn while_draining_http1_answers_close_their_connection() {
     assert_eq!(connection(&before), None, "keep-alive while serving");
 
     server.proc.terminate();
-    let server_ref = &server;
-    wait_for_async(
-        "/readyz 503 after SIGTERM",
-        Duration::from_secs(2),
-        move || async move {
-            match server_ref.probe_get("/readyz") {
-                (503, _) => Ok(()),
-                other => Err(format!("{other:?}")),
-            }
-        },
-    )
-    .await;
+    server.wait_unready().await;
     let draining = http
         .post(server.url("/validate"))
         .body(body)

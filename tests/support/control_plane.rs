@@ -22,6 +22,24 @@ pub const ARGO: &str = "system:serviceaccount:argocd:argocd-application-controll
 pub const FLUX: &str = "system:serviceaccount:flux-system:kustomize-controller";
 pub const HPA: &str = "system:serviceaccount:kube-system:horizontal-pod-autoscaler";
 
+/// The Argo CD-managed production/myapp that
+/// [`ControlPlane::wait_until_webhook_denies_drift`] probes.
+pub const MYAPP_DEPLOYMENT: &str = r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: myapp
+  namespace: production
+  labels: {app.kubernetes.io/instance: myapp}
+  annotations: {argocd.argoproj.io/tracking-id: "myapp:apps/Deployment:production/myapp"}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: myapp}}
+  template:
+    metadata: {labels: {app: myapp}}
+    spec: {containers: [{name: app, image: "nginx:1.27"}]}
+"#;
+
 /// What kubectl printed.
 pub struct Kubectl {
     pub ok: bool,
