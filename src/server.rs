@@ -416,7 +416,7 @@ pub async fn serve_tls(
                 // polled meanwhile, so further connections stay in the
                 // backlog. Nor is the signal: a SIGTERM is seen once a
                 // request ends, within --body-timeout and --decision-timeout.
-                let admitted = connections.admit().await;
+                let admitted = connections.admit(peer.ip()).await;
                 let _ = tcp.set_nodelay(true);
                 let conn = Conn {
                     acceptor: acceptor.clone(),

@@ -14,8 +14,19 @@
 //! a flood of connections that never send anything is spent before the
 //! apiserver's kept-alive connection, which would otherwise be the oldest
 //! idle one after a quiet spell.
+//!
+//! Among those that never served, the victim comes from the peer address
+//! holding the most of them. Oldest-first alone lets a flood that arrives
+//! faster than a handshake completes evict every new connection, the
+//! apiserver's too, before its first request: a connection survives only
+//! `max - 1` later arrivals. Ranking by peer first spends the flooding pods'
+//! connections before the one the apiserver is opening, however fast they
+//! arrive. A flood spread over as many addresses as there are slots falls
+//! back to oldest-first.
 
+use std::cmp::Reverse;
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -50,6 +61,7 @@ pub enum CloseReason {
 #[derive(Debug)]
 pub struct Slot {
     id: u64,
+    peer: IpAddr,
     epoch: Instant,
     /// Whether a request ever started on this connection.
     served: AtomicBool,
@@ -117,6 +129,7 @@ impl Slot {
             closing: self.reason() != CloseReason::None,
             served: self.served(),
             since_ms: self.since_ms.load(Ordering::SeqCst),
+            peer: self.peer,
         }
     }
 }
@@ -139,17 +152,28 @@ pub struct Snapshot {
     pub closing: bool,
     pub served: bool,
     pub since_ms: u64,
+    pub peer: IpAddr,
 }
 
 /// The connection to close to make room: among those with nothing in flight
-/// and not already closing, the ones that never served a request first, then
-/// the longest idle (or longest in its handshake). `None` when every
-/// connection is busy or already closing.
+/// and not already closing, the ones that never served a request first, from
+/// the peer holding the most of those; then the longest idle (or longest in
+/// its handshake). `None` when every connection is busy or already closing.
 pub fn choose_victim(slots: impl IntoIterator<Item = (u64, Snapshot)>) -> Option<u64> {
-    slots
+    let candidates: Vec<(u64, Snapshot)> = slots
         .into_iter()
         .filter(|(_, s)| !s.busy && !s.closing)
-        .min_by_key(|(id, s)| (s.served, s.since_ms, *id))
+        .collect();
+    let mut never_served: HashMap<IpAddr, usize> = HashMap::new();
+    for (_, s) in candidates.iter().filter(|(_, s)| !s.served) {
+        *never_served.entry(s.peer).or_default() += 1;
+    }
+    candidates
+        .into_iter()
+        .min_by_key(|(id, s)| {
+            let crowd = if s.served { 0 } else { never_served[&s.peer] };
+            (s.served, Reverse(crowd), s.since_ms, *id)
+        })
         .map(|(id, _)| id)
 }
 
@@ -194,7 +218,7 @@ impl Connections {
     /// best victim to close and waits for room; with none to close (every
     /// connection busy), waits for one to end. Scans the connections only
     /// when full.
-    pub async fn admit(self: &Arc<Self>) -> Admitted {
+    pub async fn admit(self: &Arc<Self>, peer: IpAddr) -> Admitted {
         loop {
             {
                 let mut open = self.lock();
@@ -202,6 +226,7 @@ impl Connections {
                     let id = self.next_id.fetch_add(1, Ordering::Relaxed);
                     let slot = Arc::new(Slot {
                         id,
+                        peer,
                         epoch: self.epoch,
                         served: AtomicBool::new(false),
                         in_flight: AtomicUsize::new(0),
@@ -274,12 +299,20 @@ impl Drop for Admitted {
 mod tests {
     use super::*;
 
+    const APISERVER: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(10, 0, 0, 1));
+    const FLOOD: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(10, 244, 1, 7));
+
     fn snap(busy: bool, closing: bool, served: bool, since_ms: u64) -> Snapshot {
+        from(APISERVER, busy, closing, served, since_ms)
+    }
+
+    fn from(peer: IpAddr, busy: bool, closing: bool, served: bool, since_ms: u64) -> Snapshot {
         Snapshot {
             busy,
             closing,
             served,
             since_ms,
+            peer,
         }
     }
 
@@ -320,6 +353,33 @@ mod tests {
         assert_eq!(choose_victim(slots), Some(2));
     }
 
+    #[test]
+    fn the_peer_holding_most_new_connections_loses_one_first() {
+        // The apiserver's new connection is the oldest doing nothing, yet
+        // the flood's newest goes first.
+        let slots = [
+            (1, from(APISERVER, false, false, false, 0)),
+            (2, from(FLOOD, false, false, false, 50)),
+            (3, from(FLOOD, false, false, false, 40)),
+            (4, from(FLOOD, true, false, true, 1)),
+        ];
+        assert_eq!(choose_victim(slots), Some(3));
+        // Connections that served never count towards their peer's crowd,
+        // nor are chosen while one that never served remains.
+        let slots = [
+            (1, from(APISERVER, false, false, false, 30)),
+            (2, from(FLOOD, false, false, true, 0)),
+            (3, from(FLOOD, false, false, true, 1)),
+        ];
+        assert_eq!(choose_victim(slots), Some(1));
+        // Equal crowds: oldest first.
+        let slots = [
+            (1, from(APISERVER, false, false, false, 30)),
+            (2, from(FLOOD, false, false, false, 20)),
+        ];
+        assert_eq!(choose_victim(slots), Some(2));
+    }
+
     fn registry(max: usize) -> (Arc<Connections>, Gauge, Counter) {
         let (gauge, counter) = (Gauge::default(), Counter::default());
         (
@@ -332,18 +392,18 @@ mod tests {
     #[tokio::test]
     async fn a_full_registry_evicts_the_oldest_idle_and_spares_the_busy() {
         let (connections, gauge, evicted) = registry(2);
-        let first = connections.admit().await;
+        let first = connections.admit(APISERVER).await;
         first.slot().handshake_done();
         let busy = first.slot().begin();
         tokio::time::sleep(Duration::from_millis(5)).await;
-        let second = connections.admit().await;
+        let second = connections.admit(APISERVER).await;
         assert_eq!(gauge.get(), 2);
 
         // Full: the third evicts the second (idle), not the first (busy).
         let second_slot = second.slot().clone();
         let waiter = tokio::spawn({
             let connections = connections.clone();
-            async move { connections.admit().await }
+            async move { connections.admit(APISERVER).await }
         });
         assert_eq!(second_slot.closed().await, CloseReason::Evicted);
         assert_eq!(first.slot().reason(), CloseReason::None);
@@ -358,13 +418,48 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_flood_from_one_peer_never_evicts_another_peers_new_connection() {
+        let (connections, _, evicted) = registry(4);
+        let apiserver = connections.admit(APISERVER).await;
+        let mut flood = Vec::new();
+        for _ in 0..3 {
+            flood.push(connections.admit(FLOOD).await);
+        }
+        // Each arrival from the flood evicts one of its own, many times over
+        // what oldest-first would have let the apiserver's connection survive.
+        for round in 0..20 {
+            let next = tokio::spawn({
+                let connections = connections.clone();
+                async move { connections.admit(FLOOD).await }
+            });
+            let victim = loop {
+                if let Some(i) = flood
+                    .iter()
+                    .position(|a| a.slot().reason() == CloseReason::Evicted)
+                {
+                    break i;
+                }
+                tokio::task::yield_now().await;
+            };
+            drop(flood.remove(victim));
+            flood.push(next.await.unwrap());
+            assert_eq!(
+                apiserver.slot().reason(),
+                CloseReason::None,
+                "round {round}"
+            );
+        }
+        assert_eq!(evicted.get(), 20);
+    }
+
+    #[tokio::test]
     async fn with_every_connection_busy_admission_waits_for_one_to_end() {
         let (connections, _, evicted) = registry(1);
-        let only = connections.admit().await;
+        let only = connections.admit(APISERVER).await;
         let busy = only.slot().begin();
         let waiter = tokio::spawn({
             let connections = connections.clone();
-            async move { connections.admit().await }
+            async move { connections.admit(APISERVER).await }
         });
         tokio::time::sleep(Duration::from_millis(200)).await;
         assert!(!waiter.is_finished(), "admitted beyond the limit");
@@ -381,7 +476,7 @@ mod tests {
     #[tokio::test]
     async fn shutdown_overrides_an_eviction() {
         let (connections, _, _) = registry(4);
-        let a = connections.admit().await;
+        let a = connections.admit(APISERVER).await;
         a.slot().tell(CloseReason::Evicted);
         assert_eq!(a.slot().closed().await, CloseReason::Evicted);
         connections.close_all();

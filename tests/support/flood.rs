@@ -4,9 +4,13 @@
 //! Both reconnect when the server closes them, so the flood keeps pressing
 //! for as long as it runs. It runs on a runtime of its own, so that the
 //! synchronous tests (kubectl) can go on meanwhile; dropping it ends it.
+//!
+//! The flood connects from [`FLOOD_SOURCE`], as flooding pods would from
+//! their own addresses, while the tests' reviews and the apiserver connect
+//! from 127.0.0.1.
 #![allow(dead_code)]
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
@@ -14,7 +18,16 @@ use std::time::Duration;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::net::{TcpSocket, TcpStream};
+
+/// The address the flood connects from (all of 127/8 is loopback on Linux).
+pub const FLOOD_SOURCE: IpAddr = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2));
+
+async fn connect_from_flood_source(addr: SocketAddr) -> std::io::Result<TcpStream> {
+    let socket = TcpSocket::new_v4()?;
+    socket.bind(SocketAddr::new(FLOOD_SOURCE, 0))?;
+    socket.connect(addr).await
+}
 
 /// What the flood saw.
 #[derive(Default, Debug)]
@@ -139,7 +152,7 @@ async fn idle_client(
     let permit = connecting.acquire().await.unwrap();
     let name = ServerName::IpAddress(addr.ip().into());
     let connected = tokio::time::timeout(Duration::from_secs(30), async {
-        let tcp = TcpStream::connect(addr).await?;
+        let tcp = connect_from_flood_source(addr).await?;
         connector.connect(name, tcp).await
     })
     .await;
@@ -167,7 +180,7 @@ async fn idle_client(
 
 async fn slow_client(addr: SocketAddr, hello: &[u8], dribble: Duration, stats: &FloodStats) {
     let Ok(Ok(mut tcp)) =
-        tokio::time::timeout(Duration::from_secs(30), TcpStream::connect(addr)).await
+        tokio::time::timeout(Duration::from_secs(30), connect_from_flood_source(addr)).await
     else {
         stats.failures.fetch_add(1, Ordering::SeqCst);
         return;
@@ -304,14 +317,15 @@ pub fn metric(probe: u16, name: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
-/// POSTs `body` to `path` over HTTP/1.1 on a new TLS connection to `addr`
-/// and returns (status, body), or why it failed. Synchronous: it runs on a
-/// runtime of its own.
+/// POSTs `body` to `path` over HTTP/1.1 on a new TLS connection to `addr`,
+/// `think` after the handshake completes, and returns (status, body), or why
+/// it failed. Synchronous: it runs on a runtime of its own.
 pub fn post_fresh(
     addr: SocketAddr,
     ca_pem: &str,
     path: &str,
     body: &[u8],
+    think: Duration,
     within: Duration,
 ) -> Result<(u16, String), String> {
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -335,6 +349,7 @@ pub fn post_fresh(
                 .connect(name, tcp)
                 .await
                 .map_err(|e| format!("handshake: {e}"))?;
+            tokio::time::sleep(think).await;
             tls.write_all(&request)
                 .await
                 .map_err(|e| format!("write: {e}"))?;
