@@ -1,5 +1,6 @@
 //! End to end on a real kube-apiserver and etcd: faults. The apiserver
-//! restarts while driftguard watches Argo CD Applications; driftguard is
+//! restarts while driftguard watches Argo CD Applications and Flux
+//! Kustomizations; driftguard is
 //! SIGKILLed under load with failurePolicy Fail; one of two replicas behind
 //! one address (a TCP proxy, tests/support/tcp_proxy.rs) is SIGKILLed under
 //! load, over HTTP/2 and over HTTP/1.1. Every write's outcome is checked
@@ -78,6 +79,30 @@ fn application(pointers: &[&str]) -> String {
         pointers.join(", ")
     )
 }
+
+/// A Flux Kustomization whose `ignore` lists `pointers` on Deployments.
+fn kustomization(pointers: &[&str]) -> String {
+    format!(
+        "apiVersion: kustomize.toolkit.fluxcd.io/v1\nkind: Kustomization\nmetadata: {{name: apps, namespace: tenant-a}}\nspec:\n  interval: 5m\n  prune: true\n  path: ./apps\n  sourceRef: {{kind: GitRepository, name: repo}}\n  ignore:\n    - paths: [{}]\n      target: {{kind: Deployment}}\n",
+        pointers.join(", ")
+    )
+}
+
+/// Managed by the Kustomization above.
+const WEB: &str = r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+  namespace: tenant-a
+  labels: {app: web, kustomize.toolkit.fluxcd.io/name: apps, kustomize.toolkit.fluxcd.io/namespace: tenant-a}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec: {containers: [{name: web, image: "nginx:1.27"}]}
+"#;
 
 const SHOP: &str = r#"
 apiVersion: apps/v1
@@ -218,14 +243,20 @@ fn get_json(plane: &ControlPlane, ns: &str, what: &str) -> Value {
 fn apiserver_restart_while_driftguard_watches() {
     let test_started = Instant::now();
     let mut plane = ControlPlane::start("faults-apiserver");
-    plane.prepare(&["argocd", "shop"]);
-    plane.apply_crds(&["argocd-application"]);
+    plane.prepare(&["argocd", "shop", "tenant-a"]);
+    plane.apply_crds(&["argocd-application", "flux-kustomization"]);
     plane.apply_admin(&application(&[REPLICAS]));
+    plane.apply_admin(&kustomization(&[REPLICAS]));
     let out = plane.kubectl_as_stdin(ARGO, &["apply", "-f", "-"], Some(SHOP));
     assert!(out.ok, "{out}");
+    plane.apply_admin(WEB);
     let dg = Driftguard::start(
         &plane,
-        &["--watch-argocd", &plane.driftguard_kubeconfig_flag()],
+        &[
+            "--watch-argocd",
+            "--watch-flux",
+            &plane.driftguard_kubeconfig_flag(),
+        ],
     );
     dg.register(&plane, &format!("{ROOT}/src/policy/default-policy.yaml"));
 
@@ -234,7 +265,8 @@ fn apiserver_restart_while_driftguard_watches() {
     fn write<'a>(ns: &[&'a str], extra: &[&'a str]) -> Vec<&'a str> {
         [ns, extra].concat()
     }
-    // Before: the Application's rule applies through the apiserver.
+    // Before: the Application's and the Kustomization's rules apply
+    // through the apiserver.
     wait_for(
         "the Application's ignore rule to apply",
         Duration::from_secs(30),
@@ -254,6 +286,27 @@ fn apiserver_restart_while_driftguard_watches() {
             );
             if out.ok { Ok(()) } else { Err(out.to_string()) }
         },
+    );
+    let tenant = ["-n", "tenant-a"];
+    wait_for(
+        "the Kustomization's ignore rule to apply",
+        Duration::from_secs(30),
+        || {
+            let out = plane.kubectl(
+                "alice",
+                &write(&tenant, &["scale", "deployment/web", "--replicas=2"]),
+            );
+            if out.ok { Ok(()) } else { Err(out.to_string()) }
+        },
+    );
+    expect_write(
+        &plane,
+        "alice",
+        &write(
+            &tenant,
+            &["set", "image", "deployment/web", "web=nginx:1.28"],
+        ),
+        false,
     );
     expect_write(
         &plane,
@@ -279,7 +332,9 @@ fn apiserver_restart_while_driftguard_watches() {
     // The same decisions straight from driftguard.
     let direct = Direct::new(&plane, dg.port);
     let stored = get_json(&plane, "shop", "deployment/shop");
+    let stored_web = get_json(&plane, "tenant-a", "deployment/web");
     direct.check_round(&stored, 0, false);
+    direct.check_round(&stored_web, 0, false);
 
     let readyz = ReadyzWatch::start(dg.probe);
     let errors_before = metric_sum(dg.probe, "driftguard_watch_errors");
@@ -305,6 +360,7 @@ fn apiserver_restart_while_driftguard_watches() {
     while rounds < 20 || down_at.elapsed() < Duration::from_secs(5) {
         rounds += 1;
         direct.check_round(&stored, rounds, false);
+        direct.check_round(&stored_web, rounds, false);
         std::thread::sleep(Duration::from_millis(50));
     }
     let watch_errors_down = metric_sum(dg.probe, "driftguard_watch_errors") - errors_before;
@@ -334,36 +390,52 @@ fn apiserver_restart_while_driftguard_watches() {
         ),
         true,
     );
+    expect_write(
+        &plane,
+        "alice",
+        &write(
+            &tenant,
+            &["set", "image", "deployment/web", "web=nginx:1.29"],
+        ),
+        false,
+    );
+    expect_write(
+        &plane,
+        "alice",
+        &write(&tenant, &["scale", "deployment/web", "--replicas=3"]),
+        true,
+    );
     // The watches recover: a rule added now is followed without a restart.
     plane.apply_admin(&application(&[REPLICAS, TEAM]));
+    plane.apply_admin(&kustomization(&[REPLICAS, TEAM]));
     let changed_at = Instant::now();
     let mut denied_while_catching_up = 0;
-    wait_for(
-        "driftguard to follow the Application changed after the restart",
-        Duration::from_secs(120),
-        || {
-            let out = plane.kubectl(
-                "alice",
-                &write(
-                    &ns,
-                    &[
-                        "label",
-                        "deployment/shop",
-                        "team=checkout",
-                        "--dry-run=server",
-                    ],
-                ),
-            );
-            if out.ok {
-                Ok(())
-            } else if denied_by_driftguard(&out) {
-                denied_while_catching_up += 1;
-                Err(out.to_string())
-            } else {
-                panic!("neither allowed nor denied by driftguard: {out}")
-            }
-        },
-    );
+    for (what, ns, deployment) in [
+        ("the Application", &ns, "deployment/shop"),
+        ("the Kustomization", &tenant, "deployment/web"),
+    ] {
+        wait_for(
+            &format!("driftguard to follow {what} changed after the restart"),
+            Duration::from_secs(120),
+            || {
+                let out = plane.kubectl(
+                    "alice",
+                    &write(
+                        ns,
+                        &["label", deployment, "team=checkout", "--dry-run=server"],
+                    ),
+                );
+                if out.ok {
+                    Ok(())
+                } else if denied_by_driftguard(&out) {
+                    denied_while_catching_up += 1;
+                    Err(out.to_string())
+                } else {
+                    panic!("neither allowed nor denied by driftguard: {out}")
+                }
+            },
+        );
+    }
     let followed_after = changed_at.elapsed();
     let recovered_after = up_at.elapsed();
     let (polls, not_ready, watched) = readyz.finish();
@@ -388,6 +460,19 @@ fn apiserver_restart_while_driftguard_watches() {
         false,
     );
     direct.check_round(&stored, rounds + 1, true);
+    expect_write(
+        &plane,
+        "alice",
+        &write(&tenant, &["label", "deployment/web", "team=checkout"]),
+        true,
+    );
+    let stored_web = get_json(&plane, "tenant-a", "deployment/web");
+    assert_eq!(stored_web["spec"]["replicas"], 3);
+    assert_eq!(
+        stored_web["spec"]["template"]["spec"]["containers"][0]["image"], "nginx:1.27",
+        "a denied image change was stored"
+    );
+    direct.check_round(&stored_web, rounds + 1, true);
     let logged = dg
         .proc
         .stderr_line("serving the last good sources")
@@ -400,9 +485,9 @@ fn apiserver_restart_while_driftguard_watches() {
         &not_ready[..not_ready.len().min(5)]
     );
     eprintln!(
-        "apiserver restart: down {downtime:?}; {rounds} rounds of 3 direct reviews while down, all decided from the last good sources; \
+        "apiserver restart: down {downtime:?}; {rounds} rounds of 6 direct reviews (Application and Kustomization) while down, all decided from the last good sources; \
          {watch_errors_down} watch errors while down; /readyz 200 in all {polls} polls over {watched:?}; \
-         after the apiserver was ready again: Application change followed {followed_after:?} after it was applied \
+         after the apiserver was ready again: Application and Kustomization changes both followed {followed_after:?} after they were applied \
          ({denied_while_catching_up} dry-run labels still denied meanwhile), {recovered_after:?} after the apiserver was ready; \
          test took {:?}\nlog: {logged}",
         test_started.elapsed()
