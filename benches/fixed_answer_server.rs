@@ -40,6 +40,7 @@ async fn main() {
     let limits = ConnectionLimits {
         max_body_bytes: 8 << 20,
         header_timeout: Duration::from_secs(10),
+        idle_timeout: Duration::from_secs(120),
         body_timeout: Duration::from_secs(10),
         handshake_timeout: Duration::from_secs(10),
         shutdown_delay: Duration::ZERO,

@@ -136,9 +136,15 @@ pub struct ConnectionLimits {
     /// Largest accepted request body. The apiserver caps an object at 3 MiB and an UPDATE carries two.
     #[arg(long, env = "DRIFTGUARD_MAX_BODY_BYTES", default_value_t = 8 * 1024 * 1024)]
     pub max_body_bytes: usize,
-    /// Time allowed to send the request headers.
+    /// Time allowed to send the first request's headers after the TLS handshake.
     #[arg(long, env = "DRIFTGUARD_HEADER_TIMEOUT", default_value = "10s", value_parser = duration)]
     pub header_timeout: Duration,
+    /// How long an HTTP/1.1 connection that served a request may wait for
+    /// the next one, its headers included. Keep it above the apiserver's
+    /// 90 s keep-alive, so that the apiserver closes an idle connection
+    /// first and never sends a review into one driftguard is closing.
+    #[arg(long, env = "DRIFTGUARD_IDLE_TIMEOUT", default_value = "120s", value_parser = duration)]
+    pub idle_timeout: Duration,
     /// Time allowed to send the request body.
     #[arg(long, env = "DRIFTGUARD_BODY_TIMEOUT", default_value = "10s", value_parser = duration)]
     pub body_timeout: Duration,
@@ -174,8 +180,18 @@ impl Config {
     }
 }
 
+/// How long the apiserver's webhook client keeps an idle connection (Go's
+/// `http.Transport` as client-go sets it up).
+const APISERVER_KEEP_ALIVE: Duration = Duration::from_secs(90);
+
 pub async fn run(config: Config) -> anyhow::Result<()> {
     let tls_source = config.tls_source()?;
+    if config.limits.idle_timeout <= APISERVER_KEEP_ALIVE {
+        tracing::warn!(
+            idle_timeout = ?config.limits.idle_timeout,
+            "--idle-timeout is not above the apiserver's 90 s keep-alive: a review sent as driftguard closes an idle connection fails its webhook call"
+        );
+    }
     tls::install_process_default();
     let metrics = Arc::new(Metrics::default());
     let health = Arc::new(Health::default());
@@ -373,17 +389,20 @@ pub async fn serve_tls(
     metrics: &Metrics,
 ) {
     let mut builder = auto::Builder::new(TokioExecutor::new());
-    // No idle timeout of our own for connections that served a request. The
-    // apiserver speaks HTTP/1.1 to webhooks (HTTP/2 only to loopback URLs)
-    // and keeps idle connections for Go's 90 s. On HTTP/1.1, hyper's header
-    // read timeout starts as soon as a kept-alive connection waits for its
-    // next request, so an idle one already ends after --header-timeout; an
+    // The apiserver speaks HTTP/1.1 to webhooks (HTTP/2 only to loopback
+    // URLs), keeps idle connections for Go's 90 s and does not retry a POST
+    // whose connection the server closed under it. hyper's header read
+    // timeout starts as soon as a kept-alive connection waits for its next
+    // request, so it is the idle timeout: at --header-timeout, every quiet
+    // spell of 10 s would close the pool and the first write after it could
+    // race the close and fail ("failed calling webhook ... EOF"). The first
+    // request's headers stay bounded by --header-timeout (Conn::serve). An
     // idle HTTP/2 connection stays until the client closes it or its
     // keep-alive pings go unanswered. Under pressure, idle ones are evicted.
     builder
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_timeout)
+        .header_read_timeout(limits.idle_timeout)
         .keep_alive(true);
     builder
         .http2()

@@ -1,7 +1,8 @@
 //! The real server binary over real TLS on 127.0.0.1, with real clients:
 //! HTTP/1.1 keep-alive and HTTP/2, client certificates, certificate rotation
 //! mid-traffic, policy reload, SIGTERM with a review in flight, a slow client,
-//! and one audit line per decided review.
+//! kept-alive connections that outlive the header timeout, and one audit line
+//! per decided review.
 
 #[path = "support/process.rs"]
 mod process;
@@ -653,4 +654,127 @@ async fn while_draining_http1_answers_close_their_connection() {
     assert_eq!(connection(&draining).as_deref(), Some("close"));
     let status = server.proc.wait_exit(Duration::from_secs(15));
     assert!(status.success(), "{status:?}");
+}
+
+/// Reads one HTTP/1.1 response (headers and a Content-Length body) from
+/// `stream`: (status, body), or why not.
+async fn read_response(
+    stream: &mut (impl tokio::io::AsyncRead + Unpin),
+) -> Result<(u16, String), String> {
+    use tokio::io::AsyncReadExt;
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let text = String::from_utf8_lossy(&got).into_owned();
+        if let Some((head, body)) = text.split_once("\r\n\r\n") {
+            let length: usize = head
+                .lines()
+                .find_map(|l| {
+                    let (name, value) = l.split_once(':')?;
+                    name.eq_ignore_ascii_case("content-length")
+                        .then(|| value.trim().parse().ok())?
+                })
+                .ok_or_else(|| format!("no Content-Length in {head:?}"))?;
+            if body.len() >= length {
+                let status = head
+                    .split_whitespace()
+                    .nth(1)
+                    .and_then(|s| s.parse().ok())
+                    .ok_or_else(|| format!("no status in {head:?}"))?;
+                return Ok((status, body.to_owned()));
+            }
+        }
+        match stream.read(&mut buf).await {
+            Ok(0) => return Err(format!("closed after {} bytes", got.len())),
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) => return Err(format!("read: {e}")),
+        }
+    }
+}
+
+/// The apiserver keeps idle HTTP/1.1 connections for 90 s and does not
+/// retry a review whose connection the server closed under it: an idle
+/// kept-alive connection must outlive --header-timeout and close only after
+/// --idle-timeout, while the first request's headers stay bounded by
+/// --header-timeout.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_kept_alive_connection_outlives_the_header_timeout_until_the_idle_timeout() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = scratch("idle");
+    let ca = Authority::new("test CA").unwrap();
+    write_pair(&ca, &dir, "server");
+    let server = Server::start(&dir, &["--header-timeout=1s", "--idle-timeout=6s"]);
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(tls_config(
+        &ca.cert_pem,
+        None,
+        &[b"http/1.1"],
+        false,
+    )));
+    let connect = || async {
+        let tcp = tokio::net::TcpStream::connect(("127.0.0.1", server.port))
+            .await
+            .unwrap();
+        connector
+            .connect("127.0.0.1".try_into().unwrap(), tcp)
+            .await
+            .unwrap()
+    };
+    let body = std::fs::read(REVIEW).unwrap();
+    let mut request = format!(
+        "POST /validate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    request.extend_from_slice(&body);
+
+    let mut kept = connect().await;
+    for round in 0..2 {
+        kept.write_all(&request).await.unwrap();
+        let (status, text) = read_response(&mut kept)
+            .await
+            .unwrap_or_else(|e| panic!("review {round} on the kept-alive connection: {e}"));
+        assert_eq!(status, 200, "{text}");
+        assert!(text.contains(UID), "{text}");
+        // Idle for over twice --header-timeout before the next review.
+        if round == 0 {
+            tokio::time::sleep(Duration::from_millis(2500)).await;
+        }
+    }
+    let idle_from = Instant::now();
+    let mut buf = [0u8; 64];
+    let closed = tokio::time::timeout(Duration::from_secs(30), kept.read(&mut buf))
+        .await
+        .expect("the idle connection was never closed");
+    assert!(matches!(closed, Ok(0) | Err(_)), "{closed:?}");
+    let idled = idle_from.elapsed();
+    assert!(
+        idled >= Duration::from_millis(5500),
+        "closed {idled:?} into its idle time, before --idle-timeout"
+    );
+
+    // The first request's headers: still --header-timeout.
+    let mut slow = connect().await;
+    slow.write_all(b"POST /validate HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let cut = tokio::time::timeout(Duration::from_secs(30), slow.read(&mut buf))
+        .await
+        .expect("unfinished first headers never cut off");
+    assert!(
+        matches!(cut, Ok(0) | Err(_)) || String::from_utf8_lossy(&buf).contains("408"),
+        "{cut:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "unfinished first headers held {:?}, past --header-timeout",
+        started.elapsed()
+    );
+    assert!(
+        server
+            .stderr()
+            .contains("--idle-timeout is not above the apiserver's 90 s keep-alive"),
+        "no warning for --idle-timeout=6s: {}",
+        server.stderr()
+    );
 }

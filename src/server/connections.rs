@@ -15,14 +15,16 @@
 //! apiserver's kept-alive connection, which would otherwise be the oldest
 //! idle one after a quiet spell.
 //!
-//! Among those that never served, the victim comes from the peer address
-//! holding the most of them. Oldest-first alone lets a flood that arrives
-//! faster than a handshake completes evict every new connection, the
+//! Within each of the two groups, the victim comes from the peer address
+//! holding the most of that group. Oldest-first alone lets a flood that
+//! arrives faster than a handshake completes evict every new connection, the
 //! apiserver's too, before its first request: a connection survives only
 //! `max - 1` later arrivals. Ranking by peer first spends the flooding pods'
 //! connections before the one the apiserver is opening, however fast they
-//! arrive. A flood spread over as many addresses as there are slots falls
-//! back to oldest-first.
+//! arrive; and a pod that sends one request per connection and then idles
+//! (or dribbles the next request's headers) loses its own before the
+//! apiserver's kept-alive ones. A flood spread over as many addresses as
+//! there are slots falls back to oldest-first.
 
 use std::cmp::Reverse;
 use std::collections::HashMap;
@@ -156,22 +158,23 @@ pub struct Snapshot {
 }
 
 /// The connection to close to make room: among those with nothing in flight
-/// and not already closing, the ones that never served a request first, from
-/// the peer holding the most of those; then the longest idle (or longest in
-/// its handshake). `None` when every connection is busy or already closing.
+/// and not already closing, the ones that never served a request before
+/// those that did; within either group, from the peer holding the most of
+/// that group; then the longest idle (or longest in its handshake). `None`
+/// when every connection is busy or already closing.
 pub fn choose_victim(slots: impl IntoIterator<Item = (u64, Snapshot)>) -> Option<u64> {
     let candidates: Vec<(u64, Snapshot)> = slots
         .into_iter()
         .filter(|(_, s)| !s.busy && !s.closing)
         .collect();
-    let mut never_served: HashMap<IpAddr, usize> = HashMap::new();
-    for (_, s) in candidates.iter().filter(|(_, s)| !s.served) {
-        *never_served.entry(s.peer).or_default() += 1;
+    let mut crowds: HashMap<(bool, IpAddr), usize> = HashMap::new();
+    for (_, s) in &candidates {
+        *crowds.entry((s.served, s.peer)).or_default() += 1;
     }
     candidates
         .into_iter()
         .min_by_key(|(id, s)| {
-            let crowd = if s.served { 0 } else { never_served[&s.peer] };
+            let crowd = crowds[&(s.served, s.peer)];
             (s.served, Reverse(crowd), s.since_ms, *id)
         })
         .map(|(id, _)| id)
@@ -378,6 +381,16 @@ mod tests {
             (2, from(FLOOD, false, false, false, 20)),
         ];
         assert_eq!(choose_victim(slots), Some(2));
+        // Among connections that served: the apiserver's kept-alive one,
+        // idle the longest, outlasts a pod's crowd of idle ones.
+        let slots = [
+            (1, from(APISERVER, false, false, true, 0)),
+            (2, from(APISERVER, false, false, true, 5)),
+            (3, from(FLOOD, false, false, true, 900)),
+            (4, from(FLOOD, false, false, true, 800)),
+            (5, from(FLOOD, false, false, true, 700)),
+        ];
+        assert_eq!(choose_victim(slots), Some(5));
     }
 
     fn registry(max: usize) -> (Arc<Connections>, Gauge, Counter) {
