@@ -31,7 +31,8 @@ enum Command {
     /// Judge an AdmissionReview offline and print the response the webhook would send.
     Check(CheckArgs),
     /// Serve the admission webhook over HTTPS (POST /validate, POST /mutate) and probes over HTTP.
-    Serve(server::Config),
+    // Boxed: the serve flags dwarf every other subcommand's.
+    Serve(Box<server::Config>),
     /// Write a development CA and serving certificate: ca.crt, tls.crt, tls.key.
     Certs(CertsArgs),
     /// Create or update both webhook configurations (server-side apply), or print them with --dry-run.
@@ -130,7 +131,7 @@ impl Cli {
     pub fn run(self) -> ExitCode {
         let result = match self.command {
             Command::Check(args) => check(args),
-            Command::Serve(args) => serve(args),
+            Command::Serve(args) => serve(*args),
             Command::Certs(args) => certs(args),
             Command::Register(args) => register(args),
             Command::Policy {
