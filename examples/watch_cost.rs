@@ -3,7 +3,10 @@
 //! (the event's own object, only when what driftguard reads changed), side by
 //! side; and the memory each holds. Run in release:
 //!
-//!     cargo run --release --example watch_cost -- [apps] [rules per app] [events] [jq every]
+//!     cargo run --release --example watch_cost -- [apps] [rules per app] [events] [jq every] [own jq]
+//!
+//! With `own jq` 1, every Application's jq expressions are its own text, so
+//! none is shared: the memory of one compiled program per Application.
 
 use std::alloc::{GlobalAlloc, Layout};
 use std::sync::Arc;
@@ -50,6 +53,8 @@ fn live() -> isize {
 
 /// One ignore rule in this many is a jq expression (0: none).
 static JQ_EVERY: AtomicUsize = AtomicUsize::new(5);
+/// 1: each Application's jq expressions name it, so none is shared.
+static OWN_JQ: AtomicUsize = AtomicUsize::new(0);
 
 /// An Application as Argo CD keeps it: `rules` ignoreDifferences (some jq
 /// expressions), and a status with a resource list.
@@ -58,8 +63,13 @@ fn application(i: usize, rules: usize, revision: usize, spec_rev: usize) -> Dyna
     let ignore: Vec<Value> = (0..rules)
         .map(|r| {
             if jq_every > 0 && r % jq_every == jq_every - 1 {
+                let name = if OWN_JQ.load(Ordering::Relaxed) == 1 {
+                    format!("c{r}-app{i}")
+                } else {
+                    format!("c{r}")
+                };
                 json!({"group": "apps", "kind": "Deployment",
-                       "jqPathExpressions": [format!(".spec.template.spec.containers[] | select(.name == \"c{r}\") | .image")]})
+                       "jqPathExpressions": [format!(".spec.template.spec.containers[] | select(.name == \"{name}\") | .image")]})
             } else {
                 json!({"group": "apps", "kind": format!("Kind{r}"),
                        "jsonPointers": [format!("/spec/field{r}/rev{spec_rev}")]})
@@ -126,11 +136,17 @@ fn main() {
     };
     let (apps, rules, events) = (arg(1, 2000), arg(2, 10), arg(3, 20));
     JQ_EVERY.store(arg(4, 5), Ordering::Relaxed);
+    OWN_JQ.store(arg(5, 0), Ordering::Relaxed);
     let objects: Vec<DynamicObject> = (0..apps).map(|i| application(i, rules, 1, 0)).collect();
     println!(
-        "{apps} Applications x {rules} ignore rules = {} rules (one in {} jq); {events} events per row before, 50x after",
+        "{apps} Applications x {rules} ignore rules = {} rules (one in {} jq{}); {events} events per row before, 50x after",
         apps * rules,
-        JQ_EVERY.load(Ordering::Relaxed)
+        JQ_EVERY.load(Ordering::Relaxed),
+        if OWN_JQ.load(Ordering::Relaxed) == 1 {
+            ", each Application's own"
+        } else {
+            ""
+        }
     );
 
     // Before: a reflector store of whole objects, and a full rebuild per event.

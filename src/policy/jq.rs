@@ -5,6 +5,7 @@
 //! kind of thing (paths to drop) and failures can be reported per rule.
 //! Only expressions in the terminating subset ([`terminating`]) compile.
 
+mod prelude;
 pub mod terminating;
 
 use jaq_core::load::{Arena, File, Loader};
@@ -357,12 +358,20 @@ mod shared {
 }
 
 fn compile_filter(code: &str) -> Result<JqFilter, JaqError> {
-    let defs = jaq_core::defs()
-        .chain(jaq_std::defs())
-        .chain(jaq_json::defs());
+    let needed = prelude::needed_by(code);
+    compile_with(code, needed.defs.clone(), |name| needed.calls(name))
+}
+
+/// Compiles `code` with `defs` and the native filters `native` keeps.
+fn compile_with(
+    code: &str,
+    defs: Vec<jaq_core::load::parse::Def>,
+    native: impl Fn(&str) -> bool,
+) -> Result<JqFilter, JaqError> {
     let funs = jaq_core::funs()
         .chain(jaq_std::funs())
-        .chain(jaq_json::funs());
+        .chain(jaq_json::funs())
+        .filter(|(name, _, _)| native(name));
     let loader = Loader::new(defs);
     let arena = Arena::default();
     let modules = loader
@@ -421,6 +430,50 @@ fn to_path(val: &Val) -> Result<Path, RunError> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// Every output (or error) of `filter` on `input`, as text.
+    fn outputs(filter: &JqFilter, input: &Value) -> Vec<String> {
+        let ctx = Ctx::<data::JustLut<Val>>::new(&filter.lut, Vars::new([]));
+        filter
+            .id
+            .run((ctx, to_val(input)))
+            .map(unwrap_valr)
+            .map(|r| match r {
+                Ok(v) => v.to_string(),
+                Err(e) => format!("error: {e}"),
+            })
+            .collect()
+    }
+
+    /// Compiling with only the definitions a program reaches changes
+    /// nothing it computes: every builtin of the terminating subset, at
+    /// every arity, on every kind of value, against the whole library.
+    #[test]
+    fn the_pruned_library_computes_what_the_whole_one_does() {
+        let all: Vec<_> = jaq_core::defs()
+            .chain(jaq_std::defs())
+            .chain(jaq_json::defs())
+            .collect();
+        let input = json!({"a": [1, "b", {"c": null}], "s": "x.y", "n": 2.5, "t": true,
+                           "o": {"k": "v", "name": "side"}, "e": []});
+        let mut compared = 0;
+        for (name, arities) in terminating::BUILTINS {
+            for arity in *arities {
+                let args = vec!["."; *arity].join("; ");
+                let call = if *arity == 0 {
+                    name.to_string()
+                } else {
+                    format!("{name}({args})")
+                };
+                let code = format!("[.. | try ({call}) catch \"caught\"]");
+                let pruned = compile_filter(&code).unwrap_or_else(|e| panic!("{code}: {e}"));
+                let whole = compile_with(&code, all.clone(), |_| true).unwrap();
+                assert_eq!(outputs(&pruned, &input), outputs(&whole, &input), "{code}");
+                compared += 1;
+            }
+        }
+        assert!(compared >= 80, "{compared}");
+    }
 
     fn paths(expr: &str, obj: Value) -> Result<Vec<String>, String> {
         let jq = JqPath::compile(expr).expect("compiles");

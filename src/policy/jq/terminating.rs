@@ -34,7 +34,7 @@ const ALLOWED: &str =
     "allowed: field access, [], |, ',', select(...), comparisons, keys, has, test, ...";
 
 /// Builtins known to terminate when their arguments do, with their arities.
-const BUILTINS: &[(&str, &[usize])] = &[
+pub(super) const BUILTINS: &[(&str, &[usize])] = &[
     ("empty", &[0]),
     ("error", &[0, 1]),
     ("null", &[0]),
