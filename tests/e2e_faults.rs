@@ -88,22 +88,6 @@ fn kustomization(pointers: &[&str]) -> String {
     )
 }
 
-/// Managed by the Kustomization above.
-const WEB: &str = r#"
-apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: web
-  namespace: tenant-a
-  labels: {app: web, kustomize.toolkit.fluxcd.io/name: apps, kustomize.toolkit.fluxcd.io/namespace: tenant-a}
-spec:
-  replicas: 1
-  selector: {matchLabels: {app: web}}
-  template:
-    metadata: {labels: {app: web}}
-    spec: {containers: [{name: web, image: "nginx:1.27"}]}
-"#;
-
 const SHOP: &str = r#"
 apiVersion: apps/v1
 kind: Deployment
@@ -249,7 +233,7 @@ fn apiserver_restart_while_driftguard_watches() {
     plane.apply_admin(&kustomization(&[REPLICAS]));
     let out = plane.kubectl_as_stdin(ARGO, &["apply", "-f", "-"], Some(SHOP));
     assert!(out.ok, "{out}");
-    plane.apply_admin(WEB);
+    plane.apply_admin(TENANT_WEB_DEPLOYMENT);
     let dg = Driftguard::start(
         &plane,
         &[

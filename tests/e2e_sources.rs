@@ -52,21 +52,6 @@ spec:
       target: {kind: Deployment}
 "#;
 
-const TENANT_OBJECTS: &str = r#"
-apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: web
-  namespace: tenant-a
-  labels: {kustomize.toolkit.fluxcd.io/name: apps, kustomize.toolkit.fluxcd.io/namespace: tenant-a}
-spec:
-  replicas: 1
-  selector: {matchLabels: {app: web}}
-  template:
-    metadata: {labels: {app: web}}
-    spec: {containers: [{name: web, image: "nginx:1.27"}]}
-"#;
-
 /// Retries `f` until it holds: the sources update through watches.
 fn eventually(what: &str, f: impl FnMut() -> Result<(), String>) {
     wait_for(what, Duration::from_secs(20), f)
@@ -88,7 +73,7 @@ fn argo_cd_and_flux_are_sources_of_truth() {
     plane.apply_admin(FLUX);
     let out = plane.kubectl_as_stdin(ARGO, &["apply", "-f", "-"], Some(OBJECTS));
     assert!(out.ok, "{out}");
-    let out = plane.kubectl_as_stdin(TENANT, &["apply", "-f", "-"], Some(TENANT_OBJECTS));
+    let out = plane.kubectl_as_stdin(TENANT, &["apply", "-f", "-"], Some(TENANT_WEB_DEPLOYMENT));
     assert!(out.ok, "{out}");
 
     // No policy file: the embedded default, plus what Argo CD and Flux say.

@@ -491,6 +491,23 @@ async fn served_certificate(ca_pem: &str, port: u16) -> Vec<u8> {
     tls.get_ref().1.peer_certificates().unwrap()[0].to_vec()
 }
 
+/// Fails unless the server closes `stream` (or answers 408) within `within`.
+async fn expect_cut_off(
+    stream: &mut (impl tokio::io::AsyncRead + Unpin),
+    within: Duration,
+    what: &str,
+) {
+    use tokio::io::AsyncReadExt;
+    let mut buf = [0u8; 256];
+    let cut = tokio::time::timeout(within, stream.read(&mut buf))
+        .await
+        .unwrap_or_else(|_| panic!("{what}: not cut off within {within:?}"));
+    assert!(
+        matches!(cut, Ok(0) | Err(_)) || String::from_utf8_lossy(&buf).contains("408"),
+        "{what}: {cut:?}"
+    );
+}
+
 /// A `Stream` over an mpsc receiver, for a body sent in pieces.
 fn futures_channel(
     mut rx: tokio::sync::mpsc::Receiver<Result<Vec<u8>, std::io::Error>>,
@@ -500,7 +517,7 @@ fn futures_channel(
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_slow_client_is_cut_off_while_others_are_served() {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::io::AsyncWriteExt;
     let dir = scratch("slow");
     let ca = Authority::new("test CA").unwrap();
     write_pair(&ca, &dir, "server");
@@ -536,18 +553,8 @@ async fn a_slow_client_is_cut_off_while_others_are_served() {
     for _ in 0..5 {
         assert!(review(&http, &server).await.is_ok());
     }
-    let mut buf = [0u8; 256];
-    let cut = tokio::time::timeout(Duration::from_secs(5), slow.read(&mut buf))
-        .await
-        .expect("slow client not cut off");
-    assert!(
-        matches!(cut, Ok(0) | Err(_)) || String::from_utf8_lossy(&buf).contains("408"),
-        "{cut:?}"
-    );
-    let cut = tokio::time::timeout(Duration::from_secs(5), silent.read(&mut buf))
-        .await
-        .expect("silent client not cut off");
-    assert!(matches!(cut, Ok(0) | Err(_)), "{cut:?}");
+    expect_cut_off(&mut slow, Duration::from_secs(5), "slow client").await;
+    expect_cut_off(&mut silent, Duration::from_secs(5), "silent client").await;
     assert!(started.elapsed() < Duration::from_secs(5));
 }
 
@@ -758,13 +765,12 @@ async fn a_kept_alive_connection_outlives_the_header_timeout_until_the_idle_time
         .await
         .unwrap();
     let started = Instant::now();
-    let cut = tokio::time::timeout(Duration::from_secs(30), slow.read(&mut buf))
-        .await
-        .expect("unfinished first headers never cut off");
-    assert!(
-        matches!(cut, Ok(0) | Err(_)) || String::from_utf8_lossy(&buf).contains("408"),
-        "{cut:?}"
-    );
+    expect_cut_off(
+        &mut slow,
+        Duration::from_secs(30),
+        "unfinished first headers",
+    )
+    .await;
     assert!(
         started.elapsed() < Duration::from_secs(5),
         "unfinished first headers held {:?}, past --header-timeout",

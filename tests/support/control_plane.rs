@@ -40,6 +40,22 @@ spec:
     spec: {containers: [{name: app, image: "nginx:1.27"}]}
 "#;
 
+/// tenant-a/web, managed by the Flux Kustomization tenant-a/apps.
+pub const TENANT_WEB_DEPLOYMENT: &str = r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+  namespace: tenant-a
+  labels: {kustomize.toolkit.fluxcd.io/name: apps, kustomize.toolkit.fluxcd.io/namespace: tenant-a}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec: {containers: [{name: web, image: "nginx:1.27"}]}
+"#;
+
 /// What kubectl printed.
 pub struct Kubectl {
     pub ok: bool,
