@@ -44,6 +44,7 @@ pub struct Metrics {
     pub sources_objects: Family<SourceLabels, Gauge>,
     pub connections_open: Gauge,
     pub connections_evicted: Counter,
+    pub connections_turned_away: Counter,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -152,6 +153,12 @@ impl Default for Metrics {
             "Connections with no request in flight closed to make room under --max-connections",
             connections_evicted.clone(),
         );
+        let connections_turned_away = Counter::default();
+        registry.register(
+            "connections_turned_away",
+            "New connections closed at once under --max-connections: their address held most slots, with connections that never sent a request",
+            connections_turned_away.clone(),
+        );
         // Counted by the audit writer, which runs before any Metrics exists.
         registry.register(
             "audit_dropped",
@@ -176,6 +183,7 @@ impl Default for Metrics {
             certificate_reloads,
             connections_open,
             connections_evicted,
+            connections_turned_away,
         }
     }
 }

@@ -26,7 +26,7 @@ use crate::logging::LogFormat;
 use crate::metrics::Metrics;
 use crate::service::{OnError, PolicyHandle, Reviewer};
 use app::App;
-use connections::{Admitted, CloseReason, Connections, EVICTION_GRACE};
+use connections::{Admitted, CloseReason, ConnectionMetrics, Connections, EVICTION_GRACE};
 use probes::Health;
 use tls::CertStore;
 
@@ -411,8 +411,11 @@ pub async fn serve_tls(
     let builder = Arc::new(builder);
     let connections = Connections::new(
         limits.max_connections as usize,
-        metrics.connections_open.clone(),
-        metrics.connections_evicted.clone(),
+        ConnectionMetrics {
+            open: metrics.connections_open.clone(),
+            evicted: metrics.connections_evicted.clone(),
+            turned_away: metrics.connections_turned_away.clone(),
+        },
     );
     let signal = shutdown_signal();
     tokio::pin!(signal);
@@ -435,7 +438,10 @@ pub async fn serve_tls(
                 // polled meanwhile, so further connections stay in the
                 // backlog. Nor is the signal: a SIGTERM is seen once a
                 // request ends, within --body-timeout and --decision-timeout.
-                let admitted = connections.admit(peer.ip()).await;
+                let Some(admitted) = connections.admit(peer.ip()).await else {
+                    tracing::debug!(%peer, "turned away: its address holds most connections, none of them used");
+                    continue;
+                };
                 let _ = tcp.set_nodelay(true);
                 let conn = Conn {
                     acceptor: acceptor.clone(),

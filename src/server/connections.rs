@@ -10,6 +10,14 @@
 //! rest. So idle floods and slow handshakes cannot starve the apiserver,
 //! whose connection is busy while it matters.
 //!
+//! A new connection whose own peer would lose one, and holds more than half
+//! the slots with connections that never sent a request, is turned away at
+//! once instead (closed right after accept, before any TLS). Trading one of
+//! a flood's connections for another of its own gains nothing, and waiting
+//! for the victim to close throttles the accept loop: the kernel's accept
+//! queue then overflows, and the apiserver's connection, queued behind the
+//! flood's, has its handshake dropped and retried a second or more later.
+//!
 //! Connections that have served a request rank after those that never did:
 //! a flood of connections that never send anything is spent before the
 //! apiserver's kept-alive connection, which would otherwise be the oldest
@@ -190,18 +198,27 @@ pub struct Connections {
     room: Notify,
     open_gauge: Gauge,
     evicted: Counter,
+    turned_away: Counter,
+}
+
+/// The registry's metrics.
+pub struct ConnectionMetrics {
+    pub open: Gauge,
+    pub evicted: Counter,
+    pub turned_away: Counter,
 }
 
 impl Connections {
-    pub fn new(max: usize, open_gauge: Gauge, evicted: Counter) -> Arc<Self> {
+    pub fn new(max: usize, metrics: ConnectionMetrics) -> Arc<Self> {
         Arc::new(Self {
             max: max.max(1),
             epoch: Instant::now(),
             next_id: AtomicU64::new(0),
             open: Mutex::new(HashMap::new()),
             room: Notify::new(),
-            open_gauge,
-            evicted,
+            open_gauge: metrics.open,
+            evicted: metrics.evicted,
+            turned_away: metrics.turned_away,
         })
     }
 
@@ -217,11 +234,13 @@ impl Connections {
         self.len() == 0
     }
 
-    /// A slot for a connection just accepted. When all are taken, tells the
-    /// best victim to close and waits for room; with none to close (every
-    /// connection busy), waits for one to end. Scans the connections only
-    /// when full.
-    pub async fn admit(self: &Arc<Self>, peer: IpAddr) -> Admitted {
+    /// A slot for a connection just accepted from `peer`. When all are
+    /// taken, tells the best victim to close and waits for room; with none
+    /// to close (every connection busy), waits for one to end. `None` (turned
+    /// away) when the victim would be `peer`'s own never-used connection and
+    /// `peer` holds more than half the slots with such connections. Scans the
+    /// connections only when full.
+    pub async fn admit(self: &Arc<Self>, peer: IpAddr) -> Option<Admitted> {
         loop {
             {
                 let mut open = self.lock();
@@ -239,13 +258,23 @@ impl Connections {
                     });
                     open.insert(id, slot.clone());
                     self.open_gauge.set(open.len() as i64);
-                    return Admitted {
+                    return Some(Admitted {
                         registry: self.clone(),
                         slot,
-                    };
+                    });
                 }
                 let victim = choose_victim(open.iter().map(|(id, s)| (*id, s.snapshot())));
                 if let Some(slot) = victim.and_then(|id| open.get(&id)) {
+                    if !slot.served() && slot.peer == peer {
+                        let crowd = open
+                            .values()
+                            .filter(|s| s.peer == peer && !s.served())
+                            .count();
+                        if crowd * 2 > self.max {
+                            self.turned_away.inc();
+                            return None;
+                        }
+                    }
                     slot.tell(CloseReason::Evicted);
                     self.evicted.inc();
                 }
@@ -393,23 +422,35 @@ mod tests {
         assert_eq!(choose_victim(slots), Some(5));
     }
 
-    fn registry(max: usize) -> (Arc<Connections>, Gauge, Counter) {
-        let (gauge, counter) = (Gauge::default(), Counter::default());
-        (
-            Connections::new(max, gauge.clone(), counter.clone()),
-            gauge,
-            counter,
-        )
+    const BUSY_PEER: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(10, 244, 2, 9));
+
+    /// The registry, its open gauge, and its evicted and turned-away counters.
+    fn registry(max: usize) -> (Arc<Connections>, Gauge, Counter, Counter) {
+        let metrics = ConnectionMetrics {
+            open: Gauge::default(),
+            evicted: Counter::default(),
+            turned_away: Counter::default(),
+        };
+        let (gauge, evicted, turned_away) = (
+            metrics.open.clone(),
+            metrics.evicted.clone(),
+            metrics.turned_away.clone(),
+        );
+        (Connections::new(max, metrics), gauge, evicted, turned_away)
+    }
+
+    async fn admit(connections: &Arc<Connections>, peer: IpAddr) -> Admitted {
+        connections.admit(peer).await.expect("admitted")
     }
 
     #[tokio::test]
     async fn a_full_registry_evicts_the_oldest_idle_and_spares_the_busy() {
-        let (connections, gauge, evicted) = registry(2);
-        let first = connections.admit(APISERVER).await;
+        let (connections, gauge, evicted, _) = registry(2);
+        let first = admit(&connections, APISERVER).await;
         first.slot().handshake_done();
         let busy = first.slot().begin();
         tokio::time::sleep(Duration::from_millis(5)).await;
-        let second = connections.admit(APISERVER).await;
+        let second = admit(&connections, APISERVER).await;
         assert_eq!(gauge.get(), 2);
 
         // Full: the third evicts the second (idle), not the first (busy).
@@ -432,18 +473,25 @@ mod tests {
 
     #[tokio::test]
     async fn a_flood_from_one_peer_never_evicts_another_peers_new_connection() {
-        let (connections, _, evicted) = registry(4);
-        let apiserver = connections.admit(APISERVER).await;
+        // Half the slots busy elsewhere: the flood never holds more than
+        // half, so it trades its own connections rather than being turned away.
+        let (connections, _, evicted, turned_away) = registry(8);
+        let mut busy = Vec::new();
+        for _ in 0..4 {
+            let a = admit(&connections, BUSY_PEER).await;
+            busy.push((a.slot().begin(), a));
+        }
+        let apiserver = admit(&connections, APISERVER).await;
         let mut flood = Vec::new();
         for _ in 0..3 {
-            flood.push(connections.admit(FLOOD).await);
+            flood.push(admit(&connections, FLOOD).await);
         }
         // Each arrival from the flood evicts one of its own, many times over
         // what oldest-first would have let the apiserver's connection survive.
         for round in 0..20 {
             let next = tokio::spawn({
                 let connections = connections.clone();
-                async move { connections.admit(FLOOD).await }
+                async move { connections.admit(FLOOD).await.expect("admitted") }
             });
             let victim = loop {
                 if let Some(i) = flood
@@ -463,12 +511,47 @@ mod tests {
             );
         }
         assert_eq!(evicted.get(), 20);
+        assert_eq!(turned_away.get(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_peer_holding_most_slots_unused_is_turned_away_not_traded() {
+        let (connections, _, evicted, turned_away) = registry(4);
+        let apiserver = admit(&connections, APISERVER).await;
+        let mut flood = Vec::new();
+        for _ in 0..3 {
+            flood.push(admit(&connections, FLOOD).await);
+        }
+        // At once, without waiting for a victim to close.
+        for _ in 0..20 {
+            assert!(connections.admit(FLOOD).await.is_none());
+        }
+        assert_eq!((turned_away.get(), evicted.get()), (20, 0));
+        assert!(flood.iter().all(|a| a.slot().reason() == CloseReason::None));
+        // Another peer still gets in, in place of one of the flood's.
+        let next = tokio::spawn({
+            let connections = connections.clone();
+            async move { connections.admit(BUSY_PEER).await }
+        });
+        let victim = loop {
+            if let Some(i) = flood
+                .iter()
+                .position(|a| a.slot().reason() == CloseReason::Evicted)
+            {
+                break i;
+            }
+            tokio::task::yield_now().await;
+        };
+        drop(flood.remove(victim));
+        assert!(next.await.unwrap().is_some());
+        assert_eq!(apiserver.slot().reason(), CloseReason::None);
+        assert_eq!(evicted.get(), 1);
     }
 
     #[tokio::test]
     async fn with_every_connection_busy_admission_waits_for_one_to_end() {
-        let (connections, _, evicted) = registry(1);
-        let only = connections.admit(APISERVER).await;
+        let (connections, _, evicted, _) = registry(1);
+        let only = admit(&connections, APISERVER).await;
         let busy = only.slot().begin();
         let waiter = tokio::spawn({
             let connections = connections.clone();
@@ -488,8 +571,8 @@ mod tests {
 
     #[tokio::test]
     async fn shutdown_overrides_an_eviction() {
-        let (connections, _, _) = registry(4);
-        let a = connections.admit(APISERVER).await;
+        let (connections, _, _, _) = registry(4);
+        let a = admit(&connections, APISERVER).await;
         a.slot().tell(CloseReason::Evicted);
         assert_eq!(a.slot().closed().await, CloseReason::Evicted);
         connections.close_all();

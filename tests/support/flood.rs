@@ -32,6 +32,9 @@ async fn connect_from_flood_source(addr: SocketAddr) -> std::io::Result<TcpStrea
 /// What the flood saw.
 #[derive(Default, Debug)]
 pub struct FloodStats {
+    /// Idle clients' TCP connections accepted by the kernel (driftguard may
+    /// then turn them away before any TLS).
+    pub idle_connects: AtomicU64,
     /// Idle clients whose handshake completed.
     pub handshakes: AtomicU64,
     /// Idle clients holding a completed connection now.
@@ -42,14 +45,15 @@ pub struct FloodStats {
     pub closed_by_server: AtomicU64,
     /// Slow-handshake connections opened.
     pub slow_opened: AtomicU64,
-    /// Connects or handshakes that failed.
+    /// Connects or handshakes that failed (turned-away connections too).
     pub failures: AtomicU64,
 }
 
 impl FloodStats {
     pub fn summary(&self) -> String {
         format!(
-            "idle handshakes {}, held now {} (peak {}), closed by the server {}, slow handshakes opened {}, failures {}",
+            "idle connects {}, idle handshakes {}, held now {} (peak {}), closed by the server {}, slow handshakes opened {}, failures {}",
+            self.idle_connects.load(Ordering::SeqCst),
             self.handshakes.load(Ordering::SeqCst),
             self.held.load(Ordering::SeqCst),
             self.held_peak.load(Ordering::SeqCst),
@@ -153,6 +157,7 @@ async fn idle_client(
     let name = ServerName::IpAddress(addr.ip().into());
     let connected = tokio::time::timeout(Duration::from_secs(30), async {
         let tcp = connect_from_flood_source(addr).await?;
+        stats.idle_connects.fetch_add(1, Ordering::SeqCst);
         connector.connect(name, tcp).await
     })
     .await;
@@ -226,6 +231,22 @@ fn client_hello(config: &Arc<rustls::ClientConfig>) -> Vec<u8> {
         conn.write_tls(&mut hello).unwrap();
     }
     hello
+}
+
+/// The kernel's count of connections dropped because a listener's accept
+/// queue was full (`ListenOverflows` in /proc/net/netstat, machine-wide).
+pub fn listen_overflows() -> u64 {
+    let text = std::fs::read_to_string("/proc/net/netstat").unwrap_or_default();
+    let mut lines = text.lines().filter(|l| l.starts_with("TcpExt:"));
+    let (Some(names), Some(values)) = (lines.next(), lines.next()) else {
+        return 0;
+    };
+    names
+        .split_whitespace()
+        .zip(values.split_whitespace())
+        .find(|(name, _)| *name == "ListenOverflows")
+        .and_then(|(_, value)| value.parse().ok())
+        .unwrap_or(0)
 }
 
 /// Open file descriptors of process `pid` (each connection holds one).
