@@ -157,9 +157,11 @@ pub struct ConnectionLimits {
     /// Then at most this long to finish the reviews in flight.
     #[arg(long, env = "DRIFTGUARD_SHUTDOWN_TIMEOUT", default_value = "20s", value_parser = duration)]
     pub shutdown_timeout: Duration,
-    /// Most connections open at once. When full, a new connection closes the
-    /// oldest one with no request in flight (or still in its TLS handshake);
-    /// when every one is busy, new ones wait in the kernel backlog.
+    /// Most connections open at once. When full, a new connection closes one
+    /// with no request in flight (or still in its TLS handshake), from the
+    /// address holding the most, or is turned away if that is its own address
+    /// holding over half the slots unused; when every one is busy, new ones
+    /// wait in the kernel backlog.
     #[arg(long, env = "DRIFTGUARD_MAX_CONNECTIONS", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..=1_048_576))]
     pub max_connections: u32,
 }
