@@ -443,6 +443,19 @@ mod tests {
         connections.admit(peer).await.expect("admitted")
     }
 
+    /// Which of `held` was told to close to make room, once one is.
+    async fn evicted_one(held: &[Admitted]) -> usize {
+        loop {
+            if let Some(i) = held
+                .iter()
+                .position(|a| a.slot().reason() == CloseReason::Evicted)
+            {
+                return i;
+            }
+            tokio::task::yield_now().await;
+        }
+    }
+
     #[tokio::test]
     async fn a_full_registry_evicts_the_oldest_idle_and_spares_the_busy() {
         let (connections, gauge, evicted, _) = registry(2);
@@ -493,16 +506,7 @@ mod tests {
                 let connections = connections.clone();
                 async move { connections.admit(FLOOD).await.expect("admitted") }
             });
-            let victim = loop {
-                if let Some(i) = flood
-                    .iter()
-                    .position(|a| a.slot().reason() == CloseReason::Evicted)
-                {
-                    break i;
-                }
-                tokio::task::yield_now().await;
-            };
-            drop(flood.remove(victim));
+            drop(flood.remove(evicted_one(&flood).await));
             flood.push(next.await.unwrap());
             assert_eq!(
                 apiserver.slot().reason(),
@@ -533,16 +537,7 @@ mod tests {
             let connections = connections.clone();
             async move { connections.admit(BUSY_PEER).await }
         });
-        let victim = loop {
-            if let Some(i) = flood
-                .iter()
-                .position(|a| a.slot().reason() == CloseReason::Evicted)
-            {
-                break i;
-            }
-            tokio::task::yield_now().await;
-        };
-        drop(flood.remove(victim));
+        drop(flood.remove(evicted_one(&flood).await));
         assert!(next.await.unwrap().is_some());
         assert_eq!(apiserver.slot().reason(), CloseReason::None);
         assert_eq!(evicted.get(), 1);
