@@ -12,9 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use driftguard::certs::Authority;
-use process::{unused_port, wait_for};
-use rustls::pki_types::CertificateDer;
-use rustls::pki_types::pem::PemObject;
+use process::{trusting, unused_port, wait_for};
 
 const REVIEW: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -100,21 +98,10 @@ async fn a_stdout_nobody_reads_drops_audit_records_not_decisions() {
             .ok_or_else(|| lines.join("\n"))
     });
 
-    let mut roots = rustls::RootCertStore::empty();
-    roots
-        .add(CertificateDer::from_pem_slice(ca.cert_pem.as_bytes()).unwrap())
-        .unwrap();
-    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_root_certificates(roots)
-    .with_no_client_auth();
     // Each review must be answered within this, whatever stdout does.
     let answer_within = Duration::from_secs(5);
     let http = reqwest::Client::builder()
-        .tls_backend_preconfigured(tls)
+        .tls_backend_preconfigured(trusting(ca.cert_pem.as_bytes()))
         .http1_only()
         .timeout(answer_within)
         .build()

@@ -217,6 +217,14 @@ impl ReadyzWatch {
     }
 }
 
+/// Retries alice's write until it passes: the sources update through watches.
+fn wait_until_allowed(plane: &ControlPlane, what: &str, args: &[&str]) {
+    wait_for(what, Duration::from_secs(30), || {
+        let out = plane.kubectl("alice", args);
+        if out.ok { Ok(()) } else { Err(out.to_string()) }
+    });
+}
+
 fn get_json(plane: &ControlPlane, ns: &str, what: &str) -> Value {
     let out = plane.kubectl("admin", &["-n", ns, "get", what, "-o", "json"]);
     assert!(out.ok, "get {what}: {out}");
@@ -251,37 +259,25 @@ fn apiserver_restart_while_driftguard_watches() {
     }
     // Before: the Application's and the Kustomization's rules apply
     // through the apiserver.
-    wait_for(
+    wait_until_allowed(
+        &plane,
         "the Application's ignore rule to apply",
-        Duration::from_secs(30),
-        || {
-            let out = plane.kubectl(
-                "alice",
-                &write(
-                    &ns,
-                    &[
-                        "patch",
-                        "deployment/shop",
-                        "--type=merge",
-                        "-p",
-                        &patch_replicas(2),
-                    ],
-                ),
-            );
-            if out.ok { Ok(()) } else { Err(out.to_string()) }
-        },
+        &write(
+            &ns,
+            &[
+                "patch",
+                "deployment/shop",
+                "--type=merge",
+                "-p",
+                &patch_replicas(2),
+            ],
+        ),
     );
     let tenant = ["-n", "tenant-a"];
-    wait_for(
+    wait_until_allowed(
+        &plane,
         "the Kustomization's ignore rule to apply",
-        Duration::from_secs(30),
-        || {
-            let out = plane.kubectl(
-                "alice",
-                &write(&tenant, &["scale", "deployment/web", "--replicas=2"]),
-            );
-            if out.ok { Ok(()) } else { Err(out.to_string()) }
-        },
+        &write(&tenant, &["scale", "deployment/web", "--replicas=2"]),
     );
     expect_write(
         &plane,

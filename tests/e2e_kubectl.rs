@@ -9,21 +9,8 @@ use std::time::Duration;
 
 use control_plane::*;
 
-const OBJECTS: &str = r#"
-apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: myapp
-  namespace: production
-  labels: {app.kubernetes.io/instance: myapp}
-  annotations: {argocd.argoproj.io/tracking-id: "myapp:apps/Deployment:production/myapp"}
-spec:
-  replicas: 2
-  selector: {matchLabels: {app: myapp}}
-  template:
-    metadata: {labels: {app: myapp}}
-    spec: {containers: [{name: app, image: "nginx:1.27"}]}
----
+/// What the Argo CD application owns beside [`MYAPP_DEPLOYMENT`].
+const OTHER_OBJECTS: &str = r#"
 apiVersion: apps/v1
 kind: StatefulSet
 metadata:
@@ -82,6 +69,10 @@ spec:
     metadata: {labels: {app: dns}}
     spec: {containers: [{name: dns, image: "coredns:1.11"}]}
 "#;
+
+fn objects() -> String {
+    format!("{MYAPP_DEPLOYMENT}---{OTHER_OBJECTS}")
+}
 
 /// One object of each kind the webhooks used to miss, tracked by Argo CD
 /// application myapp, and a tracked Namespace.
@@ -252,7 +243,7 @@ fn setup(install: Install) -> Env {
     };
     plane.apply_crds(&["monitoring"]);
     plane.apply_admin(KINDS_RBAC);
-    let out = plane.kubectl_as_stdin(ARGO, &["apply", "-f", "-"], Some(OBJECTS));
+    let out = plane.kubectl_as_stdin(ARGO, &["apply", "-f", "-"], Some(&objects()));
     assert!(out.ok, "objects as the Argo CD controller: {out}");
     let out = plane.kubectl_as_stdin(ARGO, &["apply", "-f", "-"], Some(KINDS));
     assert!(out.ok, "other kinds as the Argo CD controller: {out}");
@@ -424,11 +415,7 @@ fn service_annotations_ignored_ports_and_tracking_not(e: &Env) -> Scenario {
 }
 
 fn dry_run_and_diff_print_warnings_and_change_nothing(e: &Env) -> Scenario {
-    let manifest = OBJECTS
-        .split("---")
-        .next()
-        .unwrap()
-        .replace("nginx:1.27", "nginx:9.9");
+    let manifest = MYAPP_DEPLOYMENT.replace("nginx:1.27", "nginx:9.9");
     let before = e.get(
         "production",
         "deployment/myapp",

@@ -15,21 +15,8 @@ use control_plane::*;
 /// The policy in force: break-glass for user sam only, at most 2h.
 const POLICY: &str = "breakGlass:\n  allowedUsers: [sam]\n  maxDuration: 2h\n";
 
-const OBJECTS: &str = r#"
-apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: myapp
-  namespace: production
-  labels: {app.kubernetes.io/instance: myapp}
-  annotations: {argocd.argoproj.io/tracking-id: "myapp:apps/Deployment:production/myapp"}
-spec:
-  replicas: 2
-  selector: {matchLabels: {app: myapp}}
-  template:
-    metadata: {labels: {app: myapp}}
-    spec: {containers: [{name: app, image: "nginx:1.27"}]}
----
+/// What the Argo CD application owns beside [`MYAPP_DEPLOYMENT`].
+const OTHER_OBJECTS: &str = r#"
 apiVersion: v1
 kind: ConfigMap
 metadata:
@@ -38,6 +25,10 @@ metadata:
   annotations: {argocd.argoproj.io/tracking-id: "myapp:/ConfigMap:production/settings"}
 data: {LOG_LEVEL: info}
 "#;
+
+fn objects() -> String {
+    format!("{MYAPP_DEPLOYMENT}---{OTHER_OBJECTS}")
+}
 
 /// A Flux Kustomization that ignores /data/LOG_LEVEL of its ConfigMaps, and one of them.
 const FLUX_OBJECTS: &str = r#"
@@ -329,7 +320,7 @@ fn setup() -> Env {
     plane.apply_admin(PAUSE_RBAC);
     let out = plane.kubectl_as_stdin(FLUX, &["apply", "-f", "-"], Some(FLUX_OBJECTS));
     assert!(out.ok, "Flux objects as the kustomize-controller: {out}");
-    let out = plane.kubectl_as_stdin(ARGO, &["apply", "-f", "-"], Some(OBJECTS));
+    let out = plane.kubectl_as_stdin(ARGO, &["apply", "-f", "-"], Some(&objects()));
     assert!(out.ok, "objects as the Argo CD controller: {out}");
     let out = plane.kubectl_as_stdin(ARGO, &["apply", "-f", "-"], Some(ARGO_HOTFIX));
     assert!(out.ok, "{out}");

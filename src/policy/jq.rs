@@ -358,8 +358,9 @@ mod shared {
 }
 
 fn compile_filter(code: &str) -> Result<JqFilter, JaqError> {
-    let needed = prelude::needed_by(code);
-    compile_with(code, needed.defs.clone(), |name| needed.calls(name))
+    let mut needed = prelude::needed_by(code);
+    let defs = std::mem::take(&mut needed.defs);
+    compile_with(code, defs, |name| needed.calls(name))
 }
 
 /// Compiles `code` with `defs` and the native filters `native` keeps.

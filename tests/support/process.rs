@@ -293,24 +293,26 @@ impl Served {
     }
 }
 
-/// An HTTPS client that trusts only `ca_pem` (TLS 1.2+, ring), for reviews
-/// sent straight to driftguard.
-pub fn https_client(ca_pem: &[u8], timeout: Duration) -> reqwest::Client {
+/// A TLS 1.2+ client configuration (ring) that trusts only `ca_pem`.
+pub fn trusting(ca_pem: &[u8]) -> rustls::ClientConfig {
     use rustls::pki_types::CertificateDer;
     use rustls::pki_types::pem::PemObject;
     let mut roots = rustls::RootCertStore::empty();
     roots
         .add(CertificateDer::from_pem_slice(ca_pem).unwrap())
         .unwrap();
-    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_root_certificates(roots)
-    .with_no_client_auth();
+    rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth()
+}
+
+/// An HTTPS client that trusts only `ca_pem`, for reviews sent straight to
+/// driftguard.
+pub fn https_client(ca_pem: &[u8], timeout: Duration) -> reqwest::Client {
     reqwest::Client::builder()
-        .tls_backend_preconfigured(tls)
+        .tls_backend_preconfigured(trusting(ca_pem))
         .timeout(timeout)
         .build()
         .unwrap()
