@@ -114,6 +114,7 @@ fn old_rebuild(store: &kube::runtime::reflector::Store<DynamicObject>) -> Source
         argocd_overrides: Arc::new(overrides),
         flux: Vec::new(),
         argocd_sync_accounts: accounts.into_iter().map(Arc::new).collect(),
+        argocd_namespace: "argocd".into(),
     }
 }
 

@@ -143,6 +143,20 @@ fn denial(view: &Request, d: &Decision) -> String {
         Finding::UnknownParent => format!(
             "{obj}: the parent could not be read to check GitOps ownership; drifted: {paths}."
         ),
+        Finding::NamespaceExemption => {
+            return format!(
+                "driftguard: labelling {obj} driftguard.io/ignore=true would exempt every object in it from driftguard; \
+                 only the GitOps controllers and trusted identities may. Put the label in Git, or exclude the \
+                 namespace at registration (driftguard register --exclude-namespace, or the chart's \
+                 webhook.excludeNamespaces)."
+            );
+        }
+        _ if !d.inputs_changed.is_empty() => format!(
+            "{obj} is managed by {manager}; this {} changes what driftguard or {tool} reads to judge \
+             or apply later writes, at {}, which is refused in every mode; drifted: {paths}.",
+            view.operation.as_str(),
+            path_list(&d.inputs_changed)
+        ),
         _ => format!(
             "{obj} is managed by {manager}; this {} drifts from Git at {paths}.",
             view.operation.as_str()

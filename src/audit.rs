@@ -213,6 +213,7 @@ mod tests {
             reapplied: vec![],
             cleaned_up: vec![],
             kubectl_written: vec![],
+            inputs_changed: vec![],
             dry_run: false,
             break_glass_max: None,
         };

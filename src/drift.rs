@@ -2,6 +2,7 @@
 //! passes `now`, and the scale parent when it has one.
 
 pub mod breakglass;
+pub mod excluded;
 pub mod inputs;
 pub mod normalize;
 pub mod owned;
@@ -113,6 +114,9 @@ pub enum Finding {
     /// `precision: ownedFields`: only fields the GitOps tool does not own
     /// changed; allowed, and recorded by the drift annotation.
     UnownedChange,
+    /// A Namespace labelled `driftguard.io/ignore=true` by hand: the webhook's
+    /// `namespaceSelector` would then skip every write in it.
+    NamespaceExemption,
 }
 
 impl Finding {
@@ -132,6 +136,7 @@ impl Finding {
             Finding::BreakGlassEnded => "break-glass-ended",
             Finding::UnknownParent => "scale-parent-unknown",
             Finding::UnownedChange => "unowned-change",
+            Finding::NamespaceExemption => "namespace-exemption",
         }
     }
 
@@ -145,6 +150,7 @@ impl Finding {
                 | Finding::BreakGlassUnauthorized
                 | Finding::BreakGlassInvalid(_)
                 | Finding::UnknownParent
+                | Finding::NamespaceExemption
         )
     }
 }
@@ -176,6 +182,9 @@ pub struct Decision {
     /// The longest break-glass the policy allows, for the denial's hint;
     /// `None` when break-glass is disabled (no identity may use it).
     pub break_glass_max: Option<SignedDuration>,
+    /// Drifted paths that change what driftguard or the GitOps tool reads to
+    /// decide later writes: refused in every mode, warn and audit included.
+    pub inputs_changed: Vec<String>,
 }
 
 /// A request the engine cannot judge (a malformed review, not a policy matter).
@@ -202,9 +211,24 @@ pub struct Sources {
     /// Argo CD sync impersonation (argocd-cm `application.sync.impersonation.enabled`):
     /// the service account each watched Application is synced as.
     pub argocd_sync_accounts: Vec<Arc<SyncAccount>>,
+    /// Argo CD's control-plane namespace (`--argocd-namespace`), where a bare
+    /// tracking name resolves; empty reads as [`DEFAULT_ARGOCD_NAMESPACE`].
+    pub argocd_namespace: String,
 }
 
+/// Where Argo CD runs unless `--argocd-namespace` says otherwise.
+pub const DEFAULT_ARGOCD_NAMESPACE: &str = "argocd";
+
 impl Sources {
+    /// Argo CD's control-plane namespace.
+    pub fn argocd_namespace(&self) -> &str {
+        if self.argocd_namespace.is_empty() {
+            DEFAULT_ARGOCD_NAMESPACE
+        } else {
+            &self.argocd_namespace
+        }
+    }
+
     /// The Kustomization or HelmRelease that manages the object, when known.
     pub fn flux_source(&self, manager: &Manager) -> Option<&FluxSource> {
         let (kind, namespace, name) = match manager {
@@ -265,17 +289,43 @@ pub fn decide(policy: &Policy, req: &Request, ctx: &Context) -> Result<Decision,
         dry_run: req.dry_run,
         break_glass_max: (!policy.break_glass.allowed.is_empty())
             .then_some(policy.break_glass.max_duration),
+        inputs_changed: Vec::new(),
     };
     let out_of_scope = |mut d: Decision, why: String| {
         d.finding = Finding::OutOfScope(why);
         Ok(d)
     };
+    if exempts_namespace(req) {
+        if !identity_allows(policy, ctx, req, &mut d) {
+            d.finding = Finding::NamespaceExemption;
+            d.drifted_paths = vec![IGNORE_LABEL_POINTER.to_owned()];
+            d.inputs_changed = d.drifted_paths.clone();
+            d.verdict = Verdict::Deny;
+        }
+        return Ok(d);
+    }
+    if excluded::is_excluded(req.resource_group, req.resource) {
+        return out_of_scope(d, format!("{} are never judged", req.resource));
+    }
     match (req.operation, req.sub_resource) {
         (Operation::Connect, _) => return out_of_scope(d, "CONNECT is not a write".into()),
-        (_, "status") => return out_of_scope(d, "status subresource".into()),
         (_, "scale") => return decide_scale(policy, req, ctx, d),
         (_, "") => {}
-        (_, other) => return out_of_scope(d, format!("subresource {other} is not judged")),
+        // `status`, `finalize`, `ephemeralcontainers`, `resize`...: the
+        // apiserver's strategies keep some of what they carry besides the
+        // subresource's own fields (a Deployment's annotations, a Service's
+        // labels), so what reaches the validating webhook is judged like any
+        // UPDATE; `status` itself is never compared.
+        (Operation::Update, sub) if carries_the_object(req) => {
+            d.notes
+                .push(format!("{sub} subresource: judged like an update"));
+        }
+        (_, other) => {
+            return out_of_scope(
+                d,
+                format!("subresource {other} carries a {}, not the object", req.kind),
+            );
+        }
     }
     let op = req.operation.as_str();
     let (object, old) = match req.operation {
@@ -355,6 +405,7 @@ pub fn decide(policy: &Policy, req: &Request, ctx: &Context) -> Result<Decision,
             );
             let read = (&stored, incoming.as_ref().expect("UPDATE has object"));
             let (paths, inputs_changed) = diff(policy, ctx, req, (old, new), read, &mut d);
+            d.inputs_changed = inputs_changed.clone();
             changed_inputs = inputs_changed;
             let finding = if paths.is_empty() {
                 Finding::NoDrift
@@ -375,7 +426,59 @@ pub fn decide(policy: &Policy, req: &Request, ctx: &Context) -> Result<Decision,
         breakglass::warn_unpaused(bg_carrier, d.manager.as_ref(), &mut d.notes);
     }
     d.verdict = verdict_for(&d.finding, d.mode, policy.unknown_scale_parent);
+    refuse_input_changes(&mut d);
+    note_argocd_server(req, &mut d);
     Ok(d)
+}
+
+/// A change to a decision input is refused whatever the mode: allowed with a
+/// warning, it would change how every later write is judged (plant
+/// `driftguard.io/mode: audit` in warn mode, and it stays after enforce).
+fn refuse_input_changes(d: &mut Decision) {
+    if d.finding == Finding::Drift
+        && !d.inputs_changed.is_empty()
+        && matches!(d.verdict, Verdict::Warn | Verdict::Audit)
+    {
+        d.notes.push(format!(
+            "refused in {} mode: it changes what later writes are judged by",
+            d.mode.as_str()
+        ));
+        d.verdict = Verdict::Deny;
+    }
+}
+
+/// argocd-server writes what a person did in Argo CD's UI or API (edit a
+/// live manifest, run a resource action, delete a resource): say so, as the
+/// denial names only its service account.
+fn note_argocd_server(req: &Request, d: &mut Decision) {
+    if d.finding.is_drift()
+        && req.username.starts_with("system:serviceaccount:")
+        && req.username.ends_with(":argocd-server")
+    {
+        d.notes.push(
+            "argocd-server writes on behalf of Argo CD UI and API users; such an edit is a manual change: change Git, or sync"
+                .into(),
+        );
+    }
+}
+
+/// Pointer of the namespace exemption label.
+const IGNORE_LABEL_POINTER: &str = "/metadata/labels/driftguard.io~1ignore";
+
+/// A CREATE or UPDATE (not through a subresource) that labels a Namespace
+/// `driftguard.io/ignore=true` where it was not: the registered
+/// `namespaceSelector` would skip every write in it from then on.
+fn exempts_namespace(req: &Request) -> bool {
+    let exempt = |o: Option<&Value>| {
+        o.and_then(|o| o.pointer("/metadata/labels/driftguard.io~1ignore"))
+            .and_then(Value::as_str)
+            == Some("true")
+    };
+    req.resource_group.is_empty()
+        && req.resource == "namespaces"
+        && matches!(req.operation, Operation::Create | Operation::Update)
+        && exempt(req.object)
+        && !exempt(req.old_object)
 }
 
 /// An UPDATE that only ends a break-glass ([`restore::candidate`]) and leaves
@@ -631,11 +734,14 @@ fn find_application<'p>(
     namespace: Option<&str>,
 ) -> Option<&'p Application> {
     let watched = ctx.sources.map_or(&[][..], |s| &s.applications[..]);
+    let control_plane = ctx
+        .sources
+        .map_or(DEFAULT_ARGOCD_NAMESPACE, Sources::argocd_namespace);
     policy
         .applications
         .iter()
         .chain(watched.iter().map(|a| &**a))
-        .find(|a| a.tracks(name, namespace))
+        .find(|a| a.tracks(name, namespace, control_plane))
 }
 
 fn set_manager(policy: &Policy, ctx: &Context, d: &mut Decision, manager: Manager) {
@@ -776,7 +882,7 @@ fn decide_scale(
     let op = req.operation.as_str();
     let new = req.object.ok_or(DecideError::MissingObject(op))?;
     let old = req.old_object.ok_or(DecideError::MissingOldObject(op))?;
-    let replicas = |s: &Value| s.pointer("/spec/replicas").cloned();
+    let replicas = scale_replicas;
     let Some(parent) = ctx.parent else {
         return Ok(decide_scale_blind(
             policy,
@@ -804,9 +910,13 @@ fn decide_scale(
     if identity_allows(policy, ctx, req, &mut d) {
         return Ok(d);
     }
-    let with_replicas = |r: Option<Value>| {
+    let with_replicas = |r: Value| {
         let mut p = parent.clone();
-        if let (Some(spec), Some(r)) = (p.get_mut("spec").and_then(Value::as_object_mut), r) {
+        if let Some(spec) = p.as_object_mut().map(|o| {
+            o.entry("spec")
+                .or_insert_with(|| Value::Object(Default::default()))
+        }) && let Some(spec) = spec.as_object_mut()
+        {
             spec.insert("replicas".into(), r);
         }
         p
@@ -880,6 +990,27 @@ fn decide_scale_blind(
     ));
     d.verdict = verdict_for(&d.finding, d.mode, policy.unknown_scale_parent);
     d
+}
+
+/// A Scale's `spec.replicas`. autoscaling/v1 writes it with `omitempty`, so
+/// the apiserver sends a Scale to 0 without it: absent is 0, never "unchanged".
+fn scale_replicas(scale: &Value) -> Value {
+    scale
+        .pointer("/spec/replicas")
+        .filter(|r| !r.is_null())
+        .cloned()
+        .unwrap_or_else(|| Value::from(0))
+}
+
+/// A subresource write whose old and new objects are the resource itself
+/// (`status`, `finalize`, ...), not another kind (an Eviction, a
+/// TokenRequest, a Binding), so they can be compared.
+fn carries_the_object(req: &Request) -> bool {
+    fn kind_of(o: Option<&Value>) -> Option<&str> {
+        o?.get("kind")?.as_str()
+    }
+    let (new, old) = (kind_of(req.object), kind_of(req.old_object));
+    new.is_some() && new == old && new == Some(req.kind)
 }
 
 fn builtin_kind(group: &str, resource: &str) -> Option<&'static str> {

@@ -415,9 +415,14 @@ mod tests {
         assert!(p.argocd.as_ref().unwrap().instance_label.is_some());
         assert!(p.rules.is_empty());
         let p = Policy::from_yaml("controllers: {groups: [gitops]}\n", "p.yaml").unwrap();
+        assert!(p.controllers.contains(
+            "system:serviceaccount:argocd:argocd-application-controller",
+            &[]
+        ));
         assert!(
-            p.controllers
-                .contains("system:serviceaccount:argocd:argocd-server", &[])
+            !p.controllers
+                .contains("system:serviceaccount:argocd:argocd-server", &[]),
+            "argocd-server writes for UI and API users"
         );
         assert!(p.controllers.contains("bot", &["gitops".into()]));
     }

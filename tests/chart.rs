@@ -75,9 +75,21 @@ fn find<'a>(docs: &'a [Value], kind: &str) -> &'a Value {
 }
 
 /// What decides which writes reach driftguard: rules and matchConditions.
-fn scope_of(doc: &Value) -> (Value, Value) {
-    let hook = &doc["webhooks"][0];
-    (hook["rules"].clone(), hook["matchConditions"].clone())
+/// What each webhook is called for: its name's first label, rules, conditions.
+fn scope_of(doc: &Value) -> Vec<(Value, Value, Value)> {
+    doc["webhooks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|hook| {
+            let name = hook["name"].as_str().unwrap().split('.').next().unwrap();
+            (
+                Value::from(name),
+                hook["rules"].clone(),
+                hook["matchConditions"].clone(),
+            )
+        })
+        .collect()
 }
 
 /// `driftguard register --dry-run` for `policy`.

@@ -195,11 +195,14 @@ fn out_of_scope_writes_are_allowed_without_drift_checks() {
     let old = deployment();
     let changed = with(&old, IMAGE, json!("web:9"));
 
-    let mut status = Review::update(old.clone(), changed.clone());
-    status.sub_resource = Some("status");
+    // A subresource write that carries another kind (an Eviction of a Pod)
+    // has nothing to compare.
+    let mut eviction = Review::update(old.clone(), changed.clone());
+    eviction.sub_resource = Some("eviction");
+    eviction.kind_override = Some(("policy".into(), "v1".into(), "Eviction".into()));
     assert_eq!(
-        run(&policy, &status).decision.finding,
-        Finding::OutOfScope("status subresource".into())
+        run(&policy, &eviction).decision.finding,
+        Finding::OutOfScope("subresource eviction carries a Eviction, not the object".into())
     );
 
     let unmanaged = without(

@@ -3,14 +3,16 @@
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::{
-    MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations, ServiceReference,
-    ValidatingWebhook, ValidatingWebhookConfiguration, WebhookClientConfig,
+    MatchCondition, MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations,
+    ServiceReference, ValidatingWebhook, ValidatingWebhookConfiguration, WebhookClientConfig,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
     LabelSelector, LabelSelectorRequirement, ObjectMeta,
 };
 
-use super::rules::{OPERATIONS, RULES, conditions};
+use super::rules::{
+    IGNORE_NAMESPACE_LABEL, NAMESPACE_RULES, NOT_NAMESPACES, OPERATIONS, RULES, Rule, conditions,
+};
 use crate::policy::Policy;
 
 /// A `--service` that is not `NAME.NAMESPACE[:PORT]`.
@@ -109,7 +111,7 @@ fn namespace_selector(opts: &Options) -> LabelSelector {
                 values: Some(excluded),
             },
             LabelSelectorRequirement {
-                key: "driftguard.io/ignore".into(),
+                key: IGNORE_NAMESPACE_LABEL.into(),
                 operator: "NotIn".into(),
                 values: Some(vec!["true".into()]),
             },
@@ -118,8 +120,8 @@ fn namespace_selector(opts: &Options) -> LabelSelector {
     }
 }
 
-fn rules() -> Vec<RuleWithOperations> {
-    RULES
+fn rules(rules: &[Rule]) -> Vec<RuleWithOperations> {
+    rules
         .iter()
         .map(|r| RuleWithOperations {
             api_groups: Some(r.api_groups.iter().map(|s| s.to_string()).collect()),
@@ -148,6 +150,14 @@ pub fn configurations(
         ),
         ..Default::default()
     };
+    let not_namespaces = MatchCondition {
+        name: "namespaces-have-their-own-webhook".into(),
+        expression: NOT_NAMESPACES.into(),
+    };
+    let with = |mut list: Vec<MatchCondition>, extra: &MatchCondition| {
+        list.push(extra.clone());
+        list
+    };
     let validating = ValidatingWebhook {
         name: format!("validate.{}.driftguard.io", opts.name),
         client_config: opts.endpoint.client_config("validate", &opts.ca_bundle),
@@ -158,34 +168,55 @@ pub fn configurations(
         match_policy: Some("Equivalent".into()),
         namespace_selector: Some(namespace_selector(opts)),
         object_selector: Some(LabelSelector::default()),
+        match_conditions: Some(with(conditions.validating.clone(), &not_namespaces)),
+        rules: Some(rules(RULES)),
+    };
+    // Namespaces: every setting of the first webhook but the selector.
+    let validating_namespaces = ValidatingWebhook {
+        name: format!("validate-namespaces.{}.driftguard.io", opts.name),
+        namespace_selector: Some(LabelSelector::default()),
         match_conditions: Some(conditions.validating),
-        rules: Some(rules()),
+        rules: Some(rules(NAMESPACE_RULES)),
+        ..validating.clone()
     };
-    // The mutating webhook takes every setting from the validating one, so the
-    // two can never disagree; only its name, path, reinvocation and one more
-    // condition (called only where it may patch) differ.
-    let mutating = MutatingWebhook {
-        name: format!("mutate.{}.driftguard.io", opts.name),
-        client_config: opts.endpoint.client_config("mutate", &opts.ca_bundle),
-        admission_review_versions: validating.admission_review_versions.clone(),
-        side_effects: validating.side_effects.clone(),
-        failure_policy: validating.failure_policy.clone(),
-        timeout_seconds: validating.timeout_seconds,
-        match_policy: validating.match_policy.clone(),
-        namespace_selector: validating.namespace_selector.clone(),
-        object_selector: validating.object_selector.clone(),
-        match_conditions: Some(conditions.mutating),
-        rules: validating.rules.clone(),
-        reinvocation_policy: Some("Never".into()),
-    };
+    // The mutating webhooks take every setting from the validating ones, so
+    // the two can never disagree; only their names, path, reinvocation and
+    // one more condition (called only where it may patch) differ.
+    let mutating =
+        |hook: &ValidatingWebhook, name: &str, conditions: Vec<MatchCondition>| MutatingWebhook {
+            name: format!("{name}.{}.driftguard.io", opts.name),
+            client_config: opts.endpoint.client_config("mutate", &opts.ca_bundle),
+            admission_review_versions: hook.admission_review_versions.clone(),
+            side_effects: hook.side_effects.clone(),
+            failure_policy: hook.failure_policy.clone(),
+            timeout_seconds: hook.timeout_seconds,
+            match_policy: hook.match_policy.clone(),
+            namespace_selector: hook.namespace_selector.clone(),
+            object_selector: hook.object_selector.clone(),
+            match_conditions: Some(conditions),
+            rules: hook.rules.clone(),
+            reinvocation_policy: Some("Never".into()),
+        };
+    let mutating_hooks = vec![
+        mutating(
+            &validating,
+            "mutate",
+            with(conditions.mutating.clone(), &not_namespaces),
+        ),
+        mutating(
+            &validating_namespaces,
+            "mutate-namespaces",
+            conditions.mutating,
+        ),
+    ];
     (
         ValidatingWebhookConfiguration {
             metadata: meta.clone(),
-            webhooks: Some(vec![validating]),
+            webhooks: Some(vec![validating, validating_namespaces]),
         },
         MutatingWebhookConfiguration {
             metadata: meta,
-            webhooks: Some(vec![mutating]),
+            webhooks: Some(mutating_hooks),
         },
     )
 }

@@ -20,51 +20,46 @@ pub struct Rule {
     pub scope: &'static str,
 }
 
-/// Every resource and every `scale` subresource, namespaced and cluster-wide
+/// Every resource and every subresource, namespaced and cluster-wide
 /// (Namespaces, ClusterRoles, CRDs and custom resources are GitOps-managed
-/// too). Other subresources (status, approval, exec...) are never drift.
+/// too). Subresources too: `scale` is judged as the parent's replicas, and
+/// the apiserver keeps metadata changes sent through `status` (a
+/// Deployment's annotations) and others (`finalize`, `ephemeralcontainers`).
+/// CONNECT (exec, attach, port-forward) is not an operation registered here.
 pub const RULES: &[Rule] = &[Rule {
     api_groups: &["*"],
     api_versions: &["*"],
-    resources: &["*", "*/scale"],
+    resources: &["*", "*/*"],
     scope: "*",
 }];
 
+/// Namespaces and their subresources, registered in a webhook of their own
+/// without a `namespaceSelector`: for a write to a Namespace the apiserver
+/// matches the selector against that Namespace's new labels, so the write
+/// that labels it `driftguard.io/ignore=true` would exempt itself.
+pub const NAMESPACE_RULES: &[Rule] = &[Rule {
+    api_groups: &[""],
+    api_versions: &["*"],
+    resources: &["namespaces", "namespaces/*"],
+    scope: "Cluster",
+}];
+
+/// The condition that keeps Namespaces out of the webhook with the
+/// `namespaceSelector`: the Namespace webhook judges them, once.
+pub const NOT_NAMESPACES: &str =
+    "!(request.resource.group == '' && request.resource.resource == 'namespaces')";
+
+/// The label that exempts a namespace through the `namespaceSelector`.
+pub const IGNORE_NAMESPACE_LABEL: &str = "driftguard.io/ignore";
+
+/// A write that labels a Namespace `driftguard.io/ignore=true` where it was
+/// not: it exempts every object in it, so it is judged whatever else it carries.
+const EXEMPTS_A_NAMESPACE: &str = "(request.resource.group == '' && request.resource.resource == 'namespaces' && object != null && has(object.metadata.labels) && 'driftguard.io/ignore' in object.metadata.labels && object.metadata.labels['driftguard.io/ignore'] == 'true' && !(oldObject != null && has(oldObject.metadata.labels) && 'driftguard.io/ignore' in oldObject.metadata.labels && oldObject.metadata.labels['driftguard.io/ignore'] == 'true'))";
+
 pub const OPERATIONS: &[&str] = &["CREATE", "UPDATE", "DELETE"];
 
-/// API groups never sent to driftguard: runtime data that GitOps never
-/// manages (events, metrics, leader-election leases) and the review APIs the
-/// apiserver's own authentication and authorization go through.
-pub const EXCLUDED_GROUPS: &[&str] = &[
-    "events.k8s.io",
-    "metrics.k8s.io",
-    "coordination.k8s.io",
-    "authentication.k8s.io",
-    "authorization.k8s.io",
-    "reports.kyverno.io",
-    "wgpolicyk8s.io",
-];
-
-/// `group/resource` never sent to driftguard (core group: `/resource`): the
-/// rest of Argo CD's default `resource.exclusions`, high-churn objects that
-/// controllers write and no repository holds.
-pub const EXCLUDED_RESOURCES: &[&str] = &[
-    "/events",
-    "/endpoints",
-    "discovery.k8s.io/endpointslices",
-    "certificates.k8s.io/certificatesigningrequests",
-    "cert-manager.io/certificaterequests",
-    "cilium.io/ciliumidentities",
-    "cilium.io/ciliumendpoints",
-    "cilium.io/ciliumendpointslices",
-    "kyverno.io/admissionreports",
-    "kyverno.io/clusteradmissionreports",
-    "kyverno.io/backgroundscanreports",
-    "kyverno.io/clusterbackgroundscanreports",
-    "kyverno.io/updaterequests",
-    "tekton.dev/taskruns",
-    "tekton.dev/pipelineruns",
-];
+/// Never sent to driftguard: the decision calls them out of scope too.
+pub use crate::drift::excluded::{EXCLUDED_GROUPS, EXCLUDED_RESOURCES};
 
 /// A DELETE of a Namespace: it may be an Argo CD Application's destination.
 const DELETE_NAMESPACE: &str = "(request.operation == 'DELETE' && request.resource.group == '' && request.resource.resource == 'namespaces')";
@@ -180,7 +175,10 @@ fn managed_expression(policy: &Policy) -> String {
         labels.push(FLUX_KUSTOMIZE_NAME.to_owned());
         labels.push(FLUX_HELM_NAME.to_owned());
     }
-    let mut terms = vec!["(has(request.subResource) && request.subResource == 'scale')".to_owned()];
+    let mut terms = vec![
+        "(has(request.subResource) && request.subResource == 'scale')".to_owned(),
+        EXEMPTS_A_NAMESPACE.to_owned(),
+    ];
     if policy.argocd.is_some() {
         // A namespace an Application deploys into is guarded even untracked.
         terms.push(DELETE_NAMESPACE.to_owned());
@@ -309,7 +307,7 @@ mod tests {
         assert_eq!(
             condition.unwrap().expression,
             "!(request.userInfo.username in ['system:serviceaccount:argocd:argocd-application-controller', \
-             'system:serviceaccount:argocd:argocd-server', 'system:serviceaccount:flux-system:kustomize-controller', \
+             'system:serviceaccount:flux-system:kustomize-controller', \
              'system:serviceaccount:flux-system:helm-controller', 'system:kube-controller-manager', \
              'system:kube-scheduler'] || request.userInfo.username.startsWith('system:serviceaccount:kube-system:') \
              || request.userInfo.username.startsWith('system:node:'))"
@@ -322,7 +320,7 @@ mod tests {
         assert_eq!(
             condition.unwrap().expression,
             "!(request.userInfo.username in ['system:serviceaccount:argocd:argocd-application-controller', \
-             'system:serviceaccount:argocd:argocd-server', 'system:serviceaccount:flux-system:kustomize-controller', \
+             'system:serviceaccount:flux-system:kustomize-controller', \
              'system:serviceaccount:flux-system:helm-controller'] \
              || (has(request.userInfo.groups) && request.userInfo.groups.exists(g, g in ['platform'])))"
         );
@@ -334,8 +332,8 @@ mod tests {
             exclusion_expression(),
             "!(request.resource.group in ['events.k8s.io', 'metrics.k8s.io', 'coordination.k8s.io', \
              'authentication.k8s.io', 'authorization.k8s.io', 'reports.kyverno.io', 'wgpolicyk8s.io'] \
-             || (request.resource.group + '/' + request.resource.resource) in ['/events', '/endpoints', \
-             'discovery.k8s.io/endpointslices', 'certificates.k8s.io/certificatesigningrequests', \
+             || (request.resource.group + '/' + request.resource.resource) in ['/events', \
+             'certificates.k8s.io/certificatesigningrequests', \
              'cert-manager.io/certificaterequests', 'cilium.io/ciliumidentities', 'cilium.io/ciliumendpoints', \
              'cilium.io/ciliumendpointslices', 'kyverno.io/admissionreports', 'kyverno.io/clusteradmissionreports', \
              'kyverno.io/backgroundscanreports', 'kyverno.io/clusterbackgroundscanreports', \
@@ -348,7 +346,9 @@ mod tests {
         let c = conditions(&Policy::embedded());
         assert_eq!(
             expression(&c.validating, "only-gitops-managed-objects"),
-            "(has(request.subResource) && request.subResource == 'scale') \
+            format!(
+                "(has(request.subResource) && request.subResource == 'scale') \
+             || {EXEMPTS_A_NAMESPACE} \
              || (request.operation == 'DELETE' && request.resource.group == '' && request.resource.resource == 'namespaces') \
              || (oldObject != null && ((has(oldObject.metadata.annotations) && ('argocd.argoproj.io/tracking-id' in oldObject.metadata.annotations)) \
              || (has(oldObject.metadata.labels) && ('app.kubernetes.io/instance' in oldObject.metadata.labels \
@@ -356,23 +356,29 @@ mod tests {
              || (object != null && ((has(object.metadata.annotations) && ('argocd.argoproj.io/tracking-id' in object.metadata.annotations)) \
              || (has(object.metadata.labels) && ('app.kubernetes.io/instance' in object.metadata.labels \
              || 'kustomize.toolkit.fluxcd.io/name' in object.metadata.labels || 'helm.toolkit.fluxcd.io/name' in object.metadata.labels))))"
+            )
         );
         let c = conditions(&policy(
             "gitops: {argocd: {trackingAnnotation: example.com/owner, instanceLabel: ''}, flux: {enabled: false}}\n",
         ));
         assert_eq!(
             expression(&c.validating, "only-gitops-managed-objects"),
-            "(has(request.subResource) && request.subResource == 'scale') \
+            format!(
+                "(has(request.subResource) && request.subResource == 'scale') \
+             || {EXEMPTS_A_NAMESPACE} \
              || (request.operation == 'DELETE' && request.resource.group == '' && request.resource.resource == 'namespaces') \
              || (oldObject != null && ((has(oldObject.metadata.annotations) && ('example.com/owner' in oldObject.metadata.annotations)))) \
              || (object != null && ((has(object.metadata.annotations) && ('example.com/owner' in object.metadata.annotations))))"
+            )
         );
         let c = conditions(&policy(
             "gitops: {argocd: {enabled: false}, flux: {enabled: false}}\n",
         ));
         assert_eq!(
             expression(&c.validating, "only-gitops-managed-objects"),
-            "(has(request.subResource) && request.subResource == 'scale')"
+            format!(
+                "(has(request.subResource) && request.subResource == 'scale') || {EXEMPTS_A_NAMESPACE}"
+            )
         );
     }
 

@@ -285,6 +285,7 @@ impl SourceCache {
                 .values()
                 .filter_map(|e| e.account.clone())
                 .collect(),
+            argocd_namespace: self.argocd_namespace.clone(),
         }
     }
 

@@ -20,6 +20,13 @@ use crate::policy::path::escape;
 /// The annotation, on the stored object, that overrides the mode for that object.
 pub const MODE_ANNOTATION: &str = "driftguard.io/mode";
 
+pub const ARGO_SYNC_OPTIONS: &str = "argocd.argoproj.io/sync-options";
+pub const ARGO_COMPARE_OPTIONS: &str = "argocd.argoproj.io/compare-options";
+pub const ARGO_IGNORE_DIFFERENCES: &str = "argocd.argoproj.io/ignore-differences";
+pub const FLUX_SSA: &str = "kustomize.toolkit.fluxcd.io/ssa";
+pub const FLUX_PRUNE: &str = "kustomize.toolkit.fluxcd.io/prune";
+pub const FLUX_FORCE: &str = "kustomize.toolkit.fluxcd.io/force";
+
 /// One thing the decision reads from an object.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Input {
@@ -51,6 +58,25 @@ pub enum Input {
     BreakGlassLabel,
     /// The ownerReference with `controller: true`: its object is a child.
     ControllerOwner,
+    /// Per-object knobs the GitOps tools read from the live object, which
+    /// driftguard does not read but protects: a manual change to one changes
+    /// what the tool applies, prunes or compares (README, "The tools' knobs").
+    /// Argo CD's `sync-options` (`Prune=false`, `Delete=false`, `Replace`...),
+    /// read from the live object when pruning and deleting.
+    ArgoSyncOptions,
+    /// Argo CD's `compare-options` (`IgnoreExtraneous`, `ServerSideDiff`).
+    ArgoCompareOptions,
+    /// Argo CD's per-resource `ignore-differences` (v3.6).
+    ArgoIgnoreDifferences,
+    /// kustomize-controller's `ssa` (`Ignore` on the live object stops
+    /// applying it), `prune` (`disabled` on the live object stops pruning it)
+    /// and `force`, each a label or an annotation (fluxcd/pkg `AnyInMetadata`).
+    FluxSsaLabel,
+    FluxSsaAnnotation,
+    FluxPruneLabel,
+    FluxPruneAnnotation,
+    FluxForceLabel,
+    FluxForceAnnotation,
 }
 
 /// Where an input lives in an object.
@@ -75,7 +101,7 @@ impl Location<'_> {
 impl Input {
     /// Every input. [`Input::index`] is an exhaustive match, so a new variant
     /// does not compile until it is placed here too (a test checks the order).
-    pub const ALL: [Input; 17] = [
+    pub const ALL: [Input; 26] = [
         Input::ArgoTrackingAnnotation,
         Input::ArgoInstanceLabel,
         Input::HelmReleaseAnnotation,
@@ -93,6 +119,15 @@ impl Input {
         Input::BreakGlassPaused,
         Input::BreakGlassLabel,
         Input::ControllerOwner,
+        Input::ArgoSyncOptions,
+        Input::ArgoCompareOptions,
+        Input::ArgoIgnoreDifferences,
+        Input::FluxSsaLabel,
+        Input::FluxSsaAnnotation,
+        Input::FluxPruneLabel,
+        Input::FluxPruneAnnotation,
+        Input::FluxForceLabel,
+        Input::FluxForceAnnotation,
     ];
 
     pub const fn index(self) -> usize {
@@ -114,6 +149,15 @@ impl Input {
             Input::BreakGlassPaused => 14,
             Input::BreakGlassLabel => 15,
             Input::ControllerOwner => 16,
+            Input::ArgoSyncOptions => 17,
+            Input::ArgoCompareOptions => 18,
+            Input::ArgoIgnoreDifferences => 19,
+            Input::FluxSsaLabel => 20,
+            Input::FluxSsaAnnotation => 21,
+            Input::FluxPruneLabel => 22,
+            Input::FluxPruneAnnotation => 23,
+            Input::FluxForceLabel => 24,
+            Input::FluxForceAnnotation => 25,
         }
     }
 
@@ -153,6 +197,24 @@ impl Input {
             Input::BreakGlassPaused => Location::Annotation(breakglass::PAUSED),
             Input::BreakGlassLabel => Location::Label(breakglass::LABEL),
             Input::ControllerOwner => Location::ControllerOwnerReference,
+            Input::ArgoSyncOptions => {
+                argo?;
+                Location::Annotation(ARGO_SYNC_OPTIONS)
+            }
+            Input::ArgoCompareOptions => {
+                argo?;
+                Location::Annotation(ARGO_COMPARE_OPTIONS)
+            }
+            Input::ArgoIgnoreDifferences => {
+                argo?;
+                Location::Annotation(ARGO_IGNORE_DIFFERENCES)
+            }
+            Input::FluxSsaLabel => Location::Label(flux(FLUX_SSA)?),
+            Input::FluxSsaAnnotation => Location::Annotation(flux(FLUX_SSA)?),
+            Input::FluxPruneLabel => Location::Label(flux(FLUX_PRUNE)?),
+            Input::FluxPruneAnnotation => Location::Annotation(flux(FLUX_PRUNE)?),
+            Input::FluxForceLabel => Location::Label(flux(FLUX_FORCE)?),
+            Input::FluxForceAnnotation => Location::Annotation(flux(FLUX_FORCE)?),
         })
     }
 

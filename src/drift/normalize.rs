@@ -30,9 +30,7 @@ const BOOKKEEPING_ANNOTATIONS: [&str; 4] = [
     breakglass::EXPIRES,
 ];
 
-/// Both objects without server-managed fields and ignored paths, with empty
-/// maps, empty lists and nulls removed (Kubernetes serializes them like absent
-/// fields). Rules see the objects already without status, managedFields and the
+/// Both objects without server-managed fields and ignored paths. Rules see the objects already without status, managedFields and the
 /// other server fields: driftguard never diffs them, and jq's input is half the
 /// size.
 pub fn normalize_pair(
@@ -53,14 +51,20 @@ pub fn normalize_pair(
             new_paths.extend(n);
         }
     }
+    let removed: Vec<path::Path> = old_paths.iter().chain(&new_paths).cloned().collect();
     path::remove_all_pruning(&mut old_n, old_paths);
     path::remove_all_pruning(&mut new_n, new_paths);
+    path::prune_like(&mut old_n, &mut new_n, &removed);
     (old_n, new_n)
 }
 
 /// A copy of `obj` without `status`, server metadata and bookkeeping
-/// annotations, and without nulls, `{}` and `[]` in objects. Cloning a map is a
-/// bulk copy, so copying first and pruning in place beats filtering per member.
+/// annotations. Cloning a map is a bulk copy, so copying first and pruning in
+/// place beats filtering per member.
+///
+/// No other value counts as absent: `{}` is not "no selector" (a
+/// `namespaceSelector: {}` selects every namespace), and the apiserver sends
+/// what it stores. The equalities this relies on are in [`EQUALITIES`].
 fn normalized_copy(obj: &Value) -> Value {
     let mut out = match obj.as_object() {
         // status and managedFields are often half the object: never copy them.
@@ -91,31 +95,45 @@ fn normalized_copy(obj: &Value) -> Value {
             }
         }
     }
-    prune_empty(&mut out);
+    if let Some(meta) = out.get_mut("metadata").and_then(Value::as_object_mut) {
+        for key in ["labels", "annotations"] {
+            if meta.get(key).is_some_and(is_empty) {
+                meta.remove(key);
+            }
+        }
+        if meta.is_empty() {
+            out.as_object_mut().map(|o| o.remove("metadata"));
+        }
+    }
     out
 }
 
-/// Removes nulls, `{}` and `[]` from objects, bottom-up. Array elements stay:
-/// their positions carry meaning.
-fn prune_empty(value: &mut Value) {
-    match value {
-        Value::Object(map) => {
-            let mut any_empty = false;
-            for v in map.values_mut() {
-                prune_empty(v);
-                any_empty |= is_empty(v);
-            }
-            // Empties are rare; a read-only pass is much cheaper than `retain`.
-            if any_empty {
-                map.retain(|_, v| !is_empty(v));
-            }
-        }
-        Value::Array(items) => items.iter_mut().for_each(prune_empty),
-        _ => {}
-    }
-}
+/// Every pair of different JSON values the diff treats as equal, and why
+/// Kubernetes does too. Nothing else is equal: a `{}` or `[]` or `null` that
+/// the client sent and the apiserver kept is compared as written.
+pub const EQUALITIES: &[(&str, &str)] = &[
+    (
+        "metadata.labels or metadata.annotations: {} or null = absent",
+        "string maps with omitempty in ObjectMeta, typed for every kind (custom resources too): \
+         the apiserver stores and sends them alike",
+    ),
+    (
+        "a map or list left empty by removing ignored paths = absent",
+        "what is left is only the ignored part, which is not compared",
+    ),
+    (
+        "status, managedFields, resourceVersion, generation, uid, creationTimestamp, selfLink, \
+         deletionGracePeriodSeconds: not compared",
+        "written by the apiserver or controllers, never state a person declares",
+    ),
+    (
+        "a Scale without spec.replicas = a Scale with spec.replicas 0",
+        "autoscaling/v1 Scale writes spec.replicas with omitempty: 0 is sent as absent",
+    ),
+];
 
-fn is_empty(v: &Value) -> bool {
+/// `null`, `{}` or `[]`.
+pub fn is_empty(v: &Value) -> bool {
     match v {
         Value::Null => true,
         Value::Object(m) => m.is_empty(),
@@ -139,14 +157,38 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn empty_annotations_equal_absent() {
-        let old = json!({"spec": {"template": {"metadata": {"labels": {"a": "b"}}}}});
-        let new =
-            json!({"spec": {"template": {"metadata": {"labels": {"a": "b"}, "annotations": {}}}}});
+    fn an_empty_selector_is_not_an_absent_one() {
+        let old = json!({"spec": {"ingress": [{"from": [{"podSelector": {"matchLabels": {"a": "b"}}}]}]}});
+        let new = json!({"spec": {"ingress": [{"from": [{"podSelector": {"matchLabels": {"a": "b"}},
+                                                         "namespaceSelector": {}}]}]}});
         assert_eq!(
             drifted_paths(&normalized_copy(&old), &normalized_copy(&new)),
-            Vec::<String>::new()
+            vec!["/spec/ingress/0/from/0/namespaceSelector"]
         );
+        for (a, b) in [
+            (json!({"x": []}), json!({})),
+            (json!({"x": null}), json!({})),
+        ] {
+            let (a, b) = (json!({"spec": a}), json!({"spec": b}));
+            assert_eq!(
+                drifted_paths(&normalized_copy(&a), &normalized_copy(&b)),
+                vec!["/spec/x"]
+            );
+        }
+    }
+
+    #[test]
+    fn empty_annotations_equal_absent() {
+        let old = json!({"metadata": {"name": "a", "labels": {"a": "b"}}});
+        for new in [
+            json!({"metadata": {"name": "a", "labels": {"a": "b"}, "annotations": {}}}),
+            json!({"metadata": {"name": "a", "labels": {"a": "b"}, "annotations": null}}),
+        ] {
+            assert_eq!(
+                drifted_paths(&normalized_copy(&old), &normalized_copy(&new)),
+                Vec::<String>::new()
+            );
+        }
     }
 
     #[test]
@@ -172,7 +214,10 @@ mod tests {
                          "managedFields": [{}], "annotations": {"driftguard.io/drift": "x"}},
                          "spec": {"x": null, "y": []}, "status": {"ready": 1}});
         let (once, _) = normalize_pair(&obj, &obj, &[], &mut Vec::new());
-        assert_eq!(once, json!({"metadata": {"name": "a"}}));
+        assert_eq!(
+            once,
+            json!({"metadata": {"name": "a"}, "spec": {"x": null, "y": []}})
+        );
         assert_eq!(normalize_pair(&once, &once, &[], &mut Vec::new()).0, once);
     }
 }

@@ -86,8 +86,9 @@ pub fn hidden_reverts(
             let Some(stored) = value(keys, &old_f) else {
                 return false;
             };
-            let left_empty = (stored.is_object() || stored.is_array())
-                && others.iter().any(|o| strictly_under(o, keys));
+            let left_empty = normalize::is_empty(stored)
+                || ((stored.is_object() || stored.is_array())
+                    && others.iter().any(|o| strictly_under(o, keys)));
             !left_empty && Some(stored) != value(keys, &new_f)
         })
         .map(|(_, pointer)| pointer)

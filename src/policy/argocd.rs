@@ -236,10 +236,13 @@ fn from_document<E>(
 
 impl Application {
     /// Argo CD names an application in another namespace `<namespace>_<name>` in
-    /// its tracking id; a bare name means the control-plane namespace, which we
-    /// accept for any namespace.
-    pub fn tracks(&self, app: &str, app_namespace: Option<&str>) -> bool {
-        self.name == app && app_namespace.is_none_or(|ns| self.namespace.as_deref() == Some(ns))
+    /// its tracking id; a bare name means the control-plane namespace
+    /// (`control_plane`), and only that: an Application of the same name in a
+    /// tenant's namespace must not supply the ignore rules. An Application
+    /// read from a file without a namespace is taken as the control plane's.
+    pub fn tracks(&self, app: &str, app_namespace: Option<&str>, control_plane: &str) -> bool {
+        let namespace = self.namespace.as_deref().unwrap_or(control_plane);
+        self.name == app && namespace == app_namespace.unwrap_or(control_plane)
     }
 
     pub fn describe_source(&self) -> Option<String> {

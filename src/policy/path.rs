@@ -92,19 +92,41 @@ pub fn remove_all_pruning(doc: &mut Value, mut paths: Vec<Path>) {
 }
 
 fn exists(doc: &Value, path: &[Segment]) -> bool {
+    get(doc, path).is_some()
+}
+
+fn get<'a>(doc: &'a Value, path: &[Segment]) -> Option<&'a Value> {
     let mut node = doc;
     for seg in path {
-        let next = match node {
+        node = match node {
             Value::Object(map) => map.get(key_str(seg).as_ref()),
             Value::Array(items) => resolve_index(seg, items.len()).and_then(|i| items.get(i)),
             _ => None,
-        };
-        match next {
-            Some(n) => node = n,
-            None => return false,
+        }?;
+    }
+    Some(node)
+}
+
+/// After [`remove_all_pruning`] on both objects: where removing `paths`
+/// pruned a container from one object, the same container left empty in the
+/// other (written as `{}` or `[]` there, around the ignored field) is pruned
+/// too. Either way it held only ignored fields.
+pub fn prune_like(a: &mut Value, b: &mut Value, paths: &[Path]) {
+    for path in paths {
+        for len in (1..path.0.len()).rev() {
+            let prefix = &path.0[..len];
+            let (in_a, in_b) = (get(a, prefix), get(b, prefix));
+            let empty = |v: &Value| {
+                v.as_object().is_some_and(|m| m.is_empty())
+                    || v.as_array().is_some_and(|l| l.is_empty())
+            };
+            if in_a.is_none() && in_b.is_some_and(empty) {
+                remove_pruning(b, prefix);
+            } else if in_b.is_none() && in_a.is_some_and(empty) {
+                remove_pruning(a, prefix);
+            }
         }
     }
-    true
 }
 
 /// Returns true when `node` became empty through this removal. The empty

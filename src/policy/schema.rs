@@ -109,7 +109,6 @@ impl IdentityList {
 pub fn default_controller_users() -> Vec<String> {
     [
         "system:serviceaccount:argocd:argocd-application-controller",
-        "system:serviceaccount:argocd:argocd-server",
         "system:serviceaccount:flux-system:kustomize-controller",
         "system:serviceaccount:flux-system:helm-controller",
     ]

@@ -72,7 +72,7 @@ Mutating adds one condition to the validating ones.
   expression: {{ include "driftguard.managedExpression" . | quote }}
 {{- end -}}
 
-{{/* CEL: scale writes, namespace DELETEs (with Argo CD: a destination), and objects whose stored or incoming version carries tracking metadata of an enabled detector. */}}
+{{/* CEL: scale writes, a namespace labelled driftguard.io/ignore=true, namespace DELETEs (with Argo CD: a destination), and objects whose stored or incoming version carries tracking metadata of an enabled detector. */}}
 {{- define "driftguard.managedExpression" -}}
 {{- $gitops := .Values.policy.gitops | default dict -}}
 {{- $argo := $gitops.argocd | default dict -}}
@@ -86,7 +86,7 @@ Mutating adds one condition to the validating ones.
 {{- end -}}
 {{- $fluxOn := true -}}{{- if hasKey $flux "enabled" }}{{ $fluxOn = $flux.enabled }}{{ end -}}
 {{- if $fluxOn }}{{ $labels = concat $labels (list "kustomize.toolkit.fluxcd.io/name" "helm.toolkit.fluxcd.io/name") }}{{ end -}}
-{{- $terms := list "(has(request.subResource) && request.subResource == 'scale')" -}}
+{{- $terms := list "(has(request.subResource) && request.subResource == 'scale')" "(request.resource.group == '' && request.resource.resource == 'namespaces' && object != null && has(object.metadata.labels) && 'driftguard.io/ignore' in object.metadata.labels && object.metadata.labels['driftguard.io/ignore'] == 'true' && !(oldObject != null && has(oldObject.metadata.labels) && 'driftguard.io/ignore' in oldObject.metadata.labels && oldObject.metadata.labels['driftguard.io/ignore'] == 'true'))" -}}
 {{- if $argoOn }}{{ $terms = append $terms "(request.operation == 'DELETE' && request.resource.group == '' && request.resource.resource == 'namespaces')" }}{{ end -}}
 {{- range $o := list "oldObject" "object" -}}
 {{- $carries := list -}}

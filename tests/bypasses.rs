@@ -1,0 +1,375 @@
+//! The bypass classes of issue 19, one test each: every test here fails
+//! without its fix. Each write is shaped as the kube-apiserver sends it.
+
+mod common;
+
+use common::*;
+use driftguard::drift::{Finding, Verdict};
+use driftguard::{Endpoint, Policy, judge};
+use serde_json::{Value, json};
+
+fn policy_with(yaml: &str) -> Policy {
+    Policy::from_yaml(yaml, "test-policy.yaml").unwrap()
+}
+
+/// A policy that ignores every label and annotation: the inputs must still hold.
+fn metadata_ignored() -> Policy {
+    policy_with(
+        "ignoreDifferences:\n  - {group: '*', kind: '*', jsonPointers: [/metadata/labels, /metadata/annotations]}\n",
+    )
+}
+
+/// `kubectl scale --replicas=0`: autoscaling/v1 writes `spec.replicas` with
+/// omitempty, so the Scale the apiserver sends has no `spec.replicas`.
+#[test]
+fn scale_to_zero_is_drift() {
+    let mut review = Review::scale("deployments", "web", 3, 0);
+    review.new = review.new.map(|n| without(&n, "/spec/replicas"));
+    let dep = deployment();
+    let out = run_with(&Policy::embedded(), &review, Endpoint::Validate, Some(&dep));
+    assert!(!out.allowed(), "{:?}", out.decision);
+    assert_eq!(out.decision.drifted_paths, vec!["/spec/replicas"]);
+    // Without the parent: still a change of replicas, so unknownScaleParent decides.
+    let out = run(&policy_with("unknownScaleParent: deny\n"), &review);
+    assert!(!out.allowed(), "{:?}", out.decision);
+    // From 0 (absent on both sides) to 0 is no change.
+    let mut zero = Review::scale("deployments", "web", 0, 0);
+    zero.old = zero.old.map(|n| without(&n, "/spec/replicas"));
+    zero.new = zero.new.map(|n| without(&n, "/spec/replicas"));
+    let stopped = with(&dep, "/spec/replicas", json!(0));
+    let out = run_with(
+        &Policy::embedded(),
+        &zero,
+        Endpoint::Validate,
+        Some(&stopped),
+    );
+    assert!(out.allowed(), "{}", out.message());
+}
+
+fn status_write(old: Value, new: Value) -> Review {
+    let mut review = Review::update(old, new);
+    review.sub_resource = Some("status");
+    review
+}
+
+/// `kubectl patch --subresource=status` keeps a Deployment's annotations
+/// (its status strategy resets only spec and labels).
+#[test]
+fn status_writes_that_change_metadata_are_judged() {
+    let old = deployment();
+    for (pointer, value) in [
+        ("/metadata/annotations/driftguard.io~1mode", json!("audit")),
+        ("/metadata/annotations/team", json!("x")),
+    ] {
+        let out = run(
+            &Policy::embedded(),
+            &status_write(old.clone(), with(&old, pointer, value)),
+        );
+        assert!(!out.allowed(), "{pointer}: {:?}", out.decision);
+    }
+    let untracked = without(
+        &old,
+        "/metadata/annotations/argocd.argoproj.io~1tracking-id",
+    );
+    let out = run(&Policy::embedded(), &status_write(old.clone(), untracked));
+    assert!(!out.allowed(), "{:?}", out.decision);
+    // Status itself is never drift.
+    let ready = with(&old, "/status/readyReplicas", json!(1));
+    let out = run(&Policy::embedded(), &status_write(old, ready));
+    assert!(out.allowed(), "{}", out.message());
+    assert_eq!(out.decision.finding, Finding::NoDrift);
+}
+
+fn flux_endpoints() -> Value {
+    json!({"apiVersion": "v1", "kind": "Endpoints",
+           "metadata": {"name": "db", "namespace": "production", "resourceVersion": "1",
+                        "labels": {"kustomize.toolkit.fluxcd.io/name": "infra",
+                                   "kustomize.toolkit.fluxcd.io/namespace": "flux-system"}},
+           "subsets": [{"addresses": [{"ip": "10.1.2.3"}], "ports": [{"port": 5432}]}]})
+}
+
+/// A selectorless Service's Endpoints live in Git; the apiserver now sends them.
+#[test]
+fn endpoints_are_judged_and_runtime_kinds_are_not() {
+    let old = flux_endpoints();
+    let new = with(&old, "/subsets/0/addresses/0/ip", json!("6.6.6.6"));
+    let out = run(&Policy::embedded(), &Review::update(old.clone(), new));
+    assert!(!out.allowed(), "{:?}", out.decision);
+    assert!(!driftguard::drift::excluded::is_excluded("", "endpoints"));
+    assert!(!driftguard::drift::excluded::is_excluded(
+        "discovery.k8s.io",
+        "endpointslices"
+    ));
+    // A Lease is never sent, and never judged: the two lists are one.
+    let mut lease = old.clone();
+    lease["apiVersion"] = json!("coordination.k8s.io/v1");
+    lease["kind"] = json!("Lease");
+    let out = run(
+        &Policy::embedded(),
+        &Review::update(lease.clone(), with(&lease, "/spec", json!({"x": 1}))),
+    );
+    assert!(
+        matches!(out.decision.finding, Finding::OutOfScope(_)),
+        "{:?}",
+        out.decision
+    );
+}
+
+fn namespace_review(operation: &str, old: Option<Value>, new: Option<Value>, user: &str) -> Value {
+    json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": "c0ffee00-0000-4000-8000-000000000009",
+        "kind": {"group": "", "version": "v1", "kind": "Namespace"},
+        "resource": {"group": "", "version": "v1", "resource": "namespaces"},
+        "name": "production", "operation": operation,
+        "userInfo": {"username": user, "groups": ["system:authenticated"]},
+        "object": new, "oldObject": old}})
+}
+
+fn namespace(labels: Value) -> Value {
+    json!({"apiVersion": "v1", "kind": "Namespace",
+           "metadata": {"name": "production", "labels": labels}, "spec": {"finalizers": ["kubernetes"]}})
+}
+
+fn judged(policy: &Policy, review: &Value) -> driftguard::drift::Decision {
+    judge(
+        policy,
+        &serde_json::to_vec(review).unwrap(),
+        Endpoint::Validate,
+        None,
+        now(),
+    )
+    .unwrap()
+    .decision
+}
+
+/// Labelling a namespace `driftguard.io/ignore=true` exempts it through the
+/// webhook's namespaceSelector: managed or not, only trusted identities may.
+#[test]
+fn exempting_a_namespace_is_refused_in_every_mode() {
+    let plain = namespace(json!({"kubernetes.io/metadata.name": "production"}));
+    let ignored = with(
+        &plain,
+        "/metadata/labels/driftguard.io~1ignore",
+        json!("true"),
+    );
+    for policy in [Policy::embedded(), policy_with("mode: audit\n")] {
+        let d = judged(
+            &policy,
+            &namespace_review(
+                "UPDATE",
+                Some(plain.clone()),
+                Some(ignored.clone()),
+                "alice",
+            ),
+        );
+        assert_eq!(d.finding, Finding::NamespaceExemption);
+        assert_eq!(d.verdict, Verdict::Deny);
+        let d = judged(
+            &policy,
+            &namespace_review("CREATE", None, Some(ignored.clone()), "alice"),
+        );
+        assert_eq!(d.verdict, Verdict::Deny);
+    }
+    let d = judged(
+        &Policy::embedded(),
+        &namespace_review(
+            "UPDATE",
+            Some(plain.clone()),
+            Some(ignored.clone()),
+            "system:serviceaccount:flux-system:kustomize-controller",
+        ),
+    );
+    assert_eq!(d.verdict, Verdict::Allow);
+    // Removing it, or keeping it, is not an exemption.
+    let d = judged(
+        &Policy::embedded(),
+        &namespace_review("UPDATE", Some(ignored.clone()), Some(plain), "alice"),
+    );
+    assert_eq!(d.verdict, Verdict::Allow);
+}
+
+fn network_policy() -> Value {
+    json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+           "metadata": {"name": "db", "namespace": "production",
+                        "annotations": {"argocd.argoproj.io/tracking-id": "myapp:networking.k8s.io/NetworkPolicy:production/db"}},
+           "spec": {"podSelector": {"matchLabels": {"app": "db"}}, "policyTypes": ["Ingress"],
+                    "ingress": [{"from": [{"podSelector": {"matchLabels": {"app": "web"}}}]}]}})
+}
+
+/// `namespaceSelector: {}` selects every namespace: not the same as absent.
+#[test]
+fn an_empty_selector_is_drift() {
+    let old = network_policy();
+    let new = with(&old, "/spec/ingress/0/from/0/namespaceSelector", json!({}));
+    let out = run(&Policy::embedded(), &Review::update(old, new));
+    assert!(!out.allowed(), "{:?}", out.decision);
+    assert_eq!(
+        out.decision.drifted_paths,
+        vec!["/spec/ingress/0/from/0/namespaceSelector"]
+    );
+}
+
+/// Warn mode: planting a decision input is refused, not only warned about.
+#[test]
+fn decision_inputs_are_refused_in_warn_and_audit_mode() {
+    let old = deployment();
+    let planted = with(
+        &old,
+        "/metadata/annotations/driftguard.io~1mode",
+        json!("audit"),
+    );
+    for mode in ["warn", "audit"] {
+        let policy = policy_with(&format!("mode: {mode}\nnamespaces: []\n"));
+        let out = run(&policy, &Review::update(old.clone(), planted.clone()));
+        assert!(!out.allowed(), "{mode}: {:?}", out.decision);
+        assert!(
+            out.message().contains("refused in every mode"),
+            "{}",
+            out.message()
+        );
+        // An ordinary change stays a warning.
+        let image = with(&old, "/spec/template/spec/containers/0/image", json!("x"));
+        let out = run(&policy, &Review::update(old.clone(), image));
+        assert!(out.allowed(), "{mode}: {}", out.message());
+    }
+}
+
+/// The tools' own per-object knobs are inputs: no rule hides a change to them.
+#[test]
+fn gitops_tool_knobs_are_decision_inputs() {
+    let argo = deployment();
+    let mut flux = deployment();
+    flux["metadata"]["annotations"] = json!({});
+    flux["metadata"]["labels"] = json!({"kustomize.toolkit.fluxcd.io/name": "apps",
+                                        "kustomize.toolkit.fluxcd.io/namespace": "flux-system"});
+    let cases = [
+        (
+            &argo,
+            "/metadata/annotations/argocd.argoproj.io~1sync-options",
+            "Prune=false",
+        ),
+        (
+            &argo,
+            "/metadata/annotations/argocd.argoproj.io~1compare-options",
+            "IgnoreExtraneous",
+        ),
+        (
+            &argo,
+            "/metadata/annotations/argocd.argoproj.io~1ignore-differences",
+            "jsonPointers: [/spec]",
+        ),
+        (
+            &flux,
+            "/metadata/annotations/kustomize.toolkit.fluxcd.io~1prune",
+            "disabled",
+        ),
+        (
+            &flux,
+            "/metadata/labels/kustomize.toolkit.fluxcd.io~1prune",
+            "disabled",
+        ),
+        (
+            &flux,
+            "/metadata/annotations/kustomize.toolkit.fluxcd.io~1ssa",
+            "Ignore",
+        ),
+        (
+            &flux,
+            "/metadata/labels/kustomize.toolkit.fluxcd.io~1ssa",
+            "IfNotPresent",
+        ),
+        (
+            &flux,
+            "/metadata/annotations/kustomize.toolkit.fluxcd.io~1force",
+            "enabled",
+        ),
+    ];
+    let policy = metadata_ignored();
+    for (obj, pointer, value) in cases {
+        let out = run(
+            &policy,
+            &Review::update(obj.clone(), with(obj, pointer, json!(value))),
+        );
+        assert!(!out.allowed(), "{pointer}: {:?}", out.decision);
+        assert_eq!(out.decision.inputs_changed, vec![pointer], "{pointer}");
+    }
+}
+
+fn application(namespace: &str, pointer: &str) -> driftguard::policy::Application {
+    let yaml = format!(
+        "apiVersion: argoproj.io/v1alpha1\nkind: Application\nmetadata: {{name: myapp, namespace: {namespace}}}\n\
+         spec:\n  project: default\n  source: {{repoURL: https://git.example.com/{namespace}.git, path: app}}\n\
+         \x20 destination: {{server: https://kubernetes.default.svc, namespace: production}}\n\
+         \x20 ignoreDifferences:\n  - {{group: apps, kind: Deployment, jsonPointers: [{pointer}]}}\n"
+    );
+    driftguard::policy::argocd::parse(&yaml, "app.yaml")
+        .unwrap()
+        .applications
+        .pop()
+        .unwrap()
+}
+
+/// A bare tracking name (`myapp:...`) names the Application in Argo CD's own
+/// namespace; one of the same name in a tenant's namespace has no say.
+#[test]
+fn a_bare_tracking_name_resolves_only_in_the_control_plane() {
+    let old = deployment();
+    let new = with(
+        &old,
+        "/spec/template/spec/containers/0/image",
+        json!("evil:1"),
+    );
+    let tenant = Policy::embedded().with_applications(vec![application(
+        "team-a",
+        "/spec/template/spec/containers",
+    )]);
+    let out = run(&tenant, &Review::update(old.clone(), new.clone()));
+    assert!(!out.allowed(), "{:?}", out.decision);
+    let control_plane = Policy::embedded().with_applications(vec![application(
+        "argocd",
+        "/spec/template/spec/containers",
+    )]);
+    let out = run(&control_plane, &Review::update(old.clone(), new.clone()));
+    assert!(out.allowed(), "{}", out.message());
+    // `team-a_myapp` names exactly that one.
+    let namespaced = with(
+        &old,
+        "/metadata/annotations/argocd.argoproj.io~1tracking-id",
+        json!("team-a_myapp:apps/Deployment:production/web"),
+    );
+    let edited = with(
+        &namespaced,
+        "/spec/template/spec/containers/0/image",
+        json!("evil:1"),
+    );
+    let out = run(&tenant, &Review::update(namespaced.clone(), edited.clone()));
+    assert!(out.allowed(), "{}", out.message());
+    let out = run(&control_plane, &Review::update(namespaced, edited));
+    assert!(!out.allowed(), "{:?}", out.decision);
+}
+
+/// argocd-server writes what UI and API users do: not a controller.
+#[test]
+fn argocd_server_is_not_a_controller() {
+    let old = deployment();
+    let new = with(
+        &old,
+        "/spec/template/spec/containers/0/image",
+        json!("web:2"),
+    );
+    let out = run(
+        &Policy::embedded(),
+        &Review::update(old, new).by(
+            "system:serviceaccount:argocd:argocd-server",
+            &["system:serviceaccounts"],
+        ),
+    );
+    assert!(!out.allowed(), "{:?}", out.decision);
+    assert!(
+        out.warnings()
+            .iter()
+            .any(|w| w.contains("argocd-server writes on behalf")),
+        "{:?}",
+        out.warnings()
+    );
+}
