@@ -243,7 +243,8 @@ fn many_identities_are_accepted_by_the_apiserver(plane: &ControlPlane) {
     );
     assert_eq!(
         out.stdout,
-        "exclude-unmanaged-kinds skip-gitops-and-trusted-identities only-gitops-managed-objects only-where-a-patch-may-follow",
+        "exclude-unmanaged-kinds skip-gitops-and-trusted-identities only-gitops-managed-objects \
+         only-where-a-patch-may-follow namespaces-have-their-own-webhook",
         "{out}"
     );
     let out = plane.kubectl(

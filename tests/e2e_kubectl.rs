@@ -78,6 +78,11 @@ fn objects() -> String {
 /// application myapp, and a tracked Namespace.
 const KINDS: &str = r#"
 apiVersion: v1
+kind: Endpoints
+metadata: {name: external-db, namespace: production, labels: {kustomize.toolkit.fluxcd.io/name: apps, kustomize.toolkit.fluxcd.io/namespace: flux-system}}
+subsets: [{addresses: [{ip: 10.1.2.3}], ports: [{port: 5432}]}]
+---
+apiVersion: v1
 kind: Secret
 metadata: {name: db-creds, namespace: production, annotations: {argocd.argoproj.io/tracking-id: "myapp:/Secret:production/db-creds"}}
 stringData: {password: from-git}
@@ -130,6 +135,9 @@ metadata: {name: gitops-kinds-editor}
 rules:
   - apiGroups: ["", networking.k8s.io, rbac.authorization.k8s.io, autoscaling, policy, monitoring.coreos.com]
     resources: [secrets, serviceaccounts, namespaces, networkpolicies, rolebindings, horizontalpodautoscalers, poddisruptionbudgets, servicemonitors]
+    verbs: [get, list, watch, create, update, patch, delete]
+  - apiGroups: ["", apps, discovery.k8s.io]
+    resources: [endpoints, endpointslices, deployments/status, statefulsets/status, services/status]
     verbs: [get, list, watch, create, update, patch, delete]
 ---
 apiVersion: rbac.authorization.k8s.io/v1
@@ -792,6 +800,84 @@ fn unmanaged_writes_never_reach_driftguard(e: &Env) -> Scenario {
     Ok(())
 }
 
+/// The write paths issue 19 found unjudged: each is denied, and the object
+/// stays as it was.
+fn every_write_path_is_judged(e: &Env) -> Scenario {
+    // autoscaling/v1 sends a Scale to 0 without spec.replicas.
+    let before = e.get("production", "statefulset/db", "{.spec.replicas}");
+    let out = e.kubectl("alice", "-n production scale statefulset/db --replicas=0");
+    ensure!(
+        !out.ok && out.stderr.contains("/spec/replicas"),
+        "scale to 0: {out}"
+    );
+    let after = e.get("production", "statefulset/db", "{.spec.replicas}");
+    ensure!(after == before, "replicas {before} -> {after}");
+    // A status write keeps a Deployment's annotations.
+    let out = e.plane.kubectl(
+        "alice",
+        &[
+            "-n",
+            "production",
+            "patch",
+            "deployment/myapp",
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            r#"{"metadata":{"annotations":{"driftguard.io/mode":"audit"}}}"#,
+        ],
+    );
+    ensure!(
+        !out.ok && out.stderr.contains("driftguard.io~1mode"),
+        "status write planting the mode: {out}"
+    );
+    let mode = e.get(
+        "production",
+        "deployment/myapp",
+        "{.metadata.annotations.driftguard\\.io/mode}",
+    );
+    ensure!(mode.is_empty(), "mode annotation planted: {mode}");
+    // A Flux-managed Endpoints (a selectorless Service's external database).
+    let out = e.plane.kubectl(
+        "alice",
+        &[
+            "-n",
+            "production",
+            "patch",
+            "endpoints/external-db",
+            "--type=json",
+            "-p",
+            r#"[{"op":"replace","path":"/subsets/0/addresses/0/ip","value":"6.6.6.6"}]"#,
+        ],
+    );
+    ensure!(
+        !out.ok && out.stderr.contains("Flux Kustomization flux-system/apps"),
+        "endpoints edit: {out}"
+    );
+    let ip = e.get(
+        "production",
+        "endpoints/external-db",
+        "{.subsets[0].addresses[0].ip}",
+    );
+    ensure!(ip == "10.1.2.3", "endpoints changed to {ip}");
+    // The label that exempts a namespace is judged on the write that sets it.
+    let out = e.kubectl(
+        "alice",
+        "label namespace production driftguard.io/ignore=true",
+    );
+    ensure!(
+        !out.ok && out.stderr.contains("would exempt every object in it"),
+        "namespace exemption: {out}"
+    );
+    let label = e.get("", "namespace/production", "{.metadata.labels}");
+    ensure!(!label.contains("driftguard.io/ignore"), "labelled: {label}");
+    let out = e.kubectl(
+        "alice",
+        "-n production set image deployment/myapp app=nginx:6.6",
+    );
+    ensure!(!out.ok, "still judged after the refused label: {out}");
+    Ok(())
+}
+
 #[test]
 fn kubectl_against_a_real_control_plane() {
     scenarios(setup(Install::Register));
@@ -803,7 +889,7 @@ fn kubectl_against_a_real_control_plane_installed_by_the_chart() {
 }
 
 fn scenarios(mut env: Env) {
-    let scenarios: [Step; 11] = [
+    let scenarios: [Step; 12] = [
         (
             "1 set image",
             set_image_is_denied_for_alice_and_allowed_for_argo_cd,
@@ -836,6 +922,7 @@ fn scenarios(mut env: Env) {
             "13 unmanaged writes",
             unmanaged_writes_never_reach_driftguard,
         ),
+        ("14 every write path", every_write_path_is_judged),
     ];
     let mut failures = Vec::new();
     for (name, scenario) in scenarios {

@@ -29,7 +29,7 @@ pub struct Rule {
 pub const RULES: &[Rule] = &[Rule {
     api_groups: &["*"],
     api_versions: &["*"],
-    resources: &["*", "*/*"],
+    resources: &["*/*"],
     scope: "*",
 }];
 
