@@ -615,11 +615,23 @@ fn input_changes(
         .iter()
         .flat_map(|r| r.managers.iter().map(String::as_str))
         .collect();
-    let grown = !managers.is_empty()
-        && !owned_leaves(new, &managers).is_subset(&owned_leaves(old, &managers));
+    let grown = |managers: &[&str]| {
+        !managers.is_empty() && !owned_leaves(new, managers).is_subset(&owned_leaves(old, managers))
+    };
+    // Fields given to the GitOps tool's own manager by hand: its next
+    // server-side apply removes what it owns and Git lacks (replicas, say).
+    let tool_grown = manager.is_some() && grown(&owned::GITOPS_MANAGERS);
     let flux = matches!(manager, Some(Manager::FluxKustomization { .. }));
-    if grown || (flux && reapplied::ownership_rewritten(old, new)) {
+    if grown(&managers) || tool_grown || (flux && reapplied::ownership_rewritten(old, new)) {
         out.push(MANAGED_FIELDS.to_owned());
+    }
+    // Argo CD's client-side apply merges three ways against this record:
+    // what a hand adds to it (`kubectl edit` and `kubectl apply` rewrite it),
+    // the next sync deletes where Git lacks it, ignore rules or not.
+    if matches!(manager, Some(Manager::ArgoCd { .. }))
+        && let Some(pointer) = owned::last_applied_changed(old, new)
+    {
+        out.push(pointer);
     }
     if policy.precision == crate::policy::Precision::OwnedFields {
         for p in owned::ownership_taken(old, new) {

@@ -373,3 +373,50 @@ fn argocd_server_is_not_a_controller() {
         out.warnings()
     );
 }
+
+/// What the tool itself reads is protected like what driftguard reads:
+/// Argo CD's last-applied record, and its own field manager's ownership.
+#[test]
+fn what_the_tools_read_cannot_be_planted() {
+    const LAST_APPLIED: &str =
+        "/metadata/annotations/kubectl.kubernetes.io~1last-applied-configuration";
+    let policy = metadata_ignored();
+    let old = with(
+        &deployment(),
+        LAST_APPLIED,
+        json!(r#"{"apiVersion":"apps/v1","kind":"Deployment","spec":{"template":{}}}"#),
+    );
+    // Adding spec.replicas there makes Argo CD's next sync delete replicas.
+    let planted = with(
+        &old,
+        LAST_APPLIED,
+        json!(
+            r#"{"apiVersion":"apps/v1","kind":"Deployment","spec":{"replicas":5,"template":{}}}"#
+        ),
+    );
+    let out = run(&policy, &Review::update(old.clone(), planted));
+    assert!(!out.allowed(), "{:?}", out.decision);
+    assert_eq!(out.decision.inputs_changed, vec![LAST_APPLIED]);
+    // The same record written again with other spacing is no change.
+    let respaced = with(
+        &old,
+        LAST_APPLIED,
+        json!(r#"{"apiVersion": "apps/v1", "kind": "Deployment", "spec": {"template": {}}}"#),
+    );
+    let out = run(&policy, &Review::update(old, respaced));
+    assert!(out.allowed(), "{}", out.message());
+
+    // Giving kustomize-controller spec.replicas (a server-side apply with
+    // its field manager): its next apply removes replicas Git lacks.
+    let mut flux = deployment();
+    flux["metadata"]["annotations"] = json!({});
+    flux["metadata"]["labels"] = json!({"kustomize.toolkit.fluxcd.io/name": "apps",
+                                        "kustomize.toolkit.fluxcd.io/namespace": "flux-system"});
+    flux["metadata"]["managedFields"] = json!([{"manager": "kustomize-controller", "operation": "Apply",
+        "apiVersion": "apps/v1", "fieldsType": "FieldsV1", "fieldsV1": {"f:metadata": {"f:labels": {}}}}]);
+    let mut grown = flux.clone();
+    grown["metadata"]["managedFields"][0]["fieldsV1"]["f:spec"] = json!({"f:replicas": {}});
+    let out = run(&policy, &Review::update(flux, grown));
+    assert!(!out.allowed(), "{:?}", out.decision);
+    assert_eq!(out.decision.inputs_changed, vec!["/metadata/managedFields"]);
+}

@@ -20,6 +20,20 @@ pub const GITOPS_MANAGERS: [&str; 3] = [
 
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
+/// The last-applied annotation's pointer, when this write changes what it
+/// says (parsed: re-serializing it the same way is no change).
+pub fn last_applied_changed(old: &Value, new: &Value) -> Option<String> {
+    let read = |o: &Value| {
+        let text = o.pointer("/metadata/annotations")?.get(LAST_APPLIED)?;
+        Some(
+            text.as_str()
+                .and_then(|t| serde_json::from_str::<Value>(t).ok())
+                .unwrap_or_else(|| text.clone()),
+        )
+    };
+    (read(old) != read(new)).then(|| format!("/metadata/annotations/{}", escape(LAST_APPLIED)))
+}
+
 /// RFC 6901 pointers of the fields the GitOps tool owns in `stored`.
 /// An Update entry (client-side apply, `kubectl apply` as Argo CD does it by
 /// default) also owns what the apiserver defaulted on create, which the tool
