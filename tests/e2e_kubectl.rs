@@ -803,15 +803,28 @@ fn unmanaged_writes_never_reach_driftguard(e: &Env) -> Scenario {
 /// The write paths issue 19 found unjudged: each is denied, and the object
 /// stays as it was.
 fn every_write_path_is_judged(e: &Env) -> Scenario {
+    let cache = OTHER_OBJECTS
+        .split("---")
+        .next()
+        .unwrap()
+        .replace("name: db", "name: cache")
+        .replace("production/db", "production/cache")
+        .replace("replicas: 1", "replicas: 2");
+    let out = e
+        .plane
+        .kubectl_as_stdin(ARGO, &["apply", "-f", "-"], Some(&cache));
+    ensure!(out.ok, "statefulset/cache as Argo CD: {out}");
     // autoscaling/v1 sends a Scale to 0 without spec.replicas.
-    let before = e.get("production", "statefulset/db", "{.spec.replicas}");
-    let out = e.kubectl("alice", "-n production scale statefulset/db --replicas=0");
+    let out = e.kubectl(
+        "alice",
+        "-n production scale statefulset/cache --replicas=0",
+    );
     ensure!(
         !out.ok && out.stderr.contains("/spec/replicas"),
         "scale to 0: {out}"
     );
-    let after = e.get("production", "statefulset/db", "{.spec.replicas}");
-    ensure!(after == before, "replicas {before} -> {after}");
+    let after = e.get("production", "statefulset/cache", "{.spec.replicas}");
+    ensure!(after == "2", "replicas 2 -> {after}");
     // A status write keeps a Deployment's annotations.
     let out = e.plane.kubectl(
         "alice",

@@ -53,28 +53,36 @@ fn known_two_step_bypasses_are_closed() {
     ] {
         for owned_fields in [false, true] {
             for first in &firsts {
-                for second in [Second::Field("/spec/paused", 7), Second::Delete] {
+                let seconds = [
+                    Second::Field("/spec/paused", 7),
+                    Second::Delete,
+                    Second::Scale(0),
+                ];
+                for second in seconds {
                     for honest_second in [false, true] {
-                        let scenario = Scenario {
-                            rules: metadata_rules.clone(),
-                            owned_fields,
-                            kind: Kind::Deployment,
-                            manager,
-                            first: vec![first.clone()],
-                            second: second.clone(),
-                            honest_second,
-                            paused: false,
-                        };
-                        if let Err(e) = scenario.check() {
-                            panic!("{scenario:?}\n{e}");
+                        for first_via_status in [false, true] {
+                            let scenario = Scenario {
+                                rules: metadata_rules.clone(),
+                                owned_fields,
+                                kind: Kind::Deployment,
+                                manager,
+                                first: vec![first.clone()],
+                                second: second.clone(),
+                                honest_second,
+                                paused: false,
+                                first_via_status,
+                            };
+                            if let Err(e) = scenario.check() {
+                                panic!("{scenario:?}\n{e}");
+                            }
+                            checked += 1;
                         }
-                        checked += 1;
                     }
                 }
             }
         }
     }
-    assert_eq!(checked, 4 * 2 * 11 * 2 * 2);
+    assert_eq!(checked, 4 * 2 * 11 * 3 * 2 * 2);
 }
 
 /// After a break-glass armed with a pause has expired, anyone may end it
@@ -133,6 +141,7 @@ fn ending_an_expired_paused_break_glass_unlocks_nothing() {
                         second,
                         honest_second: true,
                         paused: true,
+                        first_via_status: false,
                     };
                     // The sweeper's write itself is allowed, so the second write is tested after it.
                     if matches!(first[..], [Edit::EndBreakGlass]) {
@@ -168,6 +177,7 @@ fn disowning_kustomize_controller_unlocks_nothing() {
                 second: Second::Field("/spec/paused", 7),
                 honest_second,
                 paused: false,
+                first_via_status: false,
             };
             if let Err(e) = scenario.check() {
                 panic!("{scenario:?}\n{e}");

@@ -122,6 +122,9 @@ pub enum Edit {
 pub enum Second {
     Field(&'static str, i64),
     Delete,
+    /// `kubectl scale` of a Deployment to this many replicas (0 is sent
+    /// without `spec.replicas`, as autoscaling/v1 does).
+    Scale(i64),
 }
 
 #[derive(Clone, Debug)]
@@ -139,6 +142,9 @@ pub struct Scenario {
     /// The stored object carries an expired break-glass armed by the plugin:
     /// the pause marker, the label and, for Flux, the opt-out it set.
     pub paused: bool,
+    /// The first write goes through the `status` subresource: the apiserver
+    /// keeps its metadata and resets the rest to the stored object.
+    pub first_via_status: bool,
 }
 
 /// Reads choices from bytes; running out of bytes reads zeros.
@@ -189,10 +195,10 @@ impl Scenario {
                 }
             })
             .collect();
-        let second = if b.next() % 5 == 0 {
-            Second::Delete
-        } else {
-            Second::Field(b.pick(fields), 7)
+        let second = match b.next() % 5 {
+            0 => Second::Delete,
+            1 if kind == Kind::Deployment => Second::Scale(b.pick(&[0, 7])),
+            _ => Second::Field(b.pick(fields), 7),
         };
         Scenario {
             rules,
@@ -203,6 +209,7 @@ impl Scenario {
             second,
             honest_second: b.flag(),
             paused: b.flag(),
+            first_via_status: b.flag() && kind != Kind::ConfigMap,
         }
     }
 
@@ -316,11 +323,8 @@ impl Scenario {
             return Ok(());
         };
         if denied_on_stored {
-            let mut after = stored.clone();
-            for e in &self.first {
-                apply(&mut after, e);
-            }
-            if decide(&policy, "UPDATE", Some(&stored), Some(&after))? {
+            let after = self.after_first(&stored);
+            if self.decide_first(&policy, &stored, &after)? {
                 let denied_after = self.second_verdict(&policy, &after).unwrap_or(false);
                 if !denied_after {
                     return Err(format!(
@@ -336,17 +340,57 @@ impl Scenario {
     /// Whether W1 on the stored object is allowed.
     pub fn first_allowed(&self) -> Result<bool, String> {
         let stored = self.stored();
+        let after = self.after_first(&stored);
+        self.decide_first(&self.policy(), &stored, &after)
+    }
+
+    /// The object W1 leaves: through `status`, only metadata survives the
+    /// apiserver's status strategy (more than any real one keeps: stricter).
+    fn after_first(&self, stored: &Value) -> Value {
         let mut after = stored.clone();
         for e in &self.first {
             apply(&mut after, e);
         }
-        decide(&self.policy(), "UPDATE", Some(&stored), Some(&after))
+        if self.first_via_status {
+            for (k, v) in stored.as_object().expect("an object") {
+                if k != "metadata" {
+                    after[k] = v.clone();
+                }
+            }
+        }
+        after
+    }
+
+    fn decide_first(&self, policy: &Policy, stored: &Value, after: &Value) -> Result<bool, String> {
+        let sub = if self.first_via_status { "status" } else { "" };
+        decide_write(policy, "UPDATE", Some(stored), Some(after), sub, None)
     }
 
     /// `Some(true)` when W2 on `stored` is denied.
     fn second_verdict(&self, policy: &Policy, stored: &Value) -> Option<bool> {
         let allowed = match &self.second {
             Second::Delete => decide(policy, "DELETE", Some(stored), None),
+            Second::Scale(replicas) => {
+                let scale = |r: i64| {
+                    let mut s = json!({"apiVersion": "autoscaling/v1", "kind": "Scale",
+                        "metadata": {"name": stored["metadata"]["name"], "namespace": "production"},
+                        "spec": {}, "status": {"replicas": 3}});
+                    if r != 0 {
+                        s["spec"]["replicas"] = json!(r);
+                    }
+                    s
+                };
+                let current = stored.pointer("/spec/replicas").and_then(Value::as_i64);
+                let (old, new) = (scale(current.unwrap_or(0)), scale(*replicas));
+                decide_write(
+                    policy,
+                    "UPDATE",
+                    Some(&old),
+                    Some(&new),
+                    "scale",
+                    Some(stored),
+                )
+            }
             Second::Field(field, value) => {
                 let mut new = stored.clone();
                 set(&mut new, field, json!(value));
@@ -516,21 +560,41 @@ fn decide(
     old: Option<&Value>,
     new: Option<&Value>,
 ) -> Result<bool, String> {
-    let body = review(operation, old, new);
+    decide_write(policy, operation, old, new, "", None)
+}
+
+/// [`decide`] through a subresource; a scale write names the parent's
+/// resource (Deployments) and passes the parent.
+fn decide_write(
+    policy: &Policy,
+    operation: &str,
+    old: Option<&Value>,
+    new: Option<&Value>,
+    sub_resource: &str,
+    parent: Option<&Value>,
+) -> Result<bool, String> {
+    let body = review(operation, old, new, sub_resource);
     let now = NOW.parse().expect("a time");
-    let judged = judge(policy, &body, Endpoint::Validate, None, now).map_err(|e| e.to_string())?;
+    let judged =
+        judge(policy, &body, Endpoint::Validate, parent, now).map_err(|e| e.to_string())?;
     Ok(judged.response.response.as_ref().is_some_and(|r| r.allowed))
 }
 
-fn review(operation: &str, old: Option<&Value>, new: Option<&Value>) -> Vec<u8> {
+fn review(operation: &str, old: Option<&Value>, new: Option<&Value>, sub: &str) -> Vec<u8> {
     let obj = new.or(old).expect("an object");
     let api_version = obj["apiVersion"].as_str().unwrap_or_default();
     let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
     let kind = obj["kind"].as_str().unwrap_or_default();
+    let (resource_group, resource) = if sub == "scale" {
+        ("apps", "deployments".to_owned())
+    } else {
+        (group, format!("{}s", kind.to_lowercase()))
+    };
     let review = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
         "uid": "00000000-0000-4000-8000-000000000002",
         "kind": {"group": group, "version": version, "kind": kind},
-        "resource": {"group": group, "version": version, "resource": format!("{}s", kind.to_lowercase())},
+        "resource": {"group": resource_group, "version": "v1", "resource": resource},
+        "subResource": (!sub.is_empty()).then_some(sub),
         "name": obj["metadata"]["name"], "namespace": "production", "operation": operation,
         "userInfo": {"username": USER, "groups": GROUPS},
         "object": new, "oldObject": old, "dryRun": false}});
