@@ -425,10 +425,58 @@ pub fn decide(policy: &Policy, req: &Request, ctx: &Context) -> Result<Decision,
     if d.finding == Finding::BreakGlass {
         breakglass::warn_unpaused(bg_carrier, d.manager.as_ref(), &mut d.notes);
     }
+    if let (Operation::Update, Some(old), Some(new)) = (req.operation, old, object) {
+        check_drift_record(req, (old, new), ctx.now, &mut d);
+    }
     d.verdict = verdict_for(&d.finding, d.mode, policy.unknown_scale_parent);
     refuse_input_changes(&mut d);
     note_argocd_server(req, &mut d);
     Ok(d)
+}
+
+/// The `driftguard.io/drift` record is driftguard's own: the mutating webhook
+/// writes `{"user", "time", "paths"}` for this very write. Any other change
+/// to it (another user, other paths, a stale time, removed, or filled to the
+/// annotation limit) is a forged record, refused in every mode.
+fn check_drift_record(
+    req: &Request,
+    (old, new): (&Value, &Value),
+    now: Timestamp,
+    d: &mut Decision,
+) {
+    fn record(o: &Value) -> Option<&Value> {
+        o.pointer("/metadata/annotations")?
+            .get(normalize::DRIFT_ANNOTATION)
+    }
+    let written = record(new);
+    if written == record(old) {
+        return;
+    }
+    let ours = written
+        .and_then(Value::as_str)
+        .and_then(|text| serde_json::from_str::<Value>(text).ok())
+        .is_some_and(|r| {
+            let fresh = r["time"]
+                .as_str()
+                .and_then(|t| t.parse::<Timestamp>().ok())
+                .is_some_and(|t| now.duration_since(t).abs() < SignedDuration::from_mins(5));
+            r["user"] == req.username
+                && fresh
+                && r["paths"].as_array().is_some_and(|p| *p == d.drifted_paths)
+                && r.as_object().is_some_and(|m| m.len() == 3)
+        });
+    if ours {
+        return;
+    }
+    let pointer = format!(
+        "/metadata/annotations/{}",
+        crate::policy::path::escape(normalize::DRIFT_ANNOTATION)
+    );
+    d.drifted_paths.push(pointer.clone());
+    d.inputs_changed.push(pointer);
+    if !d.finding.is_drift() && d.finding != Finding::BreakGlass {
+        d.finding = Finding::Drift;
+    }
 }
 
 /// A change to a decision input is refused whatever the mode: allowed with a

@@ -142,6 +142,35 @@ pub fn end_patch(annotations: &Value, resource_version: &str) -> Value {
     }})
 }
 
+/// The entries of an Application's `PAUSED_FOR` list (its annotations) that
+/// no armed object holds any more: their break-glass ended without lifting
+/// the pause (its keys removed by hand, the object deleted). `armed` are the
+/// entries of every object that still carries the break-glass label;
+/// `listed` says whether an entry's type was listed (otherwise its object
+/// could not be seen, and its pause stays).
+pub fn orphaned(
+    annotations: &Value,
+    armed: &BTreeSet<String>,
+    listed: impl Fn(&str) -> bool,
+) -> Vec<String> {
+    if annotations.get(SKIP_RECONCILE).and_then(Value::as_str) != Some("true") {
+        return Vec::new();
+    }
+    annotations
+        .get(PAUSED_FOR)
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .split(',')
+        .map(str::trim)
+        .filter(|e| !e.is_empty() && !armed.contains(*e))
+        .filter(|e| {
+            e.split_once(':')
+                .is_some_and(|(group_kind, _)| listed(group_kind))
+        })
+        .map(str::to_owned)
+        .collect()
+}
+
 /// Whether the object's marker says its Argo CD Application was paused for it.
 pub fn paused_application(annotations: &Value) -> bool {
     annotations.get(PAUSED).and_then(Value::as_str) == Some(SKIP_RECONCILE)
@@ -223,6 +252,23 @@ pub fn application_update(app: &Value, change: AppChange) -> (Option<Value>, App
 mod tests {
     use super::*;
     use crate::drift::ownership::{FLUX_RECONCILE, HELM_DRIFT_DETECTION};
+
+    #[test]
+    fn a_pause_no_armed_object_holds_is_orphaned() {
+        let annotations = json!({SKIP_RECONCILE: "true",
+            PAUSED_FOR: "/ConfigMap:prod/a,apps/Deployment:prod/web,example.com/Widget:prod/w"});
+        let armed: BTreeSet<String> = ["apps/Deployment:prod/web".to_owned()].into();
+        let listed = |gk: &str| gk != "example.com/Widget";
+        assert_eq!(
+            orphaned(&annotations, &armed, listed),
+            vec!["/ConfigMap:prod/a"]
+        );
+        // Someone else's pause (no list), or no pause at all: nothing of ours.
+        let theirs = json!({SKIP_RECONCILE: "true"});
+        assert!(orphaned(&theirs, &BTreeSet::new(), |_| true).is_empty());
+        let lifted = json!({PAUSED_FOR: "/ConfigMap:prod/a"});
+        assert!(orphaned(&lifted, &BTreeSet::new(), |_| true).is_empty());
+    }
 
     fn obj(labels: Value, annotations: Value) -> Value {
         json!({"apiVersion": "apps/v1", "kind": "Deployment",

@@ -420,3 +420,35 @@ fn what_the_tools_read_cannot_be_planted() {
     assert!(!out.allowed(), "{:?}", out.decision);
     assert_eq!(out.decision.inputs_changed, vec!["/metadata/managedFields"]);
 }
+
+/// The `driftguard.io/drift` record is written by driftguard's mutating
+/// webhook for the write itself; anything else in it is forged.
+#[test]
+fn the_drift_record_cannot_be_forged() {
+    const RECORD: &str = "/metadata/annotations/driftguard.io~1drift";
+    const IMAGE: &str = "/spec/template/spec/containers/0/image";
+    let warn = policy_with("mode: warn\n");
+    let old = deployment();
+    let edited = with(&old, IMAGE, json!("web:2"));
+    let record = |user: &str, time: &str| {
+        json!(json!({"user": user, "time": time, "paths": [IMAGE]}).to_string())
+    };
+    let fresh = now().to_string();
+    // What the mutating webhook writes for this write: a warning, as without it.
+    let ours = with(&edited, RECORD, record("alice", &fresh));
+    let out = run(&warn, &Review::update(old.clone(), ours.clone()));
+    assert!(out.allowed(), "{}", out.message());
+    assert_eq!(out.decision.verdict, Verdict::Warn);
+    for forged in [
+        with(&edited, RECORD, record("bob", &fresh)),
+        with(&edited, RECORD, record("alice", "2020-01-01T00:00:00Z")),
+        with(&edited, RECORD, json!("x".repeat(200_000))),
+    ] {
+        let out = run(&warn, &Review::update(old.clone(), forged));
+        assert!(!out.allowed(), "{:?}", out.decision);
+        assert!(out.decision.inputs_changed.contains(&RECORD.to_owned()));
+    }
+    // Removed or rewritten by hand with nothing else changed.
+    let out = run(&warn, &Review::update(ours.clone(), without(&ours, RECORD)));
+    assert!(!out.allowed(), "{:?}", out.decision);
+}

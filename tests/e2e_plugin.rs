@@ -658,6 +658,59 @@ fn the_sweeper_ends_expired_break_glass(e: &Env) -> Scenario {
     Ok(())
 }
 
+/// A break-glass ended by hand (an authorized user removes its keys; the
+/// Application's pause is not theirs to lift): the sweeper finds the pause
+/// from the Application's own list and lifts it.
+fn a_pause_left_behind_is_lifted(e: &Env) -> Scenario {
+    let out = e.plugin(
+        "sam",
+        &[
+            "break-glass",
+            "cm/argo-hotfix",
+            "-n",
+            "production",
+            "--reason",
+            "INC-52 ended by hand",
+            "--for",
+            "30m",
+        ],
+    );
+    ensure!(out.code == 0, "arming configmap/argo-hotfix: {out}");
+    let app = e.application();
+    ensure!(
+        app["driftguard.io/break-glass-paused-for"] == "/ConfigMap:production/argo-hotfix",
+        "the Application is not paused for configmap/argo-hotfix: {app}"
+    );
+    let removed = r#"{"metadata":{"labels":{"driftguard.io/break-glass":null},"annotations":{"driftguard.io/break-glass":null,"driftguard.io/break-glass-expires":null,"driftguard.io/break-glass-paused":null}}}"#;
+    let out = e.plane.kubectl(
+        "sam",
+        &[
+            "-n",
+            "production",
+            "patch",
+            "cm/argo-hotfix",
+            "--type=merge",
+            "-p",
+            removed,
+        ],
+    );
+    ensure!(out.ok, "sam ends the break-glass by hand: {out}");
+    poll(
+        "the sweeper to lift the pause left behind",
+        Duration::from_secs(60),
+        || {
+            let app = e.application();
+            if app.get("argocd.argoproj.io/skip-reconcile").is_none()
+                && app.get("driftguard.io/break-glass-paused-for").is_none()
+            {
+                Ok(())
+            } else {
+                Err(format!("application {app}"))
+            }
+        },
+    )
+}
+
 fn preview_allowed_and_denied(e: &Env) -> Scenario {
     let before = e.annotations();
     // The seed Application ignores /spec/replicas of its Deployments.
@@ -1317,7 +1370,7 @@ fn usage_and_access_errors_exit_2(e: &Env) -> Scenario {
 #[test]
 fn kubectl_driftguard_against_a_real_control_plane() {
     let env = setup();
-    let scenarios: [Step; 11] = [
+    let scenarios: [Step; 12] = [
         ("plugin list", plugin_list_shows_it),
         ("preview", preview_allowed_and_denied),
         ("explain", explain_an_argo_cd_object),
@@ -1328,6 +1381,7 @@ fn kubectl_driftguard_against_a_real_control_plane() {
             "the sweeper ends expired break-glass",
             the_sweeper_ends_expired_break_glass,
         ),
+        ("a pause left behind", a_pause_left_behind_is_lifted),
         ("errors", usage_and_access_errors_exit_2),
         ("policy by labels", policy_found_by_the_charts_labels),
         ("status of a Service webhook", status_of_a_service_webhook),

@@ -48,10 +48,14 @@ fn edit() -> impl Strategy<Value = Edit> {
     ]
 }
 
-/// Every scalar leaf as pointer → value.
+/// Every scalar leaf as pointer → value; an empty map below the top is a
+/// leaf too (`{}` is not absent: an empty selector selects everything).
 fn leaves(v: &Value) -> std::collections::BTreeMap<String, Value> {
     fn walk(v: &Value, prefix: String, out: &mut std::collections::BTreeMap<String, Value>) {
         match v {
+            Value::Object(m) if m.is_empty() && !prefix.is_empty() => {
+                out.insert(prefix, v.clone());
+            }
             Value::Object(m) => m
                 .iter()
                 .for_each(|(k, c)| walk(c, format!("{prefix}/{k}"), out)),

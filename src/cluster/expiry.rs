@@ -50,6 +50,7 @@ pub fn spawn(client: kube::Client, policy: PolicyHandle, metrics: Arc<Metrics>, 
         types: Vec::new(),
         discovered: None,
         unlistable: BTreeSet::new(),
+        orphans: BTreeSet::new(),
     };
     tokio::spawn(async move {
         let mut ticks = tokio::time::interval(sweeper.options.interval);
@@ -71,6 +72,11 @@ struct Sweeper {
     discovered: Option<Instant>,
     /// Types the last tick could not list (logged when the set changes).
     unlistable: BTreeSet<String>,
+    /// Application pauses no armed object held at the last tick, as
+    /// (namespace, name, entry): lifted when still orphaned at the next, so
+    /// that the moment between pausing an Application and arming the object
+    /// (the plugin does both, in that order) is never mistaken for one.
+    orphans: BTreeSet<(String, String, String)>,
 }
 
 impl Sweeper {
@@ -101,12 +107,21 @@ impl Sweeper {
             .await;
         let mut unlistable = BTreeSet::new();
         let mut due = Vec::new();
+        let mut armed = BTreeSet::new();
+        let mut listed = BTreeSet::new();
         let now = jiff::Timestamp::now();
         let policy = self.policy.current();
         for (ar, list) in lists {
             match list {
                 Ok(list) => {
+                    listed.insert(format!("{}/{}", ar.group, ar.kind));
                     for item in list.items {
+                        armed.insert(pause::entry(
+                            &ar.group,
+                            &ar.kind,
+                            item.metadata.namespace.as_deref().unwrap_or_default(),
+                            item.metadata.name.as_deref().unwrap_or_default(),
+                        ));
                         let object = json!({"kind": ar.kind, "metadata": item.metadata});
                         if !breakglass::grants(&Inputs::read(&object, &policy), &policy, now) {
                             due.push((ar.clone(), object));
@@ -137,6 +152,49 @@ impl Sweeper {
         for (ar, object) in due {
             self.end(&ar, &object).await;
         }
+        self.lift_orphaned_pauses(&armed, &listed).await;
+    }
+
+    /// However a break-glass ended (its keys removed by hand, its object
+    /// deleted, a restart in between), the Application pause it held is
+    /// lifted: found from the Applications' own `PAUSED_FOR` lists, not from
+    /// the armed objects alone.
+    async fn lift_orphaned_pauses(&mut self, armed: &BTreeSet<String>, listed: &BTreeSet<String>) {
+        let api = Api::<DynamicObject>::all_with(self.client.clone(), &application_resource());
+        let apps = match api.list_metadata(&ListParams::default()).await {
+            Ok(apps) => apps.items,
+            // No Application CRD: nothing paused.
+            Err(kube::Error::Api(s)) if s.code == 404 => Vec::new(),
+            Err(e) => {
+                tracing::warn!(error = %e, "break-glass sweeper: cannot list Applications to find pauses left behind");
+                return;
+            }
+        };
+        let mut orphans = BTreeSet::new();
+        for app in apps {
+            let meta = serde_json::to_value(&app.metadata).unwrap_or_default();
+            let (namespace, name) = (
+                app.metadata.namespace.unwrap_or_default(),
+                app.metadata.name.unwrap_or_default(),
+            );
+            for entry in pause::orphaned(&meta["annotations"], armed, |gk| listed.contains(gk)) {
+                orphans.insert((namespace.clone(), name.clone(), entry));
+            }
+        }
+        for orphan @ (namespace, name, entry) in &orphans {
+            if !self.orphans.contains(orphan) {
+                continue;
+            }
+            match self.resume(namespace, name, entry).await {
+                Ok(state) => {
+                    tracing::info!(application = %format!("{namespace}/{name}"), object = %entry, ?state, "break-glass ended without lifting its pause: lifted")
+                }
+                Err(e) => {
+                    tracing::warn!(application = %format!("{namespace}/{name}"), object = %entry, error = %e, "break-glass sweeper: cannot lift a pause left behind; trying again next tick")
+                }
+            }
+        }
+        self.orphans = orphans;
     }
 
     /// Lifts the Application's pause, if the marker records one, then ends
@@ -207,11 +265,7 @@ impl Sweeper {
     /// Application's resourceVersion as precondition. A missing Application
     /// has nothing to lift.
     async fn resume(&self, namespace: &str, name: &str, entry: &str) -> Result<AppState, String> {
-        let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(
-            "argoproj.io",
-            "v1alpha1",
-            "Application",
-        ));
+        let ar = application_resource();
         let api = Api::<DynamicObject>::namespaced_with(self.client.clone(), namespace, &ar);
         for _ in 0..APP_RETRIES {
             let app = match api.get(name).await {
@@ -234,6 +288,14 @@ impl Sweeper {
         }
         Err(format!("{APP_RETRIES} conflicting writes"))
     }
+}
+
+fn application_resource() -> ApiResource {
+    ApiResource::from_gvk(&GroupVersionKind::gvk(
+        "argoproj.io",
+        "v1alpha1",
+        "Application",
+    ))
 }
 
 /// Every type the sweeper may need: listable and patchable, in the preferred

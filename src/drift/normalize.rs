@@ -51,9 +51,8 @@ pub fn normalize_pair(
             new_paths.extend(n);
         }
     }
-    let removed: Vec<path::Path> = old_paths.iter().chain(&new_paths).cloned().collect();
-    path::remove_all_pruning(&mut old_n, old_paths);
-    path::remove_all_pruning(&mut new_n, new_paths);
+    let mut removed = path::remove_all_pruning(&mut old_n, old_paths);
+    removed.extend(path::remove_all_pruning(&mut new_n, new_paths));
     path::prune_like(&mut old_n, &mut new_n, &removed);
     (old_n, new_n)
 }

@@ -80,7 +80,7 @@ pub fn escape(token: &str) -> String {
 /// equals an absent one. Missing paths are skipped, as in Argo CD. Paths are
 /// treated as a set: deeper and higher-indexed paths go first, so removing
 /// `/a/0` never shifts the element `/a/1` meant.
-pub fn remove_all_pruning(doc: &mut Value, mut paths: Vec<Path>) {
+pub fn remove_all_pruning(doc: &mut Value, mut paths: Vec<Path>) -> Vec<Path> {
     // Most ignore pointers name fields an object does not have: drop those
     // before sorting.
     paths.retain(|p| exists(doc, &p.0));
@@ -89,6 +89,7 @@ pub fn remove_all_pruning(doc: &mut Value, mut paths: Vec<Path>) {
     for path in &paths {
         remove_pruning(doc, &path.0);
     }
+    paths
 }
 
 fn exists(doc: &Value, path: &[Segment]) -> bool {
@@ -107,8 +108,8 @@ fn get<'a>(doc: &'a Value, path: &[Segment]) -> Option<&'a Value> {
     Some(node)
 }
 
-/// After [`remove_all_pruning`] on both objects: where removing `paths`
-/// pruned a container from one object, the same container left empty in the
+/// After [`remove_all_pruning`] on both objects: where removing `paths` (the
+/// ones it removed) pruned a container from one object, the same container left empty in the
 /// other (written as `{}` or `[]` there, around the ignored field) is pruned
 /// too. Either way it held only ignored fields.
 pub fn prune_like(a: &mut Value, b: &mut Value, paths: &[Path]) {
