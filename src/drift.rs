@@ -513,7 +513,7 @@ fn note_argocd_server(req: &Request, d: &mut Decision) {
 /// Pointer of the namespace exemption label.
 const IGNORE_LABEL_POINTER: &str = "/metadata/labels/driftguard.io~1ignore";
 
-/// A CREATE or UPDATE (not through a subresource) that labels a Namespace
+/// A CREATE or UPDATE (through a subresource too) that labels a Namespace
 /// `driftguard.io/ignore=true` where it was not: the registered
 /// `namespaceSelector` would skip every write in it from then on.
 fn exempts_namespace(req: &Request) -> bool {
