@@ -115,6 +115,7 @@ fn old_rebuild(store: &kube::runtime::reflector::Store<DynamicObject>) -> Source
         flux: Vec::new(),
         argocd_sync_accounts: accounts.into_iter().map(Arc::new).collect(),
         argocd_namespace: "argocd".into(),
+        planned: Default::default(),
     }
 }
 

@@ -143,6 +143,12 @@ fn denial(view: &Request, d: &Decision) -> String {
         Finding::UnknownParent => format!(
             "{obj}: the parent could not be read to check GitOps ownership; drifted: {paths}."
         ),
+        Finding::CreatePlanned(by) => {
+            return format!(
+                "driftguard: {obj} is listed by {by}, which creates it from Git; created by hand first, \
+                 {tool} would adopt whatever it carries. Let {tool} create it (sync), or change Git."
+            );
+        }
         Finding::NamespaceExemption => {
             return format!(
                 "driftguard: labelling {obj} driftguard.io/ignore=true would exempt every object in it from driftguard; \

@@ -117,6 +117,9 @@ pub enum Finding {
     /// A Namespace labelled `driftguard.io/ignore=true` by hand: the webhook's
     /// `namespaceSelector` would then skip every write in it.
     NamespaceExemption,
+    /// A manual CREATE of an object the GitOps tool's records list (an
+    /// Application's resources, a Kustomization's inventory), named here.
+    CreatePlanned(String),
 }
 
 impl Finding {
@@ -137,6 +140,7 @@ impl Finding {
             Finding::UnknownParent => "scale-parent-unknown",
             Finding::UnownedChange => "unowned-change",
             Finding::NamespaceExemption => "namespace-exemption",
+            Finding::CreatePlanned(_) => "manual-create-planned",
         }
     }
 
@@ -151,6 +155,7 @@ impl Finding {
                 | Finding::BreakGlassInvalid(_)
                 | Finding::UnknownParent
                 | Finding::NamespaceExemption
+                | Finding::CreatePlanned(_)
         )
     }
 }
@@ -214,6 +219,10 @@ pub struct Sources {
     /// Argo CD's control-plane namespace (`--argocd-namespace`), where a bare
     /// tracking name resolves; empty reads as [`DEFAULT_ARGOCD_NAMESPACE`].
     pub argocd_namespace: String,
+    /// The objects the tools' records list ([`crate::policy::planned`]), as
+    /// `group/Kind:namespace/name`, with who lists them: a manual CREATE of
+    /// one is refused whatever it carries.
+    pub planned: Arc<std::collections::HashMap<String, String>>,
 }
 
 /// Where Argo CD runs unless `--argocd-namespace` says otherwise.
@@ -342,9 +351,34 @@ pub fn decide(policy: &Policy, req: &Request, ctx: &Context) -> Result<Decision,
             Some(req.old_object.ok_or(DecideError::MissingOldObject(op))?),
         ),
     };
+    if let (Operation::Create, Some(new)) = (req.operation, object)
+        && let Some(by) = planned_by(policy, ctx, req, new)
+    {
+        if !identity_allows(policy, ctx, req, &mut d) {
+            d.finding = Finding::CreatePlanned(by.to_owned());
+            d.drifted_paths = vec![String::new()];
+            d.inputs_changed = d.drifted_paths.clone();
+            d.verdict = Verdict::Deny;
+        }
+        return Ok(d);
+    }
     // Ownership is judged on what is stored, or on the new object for CREATE.
     let stored = Inputs::read(old.or(object).expect("one of them is set"), policy);
-    if let Some(owner) = ownership::controller_owner(&stored) {
+    // A CREATE's ownerReference is only its own claim: an object whose Argo
+    // CD tracking id names itself stays in scope whatever owner it claims
+    // (children copy labels from their parent, never a tracking id that
+    // names the child).
+    let claims_itself = req.operation == Operation::Create
+        && matches!(
+            (
+                stored.non_empty(Input::ArgoTrackingAnnotation),
+                ownership::detect(&stored)
+            ),
+            (Some(_), Some(Manager::ArgoCd { .. }))
+        );
+    if let Some(owner) = ownership::controller_owner(&stored)
+        && !claims_itself
+    {
         return out_of_scope(d, format!("child of {owner}"));
     }
     let mut destination = false;
@@ -508,6 +542,26 @@ fn note_argocd_server(req: &Request, d: &mut Decision) {
                 .into(),
         );
     }
+}
+
+/// Who lists the object a CREATE makes in the tools' records, when
+/// `plannedCreates: guard`. A generated name is not yet known to anyone.
+fn planned_by<'s>(
+    policy: &Policy,
+    ctx: &Context<'s>,
+    req: &Request,
+    new: &Value,
+) -> Option<&'s str> {
+    if policy.planned_creates != crate::policy::PlannedCreates::Guard {
+        return None;
+    }
+    let planned = &ctx.sources?.planned;
+    if planned.is_empty() {
+        return None;
+    }
+    let name = new.pointer("/metadata/name").and_then(Value::as_str)?;
+    let key = crate::policy::planned::key(req.group, req.kind, req.namespace, name);
+    planned.get(&key).map(String::as_str)
 }
 
 /// Pointer of the namespace exemption label.
@@ -1049,7 +1103,25 @@ fn decide_scale_blind(
         req.resource_group, req.resource, req.name
     ));
     d.verdict = verdict_for(&d.finding, d.mode, policy.unknown_scale_parent);
+    // A parent the tools' records list is tracked, read or not: not allowed.
+    if let Some(by) = listed_parent(ctx, req) {
+        d.notes.push(format!("the parent is listed by {by}"));
+        d.verdict = verdict_for(&Finding::Drift, d.mode, policy.unknown_scale_parent);
+    }
     d
+}
+
+/// Who lists the parent of a scale write in the tools' records. A Scale
+/// names the parent's resource, not its kind: any kind of the parent's
+/// group, namespace and name matches (a rare path: the parent was unreadable).
+fn listed_parent<'s>(ctx: &Context<'s>, req: &Request) -> Option<&'s str> {
+    let suffix = format!(":{}/{}", req.namespace, req.name);
+    let prefix = format!("{}/", req.resource_group);
+    ctx.sources?
+        .planned
+        .iter()
+        .find(|(key, _)| key.starts_with(&prefix) && key.ends_with(&suffix))
+        .map(|(_, by)| by.as_str())
 }
 
 /// A Scale's `spec.replicas`. autoscaling/v1 writes it with `omitempty`, so

@@ -9,6 +9,7 @@ pub mod lint;
 pub mod locate;
 pub mod path;
 pub mod pattern;
+pub mod planned;
 pub mod schema;
 
 use std::path::Path as FsPath;
@@ -17,7 +18,7 @@ use jiff::SignedDuration;
 
 pub use argocd::Application;
 pub use ignore::{IgnoreRule, RuleFailure, RuleSet, Target};
-pub use schema::{Mode, Precision, UnknownParent};
+pub use schema::{Mode, PlannedCreates, Precision, UnknownParent};
 
 use pattern::PatternSet;
 use schema::PolicyFile;
@@ -116,6 +117,7 @@ pub struct Policy {
     pub flux: bool,
     pub unknown_scale_parent: UnknownParent,
     pub precision: Precision,
+    pub planned_creates: PlannedCreates,
     pub rules: RuleSet,
     pub applications: Vec<Application>,
 }
@@ -189,6 +191,7 @@ impl Policy {
             flux: file.gitops.flux.enabled,
             unknown_scale_parent: file.unknown_scale_parent,
             precision: file.precision,
+            planned_creates: file.planned_creates,
             rules,
             applications: Vec::new(),
         })

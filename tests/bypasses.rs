@@ -452,3 +452,113 @@ fn the_drift_record_cannot_be_forged() {
     let out = run(&warn, &Review::update(ours.clone(), without(&ours, RECORD)));
     assert!(!out.allowed(), "{:?}", out.decision);
 }
+
+fn judged_with(
+    policy: &Policy,
+    review: &Review,
+    sources: &driftguard::sources::Sources,
+) -> driftguard::drift::Decision {
+    let body = serde_json::to_vec(&review.body()).unwrap();
+    let req = driftguard::review::parse(&body).unwrap();
+    driftguard::judge_request(policy, &req, Endpoint::Validate, None, Some(sources), now())
+        .unwrap()
+        .decision
+}
+
+/// Pre-creating an object Git is about to add: Argo CD (or Flux) would adopt
+/// it with whatever the person put in it. The tools' records list it.
+#[test]
+fn an_object_the_tools_list_cannot_be_created_by_hand() {
+    let planned: std::collections::HashMap<String, String> = [(
+        "apps/Deployment:production/web".to_owned(),
+        "Argo CD application argocd/myapp".to_owned(),
+    )]
+    .into();
+    let sources = driftguard::sources::Sources {
+        planned: std::sync::Arc::new(planned),
+        ..Default::default()
+    };
+    // Untracked, or claiming to be another object's child: refused in every mode.
+    let mut bare = without(
+        &deployment(),
+        "/metadata/annotations/argocd.argoproj.io~1tracking-id",
+    );
+    bare["spec"]["template"]["spec"]["containers"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"name": "miner", "image": "evil:1", "securityContext": {"privileged": true}}));
+    let child = with(
+        &bare,
+        "/metadata/ownerReferences",
+        json!([{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "x", "uid": "u", "controller": true}]),
+    );
+    for policy in [Policy::embedded(), policy_with("mode: audit\n")] {
+        for obj in [&bare, &child] {
+            let d = judged_with(&policy, &Review::create(obj.clone()), &sources);
+            assert_eq!(
+                d.finding,
+                Finding::CreatePlanned("Argo CD application argocd/myapp".into())
+            );
+            assert_eq!(d.verdict, Verdict::Deny);
+        }
+    }
+    // The tool itself creates it; other names are not listed; and the policy may opt out.
+    let argo = Review::create(bare.clone()).by(
+        "system:serviceaccount:argocd:argocd-application-controller",
+        &[],
+    );
+    assert_eq!(
+        judged_with(&Policy::embedded(), &argo, &sources).verdict,
+        Verdict::Allow
+    );
+    let other = with(&bare, "/metadata/name", json!("web-2"));
+    let d = judged_with(&Policy::embedded(), &Review::create(other), &sources);
+    assert!(matches!(d.finding, Finding::OutOfScope(_)), "{d:?}");
+    let ignore = policy_with("plannedCreates: ignore\n");
+    let d = judged_with(&ignore, &Review::create(bare), &sources);
+    assert!(matches!(d.finding, Finding::OutOfScope(_)), "{d:?}");
+}
+
+/// A CREATE's ownerReference is only its claim: a tracking id naming the
+/// object itself keeps it in scope.
+#[test]
+fn a_claimed_owner_does_not_take_a_tracked_create_out_of_scope() {
+    let owned = with(
+        &deployment(),
+        "/metadata/ownerReferences",
+        json!([{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "x", "uid": "u", "controller": true}]),
+    );
+    let out = run(&Policy::embedded(), &Review::create(owned.clone()));
+    assert_eq!(out.decision.finding, Finding::CreateWithTracking);
+    assert!(!out.allowed());
+    // A label copied from a parent (operators do) still makes a child.
+    let mut labelled = without(
+        &owned,
+        "/metadata/annotations/argocd.argoproj.io~1tracking-id",
+    );
+    labelled["metadata"]["labels"]["app.kubernetes.io/instance"] = json!("myapp");
+    let out = run(&Policy::embedded(), &Review::create(labelled));
+    assert!(out.allowed(), "{:?}", out.decision);
+}
+
+/// A scale write whose parent cannot be read (a custom resource driftguard
+/// may not get): a parent the tools list is tracked, so the default is not allow.
+#[test]
+fn an_unreadable_but_listed_scale_parent_is_not_allowed() {
+    let mut review = Review::scale("rollouts", "web", 3, 5);
+    review.resource_override = Some(("argoproj.io".into(), "rollouts".into()));
+    let planned: std::collections::HashMap<String, String> = [(
+        "argoproj.io/Rollout:production/web".to_owned(),
+        "Argo CD application argocd/myapp".to_owned(),
+    )]
+    .into();
+    let sources = driftguard::sources::Sources {
+        planned: std::sync::Arc::new(planned),
+        ..Default::default()
+    };
+    let d = judged_with(&Policy::embedded(), &review, &sources);
+    assert_eq!(d.verdict, Verdict::Deny, "{d:?}");
+    // Not listed: unknownScaleParent (warn) still decides.
+    let d = judged_with(&Policy::embedded(), &review, &Default::default());
+    assert_eq!(d.verdict, Verdict::Warn, "{d:?}");
+}

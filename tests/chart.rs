@@ -135,6 +135,11 @@ fn chart_and_register_agree(helm: &PathBuf, plane: &ControlPlane) {
             vec![],
         ),
         (
+            "planned creates ignored",
+            vec!["policy.plannedCreates=ignore"],
+            vec![],
+        ),
+        (
             "warn globs",
             vec![],
             vec![
@@ -361,7 +366,7 @@ fn the_chart_lints_renders_and_is_accepted_by_the_apiserver() {
         );
         let (sweeper_rules, sweep_flag) = sweeper_of(&docs);
         let applications = serde_json::json!({"apiGroups": ["argoproj.io"],
-            "resources": ["applications"], "verbs": ["get", "patch"]});
+            "resources": ["applications"], "verbs": ["get", "list", "patch"]});
         // Break-glass is off by default: nothing to sweep, and no grant.
         let break_glass_on = sets
             .iter()

@@ -790,11 +790,16 @@ fn unmanaged_writes_never_reach_driftguard(e: &Env) -> Scenario {
         let out = e.kubectl("alice", line);
         ensure!(out.ok && !out.stderr.contains("Warning"), "{line}: {out}");
     }
+    // Only the CREATE is sent (plannedCreates: guard: it may be an object
+    // Argo CD or Flux lists), and judged out of scope.
     for name in ["notes", "scratch-secret", "scratch"] {
         let records = audited(e, name);
         ensure!(
-            records.is_empty(),
-            "driftguard was called for unmanaged {name}: {records:?}"
+            records.iter().all(|r| r["operation"] == "CREATE"
+                && r["reason"] == "out-of-scope"
+                && r["verdict"] == "allow")
+                && records.len() == 1,
+            "driftguard was called for unmanaged {name} beyond its CREATE: {records:?}"
         );
     }
     Ok(())
@@ -945,10 +950,26 @@ fn scenarios(mut env: Env) {
     }
 
     // 10. driftguard down, failurePolicy Fail: only human writes to managed
-    // objects fail; unmanaged objects and controller writes never call it.
-    env.dg.stop();
-    for line in [
+    // objects and human CREATEs fail; updates and deletes of unmanaged
+    // objects, and controller writes, never call it.
+    let out = env.kubectl(
+        "alice",
         "-n plain create configmap while-down --from-literal=a=b",
+    );
+    if !out.ok {
+        failures.push(format!("scenario 10: create before stopping: {out}"));
+    }
+    env.dg.stop();
+    let out = env.kubectl(
+        "alice",
+        "-n plain create configmap while-down-2 --from-literal=a=b",
+    );
+    if out.ok || !out.stderr.contains("failed calling webhook") {
+        failures.push(format!(
+            "scenario 10: a human CREATE did not fail closed with driftguard down: {out}"
+        ));
+    }
+    for line in [
         "-n plain label configmap/while-down x=y",
         "-n plain delete configmap/while-down",
     ] {

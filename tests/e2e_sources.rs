@@ -239,6 +239,72 @@ fn argo_cd_and_flux_are_sources_of_truth() {
         .into_iter()
         .any(|r| r["name"] == "web" && r["reason"] == "out-of-scope" && r["user"] == "alice");
     assert!(audited, "the opted-out write is audited as such");
+
+    // What the tools list in their status, a person may not create first:
+    // a Missing object of the Application, an inventory entry of the
+    // Kustomization.
+    let out = plane.kubectl(
+        "admin",
+        &[
+            "-n",
+            "argocd",
+            "patch",
+            "application/shop",
+            "--type=merge",
+            "-p",
+            r#"{"status":{"resources":[{"group":"apps","version":"v1","kind":"Deployment","namespace":"shop","name":"shop-next","status":"OutOfSync","health":{"status":"Missing"}}]}}"#,
+        ],
+    );
+    assert!(out.ok, "{out}");
+    let out = plane.kubectl(
+        "admin",
+        &[
+            "-n",
+            "tenant-a",
+            "patch",
+            "kustomization/apps",
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            r#"{"status":{"inventory":{"entries":[{"id":"tenant-a_worker_apps_Deployment","v":"v1"}]}}}"#,
+        ],
+    );
+    assert!(out.ok, "{out}");
+    for (namespace, name, by) in [
+        ("shop", "shop-next", "Argo CD application argocd/shop"),
+        ("tenant-a", "worker", "Flux Kustomization tenant-a/apps"),
+    ] {
+        eventually(&format!("creating {name} by hand refused"), || {
+            let out = plane.kubectl(
+                "alice",
+                &[
+                    "-n",
+                    namespace,
+                    "create",
+                    "deployment",
+                    name,
+                    "--image=nginx:1.27",
+                ],
+            );
+            if !out.ok && out.stderr.contains(&format!("is listed by {by}")) {
+                Ok(())
+            } else {
+                Err(out.to_string())
+            }
+        });
+    }
+    let out = plane.kubectl(
+        "alice",
+        &[
+            "-n",
+            "shop",
+            "create",
+            "deployment",
+            "unlisted",
+            "--image=nginx:1.27",
+        ],
+    );
+    assert!(out.ok, "an object no tool lists: {out}");
 }
 
 const SSA_OBJECT: &str = r#"

@@ -11,7 +11,7 @@ use k8s_openapi::api::admissionregistration::v1::MatchCondition;
 
 use crate::drift::MODE_ANNOTATION;
 use crate::drift::ownership::{FLUX_HELM_NAME, FLUX_KUSTOMIZE_NAME};
-use crate::policy::{Mode, Policy, Precision};
+use crate::policy::{Mode, PlannedCreates, Policy, Precision};
 
 pub struct Rule {
     pub api_groups: &'static [&'static str],
@@ -63,6 +63,11 @@ pub use crate::drift::excluded::{EXCLUDED_GROUPS, EXCLUDED_RESOURCES};
 
 /// A DELETE of a Namespace: it may be an Argo CD Application's destination.
 const DELETE_NAMESPACE: &str = "(request.operation == 'DELETE' && request.resource.group == '' && request.resource.resource == 'namespaces')";
+
+/// A CREATE of an object itself (not an Eviction or a TokenRequest): it may
+/// be one an Application or a Kustomization lists (`plannedCreates: guard`).
+const CREATE_OF_AN_OBJECT: &str =
+    "(request.operation == 'CREATE' && (!has(request.subResource) || request.subResource == ''))";
 
 /// The apiserver refuses a webhook with more.
 pub const MAX_MATCH_CONDITIONS: usize = 64;
@@ -182,6 +187,10 @@ fn managed_expression(policy: &Policy) -> String {
     if policy.argocd.is_some() {
         // A namespace an Application deploys into is guarded even untracked.
         terms.push(DELETE_NAMESPACE.to_owned());
+    }
+    if policy.planned_creates == PlannedCreates::Guard && (policy.argocd.is_some() || policy.flux) {
+        // Any object the tools' records list, tracked or not.
+        terms.push(CREATE_OF_AN_OBJECT.to_owned());
     }
     for object in ["oldObject", "object"] {
         let mut carries = Vec::new();
@@ -350,6 +359,7 @@ mod tests {
                 "(has(request.subResource) && request.subResource == 'scale') \
              || {EXEMPTS_A_NAMESPACE} \
              || (request.operation == 'DELETE' && request.resource.group == '' && request.resource.resource == 'namespaces') \
+             || {CREATE_OF_AN_OBJECT} \
              || (oldObject != null && ((has(oldObject.metadata.annotations) && ('argocd.argoproj.io/tracking-id' in oldObject.metadata.annotations)) \
              || (has(oldObject.metadata.labels) && ('app.kubernetes.io/instance' in oldObject.metadata.labels \
              || 'kustomize.toolkit.fluxcd.io/name' in oldObject.metadata.labels || 'helm.toolkit.fluxcd.io/name' in oldObject.metadata.labels)))) \
@@ -367,9 +377,15 @@ mod tests {
                 "(has(request.subResource) && request.subResource == 'scale') \
              || {EXEMPTS_A_NAMESPACE} \
              || (request.operation == 'DELETE' && request.resource.group == '' && request.resource.resource == 'namespaces') \
+             || {CREATE_OF_AN_OBJECT} \
              || (oldObject != null && ((has(oldObject.metadata.annotations) && ('example.com/owner' in oldObject.metadata.annotations)))) \
              || (object != null && ((has(object.metadata.annotations) && ('example.com/owner' in object.metadata.annotations))))"
             )
+        );
+        let c = conditions(&policy("plannedCreates: ignore\n"));
+        assert!(
+            !expression(&c.validating, "only-gitops-managed-objects")
+                .contains("request.operation == 'CREATE'")
         );
         let c = conditions(&policy(
             "gitops: {argocd: {enabled: false}, flux: {enabled: false}}\n",

@@ -7,7 +7,7 @@
 //! copies pointers, never rules. No client here, so the cost is measurable
 //! (`examples/watch_cost.rs`).
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
@@ -15,9 +15,9 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::DynamicObject;
 use serde_json::Value;
 
-use crate::policy::Application;
 use crate::policy::ignore::RuleSet;
 use crate::policy::impersonation::{self, AppProject, SyncAccount};
+use crate::policy::{Application, planned};
 use crate::sources::{self, FluxKind, FluxSource, SourceError, Sources};
 
 /// The watched kinds held as dynamic objects.
@@ -67,6 +67,18 @@ pub struct SourceCache {
     cm_hash: Option<u64>,
     overrides: Arc<RuleSet>,
     impersonation: bool,
+    /// What each Application and Kustomization lists in its status, by uid:
+    /// a hash of the keys, the keys, and who lists them.
+    planned: BTreeMap<String, Planned>,
+    /// Every listed object and who lists it, rebuilt when a list changes
+    /// (rarely: status rewrites keep the same objects).
+    planned_index: Arc<HashMap<String, String>>,
+}
+
+struct Planned {
+    hash: u64,
+    keys: Vec<String>,
+    by: String,
 }
 
 /// What driftguard reads of a watched object: its name, namespace and spec.
@@ -146,6 +158,55 @@ impl SourceCache {
         let Some(uid) = uid(object) else {
             return false;
         };
+        let planned = self.apply_planned(kind, uid, object);
+        self.apply_content(kind, uid, object) || planned
+    }
+
+    /// The objects an Application or a Kustomization lists in its status
+    /// ([`crate::policy::planned`]). Returns whether they changed.
+    fn apply_planned(&mut self, kind: Kind, uid: &str, object: &DynamicObject) -> bool {
+        let status = object.data.get("status").unwrap_or(&Value::Null);
+        let (keys, tool) = match kind {
+            Kind::Application => (planned::application_keys(status), "Argo CD application"),
+            Kind::Kustomization => (planned::kustomization_keys(status), "Flux Kustomization"),
+            Kind::AppProject | Kind::HelmRelease => return false,
+        };
+        let mut h = std::hash::DefaultHasher::new();
+        keys.hash(&mut h);
+        let hash = h.finish();
+        if self.planned.get(uid).is_some_and(|p| p.hash == hash) {
+            return false;
+        }
+        let by = format!(
+            "{tool} {}/{}",
+            object.metadata.namespace.as_deref().unwrap_or_default(),
+            object.metadata.name.as_deref().unwrap_or_default()
+        );
+        self.planned
+            .insert(uid.to_owned(), Planned { hash, keys, by });
+        self.rebuild_planned();
+        true
+    }
+
+    fn rebuild_planned(&mut self) {
+        let mut index = HashMap::new();
+        for p in self.planned.values() {
+            for key in &p.keys {
+                index.entry(key.clone()).or_insert_with(|| p.by.clone());
+            }
+        }
+        self.planned_index = Arc::new(index);
+    }
+
+    fn forget_planned(&mut self, uid: &str) -> bool {
+        let removed = self.planned.remove(uid).is_some();
+        if removed {
+            self.rebuild_planned();
+        }
+        removed
+    }
+
+    fn apply_content(&mut self, kind: Kind, uid: &str, object: &DynamicObject) -> bool {
         let hash = content_hash(object);
         match kind {
             Kind::Application => {
@@ -194,7 +255,8 @@ impl SourceCache {
         let Some(uid) = uid(object) else {
             return false;
         };
-        match kind {
+        let planned = self.forget_planned(uid);
+        let removed = match kind {
             Kind::Application => self.applications.remove(uid).is_some(),
             Kind::AppProject => {
                 let removed = self.projects.remove(uid).is_some();
@@ -204,7 +266,8 @@ impl SourceCache {
                 removed
             }
             Kind::Kustomization | Kind::HelmRelease => self.flux_map(kind).remove(uid).is_some(),
-        }
+        };
+        removed || planned
     }
 
     /// A completed (re)list: the objects now in the cluster, and only those.
@@ -225,6 +288,7 @@ impl SourceCache {
         };
         let mut changed = false;
         for uid in gone {
+            changed |= self.forget_planned(&uid);
             changed |= match kind {
                 Kind::Application => self.applications.remove(&uid).is_some(),
                 Kind::AppProject => self.projects.remove(&uid).is_some(),
@@ -286,6 +350,7 @@ impl SourceCache {
                 .filter_map(|e| e.account.clone())
                 .collect(),
             argocd_namespace: self.argocd_namespace.clone(),
+            planned: self.planned_index.clone(),
         }
     }
 
@@ -391,6 +456,38 @@ mod tests {
             &changed.applications[0]
         ));
         assert!(changed.applications[0].rules.is_empty());
+    }
+
+    #[test]
+    fn the_objects_an_application_lists_are_indexed_as_they_change() {
+        let mut cache = SourceCache::new("argocd");
+        let with_resources = |status: &str, names: &[&str]| {
+            let mut a = app("u1", "shop", true, status);
+            a.data["status"]["resources"] = names
+                .iter()
+                .map(|n| {
+                    json!({"group": "apps", "kind": "Deployment", "namespace": "shop", "name": n,
+                                "status": status})
+                })
+                .collect();
+            a
+        };
+        assert!(cache.apply(Kind::Application, &with_resources("OutOfSync", &["web"])));
+        let planned = cache.snapshot().planned;
+        assert_eq!(
+            planned.get("apps/Deployment:shop/web").map(String::as_str),
+            Some("Argo CD application argocd/shop")
+        );
+        // The same objects with another sync status: nothing to rebuild.
+        assert!(!cache.apply(Kind::Application, &with_resources("Synced", &["web"])));
+        assert!(Arc::ptr_eq(&planned, &cache.snapshot().planned));
+        assert!(cache.apply(
+            Kind::Application,
+            &with_resources("Synced", &["web", "api"])
+        ));
+        assert_eq!(cache.snapshot().planned.len(), 2);
+        assert!(cache.delete(Kind::Application, &app("u1", "shop", true, "x")));
+        assert!(cache.snapshot().planned.is_empty());
     }
 
     #[test]

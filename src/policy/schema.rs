@@ -59,6 +59,21 @@ pub struct PolicyFile {
     /// Which changes count as drift.
     #[serde(default)]
     pub precision: Precision,
+    /// Whether a manual CREATE of an object the GitOps tool's records list
+    /// is judged (and so whether every manual CREATE reaches driftguard).
+    #[serde(default)]
+    pub planned_creates: PlannedCreates,
+}
+
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum PlannedCreates {
+    /// Refused: the tool would adopt what the person put in it. Every manual
+    /// CREATE is sent to driftguard (fails closed while it is down).
+    #[default]
+    Guard,
+    /// Not judged: manual CREATEs of untracked objects never reach driftguard.
+    Ignore,
 }
 
 #[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]

@@ -88,6 +88,7 @@ Mutating adds one condition to the validating ones.
 {{- if $fluxOn }}{{ $labels = concat $labels (list "kustomize.toolkit.fluxcd.io/name" "helm.toolkit.fluxcd.io/name") }}{{ end -}}
 {{- $terms := list "(has(request.subResource) && request.subResource == 'scale')" "(request.resource.group == '' && request.resource.resource == 'namespaces' && object != null && has(object.metadata.labels) && 'driftguard.io/ignore' in object.metadata.labels && object.metadata.labels['driftguard.io/ignore'] == 'true' && !(oldObject != null && has(oldObject.metadata.labels) && 'driftguard.io/ignore' in oldObject.metadata.labels && oldObject.metadata.labels['driftguard.io/ignore'] == 'true'))" -}}
 {{- if $argoOn }}{{ $terms = append $terms "(request.operation == 'DELETE' && request.resource.group == '' && request.resource.resource == 'namespaces')" }}{{ end -}}
+{{- if and (ne (.Values.policy.plannedCreates | default "guard") "ignore") (or $argoOn $fluxOn) }}{{ $terms = append $terms "(request.operation == 'CREATE' && (!has(request.subResource) || request.subResource == ''))" }}{{ end -}}
 {{- range $o := list "oldObject" "object" -}}
 {{- $carries := list -}}
 {{- range $section := list "annotations" "labels" -}}

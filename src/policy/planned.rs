@@ -1,0 +1,87 @@
+//! What the GitOps tools' own records say they manage, read from their
+//! status: an Argo CD Application's `status.resources` (every object in Git,
+//! `Missing` ones included, which the next sync creates) and a Flux
+//! Kustomization's `status.inventory` (every object it applied). A person who
+//! creates one of these first would have the tool adopt whatever they put in
+//! it (server-side and client-side apply both keep fields Git does not name).
+
+use serde_json::Value;
+
+/// One object, as `group/Kind:namespace/name` (the format of an Argo CD
+/// tracking id and of driftguard's pause list).
+pub fn key(group: &str, kind: &str, namespace: &str, name: &str) -> String {
+    format!("{group}/{kind}:{namespace}/{name}")
+}
+
+/// The objects an Application's `status` lists in `resources`.
+pub fn application_keys(status: &Value) -> Vec<String> {
+    let text = |r: &Value, k: &str| {
+        r.get(k)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    status
+        .get("resources")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|r| !text(r, "kind").is_empty() && !text(r, "name").is_empty())
+        .map(|r| {
+            key(
+                &text(r, "group"),
+                &text(r, "kind"),
+                &text(r, "namespace"),
+                &text(r, "name"),
+            )
+        })
+        .collect()
+}
+
+/// The objects in a Kustomization's `status.inventory.entries`, whose ids are
+/// `<namespace>_<name>_<group>_<kind>` (fluxcd/pkg `object.ObjMetadata`;
+/// Kubernetes names, groups and kinds hold no `_`).
+pub fn kustomization_keys(status: &Value) -> Vec<String> {
+    status
+        .pointer("/inventory/entries")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|e| {
+            let id = e.get("id")?.as_str()?;
+            let mut parts = id.split('_');
+            let (namespace, name, group, kind) =
+                (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+            (parts.next().is_none() && !name.is_empty() && !kind.is_empty())
+                .then(|| key(group, kind, namespace, name))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn an_applications_resources_and_a_kustomizations_inventory_are_read() {
+        let app = json!({"resources": [
+            {"group": "apps", "version": "v1", "kind": "Deployment", "namespace": "prod", "name": "web",
+             "status": "OutOfSync", "health": {"status": "Missing"}},
+            {"version": "v1", "kind": "Namespace", "name": "prod", "status": "Synced"},
+            {"kind": "", "name": "broken"}]});
+        assert_eq!(
+            application_keys(&app),
+            vec!["apps/Deployment:prod/web", "/Namespace:/prod"]
+        );
+        let k = json!({"inventory": {"entries": [
+            {"id": "prod_web_apps_Deployment", "v": "v1"},
+            {"id": "_prod__Namespace", "v": "v1"},
+            {"id": "not-an-id"}]}});
+        assert_eq!(
+            kustomization_keys(&k),
+            vec!["apps/Deployment:prod/web", "/Namespace:/prod"]
+        );
+        assert!(application_keys(&json!({})).is_empty());
+    }
+}
