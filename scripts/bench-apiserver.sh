@@ -14,7 +14,8 @@
 # PATCHes (merge patch of one annotation) as user `bench`, a human with a
 # client certificate, sequentially and with 8 concurrent writers, on MANAGED
 # ConfigMaps (Argo CD tracking id; the policy ignores the patched annotation,
-# so driftguard allows) and UNMANAGED ones. Reports added p50 and p99 (config
+# so driftguard allows), UNMANAGED ones, and the STATUS subresource of managed
+# Services (a human's status write, judged since issue 19). Reports added p50 and p99 (config
 # minus no webhook in the same round, median over rounds) and the ratio
 # driftguard / no-op of the added p50. A benchmark, never part of the tests.
 # With BENCH_VALIDATE_ONLY=1, a fourth configuration, driftguard-validate:
@@ -148,7 +149,7 @@ metadata: {name: bench}
 apiVersion: rbac.authorization.k8s.io/v1
 kind: Role
 metadata: {name: configmap-editor, namespace: bench}
-rules: [{apiGroups: [""], resources: [configmaps], verbs: [get, patch]}]
+rules: [{apiGroups: [""], resources: [configmaps, services/status], verbs: [get, patch]}]
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: RoleBinding
@@ -182,7 +183,15 @@ data: {key: value}
 apiVersion: v1
 kind: ConfigMap
 metadata: {name: unmanaged-$i, namespace: bench}
-data: {key: value}"
+data: {key: value}
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: status-$i
+  namespace: bench
+  annotations: {argocd.argoproj.io/tracking-id: \"bench:/Service:bench/status-$i\"}
+spec: {ports: [{port: 80}]}"
   done
 } | kc apply -f - >/dev/null
 # The annotation every write sets is ignored, so driftguard allows the writes.
@@ -190,6 +199,9 @@ cat >policy.yaml <<'EOF'
 ignoreDifferences:
   - group: ""
     kind: ConfigMap
+    jsonPointers: [/metadata/annotations/bench.driftguard.io~1seq]
+  - group: ""
+    kind: Service
     jsonPointers: [/metadata/annotations/bench.driftguard.io~1seq]
 EOF
 
@@ -263,18 +275,24 @@ configure() {
 }
 
 paths() { # SET: -path flags for the objects of that set
-  for i in $(seq 0 $((n_objects - 1))); do echo "-path=/api/v1/namespaces/bench/configmaps/$1-$i"; done
+  for i in $(seq 0 $((n_objects - 1))); do
+    case $1 in
+      # A human's status write on a managed Service (judged since issue 19).
+      status) echo "-path=/api/v1/namespaces/bench/services/status-$i/status" ;;
+      *) echo "-path=/api/v1/namespaces/bench/configmaps/$1-$i" ;;
+    esac
+  done
 }
 
 # --- interleaved rounds ----------------------------------------------------------
 configs=(none noop driftguard)
 [ "${BENCH_VALIDATE_ONLY:-}" = 1 ] && configs+=(driftguard-validate)
-log "$rounds rounds x ${#configs[@]} configurations x {managed, unmanaged} x {1, 8 writers}, $writes writes each"
+log "$rounds rounds x ${#configs[@]} configurations x {managed, unmanaged, status} x {1, 8 writers}, $writes writes each"
 for round in $(seq 1 "$rounds"); do
   for k in "${!configs[@]}"; do
     config=${configs[$(((round + k) % ${#configs[@]}))]}
     configure "$config"
-    for set in managed unmanaged; do
+    for set in managed unmanaged status; do
       mapfile -t objects < <(paths "$set")
       for writers in 1 8; do
         "$bench" load -server="$api" -ca=ca.crt -cert=bench.crt -key=bench.key \
@@ -293,7 +311,7 @@ unregister
 log "driftguard's audit lines by endpoint, object set, verdict and reason (probes are dry runs):"
 jq -r 'select(.namespace == "bench") | "\(.endpoint) \(.name | sub("-[0-9]+$"; "")) \(.verdict) \(.reason)\(if .dryRun then " dry-run" else "" end)"' \
   driftguard.audit | sort | uniq -c >&2
-if jq -e 'select(.name | startswith("managed-")) | select(.reason == "out-of-scope" or .verdict == "deny")' \
+if jq -e 'select(.name | startswith("managed-") or startswith("status-")) | select(.reason == "out-of-scope" or .verdict == "deny")' \
   driftguard.audit >/dev/null; then
   die "driftguard did not judge the managed writes as managed and allowed"
 fi
@@ -320,7 +338,7 @@ head += [f"{c} / noop, added p50" for c in configs[1:]]
 print("| " + " | ".join(head) + " |")
 print("|" + "---|" * len(head))
 for w in (1, 8):
-    for s in ("managed", "unmanaged"):
+    for s in ("managed", "unmanaged", "status"):
         base50 = statistics.median(ms(at[(r, "none", s, w)]["p50_us"]) for r in rounds)
         base99 = statistics.median(ms(at[(r, "none", s, w)]["p99_us"]) for r in rounds)
         row = [str(w), s, f"{base50:.2f} / {base99:.2f}"]

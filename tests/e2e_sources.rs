@@ -263,7 +263,7 @@ fn argo_cd_and_flux_are_sources_of_truth() {
             "tenant-a",
             "patch",
             "kustomization/apps",
-            "--subresource=status",
+            // The test CRD has no status subresource (Flux's own does).
             "--type=merge",
             "-p",
             r#"{"status":{"inventory":{"entries":[{"id":"tenant-a_worker_apps_Deployment","v":"v1"}]}}}"#,

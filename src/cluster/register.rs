@@ -11,7 +11,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
 };
 
 use super::rules::{
-    IGNORE_NAMESPACE_LABEL, NAMESPACE_RULES, NOT_NAMESPACES, OPERATIONS, RULES, Rule, conditions,
+    CREATE_RULES, IGNORE_NAMESPACE_LABEL, NAMESPACE_RULES, NOT_NAMESPACES, OPERATIONS, RULES, Rule,
+    conditions,
 };
 use crate::policy::Policy;
 
@@ -121,12 +122,16 @@ fn namespace_selector(opts: &Options) -> LabelSelector {
 }
 
 fn rules(rules: &[Rule]) -> Vec<RuleWithOperations> {
+    rules_for(rules, OPERATIONS)
+}
+
+fn rules_for(rules: &[Rule], operations: &[&str]) -> Vec<RuleWithOperations> {
     rules
         .iter()
         .map(|r| RuleWithOperations {
             api_groups: Some(r.api_groups.iter().map(|s| s.to_string()).collect()),
             api_versions: Some(r.api_versions.iter().map(|s| s.to_string()).collect()),
-            operations: Some(OPERATIONS.iter().map(|s| s.to_string()).collect()),
+            operations: Some(operations.iter().map(|s| s.to_string()).collect()),
             resources: Some(r.resources.iter().map(|s| s.to_string()).collect()),
             scope: Some(r.scope.into()),
         })
@@ -175,10 +180,20 @@ pub fn configurations(
     let validating_namespaces = ValidatingWebhook {
         name: format!("validate-namespaces.{}.driftguard.io", opts.name),
         namespace_selector: Some(LabelSelector::default()),
-        match_conditions: Some(conditions.validating),
+        match_conditions: Some(conditions.validating.clone()),
         rules: Some(rules(NAMESPACE_RULES)),
         ..validating.clone()
     };
+    // Untracked CREATEs, for objects the tools' records list: everywhere,
+    // and failing open, so an outage never stops everyone's creates.
+    let validating_creates = conditions.creates.map(|creates| ValidatingWebhook {
+        name: format!("validate-creates.{}.driftguard.io", opts.name),
+        failure_policy: Some("Ignore".into()),
+        namespace_selector: Some(LabelSelector::default()),
+        match_conditions: Some(creates),
+        rules: Some(rules_for(CREATE_RULES, &["CREATE"])),
+        ..validating.clone()
+    });
     // The mutating webhooks take every setting from the validating ones, so
     // the two can never disagree; only their names, path, reinvocation and
     // one more condition (called only where it may patch) differ.
@@ -212,7 +227,12 @@ pub fn configurations(
     (
         ValidatingWebhookConfiguration {
             metadata: meta.clone(),
-            webhooks: Some(vec![validating, validating_namespaces]),
+            webhooks: Some(
+                [validating, validating_namespaces]
+                    .into_iter()
+                    .chain(validating_creates)
+                    .collect(),
+            ),
         },
         MutatingWebhookConfiguration {
             metadata: meta,

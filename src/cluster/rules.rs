@@ -44,6 +44,15 @@ pub const NAMESPACE_RULES: &[Rule] = &[Rule {
     scope: "Cluster",
 }];
 
+/// The creates webhook's rules: every object itself, namespaced or not
+/// (subresource CREATEs carry an Eviction or a TokenRequest, never one).
+pub const CREATE_RULES: &[Rule] = &[Rule {
+    api_groups: &["*"],
+    api_versions: &["*"],
+    resources: &["*"],
+    scope: "*",
+}];
+
 /// The condition that keeps Namespaces out of the webhook with the
 /// `namespaceSelector`: the Namespace webhook judges them, once.
 pub const NOT_NAMESPACES: &str =
@@ -82,6 +91,10 @@ pub struct Conditions {
     /// Identity patterns that CEL cannot express: driftguard still allows
     /// them, after a call.
     pub left_out: Vec<String>,
+    /// The creates webhook's (`plannedCreates: guard`): untracked CREATEs,
+    /// which may be objects the tools' records list. It fails open: an
+    /// outage of driftguard never stops everyone's `kubectl create`.
+    pub creates: Option<Vec<MatchCondition>>,
 }
 
 pub fn conditions(policy: &Policy) -> Conditions {
@@ -100,10 +113,19 @@ pub fn conditions(policy: &Policy) -> Conditions {
         name: "only-where-a-patch-may-follow".into(),
         expression: patch_expression(policy),
     });
+    let creates = creates_expression(policy).map(|expression| {
+        let mut creates = validating[..validating.len() - 1].to_vec();
+        creates.push(MatchCondition {
+            name: "only-untracked-creates".into(),
+            expression,
+        });
+        creates
+    });
     Conditions {
         validating,
         mutating,
         left_out,
+        creates,
     }
 }
 
@@ -169,7 +191,27 @@ pub fn identity_condition(policy: &Policy) -> (Option<MatchCondition>, Vec<Strin
 /// metadata) or incoming (`object`: a CREATE that adds it) version carries
 /// tracking metadata of an enabled detector. The decision judges ownership on
 /// the stored object, so this is a superset of what it can find managed.
+/// Untracked CREATEs go to the creates webhook ([`creates_expression`]).
 fn managed_expression(policy: &Policy) -> String {
+    let mut terms = vec![
+        "(has(request.subResource) && request.subResource == 'scale')".to_owned(),
+        EXEMPTS_A_NAMESPACE.to_owned(),
+    ];
+    if policy.argocd.is_some() {
+        // A namespace an Application deploys into is guarded even untracked.
+        terms.push(DELETE_NAMESPACE.to_owned());
+    }
+    terms.extend(
+        ["oldObject", "object"]
+            .into_iter()
+            .filter_map(|object| carries_tracking(policy, object)),
+    );
+    terms.join(" || ")
+}
+
+/// CEL: `object` (`oldObject` or `object`) carries tracking metadata of an
+/// enabled detector; `None` with every detector off.
+fn carries_tracking(policy: &Policy, object: &str) -> Option<String> {
     let mut annotations = Vec::new();
     let mut labels = Vec::new();
     if let Some(argo) = &policy.argocd {
@@ -180,36 +222,31 @@ fn managed_expression(policy: &Policy) -> String {
         labels.push(FLUX_KUSTOMIZE_NAME.to_owned());
         labels.push(FLUX_HELM_NAME.to_owned());
     }
-    let mut terms = vec![
-        "(has(request.subResource) && request.subResource == 'scale')".to_owned(),
-        EXEMPTS_A_NAMESPACE.to_owned(),
-    ];
-    if policy.argocd.is_some() {
-        // A namespace an Application deploys into is guarded even untracked.
-        terms.push(DELETE_NAMESPACE.to_owned());
-    }
-    if policy.planned_creates == PlannedCreates::Guard && (policy.argocd.is_some() || policy.flux) {
-        // Any object the tools' records list, tracked or not.
-        terms.push(CREATE_OF_AN_OBJECT.to_owned());
-    }
-    for object in ["oldObject", "object"] {
-        let mut carries = Vec::new();
-        for (section, keys) in [("annotations", &annotations), ("labels", &labels)] {
-            if keys.is_empty() {
-                continue;
-            }
-            let any = keys
-                .iter()
-                .map(|k| format!("{} in {object}.metadata.{section}", cel_string(k)))
-                .collect::<Vec<_>>()
-                .join(" || ");
-            carries.push(format!("(has({object}.metadata.{section}) && ({any}))"));
+    let mut carries = Vec::new();
+    for (section, keys) in [("annotations", &annotations), ("labels", &labels)] {
+        if keys.is_empty() {
+            continue;
         }
-        if !carries.is_empty() {
-            terms.push(format!("({object} != null && ({}))", carries.join(" || ")));
-        }
+        let any = keys
+            .iter()
+            .map(|k| format!("{} in {object}.metadata.{section}", cel_string(k)))
+            .collect::<Vec<_>>()
+            .join(" || ");
+        carries.push(format!("(has({object}.metadata.{section}) && ({any}))"));
     }
-    terms.join(" || ")
+    (!carries.is_empty()).then(|| format!("({object} != null && ({}))", carries.join(" || ")))
+}
+
+/// The creates webhook's own condition (`plannedCreates: guard`): a CREATE
+/// of an object itself that carries no tracking metadata (those go to the
+/// main webhook), which may be one an Application or a Kustomization lists.
+/// `None` when the policy does not guard planned creates.
+pub fn creates_expression(policy: &Policy) -> Option<String> {
+    if policy.planned_creates != PlannedCreates::Guard {
+        return None;
+    }
+    let tracked = carries_tracking(policy, "object")?;
+    Some(format!("{CREATE_OF_AN_OBJECT} && !{tracked}"))
 }
 
 /// The mutating webhook only patches (the `driftguard.io/drift` record) on a
@@ -359,7 +396,6 @@ mod tests {
                 "(has(request.subResource) && request.subResource == 'scale') \
              || {EXEMPTS_A_NAMESPACE} \
              || (request.operation == 'DELETE' && request.resource.group == '' && request.resource.resource == 'namespaces') \
-             || {CREATE_OF_AN_OBJECT} \
              || (oldObject != null && ((has(oldObject.metadata.annotations) && ('argocd.argoproj.io/tracking-id' in oldObject.metadata.annotations)) \
              || (has(oldObject.metadata.labels) && ('app.kubernetes.io/instance' in oldObject.metadata.labels \
              || 'kustomize.toolkit.fluxcd.io/name' in oldObject.metadata.labels || 'helm.toolkit.fluxcd.io/name' in oldObject.metadata.labels)))) \
@@ -377,15 +413,29 @@ mod tests {
                 "(has(request.subResource) && request.subResource == 'scale') \
              || {EXEMPTS_A_NAMESPACE} \
              || (request.operation == 'DELETE' && request.resource.group == '' && request.resource.resource == 'namespaces') \
-             || {CREATE_OF_AN_OBJECT} \
              || (oldObject != null && ((has(oldObject.metadata.annotations) && ('example.com/owner' in oldObject.metadata.annotations)))) \
              || (object != null && ((has(object.metadata.annotations) && ('example.com/owner' in object.metadata.annotations))))"
             )
         );
-        let c = conditions(&policy("plannedCreates: ignore\n"));
+        let c = conditions(&Policy::embedded());
+        let creates = c.creates.as_deref().expect("a creates webhook");
+        assert_eq!(
+            creates.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(),
+            [
+                "exclude-unmanaged-kinds",
+                "skip-gitops-and-trusted-identities",
+                "only-untracked-creates"
+            ]
+        );
         assert!(
-            !expression(&c.validating, "only-gitops-managed-objects")
-                .contains("request.operation == 'CREATE'")
+            expression(creates, "only-untracked-creates").starts_with(&format!(
+                "{CREATE_OF_AN_OBJECT} && !(object != null && ((has(object.metadata.annotations)"
+            ))
+        );
+        assert!(
+            conditions(&policy("plannedCreates: ignore\n"))
+                .creates
+                .is_none()
         );
         let c = conditions(&policy(
             "gitops: {argocd: {enabled: false}, flux: {enabled: false}}\n",

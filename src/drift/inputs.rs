@@ -68,6 +68,16 @@ pub enum Input {
     ArgoCompareOptions,
     /// Argo CD's per-resource `ignore-differences` (v3.6).
     ArgoIgnoreDifferences,
+    /// Argo CD's `hook`, `hook-delete-policy` and `sync-wave`: a live object
+    /// marked as a hook is left out of the comparison, and waves order pruning.
+    ArgoHook,
+    ArgoHookDeletePolicy,
+    ArgoSyncWave,
+    /// Argo CD's `installation-id`: which Argo CD instance tracks the object.
+    ArgoInstallationId,
+    /// Argo CD's `client-side-apply-migration-manager` (v3.6): which field
+    /// manager's fields server-side apply takes over.
+    ArgoCsaMigrationManager,
     /// kustomize-controller's `ssa` (`Ignore` on the live object stops
     /// applying it), `prune` (`disabled` on the live object stops pruning it)
     /// and `force`, each a label or an annotation (fluxcd/pkg `AnyInMetadata`).
@@ -101,7 +111,7 @@ impl Location<'_> {
 impl Input {
     /// Every input. [`Input::index`] is an exhaustive match, so a new variant
     /// does not compile until it is placed here too (a test checks the order).
-    pub const ALL: [Input; 26] = [
+    pub const ALL: [Input; 31] = [
         Input::ArgoTrackingAnnotation,
         Input::ArgoInstanceLabel,
         Input::HelmReleaseAnnotation,
@@ -122,6 +132,11 @@ impl Input {
         Input::ArgoSyncOptions,
         Input::ArgoCompareOptions,
         Input::ArgoIgnoreDifferences,
+        Input::ArgoHook,
+        Input::ArgoHookDeletePolicy,
+        Input::ArgoSyncWave,
+        Input::ArgoInstallationId,
+        Input::ArgoCsaMigrationManager,
         Input::FluxSsaLabel,
         Input::FluxSsaAnnotation,
         Input::FluxPruneLabel,
@@ -152,12 +167,17 @@ impl Input {
             Input::ArgoSyncOptions => 17,
             Input::ArgoCompareOptions => 18,
             Input::ArgoIgnoreDifferences => 19,
-            Input::FluxSsaLabel => 20,
-            Input::FluxSsaAnnotation => 21,
-            Input::FluxPruneLabel => 22,
-            Input::FluxPruneAnnotation => 23,
-            Input::FluxForceLabel => 24,
-            Input::FluxForceAnnotation => 25,
+            Input::ArgoHook => 20,
+            Input::ArgoHookDeletePolicy => 21,
+            Input::ArgoSyncWave => 22,
+            Input::ArgoInstallationId => 23,
+            Input::ArgoCsaMigrationManager => 24,
+            Input::FluxSsaLabel => 25,
+            Input::FluxSsaAnnotation => 26,
+            Input::FluxPruneLabel => 27,
+            Input::FluxPruneAnnotation => 28,
+            Input::FluxForceLabel => 29,
+            Input::FluxForceAnnotation => 30,
         }
     }
 
@@ -208,6 +228,26 @@ impl Input {
             Input::ArgoIgnoreDifferences => {
                 argo?;
                 Location::Annotation(ARGO_IGNORE_DIFFERENCES)
+            }
+            Input::ArgoHook => {
+                argo?;
+                Location::Annotation("argocd.argoproj.io/hook")
+            }
+            Input::ArgoHookDeletePolicy => {
+                argo?;
+                Location::Annotation("argocd.argoproj.io/hook-delete-policy")
+            }
+            Input::ArgoSyncWave => {
+                argo?;
+                Location::Annotation("argocd.argoproj.io/sync-wave")
+            }
+            Input::ArgoInstallationId => {
+                argo?;
+                Location::Annotation("argocd.argoproj.io/installation-id")
+            }
+            Input::ArgoCsaMigrationManager => {
+                argo?;
+                Location::Annotation("argocd.argoproj.io/client-side-apply-migration-manager")
             }
             Input::FluxSsaLabel => Location::Label(flux(FLUX_SSA)?),
             Input::FluxSsaAnnotation => Location::Annotation(flux(FLUX_SSA)?),

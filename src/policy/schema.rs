@@ -68,11 +68,11 @@ pub struct PolicyFile {
 #[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum PlannedCreates {
-    /// Refused: the tool would adopt what the person put in it. Every manual
-    /// CREATE is sent to driftguard (fails closed while it is down).
+    /// Refused: the tool would adopt what the person put in it. Untracked
+    /// CREATEs are sent to a webhook of their own, which fails open.
     #[default]
     Guard,
-    /// Not judged: manual CREATEs of untracked objects never reach driftguard.
+    /// Not judged: untracked CREATEs never reach driftguard.
     Ignore,
 }
 

@@ -61,6 +61,12 @@ The webhooks' matchConditions: the same text as `driftguard register` builds
 Mutating adds one condition to the validating ones.
 */}}
 {{- define "driftguard.matchConditions" -}}
+{{ include "driftguard.kindAndIdentityConditions" . }}
+- name: only-gitops-managed-objects
+  expression: {{ include "driftguard.managedExpression" . | quote }}
+{{- end -}}
+
+{{- define "driftguard.kindAndIdentityConditions" -}}
 {{- $w := .Values.webhook -}}
 - name: exclude-unmanaged-kinds
   expression: {{ printf "!(request.resource.group in [%s] || (request.resource.group + '/' + request.resource.resource) in [%s])" (include "driftguard.celList" $w.excludedGroups) (include "driftguard.celList" $w.excludedResources) | quote }}
@@ -68,13 +74,35 @@ Mutating adds one condition to the validating ones.
 - name: skip-gitops-and-trusted-identities
   expression: {{ . | quote }}
 {{- end }}
-- name: only-gitops-managed-objects
-  expression: {{ include "driftguard.managedExpression" . | quote }}
+{{- end -}}
+
+{{/* CEL for the creates webhook (plannedCreates: guard): a CREATE of an
+     object itself without tracking metadata; empty when not guarded. */}}
+{{- define "driftguard.createsExpression" -}}
+{{- if ne (.Values.policy.plannedCreates | default "guard") "ignore" -}}
+{{- with include "driftguard.carries" (dict "root" . "object" "object") -}}
+(request.operation == 'CREATE' && (!has(request.subResource) || request.subResource == '')) && !{{ . }}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 
 {{/* CEL: scale writes, a namespace labelled driftguard.io/ignore=true, namespace DELETEs (with Argo CD: a destination), and objects whose stored or incoming version carries tracking metadata of an enabled detector. */}}
 {{- define "driftguard.managedExpression" -}}
 {{- $gitops := .Values.policy.gitops | default dict -}}
+{{- $argo := $gitops.argocd | default dict -}}
+{{- $argoOn := true -}}{{- if hasKey $argo "enabled" }}{{ $argoOn = $argo.enabled }}{{ end -}}
+{{- $terms := list "(has(request.subResource) && request.subResource == 'scale')" "(request.resource.group == '' && request.resource.resource == 'namespaces' && object != null && has(object.metadata.labels) && 'driftguard.io/ignore' in object.metadata.labels && object.metadata.labels['driftguard.io/ignore'] == 'true' && !(oldObject != null && has(oldObject.metadata.labels) && 'driftguard.io/ignore' in oldObject.metadata.labels && oldObject.metadata.labels['driftguard.io/ignore'] == 'true'))" -}}
+{{- if $argoOn }}{{ $terms = append $terms "(request.operation == 'DELETE' && request.resource.group == '' && request.resource.resource == 'namespaces')" }}{{ end -}}
+{{- range $o := list "oldObject" "object" -}}
+{{- with include "driftguard.carries" (dict "root" $ "object" $o) }}{{ $terms = append $terms . }}{{ end -}}
+{{- end -}}
+{{- join " || " $terms -}}
+{{- end -}}
+
+{{/* CEL: the object ("oldObject" or "object") carries tracking metadata of an enabled detector; empty with every detector off. */}}
+{{- define "driftguard.carries" -}}
+{{- $o := .object -}}
+{{- $gitops := .root.Values.policy.gitops | default dict -}}
 {{- $argo := $gitops.argocd | default dict -}}
 {{- $flux := $gitops.flux | default dict -}}
 {{- $annotations := list -}}{{- $labels := list -}}
@@ -86,10 +114,6 @@ Mutating adds one condition to the validating ones.
 {{- end -}}
 {{- $fluxOn := true -}}{{- if hasKey $flux "enabled" }}{{ $fluxOn = $flux.enabled }}{{ end -}}
 {{- if $fluxOn }}{{ $labels = concat $labels (list "kustomize.toolkit.fluxcd.io/name" "helm.toolkit.fluxcd.io/name") }}{{ end -}}
-{{- $terms := list "(has(request.subResource) && request.subResource == 'scale')" "(request.resource.group == '' && request.resource.resource == 'namespaces' && object != null && has(object.metadata.labels) && 'driftguard.io/ignore' in object.metadata.labels && object.metadata.labels['driftguard.io/ignore'] == 'true' && !(oldObject != null && has(oldObject.metadata.labels) && 'driftguard.io/ignore' in oldObject.metadata.labels && oldObject.metadata.labels['driftguard.io/ignore'] == 'true'))" -}}
-{{- if $argoOn }}{{ $terms = append $terms "(request.operation == 'DELETE' && request.resource.group == '' && request.resource.resource == 'namespaces')" }}{{ end -}}
-{{- if and (ne (.Values.policy.plannedCreates | default "guard") "ignore") (or $argoOn $fluxOn) }}{{ $terms = append $terms "(request.operation == 'CREATE' && (!has(request.subResource) || request.subResource == ''))" }}{{ end -}}
-{{- range $o := list "oldObject" "object" -}}
 {{- $carries := list -}}
 {{- range $section := list "annotations" "labels" -}}
 {{- $keys := ternary $annotations $labels (eq $section "annotations") -}}
@@ -99,9 +123,7 @@ Mutating adds one condition to the validating ones.
 {{- $carries = append $carries (printf "(has(%s.metadata.%s) && (%s))" $o $section (join " || " $any)) -}}
 {{- end -}}
 {{- end -}}
-{{- if $carries }}{{ $terms = append $terms (printf "(%s != null && (%s))" $o (join " || " $carries)) }}{{ end -}}
-{{- end -}}
-{{- join " || " $terms -}}
+{{- if $carries }}{{ printf "(%s != null && (%s))" $o (join " || " $carries) }}{{ end -}}
 {{- end -}}
 
 {{/* CEL: the mutating webhook only where it may patch (warn mode, or precision ownedFields). */}}
