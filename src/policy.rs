@@ -9,6 +9,7 @@ pub mod lint;
 pub mod locate;
 pub mod path;
 pub mod pattern;
+pub mod reach;
 pub mod schema;
 
 use std::path::Path as FsPath;
