@@ -9,6 +9,7 @@ mod breakglass;
 mod explain;
 mod pause;
 mod preview;
+mod reach;
 mod status;
 
 use std::process::ExitCode;
@@ -49,7 +50,8 @@ enum Command {
     Preview(preview::Args),
     /// Who manages an object, the mode in force and why, its ignore rules, break-glass.
     Explain(explain::Args),
-    /// Both webhook configurations, caBundle, failurePolicy, endpoints, the policy in force.
+    /// Both webhook configurations, caBundle, failurePolicy, endpoints, the policy in force,
+    /// break-glass in force, and who else may act as a trusted identity.
     Status(status::Args),
 }
 

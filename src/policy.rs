@@ -10,6 +10,7 @@ pub mod locate;
 pub mod path;
 pub mod pattern;
 pub mod planned;
+pub mod reach;
 pub mod schema;
 
 use std::path::Path as FsPath;

@@ -1341,6 +1341,111 @@ fn policy_found_by_the_charts_labels(e: &Env) -> Scenario {
     Ok(())
 }
 
+/// alice may impersonate every service account of kube-system, which the
+/// default policy trusts (`system:serviceaccount:kube-system:*`). The rule is
+/// `edit`'s, spelled out: without kube-controller-manager the aggregated
+/// `edit` ClusterRole has no rules.
+const ALICE_ACTS_AS_KUBE_SYSTEM: &str = r#"
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: impersonate-service-accounts, namespace: kube-system}
+rules:
+  - apiGroups: [""]
+    resources: [serviceaccounts]
+    verbs: [impersonate]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: alice-acts-as-service-accounts, namespace: kube-system}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: impersonate-service-accounts}
+subjects:
+  - {kind: User, name: alice, apiGroup: rbac.authorization.k8s.io}
+"#;
+
+fn status_names_who_may_act_as_a_trusted_identity(e: &Env) -> Scenario {
+    e.plane.apply_admin(ALICE_ACTS_AS_KUBE_SYSTEM);
+    let result = (|| {
+        // The path is real: alice is now a trusted identity whenever she likes.
+        let out = e.kubectl(
+            "alice",
+            "--as=system:serviceaccount:kube-system:anyone auth whoami",
+        );
+        ensure!(
+            out.code == 0
+                && out
+                    .stdout
+                    .contains("system:serviceaccount:kube-system:anyone"),
+            "alice acting as a kube-system account: {out}"
+        );
+        let out = e.plugin("admin", &["status"]);
+        for needle in [
+            "Trusted identities others can act as: ",
+            "  system:serviceaccount:kube-system:* (trusted.users), in namespace kube-system:\n    User alice through RoleBinding kube-system/alice-acts-as-service-accounts (Role kube-system/impersonate-service-accounts): impersonate serviceaccounts\n",
+            // tests/support RBAC: developers and sre-oncall create pods in every namespace.
+            "Group developers, Group sre-oncall through ClusterRoleBinding workload-editors (ClusterRole workload-editor): create pods",
+            "status: ok",
+        ] {
+            ensure!(
+                out.stdout.contains(needle),
+                "status lacks {needle:?}: {out}"
+            );
+        }
+        // A warning: the exit code stays the webhooks'.
+        ensure!(out.code == 0, "status with a finding: {out}");
+        let out = e.plugin("admin", &["status", "-o", "json"]);
+        let r: serde_json::Value = serde_json::from_str(&out.stdout)
+            .map_err(|err| format!("status -o json: {err}: {out}"))?;
+        let reach = &r["trustedIdentityReach"];
+        let named = reach["findings"].as_array().is_some_and(|l| {
+            l.iter().any(|f| {
+                f["identity"] == "system:serviceaccount:kube-system:*"
+                    && f["trustedBy"] == "trusted.users"
+                    && f["namespace"] == "kube-system"
+                    && f["binding"] == "RoleBinding kube-system/alice-acts-as-service-accounts"
+                    && f["subjects"] == serde_json::json!(["User alice"])
+                    && f["ways"]
+                        == serde_json::json!([{"how": "impersonate serviceaccounts", "names": []}])
+            })
+        });
+        ensure!(
+            out.code == 0 && reach["checked"] == true && named,
+            "status -o json lacks alice's binding: {reach}"
+        );
+        // system:masters (cluster-admin) may remove the webhooks: named apart.
+        ensure!(
+            reach["clusterAdmins"]
+                .as_array()
+                .is_some_and(|l| l.iter().any(|a| a
+                    .as_str()
+                    .is_some_and(|a| a.contains("Group system:masters")))),
+            "status -o json: cluster admins: {reach}"
+        );
+        // sam may not list RBAC objects: said, and the exit code stays 0.
+        let out = e.plugin("sam", &["status"]);
+        ensure!(
+            out.code == 0
+                && out.stdout.contains(
+                    "Trusted identities others can act as: not checked: clusterroles.rbac.authorization.k8s.io is forbidden: User \"sam\" cannot list resource \"clusterroles\""
+                )
+                && out.stdout.contains("(and 3 more refused)\n"),
+            "status as sam: {out}"
+        );
+        Ok(())
+    })();
+    let out = e.plane.kubectl(
+        "admin",
+        &[
+            "-n",
+            "kube-system",
+            "delete",
+            "rolebinding/alice-acts-as-service-accounts",
+            "role/impersonate-service-accounts",
+        ],
+    );
+    ensure!(out.ok, "cleaning up: {out}");
+    result
+}
+
 fn usage_and_access_errors_exit_2(e: &Env) -> Scenario {
     let out = e.plugin("alice", &["explain", "secret/db", "-n", "production"]);
     ensure!(
@@ -1370,7 +1475,7 @@ fn usage_and_access_errors_exit_2(e: &Env) -> Scenario {
 #[test]
 fn kubectl_driftguard_against_a_real_control_plane() {
     let env = setup();
-    let scenarios: [Step; 12] = [
+    let scenarios: [Step; 13] = [
         ("plugin list", plugin_list_shows_it),
         ("preview", preview_allowed_and_denied),
         ("explain", explain_an_argo_cd_object),
@@ -1385,6 +1490,10 @@ fn kubectl_driftguard_against_a_real_control_plane() {
         ("errors", usage_and_access_errors_exit_2),
         ("policy by labels", policy_found_by_the_charts_labels),
         ("status of a Service webhook", status_of_a_service_webhook),
+        (
+            "status names who may act as a trusted identity",
+            status_names_who_may_act_as_a_trusted_identity,
+        ),
         // Last: it breaks the webhook configurations.
         ("status", status_up_then_a_configuration_missing),
     ];

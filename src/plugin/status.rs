@@ -23,6 +23,10 @@ pub struct Args {
     /// Output format: text, json or yaml.
     #[arg(short = 'o', long, value_enum, default_value_t = Output::Text)]
     output: Output,
+    /// Argo CD's namespace (argocd-cm and the AppProjects), for the service
+    /// accounts Argo CD syncs as.
+    #[arg(long, default_value = "argocd")]
+    argocd_namespace: String,
 }
 
 const KINDS: [(&str, &str); 2] = [
@@ -120,6 +124,8 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
     let loaded = source.load(api).await?;
     let blocked = recent_events(api, "DriftBlocked").await?;
     let (break_glass, expired_break_glass, scan) = break_glass_scan(api).await?;
+    // A warning, not a failure: the exit code stays what the webhooks decide.
+    let reach = super::reach::report(api, &loaded.policy, &args.argocd_namespace).await?;
     let report = json!({
         "healthy": healthy,
         "configurations": configurations,
@@ -130,6 +136,7 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
         "activeBreakGlass": break_glass,
         "expiredBreakGlass": expired_break_glass,
         "breakGlassScan": scan,
+        "trustedIdentityReach": reach,
     });
     if args.output != Output::Text {
         print_structured(&report, args.output)?;
@@ -186,6 +193,7 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
             report["metrics"]["text"].as_str().unwrap_or_default()
         );
         print_events(&report);
+        super::reach::print(&report["trustedIdentityReach"]);
         println!(
             "status: {}",
             if healthy {

@@ -49,6 +49,202 @@ impl Pattern {
     pub fn source(&self) -> &str {
         &self.source
     }
+
+    /// Whether some string made of `parts` matches: literal text, and runs of
+    /// one or more characters from a set, such as a service account name
+    /// whose namespace is known (`system:serviceaccount:kube-system:` and
+    /// then any name). Globset's syntax (`*`, `?`, `[...]`, `{a,b}`, `\`)
+    /// read again as a small automaton; a pattern it cannot read is assumed
+    /// to match (the caller reports, so a doubt is a finding).
+    pub fn may_match(&self, parts: &[Part]) -> bool {
+        match glob_tokens(&self.source) {
+            Some(alternatives) => alternatives.iter().any(|t| automaton_matches(t, parts)),
+            None => true,
+        }
+    }
+}
+
+/// A piece of a string known only in part (see [`Pattern::may_match`]).
+#[derive(Clone, Copy, Debug)]
+pub enum Part<'a> {
+    Text(&'a str),
+    /// One or more characters, each one of these.
+    Run(&'a str),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+enum Token {
+    Char(char),
+    /// `?`
+    Any,
+    /// `*` (and `**`): any run, `/` and `:` included, as globset without
+    /// `literal_separator`.
+    Star,
+    /// `[...]`, `[!...]`, `[^...]`: inclusive ranges.
+    Class {
+        negated: bool,
+        ranges: Vec<(char, char)>,
+    },
+}
+
+impl Token {
+    fn takes(&self, c: char) -> bool {
+        match self {
+            Token::Char(x) => *x == c,
+            Token::Any | Token::Star => true,
+            Token::Class { negated, ranges } => {
+                ranges.iter().any(|(lo, hi)| (*lo..=*hi).contains(&c)) != *negated
+            }
+        }
+    }
+}
+
+/// The pattern's token sequences, one per combination of `{a,b}`
+/// alternatives; `None` for syntax this reader does not know.
+fn glob_tokens(source: &str) -> Option<Vec<Vec<Token>>> {
+    let mut out: Vec<Vec<Token>> = vec![Vec::new()];
+    let mut chars = source.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '{' => {
+                let mut options: Vec<Vec<Token>> = vec![Vec::new()];
+                loop {
+                    match chars.next()? {
+                        '}' => break,
+                        ',' => options.push(Vec::new()),
+                        '{' => return None,
+                        c => {
+                            let token = one_token(c, &mut chars)?;
+                            options.last_mut()?.push(token);
+                        }
+                    }
+                }
+                out = out
+                    .iter()
+                    .flat_map(|head| {
+                        options.iter().map(move |o| {
+                            let mut t = head.clone();
+                            t.extend(o.iter().cloned());
+                            t
+                        })
+                    })
+                    .collect();
+                if out.len() > 64 {
+                    return None;
+                }
+            }
+            c => {
+                let token = one_token(c, &mut chars)?;
+                out.iter_mut().for_each(|t| t.push(token.clone()));
+            }
+        }
+    }
+    Some(out)
+}
+
+/// One token outside `{...}` syntax: `c` and what it needs after it.
+fn one_token(c: char, chars: &mut std::iter::Peekable<std::str::Chars>) -> Option<Token> {
+    Some(match c {
+        '?' => Token::Any,
+        '*' => {
+            while chars.peek() == Some(&'*') {
+                chars.next();
+            }
+            Token::Star
+        }
+        '\\' => Token::Char(chars.next()?),
+        '[' => {
+            // As globset reads a class: `]` first and `-` first or last are
+            // literal, `a-z` a range, `[:name:]` not read here.
+            let negated = matches!(chars.peek(), Some('!' | '^'));
+            if negated {
+                chars.next();
+            }
+            let mut ranges: Vec<(char, char)> = Vec::new();
+            let (mut first, mut in_range) = (true, false);
+            loop {
+                match chars.next()? {
+                    ']' if !first => break,
+                    '[' if chars.peek() == Some(&':') => return None,
+                    '-' if !first && !in_range => in_range = true,
+                    c if in_range => {
+                        ranges.last_mut()?.1 = c;
+                        in_range = false;
+                    }
+                    c => ranges.push((c, c)),
+                }
+                first = false;
+            }
+            if in_range {
+                ranges.push(('-', '-'));
+            }
+            Token::Class { negated, ranges }
+        }
+        '}' => return None,
+        c => Token::Char(c),
+    })
+}
+
+/// Runs the tokens as an automaton (state: tokens matched so far) over `parts`.
+fn automaton_matches(tokens: &[Token], parts: &[Part]) -> bool {
+    let n = tokens.len();
+    // A star also matches nothing: the state after it is reached too.
+    let close = |mut set: Vec<bool>| {
+        for i in 0..n {
+            if set[i] && tokens[i] == Token::Star {
+                set[i + 1] = true;
+            }
+        }
+        set
+    };
+    let step = |set: &[bool], c: char| {
+        let mut next = vec![false; n + 1];
+        for i in (0..n).filter(|i| set[*i]) {
+            if tokens[i].takes(c) {
+                next[if tokens[i] == Token::Star { i } else { i + 1 }] = true;
+            }
+        }
+        close(next)
+    };
+    let union = |a: &mut Vec<bool>, b: Vec<bool>| {
+        for (x, y) in a.iter_mut().zip(b) {
+            *x |= y;
+        }
+    };
+    let mut set = vec![false; n + 1];
+    set[0] = true;
+    set = close(set);
+    for part in parts {
+        match part {
+            Part::Text(text) => {
+                for c in text.chars() {
+                    set = step(&set, c);
+                }
+            }
+            Part::Run(alphabet) => {
+                // After one character, then after any number more, to a fixpoint.
+                let mut reached = vec![false; n + 1];
+                for c in alphabet.chars() {
+                    union(&mut reached, step(&set, c));
+                }
+                loop {
+                    let mut grown = reached.clone();
+                    for c in alphabet.chars() {
+                        union(&mut grown, step(&reached, c));
+                    }
+                    if grown == reached {
+                        break;
+                    }
+                    reached = grown;
+                }
+                set = reached;
+            }
+        }
+        if !set.iter().any(|s| *s) {
+            return false;
+        }
+    }
+    set[n]
 }
 
 /// A list of patterns; matches when any does.
@@ -74,6 +270,10 @@ impl PatternSet {
 
     pub fn sources(&self) -> impl Iterator<Item = &str> {
         self.0.iter().map(Pattern::source)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Pattern> {
+        self.0.iter()
     }
 }
 
@@ -115,5 +315,114 @@ mod tests {
         let p = Pattern::new("").unwrap();
         assert!(p.is_match(""));
         assert!(!p.is_match("apps"));
+    }
+
+    /// On whole strings, the automaton answers as globset does.
+    #[test]
+    fn the_automaton_agrees_with_globset_on_whole_strings() {
+        let patterns = [
+            "system:serviceaccount:kube-system:*",
+            "system:serviceaccount:*:*",
+            "system:serviceaccount:team-?:deployer",
+            "system:node:*",
+            "*",
+            "",
+            "a*b*c",
+            "sa-[0-9]",
+            "sa-[!0-9]",
+            "sa-[^a-c]x",
+            "[]a]",
+            "[-a]",
+            "[a-]",
+            "[a-c-e]",
+            "x]y",
+            "{argocd,flux-system}:*",
+            "pre{a,b*}{c,d}",
+            "a,b",
+            "a\\*b",
+            "**",
+            "*.k8s.io",
+        ];
+        let strings = [
+            "system:serviceaccount:kube-system:horizontal-pod-autoscaler",
+            "system:serviceaccount:kube-system:a:b",
+            "system:serviceaccount:team-a:deployer",
+            "system:serviceaccount:team-ab:deployer",
+            "system:node:worker-1",
+            "",
+            "abc",
+            "aXbYc",
+            "sa-1",
+            "sa-x",
+            "sa-dx",
+            "sa-bx",
+            "]",
+            "a",
+            "-",
+            "d",
+            "b",
+            "x]y",
+            "argocd:x",
+            "flux-system:",
+            "prebzzd",
+            "preac",
+            "a,b",
+            "a*b",
+            "aXb",
+            "networking.k8s.io",
+        ];
+        for pattern in patterns {
+            let glob = Glob::new(pattern).unwrap().compile_matcher();
+            let p = Pattern::new(pattern).unwrap();
+            assert!(glob_tokens(pattern).is_some(), "{pattern} is read");
+            for s in strings {
+                assert_eq!(
+                    p.may_match(&[Part::Text(s)]),
+                    glob.is_match(s),
+                    "{pattern} on {s:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn runs_stand_for_any_name() {
+        const NAME: &str = "abcdefghijklmnopqrstuvwxyz0123456789-.";
+        let sa = |ns: Part<'static>, name: Part<'static>| {
+            [
+                Part::Text("system:serviceaccount:"),
+                ns,
+                Part::Text(":"),
+                name,
+            ]
+        };
+        let any = Part::Run(NAME);
+        let kube_system = Pattern::new("system:serviceaccount:kube-system:*").unwrap();
+        assert!(kube_system.may_match(&sa(Part::Text("kube-system"), any)));
+        assert!(!kube_system.may_match(&sa(Part::Text("default"), any)));
+        // Some namespace: kube-system is one.
+        assert!(kube_system.may_match(&sa(any, any)));
+        assert!(kube_system.may_match(&sa(any, Part::Text("x"))));
+        let literal =
+            Pattern::new("system:serviceaccount:argocd:argocd-application-controller").unwrap();
+        assert!(literal.may_match(&sa(Part::Text("argocd"), any)));
+        assert!(!literal.may_match(&sa(Part::Text("flux-system"), any)));
+        assert!(!literal.may_match(&sa(Part::Text("argocd"), Part::Text("other"))));
+        // A name must be one character at least, from the set.
+        let empty_name = Pattern::new("system:serviceaccount:argocd:").unwrap();
+        assert!(!empty_name.may_match(&sa(Part::Text("argocd"), any)));
+        let upper = Pattern::new("system:serviceaccount:argocd:[A-Z]*").unwrap();
+        assert!(!upper.may_match(&sa(Part::Text("argocd"), any)));
+        let digits = Pattern::new("system:serviceaccount:argocd:sync-[0-9]").unwrap();
+        assert!(digits.may_match(&sa(Part::Text("argocd"), any)));
+        let alternatives = Pattern::new("system:serviceaccount:{argocd,flux-system}:*").unwrap();
+        assert!(alternatives.may_match(&sa(Part::Text("flux-system"), any)));
+        assert!(!alternatives.may_match(&sa(Part::Text("default"), any)));
+        // Not a service account shape at all.
+        let node = Pattern::new("system:node:*").unwrap();
+        assert!(!node.may_match(&sa(any, any)));
+        // Syntax this reader does not know is assumed to match.
+        let posix = Pattern::new("system:serviceaccount:x:[[:digit:]]").unwrap();
+        assert!(posix.may_match(&sa(Part::Text("default"), any)));
     }
 }

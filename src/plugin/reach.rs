@@ -1,0 +1,269 @@
+//! `status`'s check of who else may act as a trusted identity: lists the
+//! cluster's RBAC objects and the sync service accounts Flux and Argo CD
+//! impersonate, and runs [`crate::policy::reach`] over them. Nothing here
+//! fails `status`: what cannot be read is said.
+
+use serde_json::{Value, json};
+
+use super::PluginError;
+use super::api::Api;
+use crate::policy::Policy;
+use crate::policy::flux::FluxKind;
+use crate::policy::impersonation::{self, AppProject};
+use crate::policy::reach::{Rbac, Reach, SyncTrust, reach};
+
+const RBAC: &str = "/apis/rbac.authorization.k8s.io/v1";
+
+/// The `trustedIdentityReach` part of `status -o json`: `checked` (false when
+/// no RBAC object could be listed, with `why`), `findings`, `clusterAdmins`,
+/// `missingRoles`, `syncAccounts` (the derived accounts checked too) and
+/// `notReadable` (what could not be listed, and why).
+pub async fn report(
+    api: &Api,
+    policy: &Policy,
+    argocd_namespace: &str,
+) -> Result<Value, PluginError> {
+    let mut not_readable = Vec::new();
+    let mut rbac = Rbac::default();
+    let mut listed = 0;
+    macro_rules! list_into {
+        ($field:ident, $plural:literal) => {
+            match list(api, &format!("{RBAC}/{}", $plural)).await? {
+                Ok(items) => {
+                    listed += 1;
+                    for item in items {
+                        match serde_json::from_value(item) {
+                            Ok(object) => rbac.$field.push(object),
+                            Err(e) => not_readable
+                                .push(format!("{}: an item does not parse: {e}", $plural)),
+                        }
+                    }
+                }
+                // The apiserver's refusal names the verb and the resource.
+                Err(why) => not_readable.push(why),
+            }
+        };
+    }
+    list_into!(cluster_roles, "clusterroles");
+    list_into!(roles, "roles");
+    list_into!(cluster_role_bindings, "clusterrolebindings");
+    list_into!(role_bindings, "rolebindings");
+    if listed == 0 {
+        return Ok(json!({"checked": false, "why": not_readable.first(),
+                         "notReadable": not_readable, "findings": []}));
+    }
+    let sync = sync_accounts(api, policy, argocd_namespace, &mut not_readable).await?;
+    let found: Reach = reach(&policy.controllers, &policy.trusted, &sync, &rbac);
+    let mut out = serde_json::to_value(&found).unwrap_or_default();
+    out["checked"] = json!(true);
+    out["syncAccounts"] = sync
+        .iter()
+        .map(|s| json!({"username": s.username, "origin": s.origin}))
+        .collect();
+    out["notReadable"] = json!(not_readable);
+    Ok(out)
+}
+
+/// Every item of a list path, or why not (404: the type is not served, an
+/// empty list).
+async fn list(api: &Api, path: &str) -> Result<Result<Vec<Value>, String>, PluginError> {
+    Ok(match api.try_get(path).await? {
+        Ok(mut list) => Ok(match list["items"].take() {
+            Value::Array(items) => items,
+            _ => Vec::new(),
+        }),
+        Err(r) if r.code == 404 => Ok(Vec::new()),
+        Err(r) => Err(r.message),
+    })
+}
+
+/// The service accounts Flux Kustomizations and HelmReleases name in
+/// `spec.serviceAccountName`, and those Argo CD syncs Applications as
+/// (sync impersonation on in argocd-cm): driftguard trusts each for its own
+/// objects when it watches Flux or Argo CD.
+async fn sync_accounts(
+    api: &Api,
+    policy: &Policy,
+    argocd_namespace: &str,
+    not_readable: &mut Vec<String>,
+) -> Result<Vec<SyncTrust>, PluginError> {
+    let mut out = Vec::new();
+    if policy.flux {
+        for (kind, path) in [
+            (
+                FluxKind::Kustomization,
+                "/apis/kustomize.toolkit.fluxcd.io/v1/kustomizations",
+            ),
+            (
+                FluxKind::HelmRelease,
+                "/apis/helm.toolkit.fluxcd.io/v2/helmreleases",
+            ),
+        ] {
+            match list(api, path).await? {
+                Ok(items) => out.extend(items.iter().filter_map(|item| {
+                    let src = crate::sources::flux_from_value(kind, item).ok()?;
+                    Some(SyncTrust {
+                        username: src.service_account?,
+                        origin: format!("Flux {} {}/{}", kind.as_str(), src.namespace, src.name),
+                    })
+                })),
+                Err(why) => not_readable.push(format!("{}s: {why}", kind.as_str())),
+            }
+        }
+    }
+    if policy.argocd.is_some() {
+        let cm = format!("/api/v1/namespaces/{argocd_namespace}/configmaps/argocd-cm");
+        let enabled = match api.try_get(&cm).await? {
+            Ok(cm) => cm["data"].as_object().is_some_and(impersonation::enabled),
+            Err(r) if r.code == 404 => false,
+            Err(r) => {
+                not_readable.push(format!("argocd-cm: {}", r.message));
+                false
+            }
+        };
+        if enabled {
+            let projects =
+                format!("/apis/argoproj.io/v1alpha1/namespaces/{argocd_namespace}/appprojects");
+            let projects: Vec<AppProject> = match list(api, &projects).await? {
+                Ok(items) => items
+                    .iter()
+                    .filter_map(|p| AppProject::from_value(p).ok())
+                    .collect(),
+                Err(why) => {
+                    not_readable.push(format!("AppProjects: {why}"));
+                    Vec::new()
+                }
+            };
+            let apps = match list(api, "/apis/argoproj.io/v1alpha1/applications").await? {
+                Ok(items) => items
+                    .iter()
+                    .filter_map(|a| crate::policy::argocd::from_value(a).ok())
+                    .collect(),
+                Err(why) => {
+                    not_readable.push(format!("Applications: {why}"));
+                    Vec::new()
+                }
+            };
+            out.extend(
+                impersonation::sync_accounts(&apps, &projects, true, argocd_namespace)
+                    .into_iter()
+                    .map(|a| SyncTrust {
+                        origin: format!(
+                            "Argo CD Application {}/{}",
+                            if a.namespace.is_empty() {
+                                argocd_namespace
+                            } else {
+                                &a.namespace
+                            },
+                            a.application
+                        ),
+                        username: a.service_account,
+                    }),
+            );
+        }
+    }
+    out.sort_by(|a, b| (&a.username, &a.origin).cmp(&(&b.username, &b.origin)));
+    out.dedup_by(|a, b| a.username == b.username && a.origin == b.origin);
+    Ok(out)
+}
+
+/// The text of the report: a warning per trusted identity and namespace,
+/// each binding that reaches it on its own line.
+pub fn print(r: &Value) {
+    let s = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+    let list = |v: &Value| v.as_array().cloned().unwrap_or_default();
+    const TITLE: &str = "Trusted identities others can act as";
+    if r["checked"] != true {
+        let more = list(&r["notReadable"]).len().saturating_sub(1);
+        let more = if more > 0 {
+            format!(" (and {more} more refused)")
+        } else {
+            String::new()
+        };
+        println!("{TITLE}: not checked: {}{more}", s(&r["why"]));
+        return;
+    }
+    let findings = list(&r["findings"]);
+    let incomplete: Vec<String> = list(&r["notReadable"]).iter().map(s).collect();
+    if findings.is_empty() {
+        println!("{TITLE}: none found");
+    } else {
+        println!(
+            "{TITLE}: {} (warning: whoever can act as one is exempt from driftguard)",
+            super::paint(&findings.len().to_string(), super::Color::Red)
+        );
+    }
+    let mut last = String::new();
+    for f in &findings {
+        let scope = match f["namespace"].as_str() {
+            Some(ns) => format!("in namespace {ns}"),
+            None => "in every namespace".to_owned(),
+        };
+        let head = format!("  {} ({}), {scope}:", s(&f["identity"]), s(&f["trustedBy"]));
+        if head != last {
+            println!("{head}");
+            last = head;
+        }
+        let ways: Vec<String> = list(&f["ways"])
+            .iter()
+            .map(|w| {
+                let names: Vec<String> = list(&w["names"]).iter().map(s).collect();
+                if names.is_empty() {
+                    s(&w["how"])
+                } else {
+                    format!("{} ({})", s(&w["how"]), names.join(", "))
+                }
+            })
+            .collect();
+        let subjects: Vec<String> = list(&f["subjects"]).iter().map(s).collect();
+        println!(
+            "    {} through {} ({}): {}",
+            subjects.join(", "),
+            s(&f["binding"]),
+            s(&f["role"]),
+            ways.join(", ")
+        );
+    }
+    if !findings.is_empty() {
+        println!(
+            "  Place them out of reach: no edit, admin, impersonate or create pods for others in their namespaces, no trusted glob over tenants' namespaces (docs/gitops.md, Identities)."
+        );
+    }
+    for why in incomplete {
+        println!("  (not read: {why})");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::reach::{Finding, How, Way};
+
+    #[test]
+    fn the_report_serializes_as_status_prints_it() {
+        let r = Reach {
+            findings: vec![Finding {
+                identity: "system:serviceaccount:kube-system:*".into(),
+                trusted_by: "trusted.users".into(),
+                namespace: Some("kube-system".into()),
+                binding: "RoleBinding kube-system/x".into(),
+                role: "Role kube-system/y".into(),
+                subjects: vec!["User alice".into()],
+                ways: vec![Way {
+                    how: How::ImpersonateServiceAccounts,
+                    names: vec![],
+                }],
+            }],
+            ..Reach::default()
+        };
+        let v = serde_json::to_value(&r).unwrap();
+        assert_eq!(v["findings"][0]["trustedBy"], "trusted.users");
+        assert_eq!(
+            v["findings"][0]["ways"][0]["how"],
+            "impersonate serviceaccounts"
+        );
+        assert_eq!(v["findings"][0]["namespace"], "kube-system");
+        assert_eq!(v["clusterAdmins"], json!([]));
+        assert_eq!(v["missingRoles"], json!([]));
+    }
+}
