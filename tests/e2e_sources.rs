@@ -274,24 +274,34 @@ fn argo_cd_and_flux_are_sources_of_truth() {
         ("shop", "shop-next", "Argo CD application argocd/shop"),
         ("tenant-a", "worker", "Flux Kustomization tenant-a/apps"),
     ] {
+        let create = |dry_run: bool| {
+            let mut args = vec![
+                "-n",
+                namespace,
+                "create",
+                "deployment",
+                name,
+                "--image=nginx:1.27",
+            ];
+            if dry_run {
+                args.push("--dry-run=server");
+            }
+            plane.kubectl("alice", &args)
+        };
+        // Dry runs until the watch has the status: nothing is created meanwhile.
         eventually(&format!("creating {name} by hand refused"), || {
-            let out = plane.kubectl(
-                "alice",
-                &[
-                    "-n",
-                    namespace,
-                    "create",
-                    "deployment",
-                    name,
-                    "--image=nginx:1.27",
-                ],
-            );
+            let out = create(true);
             if !out.ok && out.stderr.contains(&format!("is listed by {by}")) {
                 Ok(())
             } else {
                 Err(out.to_string())
             }
         });
+        let out = create(false);
+        assert!(
+            !out.ok && out.stderr.contains(&format!("is listed by {by}")),
+            "{out}"
+        );
     }
     let out = plane.kubectl(
         "alice",
