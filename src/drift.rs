@@ -305,13 +305,15 @@ pub fn decide(policy: &Policy, req: &Request, ctx: &Context) -> Result<Decision,
         Ok(d)
     };
     if exempts_namespace(req) {
-        if !identity_allows(policy, ctx, req, &mut d) {
-            d.finding = Finding::NamespaceExemption;
-            d.drifted_paths = vec![IGNORE_LABEL_POINTER.to_owned()];
-            d.inputs_changed = d.drifted_paths.clone();
-            d.verdict = Verdict::Deny;
-        }
-        return Ok(d);
+        let finding = Finding::NamespaceExemption;
+        return Ok(refused_unless_exempt(
+            policy,
+            ctx,
+            req,
+            d,
+            finding,
+            IGNORE_LABEL_POINTER,
+        ));
     }
     if excluded::is_excluded(req.resource_group, req.resource) {
         return out_of_scope(d, format!("{} are never judged", req.resource));
@@ -354,13 +356,8 @@ pub fn decide(policy: &Policy, req: &Request, ctx: &Context) -> Result<Decision,
     if let (Operation::Create, Some(new)) = (req.operation, object)
         && let Some(by) = planned_by(policy, ctx, req, new)
     {
-        if !identity_allows(policy, ctx, req, &mut d) {
-            d.finding = Finding::CreatePlanned(by.to_owned());
-            d.drifted_paths = vec![String::new()];
-            d.inputs_changed = d.drifted_paths.clone();
-            d.verdict = Verdict::Deny;
-        }
-        return Ok(d);
+        let finding = Finding::CreatePlanned(by.to_owned());
+        return Ok(refused_unless_exempt(policy, ctx, req, d, finding, ""));
     }
     // Ownership is judged on what is stored, or on the new object for CREATE.
     let stored = Inputs::read(old.or(object).expect("one of them is set"), policy);
@@ -511,6 +508,26 @@ fn check_drift_record(
     if !d.finding.is_drift() && d.finding != Finding::BreakGlass {
         d.finding = Finding::Drift;
     }
+}
+
+/// A write that changes what later writes are judged by, whatever else it
+/// does: allowed for controllers and trusted identities, refused in every
+/// mode for everyone else.
+fn refused_unless_exempt(
+    policy: &Policy,
+    ctx: &Context,
+    req: &Request,
+    mut d: Decision,
+    finding: Finding,
+    pointer: &str,
+) -> Decision {
+    if !identity_allows(policy, ctx, req, &mut d) {
+        d.finding = finding;
+        d.drifted_paths = vec![pointer.to_owned()];
+        d.inputs_changed = d.drifted_paths.clone();
+        d.verdict = Verdict::Deny;
+    }
+    d
 }
 
 /// A change to a decision input is refused whatever the mode: allowed with a
