@@ -414,9 +414,33 @@ fn to_value(object: &DynamicObject) -> Option<Value> {
 pub fn strip(object: &mut DynamicObject) {
     object.metadata.managed_fields = None;
     if let Some(data) = object.data.as_object_mut() {
-        data.remove("status");
+        let status = data.remove("status");
         data.remove("operation");
+        // All but the objects the tools list ([`planned`]), by identity only.
+        if let Some(kept) = status.as_ref().and_then(listed_objects) {
+            data.insert("status".into(), kept);
+        }
     }
+}
+
+/// An Application's `status.resources` (group, kind, namespace and name of
+/// each) and a Kustomization's `status.inventory`, without the rest.
+fn listed_objects(status: &Value) -> Option<Value> {
+    let mut kept = serde_json::Map::new();
+    if let Some(resources) = status.get("resources").and_then(Value::as_array) {
+        let identity = |r: &Value| {
+            ["group", "kind", "namespace", "name"]
+                .into_iter()
+                .filter_map(|k| r.get(k).map(|v| (k.to_owned(), v.clone())))
+                .collect::<serde_json::Map<_, _>>()
+        };
+        let list = resources.iter().map(|r| Value::Object(identity(r)));
+        kept.insert("resources".into(), list.collect());
+    }
+    if let Some(inventory) = status.get("inventory") {
+        kept.insert("inventory".into(), inventory.clone());
+    }
+    (!kept.is_empty()).then_some(Value::Object(kept))
 }
 
 #[cfg(test)]
@@ -545,5 +569,14 @@ mod tests {
         strip(&mut a);
         assert!(a.data.get("status").is_none() && a.data.get("operation").is_none());
         assert_eq!(content_hash(&a), hash);
+        // The objects an Application lists survive, by identity only.
+        let mut listed = app("u1", "a", true, "x");
+        listed.data["status"]["resources"] = json!([{"group": "apps", "kind": "Deployment",
+            "namespace": "shop", "name": "web", "status": "OutOfSync", "health": {"status": "Missing"}}]);
+        strip(&mut listed);
+        assert_eq!(
+            listed.data["status"],
+            json!({"resources": [{"group": "apps", "kind": "Deployment", "namespace": "shop", "name": "web"}]})
+        );
     }
 }
