@@ -739,7 +739,7 @@ fn input_changes(
     };
     // Fields given to the GitOps tool's own manager by hand: its next
     // server-side apply removes what it owns and Git lacks (replicas, say).
-    let tool_grown = manager.is_some() && grown(&owned::GITOPS_MANAGERS);
+    let tool_grown = manager.is_some() && owned::tool_ownership_grown(old, new);
     let flux = matches!(manager, Some(Manager::FluxKustomization { .. }));
     if grown(&managers) || tool_grown || (flux && reapplied::ownership_rewritten(old, new)) {
         out.push(MANAGED_FIELDS.to_owned());

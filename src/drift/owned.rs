@@ -20,6 +20,23 @@ pub const GITOPS_MANAGERS: [&str; 3] = [
 
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
+/// Whether `new` gives the GitOps tools' managers a field they did not own
+/// in `old`. A map they owned keys of, left owning only itself (`"."`) when
+/// another writer took its last key, is not a new field: owning the map
+/// removes none of its keys at the next apply.
+pub fn tool_ownership_grown(old: &Value, new: &Value) -> bool {
+    let (before, after) = (
+        owned_leaves(old, &GITOPS_MANAGERS),
+        owned_leaves(new, &GITOPS_MANAGERS),
+    );
+    after.iter().any(|leaf| {
+        !before.contains(leaf)
+            && !before
+                .iter()
+                .any(|b| b.len() > leaf.len() && b.starts_with(leaf))
+    })
+}
+
 /// The last-applied annotation's pointer, when this write changes what it
 /// says (parsed: re-serializing it the same way is no change).
 pub fn last_applied_changed(old: &Value, new: &Value) -> Option<String> {
@@ -143,6 +160,22 @@ pub fn partition(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_map_left_owning_itself_is_not_grown_ownership() {
+        let fields = |f: serde_json::Value| {
+            serde_json::json!({"metadata": {"managedFields": [{"manager": "argocd-controller",
+                "operation": "Update", "fieldsType": "FieldsV1", "fieldsV1": f}]}})
+        };
+        let old = fields(serde_json::json!({"f:data": {".": {}, "f:LOG_LEVEL": {}}}));
+        let taken = fields(serde_json::json!({"f:data": {".": {}}}));
+        assert!(!super::tool_ownership_grown(&old, &taken));
+        let grown = fields(serde_json::json!({"f:data": {".": {}, "f:LOG_LEVEL": {}, "f:X": {}}}));
+        assert!(super::tool_ownership_grown(&old, &grown));
+        let replicas = fields(serde_json::json!({"f:data": {".": {}, "f:LOG_LEVEL": {}},
+                                                  "f:spec": {"f:replicas": {}}}));
+        assert!(super::tool_ownership_grown(&old, &replicas));
+    }
+
     use super::*;
     use serde_json::json;
 
