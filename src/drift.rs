@@ -222,7 +222,7 @@ pub struct Sources {
     /// The objects the tools' records list ([`crate::policy::planned`]), as
     /// `group/Kind:namespace/name`, with who lists them: a manual CREATE of
     /// one is refused whatever it carries.
-    pub planned: Arc<std::collections::HashMap<String, String>>,
+    pub planned: Arc<std::collections::HashMap<String, Manager>>,
 }
 
 /// Where Argo CD runs unless `--argocd-namespace` says otherwise.
@@ -356,7 +356,9 @@ pub fn decide(policy: &Policy, req: &Request, ctx: &Context) -> Result<Decision,
     if let (Operation::Create, Some(new)) = (req.operation, object)
         && let Some(by) = planned_by(policy, ctx, req, new)
     {
-        let finding = Finding::CreatePlanned(by.to_owned());
+        // The tool's own identity for it (a sync service account) is exempt.
+        set_manager(policy, ctx, &mut d, by.clone());
+        let finding = Finding::CreatePlanned(by.to_string());
         return Ok(refused_unless_exempt(policy, ctx, req, d, finding, ""));
     }
     // Ownership is judged on what is stored, or on the new object for CREATE.
@@ -568,7 +570,7 @@ fn planned_by<'s>(
     ctx: &Context<'s>,
     req: &Request,
     new: &Value,
-) -> Option<&'s str> {
+) -> Option<&'s Manager> {
     if policy.planned_creates != crate::policy::PlannedCreates::Guard {
         return None;
     }
@@ -578,7 +580,7 @@ fn planned_by<'s>(
     }
     let name = new.pointer("/metadata/name").and_then(Value::as_str)?;
     let key = crate::policy::planned::key(req.group, req.kind, req.namespace, name);
-    planned.get(&key).map(String::as_str)
+    planned.get(&key)
 }
 
 /// Pointer of the namespace exemption label.
@@ -1131,14 +1133,14 @@ fn decide_scale_blind(
 /// Who lists the parent of a scale write in the tools' records. A Scale
 /// names the parent's resource, not its kind: any kind of the parent's
 /// group, namespace and name matches (a rare path: the parent was unreadable).
-fn listed_parent<'s>(ctx: &Context<'s>, req: &Request) -> Option<&'s str> {
+fn listed_parent<'s>(ctx: &Context<'s>, req: &Request) -> Option<&'s Manager> {
     let suffix = format!(":{}/{}", req.namespace, req.name);
     let prefix = format!("{}/", req.resource_group);
     ctx.sources?
         .planned
         .iter()
         .find(|(key, _)| key.starts_with(&prefix) && key.ends_with(&suffix))
-        .map(|(_, by)| by.as_str())
+        .map(|(_, by)| by)
 }
 
 /// A Scale's `spec.replicas`. autoscaling/v1 writes it with `omitempty`, so

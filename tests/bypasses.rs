@@ -4,7 +4,7 @@
 mod common;
 
 use common::*;
-use driftguard::drift::{Finding, Verdict};
+use driftguard::drift::{Finding, Manager, Verdict};
 use driftguard::{Endpoint, Policy, judge};
 use serde_json::{Value, json};
 
@@ -453,6 +453,14 @@ fn the_drift_record_cannot_be_forged() {
     assert!(!out.allowed(), "{:?}", out.decision);
 }
 
+/// Application argocd/myapp, as the tools' records name it.
+fn myapp() -> Manager {
+    Manager::ArgoCd {
+        application: "myapp".into(),
+        application_namespace: Some("argocd".into()),
+    }
+}
+
 fn judged_with(
     policy: &Policy,
     review: &Review,
@@ -469,11 +477,8 @@ fn judged_with(
 /// it with whatever the person put in it. The tools' records list it.
 #[test]
 fn an_object_the_tools_list_cannot_be_created_by_hand() {
-    let planned: std::collections::HashMap<String, String> = [(
-        "apps/Deployment:production/web".to_owned(),
-        "Argo CD application argocd/myapp".to_owned(),
-    )]
-    .into();
+    let planned: std::collections::HashMap<String, Manager> =
+        [("apps/Deployment:production/web".to_owned(), myapp())].into();
     let sources = driftguard::sources::Sources {
         planned: std::sync::Arc::new(planned),
         ..Default::default()
@@ -547,11 +552,8 @@ fn a_claimed_owner_does_not_take_a_tracked_create_out_of_scope() {
 fn an_unreadable_but_listed_scale_parent_is_not_allowed() {
     let mut review = Review::scale("rollouts", "web", 3, 5);
     review.resource_override = Some(("argoproj.io".into(), "rollouts".into()));
-    let planned: std::collections::HashMap<String, String> = [(
-        "argoproj.io/Rollout:production/web".to_owned(),
-        "Argo CD application argocd/myapp".to_owned(),
-    )]
-    .into();
+    let planned: std::collections::HashMap<String, Manager> =
+        [("argoproj.io/Rollout:production/web".to_owned(), myapp())].into();
     let sources = driftguard::sources::Sources {
         planned: std::sync::Arc::new(planned),
         ..Default::default()
@@ -561,4 +563,36 @@ fn an_unreadable_but_listed_scale_parent_is_not_allowed() {
     // Not listed: unknownScaleParent (warn) still decides.
     let d = judged_with(&Policy::embedded(), &review, &Default::default());
     assert_eq!(d.verdict, Verdict::Warn, "{d:?}");
+}
+
+/// The tool's own identity for the object creates it: the service account a
+/// Kustomization impersonates (Argo CD's sync account works alike).
+#[test]
+fn the_tools_own_account_creates_what_it_lists() {
+    use driftguard::sources::{FluxKind, flux_from_value};
+    let kustomization = json!({"metadata": {"name": "apps", "namespace": "tenant-a"},
+        "spec": {"serviceAccountName": "reconciler"}});
+    let apps = Manager::FluxKustomization {
+        namespace: "tenant-a".into(),
+        name: "apps".into(),
+    };
+    let sources = driftguard::sources::Sources {
+        flux: vec![std::sync::Arc::new(
+            flux_from_value(FluxKind::Kustomization, &kustomization).unwrap(),
+        )],
+        planned: std::sync::Arc::new([("apps/Deployment:production/web".to_owned(), apps)].into()),
+        ..Default::default()
+    };
+    let bare = without(
+        &deployment(),
+        "/metadata/annotations/argocd.argoproj.io~1tracking-id",
+    );
+    let tenant = Review::create(bare.clone()).by("system:serviceaccount:tenant-a:reconciler", &[]);
+    let d = judged_with(&Policy::embedded(), &tenant, &sources);
+    assert_eq!(
+        (d.finding, d.verdict),
+        (Finding::Controller, Verdict::Allow)
+    );
+    let d = judged_with(&Policy::embedded(), &Review::create(bare), &sources);
+    assert_eq!(d.verdict, Verdict::Deny);
 }

@@ -15,6 +15,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::DynamicObject;
 use serde_json::Value;
 
+use crate::drift::Manager;
 use crate::policy::ignore::RuleSet;
 use crate::policy::impersonation::{self, AppProject, SyncAccount};
 use crate::policy::{Application, planned};
@@ -72,13 +73,13 @@ pub struct SourceCache {
     planned: BTreeMap<String, Planned>,
     /// Every listed object and who lists it, rebuilt when a list changes
     /// (rarely: status rewrites keep the same objects).
-    planned_index: Arc<HashMap<String, String>>,
+    planned_index: Arc<HashMap<String, Manager>>,
 }
 
 struct Planned {
     hash: u64,
     keys: Vec<String>,
-    by: String,
+    by: Manager,
 }
 
 /// What driftguard reads of a watched object: its name, namespace and spec.
@@ -166,9 +167,20 @@ impl SourceCache {
     /// ([`crate::policy::planned`]). Returns whether they changed.
     fn apply_planned(&mut self, kind: Kind, uid: &str, object: &DynamicObject) -> bool {
         let status = object.data.get("status").unwrap_or(&Value::Null);
-        let (keys, tool) = match kind {
-            Kind::Application => (planned::application_keys(status), "Argo CD application"),
-            Kind::Kustomization => (planned::kustomization_keys(status), "Flux Kustomization"),
+        let namespace = object.metadata.namespace.clone().unwrap_or_default();
+        let name = object.metadata.name.clone().unwrap_or_default();
+        let (keys, by) = match kind {
+            Kind::Application => (
+                planned::application_keys(status),
+                Manager::ArgoCd {
+                    application: name,
+                    application_namespace: Some(namespace),
+                },
+            ),
+            Kind::Kustomization => (
+                planned::kustomization_keys(status),
+                Manager::FluxKustomization { namespace, name },
+            ),
             Kind::AppProject | Kind::HelmRelease => return false,
         };
         let mut h = std::hash::DefaultHasher::new();
@@ -177,11 +189,6 @@ impl SourceCache {
         if self.planned.get(uid).is_some_and(|p| p.hash == hash) {
             return false;
         }
-        let by = format!(
-            "{tool} {}/{}",
-            object.metadata.namespace.as_deref().unwrap_or_default(),
-            object.metadata.name.as_deref().unwrap_or_default()
-        );
         self.planned
             .insert(uid.to_owned(), Planned { hash, keys, by });
         self.rebuild_planned();
@@ -499,7 +506,10 @@ mod tests {
         assert!(cache.apply(Kind::Application, &with_resources("OutOfSync", &["web"])));
         let planned = cache.snapshot().planned;
         assert_eq!(
-            planned.get("apps/Deployment:shop/web").map(String::as_str),
+            planned
+                .get("apps/Deployment:shop/web")
+                .map(ToString::to_string)
+                .as_deref(),
             Some("Argo CD application argocd/shop")
         );
         // The same objects with another sync status: nothing to rebuild.
