@@ -279,6 +279,11 @@ pub struct Context<'a> {
     pub parent: Option<&'a Value>,
     /// What Argo CD and Flux know, read from the cluster (`--watch-argocd`, `--watch-flux`).
     pub sources: Option<&'a Sources>,
+    /// The object is tracked by another Argo CD installation than the
+    /// policy's (`gitops.argocd.installationID`): this instance's
+    /// Applications, argocd-cm rules and sync accounts do not apply to it.
+    /// Set by the decision itself; callers pass `false`.
+    pub other_installation: bool,
 }
 
 pub fn decide(policy: &Policy, req: &Request, ctx: &Context) -> Result<Decision, DecideError> {
@@ -363,6 +368,17 @@ pub fn decide(policy: &Policy, req: &Request, ctx: &Context) -> Result<Decision,
     }
     // Ownership is judged on what is stored, or on the new object for CREATE.
     let stored = Inputs::read(old.or(object).expect("one of them is set"), policy);
+    let scoped;
+    let ctx = match other_installation(policy, &stored, &mut d) {
+        true => {
+            scoped = Context {
+                other_installation: true,
+                ..*ctx
+            };
+            &scoped
+        }
+        false => ctx,
+    };
     // A CREATE's ownerReference is only its own claim: an object whose Argo
     // CD tracking id names itself stays in scope whatever owner it claims
     // (children copy labels from their parent, never a tracking id that
@@ -583,6 +599,30 @@ fn planned_by<'s>(
     planned.get(&key)
 }
 
+/// With `gitops.argocd.installationID` set, whether an Argo CD-tracked
+/// object carries another installation's id (or none): Argo CD tracks an
+/// object only with its own id, so this instance's Applications say nothing
+/// about it. It stays judged, by the policy's own rules; the id is an input.
+fn other_installation(policy: &Policy, stored: &Inputs, d: &mut Decision) -> bool {
+    let Some(id) = policy
+        .argocd
+        .as_ref()
+        .and_then(|a| a.installation_id.as_deref())
+    else {
+        return false;
+    };
+    let theirs = stored.text(Input::ArgoInstallationId);
+    let other =
+        theirs != Some(id) && matches!(ownership::detect(stored), Some(Manager::ArgoCd { .. }));
+    if other {
+        d.notes.push(format!(
+            "tracked by another Argo CD installation ({}): this installation's Applications do not apply",
+            theirs.unwrap_or("no installation id")
+        ));
+    }
+    other
+}
+
 /// Pointer of the namespace exemption label.
 const IGNORE_LABEL_POINTER: &str = "/metadata/labels/driftguard.io~1ignore";
 
@@ -800,7 +840,7 @@ fn rules_for<'p>(
             application,
             application_namespace,
         }) => {
-            if let Some(sources) = ctx.sources {
+            if let Some(sources) = ctx.sources.filter(|_| !ctx.other_installation) {
                 rules.extend(sources.argocd_overrides.matching(target));
             }
             if let Some(app) =
@@ -866,6 +906,9 @@ fn find_application<'p>(
     name: &str,
     namespace: Option<&str>,
 ) -> Option<&'p Application> {
+    if ctx.other_installation {
+        return None;
+    }
     let watched = ctx.sources.map_or(&[][..], |s| &s.applications[..]);
     let control_plane = ctx
         .sources
@@ -926,7 +969,7 @@ pub fn exemption(
 fn identity_allows(policy: &Policy, ctx: &Context, req: &Request, d: &mut Decision) -> bool {
     match exemption(
         policy,
-        ctx.sources,
+        ctx.sources.filter(|_| !ctx.other_installation),
         d.manager.as_ref(),
         req.username,
         req.groups,
@@ -1026,6 +1069,17 @@ fn decide_scale(
         ));
     };
     let stored = Inputs::read(parent, policy);
+    let scoped;
+    let ctx = match other_installation(policy, &stored, &mut d) {
+        true => {
+            scoped = Context {
+                other_installation: true,
+                ..*ctx
+            };
+            &scoped
+        }
+        false => ctx,
+    };
     if let Some(owner) = ownership::controller_owner(&stored) {
         d.finding = Finding::OutOfScope(format!("child of {owner}"));
         return Ok(d);

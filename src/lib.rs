@@ -76,6 +76,7 @@ pub fn judge_request(
         now,
         parent,
         sources,
+        other_installation: false,
     };
     let decision = drift::decide(policy, &view, &ctx)?;
     let response = admission::respond(req, &view, &decision, endpoint, now).into_review();

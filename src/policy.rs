@@ -105,6 +105,9 @@ pub struct BreakGlassPolicy {
 pub struct ArgoDetector {
     pub tracking_annotation: String,
     pub instance_label: Option<String>,
+    /// Argo CD's `installationID` (argocd-cm), when it has one: only objects
+    /// carrying it are tracked by the Applications driftguard reads.
+    pub installation_id: Option<String>,
 }
 
 #[derive(Debug)]
@@ -188,6 +191,7 @@ impl Policy {
             argocd: argo.enabled.then(|| ArgoDetector {
                 tracking_annotation: argo.tracking_annotation.clone(),
                 instance_label: Some(argo.instance_label.clone()).filter(|l| !l.is_empty()),
+                installation_id: Some(argo.installation_id.clone()).filter(|i| !i.is_empty()),
             }),
             flux: file.gitops.flux.enabled,
             unknown_scale_parent: file.unknown_scale_parent,

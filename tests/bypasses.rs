@@ -596,3 +596,41 @@ fn the_tools_own_account_creates_what_it_lists() {
     let d = judged_with(&Policy::embedded(), &Review::create(bare), &sources);
     assert_eq!(d.verdict, Verdict::Deny);
 }
+
+/// With an installation ID, an object tracked by another Argo CD
+/// installation gets none of this installation's Application rules.
+#[test]
+fn an_installation_id_is_respected() {
+    let with_rule = |yaml: &str| {
+        policy_with(yaml).with_applications(vec![application(
+            "argocd",
+            "/spec/template/spec/containers",
+        )])
+    };
+    let old = deployment();
+    let new = with(
+        &old,
+        "/spec/template/spec/containers/0/image",
+        json!("evil:1"),
+    );
+    // No installation ID: the Application's rule applies.
+    let out = run(&with_rule("{}"), &Review::update(old.clone(), new.clone()));
+    assert!(out.allowed(), "{}", out.message());
+    let ours = "gitops: {argocd: {installationID: prod-argocd}}\n";
+    let out = run(&with_rule(ours), &Review::update(old.clone(), new.clone()));
+    assert!(!out.allowed(), "{:?}", out.decision);
+    assert!(
+        out.warnings()
+            .iter()
+            .any(|w| w.contains("another Argo CD installation")),
+        "{:?}",
+        out.warnings()
+    );
+    const ID: &str = "/metadata/annotations/argocd.argoproj.io~1installation-id";
+    let (old, new) = (
+        with(&old, ID, json!("prod-argocd")),
+        with(&new, ID, json!("prod-argocd")),
+    );
+    let out = run(&with_rule(ours), &Review::update(old, new));
+    assert!(out.allowed(), "{}", out.message());
+}

@@ -187,6 +187,9 @@ pub struct ArgoDetectorFile {
     /// Empty turns the label detector off.
     #[serde(default = "default_instance_label")]
     pub instance_label: String,
+    /// Argo CD's `installationID`; empty: none.
+    #[serde(default, rename = "installationID")]
+    pub installation_id: String,
 }
 
 impl Default for ArgoDetectorFile {
@@ -195,6 +198,7 @@ impl Default for ArgoDetectorFile {
             enabled: true,
             tracking_annotation: default_tracking_annotation(),
             instance_label: default_instance_label(),
+            installation_id: String::new(),
         }
     }
 }
