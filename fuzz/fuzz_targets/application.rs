@@ -14,7 +14,7 @@ fuzz_target!(|data: &[u8]| {
         for app in &imported.applications {
             assert!(!app.name.is_empty(), "an Application without a name");
             let _ = app.describe_source();
-            let _ = app.tracks(&app.name, app.namespace.as_deref());
+            let _ = app.tracks(&app.name, app.namespace.as_deref(), "argocd");
         }
         let _ = Policy::embedded().with_applications(imported.applications);
     }
