@@ -368,17 +368,8 @@ pub fn decide(policy: &Policy, req: &Request, ctx: &Context) -> Result<Decision,
     }
     // Ownership is judged on what is stored, or on the new object for CREATE.
     let stored = Inputs::read(old.or(object).expect("one of them is set"), policy);
-    let scoped;
-    let ctx = match other_installation(policy, &stored, &mut d) {
-        true => {
-            scoped = Context {
-                other_installation: true,
-                ..*ctx
-            };
-            &scoped
-        }
-        false => ctx,
-    };
+    let scoped = for_installation(policy, ctx, &stored, &mut d);
+    let ctx = &scoped;
     // A CREATE's ownerReference is only its own claim: an object whose Argo
     // CD tracking id names itself stays in scope whatever owner it claims
     // (children copy labels from their parent, never a tracking id that
@@ -603,13 +594,20 @@ fn planned_by<'s>(
 /// object carries another installation's id (or none): Argo CD tracks an
 /// object only with its own id, so this instance's Applications say nothing
 /// about it. It stays judged, by the policy's own rules; the id is an input.
-fn other_installation(policy: &Policy, stored: &Inputs, d: &mut Decision) -> bool {
+/// The context for the rest of the decision: `ctx`, marked
+/// `other_installation` when that holds for `stored` (noted in `d`).
+fn for_installation<'a>(
+    policy: &Policy,
+    ctx: &Context<'a>,
+    stored: &Inputs,
+    d: &mut Decision,
+) -> Context<'a> {
     let Some(id) = policy
         .argocd
         .as_ref()
         .and_then(|a| a.installation_id.as_deref())
     else {
-        return false;
+        return *ctx;
     };
     let theirs = stored.text(Input::ArgoInstallationId);
     let other =
@@ -620,7 +618,10 @@ fn other_installation(policy: &Policy, stored: &Inputs, d: &mut Decision) -> boo
             theirs.unwrap_or("no installation id")
         ));
     }
-    other
+    Context {
+        other_installation: other,
+        ..*ctx
+    }
 }
 
 /// Pointer of the namespace exemption label.
@@ -1069,17 +1070,8 @@ fn decide_scale(
         ));
     };
     let stored = Inputs::read(parent, policy);
-    let scoped;
-    let ctx = match other_installation(policy, &stored, &mut d) {
-        true => {
-            scoped = Context {
-                other_installation: true,
-                ..*ctx
-            };
-            &scoped
-        }
-        false => ctx,
-    };
+    let scoped = for_installation(policy, ctx, &stored, &mut d);
+    let ctx = &scoped;
     if let Some(owner) = ownership::controller_owner(&stored) {
         d.finding = Finding::OutOfScope(format!("child of {owner}"));
         return Ok(d);

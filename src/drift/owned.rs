@@ -25,6 +25,19 @@ const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 /// another writer took its last key, is not a new field: owning the map
 /// removes none of its keys at the next apply.
 pub fn tool_ownership_grown(old: &Value, new: &Value) -> bool {
+    // Most writes leave the tools' entries as they were: skip the leaf sets.
+    fn tool_entries(o: &Value) -> Vec<Option<&Value>> {
+        o.pointer("/metadata/managedFields")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter(|e| GITOPS_MANAGERS.contains(&entry_text(e, "manager")))
+            .map(|e| e.get("fieldsV1"))
+            .collect()
+    }
+    if tool_entries(old) == tool_entries(new) {
+        return false;
+    }
     let (before, after) = (
         owned_leaves(old, &GITOPS_MANAGERS),
         owned_leaves(new, &GITOPS_MANAGERS),
