@@ -102,6 +102,49 @@ pub fn plan(obj: &Value, group: &str, policy: &Policy, argocd_namespace: &str) -
     }
 }
 
+/// Why `obj` is a runtime object that break-glass never arms, if it is: a
+/// Pod, a ReplicaSet, or anything with a controller owner (which recreates
+/// it from a template). Break-glass goes on the managed parent instead.
+pub fn runtime_child(obj: &Value, group: &str) -> Option<&'static str> {
+    let kind = obj["kind"].as_str().unwrap_or_default();
+    if (group.is_empty() && kind == "Pod") || (group == "apps" && kind == "ReplicaSet") {
+        return Some("Pods and ReplicaSets are never armed");
+    }
+    let controlled = obj["metadata"]["ownerReferences"]
+        .as_array()
+        .is_some_and(|refs| refs.iter().any(|r| r["controller"] == true));
+    controlled.then_some("it has a controller owner, which recreates it")
+}
+
+/// Why the expiry sweeper and the plugin leave an object alone although it
+/// may carry the break-glass label, if they must. The label alone is never
+/// enough: anyone can put it on a Pod template, and stripping it from Pods
+/// (or from ReplicaSets, or anything a controller recreates from a template)
+/// would release and recreate them on every sweep. An object qualifies only
+/// when it is not a runtime child, carries both break-glass annotations, is
+/// managed under the policy's detectors, and its pause marker (if any) is
+/// the one arming it would have written.
+pub fn not_armable(obj: &Value, group: &str, policy: &Policy) -> Option<&'static str> {
+    if let Some(why) = runtime_child(obj, group) {
+        return Some(why);
+    }
+    let inputs = Inputs::read(obj, policy);
+    if inputs.get(Input::BreakGlassReason).is_none()
+        || inputs.get(Input::BreakGlassExpires).is_none()
+    {
+        return Some("it carries no break-glass annotations");
+    }
+    if ownership::detect(&inputs).is_none() {
+        return Some("no GitOps tool manages it");
+    }
+    if let Some(marker) = inputs.get(Input::BreakGlassPaused)
+        && marker.as_str() != plan(obj, group, policy, "").marker()
+    {
+        return Some("its pause marker is not the one driftguard writes for its manager");
+    }
+    None
+}
+
 /// The arming write: both annotations, the pause marker and the Flux opt-out
 /// (when the plan pauses something), and the label; with a resourceVersion
 /// precondition, since the plan was read from that version.
@@ -277,6 +320,57 @@ mod tests {
 
     fn flux_labels() -> Value {
         json!({"kustomize.toolkit.fluxcd.io/name": "apps", "kustomize.toolkit.fluxcd.io/namespace": "flux-system"})
+    }
+
+    #[test]
+    fn the_sweeper_touches_only_what_driftguard_armed() {
+        let p = Policy::embedded();
+        // What arming a Flux object writes, applied to it.
+        let mut armed = obj(flux_labels(), json!({}));
+        let plan = plan(&armed, "apps", &p, "argocd");
+        json_patch::merge(
+            &mut armed,
+            &arm_patch(&plan, "INC-1", "2026-01-01T11:00:00Z", "1"),
+        );
+        assert_eq!(not_armable(&armed, "apps", &p), None, "{armed}");
+
+        let with = |f: &dyn Fn(&mut Value)| {
+            let mut o = armed.clone();
+            f(&mut o);
+            not_armable(&o, "apps", &p)
+        };
+        let mut label_only = obj(flux_labels(), json!({}));
+        label_only["metadata"]["labels"][LABEL] = json!("true");
+        assert!(not_armable(&label_only, "apps", &p).is_some());
+        // A Pod or ReplicaSet carrying everything arming writes (a template copies it).
+        for (group, kind) in [("", "Pod"), ("apps", "ReplicaSet")] {
+            let mut o = armed.clone();
+            o["kind"] = json!(kind);
+            assert!(not_armable(&o, group, &p).is_some(), "{kind}");
+        }
+        assert!(
+            with(&|o| o["metadata"]["ownerReferences"] =
+                json!([{"kind": "Deployment", "name": "web", "controller": true}]))
+            .is_some()
+        );
+        assert!(with(&|o| o["metadata"]["labels"] = json!({LABEL: "true"})).is_some());
+        assert!(
+            with(&|o| {
+                o["metadata"]["annotations"]
+                    .as_object_mut()
+                    .unwrap()
+                    .remove(EXPIRES);
+            })
+            .is_some()
+        );
+        assert!(with(&|o| o["metadata"]["annotations"][PAUSED] = json!(SKIP_RECONCILE)).is_some());
+        // Owned by someone, but not a controller: still armed.
+        assert!(
+            with(
+                &|o| o["metadata"]["ownerReferences"] = json!([{"kind": "ConfigMap", "name": "x"}])
+            )
+            .is_none()
+        );
     }
 
     #[test]

@@ -74,7 +74,8 @@ data: {MODE: normal}
 
 /// Breaking glass on an Argo CD object pauses its Application: sre-oncall may
 /// patch Applications. driftguard's expiry sweeper may list and patch the
-/// kinds these tests arm, and lift an Application's pause (the chart's
+/// kinds these tests arm (and Pods and ReplicaSets, which it must leave
+/// alone), and lift an Application's pause (the chart's
 /// breakGlass.sweepRules, narrowed).
 const PAUSE_RBAC: &str = r#"
 apiVersion: rbac.authorization.k8s.io/v1
@@ -98,7 +99,7 @@ kind: ClusterRole
 metadata: {name: driftguard-break-glass-sweeper}
 rules:
   - apiGroups: ["", apps]
-    resources: [configmaps, deployments]
+    resources: [configmaps, deployments, pods, replicasets]
     verbs: [list, patch]
 ---
 apiVersion: rbac.authorization.k8s.io/v1
@@ -709,6 +710,126 @@ fn a_pause_left_behind_is_lifted(e: &Env) -> Scenario {
             }
         },
     )
+}
+
+/// Objects that carry the break-glass label, and even expired break-glass
+/// annotations and Flux's labels, but that driftguard never armed: a Pod and
+/// a ReplicaSet (a template copies all of it), an object with a controller
+/// owner, and one with the label alone. Stripping the label from them would
+/// release and recreate Pods on every sweep.
+fn decoys() -> String {
+    let labels = r#"{app: decoy, driftguard.io/break-glass: "true", kustomize.toolkit.fluxcd.io/name: apps, kustomize.toolkit.fluxcd.io/namespace: flux-system}"#;
+    let expired = r#"{driftguard.io/break-glass: "copied by a template", driftguard.io/break-glass-expires: "2020-01-01T00:00:00Z"}"#;
+    format!(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata:
+  name: decoy-pod
+  namespace: production
+  labels: {labels}
+  annotations: {expired}
+spec:
+  containers: [{{name: c, image: registry.invalid/decoy}}]
+---
+apiVersion: apps/v1
+kind: ReplicaSet
+metadata:
+  name: decoy-rs
+  namespace: production
+  labels: {labels}
+  annotations: {expired}
+spec:
+  replicas: 0
+  selector: {{matchLabels: {{app: decoy, driftguard.io/break-glass: "true"}}}}
+  template:
+    metadata: {{labels: {labels}}}
+    spec:
+      containers: [{{name: c, image: registry.invalid/decoy}}]
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: decoy-owned
+  namespace: production
+  labels: {labels}
+  annotations: {expired}
+  ownerReferences: [{{apiVersion: v1, kind: ConfigMap, name: flux-settings, uid: 6b1b2c3d-0000-4000-8000-000000000001, controller: true}}]
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: decoy-label-only
+  namespace: production
+  labels: {labels}
+"#
+    )
+}
+
+/// The sweeper leaves the [`decoys`] alone while it ends a real break-glass.
+fn the_sweeper_touches_only_what_driftguard_armed(e: &Env) -> Scenario {
+    let out = e
+        .plane
+        .kubectl_as_stdin(FLUX, &["apply", "-f", "-"], Some(&decoys()));
+    ensure!(out.ok, "the decoys: {out}");
+    let out = e.plugin(
+        "sam",
+        &[
+            "break-glass",
+            "cm/flux-hotfix",
+            "-n",
+            "production",
+            "--reason",
+            "INC-53 beside decoys",
+            "--for",
+            "4s",
+        ],
+    );
+    ensure!(out.code == 0, "arming configmap/flux-hotfix for 4s: {out}");
+    poll(
+        "the sweeper to end the real break-glass",
+        Duration::from_secs(60),
+        || {
+            let meta = e.metadata("cm/flux-hotfix");
+            match meta["labels"].get("driftguard.io/break-glass") {
+                None => Ok(()),
+                Some(_) => Err(format!("flux-hotfix {meta}")),
+            }
+        },
+    )?;
+    // Two more sweeps (2 s apart) for any decoy listed after the real one.
+    std::thread::sleep(Duration::from_secs(5));
+    for target in [
+        "pod/decoy-pod",
+        "replicaset/decoy-rs",
+        "cm/decoy-owned",
+        "cm/decoy-label-only",
+    ] {
+        let meta = e.metadata(target);
+        ensure!(
+            meta["labels"]["driftguard.io/break-glass"] == "true",
+            "the sweeper patched {target}, which driftguard never armed: {meta}"
+        );
+    }
+    // The plugin refuses to arm what the sweeper would never end.
+    let out = e.plugin(
+        "sam",
+        &[
+            "break-glass",
+            "rs/decoy-rs",
+            "-n",
+            "production",
+            "--reason",
+            "INC-53",
+            "--for",
+            "10m",
+        ],
+    );
+    ensure!(
+        out.code == 2 && out.stderr.contains("Pods and ReplicaSets are never armed"),
+        "arming a ReplicaSet: {out}"
+    );
+    Ok(())
 }
 
 fn preview_allowed_and_denied(e: &Env) -> Scenario {
@@ -1475,7 +1596,7 @@ fn usage_and_access_errors_exit_2(e: &Env) -> Scenario {
 #[test]
 fn kubectl_driftguard_against_a_real_control_plane() {
     let env = setup();
-    let scenarios: [Step; 13] = [
+    let scenarios: [Step; 14] = [
         ("plugin list", plugin_list_shows_it),
         ("preview", preview_allowed_and_denied),
         ("explain", explain_an_argo_cd_object),
@@ -1487,6 +1608,10 @@ fn kubectl_driftguard_against_a_real_control_plane() {
             the_sweeper_ends_expired_break_glass,
         ),
         ("a pause left behind", a_pause_left_behind_is_lifted),
+        (
+            "the sweeper touches only what driftguard armed",
+            the_sweeper_touches_only_what_driftguard_armed,
+        ),
         ("errors", usage_and_access_errors_exit_2),
         ("policy by labels", policy_found_by_the_charts_labels),
         ("status of a Service webhook", status_of_a_service_webhook),

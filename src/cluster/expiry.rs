@@ -1,7 +1,8 @@
 //! The break-glass expiry sweeper: when a break-glass stops granting, hand
 //! the object back to Git. Every interval it finds the objects armed by
 //! `kubectl driftguard break-glass` (label `driftguard.io/break-glass`,
-//! metadata only, in every type it may list and patch), and for each whose
+//! metadata only, in every type it may list and patch; the label alone is not
+//! enough, see [`pause::not_armable`]), and for each whose
 //! break-glass grants nothing any more (expired; an expiry missing or
 //! unreadable) it lifts the pause the marker records and removes what arming
 //! added ([`crate::pause`]). The webhook allows that write whoever sends it
@@ -116,13 +117,19 @@ impl Sweeper {
                 Ok(list) => {
                     listed.insert(format!("{}/{}", ar.group, ar.kind));
                     for item in list.items {
+                        let object = json!({"kind": ar.kind, "metadata": item.metadata});
+                        // The label alone is anyone's to set: only what
+                        // driftguard armed is touched, or holds a pause.
+                        if let Some(why) = pause::not_armable(&object, &ar.group, &policy) {
+                            tracing::debug!(kind = %ar.kind, name = %object["metadata"]["name"], why, "break-glass sweeper: labelled but not armed by driftguard; left alone");
+                            continue;
+                        }
                         armed.insert(pause::entry(
                             &ar.group,
                             &ar.kind,
-                            item.metadata.namespace.as_deref().unwrap_or_default(),
-                            item.metadata.name.as_deref().unwrap_or_default(),
+                            object["metadata"]["namespace"].as_str().unwrap_or_default(),
+                            object["metadata"]["name"].as_str().unwrap_or_default(),
                         ));
-                        let object = json!({"kind": ar.kind, "metadata": item.metadata});
                         if !breakglass::grants(&Inputs::read(&object, &policy), &policy, now) {
                             due.push((ar.clone(), object));
                         }

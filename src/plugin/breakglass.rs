@@ -243,6 +243,12 @@ impl Target<'_> {
             let rv = object["metadata"]["resourceVersion"]
                 .as_str()
                 .unwrap_or_default();
+            if let Some(why) = crate::pause::runtime_child(&object, &self.resource.group) {
+                return Err(PluginError::Usage(format!(
+                    "{}: {why}; break-glass the GitOps-managed object it comes from instead",
+                    self.shown
+                )));
+            }
             let plan = self.plan(&object);
             let mut app = None;
             if let Plan::ArgoCd {
