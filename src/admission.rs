@@ -359,12 +359,8 @@ fn drift_patch(view: &Request, d: &Decision, now: Timestamp) -> Option<Patch> {
         return None;
     }
     let object = view.object?;
-    let record = json!({
-        "user": view.username,
-        "time": now.to_string(),
-        "paths": d.drifted_paths,
-    })
-    .to_string();
+    let record =
+        crate::drift::record::record(view.username, &now.to_string(), &d.drifted_paths).to_string();
     let has_annotations = object
         .pointer("/metadata/annotations")
         .is_some_and(Value::is_object);

@@ -8,6 +8,7 @@ pub mod normalize;
 pub mod owned;
 pub mod ownership;
 pub mod reapplied;
+pub mod record;
 pub mod restore;
 
 use std::sync::Arc;
@@ -475,7 +476,7 @@ pub fn decide(policy: &Policy, req: &Request, ctx: &Context) -> Result<Decision,
 }
 
 /// The `driftguard.io/drift` record is driftguard's own: the mutating webhook
-/// writes `{"user", "time", "paths"}` for this very write. Any other change
+/// writes [`record::record`] for this very write. Any other change
 /// to it (another user, other paths, a stale time, removed, or filled to the
 /// annotation limit) is a forged record, refused in every mode.
 fn check_drift_record(
@@ -484,27 +485,21 @@ fn check_drift_record(
     now: Timestamp,
     d: &mut Decision,
 ) {
-    fn record(o: &Value) -> Option<&Value> {
+    fn stored(o: &Value) -> Option<&Value> {
         o.pointer("/metadata/annotations")?
             .get(normalize::DRIFT_ANNOTATION)
     }
-    let written = record(new);
-    if written == record(old) {
+    let written = stored(new);
+    if written == stored(old) {
         return;
     }
+    let fresh = |t: &str| {
+        t.parse::<Timestamp>()
+            .is_ok_and(|t| now.duration_since(t).abs() < SignedDuration::from_mins(5))
+    };
     let ours = written
         .and_then(Value::as_str)
-        .and_then(|text| serde_json::from_str::<Value>(text).ok())
-        .is_some_and(|r| {
-            let fresh = r["time"]
-                .as_str()
-                .and_then(|t| t.parse::<Timestamp>().ok())
-                .is_some_and(|t| now.duration_since(t).abs() < SignedDuration::from_mins(5));
-            r["user"] == req.username
-                && fresh
-                && r["paths"].as_array().is_some_and(|p| *p == d.drifted_paths)
-                && r.as_object().is_some_and(|m| m.len() == 3)
-        });
+        .is_some_and(|text| record::is_ours(text, req.username, &d.drifted_paths, fresh));
     if ours {
         return;
     }

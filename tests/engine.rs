@@ -835,6 +835,59 @@ fn dry_run_gets_the_same_verdict_and_says_what_the_real_write_would_get() {
     }
 }
 
+/// `obj` with the mutating answer's JSON patch applied, and the patch.
+fn patched(out: &Outcome, obj: &Value) -> (Value, json_patch::Patch) {
+    let patch_bytes = match out.response["response"]["patch"].as_array() {
+        Some(bytes) => bytes.iter().map(|b| b.as_u64().unwrap() as u8).collect(),
+        None => {
+            use base64_decode::decode;
+            decode(out.response["response"]["patch"].as_str().unwrap())
+        }
+    };
+    let patch: json_patch::Patch = serde_json::from_slice(&patch_bytes).unwrap();
+    let mut once = obj.clone();
+    json_patch::patch(&mut once, &patch).unwrap();
+    (once, patch)
+}
+
+#[test]
+fn the_drift_record_is_bounded_and_still_recognized_as_ours() {
+    let policy = policy_with("mode: warn\n");
+    let old = deployment();
+    let mut new = old.clone();
+    let labels = new["spec"]["template"]["metadata"]["labels"]
+        .as_object_mut()
+        .unwrap();
+    for i in 0..5000 {
+        labels.insert(format!("k{i}"), json!("v"));
+    }
+    let out = run_with(
+        &policy,
+        &Review::update(old.clone(), new.clone()),
+        Endpoint::Mutate,
+        None,
+    );
+    let (once, _) = patched(&out, &new);
+    let text = once["metadata"]["annotations"]["driftguard.io/drift"]
+        .as_str()
+        .unwrap();
+    assert!(text.len() < 3000, "{} bytes", text.len());
+    let record: Value = serde_json::from_str(text).unwrap();
+    let kept = record["paths"].as_array().unwrap().len();
+    assert!(kept > 0 && kept <= 20, "{record}");
+    assert_eq!(record["omitted"], json!(5000 - kept), "{record}");
+    // The validating webhook sees the mutated object: its record is ours.
+    let out = run(&policy, &Review::update(old, once));
+    assert!(out.allowed(), "{:?}", out.response);
+    assert!(
+        !out.warnings()
+            .iter()
+            .any(|w| w.contains("driftguard.io~1drift")),
+        "{:?}",
+        out.warnings()
+    );
+}
+
 #[test]
 fn warn_mode_mutating_patch_records_drift_idempotently() {
     let policy = policy_with("mode: warn\n");
@@ -851,22 +904,7 @@ fn warn_mode_mutating_patch_records_drift_idempotently() {
         out.warnings().is_empty(),
         "the validating webhook owns warnings"
     );
-    let patch_b64 = out.response["response"]["patch"].as_array().map(|bytes| {
-        bytes
-            .iter()
-            .map(|b| b.as_u64().unwrap() as u8)
-            .collect::<Vec<u8>>()
-    });
-    let patch_bytes = match patch_b64 {
-        Some(bytes) => bytes,
-        None => {
-            use base64_decode::decode;
-            decode(out.response["response"]["patch"].as_str().unwrap())
-        }
-    };
-    let patch: json_patch::Patch = serde_json::from_slice(&patch_bytes).unwrap();
-    let mut once = new.clone();
-    json_patch::patch(&mut once, &patch).unwrap();
+    let (once, patch) = patched(&out, &new);
     let mut twice = once.clone();
     json_patch::patch(&mut twice, &patch).unwrap();
     assert_eq!(once, twice);
