@@ -17,6 +17,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 use crate::policy::Policy;
+use crate::text::printable;
 use api::{Api, ConnectArgs, Refusal};
 
 #[derive(Debug, Parser)]
@@ -103,7 +104,7 @@ impl Cli {
         match runtime.block_on(self.dispatch()) {
             Ok(code) => code,
             Err(e) => {
-                eprintln!("error: {e}");
+                eprintln!("error: {}", printable(&e.to_string()));
                 ExitCode::from(2)
             }
         }
@@ -156,7 +157,8 @@ impl PolicySource {
         let path = format!("/api/v1/namespaces/{ns}/configmaps/{name}");
         let fallback = |why: String| {
             eprintln!(
-                "warning: cannot read the policy from ConfigMap {ns}/{name} ({why}); using driftguard's embedded default policy, which may differ from the one in force (give --policy-configmap NAMESPACE/NAME)"
+                "warning: cannot read the policy from ConfigMap {ns}/{name} ({}); using driftguard's embedded default policy, which may differ from the one in force (give --policy-configmap NAMESPACE/NAME)",
+                printable(&why)
             );
             Ok(LoadedPolicy {
                 policy: Policy::embedded(),
@@ -253,12 +255,19 @@ fn split_target(target: &str) -> Result<(&str, &str), PluginError> {
         ))),
     }
 }
+/// A string read from the cluster, made safe to print on a terminal
+/// ([`printable`]); anything else prints as nothing.
+fn shown(v: &serde_json::Value) -> String {
+    printable(v.as_str().unwrap_or_default()).into_owned()
+}
+
 /// Writes `value` as JSON or YAML on stdout.
 fn print_structured(value: &serde_json::Value, output: Output) -> Result<(), PluginError> {
     let text = match output {
         Output::Yaml => serde_saphyr::to_string(value)
             .map_err(|e| PluginError::Usage(format!("cannot write YAML: {e}")))?,
         _ => serde_json::to_string_pretty(value)
+            .map(|json| crate::text::printable_json(&json).into_owned())
             .map_err(|e| PluginError::Usage(format!("cannot write JSON: {e}")))?,
     };
     println!("{}", text.trim_end());
@@ -268,6 +277,24 @@ fn print_structured(value: &serde_json::Value, output: Output) -> Result<(), Plu
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn structured_output_escapes_terminal_controls() {
+        let value = serde_json::json!({"reason": "INC\u{1b}[2K\rforged\u{9b}\nline"});
+        let yaml = serde_saphyr::to_string(&value).unwrap();
+        let json = serde_json::to_string_pretty(&value).unwrap();
+        let json = crate::text::printable_json(&json).into_owned();
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(&json).unwrap(),
+            value
+        );
+        for text in [yaml, json] {
+            assert!(
+                !text.contains(['\u{1b}', '\r', '\u{9b}']) && text.trim_end().lines().count() <= 3,
+                "{text:?}"
+            );
+        }
+    }
 
     #[test]
     fn targets_are_kind_slash_name() {

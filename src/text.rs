@@ -1,5 +1,8 @@
 //! Cutting text to a byte budget without splitting a UTF-8 character (the
-//! apiserver's annotation and Event limits, and our own are in bytes).
+//! apiserver's annotation and Event limits, and our own are in bytes), and
+//! making text from the cluster safe to print on a terminal.
+
+use std::borrow::Cow;
 
 /// The longest prefix of `s` that is at most `max` bytes and ends on a
 /// character boundary.
@@ -23,6 +26,54 @@ pub fn ellipsize(s: &str, max: usize) -> String {
     }
 }
 
+/// A character a terminal may act on instead of showing: C0 and C1
+/// controls, DEL, and the bidirectional overrides and isolates.
+fn unsafe_char(c: char) -> bool {
+    c.is_control()
+        || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// JSON text with the characters serde_json leaves raw that a terminal may
+/// act on (DEL, C1 controls, bidi overrides) written as `\uXXXX` escapes:
+/// still the same JSON. Outside strings JSON holds none of them.
+pub fn printable_json(json: &str) -> Cow<'_, str> {
+    if !json.chars().any(unsafe_char) {
+        return Cow::Borrowed(json);
+    }
+    let mut out = String::with_capacity(json.len() + 8);
+    for c in json.chars() {
+        if unsafe_char(c) && c != '\n' {
+            out.push_str(&format!("\\u{:04x}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// `s` with every character a terminal would act on instead of show
+/// escaped as `\u{..}` (`\n`, `\t`, `\r` as such): C0 and C1 controls, DEL,
+/// and the bidirectional overrides and isolates that reorder what follows.
+/// Text read from the cluster (annotations, names, messages) is anyone's to
+/// write: an escape sequence could erase or rewrite lines of a report, and a
+/// newline could forge one.
+pub fn printable(s: &str) -> Cow<'_, str> {
+    if !s.chars().any(unsafe_char) {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            c if unsafe_char(c) => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    Cow::Owned(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -42,5 +93,20 @@ mod tests {
             assert_eq!(prefix(s, max), cut, "{s:?} {max}");
             assert_eq!(ellipsize(s, max), shown, "{s:?} {max}");
         }
+    }
+
+    #[test]
+    fn terminal_controls_are_shown_not_acted_on() {
+        let cases = [
+            ("INC-1 plain é", "INC-1 plain é"),
+            ("a\x1b[2K\rb", "a\\u{1b}[2K\\rb"),
+            ("two\nlines\t", "two\\nlines\\t"),
+            ("\u{9b}31m \u{7f}", "\\u{9b}31m \\u{7f}"),
+            ("abc\u{202e}fed", "abc\\u{202e}fed"),
+        ];
+        for (raw, shown) in cases {
+            assert_eq!(printable(raw), shown, "{raw:?}");
+        }
+        assert!(matches!(printable("clean"), Cow::Borrowed(_)));
     }
 }

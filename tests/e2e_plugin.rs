@@ -1012,7 +1012,9 @@ fn status_up_then_a_configuration_missing(e: &Env) -> Scenario {
             "-n",
             "production",
             "--reason",
-            "INC-43",
+            // Terminal controls in a reason (anyone allowed to break glass
+            // writes it) would erase and rewrite status lines: escaped.
+            "INC-43\u{1b}[2K\rforged",
             "--for",
             "30m",
         ],
@@ -1021,7 +1023,8 @@ fn status_up_then_a_configuration_missing(e: &Env) -> Scenario {
     poll("status to list the Events", Duration::from_secs(15), || {
         let out = e.plugin("admin", &["status"]);
         if out.stdout.contains("ConfigMap production/settings until")
-            && out.stdout.contains("INC-43")
+            && out.stdout.contains("INC-43\\u{1b}[2K\\rforged")
+            && !out.stdout.contains(['\u{1b}', '\r'])
             && !out.stdout.contains("Deployment production/myapp until")
             && out.stdout.contains("Recent DriftBlocked Events:\n")
             && out.stdout.contains("ConfigMap production/settings: ")
@@ -1091,9 +1094,10 @@ fn status_up_then_a_configuration_missing(e: &Env) -> Scenario {
                 && b["name"] == "flux-settings"
                 && b["reason"] == "INC-44-by-hand"
                 && b["expires"] == expires.as_str()
-        }) && list
-            .iter()
-            .any(|b| b["object"] == "ConfigMap production/settings" && b["reason"] == "INC-43")
+        }) && list.iter().any(|b| {
+            b["object"] == "ConfigMap production/settings"
+                && b["reason"] == "INC-43\u{1b}[2K\rforged"
+        })
     });
     ensure!(
         listed
@@ -1136,7 +1140,7 @@ fn status_up_then_a_configuration_missing(e: &Env) -> Scenario {
         "Policy: ConfigMap driftguard/dg-driftguard-policy",
         "ConfigMap production/flux-settings until ",
         // Armed by the plugin (Argo CD paused) and by hand (nothing paused).
-        "INC-43 (paused: argocd.argoproj.io/skip-reconcile)",
+        "INC-43\\u{1b}[2K\\rforged (paused: argocd.argoproj.io/skip-reconcile)",
         "INC-44-by-hand (nothing paused: the GitOps tool may revert it)",
         "status: ok",
     ] {

@@ -16,6 +16,7 @@ use super::api::{Api, Identity, Refusal, Reply, Resource};
 use super::pause::{CONFLICT_RETRIES, update_application};
 use super::{LoadedPolicy, Output, PluginError, PolicySource, print_structured, split_target};
 use crate::pause::{AppChange, AppState, Plan};
+use crate::text::printable;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -102,7 +103,7 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
         r
     };
     if let Some(why) = refusal(&loaded, &me, duration) {
-        eprintln!("refused: {why}");
+        eprintln!("refused: {}", printable(&why));
         eprintln!("nothing was written");
         if args.output != Output::Text {
             print_structured(&result("refused", None, Some(&why)), args.output)?;
@@ -133,9 +134,9 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
         Written::Done(reply, pause) => (reply, pause),
         Written::Denied(refusal) => {
             for w in &refusal.warnings {
-                eprintln!("Warning: {w}");
+                eprintln!("Warning: {}", printable(w));
             }
-            eprintln!("denied: {}", refusal.message);
+            eprintln!("denied: {}", printable(&refusal.message));
             if args.output != Output::Text {
                 print_structured(
                     &result("refused", None, Some(&refusal.message)),
@@ -146,7 +147,7 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
         }
     };
     for w in &reply.warnings {
-        eprintln!("Warning: {w}");
+        eprintln!("Warning: {}", printable(w));
     }
     if args.output != Output::Text {
         let mut r = match expires {
@@ -161,9 +162,9 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
         Some((at, duration)) => {
             println!(
                 "break-glass set on {shown}{where_} by {} for {duration:#}, until {at}",
-                me.username
+                printable(&me.username)
             );
-            println!("{}", pause.text);
+            println!("{}", printable(&pause.text));
             println!(
                 "until then, manual changes to it by identities allowed to break glass are allowed (with a warning, audited, and a BreakGlassUsed Event)"
             );
@@ -175,7 +176,7 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
         None => {
             println!("break-glass removed from {shown}{where_}");
             if !pause.text.is_empty() {
-                println!("{}", pause.text);
+                println!("{}", printable(&pause.text));
             }
             println!("changes to it by hand are judged as drift again");
         }
@@ -301,7 +302,10 @@ impl Target<'_> {
             update_application(self.api, namespace, name, AppChange::Resume(entry)).await
         {
             eprintln!(
-                "warning: Argo CD Application {namespace}/{name} stays paused for {entry}: {e}; remove it with `kubectl driftguard break-glass {} --end`",
+                "warning: Argo CD Application {} stays paused for {}: {}; remove it with `kubectl driftguard break-glass {} --end`",
+                printable(&format!("{namespace}/{name}")),
+                printable(entry),
+                printable(&e.to_string()),
                 self.shown
             );
         }

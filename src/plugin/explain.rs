@@ -333,7 +333,7 @@ fn break_glass_report(policy: &Policy, me: &Identity, inputs: &Inputs) -> Value 
 }
 
 fn print_text(r: &Value) {
-    let s = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+    let s = super::shown;
     let o = &r["object"];
     let ns = s(&o["namespace"]);
     println!(
@@ -358,18 +358,15 @@ fn print_text(r: &Value) {
             s(&m["namespace"]),
             s(&m["name"])
         );
-        if let Some(repo) = m["repoURL"].as_str() {
-            line.push_str(&format!(", repo {repo}"));
-        }
-        if let Some(path) = m["path"].as_str() {
-            line.push_str(&format!(", path {path}"));
-        }
-        if let Some(src) = m["source"].as_str() {
-            line.push_str(&format!(", source {src}"));
+        for (key, label) in [("repoURL", "repo"), ("path", "path"), ("source", "source")] {
+            if m[key].is_string() {
+                line.push_str(&format!(", {label} {}", s(&m[key])));
+            }
         }
         println!("Managed by:  {line}");
         // The account the tool writes this object as, which driftguard trusts here.
-        if let Some(sa) = m["serviceAccount"].as_str() {
+        if m["serviceAccount"].is_string() {
+            let sa = s(&m["serviceAccount"]);
             let how = if s(&m["tool"]) == "Argo CD" {
                 "Argo CD sync"
             } else {

@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 
 use super::api::Api;
 use super::{Color, Output, PluginError, paint, print_structured, split_target};
+use crate::text::printable;
 
 #[derive(Debug, clap::Args)]
 #[command(group(clap::ArgGroup::new("change").required(true).args(["patch", "set_image", "replicas", "filename"])))]
@@ -143,22 +144,22 @@ pub async fn run(api: &Api, args: Args) -> Result<ExitCode, PluginError> {
                     "verdict: {} (the real write would be denied)",
                     paint("denied", Color::Red)
                 );
-                println!("message: {m}");
+                println!("message: {}", printable(m));
             }
         }
         if let Some(v) = &verdict {
-            println!("driftguard: the real write would {v}");
+            println!("driftguard: the real write would {}", printable(v));
         }
         for w in &warnings {
-            println!("Warning: {w}");
+            println!("Warning: {}", printable(w));
         }
         if !paths.is_empty() {
             println!("drifted paths:");
             for p in &paths {
-                println!("  {p}");
+                println!("  {}", printable(p));
             }
         }
-        println!("next: {next}");
+        println!("next: {}", printable(&next));
     }
     Ok(if allowed {
         ExitCode::SUCCESS

@@ -170,7 +170,7 @@ async fn sync_accounts(
 /// The text of the report: a warning per trusted identity and namespace,
 /// each binding that reaches it on its own line.
 pub fn print(r: &Value) {
-    let s = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+    let s = super::shown;
     let list = |v: &Value| v.as_array().cloned().unwrap_or_default();
     const TITLE: &str = "Trusted identities others can act as";
     if r["checked"] != true {
@@ -196,7 +196,7 @@ pub fn print(r: &Value) {
     let mut last = String::new();
     for f in &findings {
         let scope = match f["namespace"].as_str() {
-            Some(ns) => format!("in namespace {ns}"),
+            Some(_) => format!("in namespace {}", s(&f["namespace"])),
             None => "in every namespace".to_owned(),
         };
         let head = format!("  {} ({}), {scope}:", s(&f["identity"]), s(&f["trustedBy"]));
@@ -230,7 +230,7 @@ pub fn print(r: &Value) {
         );
     }
     for why in incomplete {
-        println!("  (not read: {why})");
+        println!("  (not read: {})", crate::text::printable(&why));
     }
 }
 

@@ -142,7 +142,7 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
         print_structured(&report, args.output)?;
     } else {
         for c in &configurations {
-            let s = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+            let s = super::shown;
             if c["present"] != true {
                 println!(
                     "{} {}: {}",
@@ -159,7 +159,7 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
                     h["tlsFromHere"]["text"].as_str(),
                 ) {
                     (Some(n), _) => format!(", {n} ready endpoint(s)"),
-                    (None, Some(text)) => format!(", {text}"),
+                    (None, Some(_)) => format!(", {}", s(&h["tlsFromHere"]["text"])),
                     (None, None) => String::new(),
                 };
                 println!(
@@ -173,14 +173,14 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
                     },
                     s(&h["calls"]),
                 );
-                if let Some(text) = h["servingCertificate"]["text"].as_str() {
-                    println!("    {text}");
+                if h["servingCertificate"]["text"].is_string() {
+                    println!("    {}", s(&h["servingCertificate"]["text"]));
                 }
             }
         }
         println!(
             "Policy: {} (mode {}, break-glass {})",
-            loaded.origin,
+            crate::text::printable(&loaded.origin),
             loaded.policy.mode.as_str(),
             if loaded.policy.break_glass.allowed.is_empty() {
                 "disabled"
@@ -188,10 +188,7 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
                 "enabled"
             }
         );
-        println!(
-            "Metrics: {}",
-            report["metrics"]["text"].as_str().unwrap_or_default()
-        );
+        println!("Metrics: {}", super::shown(&report["metrics"]["text"]));
         print_events(&report);
         super::reach::print(&report["trustedIdentityReach"]);
         println!(
@@ -507,9 +504,9 @@ fn verify_chain(leaf_pem: &[u8], ca_pem: &[u8], dns: &str) -> Result<(), String>
 
 fn print_events(report: &Value) {
     let list = |v: &Value| v.as_array().cloned().unwrap_or_default();
-    let s = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+    let s = super::shown;
     match &report["recentDriftBlocked"] {
-        Value::String(why) => println!("Recent DriftBlocked Events: not readable: {why}"),
+        v @ Value::String(_) => println!("Recent DriftBlocked Events: not readable: {}", s(v)),
         v if list(v).is_empty() => println!("Recent DriftBlocked Events: none"),
         v => {
             println!("Recent DriftBlocked Events:");
@@ -519,13 +516,13 @@ fn print_events(report: &Value) {
         }
     }
     match &report["activeBreakGlass"] {
-        Value::String(why) => println!("Active break-glass: not readable: {why}"),
+        v @ Value::String(_) => println!("Active break-glass: not readable: {}", s(v)),
         v if list(v).is_empty() => println!("Active break-glass: none"),
         v => {
             println!("Active break-glass:");
             for e in list(v) {
                 let paused = match e["paused"].as_str() {
-                    Some(key) => format!(" (paused: {key})"),
+                    Some(_) => format!(" (paused: {})", s(&e["paused"])),
                     None => " (nothing paused: the GitOps tool may revert it)".to_owned(),
                 };
                 println!(
@@ -724,7 +721,7 @@ async fn ready_endpoints(api: &Api, ns: &str, name: &str) -> Result<Option<u64>,
         Err(r) => {
             eprintln!(
                 "warning: cannot read the endpoints of service {ns}/{name}: {}",
-                r.message
+                crate::text::printable(&r.message)
             );
             None
         }
