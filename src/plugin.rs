@@ -31,11 +31,21 @@ pub struct Cli {
     #[command(flatten)]
     connect: ConnectArgs,
     /// The ConfigMap holding the policy in force, NAMESPACE/NAME. Default:
-    /// driftguard/driftguard-policy (the chart installed as release driftguard),
-    /// else the one ConfigMap labelled app.kubernetes.io/name=driftguard whose
-    /// name ends in -policy, if you may list ConfigMaps.
+    /// driftguard-policy in --driftguard-namespace (the chart installed as
+    /// release driftguard), else the one ConfigMap there labelled
+    /// app.kubernetes.io/name=driftguard whose name ends in -policy.
     #[arg(long, global = true, env = "DRIFTGUARD_POLICY_CONFIGMAP")]
     policy_configmap: Option<String>,
+    /// The namespace driftguard is installed in (the Helm release's): the
+    /// only place the policy is looked for without --policy-configmap. A
+    /// ConfigMap anywhere else, whatever its labels, is anyone's to plant.
+    #[arg(
+        long,
+        global = true,
+        env = "DRIFTGUARD_NAMESPACE",
+        default_value = "driftguard"
+    )]
+    driftguard_namespace: String,
     /// The key of the policy in that ConfigMap.
     #[arg(long, global = true, default_value = "policy.yaml")]
     policy_key: String,
@@ -114,6 +124,7 @@ impl Cli {
         let api = Api::connect(&self.connect).await?;
         let source = PolicySource {
             configmap: self.policy_configmap,
+            namespace: self.driftguard_namespace,
             key: self.policy_key,
         };
         match self.command {
@@ -127,13 +138,15 @@ impl Cli {
 
 /// Where the policy in force lives in the cluster.
 pub struct PolicySource {
-    /// `None`: the chart's default, then a search by the chart's labels.
+    /// `None`: the chart's default, then a search by the chart's labels,
+    /// both in `namespace` only.
     configmap: Option<String>,
+    namespace: String,
     key: String,
 }
 
-/// The chart's ConfigMap for `helm install driftguard charts/driftguard -n driftguard`.
-const DEFAULT_CONFIGMAP: (&str, &str) = ("driftguard", "driftguard-policy");
+/// The chart's ConfigMap for `helm install driftguard charts/driftguard`.
+const DEFAULT_CONFIGMAP: &str = "driftguard-policy";
 
 /// The policy in force and where it came from.
 pub struct LoadedPolicy {
@@ -146,13 +159,20 @@ impl PolicySource {
     /// The ConfigMap's policy; the embedded default, with a warning on
     /// stderr, when it cannot be read. A policy that does not load is an error.
     async fn load(&self, api: &Api) -> Result<LoadedPolicy, PluginError> {
+        let label = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-';
+        if self.namespace.is_empty() || !self.namespace.chars().all(label) {
+            return Err(PluginError::Usage(format!(
+                "--driftguard-namespace {:?}: not a namespace name",
+                self.namespace
+            )));
+        }
         let (ns, name) = match &self.configmap {
             Some(text) => text.split_once('/').ok_or_else(|| {
                 PluginError::Usage(format!(
                     "--policy-configmap {text}: expected NAMESPACE/NAME"
                 ))
             })?,
-            None => DEFAULT_CONFIGMAP,
+            None => (self.namespace.as_str(), DEFAULT_CONFIGMAP),
         };
         let path = format!("/api/v1/namespaces/{ns}/configmaps/{name}");
         let fallback = |why: String| {
@@ -189,12 +209,16 @@ impl PolicySource {
         Ok(LoadedPolicy { policy, origin })
     }
 
-    /// The one ConfigMap in the cluster that the chart labelled and named
-    /// `…-policy` and that has the key; `None` when there is none, more than
-    /// one, or listing is not allowed.
+    /// The one ConfigMap in driftguard's namespace that the chart labelled
+    /// and named `…-policy` and that has the key (a release with another
+    /// name); `None` when there is none, more than one, or listing is not
+    /// allowed.
     async fn search(&self, api: &Api) -> Result<Option<serde_json::Value>, PluginError> {
-        let path = "/api/v1/configmaps?labelSelector=app.kubernetes.io%2Fname%3Ddriftguard";
-        let Ok(list) = api.try_get(path).await? else {
+        let path = format!(
+            "/api/v1/namespaces/{}/configmaps?labelSelector=app.kubernetes.io%2Fname%3Ddriftguard",
+            self.namespace
+        );
+        let Ok(list) = api.try_get(&path).await? else {
             return Ok(None);
         };
         let mut found: Vec<serde_json::Value> = list["items"]

@@ -1413,6 +1413,13 @@ fn explain_a_flux_object(e: &Env) -> Scenario {
 }
 
 fn policy_found_by_the_charts_labels(e: &Env) -> Scenario {
+    // A tenant plants a chart-labelled `*-policy` ConfigMap in their own
+    // namespace, granting themselves break-glass: never read.
+    let planted = r#"{"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "tenant-policy", "namespace": "production",
+                     "labels": {"app.kubernetes.io/name": "driftguard"}},
+        "data": {"policy.yaml": "breakGlass:\n  allowedUsers: [alice]\n"}}"#;
+    e.plane.apply_admin(planted);
     // The chart installed as release dg: ConfigMap dg-driftguard-policy, not the default name.
     let chart = render_chart(&e.plane, 0, &["policy.breakGlass.allowedUsers={sam}"]);
     let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&chart.yaml).unwrap();
@@ -1438,6 +1445,8 @@ fn policy_found_by_the_charts_labels(e: &Env) -> Scenario {
     let out = e.plugin("alice", &["explain", "deploy/myapp", "-n", "production"]);
     ensure!(
         out.code == 0
+            && !out.stdout.contains("tenant-policy")
+            && !out.stdout.contains("allowed users [alice]")
             && out
                 .stdout
                 .contains("Policy:      ConfigMap driftguard/dg-driftguard-policy")
@@ -1463,6 +1472,11 @@ fn policy_found_by_the_charts_labels(e: &Env) -> Scenario {
             && out.stdout.contains("Policy:      embedded default"),
         "a missing --policy-configmap: {out}"
     );
+    let out = e.plane.kubectl(
+        "admin",
+        &["-n", "production", "delete", "configmap", "tenant-policy"],
+    );
+    ensure!(out.ok, "{out}");
     Ok(())
 }
 
