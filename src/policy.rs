@@ -148,6 +148,7 @@ impl Policy {
         .map_err(|e| PolicyError(yaml_error(file, &e)))?;
         let rules = compile_rules(&parsed.ignore_differences, "ignoreDifferences", &[])
             .map_err(|(e, before)| PolicyError(locate::describe(file, text, &before, &e)))?;
+        refuse_whole_object_rules(&parsed.ignore_differences, text, file)?;
         Self::compile(&parsed, rules).map_err(|e| PolicyError(format!("{file}: {e}")))
     }
 
@@ -273,6 +274,37 @@ impl Policy {
 /// Compiles `defs`, named `{what}[i]`. On failure, also returns every jq
 /// expression written before the refused one (after `earlier`, those of
 /// previous documents), for [`locate::describe`].
+/// A rule of the policy file whose jq selects the whole object is refused
+/// at load, like the empty JSON pointer, at its `file:line:column`. (Rules
+/// read from the cluster are not refused at load: each decision reports such
+/// a rule as failed, and it ignores nothing.)
+fn refuse_whole_object_rules(
+    defs: &[schema::IgnoreDifference],
+    text: &str,
+    file: &str,
+) -> Result<(), PolicyError> {
+    const PROBE_LIMIT: std::time::Duration = std::time::Duration::from_secs(1);
+    let mut before: Vec<&str> = Vec::new();
+    for (i, def) in defs.iter().enumerate() {
+        for (j, expr) in def.jq_path_expressions.iter().enumerate() {
+            if let Some(why) = lint::selects_everything_within(expr, PROBE_LIMIT) {
+                let err = ignore::RuleError {
+                    item: format!("ignoreDifferences[{i}].jqPathExpressions[{j}]"),
+                    reason: why,
+                    jq: Some(ignore::JqSpot {
+                        index: j,
+                        expression: expr.clone(),
+                        offset: 0,
+                    }),
+                };
+                return Err(PolicyError(locate::describe(file, text, &before, &err)));
+            }
+            before.push(expr);
+        }
+    }
+    Ok(())
+}
+
 pub(crate) fn compile_rules<'a>(
     defs: &'a [schema::IgnoreDifference],
     what: &str,

@@ -171,6 +171,30 @@ fn seed_non_path_jq_rules_ignore_nothing_and_say_so() {
     assert!(!run(&fixed, &Review::update(old, neighbour)).allowed());
 }
 
+/// An Application's rule (read from the cluster, so not refused at load)
+/// that selects the whole object ignores nothing, and says so.
+#[test]
+fn a_jq_rule_that_selects_the_whole_object_ignores_nothing() {
+    for expr in [".", "..", ".[]", ".spec.nothing // ."] {
+        let app = format!(
+            "apiVersion: argoproj.io/v1alpha1\nkind: Application\nmetadata: {{name: myapp, namespace: argocd}}\nspec:\n  destination: {{namespace: production}}\n  ignoreDifferences:\n    - group: apps\n      kind: Deployment\n      jqPathExpressions: ['{expr}']\n"
+        );
+        let (policy, _) = Policy::from_any_yaml(&app, "app.yaml").unwrap();
+        let old = deployment();
+        let new = with(&old, IMAGE, json!("web:9"));
+        let out = run(&policy, &Review::update(old, new));
+        assert!(!out.allowed(), "{expr}: {}", out.message());
+        assert!(
+            out.decision
+                .rule_failures
+                .iter()
+                .any(|f| f.error.contains("would ignore every field")),
+            "{expr}: {:?}",
+            out.decision.rule_failures
+        );
+    }
+}
+
 #[test]
 fn a_failing_jq_rule_does_not_disable_the_other_rules() {
     let policy = policy_with(

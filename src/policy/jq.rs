@@ -63,6 +63,13 @@ pub enum RunError {
     /// A runaway expression.
     #[error("selected more than {MAX_PATHS} paths")]
     TooMany,
+    /// The whole object (`.`, `..`, `getpath([])`, `X // .`), or its
+    /// `apiVersion` or `kind` (`.[]`): like the empty JSON pointer, it would
+    /// ignore every field, so the rule ignores nothing.
+    #[error(
+        "selects {0}, which would ignore every field (like the empty JSON pointer): the rule ignores nothing"
+    )]
+    WholeObject(&'static str),
 }
 
 impl CompileError {
@@ -178,12 +185,28 @@ fn run(filter: &JqFilter, input: Val, base: &[Segment]) -> Result<Vec<Path>, Run
         let path = item.map_err(|e| RunError::Jaq(describe_error(&e)))?;
         let mut full = base.to_vec();
         full.extend(to_path(&path)?.0);
+        if let Some(what) = whole_object(&full) {
+            return Err(RunError::WholeObject(what));
+        }
         out.push(Path(full));
         if out.len() > MAX_PATHS {
             return Err(RunError::TooMany);
         }
     }
     Ok(out)
+}
+
+/// What a selected path takes with it if it stands for the whole object:
+/// the root itself, or `apiVersion` or `kind`, which no rule has a reason to
+/// ignore and which a top-level wildcard (`.[]`, `..`) always reaches.
+fn whole_object(path: &[Segment]) -> Option<&'static str> {
+    match path {
+        [] => Some("the whole object"),
+        [Segment::Key(k)] if k == "apiVersion" || k == "kind" => {
+            Some("every top-level field (apiVersion or kind)")
+        }
+        _ => None,
+    }
 }
 
 /// Follows `prefix` through objects as jq's `.a.b` would: `Some(None)` when a

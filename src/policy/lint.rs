@@ -2,11 +2,12 @@
 //! jq expressions that are not path expressions (Argo CD's `del(...)` fails on
 //! them at run time and ignores nothing) and print a rewrite that works.
 
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 
 use super::Policy;
 use super::ignore::RuleSet;
-use super::jq::{JqInput, JqPath};
+use super::jq::{JqInput, JqPath, RunError};
+use super::path::Segment;
 
 /// Findings for one file. `problems` make `lint` exit non-zero.
 #[derive(Debug, Default)]
@@ -59,6 +60,17 @@ fn check_rules(
         for jq in &rule.jq {
             let problem = match probe(jq.source()) {
                 Probed::Finished(problem) => problem,
+                Probed::Everything(why) => {
+                    report.problems.push(format!(
+                        "{file}{}: {} jq `{}` {why}",
+                        line_of(text, jq.source())
+                            .map(|l| format!(":{l}"))
+                            .unwrap_or_default(),
+                        rule.origin,
+                        jq.source(),
+                    ));
+                    continue;
+                }
                 Probed::TooSlow => {
                     report.problems.push(format!(
                         "{file}{}: {} jq `{}` did not finish on a probe object within {}s: it ends, but is too slow to run in an admission decision",
@@ -95,15 +107,85 @@ const PROBE_LIMIT: std::time::Duration = std::time::Duration::from_secs(5);
 pub enum Probed {
     /// It ended: the problem, if it is not a path expression.
     Finished(Option<String>),
+    /// It selects the whole object: why.
+    Everything(String),
     TooSlow,
 }
 
 /// Compiles and probes `source` on this thread, however long that takes.
 pub fn probe_now(source: &str) -> Probed {
-    let outcome = JqPath::compile(source)
-        .map_err(|e| e.to_string())
-        .and_then(|jq| check_expression(&jq).map_or(Ok(()), Err));
-    Probed::Finished(outcome.err())
+    let jq = match JqPath::compile(source) {
+        Ok(jq) => jq,
+        Err(e) => return Probed::Finished(Some(e.to_string())),
+    };
+    if let Some(why) = selects_everything(&jq) {
+        return Probed::Everything(why);
+    }
+    Probed::Finished(check_expression(&jq))
+}
+
+/// Top-level keys of [`everything_probe`] that no rule names.
+const UNNAMED: &str = "driftguard-unnamed-";
+
+/// An object with the usual top-level fields and, beside them, one field of
+/// every JSON type under a name no expression uses.
+fn everything_probe() -> Value {
+    let mut probe =
+        json!({"apiVersion": "v1", "kind": "Probe", "metadata": {"name": "p"}, "spec": {}});
+    for (kind, value) in [
+        ("object", json!({})),
+        ("array", json!([])),
+        ("string", json!("")),
+        ("number", json!(0)),
+        ("bool", json!(false)),
+        ("null", Value::Null),
+    ] {
+        probe[format!("{UNNAMED}{kind}")] = value;
+    }
+    probe
+}
+
+/// Why `jq` selects the whole object, if it does: the root (`.`, `..`,
+/// `getpath([])`, `X // .`) or top-level fields it does not name (`.[]`,
+/// `.[] | select(type == "object")`). Like the empty JSON pointer, such a
+/// rule would ignore every field. Tried on an empty object (where `X // .`
+/// falls back to `.`) and on [`everything_probe`].
+pub fn selects_everything(jq: &JqPath) -> Option<String> {
+    for input in [json!({}), everything_probe()] {
+        match jq.paths(&JqInput::new(&input)) {
+            Err(e @ RunError::WholeObject(_)) => return Some(e.to_string()),
+            Ok(paths)
+                if paths.iter().any(
+                    |p| matches!(p.0.as_slice(), [Segment::Key(k)] if k.starts_with(UNNAMED)),
+                ) =>
+            {
+                return Some(
+                    "selects top-level fields it does not name, so it would ignore every field (like the empty JSON pointer): name the fields to ignore".into(),
+                );
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+/// [`selects_everything`] for `source`, waited for at most `limit` on its own
+/// thread (an expression can be slow even on a small object; the decision
+/// deadline bounds that one, and `lint` reports it). `None` when it compiles
+/// not, ends not in time, or selects less than everything.
+pub fn selects_everything_within(source: &str, limit: std::time::Duration) -> Option<String> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let source = source.to_owned();
+    std::thread::Builder::new()
+        .name("policy-probe".into())
+        .spawn(move || {
+            let found = JqPath::compile(&source)
+                .ok()
+                .and_then(|jq| selects_everything(&jq));
+            let _ = tx.send(found);
+        })
+        .ok()?;
+    rx.recv_timeout(limit).ok().flatten()
 }
 
 /// [`check_expression`] on its own thread, waited for at most `limit`: an
@@ -217,6 +299,56 @@ mod tests {
     use super::*;
 
     const SEED_LABELS: &str = r#".metadata.labels | select(. != null) | to_entries[] | select(.key | startswith("service.istio.io"))"#;
+
+    #[test]
+    fn expressions_that_select_the_whole_object_are_found() {
+        for expr in [
+            ".",
+            "..",
+            ".[]",
+            "getpath([])",
+            ".spec.nothing // .",
+            ".[] | select(type == \"object\")",
+            ".[] | select(type == \"string\")",
+            "(.metadata, .)",
+            "recurse",
+        ] {
+            let jq = JqPath::compile(expr).unwrap();
+            assert!(selects_everything(&jq).is_some(), "{expr}");
+            assert!(
+                selects_everything_within(expr, std::time::Duration::from_secs(5)).is_some(),
+                "{expr}"
+            );
+        }
+        for expr in [
+            ".spec.replicas",
+            ".metadata.labels[]",
+            ".spec.template.spec.containers[] | select(.name == \"app\") | .image",
+            ".metadata.annotations | select(. != null) | .[keys[] | select(startswith(\"x\"))]",
+            ".spec",
+            ".metadata",
+            SEED_LABELS,
+        ] {
+            let jq = JqPath::compile(expr).unwrap();
+            assert_eq!(selects_everything(&jq), None, "{expr}");
+        }
+    }
+
+    #[test]
+    fn the_policy_file_refuses_them_at_their_line_and_lint_reports_it() {
+        let text = "ignoreDifferences:\n  - kind: Deployment\n    jqPathExpressions:\n      - .spec.replicas\n      - .[]\n";
+        let err = Policy::from_yaml(text, "p.yaml").unwrap_err().to_string();
+        assert!(
+            err.starts_with("p.yaml:5:9: ignoreDifferences[0].jqPathExpressions[1]")
+                && err.contains("every field"),
+            "{err}"
+        );
+        let report = lint(text, "p.yaml");
+        assert!(
+            report.problems.iter().any(|p| p.starts_with("p.yaml:5:9:")),
+            "{report:?}"
+        );
+    }
 
     #[test]
     fn rewrites_the_seed_expression_as_the_issue_asks() {
