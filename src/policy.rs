@@ -2,6 +2,7 @@
 
 pub mod argocd;
 pub mod flux;
+pub mod identity_traps;
 pub mod ignore;
 pub mod impersonation;
 pub mod jq;
@@ -48,6 +49,9 @@ pub enum FieldError {
         field: String,
         source: pattern::PatternError,
     },
+    /// An identity pattern that trusts more than it seems to.
+    #[error("{field}: {why}")]
+    IdentityTrap { field: String, why: String },
     /// `breakGlass.maxDuration` that is not a positive duration.
     #[error("breakGlass.maxDuration: {0}")]
     MaxDuration(#[from] DurationError),
@@ -64,6 +68,20 @@ pub enum DurationError {
 
 impl Identities {
     fn new(users: &[String], groups: &[String], what: &str) -> Result<Self, FieldError> {
+        let checks: [(&[String], &str, identity_traps::Check); 2] = [
+            (users, "users", identity_traps::user),
+            (groups, "groups", identity_traps::group),
+        ];
+        for (patterns, part, check) in checks {
+            for p in patterns {
+                if let Some(identity_traps::Trap::Refused(why)) = check(p) {
+                    return Err(FieldError::IdentityTrap {
+                        field: format!("{what}.{part}"),
+                        why,
+                    });
+                }
+            }
+        }
         let set = |patterns, part: &str| {
             PatternSet::new(patterns).map_err(|source| FieldError::Pattern {
                 field: format!("{what}.{part}"),

@@ -5,6 +5,7 @@
 use serde_json::{Map, Value, json};
 
 use super::Policy;
+use super::identity_traps::{self, Trap};
 use super::ignore::RuleSet;
 use super::jq::{JqInput, JqPath, RunError};
 use super::path::Segment;
@@ -34,6 +35,7 @@ pub fn lint_with(text: &str, file: &str, probe: &dyn Fn(&str) -> Probed) -> Repo
                     policy.rules.len()
                 ));
                 check_rules(&policy.rules, text, file, probe, &mut report);
+                check_identities(&policy, text, file, &mut report);
             }
             for app in &policy.applications {
                 report.notes.push(format!(
@@ -47,6 +49,34 @@ pub fn lint_with(text: &str, file: &str, probe: &dyn Fn(&str) -> Probed) -> Repo
         Err(e) => report.problems.push(e.to_string()),
     }
     report
+}
+
+/// Identity patterns whose glob spans `:`-separated parts (the ones that
+/// trust a service account name in every namespace do not even load).
+fn check_identities(policy: &Policy, text: &str, file: &str, report: &mut Report) {
+    for (what, identities) in [
+        ("controllers", &policy.controllers),
+        ("trusted", &policy.trusted),
+        ("breakGlass.allowed", &policy.break_glass.allowed),
+    ] {
+        let (users, groups) = identities.patterns();
+        let checks: [(Vec<&str>, &str, identity_traps::Check); 2] = [
+            (users, "users", identity_traps::user),
+            (groups, "groups", identity_traps::group),
+        ];
+        for (patterns, part, check) in checks {
+            for p in patterns {
+                if let Some(Trap::Warning(why) | Trap::Refused(why)) = check(p) {
+                    let line = line_of(text, p)
+                        .map(|l| format!(":{l}"))
+                        .unwrap_or_default();
+                    report
+                        .problems
+                        .push(format!("{file}{line}: {what}.{part}: {why}"));
+                }
+            }
+        }
+    }
 }
 
 fn check_rules(
@@ -347,6 +377,41 @@ mod tests {
         assert!(
             report.problems.iter().any(|p| p.starts_with("p.yaml:5:9:")),
             "{report:?}"
+        );
+    }
+
+    #[test]
+    fn identity_traps_are_refused_or_reported() {
+        let refused =
+            "trusted:\n  users: ['system:serviceaccount:*:argocd-application-controller']\n";
+        let err = Policy::from_yaml(refused, "p.yaml")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("trusted.users") && err.contains("{argocd,argocd-apps}"),
+            "{err}"
+        );
+        let report = lint(refused, "p.yaml");
+        assert!(
+            report
+                .problems
+                .iter()
+                .any(|p| p.contains("every namespace")),
+            "{report:?}"
+        );
+
+        let warned = "breakGlass:\n  allowedUsers: ['oidc:*:admin']\n";
+        let report = lint(warned, "p.yaml");
+        assert!(
+            report
+                .problems
+                .iter()
+                .any(|p| p.starts_with("p.yaml:2: breakGlass.allowed.users: `oidc:*:admin`")),
+            "{report:?}"
+        );
+        assert!(
+            lint("{}", "p.yaml").problems.is_empty(),
+            "the default policy has no trap"
         );
     }
 
