@@ -42,6 +42,7 @@ pub struct Metrics {
     pub source_age: Gauge<f64, AtomicU64>,
     pub runtime_tasks: Gauge,
     pub sources_objects: Family<SourceLabels, Gauge>,
+    pub sources_version_mismatch: Family<SourceLabels, Gauge>,
     pub connections_open: Gauge,
     pub connections_evicted: Counter,
     pub connections_turned_away: Counter,
@@ -135,6 +136,12 @@ impl Default for Metrics {
             "Argo CD / Flux objects read from the cluster, by kind",
             sources_objects.clone(),
         );
+        let sources_version_mismatch = Family::<SourceLabels, Gauge>::default();
+        registry.register(
+            "sources_version_mismatch",
+            "1 while a watched Argo CD / Flux kind is served at another API version only (driftguard stays unready; see /readyz)",
+            sources_version_mismatch.clone(),
+        );
         let runtime_tasks = Gauge::default();
         registry.register(
             "runtime_tasks",
@@ -171,6 +178,7 @@ impl Default for Metrics {
             source_age,
             runtime_tasks,
             sources_objects,
+            sources_version_mismatch,
             requests,
             rejected,
             decision_seconds,

@@ -273,6 +273,10 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             tokio::spawn(async move {
                 loop {
                     health.sources_filled.store(w.filled(), Ordering::SeqCst);
+                    *health
+                        .sources_mismatched
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner()) = w.mismatched();
                     metrics.source_age.set(w.age_seconds());
                     tokio::time::sleep(Duration::from_millis(200)).await;
                 }

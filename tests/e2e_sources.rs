@@ -644,3 +644,74 @@ fn an_ignore_rule_does_not_hide_what_flux_reapplies() {
     let out = scale("autoscaled", 5);
     assert!(out.ok, "{out}");
 }
+
+/// HelmRelease served at v2beta1 only (an older Flux): driftguard reads v2.
+const HELMRELEASE_V2BETA1: &str = r#"
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: helmreleases.helm.toolkit.fluxcd.io}
+spec:
+  group: helm.toolkit.fluxcd.io
+  scope: Namespaced
+  names: {kind: HelmRelease, listKind: HelmReleaseList, plural: helmreleases, singular: helmrelease}
+  versions:
+    - name: v2beta1
+      served: true
+      storage: true
+      schema:
+        openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}
+"#;
+
+/// A watched kind served at another version only is never taken for "not
+/// installed" (which would leave the sources empty with a warning): /readyz
+/// names it and the metric says so. A kind whose group is not served at all
+/// (Kustomization here) is still "not installed".
+#[test]
+fn a_source_served_at_another_version_is_reported_not_taken_for_absent() {
+    let mut plane = ControlPlane::start("versions");
+    plane.prepare(&["argocd", "flux-system"]);
+    plane.apply_admin(HELMRELEASE_V2BETA1);
+    eventually("the v2beta1 CRD to be served", || {
+        let out = plane.kubectl(
+            "admin",
+            &["get", "helmreleases.v2beta1.helm.toolkit.fluxcd.io", "-A"],
+        );
+        if out.ok { Ok(()) } else { Err(out.to_string()) }
+    });
+    let args = Driftguard::serve_args(
+        &plane,
+        &["127.0.0.1"],
+        &["--watch-flux", &plane.driftguard_kubeconfig_flag()],
+    );
+    let served = serve_driftguard_unready(&Driftguard::binary(), 0, &args);
+    eventually("/readyz to name the version mismatch", || {
+        let (status, body) = served.probe_get("/readyz");
+        let metrics = served.probe_get("/metrics").1;
+        if status == 503
+            && body.contains("served at another API version: HelmRelease: driftguard reads helm.toolkit.fluxcd.io/v2, the apiserver serves helm.toolkit.fluxcd.io at v2beta1 only")
+            && metrics.contains("driftguard_sources_version_mismatch{source=\"HelmRelease\"} 1")
+            && !metrics.contains("driftguard_sources_version_mismatch{source=\"Kustomization\"} 1")
+        {
+            Ok(())
+        } else {
+            Err(format!("{status} {body:?}; stderr: {}", served.proc.stderr_tail(10)))
+        }
+    });
+    // Served at v2 as well (the tool upgraded): ready, the mismatch cleared
+    // (within the watch's backoff, at most 30 s apart).
+    plane.apply_admin(&HELMRELEASE_V2BETA1.replace(
+        "      schema:\n        openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}\n",
+        "      schema:\n        openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}\n    - name: v2\n      served: true\n      storage: false\n      schema:\n        openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}\n",
+    ));
+    wait_for("ready once v2 is served", Duration::from_secs(60), || {
+        let (status, body) = served.probe_get("/readyz");
+        let metrics = served.probe_get("/metrics").1;
+        if status == 200
+            && metrics.contains("driftguard_sources_version_mismatch{source=\"HelmRelease\"} 0")
+        {
+            Ok(())
+        } else {
+            Err(format!("{status} {body:?}"))
+        }
+    });
+}

@@ -8,6 +8,7 @@
 //! was never filled keeps driftguard unready. A kind whose CRD is not
 //! installed counts as filled and empty.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
@@ -46,6 +47,9 @@ pub struct Watches {
     pending: AtomicUsize,
     /// When a watch last reported: the sources were current then.
     last_change: Mutex<Instant>,
+    /// Watched kinds whose group the apiserver serves, but not at the
+    /// version driftguard reads, each described.
+    mismatched: Mutex<BTreeMap<&'static str, String>>,
 }
 
 impl Watches {
@@ -59,6 +63,24 @@ impl Watches {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .count(kind)
+    }
+
+    /// Watched kinds served at another version only, described.
+    pub fn mismatched(&self) -> Vec<String> {
+        self.mismatched
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    fn set_mismatch(&self, what: &'static str, why: Option<String>) {
+        let mut map = self.mismatched.lock().unwrap_or_else(|e| e.into_inner());
+        match why {
+            Some(why) => map.insert(what, why),
+            None => map.remove(what),
+        };
     }
 
     pub fn age_seconds(&self) -> f64 {
@@ -93,6 +115,7 @@ pub fn spawn(client: kube::Client, options: &WatchOptions, metrics: Arc<Metrics>
         cache: Mutex::new(SourceCache::new(&options.argocd_namespace)),
         pending: AtomicUsize::new(0),
         last_change: Mutex::new(Instant::now()),
+        mismatched: Mutex::new(BTreeMap::new()),
     });
     let dynamic = |group: &str, version: &str, kind: &str| {
         ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind))
@@ -100,12 +123,14 @@ pub fn spawn(client: kube::Client, options: &WatchOptions, metrics: Arc<Metrics>
     if options.argocd {
         let ar = dynamic("argoproj.io", "v1alpha1", "Application");
         let api = Api::<DynamicObject>::all_with(client.clone(), &ar);
-        watch_dynamic(&watches, api, Kind::Application, metrics.clone());
+        let served = Served::new(&client, &ar);
+        watch_dynamic(&watches, api, served, Kind::Application, metrics.clone());
         // Argo CD reads an Application's project from its own namespace only.
         let ar = dynamic("argoproj.io", "v1alpha1", "AppProject");
         let api =
             Api::<DynamicObject>::namespaced_with(client.clone(), &options.argocd_namespace, &ar);
-        watch_dynamic(&watches, api, Kind::AppProject, metrics.clone());
+        let served = Served::new(&client, &ar);
+        watch_dynamic(&watches, api, served, Kind::AppProject, metrics.clone());
         let api = Api::<ConfigMap>::namespaced(client.clone(), &options.argocd_namespace);
         let config = watcher::Config::default().fields("metadata.name=argocd-cm");
         let stream = watcher(api, config)
@@ -115,6 +140,7 @@ pub fn spawn(client: kube::Client, options: &WatchOptions, metrics: Arc<Metrics>
         run(
             &watches,
             stream,
+            None,
             "argocd-cm",
             metrics.clone(),
             move |w, event| match event {
@@ -129,10 +155,12 @@ pub fn spawn(client: kube::Client, options: &WatchOptions, metrics: Arc<Metrics>
     if options.flux {
         let ar = dynamic("kustomize.toolkit.fluxcd.io", "v1", "Kustomization");
         let api = Api::<DynamicObject>::all_with(client.clone(), &ar);
-        watch_dynamic(&watches, api, Kind::Kustomization, metrics.clone());
+        let served = Served::new(&client, &ar);
+        watch_dynamic(&watches, api, served, Kind::Kustomization, metrics.clone());
         let ar = dynamic("helm.toolkit.fluxcd.io", "v2", "HelmRelease");
-        let api = Api::<DynamicObject>::all_with(client, &ar);
-        watch_dynamic(&watches, api, Kind::HelmRelease, metrics);
+        let api = Api::<DynamicObject>::all_with(client.clone(), &ar);
+        let served = Served::new(&client, &ar);
+        watch_dynamic(&watches, api, served, Kind::HelmRelease, metrics);
     }
     watches
 }
@@ -143,6 +171,7 @@ pub fn spawn(client: kube::Client, options: &WatchOptions, metrics: Arc<Metrics>
 fn watch_dynamic(
     watches: &Arc<Watches>,
     api: Api<DynamicObject>,
+    served: Served,
     kind: Kind,
     metrics: Arc<Metrics>,
 ) {
@@ -157,24 +186,72 @@ fn watch_dynamic(
             source: kind.as_str(),
         })
         .clone();
-    run(watches, stream, kind.as_str(), metrics, move |w, event| {
-        match event {
-            Event::Init => listed.clear(),
-            Event::InitApply(o) => listed.push(o),
-            Event::InitDone => {
-                let objects = std::mem::take(&mut listed);
-                w.update(|c| c.relist(kind, &objects));
+    run(
+        watches,
+        stream,
+        Some(served),
+        kind.as_str(),
+        metrics,
+        move |w, event| {
+            match event {
+                Event::Init => listed.clear(),
+                Event::InitApply(o) => listed.push(o),
+                Event::InitDone => {
+                    let objects = std::mem::take(&mut listed);
+                    w.update(|c| c.relist(kind, &objects));
+                }
+                Event::Apply(o) => w.update(|c| c.apply(kind, &o)),
+                Event::Delete(o) => w.update(|c| c.delete(kind, &o)),
             }
-            Event::Apply(o) => w.update(|c| c.apply(kind, &o)),
-            Event::Delete(o) => w.update(|c| c.delete(kind, &o)),
+            cached.set(w.count(kind) as i64);
+        },
+    );
+}
+
+/// What a 404 for a watched kind means: its group not served at all (the
+/// CRD is not installed), or served at other versions only (a Flux or Argo
+/// CD older or newer than driftguard reads), which must never pass for
+/// "not installed": the sources would stay empty without a word.
+struct Served {
+    client: kube::Client,
+    group: String,
+    version: String,
+}
+
+impl Served {
+    fn new(client: &kube::Client, ar: &ApiResource) -> Self {
+        Self {
+            client: client.clone(),
+            group: ar.group.clone(),
+            version: ar.version.clone(),
         }
-        cached.set(w.count(kind) as i64);
-    });
+    }
+
+    /// `None` when the group is not served; else its served versions.
+    async fn other_versions(&self) -> Result<Option<Vec<String>>, kube::Error> {
+        let groups = self.client.list_api_groups().await?;
+        Ok(groups
+            .groups
+            .into_iter()
+            .find(|g| g.name == self.group)
+            .map(|g| g.versions.into_iter().map(|v| v.version).collect()))
+    }
+
+    fn describe(&self, what: &str, versions: &[String]) -> String {
+        format!(
+            "{what}: driftguard reads {}/{}, the apiserver serves {} at {} only",
+            self.group,
+            self.version,
+            self.group,
+            versions.join(", ")
+        )
+    }
 }
 
 fn run<K, S>(
     watches: &Arc<Watches>,
     stream: S,
+    served: Option<Served>,
     what: &'static str,
     metrics: Arc<Metrics>,
     mut on_event: impl FnMut(&Watches, Event<K>) + Send + 'static,
@@ -186,12 +263,20 @@ fn run<K, S>(
     let watches = watches.clone();
     tokio::spawn(async move {
         let mut filled = false;
+        let mismatch = metrics
+            .sources_version_mismatch
+            .get_or_create(&SourceLabels { source: what })
+            .clone();
         let mut stream = std::pin::pin!(stream);
         while let Some(event) = stream.next().await {
             match event {
                 Ok(event) => {
                     let done = matches!(event, Event::InitDone);
                     on_event(&watches, event);
+                    if done {
+                        watches.set_mismatch(what, None);
+                        mismatch.set(0);
+                    }
                     if done && !filled {
                         filled = true;
                         watches.pending.fetch_sub(1, Ordering::SeqCst);
@@ -200,16 +285,41 @@ fn run<K, S>(
                 }
                 Err(e) => {
                     metrics.reject_watch(what);
-                    if not_installed(&e) && !filled {
-                        // The CRD is not installed: nothing to learn, nothing to wait for.
-                        filled = true;
-                        watches.pending.fetch_sub(1, Ordering::SeqCst);
-                        tracing::warn!(
-                            source = what,
-                            "not installed in this cluster; watching nothing"
-                        );
-                    } else {
-                        tracing::warn!(source = what, error = %e, "watch failed; serving the last good sources");
+                    let other_versions = match (&served, not_installed(&e) && !filled) {
+                        (_, false) => Err(None),
+                        (None, true) => Ok(None),
+                        (Some(s), true) => s.other_versions().await.map_err(Some),
+                    };
+                    match other_versions {
+                        Ok(None) => {
+                            // The CRD is not installed: nothing to learn, nothing to wait for.
+                            filled = true;
+                            watches.pending.fetch_sub(1, Ordering::SeqCst);
+                            tracing::warn!(
+                                source = what,
+                                "not installed in this cluster; watching nothing"
+                            );
+                        }
+                        Ok(Some(versions)) => {
+                            let why = served
+                                .as_ref()
+                                .map(|s| s.describe(what, &versions))
+                                .unwrap_or_default();
+                            if mismatch.get() == 0 {
+                                tracing::error!(
+                                    source = what,
+                                    "{why}: not ready until it is served at that version (upgrade or downgrade driftguard or the tool, or turn its detector off in the policy)"
+                                );
+                            }
+                            watches.set_mismatch(what, Some(why));
+                            mismatch.set(1);
+                        }
+                        Err(Some(d)) => {
+                            tracing::warn!(source = what, error = %d, "a watched kind is not served, and discovery failed: retrying");
+                        }
+                        Err(None) => {
+                            tracing::warn!(source = what, error = %e, "watch failed; serving the last good sources");
+                        }
                     }
                 }
             }

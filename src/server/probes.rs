@@ -1,8 +1,8 @@
 //! The plain-HTTP probe port: `/healthz` (alive), `/readyz` (policy loaded,
 //! TLS listener bound, not shutting down) and `/metrics`.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use axum::Router;
 use axum::extract::State;
@@ -19,6 +19,9 @@ pub struct Health {
     pub shutting_down: AtomicBool,
     /// False only while a watched GitOps source has never been listed.
     pub sources_filled: AtomicBool,
+    /// Watched kinds the apiserver serves at another version only: each
+    /// named, since "not listed yet" would hide that it never will be.
+    pub sources_mismatched: Mutex<Vec<String>>,
 }
 
 impl Default for Health {
@@ -28,21 +31,29 @@ impl Default for Health {
             tls_bound: AtomicBool::new(false),
             shutting_down: AtomicBool::new(false),
             sources_filled: AtomicBool::new(true),
+            sources_mismatched: Mutex::new(Vec::new()),
         }
     }
 }
 
 impl Health {
     /// Why the server is not ready, if it is not.
-    pub fn not_ready(&self) -> Option<&'static str> {
+    pub fn not_ready(&self) -> Option<String> {
+        let mismatched = self
+            .sources_mismatched
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .join("; ");
         if self.shutting_down.load(Ordering::SeqCst) {
-            Some("shutting down")
+            Some("shutting down".into())
         } else if !self.policy_loaded.load(Ordering::SeqCst) {
-            Some("policy not loaded")
+            Some("policy not loaded".into())
         } else if !self.tls_bound.load(Ordering::SeqCst) {
-            Some("TLS listener not bound")
+            Some("TLS listener not bound".into())
+        } else if !mismatched.is_empty() {
+            Some(format!("served at another API version: {mismatched}"))
         } else if !self.sources_filled.load(Ordering::SeqCst) {
-            Some("Argo CD / Flux sources not listed yet")
+            Some("Argo CD / Flux sources not listed yet".into())
         } else {
             None
         }

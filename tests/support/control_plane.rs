@@ -501,6 +501,18 @@ impl Driftguard {
     /// [`Driftguard::start`] with a certificate for `names` (IP addresses
     /// and DNS names).
     pub fn start_with_names(plane: &ControlPlane, names: &[&str], extra: &[&str]) -> Driftguard {
+        let args = Self::serve_args(plane, names, extra);
+        let Served { proc, port, probe } = serve_driftguard(&Self::binary(), 0, &args);
+        Driftguard {
+            proc,
+            port,
+            probe,
+            args,
+        }
+    }
+
+    /// `serve`'s flags: a certificate for `names`, then `extra`.
+    pub fn serve_args(plane: &ControlPlane, names: &[&str], extra: &[&str]) -> Vec<String> {
         let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
         let (cert, key) = plane.ca.leaf("driftguard", &names, &[]).unwrap();
         std::fs::write(plane.dir.join("driftguard.crt"), cert).unwrap();
@@ -513,13 +525,7 @@ impl Driftguard {
             args.push("--shutdown-delay=0s".into());
         }
         args.extend(extra.iter().map(|a| a.to_string()));
-        let Served { proc, port, probe } = serve_driftguard(&Self::binary(), 0, &args);
-        Driftguard {
-            proc,
-            port,
-            probe,
-            args,
-        }
+        args
     }
 
     pub fn stop(&mut self) {
@@ -604,7 +610,7 @@ impl Driftguard {
         );
     }
 
-    fn binary() -> PathBuf {
+    pub fn binary() -> PathBuf {
         option_env!("CARGO_BIN_EXE_driftguard")
             .map(PathBuf::from)
             .unwrap_or_else(|| PathBuf::from(ROOT).join("target/release/driftguard"))

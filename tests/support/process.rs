@@ -231,6 +231,13 @@ pub struct Served {
 /// the probe port is not logged, so it is picked here and the start is
 /// retried when another process took it meanwhile.
 pub fn serve_driftguard(binary: &Path, port: u16, args: &[String]) -> Served {
+    let served = serve_driftguard_unready(binary, port, args);
+    served.wait_ready();
+    served
+}
+
+/// [`serve_driftguard`] without waiting for `/readyz`: serving, maybe not ready.
+pub fn serve_driftguard_unready(binary: &Path, port: u16, args: &[String]) -> Served {
     retry_bind("driftguard", || {
         let probe = unused_port();
         let mut proc = Proc::spawn(
@@ -266,9 +273,7 @@ pub fn serve_driftguard(binary: &Path, port: u16, args: &[String]) -> Served {
             .and_then(|(_, rest)| rest.split_whitespace().next())
             .and_then(|p| p.parse().ok())
             .unwrap_or_else(|| panic!("no port in {line:?}"));
-        let served = Served { proc, port, probe };
-        served.wait_ready();
-        Ok(served)
+        Ok(Served { proc, port, probe })
     })
 }
 
