@@ -403,10 +403,35 @@ fn the_chart_lints_renders_and_is_accepted_by_the_apiserver() {
         assert_eq!(lifts_pause, sweep_flag.as_deref() != Some("0"), "{name}");
         match *name {
             "cert-manager" => {
-                find(&docs, "Certificate");
+                // A self-signed root, a CA Issuer from it, the serving
+                // certificate from that: the injected CA outlives renewals.
+                let of_kind = |kind: &str| -> Vec<&serde_json::Value> {
+                    docs.iter().filter(|d| d["kind"] == kind).collect()
+                };
+                let issuers = of_kind("Issuer");
+                let certificates = of_kind("Certificate");
+                let named = |list: &[&serde_json::Value], n: &str| {
+                    list.iter()
+                        .find(|d| d["metadata"]["name"] == n)
+                        .map(|d| (*d).clone())
+                        .unwrap_or_else(|| panic!("no {n}: {list:?}"))
+                };
+                assert!(
+                    named(&issuers, "dg-driftguard-selfsigned")["spec"]["selfSigned"].is_object()
+                );
+                let ca = named(&certificates, "dg-driftguard-ca");
+                assert_eq!(ca["spec"]["isCA"], true);
+                assert_eq!(ca["spec"]["issuerRef"]["name"], "dg-driftguard-selfsigned");
+                assert_eq!(
+                    named(&issuers, "dg-driftguard")["spec"]["ca"]["secretName"],
+                    ca["spec"]["secretName"]
+                );
+                let leaf = named(&certificates, "dg-driftguard");
+                assert_eq!(leaf["spec"]["issuerRef"]["name"], "dg-driftguard");
+                assert_ne!(leaf["spec"]["isCA"], true);
                 assert_eq!(
                     validating["metadata"]["annotations"]["cert-manager.io/inject-ca-from"],
-                    "driftguard/dg-driftguard"
+                    "driftguard/dg-driftguard-ca"
                 );
             }
             "generated CA" => {

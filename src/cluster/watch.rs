@@ -216,6 +216,7 @@ struct Served {
     client: kube::Client,
     group: String,
     version: String,
+    kind: String,
 }
 
 impl Served {
@@ -224,17 +225,33 @@ impl Served {
             client: client.clone(),
             group: ar.group.clone(),
             version: ar.version.clone(),
+            kind: ar.kind.clone(),
         }
     }
 
-    /// `None` when the group is not served; else its served versions.
+    /// `None` when the kind is not served at any version of its group (its
+    /// CRD is not installed); else the versions that serve it. Those include
+    /// ours only in a race with the CRD's creation: the watch retries then.
     async fn other_versions(&self) -> Result<Option<Vec<String>>, kube::Error> {
         let groups = self.client.list_api_groups().await?;
-        Ok(groups
-            .groups
-            .into_iter()
-            .find(|g| g.name == self.group)
-            .map(|g| g.versions.into_iter().map(|v| v.version).collect()))
+        let Some(group) = groups.groups.into_iter().find(|g| g.name == self.group) else {
+            return Ok(None);
+        };
+        let mut serving = Vec::new();
+        for version in group.versions {
+            let resources = self
+                .client
+                .list_api_group_resources(&version.group_version)
+                .await?;
+            if resources
+                .resources
+                .iter()
+                .any(|r| r.kind == self.kind && !r.name.contains('/'))
+            {
+                serving.push(version.version);
+            }
+        }
+        Ok((!serving.is_empty()).then_some(serving))
     }
 
     fn describe(&self, what: &str, versions: &[String]) -> String {
@@ -298,6 +315,16 @@ fn run<K, S>(
                             tracing::warn!(
                                 source = what,
                                 "not installed in this cluster; watching nothing"
+                            );
+                        }
+                        Ok(Some(versions))
+                            if served
+                                .as_ref()
+                                .is_some_and(|s| versions.contains(&s.version)) =>
+                        {
+                            tracing::warn!(
+                                source = what,
+                                "not served a moment ago, served now: retrying"
                             );
                         }
                         Ok(Some(versions)) => {

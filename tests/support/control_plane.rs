@@ -657,10 +657,10 @@ metadata: {name: driftguard}
 rules:
   - apiGroups: [apps]
     resources: [deployments, statefulsets, replicasets]
-    verbs: [get, list, watch]
+    verbs: [get]
   - apiGroups: [events.k8s.io]
     resources: [events]
-    verbs: [create, patch]
+    verbs: [create]
   - apiGroups: [argoproj.io]
     resources: [applications]
     verbs: [get, list, watch]
@@ -679,6 +679,7 @@ metadata: {name: driftguard-argocd-cm, namespace: argocd}
 rules:
   - apiGroups: [""]
     resources: [configmaps]
+    resourceNames: [argocd-cm]
     verbs: [get, list, watch]
   - apiGroups: [argoproj.io]
     resources: [appprojects]
