@@ -243,7 +243,8 @@ impl Reviewer {
         }
     }
 
-    /// The parent of a `…/scale` UPDATE, unless the writer is exempt whatever
+    /// The parent of a `…/scale` UPDATE, or the target of a scaler write
+    /// ([`drift::deputy::scaler_target`]), unless the writer is exempt whatever
     /// the parent says (then the answer does not depend on it) or there is no
     /// cluster access. A failed read is logged; the decision then applies
     /// `unknownScaleParent` and says so in its warnings and audit record.
@@ -252,7 +253,10 @@ impl Reviewer {
         policy: &Policy,
         req: &AdmissionRequest<RawObject>,
     ) -> Option<Value> {
-        if req.sub_resource.as_deref() != Some("scale") || req.operation != Operation::Update {
+        let scale_write =
+            req.sub_resource.as_deref() == Some("scale") && req.operation == Operation::Update;
+        let target = drift::deputy::scaler_target(&review::view(req));
+        if !scale_write && target.is_none() {
             return None;
         }
         let user = req.user_info.username.as_deref().unwrap_or_default();
@@ -267,10 +271,19 @@ impl Reviewer {
         let reader = self.parents.as_ref()?;
         let r = &req.resource;
         let namespace = req.namespace.as_deref().unwrap_or_default();
-        match reader
-            .read(&r.group, &r.version, &r.resource, namespace, &req.name)
-            .await
-        {
+        let read = match &target {
+            Some(t) => {
+                reader
+                    .read_kind(&t.group, &t.kind, namespace, &t.name)
+                    .await
+            }
+            None => {
+                reader
+                    .read(&r.group, &r.version, &r.resource, namespace, &req.name)
+                    .await
+            }
+        };
+        match read {
             Ok(parent) => Some(parent),
             Err(e) => {
                 tracing::warn!(error = %e, "cannot read the scale parent");
