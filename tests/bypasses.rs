@@ -866,3 +866,28 @@ fn an_unreadable_scaler_target_follows_unknown_scale_parent() {
     );
     assert!(run(&ignored, &scaler).allowed());
 }
+
+/// The garbage collector deletes an object with its owners: naming an
+/// untracked owner on a managed object by hand (so that deleting the owner
+/// would cascade to it) is itself drift.
+#[test]
+fn an_owner_added_to_a_managed_object_is_drift() {
+    let old = deployment();
+    for controller in [false, true] {
+        let new = with(
+            &old,
+            "/metadata/ownerReferences",
+            json!([{"apiVersion": "v1", "kind": "ConfigMap", "name": "anchor", "uid": "u-9", "controller": controller}]),
+        );
+        let out = run(&Policy::embedded(), &Review::update(old.clone(), new));
+        assert!(!out.allowed(), "{:?}", out.decision);
+        assert!(
+            out.decision
+                .drifted_paths
+                .iter()
+                .any(|p| p.starts_with("/metadata/ownerReferences")),
+            "{:?}",
+            out.decision
+        );
+    }
+}
