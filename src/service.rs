@@ -357,7 +357,12 @@ fn event_report(
         regarding: k8s_openapi::api::core::v1::ObjectReference {
             api_version: Some(api_version),
             kind: field("kind").or_else(|| Some(req.kind.kind.clone())),
-            name: Some(req.name.clone()),
+            // A scaler's denial is reported on its target, the object read.
+            name: parent
+                .and_then(|p| p.pointer("/metadata/name"))
+                .and_then(|v| v.as_str())
+                .map(str::to_owned)
+                .or_else(|| Some(req.name.clone())),
             namespace: req.namespace.clone(),
             uid: stored
                 .and_then(|o| o.pointer("/metadata/uid"))
@@ -422,5 +427,45 @@ mod tests {
         assert!(deny.result.message.contains("--on-error=deny"));
         let (allow, _) = on_error_response(&req, OnError::Allow, "internal error: boom");
         assert!(allow.allowed);
+    }
+
+    /// A scaler denied for its target is reported on the target, whole.
+    #[test]
+    fn a_scaler_denial_is_an_event_on_its_target() {
+        let hpa = serde_json::json!({"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+            "metadata": {"name": "pin", "namespace": "shop"},
+            "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+                     "minReplicas": 3, "maxReplicas": 3}});
+        let body = serde_json::json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {"uid": "u-1", "operation": "CREATE", "name": "pin", "namespace": "shop",
+                "kind": {"group": "autoscaling", "version": "v2", "kind": "HorizontalPodAutoscaler"},
+                "resource": {"group": "autoscaling", "version": "v2", "resource": "horizontalpodautoscalers"},
+                "userInfo": {"username": "alice"}, "object": hpa}});
+        let target = serde_json::json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web", "namespace": "shop", "uid": "uid-web",
+                "annotations": {"argocd.argoproj.io/tracking-id": "shop:apps/Deployment:shop/web"}},
+            "spec": {"replicas": 1}});
+        let body = serde_json::to_vec(&body).unwrap();
+        let req = review::parse(&body).unwrap();
+        let judged = crate::judge(
+            &Policy::embedded(),
+            &body,
+            Endpoint::Validate,
+            Some(&target),
+            Timestamp::now(),
+        )
+        .unwrap();
+        assert_eq!(judged.decision.verdict, Verdict::Deny);
+        let report = event_report(&req, Some(&target), &judged).unwrap();
+        let r = &report.regarding;
+        assert_eq!(
+            (r.kind.as_deref(), r.name.as_deref(), r.uid.as_deref()),
+            (Some("Deployment"), Some("web"), Some("uid-web"))
+        );
+        assert!(
+            report.note.contains("HorizontalPodAutoscaler shop/pin"),
+            "{}",
+            report.note
+        );
     }
 }
