@@ -865,6 +865,30 @@ fn an_unreadable_scaler_target_follows_unknown_scale_parent() {
         "unknownScaleParent: deny\nignoreDifferences:\n  - {group: apps, kind: Deployment, jsonPointers: [/spec/replicas]}\n",
     );
     assert!(run(&ignored, &scaler).allowed());
+    // A target the tools' records list is tracked, read or not.
+    let rollout = with(
+        &hpa("autoscaling/v2", "web", 5, 5),
+        "/spec/scaleTargetRef",
+        json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "Rollout", "name": "web"}),
+    );
+    let planned: std::collections::HashMap<String, Manager> =
+        [("argoproj.io/Rollout:production/web".to_owned(), myapp())].into();
+    let sources = driftguard::sources::Sources {
+        planned: std::sync::Arc::new(planned),
+        ..Default::default()
+    };
+    let d = judged_with(
+        &Policy::embedded(),
+        &Review::create(rollout.clone()),
+        &sources,
+    );
+    assert_eq!(d.verdict, Verdict::Deny, "{d:?}");
+    let d = judged_with(
+        &Policy::embedded(),
+        &Review::create(rollout),
+        &Default::default(),
+    );
+    assert_eq!(d.verdict, Verdict::Warn, "{d:?}");
 }
 
 /// The garbage collector deletes an object with its owners: naming an

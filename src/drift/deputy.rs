@@ -114,7 +114,8 @@ pub(super) fn judge(
     let scale =
         |r: i64| json!({"apiVersion": "autoscaling/v1", "kind": "Scale", "spec": {"replicas": r}});
     let (old, new) = (scale(current), scale(proposed));
-    let plural = builtin_plural(&target.group, &target.kind).unwrap_or_default();
+    // Unknown plural (no discovery here): the kind names it in notes.
+    let plural = builtin_plural(&target.group, &target.kind).unwrap_or(&target.kind);
     let write = Request {
         operation: Operation::Update,
         group: "autoscaling",
@@ -136,15 +137,9 @@ pub(super) fn judge(
     if matches!(judged.finding, Finding::OutOfScope(_)) {
         return Ok(d);
     }
-    let what = format!(
-        "{} {}/{} scales {}",
-        req.kind,
-        req.namespace,
-        req.name,
-        target.describe(req.namespace)
-    );
     judged.notes.push(format!(
-        "judged as the scale write it causes: {what}, /spec/replicas"
+        "judged as the scale write it causes on {}",
+        target.describe(req.namespace)
     ));
     if judged.finding == Finding::Drift {
         judged.finding = Finding::ScalerTarget(target.describe(req.namespace));
