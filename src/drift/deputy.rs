@@ -7,6 +7,11 @@
 //! the scaler does, of a scaler that is not itself GitOps-managed is judged
 //! as the scale write it causes on its target, by the same code as a real
 //! `kubectl scale` ([`super::decide_scale`]).
+//!
+//! Why the writes left out are safe: a DELETE stops the scaler; a `status`
+//! write cannot move it (the HPA status strategy keeps the stored spec, a
+//! custom resource's keeps everything but status); a scaler in Git is judged
+//! as itself, and a CREATE claiming tracking metadata is refused as usual.
 
 use serde_json::{Value, json};
 
