@@ -50,7 +50,11 @@ pub fn respond(
     let mut resp = AdmissionResponse::from(req);
     resp.audit_annotations = audit_annotations(d).into_iter().collect();
     if endpoint == Endpoint::Mutate {
+        // A scaler's drift is its target's ([`crate::drift::deputy`]): no record on the scaler.
+        let on_this_object =
+            !matches!(d.finding, Finding::ScalerTarget(_) | Finding::UnknownParent);
         if (d.verdict == Verdict::Warn || d.finding == Finding::UnownedChange)
+            && on_this_object
             && let Some(patch) = drift_patch(view, d, now)
         {
             resp = resp.with_patch(patch).expect("a JSON patch serializes");
@@ -143,6 +147,22 @@ fn denial(view: &Request, d: &Decision) -> String {
         Finding::UnknownParent => format!(
             "{obj}: the parent could not be read to check GitOps ownership; drifted: {paths}."
         ),
+        Finding::ScalerTarget(target) => {
+            let glass = match d.break_glass_max {
+                Some(max) => format!(
+                    " In an emergency, if you are authorized, break glass on {target} itself \
+                     ({REASON}=<reason>, {EXPIRES}=<RFC 3339 time, at most {max:#} ahead>)."
+                ),
+                None => String::new(),
+            };
+            return format!(
+                "driftguard: {obj} would scale {target}, managed by {manager}: its controller would write \
+                 /spec/replicas there, which drifts from Git. Put the {kind} in Git next to it, or have \
+                 /spec/replicas ignored for it ({tool}'s ignore rules, as Argo CD's docs recommend with an HPA, \
+                 or driftguard's policy).{glass}",
+                kind = view.kind
+            );
+        }
         Finding::CreatePlanned(by) => {
             return format!(
                 "driftguard: {obj} is listed by {by}, which creates it from Git; created by hand first, \

@@ -100,7 +100,8 @@ struct CertsArgs {
 struct CheckArgs {
     #[command(flatten)]
     source: PolicySource,
-    /// The parent object (JSON or YAML) of a `…/scale` review, as the server would fetch it.
+    /// The parent object (JSON or YAML) of a `…/scale` review, or the target of a
+    /// scaler (HPA, ScaledObject) review, as the server would fetch it.
     #[arg(long)]
     parent: Option<PathBuf>,
     /// Answer as the mutating webhook (/mutate) instead of the validating one.

@@ -2,6 +2,7 @@
 //! passes `now`, and the scale parent when it has one.
 
 pub mod breakglass;
+pub mod deputy;
 pub mod excluded;
 pub mod inputs;
 pub mod normalize;
@@ -121,6 +122,10 @@ pub enum Finding {
     /// A manual CREATE of an object the GitOps tool's records list (an
     /// Application's resources, a Kustomization's inventory), named here.
     CreatePlanned(String),
+    /// A scaler (HPA, ScaledObject) created or changed by hand to scale the
+    /// managed object named here: the scale write it causes is drift
+    /// ([`deputy`]).
+    ScalerTarget(String),
 }
 
 impl Finding {
@@ -142,6 +147,7 @@ impl Finding {
             Finding::UnownedChange => "unowned-change",
             Finding::NamespaceExemption => "namespace-exemption",
             Finding::CreatePlanned(_) => "manual-create-planned",
+            Finding::ScalerTarget(_) => "scaler-on-managed",
         }
     }
 
@@ -157,6 +163,7 @@ impl Finding {
                 | Finding::UnknownParent
                 | Finding::NamespaceExemption
                 | Finding::CreatePlanned(_)
+                | Finding::ScalerTarget(_)
         )
     }
 }
@@ -288,6 +295,13 @@ pub struct Context<'a> {
 }
 
 pub fn decide(policy: &Policy, req: &Request, ctx: &Context) -> Result<Decision, DecideError> {
+    let d = decide_object(policy, req, ctx)?;
+    // A scaler out of scope itself may still drive a managed object.
+    deputy::judge(policy, req, ctx, d)
+}
+
+/// The write judged on its own object (or a scale write's parent).
+fn decide_object(policy: &Policy, req: &Request, ctx: &Context) -> Result<Decision, DecideError> {
     let mut d = Decision {
         verdict: Verdict::Allow,
         finding: Finding::NoDrift,
@@ -1139,7 +1153,10 @@ fn decide_scale_blind(
     if !replicas_changed {
         return d;
     }
-    let kind = builtin_kind(req.resource_group, req.resource).unwrap_or(req.resource);
+    // A scaler's target names its kind ([`deputy`]); a Scale names only the resource.
+    let kind = builtin_kind(req.resource_group, req.resource)
+        .or((req.kind != "Scale").then_some(req.kind))
+        .unwrap_or(req.resource);
     let target = Target {
         group: req.resource_group,
         kind,

@@ -243,7 +243,8 @@ impl Reviewer {
         }
     }
 
-    /// The parent of a `…/scale` UPDATE, unless the writer is exempt whatever
+    /// The parent of a `…/scale` UPDATE, or the target of a scaler write
+    /// ([`drift::deputy::scaler_target`]), unless the writer is exempt whatever
     /// the parent says (then the answer does not depend on it) or there is no
     /// cluster access. A failed read is logged; the decision then applies
     /// `unknownScaleParent` and says so in its warnings and audit record.
@@ -252,7 +253,10 @@ impl Reviewer {
         policy: &Policy,
         req: &AdmissionRequest<RawObject>,
     ) -> Option<Value> {
-        if req.sub_resource.as_deref() != Some("scale") || req.operation != Operation::Update {
+        let scale_write =
+            req.sub_resource.as_deref() == Some("scale") && req.operation == Operation::Update;
+        let target = drift::deputy::scaler_target(&review::view(req));
+        if !scale_write && target.is_none() {
             return None;
         }
         let user = req.user_info.username.as_deref().unwrap_or_default();
@@ -267,10 +271,19 @@ impl Reviewer {
         let reader = self.parents.as_ref()?;
         let r = &req.resource;
         let namespace = req.namespace.as_deref().unwrap_or_default();
-        match reader
-            .read(&r.group, &r.version, &r.resource, namespace, &req.name)
-            .await
-        {
+        let read = match &target {
+            Some(t) => {
+                reader
+                    .read_kind(&t.group, &t.kind, namespace, &t.name)
+                    .await
+            }
+            None => {
+                reader
+                    .read(&r.group, &r.version, &r.resource, namespace, &req.name)
+                    .await
+            }
+        };
+        match read {
             Ok(parent) => Some(parent),
             Err(e) => {
                 tracing::warn!(error = %e, "cannot read the scale parent");
@@ -344,7 +357,12 @@ fn event_report(
         regarding: k8s_openapi::api::core::v1::ObjectReference {
             api_version: Some(api_version),
             kind: field("kind").or_else(|| Some(req.kind.kind.clone())),
-            name: Some(req.name.clone()),
+            // A scaler's denial is reported on its target, the object read.
+            name: parent
+                .and_then(|p| p.pointer("/metadata/name"))
+                .and_then(|v| v.as_str())
+                .map(str::to_owned)
+                .or_else(|| Some(req.name.clone())),
             namespace: req.namespace.clone(),
             uid: stored
                 .and_then(|o| o.pointer("/metadata/uid"))
@@ -409,5 +427,45 @@ mod tests {
         assert!(deny.result.message.contains("--on-error=deny"));
         let (allow, _) = on_error_response(&req, OnError::Allow, "internal error: boom");
         assert!(allow.allowed);
+    }
+
+    /// A scaler denied for its target is reported on the target, whole.
+    #[test]
+    fn a_scaler_denial_is_an_event_on_its_target() {
+        let hpa = serde_json::json!({"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+            "metadata": {"name": "pin", "namespace": "shop"},
+            "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+                     "minReplicas": 3, "maxReplicas": 3}});
+        let body = serde_json::json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {"uid": "u-1", "operation": "CREATE", "name": "pin", "namespace": "shop",
+                "kind": {"group": "autoscaling", "version": "v2", "kind": "HorizontalPodAutoscaler"},
+                "resource": {"group": "autoscaling", "version": "v2", "resource": "horizontalpodautoscalers"},
+                "userInfo": {"username": "alice"}, "object": hpa}});
+        let target = serde_json::json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web", "namespace": "shop", "uid": "uid-web",
+                "annotations": {"argocd.argoproj.io/tracking-id": "shop:apps/Deployment:shop/web"}},
+            "spec": {"replicas": 1}});
+        let body = serde_json::to_vec(&body).unwrap();
+        let req = review::parse(&body).unwrap();
+        let judged = crate::judge(
+            &Policy::embedded(),
+            &body,
+            Endpoint::Validate,
+            Some(&target),
+            Timestamp::now(),
+        )
+        .unwrap();
+        assert_eq!(judged.decision.verdict, Verdict::Deny);
+        let report = event_report(&req, Some(&target), &judged).unwrap();
+        let r = &report.regarding;
+        assert_eq!(
+            (r.kind.as_deref(), r.name.as_deref(), r.uid.as_deref()),
+            (Some("Deployment"), Some("web"), Some("uid-web"))
+        );
+        assert!(
+            report.note.contains("HorizontalPodAutoscaler shop/pin"),
+            "{}",
+            report.note
+        );
     }
 }

@@ -634,3 +634,284 @@ fn an_installation_id_is_respected() {
     let out = run(&with_rule(ours), &Review::update(old, new));
     assert!(out.allowed(), "{}", out.message());
 }
+
+// Issue 20, item 3: scalers as deputies. `kubectl scale` is denied; an HPA
+// (or a KEDA ScaledObject) with min = max makes the trusted HPA controller
+// write the same `/spec/replicas`.
+
+fn hpa(api_version: &str, target: &str, min: i64, max: i64) -> Value {
+    json!({"apiVersion": api_version, "kind": "HorizontalPodAutoscaler",
+           "metadata": {"name": "web-hpa", "namespace": "production", "resourceVersion": "7"},
+           "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": target},
+                    "minReplicas": min, "maxReplicas": max}})
+}
+
+fn scaled_object(target: &str, min: i64, max: i64) -> Value {
+    json!({"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
+           "metadata": {"name": "web-so", "namespace": "production", "resourceVersion": "7"},
+           "spec": {"scaleTargetRef": {"name": target}, "minReplicaCount": min, "maxReplicaCount": max,
+                    "triggers": [{"type": "cpu", "metadata": {"value": "50"}}]}})
+}
+
+/// The target's own replicas ignored, as Argo CD's docs recommend with an HPA.
+fn replicas_ignored() -> Policy {
+    policy_with(
+        "ignoreDifferences:\n  - {group: apps, kind: Deployment, jsonPointers: [/spec/replicas]}\n",
+    )
+}
+
+fn scaler_run(policy: &Policy, review: &Review, target: &Value) -> Outcome {
+    run_with(policy, review, Endpoint::Validate, Some(target))
+}
+
+#[test]
+fn an_hpa_pinning_a_managed_deployment_is_the_scale_write_it_causes() {
+    let target = deployment();
+    for scaler in [
+        hpa("autoscaling/v2", "web", 5, 5),
+        hpa("autoscaling/v1", "web", 5, 5),
+        scaled_object("web", 5, 5),
+    ] {
+        let out = scaler_run(
+            &Policy::embedded(),
+            &Review::create(scaler.clone()),
+            &target,
+        );
+        assert!(!out.allowed(), "{:?}", out.decision);
+        assert_eq!(
+            out.decision.finding,
+            Finding::ScalerTarget("Deployment production/web".into())
+        );
+        assert_eq!(out.decision.drifted_paths, vec!["/spec/replicas"]);
+        let message = out.message();
+        assert!(
+            message.contains("would scale Deployment production/web")
+                && message.contains("/spec/replicas")
+                && message.contains("in Git"),
+            "{message}"
+        );
+        // Warn mode allows it with a warning, and records nothing on the scaler.
+        let out = run_with(
+            &policy_with("mode: warn\n"),
+            &Review::create(scaler.clone()),
+            Endpoint::Mutate,
+            Some(&target),
+        );
+        assert_eq!(out.decision.verdict, Verdict::Warn, "{:?}", out.decision);
+        assert!(
+            out.response["response"]["patch"].is_null(),
+            "{}",
+            out.response
+        );
+        // The target's rules ignore /spec/replicas: allowed, as `kubectl scale` is.
+        let out = scaler_run(
+            &replicas_ignored(),
+            &Review::create(scaler.clone()),
+            &target,
+        );
+        assert!(out.allowed(), "{}", out.message());
+        assert_eq!(out.decision.finding, Finding::NoDrift);
+        // So does the managing Application's ignoreDifferences.
+        let app =
+            Policy::embedded().with_applications(vec![application("argocd", "/spec/replicas")]);
+        let out = scaler_run(&app, &Review::create(scaler.clone()), &target);
+        assert!(out.allowed(), "{}", out.message());
+        // A Deployment nobody manages: not driftguard's concern.
+        let unmanaged = without(
+            &target,
+            "/metadata/annotations/argocd.argoproj.io~1tracking-id",
+        );
+        let out = scaler_run(&Policy::embedded(), &Review::create(scaler), &unmanaged);
+        assert!(out.allowed(), "{}", out.message());
+        assert!(matches!(out.decision.finding, Finding::OutOfScope(_)));
+    }
+}
+
+/// Retargeting, or changing the bounds, is judged; labels are not scaling.
+#[test]
+fn an_hpa_retargeted_at_a_managed_deployment_is_denied() {
+    let target = deployment();
+    let old = hpa("autoscaling/v2", "other", 1, 3);
+    let retargeted = with(&old, "/spec/scaleTargetRef/name", json!("web"));
+    let out = scaler_run(
+        &Policy::embedded(),
+        &Review::update(old, retargeted.clone()),
+        &target,
+    );
+    assert!(!out.allowed(), "{:?}", out.decision);
+    let pinned = with(&retargeted, "/spec/minReplicas", json!(3));
+    let out = scaler_run(
+        &Policy::embedded(),
+        &Review::update(retargeted.clone(), pinned),
+        &target,
+    );
+    assert!(!out.allowed(), "{:?}", out.decision);
+    // KEDA pauses at a count through an annotation.
+    let so = scaled_object("web", 1, 3);
+    let paused = with(
+        &so,
+        "/metadata/annotations",
+        json!({"autoscaling.keda.sh/paused-replicas": "0"}),
+    );
+    let out = scaler_run(&Policy::embedded(), &Review::update(so, paused), &target);
+    assert!(!out.allowed(), "{:?}", out.decision);
+    let labelled = with(&retargeted, "/metadata/labels", json!({"team": "a"}));
+    let out = scaler_run(
+        &Policy::embedded(),
+        &Review::update(retargeted, labelled),
+        &target,
+    );
+    assert!(out.allowed(), "{}", out.message());
+}
+
+/// A scaler in Git is the GitOps tool's: its own judgement applies, and the
+/// tool's writes are allowed. A claimed owner does not make a scaler a child.
+#[test]
+fn a_gitops_managed_scaler_is_judged_as_itself() {
+    let target = deployment();
+    let tracked = with(
+        &hpa("autoscaling/v2", "web", 5, 5),
+        "/metadata/annotations",
+        json!({"argocd.argoproj.io/tracking-id": "myapp:autoscaling/HorizontalPodAutoscaler:production/web-hpa"}),
+    );
+    let argo = Review::create(tracked.clone()).by(
+        "system:serviceaccount:argocd:argocd-application-controller",
+        &[],
+    );
+    let out = scaler_run(&Policy::embedded(), &argo, &target);
+    assert_eq!(out.decision.finding, Finding::Controller);
+    let bumped = with(&tracked, "/spec/maxReplicas", json!(9));
+    let argo = Review::update(tracked.clone(), bumped.clone()).by(
+        "system:serviceaccount:argocd:argocd-application-controller",
+        &[],
+    );
+    assert!(scaler_run(&Policy::embedded(), &argo, &target).allowed());
+    // By hand: drift on the HPA itself.
+    let out = scaler_run(
+        &Policy::embedded(),
+        &Review::update(tracked, bumped),
+        &target,
+    );
+    assert_eq!(out.decision.finding, Finding::Drift, "{:?}", out.decision);
+    assert!(!out.allowed());
+    let owned = with(
+        &hpa("autoscaling/v2", "web", 5, 5),
+        "/metadata/ownerReferences",
+        json!([{"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject", "name": "x", "uid": "u", "controller": true}]),
+    );
+    let out = scaler_run(&Policy::embedded(), &Review::create(owned), &target);
+    assert!(!out.allowed(), "{:?}", out.decision);
+}
+
+/// Whoever may `kubectl scale` the target may point a scaler at it: the
+/// controllers, and an authorized break-glass on the target.
+#[test]
+fn a_scaler_is_allowed_where_its_scale_write_would_be() {
+    let scaler = Review::create(hpa("autoscaling/v2", "web", 5, 5));
+    let policy = policy_with("breakGlass:\n  allowedGroups: [sre-oncall]\n  maxDuration: 2h\n");
+    let glass = with(
+        &deployment(),
+        "/metadata/annotations/driftguard.io~1break-glass",
+        json!("INC-1 traffic spike"),
+    );
+    let glass = with(
+        &glass,
+        "/metadata/annotations/driftguard.io~1break-glass-expires",
+        json!("2026-11-29T11:00:00Z"),
+    );
+    let sam = scaler.clone().by("sam", &["sre-oncall"]);
+    let out = scaler_run(&policy, &sam, &glass);
+    assert_eq!(
+        out.decision.finding,
+        Finding::BreakGlass,
+        "{:?}",
+        out.decision
+    );
+    assert!(out.allowed());
+    let out = scaler_run(&policy, &scaler, &glass);
+    assert!(!out.allowed(), "{:?}", out.decision);
+    let kcm = scaler.by("system:kube-controller-manager", &[]);
+    assert!(scaler_run(&Policy::embedded(), &kcm, &deployment()).allowed());
+}
+
+/// An unreadable target follows `unknownScaleParent`, as an unreadable
+/// scale parent does; an object read that is not the target is unreadable.
+#[test]
+fn an_unreadable_scaler_target_follows_unknown_scale_parent() {
+    let scaler = Review::create(hpa("autoscaling/v2", "web", 5, 5));
+    let deny = policy_with("unknownScaleParent: deny\n");
+    let out = run(&deny, &scaler);
+    assert_eq!(
+        out.decision.finding,
+        Finding::UnknownParent,
+        "{:?}",
+        out.decision
+    );
+    assert!(!out.allowed());
+    assert_eq!(
+        run(&Policy::embedded(), &scaler).decision.verdict,
+        Verdict::Warn
+    );
+    let other = with(&deployment(), "/metadata/name", json!("api"));
+    let out = scaler_run(&deny, &scaler, &other);
+    assert_eq!(
+        out.decision.finding,
+        Finding::UnknownParent,
+        "{:?}",
+        out.decision
+    );
+    // Its kind's rules still apply without it.
+    let ignored = policy_with(
+        "unknownScaleParent: deny\nignoreDifferences:\n  - {group: apps, kind: Deployment, jsonPointers: [/spec/replicas]}\n",
+    );
+    assert!(run(&ignored, &scaler).allowed());
+    // A target the tools' records list is tracked, read or not.
+    let rollout = with(
+        &hpa("autoscaling/v2", "web", 5, 5),
+        "/spec/scaleTargetRef",
+        json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "Rollout", "name": "web"}),
+    );
+    let planned: std::collections::HashMap<String, Manager> =
+        [("argoproj.io/Rollout:production/web".to_owned(), myapp())].into();
+    let sources = driftguard::sources::Sources {
+        planned: std::sync::Arc::new(planned),
+        ..Default::default()
+    };
+    let d = judged_with(
+        &Policy::embedded(),
+        &Review::create(rollout.clone()),
+        &sources,
+    );
+    assert_eq!(d.verdict, Verdict::Deny, "{d:?}");
+    let d = judged_with(
+        &Policy::embedded(),
+        &Review::create(rollout),
+        &Default::default(),
+    );
+    assert_eq!(d.verdict, Verdict::Warn, "{d:?}");
+}
+
+/// The garbage collector deletes an object with its owners: naming an
+/// untracked owner on a managed object by hand (so that deleting the owner
+/// would cascade to it) is itself drift.
+#[test]
+fn an_owner_added_to_a_managed_object_is_drift() {
+    let old = deployment();
+    for controller in [false, true] {
+        let new = with(
+            &old,
+            "/metadata/ownerReferences",
+            json!([{"apiVersion": "v1", "kind": "ConfigMap", "name": "anchor", "uid": "u-9", "controller": controller}]),
+        );
+        let out = run(&Policy::embedded(), &Review::update(old.clone(), new));
+        assert!(!out.allowed(), "{:?}", out.decision);
+        assert!(
+            out.decision
+                .drifted_paths
+                .iter()
+                .any(|p| p.starts_with("/metadata/ownerReferences")),
+            "{:?}",
+            out.decision
+        );
+    }
+}

@@ -282,7 +282,8 @@ struct Cell {
     why: &'static str,
     /// As Argo CD, before the cell (and undone after it).
     setup: Option<(&'static str, &'static str)>,
-    /// `kubectl autoscale`: the HPA must exist afterwards.
+    /// `kubectl autoscale`: the HPA must exist afterwards if allowed, and
+    /// not if refused.
     hpa: bool,
 }
 
@@ -540,8 +541,8 @@ fn cells(o: &Object) -> Vec<Cell> {
         t.kubectl(
             "autoscale",
             "autoscale {} --min=1 --max=3 --cpu-percent=80",
-            &[Nothing],
-            "creates an HPA, which no GitOps tool manages; the object is not written",
+            &[Spec],
+            "creates an HPA, whose controller would write /spec/replicas: judged as that scale write (issue 20)",
         )
         .hpa = true;
     }
@@ -1151,6 +1152,16 @@ fn column(plane: &ControlPlane, policy: Policy, o: &Object) -> Vec<Outcome> {
             );
             if out.stdout != format!("{}/{name}", o.kind) {
                 problems.push(format!("no HPA for {}: {out}", o.target));
+            }
+        }
+        if cell.hpa && verdict == Verdict::Denied {
+            let name = o.target.split('/').nth(1).unwrap();
+            let out = plane.kubectl("admin", &["-n", NS, "get", &format!("hpa/{name}")]);
+            if out.ok {
+                problems.push(format!(
+                    "refused, and an HPA for {} exists: {out}",
+                    o.target
+                ));
             }
         }
         before = after;

@@ -179,6 +179,24 @@ const RESOURCES: &[Resource] = &[
         subresources: &["status", "scale"],
     },
     Resource {
+        key: "autoscaling/horizontalpodautoscalers",
+        group: "autoscaling",
+        version: "v2",
+        resource: "horizontalpodautoscalers",
+        kind: "HorizontalPodAutoscaler",
+        namespaced: true,
+        subresources: &["status"],
+    },
+    Resource {
+        key: "keda.sh/scaledobjects",
+        group: "keda.sh",
+        version: "v1alpha1",
+        resource: "scaledobjects",
+        kind: "ScaledObject",
+        namespaced: true,
+        subresources: &["status"],
+    },
+    Resource {
         key: "/pods",
         group: "",
         version: "v1",
@@ -204,6 +222,13 @@ fn resource(group_resource: &str) -> &'static Resource {
         .find(|r| r.key == group_resource)
         .unwrap_or_else(|| panic!("no resource {group_resource}"))
 }
+
+/// Scalers ([`driftguard::drift::deputy::SCALERS`]): written by hand at a
+/// managed target, they are judged as the scale write they cause.
+const SCALERS: &[&str] = &[
+    "autoscaling/horizontalpodautoscalers",
+    "keda.sh/scaledobjects",
+];
 
 /// Writers: the GitOps controllers and trusted identities of the policies,
 /// argocd-server, and people and service accounts that are neither.
@@ -477,6 +502,16 @@ fn body(kind: &str, replicas: i64) -> Value {
                           "regarding": {"kind": "Deployment", "name": "web"}})
         }
         "Lease" => json!({"spec": {"holderIdentity": "a", "leaseDurationSeconds": 15}}),
+        "HorizontalPodAutoscaler" => {
+            json!({"spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+                            "minReplicas": 1, "maxReplicas": replicas.max(1)},
+                   "status": {"currentReplicas": replicas, "desiredReplicas": replicas}})
+        }
+        "ScaledObject" => {
+            json!({"spec": {"scaleTargetRef": {"name": "web"}, "minReplicaCount": 1, "maxReplicaCount": 10,
+                            "triggers": [{"type": "cpu", "metadata": {"value": "50"}}]},
+                   "status": {"originalReplicaCount": replicas}})
+        }
         "Pod" => {
             json!({"spec": {"containers": [{"name": "web", "image": "web:1"}]}, "status": {"phase": "Running"}})
         }
@@ -497,6 +532,8 @@ fn body_edit(kind: &str) -> Option<(&'static str, Value)> {
         "EndpointSlice" => ("/endpoints/0/addresses/0", json!("10.0.0.2")),
         "Event" => ("/note", json!("edited by hand")),
         "Lease" => ("/spec/holderIdentity", json!("b")),
+        "HorizontalPodAutoscaler" => ("/spec/minReplicas", json!(3)),
+        "ScaledObject" => ("/spec/minReplicaCount", json!(3)),
         "Pod" => ("/spec/activeDeadlineSeconds", json!(5)),
         "ClusterRole" => ("/rules/0/verbs", json!(["get", "list", "watch"])),
         _ => return None,
@@ -659,7 +696,7 @@ struct Case {
     attributes: Attributes,
     /// The lister's Namespaces, as stored before the write.
     namespaces: Namespaces,
-    /// The scale parent driftguard reads, if it could.
+    /// The scale parent (or a scaler's target) driftguard reads, if it could.
     parent: Option<Value>,
     /// The write is in a namespace that was opted out before it.
     opted_out_before: bool,
@@ -732,7 +769,8 @@ fn build(s: &Scenario) -> Case {
                         }
                     }
                 }
-                "Namespace" => new["spec"] = stored["spec"].clone(),
+                // Its status strategy keeps only the stored spec.
+                "Namespace" | "HorizontalPodAutoscaler" => new["spec"] = stored["spec"].clone(),
                 _ => {
                     // A custom resource: everything but status is the stored one.
                     let status = new.get("status").cloned();
@@ -754,6 +792,19 @@ fn build(s: &Scenario) -> Case {
             )
         }
         (_, op) => {
+            // A scaler's target, a managed Deployment, as driftguard reads it.
+            let target = (SCALERS.contains(&s.resource) && s.parent).then(|| {
+                let deployment = ObjectId {
+                    res: resource("apps/deployments"),
+                    name: "web",
+                    namespace: object_namespace,
+                };
+                let tracked = Meta {
+                    annotations: vec![("argocd.argoproj.io/tracking-id", OWN_TRACKING_ID)],
+                    ..Meta::default()
+                };
+                deployment.object(&tracked, s.replicas.0)
+            });
             let mut new = incoming.clone();
             if op == "UPDATE" && has_status_subresource {
                 // The main resource's PrepareForUpdate keeps the stored status.
@@ -772,7 +823,7 @@ fn build(s: &Scenario) -> Case {
                 ),
                 object,
                 old,
-                None,
+                target,
             )
         }
     };
@@ -1500,5 +1551,42 @@ fn a_status_write_changing_metadata_is_sound() {
                 .edit(edit)
                 .edit(Edit::Status),
         );
+    }
+}
+
+/// A scaler carries no tracking metadata, yet a hand-made one at a managed
+/// target makes the HPA controller (skipped by identity) write its replicas:
+/// its CREATE and its spec UPDATE are sent and judged as that scale write.
+/// Its DELETE, its status (the status strategies keep the stored spec) and
+/// the controllers' own writes stay skipped, and are allowed.
+#[test]
+fn a_scaler_write_is_sent_and_judged_as_its_scale_write() {
+    let setups = setups();
+    for resource in SCALERS {
+        let create = Scenario::new("embedded", resource, "CREATE", "alice");
+        let e = evaluate(&setups, &create);
+        assert_eq!(e.validating_call(), Call::Called, "{resource}");
+        assert!(!e.allowed(), "{resource}");
+        assert_sound(&create);
+        let update = Scenario::new("embedded", resource, "UPDATE", "alice").edit(Edit::Body);
+        let e = evaluate(&setups, &update);
+        assert_eq!(e.validating_call(), Call::Called, "{resource}");
+        assert!(!e.allowed(), "{resource}");
+        for s in [
+            Scenario::new("embedded", resource, "DELETE", "alice"),
+            Scenario::new("embedded", resource, "UPDATE", "alice")
+                .sub("status")
+                .edit(Edit::Body),
+            Scenario::new(
+                "embedded",
+                resource,
+                "CREATE",
+                "system:serviceaccount:kube-system:y",
+            ),
+        ] {
+            let e = evaluate(&setups, &s);
+            assert_ne!(e.validating_call(), Call::Called, "{s:?}");
+            assert_sound(&s);
+        }
     }
 }

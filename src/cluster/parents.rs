@@ -1,5 +1,6 @@
 //! The parent of a `…/scale` write, read from the apiserver: a Scale carries no
-//! labels or annotations, so ownership and rules come from the parent. Any
+//! labels or annotations, so ownership and rules come from the parent. A
+//! scaler's target ([`crate::drift::deputy`]) is read the same way. Any
 //! scalable resource is read through the dynamic `Api` from the request's
 //! group, version and resource (no discovery needed). Each read is bounded in
 //! time, and results are cached briefly so that a burst of scale writes costs
@@ -21,6 +22,9 @@ pub enum ParentError {
     /// The apiserver refused or failed the read (not found, forbidden, …).
     #[error("reading {what}: {source}")]
     Api { what: String, source: kube::Error },
+    /// Discovery does not list the kind (a scaler's target).
+    #[error("no resource of kind {kind} in group '{group}'")]
+    UnknownKind { group: String, kind: String },
     /// The object read does not serialize back to JSON.
     #[error("reading {what}: {source}")]
     Json {
@@ -34,6 +38,8 @@ pub struct ParentReader {
     timeout: Duration,
     ttl: Duration,
     cache: Mutex<HashMap<String, (Instant, Value)>>,
+    /// `group/Kind` → (version, resource), from discovery; kinds do not move.
+    resources: Mutex<HashMap<String, (String, String)>>,
 }
 
 impl ParentReader {
@@ -43,6 +49,7 @@ impl ParentReader {
             timeout,
             ttl,
             cache: Mutex::new(HashMap::new()),
+            resources: Mutex::new(HashMap::new()),
         }
     }
 
@@ -88,6 +95,62 @@ impl ParentReader {
         }
         cache.insert(what, (Instant::now(), value.clone()));
         Ok(value)
+    }
+
+    /// The object of kind `group/kind` `namespace/name`: a scaler names its
+    /// target by kind, so the resource comes from a table of the built-in
+    /// scalable kinds, else from discovery (as the HPA controller maps it:
+    /// the group's preferred version).
+    pub async fn read_kind(
+        &self,
+        group: &str,
+        kind: &str,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Value, ParentError> {
+        let (version, resource) = match crate::drift::deputy::builtin_plural(group, kind) {
+            Some(plural) => ("v1".to_owned(), plural.to_owned()),
+            None => self.discover(group, kind).await?,
+        };
+        self.read(group, &version, &resource, namespace, name).await
+    }
+
+    async fn discover(&self, group: &str, kind: &str) -> Result<(String, String), ParentError> {
+        let key = format!("{group}/{kind}");
+        if let Some(hit) = self.lock_resources().get(&key) {
+            return Ok(hit.clone());
+        }
+        let what = format!("discovery of {key}");
+        let found =
+            match tokio::time::timeout(self.timeout, kube::discovery::group(&self.client, group))
+                .await
+            {
+                Err(_) => {
+                    return Err(ParentError::Timeout {
+                        what,
+                        timeout: self.timeout,
+                    });
+                }
+                Ok(Err(source)) => return Err(ParentError::Api { what, source }),
+                Ok(Ok(api_group)) => api_group.recommended_kind(kind),
+            };
+        let Some((ar, _)) = found else {
+            return Err(ParentError::UnknownKind {
+                group: group.to_owned(),
+                kind: kind.to_owned(),
+            });
+        };
+        let found = (ar.version, ar.plural);
+        let mut resources = self.lock_resources();
+        if resources.len() > 1_000 {
+            resources.clear();
+        }
+        resources.insert(key, found.clone());
+        Ok(found)
+    }
+
+    fn lock_resources(&self) -> std::sync::MutexGuard<'_, HashMap<String, (String, String)>> {
+        self.resources.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn cached(&self, key: &str) -> Option<Value> {

@@ -73,6 +73,11 @@ pub use crate::drift::excluded::{EXCLUDED_GROUPS, EXCLUDED_RESOURCES};
 /// A DELETE of a Namespace: it may be an Argo CD Application's destination.
 const DELETE_NAMESPACE: &str = "(request.operation == 'DELETE' && request.resource.group == '' && request.resource.resource == 'namespaces')";
 
+/// A CREATE or UPDATE of a scaler itself ([`crate::drift::deputy::SCALERS`]):
+/// it usually carries no tracking metadata, yet it makes the HPA controller
+/// (a trusted identity) write a managed target's replicas.
+const SCALER_WRITE: &str = "(request.operation != 'DELETE' && (!has(request.subResource) || request.subResource == '') && ((request.resource.group == 'autoscaling' && request.resource.resource == 'horizontalpodautoscalers') || (request.resource.group == 'keda.sh' && request.resource.resource == 'scaledobjects')))";
+
 /// A CREATE of an object itself (not an Eviction or a TokenRequest): it may
 /// be one an Application or a Kustomization lists (`plannedCreates: guard`).
 const CREATE_OF_AN_OBJECT: &str =
@@ -186,6 +191,7 @@ pub fn identity_condition(policy: &Policy) -> (Option<MatchCondition>, Vec<Strin
 
 /// True for the writes whose decision can be other than "out of scope":
 /// `scale` writes (a Scale carries no labels; driftguard reads the parent),
+/// scaler writes (judged as the scale write they cause on their target),
 /// with Argo CD on, DELETEs of Namespaces (an Application's destination), and
 /// objects whose stored (`oldObject`: also a write that removes the
 /// metadata) or incoming (`object`: a CREATE that adds it) version carries
@@ -195,6 +201,7 @@ pub fn identity_condition(policy: &Policy) -> (Option<MatchCondition>, Vec<Strin
 fn managed_expression(policy: &Policy) -> String {
     let mut terms = vec![
         "(has(request.subResource) && request.subResource == 'scale')".to_owned(),
+        SCALER_WRITE.to_owned(),
         EXEMPTS_A_NAMESPACE.to_owned(),
     ];
     if policy.argocd.is_some() {
@@ -394,7 +401,7 @@ mod tests {
             expression(&c.validating, "only-gitops-managed-objects"),
             format!(
                 "(has(request.subResource) && request.subResource == 'scale') \
-             || {EXEMPTS_A_NAMESPACE} \
+             || {SCALER_WRITE} || {EXEMPTS_A_NAMESPACE} \
              || (request.operation == 'DELETE' && request.resource.group == '' && request.resource.resource == 'namespaces') \
              || (oldObject != null && ((has(oldObject.metadata.annotations) && ('argocd.argoproj.io/tracking-id' in oldObject.metadata.annotations)) \
              || (has(oldObject.metadata.labels) && ('app.kubernetes.io/instance' in oldObject.metadata.labels \
@@ -411,7 +418,7 @@ mod tests {
             expression(&c.validating, "only-gitops-managed-objects"),
             format!(
                 "(has(request.subResource) && request.subResource == 'scale') \
-             || {EXEMPTS_A_NAMESPACE} \
+             || {SCALER_WRITE} || {EXEMPTS_A_NAMESPACE} \
              || (request.operation == 'DELETE' && request.resource.group == '' && request.resource.resource == 'namespaces') \
              || (oldObject != null && ((has(oldObject.metadata.annotations) && ('example.com/owner' in oldObject.metadata.annotations)))) \
              || (object != null && ((has(object.metadata.annotations) && ('example.com/owner' in object.metadata.annotations))))"
@@ -443,8 +450,25 @@ mod tests {
         assert_eq!(
             expression(&c.validating, "only-gitops-managed-objects"),
             format!(
-                "(has(request.subResource) && request.subResource == 'scale') || {EXEMPTS_A_NAMESPACE}"
+                "(has(request.subResource) && request.subResource == 'scale') || {SCALER_WRITE} || {EXEMPTS_A_NAMESPACE}"
             )
+        );
+    }
+
+    /// The condition names every scaler the decision judges as a deputy.
+    #[test]
+    fn every_scaler_is_sent() {
+        for (group, resource) in crate::drift::deputy::SCALERS {
+            assert!(
+                SCALER_WRITE.contains(&format!(
+                    "(request.resource.group == '{group}' && request.resource.resource == '{resource}')"
+                )),
+                "{group}/{resource}"
+            );
+        }
+        assert_eq!(
+            SCALER_WRITE.matches("request.resource.group ==").count(),
+            crate::drift::deputy::SCALERS.len()
         );
     }
 
