@@ -21,6 +21,14 @@ pub struct ReasonLabels {
     pub reason: &'static str,
 }
 
+/// Which policy is in force.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PolicyLabels {
+    pub digest: String,
+    pub source: String,
+    pub mode: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabels {
     pub result: &'static str,
@@ -43,6 +51,7 @@ pub struct Metrics {
     pub runtime_tasks: Gauge,
     pub sources_objects: Family<SourceLabels, Gauge>,
     pub sources_version_mismatch: Family<SourceLabels, Gauge>,
+    pub policy_info: Family<PolicyLabels, Gauge>,
     pub connections_open: Gauge,
     pub connections_evicted: Counter,
     pub connections_turned_away: Counter,
@@ -142,6 +151,12 @@ impl Default for Metrics {
             "1 while a watched Argo CD / Flux kind is served at another API version only (driftguard stays unready; see /readyz)",
             sources_version_mismatch.clone(),
         );
+        let policy_info = Family::<PolicyLabels, Gauge>::default();
+        registry.register(
+            "policy_info",
+            "1 for the policy in force: its sha256 digest, the file it came from and its default mode",
+            policy_info.clone(),
+        );
         let runtime_tasks = Gauge::default();
         registry.register(
             "runtime_tasks",
@@ -179,6 +194,7 @@ impl Default for Metrics {
             runtime_tasks,
             sources_objects,
             sources_version_mismatch,
+            policy_info,
             requests,
             rejected,
             decision_seconds,
@@ -197,6 +213,18 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// Shows `policy` as the one in force, and no other.
+    pub fn policy_in_force(&self, policy: &crate::policy::Policy) {
+        self.policy_info.clear();
+        self.policy_info
+            .get_or_create(&PolicyLabels {
+                digest: policy.digest.clone(),
+                source: policy.source.clone(),
+                mode: policy.mode.as_str(),
+            })
+            .set(1);
+    }
+
     pub fn reloaded(family: &Family<ResultLabels, Counter>, ok: bool) {
         family
             .get_or_create(&ResultLabels {

@@ -142,6 +142,18 @@ pub struct Policy {
     pub planned_creates: PlannedCreates,
     pub rules: RuleSet,
     pub applications: Vec<Application>,
+    /// Which policy this is: `sha256:` of the policy file's text, and the
+    /// file it came from (`/metrics` and `kubectl driftguard status` show
+    /// both, so anyone can tell which policy is in force).
+    pub digest: String,
+    pub source: String,
+}
+
+/// `sha256:<hex>` of a policy file's text, as `sha256sum` prints it.
+pub fn digest(text: &str) -> String {
+    let hash = ring::digest::digest(&ring::digest::SHA256, text.as_bytes());
+    let hex: String = hash.as_ref().iter().map(|b| format!("{b:02x}")).collect();
+    format!("sha256:{hex}")
 }
 
 impl Policy {
@@ -167,7 +179,11 @@ impl Policy {
         let rules = compile_rules(&parsed.ignore_differences, "ignoreDifferences", &[])
             .map_err(|(e, before)| PolicyError(locate::describe(file, text, &before, &e)))?;
         refuse_whole_object_rules(&parsed.ignore_differences, text, file)?;
-        Self::compile(&parsed, rules).map_err(|e| PolicyError(format!("{file}: {e}")))
+        let mut policy =
+            Self::compile(&parsed, rules).map_err(|e| PolicyError(format!("{file}: {e}")))?;
+        policy.digest = digest(text);
+        policy.source = file.to_owned();
+        Ok(policy)
     }
 
     fn compile(file: &PolicyFile, rules: RuleSet) -> Result<Self, FieldError> {
@@ -218,6 +234,8 @@ impl Policy {
             planned_creates: file.planned_creates,
             rules,
             applications: Vec::new(),
+            digest: String::new(),
+            source: String::new(),
         })
     }
 

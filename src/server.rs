@@ -203,6 +203,8 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         &config.source.argocd_applications,
     )?;
     notes.iter().for_each(|n| tracing::info!("{n}"));
+    tracing::info!(digest = %policy.digest, source = %policy.source, mode = policy.mode.as_str(), "policy in force");
+    metrics.policy_in_force(&policy);
     let policy = PolicyHandle::new(policy);
     health.policy_loaded.store(true, Ordering::SeqCst);
 

@@ -1192,6 +1192,46 @@ fn status_up_then_a_configuration_missing(e: &Env) -> Scenario {
     std::fs::write(&policy, POLICY).unwrap();
     failed?;
     counted("policy reloads 1 ok, 1 failed")?;
+    // Which policy is in force: the server's digest, compared with the
+    // ConfigMap the plugin reads (the chart's dg one holds another policy).
+    let out = e.plugin("admin", &["status", "--metrics-url", &url]);
+    let digest = driftguard::policy::digest(POLICY);
+    ensure!(
+        out.stdout.contains(&format!(
+            "Policy in force (server): {digest} from {}, mode enforce: DIFFERS from ConfigMap driftguard/dg-driftguard-policy",
+            policy.display()
+        )),
+        "status does not show the policy in force: {out}"
+    );
+    let out = e.plane.kubectl(
+        "admin",
+        &[
+            "-n",
+            "driftguard",
+            "create",
+            "configmap",
+            "same-policy",
+            &format!("--from-file=policy.yaml={}", policy.display()),
+        ],
+    );
+    ensure!(out.ok, "{out}");
+    let out = e.plugin(
+        "admin",
+        &[
+            "status",
+            "--metrics-url",
+            &url,
+            "--policy-configmap",
+            "driftguard/same-policy",
+        ],
+    );
+    ensure!(
+        out.stdout.contains(&format!(
+            "{digest} from {}, mode enforce: the same as ConfigMap driftguard/same-policy",
+            policy.display()
+        )),
+        "status does not match the server's policy with the ConfigMap's: {out}"
+    );
     // alice may not read webhook configurations: exit 2, naming what was forbidden.
     let out = e.plugin("alice", &["status"]);
     ensure!(

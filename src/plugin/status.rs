@@ -130,6 +130,7 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
         "healthy": healthy,
         "configurations": configurations,
         "policy": {"from": loaded.origin, "mode": loaded.policy.mode.as_str(),
+                   "digest": loaded.policy.digest,
                    "breakGlassEnabled": !loaded.policy.break_glass.allowed.is_empty()},
         "metrics": metrics,
         "recentDriftBlocked": blocked,
@@ -189,6 +190,24 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
             }
         );
         println!("Metrics: {}", super::shown(&report["metrics"]["text"]));
+        let server = &report["metrics"]["policyInForce"];
+        if server.is_object() {
+            let agrees = if report["policy"]["digest"] == server["digest"] {
+                format!("the same as {}", crate::text::printable(&loaded.origin))
+            } else {
+                format!(
+                    "{} {} (a reload is pending or was refused: see the policy reloads above)",
+                    paint("DIFFERS from", Color::Red),
+                    crate::text::printable(&loaded.origin)
+                )
+            };
+            println!(
+                "Policy in force (server): {} from {}, mode {}: {agrees}",
+                super::shown(&server["digest"]),
+                super::shown(&server["source"]),
+                super::shown(&server["mode"]),
+            );
+        }
         print_events(&report);
         super::reach::print(&report["trustedIdentityReach"]);
         println!(
@@ -366,6 +385,24 @@ fn sample_sum(text: &str, name: &str, label: &str) -> u64 {
         .sum::<f64>() as u64
 }
 
+/// The labels of `driftguard_policy_info ... 1`: the policy the server has
+/// in force (digest, source file, mode); `null` from a server without it.
+fn policy_in_force(text: &str) -> Value {
+    let Some(labels) = text.lines().find_map(|l| {
+        let rest = l.strip_prefix("driftguard_policy_info{")?;
+        let (labels, value) = rest.rsplit_once("} ")?;
+        (value.trim() == "1").then_some(labels)
+    }) else {
+        return Value::Null;
+    };
+    let label = |name: &str| {
+        let start = labels.find(&format!("{name}=\""))? + name.len() + 2;
+        let end = labels[start..].find('"')?;
+        Some(labels[start..start + end].to_owned())
+    };
+    json!({"digest": label("digest"), "source": label("source"), "mode": label("mode")})
+}
+
 /// The policy reload counters, decision timeouts and internal errors from
 /// driftguard's OpenMetrics, or why they could not be read (not a failure).
 fn metrics_report(from: &str, text: Result<String, String>) -> Value {
@@ -391,6 +428,7 @@ fn metrics_report(from: &str, text: Result<String, String>) -> Value {
     json!({
         "from": from,
         "reachable": true,
+        "policyInForce": policy_in_force(&text),
         "policyReloads": {"success": ok, "failure": failed},
         "decisionTimeouts": timeouts,
         "internalErrors": errors,
@@ -789,8 +827,13 @@ mod tests {
             driftguard_policy_reloads_total{result=\"success\"} 3\n\
             driftguard_policy_reloads_total{result=\"failure\"} 1\n\
             driftguard_decision_timeouts_total 2\n\
-            driftguard_internal_errors_total 0\n# EOF\n";
+            driftguard_internal_errors_total 0\n\
+            driftguard_policy_info{digest=\"sha256:ab\",source=\"/etc/driftguard/policy.yaml\",mode=\"warn\"} 1\n# EOF\n";
         let r = metrics_report("here", Ok(text.into()));
+        assert_eq!(
+            r["policyInForce"],
+            json!({"digest": "sha256:ab", "source": "/etc/driftguard/policy.yaml", "mode": "warn"})
+        );
         assert_eq!(r["policyReloads"]["success"], 3);
         assert_eq!(r["policyReloads"]["failure"], 1);
         assert_eq!(r["decisionTimeouts"], 2);

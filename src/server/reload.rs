@@ -89,9 +89,10 @@ fn reload_policy(
     match policy::load_sources(Some(policy_path), app_paths) {
         Ok((policy, notes)) => {
             notes.iter().for_each(|n| tracing::info!("{n}"));
+            metrics.policy_in_force(&policy);
+            tracing::info!(path = %policy_path.display(), digest = %policy.digest, mode = policy.mode.as_str(), "policy reloaded");
             handle.replace(policy);
             Metrics::reloaded(&metrics.policy_reloads, true);
-            tracing::info!(path = %policy_path.display(), "policy reloaded");
             true
         }
         Err(e) => {
@@ -144,12 +145,26 @@ mod tests {
         let metrics = Metrics::default();
         assert!(reload_policy(&path, &[], &handle, &metrics));
         assert_eq!(handle.current().mode, policy::Mode::Warn);
+        let in_force = format!(
+            "driftguard_policy_info{{digest=\"{}\",source=\"{}\",mode=\"warn\"}} 1",
+            policy::digest(good),
+            path.display()
+        );
+        assert!(metrics.encode().contains(&in_force), "{}", metrics.encode());
 
         let bad = "mode: audit\nignoreDifferences:\n  - kind: Service\n    jqPathExpressions: ['last(range(1e12)) as $x | .spec']\n";
         std::fs::write(&path, bad).unwrap();
         assert!(!reload_policy(&path, &[], &handle, &metrics));
         let kept = handle.current();
         assert_eq!(kept.mode, policy::Mode::Warn, "the last good policy stays");
+        assert!(
+            metrics.encode().contains(&in_force),
+            "the refused one is never shown in force"
+        );
+        assert_eq!(
+            metrics.encode().matches("driftguard_policy_info{").count(),
+            1
+        );
         assert_eq!(
             kept.rules.iter().next().unwrap().jq[0].source(),
             ".spec.clusterIP"
