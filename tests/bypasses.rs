@@ -870,3 +870,39 @@ fn deleting_a_crd_with_managed_custom_resources_is_refused() {
     );
     assert_eq!(d.finding, Finding::DeleteByHand);
 }
+
+/// A Flux tenant's account (the one its Kustomization impersonates) may
+/// delete a namespace holding only its own objects, never one that also
+/// holds another tenant's.
+#[test]
+fn a_tenants_account_cannot_delete_another_tenants_objects_with_a_namespace() {
+    use driftguard::sources::{FluxKind, flux_from_value};
+    let tenant = |name: &str| {
+        let k = json!({"metadata": {"name": name, "namespace": name},
+            "spec": {"serviceAccountName": "reconciler"}});
+        std::sync::Arc::new(flux_from_value(FluxKind::Kustomization, &k).unwrap())
+    };
+    let of = |name: &str| Manager::FluxKustomization {
+        namespace: name.into(),
+        name: name.into(),
+    };
+    let sources = |objects: &[(&str, Manager)]| driftguard::sources::Sources {
+        flux: vec![tenant("tenant-a"), tenant("tenant-b")],
+        ..listing(objects)
+    };
+    let review = Review::delete(untracked_namespace("shared"))
+        .by("system:serviceaccount:tenant-a:reconciler", &[]);
+    let own = sources(&[("/ConfigMap:shared/a", of("tenant-a"))]);
+    let d = judged_with(&Policy::embedded(), &review, &own);
+    assert_eq!(
+        (d.finding, d.verdict),
+        (Finding::Controller, Verdict::Allow)
+    );
+    let both = sources(&[
+        ("/ConfigMap:shared/a", of("tenant-a")),
+        ("/ConfigMap:shared/b", of("tenant-b")),
+    ]);
+    let d = judged_with(&Policy::embedded(), &review, &both);
+    assert_eq!(d.verdict, Verdict::Deny, "{d:?}");
+    assert_eq!(d.manager, Some(of("tenant-b")));
+}

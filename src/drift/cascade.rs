@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use super::{
     Context, Decision, Finding, Inputs, Manager, Operation, Request, Sources, apply_break_glass,
-    breakglass, detects, identity_allows, set_manager, verdict_for,
+    breakglass, detects, exemption, set_manager, verdict_for,
 };
 use crate::policy::{Mode, Policy};
 
@@ -80,16 +80,23 @@ pub(super) fn guard(policy: &Policy, req: &Request, ctx: &Context, d: Decision) 
     };
     let mut d = d;
     d.notes.push(format!("itself out of scope: {why}"));
-    set_manager(policy, ctx, &mut d, cascade.managers[0].clone());
     d.mode = cascade
         .objects
         .iter()
         .map(|o| policy.mode_for_namespace(namespace_of(o)))
         .max()
         .unwrap_or(Mode::Enforce);
-    if identity_allows(policy, ctx, req, &mut d) {
+    // Exempt only for every manager: a Flux tenant's account may delete its
+    // own objects, never another tool's or tenant's along with them.
+    let exempt_for =
+        |m: &Manager| exemption(policy, ctx.sources, Some(m), req.username, req.groups);
+    let Some(unexempt) = cascade.managers.iter().find(|m| exempt_for(m).is_none()) else {
+        let first = &cascade.managers[0];
+        d.finding = exempt_for(first).expect("exempt for every manager");
+        set_manager(policy, ctx, &mut d, first.clone());
         return d;
-    }
+    };
+    set_manager(policy, ctx, &mut d, unexempt.clone());
     let stored = Inputs::read(old, policy);
     let bg = breakglass::evaluate(&stored, None, req.username, req.groups, policy, ctx.now);
     d.finding = Finding::DeleteCascade(cascade.describe());
@@ -106,12 +113,18 @@ fn namespace_of(key: &str) -> &str {
         .map_or("", |(ns, _)| ns)
 }
 
-/// The group and kind whose objects a CRD DELETE removes: the stored CRD's
-/// `spec.group` and `spec.names.kind`.
-fn crd_kind(old: &Value) -> Option<(&str, &str)> {
+/// The `group/Kind`s whose objects a CRD DELETE removes: the stored CRD's
+/// `spec.group` with `spec.names.kind` and with the kind the apiserver
+/// serves (`status.acceptedNames.kind`), which differ while a renamed kind
+/// is not yet accepted (a write to an untracked CRD is not judged).
+fn crd_kinds(old: &Value) -> Option<Vec<String>> {
     let group = old.pointer("/spec/group")?.as_str()?;
-    let kind = old.pointer("/spec/names/kind")?.as_str()?;
-    Some((group, kind))
+    let kinds = ["/spec/names/kind", "/status/acceptedNames/kind"]
+        .into_iter()
+        .filter_map(|p| old.pointer(p)?.as_str())
+        .map(|kind| format!("{group}/{kind}"))
+        .collect::<Vec<_>>();
+    (!kinds.is_empty()).then_some(kinds)
 }
 
 /// The managed objects a DELETE of a Namespace or a CRD would take with it,
@@ -124,16 +137,18 @@ pub fn lost(policy: &Policy, req: &Request, sources: &Sources) -> Option<Cascade
         return None;
     }
     // The namespace, or the `group/Kind`, of the objects it takes with it.
-    let (namespace, group_kind) = match (req.resource_group, req.resource) {
+    let (namespace, group_kinds) = match (req.resource_group, req.resource) {
         ("", "namespaces") => (Some(req.name), None),
         ("apiextensions.k8s.io", "customresourcedefinitions") => {
-            let (group, kind) = crd_kind(req.old_object?)?;
-            (None, Some(format!("{group}/{kind}")))
+            (None, Some(crd_kinds(req.old_object?)?))
         }
         _ => return None,
     };
     let matches = |gk: &str, ns: &str| {
-        namespace.is_none_or(|n| n == ns) && group_kind.as_deref().is_none_or(|g| g == gk)
+        namespace.is_none_or(|n| n == ns)
+            && group_kinds
+                .as_ref()
+                .is_none_or(|kinds| kinds.iter().any(|k| k == gk))
     };
     let mut objects: Vec<(&String, &Manager)> = sources
         .planned
@@ -230,6 +245,19 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.objects, ["example.com/Widget:other/w"]);
+        // The kind it still serves counts, renamed or not.
+        let renamed = json!({"spec": {"group": "example.com", "names": {"kind": "Thing"}},
+            "status": {"acceptedNames": {"kind": "Widget"}}});
+        let req = delete(
+            "apiextensions.k8s.io",
+            "customresourcedefinitions",
+            "widgets.example.com",
+            &renamed,
+        );
+        assert_eq!(
+            lost(&policy, &req, &s).unwrap().objects,
+            ["example.com/Widget:other/w"]
+        );
         let unused = json!({"spec": {"group": "example.com", "names": {"kind": "Thing"}}});
         let req = delete(
             "apiextensions.k8s.io",
