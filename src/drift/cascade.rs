@@ -62,8 +62,10 @@ impl Cascade {
 /// A Namespace or CRD DELETE that the rest of the decision found out of
 /// scope (the Namespace or CRD is not itself managed): refused, like a
 /// manual delete of what it takes with it, when that holds managed objects.
-/// Judged as a delete of them: the tools' and trusted identities pass, an
-/// authorized break-glass on the Namespace or CRD passes, and the mode is
+/// Judged as a delete of them: an identity exempt for every one of their
+/// managers passes (controllers, trusted identities, a tool's sync account
+/// for its own objects only), an authorized break-glass on the Namespace or
+/// CRD passes, and the mode is
 /// the policy's strictest for the namespaces they live in (never a
 /// `driftguard.io/mode` annotation on the untracked Namespace or CRD: no
 /// write to that is judged, so it is no input).
@@ -90,13 +92,17 @@ pub(super) fn guard(policy: &Policy, req: &Request, ctx: &Context, d: Decision) 
     // own objects, never another tool's or tenant's along with them.
     let exempt_for =
         |m: &Manager| exemption(policy, ctx.sources, Some(m), req.username, req.groups);
-    let Some(unexempt) = cascade.managers.iter().find(|m| exempt_for(m).is_none()) else {
-        let first = &cascade.managers[0];
-        d.finding = exempt_for(first).expect("exempt for every manager");
-        set_manager(policy, ctx, &mut d, first.clone());
+    let unexempt = cascade.managers.iter().find(|m| exempt_for(m).is_none());
+    let Some(manager) = unexempt.or(cascade.managers.first()) else {
         return d;
     };
-    set_manager(policy, ctx, &mut d, unexempt.clone());
+    set_manager(policy, ctx, &mut d, manager.clone());
+    if unexempt.is_none()
+        && let Some(finding) = exempt_for(manager)
+    {
+        d.finding = finding;
+        return d;
+    }
     let stored = Inputs::read(old, policy);
     let bg = breakglass::evaluate(&stored, None, req.username, req.groups, policy, ctx.now);
     d.finding = Finding::DeleteCascade(cascade.describe());
