@@ -906,3 +906,51 @@ fn a_tenants_account_cannot_delete_another_tenants_objects_with_a_namespace() {
     assert_eq!(d.verdict, Verdict::Deny, "{d:?}");
     assert_eq!(d.manager, Some(of("tenant-b")));
 }
+
+/// A HelmRelease's objects are listed nowhere: they live in its release
+/// namespace, so deleting that namespace is refused while it is watched.
+#[test]
+fn deleting_a_helm_releases_target_namespace_is_refused() {
+    use driftguard::sources::{FluxKind, flux_from_value};
+    let release = |spec: Value| {
+        let hr = json!({"metadata": {"name": "redis", "namespace": "flux-system"}, "spec": spec});
+        std::sync::Arc::new(flux_from_value(FluxKind::HelmRelease, &hr).unwrap())
+    };
+    let sources = driftguard::sources::Sources {
+        flux: vec![release(json!({"targetNamespace": "cache"}))],
+        ..Default::default()
+    };
+    let out = outcome_with(
+        &Policy::embedded(),
+        &Review::delete(untracked_namespace("cache")),
+        &sources,
+    );
+    assert!(!out.allowed(), "{:?}", out.decision);
+    assert!(
+        out.message().contains(
+            "deletes 1 managed object (the release of Flux HelmRelease flux-system/redis"
+        ),
+        "{}",
+        out.message()
+    );
+    let helm = "system:serviceaccount:flux-system:helm-controller";
+    let d = judged_with(
+        &Policy::embedded(),
+        &Review::delete(untracked_namespace("cache")).by(helm, &[]),
+        &sources,
+    );
+    assert_eq!(d.verdict, Verdict::Allow);
+    // Without a targetNamespace, the release goes where the HelmRelease is.
+    let own = driftguard::sources::Sources {
+        flux: vec![release(json!({}))],
+        ..Default::default()
+    };
+    for (namespace, refused) in [("flux-system", true), ("cache", false)] {
+        let d = judged_with(
+            &Policy::embedded(),
+            &Review::delete(untracked_namespace(namespace)),
+            &own,
+        );
+        assert_eq!(d.verdict == Verdict::Deny, refused, "{namespace}: {d:?}");
+    }
+}

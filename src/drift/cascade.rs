@@ -6,8 +6,10 @@
 //!
 //! What is managed comes from the tools' own records in the source cache
 //! ([`Sources::planned`]: Applications' `status.resources`, Kustomizations'
-//! `status.inventory`), read with no I/O. An object whose Application or
-//! Kustomization is not watched by this driftguard is not in them.
+//! `status.inventory`) and the watched HelmReleases' release namespaces
+//! (Flux lists a release's objects nowhere), read with no I/O. An object
+//! whose Application, Kustomization or HelmRelease this driftguard does not
+//! watch is not in them.
 
 use serde_json::Value;
 
@@ -27,6 +29,8 @@ pub struct Cascade {
     pub objects: Vec<String>,
     /// Who manages them, in the order of `objects`, each once.
     pub managers: Vec<Manager>,
+    /// The namespaces they live in (empty: cluster-scoped), for the mode.
+    pub namespaces: Vec<String>,
 }
 
 impl Cascade {
@@ -83,9 +87,9 @@ pub(super) fn guard(policy: &Policy, req: &Request, ctx: &Context, d: Decision) 
     let mut d = d;
     d.notes.push(format!("itself out of scope: {why}"));
     d.mode = cascade
-        .objects
+        .namespaces
         .iter()
-        .map(|o| policy.mode_for_namespace(namespace_of(o)))
+        .map(|ns| policy.mode_for_namespace(ns))
         .max()
         .unwrap_or(Mode::Enforce);
     // Exempt only for every manager: a Flux tenant's account may delete its
@@ -156,7 +160,7 @@ pub fn lost(policy: &Policy, req: &Request, sources: &Sources) -> Option<Cascade
                 .as_ref()
                 .is_none_or(|kinds| kinds.iter().any(|k| k == gk))
     };
-    let mut objects: Vec<(&String, &Manager)> = sources
+    let objects: Vec<(&String, &Manager)> = sources
         .planned
         .iter()
         .filter(|(_, by)| detects(policy, by))
@@ -165,19 +169,50 @@ pub fn lost(policy: &Policy, req: &Request, sources: &Sources) -> Option<Cascade
                 .is_some_and(|(gk, _)| matches(gk, namespace_of(key)))
         })
         .collect();
+    let mut objects: Vec<(String, Manager)> = objects
+        .into_iter()
+        .map(|(k, m)| (k.clone(), m.clone()))
+        .collect();
+    // A HelmRelease's objects: Flux lists them nowhere, but they live in its
+    // release namespace (what helm-controller installed there goes with it).
+    if let Some(namespace) = namespace.filter(|_| policy.flux) {
+        objects.extend(
+            sources
+                .flux
+                .iter()
+                .filter(|f| f.release_namespace.as_deref() == Some(namespace))
+                .map(|f| {
+                    let by = Manager::FluxHelmRelease {
+                        namespace: f.namespace.clone(),
+                        name: f.name.clone(),
+                    };
+                    (format!("the release of {by}"), by)
+                }),
+        );
+    }
     if objects.is_empty() {
         return None;
     }
-    objects.sort_by(|a, b| a.0.cmp(b.0));
+    objects.sort_by(|a, b| a.0.cmp(&b.0));
     let mut managers: Vec<Manager> = Vec::new();
     for (_, m) in &objects {
         if !managers.contains(m) {
-            managers.push((*m).clone());
+            managers.push(m.clone());
         }
     }
+    let mut namespaces: Vec<String> = match namespace {
+        Some(ns) => vec![ns.to_owned()],
+        None => objects
+            .iter()
+            .map(|(k, _)| namespace_of(k).to_owned())
+            .collect(),
+    };
+    namespaces.sort();
+    namespaces.dedup();
     Some(Cascade {
-        objects: objects.into_iter().map(|(k, _)| k.clone()).collect(),
+        objects: objects.into_iter().map(|(k, _)| k).collect(),
         managers,
+        namespaces,
     })
 }
 
@@ -290,6 +325,7 @@ mod tests {
         let c = Cascade {
             objects: (0..5).map(|i| format!("/ConfigMap:team/c{i}")).collect(),
             managers: vec![flux("apps"), flux("infra"), flux("db")],
+            namespaces: vec!["team".into()],
         };
         assert_eq!(
             c.describe(),
@@ -299,6 +335,7 @@ mod tests {
         let one = Cascade {
             objects: vec!["/ConfigMap:team/c0".into()],
             managers: vec![flux("apps")],
+            namespaces: vec!["team".into()],
         };
         assert_eq!(
             one.describe(),
