@@ -134,6 +134,9 @@ fn denial(view: &Request, d: &Decision) -> String {
         Finding::DeleteDestination => format!(
             "{obj} is the destination namespace of {manager}, whose objects live there; only {tool} may delete (prune) it."
         ),
+        Finding::DeleteCascade(lost) => {
+            format!("deleting {obj} deletes {lost} with it, and those deletes are never judged.")
+        }
         Finding::CreateWithTracking => format!(
             "{obj} carries {tool} tracking metadata of {manager}; only {tool} may create it."
         ),
@@ -188,7 +191,13 @@ fn denial(view: &Request, d: &Decision) -> String {
             view.operation.as_str()
         ),
     };
-    let fix = format!("Change it in Git and let {tool} sync it");
+    let fix = match d.finding {
+        Finding::DeleteCascade(_) => format!(
+            "Remove them from Git and let {tool} prune them first (or delete the Application or \
+             Kustomization that manages them, whose finalizer or prune deletes them)"
+        ),
+        _ => format!("Change it in Git and let {tool} sync it"),
+    };
     let glass = match d.break_glass_max {
         Some(max) if d.finding != Finding::BreakGlassUnauthorized => format!(
             "; in an emergency, if you are authorized, annotate it {REASON}=<reason> and {EXPIRES}=<RFC 3339 time, at most {max:#} ahead>"

@@ -2,6 +2,7 @@
 //! passes `now`, and the scale parent when it has one.
 
 pub mod breakglass;
+pub mod cascade;
 pub mod deputy;
 pub mod excluded;
 pub mod inputs;
@@ -105,6 +106,9 @@ pub enum Finding {
     /// A DELETE of a Namespace that is not itself tracked but is the
     /// destination of an Argo CD Application: pruning it is Argo CD's call.
     DeleteDestination,
+    /// A DELETE of a Namespace or a CRD that is not itself managed, but would
+    /// take managed objects with it ([`cascade`]), described here.
+    DeleteCascade(String),
     CreateWithTracking,
     BreakGlassUnauthorized,
     BreakGlassInvalid(String),
@@ -139,6 +143,7 @@ impl Finding {
             Finding::Drift => "drift",
             Finding::DeleteByHand => "manual-delete",
             Finding::DeleteDestination => "manual-delete-destination",
+            Finding::DeleteCascade(_) => "manual-delete-cascade",
             Finding::CreateWithTracking => "manual-create",
             Finding::BreakGlassUnauthorized => "break-glass-unauthorized",
             Finding::BreakGlassInvalid(_) => "break-glass-invalid",
@@ -157,6 +162,7 @@ impl Finding {
             Finding::Drift
                 | Finding::DeleteByHand
                 | Finding::DeleteDestination
+                | Finding::DeleteCascade(_)
                 | Finding::CreateWithTracking
                 | Finding::BreakGlassUnauthorized
                 | Finding::BreakGlassInvalid(_)
@@ -296,7 +302,9 @@ pub struct Context<'a> {
 
 pub fn decide(policy: &Policy, req: &Request, ctx: &Context) -> Result<Decision, DecideError> {
     let d = decide_object(policy, req, ctx)?;
-    // A scaler out of scope itself may still drive a managed object.
+    // A Namespace or CRD delete out of scope itself may take managed
+    // objects with it; a scaler out of scope may still drive one.
+    let d = cascade::guard(policy, req, ctx, d);
     deputy::judge(policy, req, ctx, d)
 }
 
@@ -596,7 +604,17 @@ fn planned_by<'s>(
     }
     let name = new.pointer("/metadata/name").and_then(Value::as_str)?;
     let key = crate::policy::planned::key(req.group, req.kind, req.namespace, name);
-    planned.get(&key)
+    planned.get(&key).filter(|by| detects(policy, by))
+}
+
+/// Whether the policy enables `manager`'s detector: the registration sends
+/// what only its records make managed (untracked CREATEs, Namespace and CRD
+/// DELETEs) only then, so its records count only then.
+fn detects(policy: &Policy, manager: &Manager) -> bool {
+    match manager {
+        Manager::ArgoCd { .. } => policy.argocd.is_some(),
+        Manager::FluxKustomization { .. } | Manager::FluxHelmRelease { .. } => policy.flux,
+    }
 }
 
 /// With `gitops.argocd.installationID` set, whether an Argo CD-tracked

@@ -93,6 +93,8 @@ struct Meta {
 #[serde(default, rename_all = "camelCase")]
 struct FluxSpec {
     service_account_name: Option<String>,
+    /// HelmRelease: where the release's objects go (its own namespace when unset).
+    target_namespace: Option<String>,
     /// Kustomization: where its manifests come from.
     source_ref: Option<SourceRef>,
     path: Option<String>,
@@ -242,6 +244,14 @@ pub fn flux_from_value(kind: FluxKind, value: &Value) -> Result<FluxSource, Sour
             )?,
         });
     }
+    let release_namespace = match kind {
+        FluxKind::HelmRelease => Some(
+            given(&spec.target_namespace)
+                .unwrap_or(&namespace)
+                .to_owned(),
+        ),
+        FluxKind::Kustomization => None,
+    };
     Ok(FluxSource {
         kind,
         namespace,
@@ -249,6 +259,7 @@ pub fn flux_from_value(kind: FluxKind, value: &Value) -> Result<FluxSource, Sour
         service_account,
         source,
         rules,
+        release_namespace,
     })
 }
 

@@ -473,6 +473,22 @@ fn judged_with(
         .decision
 }
 
+fn outcome_with(
+    policy: &Policy,
+    review: &Review,
+    sources: &driftguard::sources::Sources,
+) -> Outcome {
+    let body = serde_json::to_vec(&review.body()).unwrap();
+    let req = driftguard::review::parse(&body).unwrap();
+    let judged =
+        driftguard::judge_request(policy, &req, Endpoint::Validate, None, Some(sources), now())
+            .unwrap();
+    Outcome {
+        response: serde_json::from_slice(&judged.to_json()).unwrap(),
+        decision: judged.decision,
+    }
+}
+
 /// Pre-creating an object Git is about to add: Argo CD (or Flux) would adopt
 /// it with whatever the person put in it. The tools' records list it.
 #[test]
@@ -913,5 +929,309 @@ fn an_owner_added_to_a_managed_object_is_drift() {
             "{:?}",
             out.decision
         );
+    }
+}
+
+fn kustomization(name: &str) -> Manager {
+    Manager::FluxKustomization {
+        namespace: "flux-system".into(),
+        name: name.into(),
+    }
+}
+
+/// The tools' records, as the source cache builds them.
+fn listing(objects: &[(&str, Manager)]) -> driftguard::sources::Sources {
+    driftguard::sources::Sources {
+        planned: std::sync::Arc::new(
+            objects
+                .iter()
+                .map(|(k, m)| (k.to_string(), m.clone()))
+                .collect(),
+        ),
+        ..Default::default()
+    }
+}
+
+fn untracked_namespace(name: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name},
+           "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}})
+}
+
+/// A Namespace DELETE: the namespace controller then deletes what is in it
+/// as a trusted identity, so the Namespace delete is where it is judged.
+#[test]
+fn deleting_a_namespace_that_holds_flux_objects_is_refused() {
+    let sources = listing(&[
+        ("apps/Deployment:team/web", kustomization("apps")),
+        ("/ConfigMap:team/web-config", kustomization("apps")),
+        ("/ConfigMap:other/x", kustomization("apps")),
+    ]);
+    let team = untracked_namespace("team");
+    let out = outcome_with(&Policy::embedded(), &Review::delete(team.clone()), &sources);
+    assert!(!out.allowed(), "{:?}", out.decision);
+    assert_eq!(
+        out.decision.finding,
+        Finding::DeleteCascade(
+            "2 managed objects (/ConfigMap:team/web-config, apps/Deployment:team/web, \
+             managed by Flux Kustomization flux-system/apps)"
+                .into()
+        )
+    );
+    assert_eq!(out.decision.manager, Some(kustomization("apps")));
+    let message = out.message();
+    for part in [
+        "deleting Namespace production/team deletes 2 managed objects",
+        "Flux Kustomization flux-system/apps",
+        "Remove them from Git",
+        "break-glass is disabled",
+    ] {
+        assert!(message.contains(part), "{part}: {message}");
+    }
+    // An empty namespace, or one holding only unmanaged objects, is not guarded.
+    let d = judged_with(
+        &Policy::embedded(),
+        &Review::delete(untracked_namespace("empty")),
+        &sources,
+    );
+    assert!(matches!(d.finding, Finding::OutOfScope(_)), "{d:?}");
+    // The Flux controller may; so may trusted identities.
+    for user in [
+        "system:serviceaccount:flux-system:kustomize-controller",
+        "system:serviceaccount:kube-system:namespace-controller",
+    ] {
+        let d = judged_with(
+            &Policy::embedded(),
+            &Review::delete(team.clone()).by(user, &[]),
+            &sources,
+        );
+        assert_eq!(d.verdict, Verdict::Allow, "{user}: {d:?}");
+    }
+    // The namespace controller's own deletes of what is in it stay trusted.
+    let mut web = deployment();
+    web["metadata"] = json!({"name": "web", "namespace": "team",
+        "labels": {"kustomize.toolkit.fluxcd.io/name": "apps", "kustomize.toolkit.fluxcd.io/namespace": "flux-system"}});
+    let d = judged_with(
+        &Policy::embedded(),
+        &Review::delete(web).by(
+            "system:serviceaccount:kube-system:namespace-controller",
+            &[],
+        ),
+        &sources,
+    );
+    assert_eq!((d.finding, d.verdict), (Finding::Trusted, Verdict::Allow));
+    // Modes as for a manual delete of those objects: the policy's mode for
+    // their namespace, never an annotation on the untracked Namespace.
+    let d = judged_with(
+        &policy_with("mode: warn\n"),
+        &Review::delete(team.clone()),
+        &sources,
+    );
+    assert_eq!(d.verdict, Verdict::Warn, "{d:?}");
+    let planted = with(
+        &team,
+        "/metadata/annotations",
+        json!({"driftguard.io/mode": "audit"}),
+    );
+    let d = judged_with(&Policy::embedded(), &Review::delete(planted), &sources);
+    assert_eq!(d.verdict, Verdict::Deny, "{d:?}");
+    // Break-glass on the Namespace, by an authorized identity.
+    let glass = with(
+        &team,
+        "/metadata/annotations",
+        json!({"driftguard.io/break-glass": "INC-7 wrong cluster",
+               "driftguard.io/break-glass-expires": "2026-11-29T11:30:00Z"}),
+    );
+    let oncall = policy_with("breakGlass:\n  allowedGroups: [sre-oncall]\n  maxDuration: 2h\n");
+    let d = judged_with(
+        &oncall,
+        &Review::delete(glass.clone()).by("sam", &["sre-oncall"]),
+        &sources,
+    );
+    assert_eq!(
+        (d.finding, d.verdict),
+        (Finding::BreakGlass, Verdict::Allow)
+    );
+    let d = judged_with(&oncall, &Review::delete(glass), &sources);
+    assert_eq!(d.verdict, Verdict::Deny, "{d:?}");
+    // With the Flux detector off, Flux's records say nothing (nor is the
+    // delete sent).
+    let flux_off = policy_with("gitops: {flux: {enabled: false}}\n");
+    let d = judged_with(&flux_off, &Review::delete(team), &sources);
+    assert!(matches!(d.finding, Finding::OutOfScope(_)), "{d:?}");
+}
+
+/// An Application whose destination is another namespace still lists, in
+/// its `status.resources`, what it deployed here.
+#[test]
+fn deleting_a_namespace_that_holds_an_applications_objects_elsewhere_is_refused() {
+    let sources = listing(&[
+        ("apps/Deployment:production/web", myapp()),
+        ("/Service:payments/api", myapp()),
+    ]);
+    let policy = seed_policy().with_applications(seed_application());
+    let d = judged_with(
+        &policy,
+        &Review::delete(untracked_namespace("payments")),
+        &sources,
+    );
+    assert_eq!(d.verdict, Verdict::Deny, "{d:?}");
+    assert_eq!(
+        d.finding,
+        Finding::DeleteCascade(
+            "1 managed object (/Service:payments/api, managed by Argo CD application argocd/myapp)"
+                .into()
+        )
+    );
+    // The destination guard still applies, and first.
+    let d = judged_with(
+        &policy,
+        &Review::delete(untracked_namespace("production")),
+        &sources,
+    );
+    assert_eq!(d.finding, Finding::DeleteDestination);
+    let argo = Review::delete(untracked_namespace("payments")).by(
+        "system:serviceaccount:argocd:argocd-application-controller",
+        &[],
+    );
+    assert_eq!(
+        judged_with(&policy, &argo, &sources).verdict,
+        Verdict::Allow
+    );
+}
+
+fn crd(group: &str, kind: &str, plural: &str) -> Value {
+    json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+           "metadata": {"name": format!("{plural}.{group}")},
+           "spec": {"group": group, "scope": "Namespaced",
+                    "names": {"kind": kind, "plural": plural, "singular": kind.to_lowercase()},
+                    "versions": [{"name": "v1", "served": true, "storage": true}]}})
+}
+
+/// A CRD DELETE: the apiserver deletes its custom resources with no
+/// admission call at all.
+#[test]
+fn deleting_a_crd_with_managed_custom_resources_is_refused() {
+    let sources = listing(&[
+        ("example.com/Widget:team/w1", kustomization("apps")),
+        ("example.com/Widget:other/w2", myapp()),
+    ]);
+    let widgets = crd("example.com", "Widget", "widgets");
+    let out = outcome_with(
+        &Policy::embedded(),
+        &Review::delete(widgets.clone()),
+        &sources,
+    );
+    assert!(!out.allowed(), "{:?}", out.decision);
+    assert!(
+        out.message().contains(
+            "deleting CustomResourceDefinition production/widgets.example.com deletes 2 managed objects \
+             (example.com/Widget:other/w2, example.com/Widget:team/w1, managed by Argo CD application \
+             argocd/myapp and 1 other)"
+        ),
+        "{}",
+        out.message()
+    );
+    // Without managed custom resources, or for another kind: allowed.
+    let gadgets = crd("example.com", "Gadget", "gadgets");
+    let d = judged_with(&Policy::embedded(), &Review::delete(gadgets), &sources);
+    assert!(matches!(d.finding, Finding::OutOfScope(_)), "{d:?}");
+    let elsewhere = crd("other.example.com", "Widget", "widgets");
+    let d = judged_with(&Policy::embedded(), &Review::delete(elsewhere), &sources);
+    assert!(matches!(d.finding, Finding::OutOfScope(_)), "{d:?}");
+    // A CRD that is itself managed is judged as before: a manual delete.
+    let managed = with(
+        &widgets,
+        "/metadata/labels",
+        json!({"kustomize.toolkit.fluxcd.io/name": "crds", "kustomize.toolkit.fluxcd.io/namespace": "flux-system"}),
+    );
+    let d = judged_with(
+        &Policy::embedded(),
+        &Review::delete(managed),
+        &Default::default(),
+    );
+    assert_eq!(d.finding, Finding::DeleteByHand);
+}
+
+/// A Flux tenant's account (the one its Kustomization impersonates) may
+/// delete a namespace holding only its own objects, never one that also
+/// holds another tenant's.
+#[test]
+fn a_tenants_account_cannot_delete_another_tenants_objects_with_a_namespace() {
+    use driftguard::sources::{FluxKind, flux_from_value};
+    let tenant = |name: &str| {
+        let k = json!({"metadata": {"name": name, "namespace": name},
+            "spec": {"serviceAccountName": "reconciler"}});
+        std::sync::Arc::new(flux_from_value(FluxKind::Kustomization, &k).unwrap())
+    };
+    let of = |name: &str| Manager::FluxKustomization {
+        namespace: name.into(),
+        name: name.into(),
+    };
+    let sources = |objects: &[(&str, Manager)]| driftguard::sources::Sources {
+        flux: vec![tenant("tenant-a"), tenant("tenant-b")],
+        ..listing(objects)
+    };
+    let review = Review::delete(untracked_namespace("shared"))
+        .by("system:serviceaccount:tenant-a:reconciler", &[]);
+    let own = sources(&[("/ConfigMap:shared/a", of("tenant-a"))]);
+    let d = judged_with(&Policy::embedded(), &review, &own);
+    assert_eq!(
+        (d.finding, d.verdict),
+        (Finding::Controller, Verdict::Allow)
+    );
+    let both = sources(&[
+        ("/ConfigMap:shared/a", of("tenant-a")),
+        ("/ConfigMap:shared/b", of("tenant-b")),
+    ]);
+    let d = judged_with(&Policy::embedded(), &review, &both);
+    assert_eq!(d.verdict, Verdict::Deny, "{d:?}");
+    assert_eq!(d.manager, Some(of("tenant-b")));
+}
+
+/// A HelmRelease's objects are listed nowhere: they live in its release
+/// namespace, so deleting that namespace is refused while it is watched.
+#[test]
+fn deleting_a_helm_releases_target_namespace_is_refused() {
+    use driftguard::sources::{FluxKind, flux_from_value};
+    let release = |spec: Value| {
+        let hr = json!({"metadata": {"name": "redis", "namespace": "flux-system"}, "spec": spec});
+        std::sync::Arc::new(flux_from_value(FluxKind::HelmRelease, &hr).unwrap())
+    };
+    let sources = driftguard::sources::Sources {
+        flux: vec![release(json!({"targetNamespace": "cache"}))],
+        ..Default::default()
+    };
+    let out = outcome_with(
+        &Policy::embedded(),
+        &Review::delete(untracked_namespace("cache")),
+        &sources,
+    );
+    assert!(!out.allowed(), "{:?}", out.decision);
+    assert!(
+        out.message().contains(
+            "deletes 1 managed object (the release of Flux HelmRelease flux-system/redis"
+        ),
+        "{}",
+        out.message()
+    );
+    let helm = "system:serviceaccount:flux-system:helm-controller";
+    let d = judged_with(
+        &Policy::embedded(),
+        &Review::delete(untracked_namespace("cache")).by(helm, &[]),
+        &sources,
+    );
+    assert_eq!(d.verdict, Verdict::Allow);
+    // Without a targetNamespace, the release goes where the HelmRelease is.
+    let own = driftguard::sources::Sources {
+        flux: vec![release(json!({}))],
+        ..Default::default()
+    };
+    for (namespace, refused) in [("flux-system", true), ("cache", false)] {
+        let d = judged_with(
+            &Policy::embedded(),
+            &Review::delete(untracked_namespace(namespace)),
+            &own,
+        );
+        assert_eq!(d.verdict == Verdict::Deny, refused, "{namespace}: {d:?}");
     }
 }

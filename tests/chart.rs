@@ -135,6 +135,14 @@ fn chart_and_register_agree(helm: &PathBuf, plane: &ControlPlane) {
             vec![],
         ),
         (
+            "detectors off",
+            vec![
+                "policy.gitops.argocd.enabled=false",
+                "policy.gitops.flux.enabled=false",
+            ],
+            vec![],
+        ),
+        (
             "planned creates ignored",
             vec!["policy.plannedCreates=ignore"],
             vec![],

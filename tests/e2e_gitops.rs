@@ -764,12 +764,21 @@ fn flux_applies_through_driftguard_and_agrees_on_what_is_drift() {
         },
     );
 
-    // The namespace controller empties a deleted namespace of managed objects.
+    // A person's delete of the namespace would take the tenant's Flux
+    // objects with it (Kustomization tenant-a/tenant's real inventory): refused.
+    let out = plane.kubectl(
+        "admin",
+        &["delete", "namespace", "tenant-a", "--wait=false"],
+    );
+    assert!(
+        !out.ok
+            && out.stderr.contains("/ConfigMap:tenant-a/tenant-config")
+            && out.stderr.contains("Flux Kustomization tenant-a/"),
+        "{out}"
+    );
+    // Flux may; the namespace controller then empties it of managed objects.
     ok(
-        plane.kubectl(
-            "admin",
-            &["delete", "namespace", "tenant-a", "--wait=false"],
-        ),
+        plane.kubectl_as(FLUX, &["delete", "namespace", "tenant-a", "--wait=false"]),
         "delete tenant-a",
     );
     eventually(

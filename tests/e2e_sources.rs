@@ -715,3 +715,167 @@ fn a_source_served_at_another_version_is_reported_not_taken_for_absent() {
         }
     });
 }
+
+/// Deletes whose own objects are not managed, but that take managed ones
+/// with them: the namespace controller's deletes that follow are trusted,
+/// and a CRD's custom resources go with no admission call at all.
+const CASCADES: &str = r#"
+apiVersion: kustomize.toolkit.fluxcd.io/v1
+kind: Kustomization
+metadata: {name: apps, namespace: flux-system}
+spec:
+  interval: 5m
+  prune: true
+  path: ./apps
+  sourceRef: {kind: GitRepository, name: repo}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+  namespace: team
+  labels: {kustomize.toolkit.fluxcd.io/name: apps, kustomize.toolkit.fluxcd.io/namespace: flux-system}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec: {containers: [{name: web, image: "nginx:1.27"}]}
+---
+apiVersion: monitoring.coreos.com/v1
+kind: ServiceMonitor
+metadata:
+  name: web
+  namespace: monitored
+  labels: {kustomize.toolkit.fluxcd.io/name: apps, kustomize.toolkit.fluxcd.io/namespace: flux-system}
+spec:
+  selector: {matchLabels: {app: web}}
+"#;
+
+/// Who may delete Namespaces and CRDs: the developers here, so that only
+/// driftguard stands in the way.
+const DELETERS: &str = r#"
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: namespace-and-crd-deleter}
+rules:
+  - apiGroups: [""]
+    resources: [namespaces]
+    verbs: [get, list, delete]
+  - apiGroups: [apiextensions.k8s.io]
+    resources: [customresourcedefinitions]
+    verbs: [get, list, delete]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: namespace-and-crd-deleters}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: namespace-and-crd-deleter}
+subjects:
+  - {kind: Group, name: developers, apiGroup: rbac.authorization.k8s.io}
+"#;
+
+#[test]
+fn deletes_that_cascade_to_managed_objects_are_refused() {
+    let mut plane = ControlPlane::start("cascades");
+    plane.prepare(&["argocd", "flux-system", "team", "monitored", "scratch"]);
+    plane.apply_crds(&["flux-kustomization", "monitoring"]);
+    plane.apply_admin(DELETERS);
+    let out = plane.kubectl_as_stdin(control_plane::FLUX, &["apply", "-f", "-"], Some(CASCADES));
+    assert!(out.ok, "{out}");
+    // What kustomize-controller records once it applied them.
+    let out = plane.kubectl(
+        "admin",
+        &[
+            "-n",
+            "flux-system",
+            "patch",
+            "kustomization/apps",
+            "--type=merge",
+            "-p",
+            r#"{"status":{"inventory":{"entries":[{"id":"team_web_apps_Deployment","v":"v1"},{"id":"monitored_web_monitoring.coreos.com_ServiceMonitor","v":"v1"}]}}}"#,
+        ],
+    );
+    assert!(out.ok, "{out}");
+    // Flux only: the Argo CD detector is off, so no destination guard helps.
+    let policy = plane.dir.join("flux-only.yaml");
+    std::fs::write(&policy, "gitops: {argocd: {enabled: false}}\n").unwrap();
+    let dg = Driftguard::start(
+        &plane,
+        &[
+            "--watch-flux",
+            &format!("--policy={}", policy.display()),
+            &plane.driftguard_kubeconfig_flag(),
+        ],
+    );
+    dg.register(&plane, &policy.display().to_string());
+
+    let by = "Flux Kustomization flux-system/apps";
+    eventually("deleting the namespace refused", || {
+        let out = plane.kubectl(
+            "alice",
+            &["delete", "namespace", "team", "--dry-run=server"],
+        );
+        if !out.ok && out.stderr.contains(by) {
+            Ok(())
+        } else {
+            Err(out.to_string())
+        }
+    });
+    let out = plane.kubectl("alice", &["delete", "namespace", "team", "--wait=false"]);
+    assert!(!out.ok, "{out}");
+    assert!(
+        out.stderr
+            .contains("deletes 1 managed object (apps/Deployment:team/web, managed by Flux Kustomization flux-system/apps)"),
+        "{out}"
+    );
+    assert!(out.stderr.contains("Remove them from Git"), "{out}");
+    let phase = plane.kubectl(
+        "admin",
+        &["get", "namespace", "team", "-o", "jsonpath={.status.phase}"],
+    );
+    assert_eq!(phase.stdout, "Active", "{phase}");
+    assert!(
+        plane
+            .kubectl("admin", &["-n", "team", "get", "deployment/web"])
+            .ok
+    );
+
+    let out = plane.kubectl(
+        "alice",
+        &[
+            "delete",
+            "crd",
+            "servicemonitors.monitoring.coreos.com",
+            "--wait=false",
+        ],
+    );
+    assert!(!out.ok, "{out}");
+    assert!(
+        out.stderr.contains(
+            "deletes 1 managed object (monitoring.coreos.com/ServiceMonitor:monitored/web, managed by Flux Kustomization flux-system/apps)"
+        ),
+        "{out}"
+    );
+    let out = plane.kubectl("admin", &["-n", "monitored", "get", "servicemonitor/web"]);
+    assert!(out.ok, "the custom resource is gone: {out}");
+
+    // What takes no managed object with it is not driftguard's business.
+    let out = plane.kubectl("alice", &["delete", "namespace", "scratch", "--wait=false"]);
+    assert!(out.ok, "{out}");
+    let out = plane.kubectl(
+        "alice",
+        &[
+            "delete",
+            "crd",
+            "prometheusrules.monitoring.coreos.com",
+            "--wait=false",
+        ],
+    );
+    assert!(out.ok, "{out}");
+    // The tool itself may.
+    let out = plane.kubectl_as(
+        control_plane::FLUX,
+        &["delete", "namespace", "team", "--wait=false"],
+    );
+    assert!(out.ok, "{out}");
+}

@@ -41,6 +41,11 @@
 //! operator's choice, and `judge` never sees namespace labels. A write that
 //! opts itself out (a Namespace created or updated with that label) is not.
 //!
+//! `judge` runs with the tools' records as the source cache builds them
+//! ([`listed`]): objects in `production` and `dev-team` and Rollouts that
+//! Argo CD and Flux list, so a Namespace or CRD delete that would take them
+//! with it is judged (and must be sent).
+//!
 //! On failure the test prints the review, the stored namespaces, the filter
 //! that skipped it and driftguard's decision. `census` (ignored; run it with
 //! `cargo test --test filter_soundness -- --ignored --nocapture census`)
@@ -54,7 +59,9 @@ use std::collections::BTreeMap;
 
 use apiserver::{Attributes, Call, Hook, Labels, Namespaces, Skip};
 use driftguard::cluster::register::{Options, WebhookAddress, configurations};
-use driftguard::{Endpoint, Judged, Policy, judge};
+use driftguard::drift::Manager;
+use driftguard::sources::Sources;
+use driftguard::{Endpoint, Judged, Policy, judge_request};
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use proptest::test_runner::{Config, TestRunner};
@@ -76,6 +83,10 @@ const POLICIES: &[(&str, &str)] = &[
     ("warn", "mode: warn\n"),
     ("flux-off", "gitops: {flux: {enabled: false}}\n"),
     ("owned-fields", "precision: ownedFields\n"),
+    (
+        "detectors-off",
+        "gitops: {argocd: {enabled: false}, flux: {enabled: false}}\n",
+    ),
     (
         "argocd-off-trusted-groups",
         "gitops: {argocd: {enabled: false}}\n\
@@ -204,6 +215,15 @@ const RESOURCES: &[Resource] = &[
         kind: "Pod",
         namespaced: true,
         subresources: &["exec"],
+    },
+    Resource {
+        key: "apiextensions.k8s.io/customresourcedefinitions",
+        group: "apiextensions.k8s.io",
+        version: "v1",
+        resource: "customresourcedefinitions",
+        kind: "CustomResourceDefinition",
+        namespaced: false,
+        subresources: &["status"],
     },
     Resource {
         key: "rbac.authorization.k8s.io/clusterroles",
@@ -518,6 +538,12 @@ fn body(kind: &str, replicas: i64) -> Value {
         "ClusterRole" => {
             json!({"rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]})
         }
+        // The Rollouts' CRD: deleting it deletes every Rollout.
+        "CustomResourceDefinition" => json!({
+            "spec": {"group": "argoproj.io", "scope": "Namespaced",
+                     "names": {"kind": "Rollout", "plural": "rollouts"},
+                     "versions": [{"name": "v1alpha1", "served": true, "storage": true}]},
+            "status": {"acceptedNames": {"kind": "Rollout", "plural": "rollouts"}}}),
         other => panic!("no body for {other}"),
     }
 }
@@ -536,6 +562,7 @@ fn body_edit(kind: &str) -> Option<(&'static str, Value)> {
         "ScaledObject" => ("/spec/minReplicaCount", json!(3)),
         "Pod" => ("/spec/activeDeadlineSeconds", json!(5)),
         "ClusterRole" => ("/rules/0/verbs", json!(["get", "list", "watch"])),
+        "CustomResourceDefinition" => ("/spec/versions/0/served", json!(false)),
         _ => return None,
     })
 }
@@ -939,9 +966,19 @@ fn evaluate(setups: &[Setup], s: &Scenario) -> Evaluation {
     };
     let body = serde_json::to_vec(&case.attributes.admission_review()).expect("serializes");
     let now = NOW.parse().expect("a time");
+    let sources = listed();
     let run = |endpoint| {
-        judge(&setup.policy, &body, endpoint, case.parent.as_ref(), now)
-            .unwrap_or_else(|e| panic!("judge refused the review: {e}\n{s:?}"))
+        let req = driftguard::review::parse(&body)
+            .unwrap_or_else(|e| panic!("judge refused the review: {e}\n{s:?}"));
+        judge_request(
+            &setup.policy,
+            &req,
+            endpoint,
+            case.parent.as_ref(),
+            Some(&sources),
+            now,
+        )
+        .unwrap_or_else(|e| panic!("judge refused the review: {e}\n{s:?}"))
     };
     Evaluation {
         setup_name: setup.name,
@@ -950,6 +987,33 @@ fn evaluate(setups: &[Setup], s: &Scenario) -> Evaluation {
         validated: run(Endpoint::Validate),
         mutated: run(Endpoint::Mutate),
         case,
+    }
+}
+
+/// The tools' records (Application `status.resources`, Kustomization
+/// `status.inventory`) the decision reads: objects of both tools in the two
+/// namespaces that are not opted out by name, Rollouts among them.
+fn listed() -> Sources {
+    let argo = Manager::ArgoCd {
+        application: "myapp".into(),
+        application_namespace: Some("argocd".into()),
+    };
+    let flux = Manager::FluxKustomization {
+        namespace: "flux-system".into(),
+        name: "apps".into(),
+    };
+    Sources {
+        planned: std::sync::Arc::new(
+            [
+                ("apps/Deployment:production/web", flux.clone()),
+                ("/ConfigMap:dev-team/settings", flux),
+                ("argoproj.io/Rollout:production/canary", argo),
+            ]
+            .into_iter()
+            .map(|(k, m)| (k.to_owned(), m))
+            .collect(),
+        ),
+        ..Default::default()
     }
 }
 
@@ -1400,27 +1464,62 @@ fn a_scale_write_is_always_sent() {
     }
 }
 
-/// A DELETE of a Namespace is sent with the Argo CD detector on (the
-/// namespace may be an Application's destination, which `judge` checks
-/// against the Applications it knows), and skipped with it off: then only
-/// tracking metadata can make a Namespace managed, and this one has none.
+/// A DELETE of a Namespace or a CRD is sent with any detector on: the
+/// namespace may be an Application's destination or hold objects the tools
+/// list, the CRD's custom resources may be listed, and what follows those
+/// deletes is never judged. With every detector off only tracking metadata
+/// could make them managed, and these have none: skipped, and allowed.
 #[test]
-fn a_namespace_delete_is_sent_only_where_argocd_may_deploy_to_it() {
+fn namespace_and_crd_deletes_are_sent_wherever_a_detector_is_on() {
     let setups = setups();
-    let s = Scenario::new("embedded", "/namespaces", "DELETE", "alice").namespace("dev-team", None);
-    assert_eq!(evaluate(&setups, &s).validating_call(), Call::Called);
+    let crd = "apiextensions.k8s.io/customresourcedefinitions";
+    for policy in ["embedded", "flux-off", "argocd-off-trusted-groups"] {
+        let s =
+            Scenario::new(policy, "/namespaces", "DELETE", "alice").namespace("production", None);
+        let e = evaluate(&setups, &s);
+        assert_eq!(e.validating_call(), Call::Called, "{policy}");
+        // production holds a Flux Deployment and an Argo CD Rollout.
+        assert!(!e.allowed(), "{policy}: {:?}", e.validated.decision);
+        let e = evaluate(&setups, &Scenario::new(policy, crd, "DELETE", "alice"));
+        assert_eq!(e.validating_call(), Call::Called, "{policy}");
+        // Only Argo CD lists Rollouts.
+        assert_eq!(
+            e.allowed(),
+            policy == "argocd-off-trusted-groups",
+            "{policy}: {:?}",
+            e.validated.decision
+        );
+    }
+    for s in [
+        Scenario::new("detectors-off", "/namespaces", "DELETE", "alice")
+            .namespace("production", None),
+        Scenario::new("detectors-off", crd, "DELETE", "alice"),
+        // What the tools list is theirs to create only while their detector is on.
+        Scenario::new("detectors-off", "apps/deployments", "CREATE", "alice"),
+    ] {
+        let e = evaluate(&setups, &s);
+        assert!(
+            matches!(e.validating_call(), Call::Skipped(_)),
+            "{s:?}: {:?}",
+            e.validating_call()
+        );
+        assert!(e.allowed(), "{s:?}: {:?}", e.validated.decision);
+    }
+    // The namespace controller's deletes of what is in it are skipped (trusted).
     let s = Scenario::new(
         "argocd-off-trusted-groups",
-        "/namespaces",
+        "/configmaps",
         "DELETE",
-        "alice",
+        "system:serviceaccount:kube-system:y",
     )
-    .namespace("dev-team", None);
+    .namespace("dev-team", None)
+    .label("kustomize.toolkit.fluxcd.io/name", "apps");
     let e = evaluate(&setups, &s);
-    assert!(skipped_by(
-        &e.validating_call(),
-        "only-gitops-managed-objects"
-    ));
+    assert!(
+        skipped_by(&e.validating_call(), "skip-gitops-and-trusted-identities"),
+        "{:?}",
+        e.validating_call()
+    );
     assert!(e.allowed());
 }
 

@@ -70,13 +70,19 @@ pub const OPERATIONS: &[&str] = &["CREATE", "UPDATE", "DELETE"];
 /// Never sent to driftguard: the decision calls them out of scope too.
 pub use crate::drift::excluded::{EXCLUDED_GROUPS, EXCLUDED_RESOURCES};
 
-/// A DELETE of a Namespace: it may be an Argo CD Application's destination.
+/// A DELETE of a Namespace: it may be an Argo CD Application's destination,
+/// or hold objects the tools manage (the namespace controller's deletes
+/// that follow are trusted).
 const DELETE_NAMESPACE: &str = "(request.operation == 'DELETE' && request.resource.group == '' && request.resource.resource == 'namespaces')";
 
 /// A CREATE or UPDATE of a scaler itself ([`crate::drift::deputy::SCALERS`]):
 /// it usually carries no tracking metadata, yet it makes the HPA controller
 /// (a trusted identity) write a managed target's replicas.
 const SCALER_WRITE: &str = "(request.operation != 'DELETE' && (!has(request.subResource) || request.subResource == '') && ((request.resource.group == 'autoscaling' && request.resource.resource == 'horizontalpodautoscalers') || (request.resource.group == 'keda.sh' && request.resource.resource == 'scaledobjects')))";
+
+/// A DELETE of a CRD: the apiserver then deletes every custom resource of its
+/// kind with no admission call, managed ones included.
+const DELETE_CRD: &str = "(request.operation == 'DELETE' && request.resource.group == 'apiextensions.k8s.io' && request.resource.resource == 'customresourcedefinitions')";
 
 /// A CREATE of an object itself (not an Eviction or a TokenRequest): it may
 /// be one an Application or a Kustomization lists (`plannedCreates: guard`).
@@ -192,7 +198,8 @@ pub fn identity_condition(policy: &Policy) -> (Option<MatchCondition>, Vec<Strin
 /// True for the writes whose decision can be other than "out of scope":
 /// `scale` writes (a Scale carries no labels; driftguard reads the parent),
 /// scaler writes (judged as the scale write they cause on their target),
-/// with Argo CD on, DELETEs of Namespaces (an Application's destination), and
+/// with a detector on, DELETEs of Namespaces (an Application's destination,
+/// or holding managed objects) and of CRDs (their custom resources), and
 /// objects whose stored (`oldObject`: also a write that removes the
 /// metadata) or incoming (`object`: a CREATE that adds it) version carries
 /// tracking metadata of an enabled detector. The decision judges ownership on
@@ -204,9 +211,10 @@ fn managed_expression(policy: &Policy) -> String {
         SCALER_WRITE.to_owned(),
         EXEMPTS_A_NAMESPACE.to_owned(),
     ];
-    if policy.argocd.is_some() {
-        // A namespace an Application deploys into is guarded even untracked.
+    if policy.argocd.is_some() || policy.flux {
+        // Guarded even untracked: what they delete with them is not judged.
         terms.push(DELETE_NAMESPACE.to_owned());
+        terms.push(DELETE_CRD.to_owned());
     }
     terms.extend(
         ["oldObject", "object"]
@@ -402,7 +410,7 @@ mod tests {
             format!(
                 "(has(request.subResource) && request.subResource == 'scale') \
              || {SCALER_WRITE} || {EXEMPTS_A_NAMESPACE} \
-             || (request.operation == 'DELETE' && request.resource.group == '' && request.resource.resource == 'namespaces') \
+             || {DELETE_NAMESPACE} || {DELETE_CRD} \
              || (oldObject != null && ((has(oldObject.metadata.annotations) && ('argocd.argoproj.io/tracking-id' in oldObject.metadata.annotations)) \
              || (has(oldObject.metadata.labels) && ('app.kubernetes.io/instance' in oldObject.metadata.labels \
              || 'kustomize.toolkit.fluxcd.io/name' in oldObject.metadata.labels || 'helm.toolkit.fluxcd.io/name' in oldObject.metadata.labels)))) \
@@ -419,7 +427,7 @@ mod tests {
             format!(
                 "(has(request.subResource) && request.subResource == 'scale') \
              || {SCALER_WRITE} || {EXEMPTS_A_NAMESPACE} \
-             || (request.operation == 'DELETE' && request.resource.group == '' && request.resource.resource == 'namespaces') \
+             || {DELETE_NAMESPACE} || {DELETE_CRD} \
              || (oldObject != null && ((has(oldObject.metadata.annotations) && ('example.com/owner' in oldObject.metadata.annotations)))) \
              || (object != null && ((has(object.metadata.annotations) && ('example.com/owner' in object.metadata.annotations))))"
             )
@@ -443,6 +451,13 @@ mod tests {
             conditions(&policy("plannedCreates: ignore\n"))
                 .creates
                 .is_none()
+        );
+        // Flux alone: Namespace and CRD deletes are sent too.
+        let c = conditions(&policy("gitops: {argocd: {enabled: false}}\n"));
+        assert!(
+            expression(&c.validating, "only-gitops-managed-objects").contains(&format!(
+                "{EXEMPTS_A_NAMESPACE} || {DELETE_NAMESPACE} || {DELETE_CRD} || (oldObject"
+            ))
         );
         let c = conditions(&policy(
             "gitops: {argocd: {enabled: false}, flux: {enabled: false}}\n",

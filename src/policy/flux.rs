@@ -36,6 +36,10 @@ pub struct FluxSource {
     /// `GitRepository flux-system/repo, path ./apps`, for messages.
     pub source: Option<String>,
     pub rules: Vec<FluxRule>,
+    /// A HelmRelease's release namespace (`spec.targetNamespace`, else its
+    /// own), where its objects live: Flux lists them nowhere, so a Namespace
+    /// delete is judged by this ([`crate::drift::cascade`]).
+    pub release_namespace: Option<String>,
 }
 
 /// A Flux ignore rule: JSON pointers and a target with regex name/namespace

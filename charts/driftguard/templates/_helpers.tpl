@@ -86,13 +86,15 @@ Mutating adds one condition to the validating ones.
 {{- end -}}
 {{- end -}}
 
-{{/* CEL: scale writes, scaler (HPA, ScaledObject) writes, a namespace labelled driftguard.io/ignore=true, namespace DELETEs (with Argo CD: a destination), and objects whose stored or incoming version carries tracking metadata of an enabled detector. */}}
+{{/* CEL: scale writes, scaler (HPA, ScaledObject) writes, a namespace labelled driftguard.io/ignore=true, with a detector on namespace and CRD DELETEs (a destination, or what they delete with them), and objects whose stored or incoming version carries tracking metadata of an enabled detector. */}}
 {{- define "driftguard.managedExpression" -}}
 {{- $gitops := .Values.policy.gitops | default dict -}}
 {{- $argo := $gitops.argocd | default dict -}}
+{{- $flux := $gitops.flux | default dict -}}
 {{- $argoOn := true -}}{{- if hasKey $argo "enabled" }}{{ $argoOn = $argo.enabled }}{{ end -}}
+{{- $fluxOn := true -}}{{- if hasKey $flux "enabled" }}{{ $fluxOn = $flux.enabled }}{{ end -}}
 {{- $terms := list "(has(request.subResource) && request.subResource == 'scale')" "(request.operation != 'DELETE' && (!has(request.subResource) || request.subResource == '') && ((request.resource.group == 'autoscaling' && request.resource.resource == 'horizontalpodautoscalers') || (request.resource.group == 'keda.sh' && request.resource.resource == 'scaledobjects')))" "(request.resource.group == '' && request.resource.resource == 'namespaces' && object != null && has(object.metadata.labels) && 'driftguard.io/ignore' in object.metadata.labels && object.metadata.labels['driftguard.io/ignore'] == 'true' && !(oldObject != null && has(oldObject.metadata.labels) && 'driftguard.io/ignore' in oldObject.metadata.labels && oldObject.metadata.labels['driftguard.io/ignore'] == 'true'))" -}}
-{{- if $argoOn }}{{ $terms = append $terms "(request.operation == 'DELETE' && request.resource.group == '' && request.resource.resource == 'namespaces')" }}{{ end -}}
+{{- if or $argoOn $fluxOn }}{{ $terms = concat $terms (list "(request.operation == 'DELETE' && request.resource.group == '' && request.resource.resource == 'namespaces')" "(request.operation == 'DELETE' && request.resource.group == 'apiextensions.k8s.io' && request.resource.resource == 'customresourcedefinitions')") }}{{ end -}}
 {{- range $o := list "oldObject" "object" -}}
 {{- with include "driftguard.carries" (dict "root" $ "object" $o) }}{{ $terms = append $terms . }}{{ end -}}
 {{- end -}}

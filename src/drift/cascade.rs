@@ -1,0 +1,345 @@
+//! Deletes that take managed objects with them: a Namespace (the namespace
+//! controller then deletes everything in it, as a trusted identity) and a
+//! CustomResourceDefinition (the apiserver drops every custom resource of
+//! that kind with no admission call at all). Neither later delete can be
+//! judged, so the decision is made here, at the Namespace or CRD delete.
+//!
+//! What is managed comes from the tools' own records in the source cache
+//! ([`Sources::planned`]: Applications' `status.resources`, Kustomizations'
+//! `status.inventory`) and the watched HelmReleases' release namespaces
+//! (Flux lists a release's objects nowhere), read with no I/O. An object
+//! whose Application, Kustomization or HelmRelease this driftguard does not
+//! watch is not in them.
+
+use serde_json::Value;
+
+use super::{
+    Context, Decision, Finding, Inputs, Manager, Operation, Request, Sources, apply_break_glass,
+    breakglass, detects, exemption, set_manager, verdict_for,
+};
+use crate::policy::{Mode, Policy};
+
+/// At most this many lost objects are named in a denial; the rest are counted.
+const NAMED: usize = 3;
+
+/// What a Namespace or CRD delete would take with it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Cascade {
+    /// Every lost object, as `group/Kind:namespace/name`, sorted.
+    pub objects: Vec<String>,
+    /// Who manages them, in the order of `objects`, each once.
+    pub managers: Vec<Manager>,
+    /// The namespaces they live in (empty: cluster-scoped), for the mode.
+    pub namespaces: Vec<String>,
+}
+
+impl Cascade {
+    /// `N managed objects (a, b, c and M more, managed by X and K others)`.
+    pub fn describe(&self) -> String {
+        let named = self.objects.iter().take(NAMED).cloned().collect::<Vec<_>>();
+        let more = self.objects.len() - named.len();
+        let rest = if more > 0 {
+            format!(" and {more} more")
+        } else {
+            String::new()
+        };
+        let count = match self.objects.len() {
+            1 => "1 managed object".to_owned(),
+            n => format!("{n} managed objects"),
+        };
+        let others = match self.managers.len() {
+            0 | 1 => String::new(),
+            2 => " and 1 other".to_owned(),
+            n => format!(" and {} others", n - 1),
+        };
+        let by = self
+            .managers
+            .first()
+            .map_or("?".to_owned(), Manager::to_string);
+        format!(
+            "{count} ({}{rest}, managed by {by}{others})",
+            named.join(", ")
+        )
+    }
+}
+
+/// A Namespace or CRD DELETE that the rest of the decision found out of
+/// scope (the Namespace or CRD is not itself managed): refused, like a
+/// manual delete of what it takes with it, when that holds managed objects.
+/// Judged as a delete of them: an identity exempt for every one of their
+/// managers passes (controllers, trusted identities, a tool's sync account
+/// for its own objects only), an authorized break-glass on the Namespace or
+/// CRD passes, and the mode is
+/// the policy's strictest for the namespaces they live in (never a
+/// `driftguard.io/mode` annotation on the untracked Namespace or CRD: no
+/// write to that is judged, so it is no input).
+pub(super) fn guard(policy: &Policy, req: &Request, ctx: &Context, d: Decision) -> Decision {
+    let Finding::OutOfScope(why) = &d.finding else {
+        return d;
+    };
+    let why = why.clone();
+    let (Some(cascade), Some(old)) = (
+        ctx.sources.and_then(|s| lost(policy, req, s)),
+        req.old_object,
+    ) else {
+        return d;
+    };
+    let mut d = d;
+    d.notes.push(format!("itself out of scope: {why}"));
+    d.mode = cascade
+        .namespaces
+        .iter()
+        .map(|ns| policy.mode_for_namespace(ns))
+        .max()
+        .unwrap_or(Mode::Enforce);
+    // Exempt only for every manager: a Flux tenant's account may delete its
+    // own objects, never another tool's or tenant's along with them.
+    let exempt_for =
+        |m: &Manager| exemption(policy, ctx.sources, Some(m), req.username, req.groups);
+    let unexempt = cascade.managers.iter().find(|m| exempt_for(m).is_none());
+    let Some(manager) = unexempt.or(cascade.managers.first()) else {
+        return d;
+    };
+    set_manager(policy, ctx, &mut d, manager.clone());
+    if unexempt.is_none()
+        && let Some(finding) = exempt_for(manager)
+    {
+        d.finding = finding;
+        return d;
+    }
+    let stored = Inputs::read(old, policy);
+    let bg = breakglass::evaluate(&stored, None, req.username, req.groups, policy, ctx.now);
+    d.finding = Finding::DeleteCascade(cascade.describe());
+    d.drifted_paths = vec![String::new()];
+    apply_break_glass(&mut d, bg);
+    d.verdict = verdict_for(&d.finding, d.mode, policy.unknown_scale_parent);
+    d
+}
+
+/// The namespace of a `group/Kind:namespace/name` key (empty: cluster-scoped).
+fn namespace_of(key: &str) -> &str {
+    key.split_once(':')
+        .and_then(|(_, rest)| rest.split_once('/'))
+        .map_or("", |(ns, _)| ns)
+}
+
+/// The `group/Kind`s whose objects a CRD DELETE removes: the stored CRD's
+/// `spec.group` with `spec.names.kind` and with the kind the apiserver
+/// serves (`status.acceptedNames.kind`), which differ while a renamed kind
+/// is not yet accepted (a write to an untracked CRD is not judged).
+fn crd_kinds(old: &Value) -> Option<Vec<String>> {
+    let group = old.pointer("/spec/group")?.as_str()?;
+    let kinds = ["/spec/names/kind", "/status/acceptedNames/kind"]
+        .into_iter()
+        .filter_map(|p| old.pointer(p)?.as_str())
+        .map(|kind| format!("{group}/{kind}"))
+        .collect::<Vec<_>>();
+    (!kinds.is_empty()).then_some(kinds)
+}
+
+/// The managed objects a DELETE of a Namespace or a CRD would take with it,
+/// per the records of the tools whose detector the policy enables (the
+/// registration sends these deletes only then); `None` for any other
+/// request, or when none would be. A scan of the records: these deletes are
+/// rare, and only they get here.
+pub fn lost(policy: &Policy, req: &Request, sources: &Sources) -> Option<Cascade> {
+    if req.operation != Operation::Delete || !req.sub_resource.is_empty() {
+        return None;
+    }
+    // The namespace, or the `group/Kind`, of the objects it takes with it.
+    let (namespace, group_kinds) = match (req.resource_group, req.resource) {
+        ("", "namespaces") => (Some(req.name), None),
+        ("apiextensions.k8s.io", "customresourcedefinitions") => {
+            (None, Some(crd_kinds(req.old_object?)?))
+        }
+        _ => return None,
+    };
+    let matches = |gk: &str, ns: &str| {
+        namespace.is_none_or(|n| n == ns)
+            && group_kinds
+                .as_ref()
+                .is_none_or(|kinds| kinds.iter().any(|k| k == gk))
+    };
+    let objects: Vec<(&String, &Manager)> = sources
+        .planned
+        .iter()
+        .filter(|(_, by)| detects(policy, by))
+        .filter(|(key, _)| {
+            key.split_once(':')
+                .is_some_and(|(gk, _)| matches(gk, namespace_of(key)))
+        })
+        .collect();
+    let mut objects: Vec<(String, Manager)> = objects
+        .into_iter()
+        .map(|(k, m)| (k.clone(), m.clone()))
+        .collect();
+    // A HelmRelease's objects: Flux lists them nowhere, but they live in its
+    // release namespace (what helm-controller installed there goes with it).
+    if let Some(namespace) = namespace.filter(|_| policy.flux) {
+        objects.extend(
+            sources
+                .flux
+                .iter()
+                .filter(|f| f.release_namespace.as_deref() == Some(namespace))
+                .map(|f| {
+                    let by = Manager::FluxHelmRelease {
+                        namespace: f.namespace.clone(),
+                        name: f.name.clone(),
+                    };
+                    (format!("the release of {by}"), by)
+                }),
+        );
+    }
+    if objects.is_empty() {
+        return None;
+    }
+    objects.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut managers: Vec<Manager> = Vec::new();
+    for (_, m) in &objects {
+        if !managers.contains(m) {
+            managers.push(m.clone());
+        }
+    }
+    let mut namespaces: Vec<String> = match namespace {
+        Some(ns) => vec![ns.to_owned()],
+        None => objects
+            .iter()
+            .map(|(k, _)| namespace_of(k).to_owned())
+            .collect(),
+    };
+    namespaces.sort();
+    namespaces.dedup();
+    Some(Cascade {
+        objects: objects.into_iter().map(|(k, _)| k).collect(),
+        managers,
+        namespaces,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use std::sync::Arc;
+
+    fn flux(name: &str) -> Manager {
+        Manager::FluxKustomization {
+            namespace: "flux-system".into(),
+            name: name.into(),
+        }
+    }
+
+    fn sources(keys: &[&str]) -> Sources {
+        Sources {
+            planned: Arc::new(keys.iter().map(|k| (k.to_string(), flux("apps"))).collect()),
+            ..Default::default()
+        }
+    }
+
+    fn delete<'a>(group: &'a str, resource: &'a str, name: &'a str, old: &'a Value) -> Request<'a> {
+        Request {
+            operation: Operation::Delete,
+            group,
+            kind: "",
+            resource_group: group,
+            resource,
+            sub_resource: "",
+            name,
+            namespace: "",
+            username: "alice",
+            groups: &[],
+            object: None,
+            old_object: Some(old),
+            dry_run: false,
+        }
+    }
+
+    #[test]
+    fn a_namespace_loses_the_objects_in_it_and_a_crd_those_of_its_kind() {
+        let s = sources(&[
+            "apps/Deployment:team/web",
+            "/ConfigMap:team/web-config",
+            "/ConfigMap:other/x",
+            "/Namespace:/team",
+            "example.com/Widget:other/w",
+            "example.com/Gadget:other/g",
+        ]);
+        let policy = Policy::embedded();
+        let ns = json!({});
+        let c = lost(&policy, &delete("", "namespaces", "team", &ns), &s).unwrap();
+        assert_eq!(
+            c.objects,
+            ["/ConfigMap:team/web-config", "apps/Deployment:team/web"]
+        );
+        assert_eq!(c.managers, [flux("apps")]);
+        assert!(lost(&policy, &delete("", "namespaces", "empty", &ns), &s).is_none());
+        let crd = json!({"spec": {"group": "example.com", "names": {"kind": "Widget"}}});
+        let c = lost(
+            &policy,
+            &delete(
+                "apiextensions.k8s.io",
+                "customresourcedefinitions",
+                "widgets.example.com",
+                &crd,
+            ),
+            &s,
+        )
+        .unwrap();
+        assert_eq!(c.objects, ["example.com/Widget:other/w"]);
+        // The kind it still serves counts, renamed or not.
+        let renamed = json!({"spec": {"group": "example.com", "names": {"kind": "Thing"}},
+            "status": {"acceptedNames": {"kind": "Widget"}}});
+        let req = delete(
+            "apiextensions.k8s.io",
+            "customresourcedefinitions",
+            "widgets.example.com",
+            &renamed,
+        );
+        assert_eq!(
+            lost(&policy, &req, &s).unwrap().objects,
+            ["example.com/Widget:other/w"]
+        );
+        let unused = json!({"spec": {"group": "example.com", "names": {"kind": "Thing"}}});
+        let req = delete(
+            "apiextensions.k8s.io",
+            "customresourcedefinitions",
+            "things.example.com",
+            &unused,
+        );
+        assert!(lost(&policy, &req, &s).is_none());
+        // Only DELETEs of the object itself.
+        let mut update = delete("", "namespaces", "team", &ns);
+        update.operation = Operation::Update;
+        assert!(lost(&policy, &update, &s).is_none());
+        let mut finalize = delete("", "namespaces", "team", &ns);
+        finalize.sub_resource = "finalize";
+        assert!(lost(&policy, &finalize, &s).is_none());
+        // Only the records of enabled detectors: the registration sends these
+        // deletes only then.
+        let flux_off = Policy::from_yaml("gitops: {flux: {enabled: false}}\n", "p").unwrap();
+        assert!(lost(&flux_off, &delete("", "namespaces", "team", &ns), &s).is_none());
+    }
+
+    #[test]
+    fn the_description_names_a_few_and_counts_the_rest() {
+        let c = Cascade {
+            objects: (0..5).map(|i| format!("/ConfigMap:team/c{i}")).collect(),
+            managers: vec![flux("apps"), flux("infra"), flux("db")],
+            namespaces: vec!["team".into()],
+        };
+        assert_eq!(
+            c.describe(),
+            "5 managed objects (/ConfigMap:team/c0, /ConfigMap:team/c1, /ConfigMap:team/c2 and 2 more, \
+             managed by Flux Kustomization flux-system/apps and 2 others)"
+        );
+        let one = Cascade {
+            objects: vec!["/ConfigMap:team/c0".into()],
+            managers: vec![flux("apps")],
+            namespaces: vec!["team".into()],
+        };
+        assert_eq!(
+            one.describe(),
+            "1 managed object (/ConfigMap:team/c0, managed by Flux Kustomization flux-system/apps)"
+        );
+    }
+}
