@@ -11,6 +11,9 @@ make the apiserver send, for the memory and CPU measurements:
                           by `kubectl patch` adding N data keys: N drifted
                           paths, each owned by a kubectl manager.
 
+  configmap-tiny N TOOL   the same with the shortest keys (hex) and empty
+                          values: the most paths per body byte.
+
 Usage: gen-big-reviews.py KIND N [TOOL] > review.json (compact JSON, as the
 apiserver sends it).
 """
@@ -68,7 +71,7 @@ def deployment_env_update(n):
     return review("Deployment", "apps", "deployments", "big", "UPDATE", new, old)
 
 
-def configmap_patch(n, tool):
+def configmap_patch(n, tool, key=lambda i: f"key-{i:06d}", value=lambda i: f"value-{i:06d}"):
     if tool == "flux":
         labels = {"kustomize.toolkit.fluxcd.io/name": "apps",
                   "kustomize.toolkit.fluxcd.io/namespace": "flux-system"}
@@ -93,7 +96,7 @@ def configmap_patch(n, tool):
     old = json.loads(json.dumps(git))
     old["metadata"]["managedFields"] = [applied]
     new = json.loads(json.dumps(old))
-    keys = {f"key-{i:06d}": f"value-{i:06d}" for i in range(n)}
+    keys = {key(i): value(i) for i in range(n)}
     new["data"].update(keys)
     new["metadata"]["managedFields"].append({
         "manager": "kubectl-patch", "operation": "Update", "apiVersion": "v1",
@@ -108,6 +111,9 @@ def main():
         out = deployment_env(n)
     elif kind == "deployment-env-update":
         out = deployment_env_update(n)
+    elif kind == "configmap-tiny":
+        out = configmap_patch(n, sys.argv[3] if len(sys.argv) > 3 else "flux",
+                              key=lambda i: format(i, "x"), value=lambda i: "")
     elif kind == "configmap-patch":
         out = configmap_patch(n, sys.argv[3] if len(sys.argv) > 3 else "flux")
     else:
