@@ -347,14 +347,15 @@ fn decisions_past_their_deadline_free_their_threads() {
     }
     let timeouts = metric(server.probe, "driftguard_decision_timeouts_total");
     assert_eq!(timeouts, 4.0);
-    // The threads free soon after the deadline; a few tries cover the gap
-    // between two checkpoints on a loaded machine.
+    // Stopped at the deadline, the threads are free by now; a few tries
+    // cover the gap between two checkpoints on a loaded machine. Without
+    // checkpoints each of the two runs on for seconds (debug build).
     let body = std::fs::read(NORMAL).unwrap();
-    let judged = (0..20).any(|_| {
+    let judged = (0..4).any(|_| {
         std::thread::sleep(Duration::from_millis(250));
         post(addr, &ca, &body, Duration::from_secs(30)).is_ok_and(|a| judged_normally(&a))
     });
-    assert!(judged, "no decision thread came back within 5 s");
+    assert!(judged, "no decision thread came back within 1 s");
     server.proc.stop();
     let _ = std::fs::remove_dir_all(&dir);
 }
