@@ -2,6 +2,12 @@
 //! (~8 KB per object, managedFields included), side by side with a bare
 //! `serde_json::from_slice::<Value>` of the same body.
 //!
+//! Then the per-path curve: `kubectl patch` adding 1k, 10k and 100k
+//! ConfigMap keys on a Flux- and an Argo CD-managed object (each key a
+//! drifted path); the time per path should stay flat. And what the
+//! cooperative deadline's checkpoints and the server's memory budget add to
+//! an ordinary review.
+//!
 //! `scripts/bench-decision.sh` runs this and prints the ratios.
 
 use std::hint::black_box;
@@ -17,6 +23,9 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[path = "support/policy.rs"]
 mod policy;
+
+#[path = "support/big.rs"]
+mod big;
 
 use policy::{thousand_other_kinds, twenty_rules};
 
@@ -68,6 +77,55 @@ fn bench(c: &mut Criterion) {
                 .to_json()
         })
     });
+    // The deadline's checkpoints as the server runs them (a deadline set),
+    // and the memory budget's reservation, taken and given back.
+    g.bench_function("decide-20-rules-deadline-set", |b| {
+        let far = std::time::Instant::now() + std::time::Duration::from_secs(3600);
+        b.iter(|| {
+            driftguard::deadline::with_deadline(far, || {
+                judge(&rules20, black_box(&body), Endpoint::Validate, None, now)
+                    .unwrap()
+                    .to_json()
+            })
+        })
+    });
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    let budget = driftguard::server::budget::MemoryBudget::new(
+        80 << 20,
+        prometheus_client::metrics::gauge::Gauge::default(),
+    );
+    g.bench_function("budget-reserve-release", |b| {
+        let far = std::time::Instant::now() + std::time::Duration::from_secs(3600);
+        b.iter(|| {
+            runtime.block_on(async {
+                let mut r = budget.reservation();
+                r.grow_to(black_box(body.len() * 40), far).await.unwrap();
+                r
+            })
+        })
+    });
+    g.finish();
+
+    let mut g = c.benchmark_group("drifted-paths");
+    g.sample_size(10);
+    for (tool, flux) in [("flux", true), ("argocd", false)] {
+        for n in [1_000, 10_000, 100_000] {
+            let review = big::configmap_patch(n, flux);
+            let judged = judge(&no_rules, &review, Endpoint::Validate, None, now).unwrap();
+            assert!(judged.decision.drifted_paths.len() >= n, "{tool} {n}");
+            g.throughput(criterion::Throughput::Elements(n as u64));
+            g.bench_function(format!("{tool}-{n}"), |b| {
+                b.iter(|| {
+                    judge(&no_rules, black_box(&review), Endpoint::Validate, None, now)
+                        .unwrap()
+                        .to_json()
+                })
+            });
+        }
+    }
     g.finish();
 }
 

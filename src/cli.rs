@@ -9,11 +9,11 @@ use clap::{Parser, Subcommand};
 use jiff::Timestamp;
 use serde_json::Value;
 
+use crate::Endpoint;
 use crate::args::{DecisionTimeout, PolicySource};
 use crate::decider::{Decider, DeciderError};
 use crate::policy::{Policy, lint};
 use crate::server;
-use crate::{Endpoint, judge};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -203,7 +203,11 @@ fn check(args: CheckArgs) -> Result<ExitCode, Failure> {
         .map_err(|e| Failure(format!("cannot start the decision thread: {e}")))?;
     let judged = decider
         .run_blocking(deadline, move || {
-            judge(&policy, &body, endpoint, parent.as_ref(), now)
+            // As the server does: the body is dropped once parsed.
+            let req = crate::review::parse(&body)?;
+            drop(body);
+            crate::judge_request(&policy, &req, endpoint, parent.as_ref(), None, now)
+                .map_err(crate::ReviewError::from)
         })
         .map_err(|e| match e {
             DeciderError::TimedOut(_) => Failure(format!(

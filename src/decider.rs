@@ -117,6 +117,7 @@ impl Decider {
             let _ = tx.send(guarded(decide));
         })?;
         match tokio::time::timeout(deadline, rx).await {
+            Ok(Ok(Err(DeciderError::TimedOut(_)))) => Err(DeciderError::TimedOut(deadline)),
             Ok(Ok(out)) => out,
             // The job was dropped unrun: its deadline passed in the queue.
             Ok(Err(_)) | Err(_) => Err(DeciderError::TimedOut(deadline)),
@@ -134,6 +135,7 @@ impl Decider {
             let _ = tx.send(guarded(decide));
         })?;
         match rx.recv_timeout(deadline) {
+            Ok(Err(DeciderError::TimedOut(_))) => Err(DeciderError::TimedOut(deadline)),
             Ok(out) => out,
             Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {
                 Err(DeciderError::TimedOut(deadline))
@@ -174,7 +176,10 @@ fn work(tasks: &Mutex<Receiver<Task>>, busy: &AtomicUsize) {
         // Jobs catch their own panics (`guarded`); this one keeps the thread
         // alive should a result channel ever panic.
         busy.fetch_add(1, Ordering::SeqCst);
-        let _ = std::panic::catch_unwind(AssertUnwindSafe(task.job));
+        let job = task.job;
+        let _ = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            crate::deadline::with_deadline(task.deadline, job)
+        }));
         busy.fetch_sub(1, Ordering::SeqCst);
     }
 }
@@ -183,6 +188,10 @@ fn work(tasks: &Mutex<Receiver<Task>>, busy: &AtomicUsize) {
 /// its normal answer, never the server.
 pub fn guarded<T>(decide: impl FnOnce() -> T) -> Result<T, DeciderError> {
     std::panic::catch_unwind(AssertUnwindSafe(decide)).map_err(|panic| {
+        if crate::deadline::is_deadline(panic.as_ref()) {
+            // Stopped by a checkpoint; the caller knows the deadline's length.
+            return DeciderError::TimedOut(Duration::ZERO);
+        }
         let text = panic
             .downcast_ref::<&str>()
             .map(|s| s.to_string())
@@ -266,6 +275,29 @@ mod tests {
                 other => panic!("{other:?}"),
             }
         }
+    }
+
+    #[test]
+    fn a_decision_with_checkpoints_ends_at_its_deadline_and_frees_its_thread() {
+        let pool = Decider::new(1, 4).unwrap();
+        let short = Duration::from_millis(50);
+        let endless = || loop {
+            crate::deadline::checkpoint();
+        };
+        assert_eq!(
+            pool.run_blocking(short, endless),
+            Err(DeciderError::TimedOut(short))
+        );
+        // The only thread is free again, well before a stuck one would be.
+        let started = Instant::now();
+        while pool.busy() > 0 {
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "thread still held"
+            );
+            std::thread::yield_now();
+        }
+        assert_eq!(pool.run_blocking(Duration::from_secs(30), || 5), Ok(5));
     }
 
     #[tokio::test]

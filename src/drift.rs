@@ -13,6 +13,7 @@ pub mod reapplied;
 pub mod record;
 pub mod restore;
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use jiff::{SignedDuration, Timestamp};
@@ -25,6 +26,7 @@ pub use ownership::Manager;
 use crate::policy::flux::{FluxKind, FluxSource};
 use crate::policy::ignore::owned_leaves;
 use crate::policy::impersonation::SyncAccount;
+use crate::policy::overlap::PointerSet;
 use crate::policy::path::is_under;
 use crate::policy::{
     Application, IgnoreRule, Mode, Policy, RuleFailure, RuleSet, Target, UnknownParent,
@@ -745,8 +747,9 @@ fn diff(
     let mut paths = normalize::drifted_paths(&old_n, &new_n);
     // Named even when a broader path covers it: it says what the change broke.
     let inputs_changed = input_changes(policy, ctx, d.manager.as_ref(), &rules, (old, new), read);
+    let mut listed: HashSet<String> = paths.iter().cloned().collect();
     for p in &inputs_changed {
-        if !paths.contains(p) {
+        if listed.insert(p.clone()) {
             paths.push(p.clone());
         }
     }
@@ -759,10 +762,11 @@ fn diff(
         // What Flux removes is drift under every precision: it owns nothing
         // of it before, yet reverts it.
         d.kubectl_written = reapplied::cleaned_up(old, new, &[], &own);
+        let shown: PointerSet = paths.iter().map(String::as_str).collect();
         d.cleaned_up = d
             .kubectl_written
             .iter()
-            .filter(|p| !paths.iter().any(|q| is_under(p, q) || is_under(q, p)))
+            .filter(|p| !shown.overlaps(p))
             .cloned()
             .collect();
         paths.extend(d.cleaned_up.iter().cloned());

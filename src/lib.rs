@@ -14,6 +14,7 @@ pub mod audit;
 pub mod certs;
 pub mod cli;
 pub mod cluster;
+pub mod deadline;
 pub mod decider;
 pub mod drift;
 pub mod logging;

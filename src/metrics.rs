@@ -44,6 +44,8 @@ pub struct Metrics {
     pub internal_errors: Counter,
     pub decision_timeouts: Counter,
     pub decision_queue_full: Counter,
+    pub memory_budget_in_use: Gauge,
+    pub memory_budget_refused: Counter,
     pub policy_reloads: Family<ResultLabels, Counter>,
     pub certificate_reloads: Family<ResultLabels, Counter>,
     pub watch_errors: Family<SourceLabels, Counter>,
@@ -114,6 +116,18 @@ impl Default for Metrics {
             "decision_queue_full",
             "Reviews answered by --on-error at once: every decision thread busy, the queue full",
             decision_queue_full.clone(),
+        );
+        let memory_budget_in_use = Gauge::default();
+        registry.register(
+            "memory_budget_in_use_bytes",
+            "Bytes of --memory-budget-bytes reserved by the reviews in flight",
+            memory_budget_in_use.clone(),
+        );
+        let memory_budget_refused = Counter::default();
+        registry.register(
+            "memory_budget_refused",
+            "Reviews answered by --on-error unparsed: the memory budget stayed spent until their deadline",
+            memory_budget_refused.clone(),
         );
         let policy_reloads = Family::<ResultLabels, Counter>::default();
         registry.register(
@@ -203,6 +217,8 @@ impl Default for Metrics {
             internal_errors,
             decision_timeouts,
             decision_queue_full,
+            memory_budget_in_use,
+            memory_budget_refused,
             policy_reloads,
             certificate_reloads,
             connections_open,

@@ -8,6 +8,8 @@ pub mod impersonation;
 pub mod jq;
 pub mod lint;
 pub mod locate;
+pub mod locator;
+pub mod overlap;
 pub mod path;
 pub mod pattern;
 pub mod planned;

@@ -185,6 +185,105 @@ fn explain(body: &[u8], err: serde_json::Error) -> ReviewError {
     ReviewError::NotAdmissionReview(text)
 }
 
+/// The `request.uid` of an AdmissionReview read from the first bytes of its
+/// body only, for a review refused before it is parsed (the memory budget):
+/// it is still answered with its uid, by `--on-error`. The apiserver writes
+/// `apiVersion`, `kind`, then `request` with `uid` first, so a few KiB hold
+/// it. Skips values without building them; `None` when the prefix ends first.
+pub fn uid_in_prefix(prefix: &[u8]) -> Option<String> {
+    let mut s = Scanner { b: prefix, i: 0 };
+    s.eat(b'{')?;
+    loop {
+        let key = s.string()?;
+        s.eat(b':')?;
+        if key == "request" {
+            s.eat(b'{')?;
+            loop {
+                let field = s.string()?;
+                s.eat(b':')?;
+                if field == "uid" {
+                    return s.string().filter(|uid| !uid.is_empty());
+                }
+                s.skip_value()?;
+                s.eat(b',')?;
+            }
+        }
+        s.skip_value()?;
+        s.eat(b',')?;
+    }
+}
+
+/// Just enough of a JSON reader for [`uid_in_prefix`].
+struct Scanner<'a> {
+    b: &'a [u8],
+    i: usize,
+}
+
+impl Scanner<'_> {
+    fn peek(&mut self) -> Option<u8> {
+        while self.b.get(self.i)?.is_ascii_whitespace() {
+            self.i += 1;
+        }
+        self.b.get(self.i).copied()
+    }
+
+    fn eat(&mut self, byte: u8) -> Option<()> {
+        (self.peek()? == byte).then(|| self.i += 1)
+    }
+
+    /// The end (exclusive) of the string starting at `self.i`.
+    fn string_end(&self) -> Option<usize> {
+        let mut j = self.i + 1;
+        loop {
+            match self.b.get(j)? {
+                b'\\' => j += 2,
+                b'"' => return Some(j + 1),
+                _ => j += 1,
+            }
+        }
+    }
+
+    fn string(&mut self) -> Option<String> {
+        (self.peek()? == b'"').then_some(())?;
+        let end = self.string_end()?;
+        let text = serde_json::from_slice(&self.b[self.i..end]).ok()?;
+        self.i = end;
+        Some(text)
+    }
+
+    fn skip_value(&mut self) -> Option<()> {
+        let mut depth = 0usize;
+        loop {
+            match self.peek()? {
+                b'"' => self.i = self.string_end()?,
+                b'{' | b'[' => {
+                    depth += 1;
+                    self.i += 1;
+                }
+                b'}' | b']' => {
+                    depth = depth.checked_sub(1)?;
+                    self.i += 1;
+                }
+                b',' | b':' if depth > 0 => self.i += 1,
+                b',' | b':' => return None,
+                // A number, true, false or null: at least one byte, so
+                // every turn of the loop moves on.
+                _ => {
+                    self.i += 1;
+                    while !matches!(self.b.get(self.i)?, b',' | b':' | b'}' | b']' | b'"')
+                        && !self.b[self.i].is_ascii_whitespace()
+                    {
+                        self.i += 1;
+                    }
+                }
+            }
+            if depth == 0 && matches!(self.peek(), Some(b',') | None) {
+                return Some(());
+            }
+        }
+    }
+}
+
 /// The engine's view of a parsed request.
 pub fn view(req: &AdmissionRequest<RawObject>) -> Request<'_> {
     Request {
@@ -233,6 +332,39 @@ mod tests {
             "kind":{"group":"","version":"v1","kind":"Pod"},"resource":{"group":"","version":"v1","resource":"pods"},
             "operation":"CREATE","userInfo":{},"object":{}}}"#;
         assert_eq!(err(no_uid), "AdmissionReview request has no uid");
+    }
+
+    #[test]
+    fn the_uid_is_read_from_a_prefix_without_parsing_the_rest() {
+        let body = std::fs::read(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/data/deployment-update-image.json"
+        ))
+        .unwrap();
+        let uid = "5b1a7f2e-9f7c-4d8e-8a51-2f4c1d9e0a11";
+        let compact = serde_json::to_vec(&serde_json::from_slice::<Value>(&body).unwrap()).unwrap();
+        for body in [&body, &compact] {
+            let at = body
+                .windows(uid.len())
+                .position(|w| w == uid.as_bytes())
+                .unwrap();
+            assert_eq!(
+                uid_in_prefix(&body[..at + uid.len() + 1]).as_deref(),
+                Some(uid)
+            );
+            assert_eq!(uid_in_prefix(&body[..at + uid.len()]), None);
+        }
+        // Fields before the uid are skipped, nested values and escapes included.
+        let text = br#"{"kind":"AdmissionReview","x":{"uid":"no","a":[1,{"b":"\"}"}]},"request":{"k":{"uid":"no"},"n":-1.5e3,"uid":"u\u0031"}}"#;
+        assert_eq!(uid_in_prefix(text).as_deref(), Some("u1"));
+        for text in [
+            &b"[1]"[..],
+            b"{\"request\":{\"uid\":\"\"}}",
+            b"{\"request\":[]}",
+            b"",
+        ] {
+            assert_eq!(uid_in_prefix(text), None);
+        }
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! `driftguard serve`: the HTTPS admission endpoint and the probe port.
 
 pub mod app;
+pub mod budget;
 pub mod connections;
 pub mod errors;
 pub mod probes;
@@ -93,6 +94,13 @@ pub struct Config {
     /// Decisions that may wait for a busy thread; beyond that, reviews are answered by --on-error at once.
     #[arg(long, env = "DRIFTGUARD_DECISION_QUEUE", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=65536))]
     pub decision_queue: u32,
+    /// Bytes all reviews in flight may hold together: each reserves 40 times
+    /// its body before reading it and waits (up to --decision-timeout) for
+    /// room, or is answered by --on-error unparsed. Fit it to the memory limit
+    /// with headroom for the server's own ~25 MiB; a body over a fortieth of
+    /// it (2 MiB by default) is always refused.
+    #[arg(long, env = "DRIFTGUARD_MEMORY_BUDGET_BYTES", default_value_t = 80 * 1024 * 1024, value_parser = clap::value_parser!(u64).range(1024 * 1024..))]
+    pub memory_budget_bytes: u64,
     #[command(flatten)]
     pub limits: ConnectionLimits,
     /// Kubeconfig for reading scale parents; without it, in-cluster or $KUBECONFIG is used if present.
@@ -323,7 +331,19 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         },
         max_body_bytes: config.limits.max_body_bytes,
         body_timeout: config.limits.body_timeout,
+        budget: budget::MemoryBudget::new(
+            usize::try_from(config.memory_budget_bytes).unwrap_or(usize::MAX),
+            metrics.memory_budget_in_use.clone(),
+        ),
     });
+    let largest = app.budget.capacity() / budget::BYTES_PER_BODY_BYTE;
+    if largest < config.limits.max_body_bytes {
+        tracing::warn!(
+            largest,
+            max_body_bytes = config.limits.max_body_bytes,
+            "--memory-budget-bytes fits no body over {largest} bytes: larger reviews are answered by --on-error"
+        );
+    }
     serve_tls(
         listener,
         acceptor,

@@ -81,9 +81,20 @@ impl Reviewer {
     /// The AdmissionReview JSON to send back for `body`. A request that
     /// cannot be judged, a deadline or a full queue is still answered, by
     /// `--on-error`; only a body with no uid to answer to is an error.
-    pub async fn answer(&self, endpoint: Endpoint, body: &[u8]) -> Result<Vec<u8>, ServiceError> {
+    ///
+    /// The body is dropped once parsed; `hold` (the review's memory
+    /// reservation) lives until the decision ends, on its thread too, even
+    /// past the deadline.
+    pub async fn answer(
+        &self,
+        endpoint: Endpoint,
+        body: impl AsRef<[u8]>,
+        hold: Box<dyn std::any::Any + Send + Sync>,
+    ) -> Result<Vec<u8>, ServiceError> {
         let started = Instant::now();
-        let parsed = match review::parse(body) {
+        let parsed = review::parse(body.as_ref());
+        drop(body);
+        let parsed = match parsed {
             Ok(req) => Arc::new(req),
             Err(ReviewError::UnreadableRequest { uid, reason }) => {
                 return Ok(self.unreadable(endpoint, &uid, &reason, started));
@@ -103,7 +114,7 @@ impl Reviewer {
             operation = ?parsed.operation,
         );
         Ok(self
-            .decide_and_record(endpoint, parsed, started)
+            .decide_and_record(endpoint, parsed, started, Arc::new(hold))
             .instrument(span)
             .await)
     }
@@ -113,6 +124,7 @@ impl Reviewer {
         endpoint: Endpoint,
         parsed: Arc<AdmissionRequest<RawObject>>,
         started: Instant,
+        hold: Arc<Box<dyn std::any::Any + Send + Sync>>,
     ) -> Vec<u8> {
         let policy = self.policy.current();
         let parent = self.scale_parent(&policy, &parsed).await.map(Arc::new);
@@ -120,6 +132,7 @@ impl Reviewer {
         let job = {
             let (parsed, parent) = (parsed.clone(), parent.clone());
             move || {
+                let _hold = hold;
                 judge_request(
                     &policy,
                     &parsed,
@@ -199,6 +212,24 @@ impl Reviewer {
     fn unreadable(&self, endpoint: Endpoint, uid: &str, reason: &str, started: Instant) -> Vec<u8> {
         let why = format!("cannot read this request: {reason}");
         tracing::warn!(%uid, error = %why, "unreadable request; answering with --on-error");
+        self.answer_on_error(endpoint, uid, why, started)
+    }
+
+    /// A review refused before it was parsed (the server's memory budget),
+    /// answered by `--on-error` with the uid read from its first bytes.
+    pub fn refuse(&self, endpoint: Endpoint, uid: &str, reason: &str) -> Vec<u8> {
+        let why = format!("not judged: {reason}");
+        tracing::warn!(%uid, error = %why, "review refused unread; answering with --on-error");
+        self.answer_on_error(endpoint, uid, why, Instant::now())
+    }
+
+    fn answer_on_error(
+        &self,
+        endpoint: Endpoint,
+        uid: &str,
+        why: String,
+        started: Instant,
+    ) -> Vec<u8> {
         self.metrics.internal_errors.inc();
         // kube's constructor for a request it cannot read; the uid goes back in
         // and --on-error decides.

@@ -39,6 +39,10 @@ fn app_with(policy: Policy, on_error: OnError, decider: Decider) -> App {
         },
         max_body_bytes: 64 * 1024,
         body_timeout: Duration::from_millis(300),
+        budget: driftguard::server::budget::MemoryBudget::new(
+            64 << 20,
+            prometheus_client::metrics::gauge::Gauge::default(),
+        ),
     }
 }
 

@@ -3,6 +3,7 @@
 use serde_json::Value;
 
 use super::breakglass;
+use crate::deadline::checkpoint;
 use crate::policy::jq::JqInput;
 use crate::policy::path;
 use crate::policy::{IgnoreRule, RuleFailure};
@@ -141,13 +142,61 @@ pub fn is_empty(v: &Value) -> bool {
     }
 }
 
-/// RFC 6901 pointers of everything that differs between two normalized objects.
+/// RFC 6901 pointers of everything that differs between two normalized
+/// objects: the paths of `json_patch::diff`'s operations, in its order,
+/// without building the operations (which clone every added or replaced
+/// value), and with deadline checkpoints.
 pub fn drifted_paths(old: &Value, new: &Value) -> Vec<String> {
-    json_patch::diff(old, new)
-        .0
-        .iter()
-        .map(|op| op.path().to_string())
-        .collect()
+    let mut out = Vec::new();
+    diff_into(old, new, &mut String::new(), &mut out);
+    out
+}
+
+fn diff_into(old: &Value, new: &Value, at: &mut String, out: &mut Vec<String>) {
+    checkpoint();
+    match (old, new) {
+        (Value::Object(a), Value::Object(b)) => {
+            let len = at.len();
+            for (key, after) in b {
+                push_token(at, key);
+                match a.get(key) {
+                    Some(before) => diff_into(before, after, at, out),
+                    None => out.push(at.clone()),
+                }
+                at.truncate(len);
+            }
+            for key in a.keys().filter(|k| !b.contains_key(*k)) {
+                checkpoint();
+                push_token(at, key);
+                out.push(at.clone());
+                at.truncate(len);
+            }
+        }
+        (Value::Array(a), Value::Array(b)) => {
+            let len = at.len();
+            for i in 0..a.len().min(b.len()) {
+                at.push('/');
+                at.push_str(&i.to_string());
+                diff_into(&a[i], &b[i], at, out);
+                at.truncate(len);
+            }
+            // json_patch removes surplus items one by one at the same index.
+            for i in (b.len()..a.len()).map(|_| b.len()).chain(a.len()..b.len()) {
+                checkpoint();
+                at.push('/');
+                at.push_str(&i.to_string());
+                out.push(at.clone());
+                at.truncate(len);
+            }
+        }
+        _ if old == new => {}
+        _ => out.push(at.clone()),
+    }
+}
+
+fn push_token(at: &mut String, key: &str) {
+    at.push('/');
+    at.push_str(&path::escape(key));
 }
 
 #[cfg(test)]
@@ -173,6 +222,33 @@ mod tests {
                 drifted_paths(&normalized_copy(&a), &normalized_copy(&b)),
                 vec!["/spec/x"]
             );
+        }
+    }
+
+    #[test]
+    fn the_paths_are_json_patch_diffs_paths() {
+        let cases = [
+            (json!({"a": 1}), json!({"a": 2})),
+            (json!({"a": [1, 2, 3, 4]}), json!({"a": [1]})),
+            (json!({"a": [1]}), json!({"a": [0, 2, 3]})),
+            (
+                json!({"a/b": {"c~d": 1}, "x": null}),
+                json!({"a/b": {"c~d": 2}, "y": {}}),
+            ),
+            (json!([{"k": 1}, 2]), json!({"k": 1})),
+            (
+                json!({"l": [[1, 2], {"m": [3]}]}),
+                json!({"l": [[2], {"m": [3, 4]}, 5]}),
+            ),
+            (json!(1), json!(1)),
+        ];
+        for (old, new) in cases {
+            let expected: Vec<String> = json_patch::diff(&old, &new)
+                .0
+                .iter()
+                .map(|op| op.path().to_string())
+                .collect();
+            assert_eq!(drifted_paths(&old, &new), expected, "{old} -> {new}");
         }
     }
 

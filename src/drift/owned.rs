@@ -6,10 +6,14 @@
 
 use serde_json::Value;
 
+use std::collections::HashSet;
+
+use crate::deadline::checkpoint;
 use crate::policy::ignore::{
-    FieldSet, entry_text, leaves_where, locate_leaf, locate_leaves, owned_leaves,
+    FieldSet, Locator, entry_text, has_leaf_under, leaves_where, locate_leaves, owned_leaves,
 };
-use crate::policy::path::{Path, escape, is_under};
+use crate::policy::overlap::PointerSet;
+use crate::policy::path::{Path, escape};
 
 /// The field managers of Argo CD and Flux under server-side apply.
 pub const GITOPS_MANAGERS: [&str; 3] = [
@@ -43,10 +47,8 @@ pub fn tool_ownership_grown(old: &Value, new: &Value) -> bool {
         owned_leaves(new, &GITOPS_MANAGERS),
     );
     after.iter().any(|leaf| {
-        !before.contains(leaf)
-            && !before
-                .iter()
-                .any(|b| b.len() > leaf.len() && b.starts_with(leaf))
+        checkpoint();
+        !before.contains(leaf) && !has_leaf_under(&before, leaf)
     })
 }
 
@@ -71,7 +73,7 @@ pub fn last_applied_changed(old: &Value, new: &Value) -> Option<String> {
 /// entries say what the tool owns; elsewhere every entry of its managers does.
 /// The switch is the annotation alone, which a manual write may not add
 /// ([`ownership_taken`]); never an entry a client-chosen fieldManager writes.
-pub fn owned_pointers(stored: &Value) -> Vec<String> {
+pub fn owned_pointers(stored: &Value) -> PointerSet {
     let pointers = |set: &FieldSet| -> Vec<String> {
         locate_leaves(set, stored)
             .iter()
@@ -79,13 +81,15 @@ pub fn owned_pointers(stored: &Value) -> Vec<String> {
             .collect()
     };
     let Some(applied) = last_applied(stored) else {
-        return pointers(&owned_leaves(stored, &GITOPS_MANAGERS));
+        return pointers(&owned_leaves(stored, &GITOPS_MANAGERS))
+            .into_iter()
+            .collect();
     };
     let mut out = pointers(&leaves_where(stored, |e| {
         GITOPS_MANAGERS.contains(&entry_text(e, "manager")) && entry_text(e, "operation") == "Apply"
     }));
     leaves(&applied, &mut String::new(), &mut out);
-    out
+    out.into_iter().collect()
 }
 
 fn last_applied(obj: &Value) -> Option<Value> {
@@ -112,11 +116,11 @@ pub fn ownership_taken(old: &Value, new: &Value) -> Vec<String> {
     // A field this write changes moves to its writer (the apiserver records
     // that) and is judged as that change; ownership moved without a change
     // is what would make a later change to the field look unowned.
-    let value = |keys: &Vec<String>, o: &Value| locate_leaf(keys, o).map(|(_, v)| v.clone());
-    if before
-        .difference(&after)
-        .any(|keys| value(keys, old) == value(keys, new))
-    {
+    let (mut in_old, mut in_new) = (Locator::new(), Locator::new());
+    if before.difference(&after).any(|keys| {
+        checkpoint();
+        in_old.leaf(keys, old).map(|(_, v)| v) == in_new.leaf(keys, new).map(|(_, v)| v)
+    }) {
         out.push("/metadata/managedFields".to_owned());
     }
     let applied = |o: &Value| {
@@ -126,7 +130,7 @@ pub fn ownership_taken(old: &Value, new: &Value) -> Vec<String> {
         }
         leaves_out
     };
-    let after = applied(new);
+    let after: HashSet<String> = applied(new).into_iter().collect();
     // Adding the annotation where there was none switches ownership to it
     // (owned_pointers), which could shrink what the tool owns.
     let added = last_applied(old).is_none() && last_applied(new).is_some();
@@ -137,6 +141,7 @@ pub fn ownership_taken(old: &Value, new: &Value) -> Vec<String> {
 }
 
 fn leaves(value: &Value, prefix: &mut String, out: &mut Vec<String>) {
+    checkpoint();
     let len = prefix.len();
     match value {
         Value::Object(map) if !map.is_empty() => {
@@ -163,12 +168,14 @@ fn leaves(value: &Value, prefix: &mut String, out: &mut Vec<String>) {
 /// a whole container removes the owned image in it).
 pub fn partition(
     paths: Vec<String>,
-    owned: &[String],
+    owned: &PointerSet,
     always: &[String],
 ) -> (Vec<String>, Vec<String>) {
-    paths
-        .into_iter()
-        .partition(|p| always.contains(p) || owned.iter().any(|o| is_under(p, o) || is_under(o, p)))
+    let always: HashSet<&str> = always.iter().map(String::as_str).collect();
+    paths.into_iter().partition(|p| {
+        checkpoint();
+        always.contains(p.as_str()) || owned.overlaps(p)
+    })
 }
 
 #[cfg(test)]
@@ -206,10 +213,10 @@ mod tests {
         });
         let owned = owned_pointers(&stored);
         assert!(
-            owned.contains(&"/spec/template/spec/containers/0/image".to_owned()),
+            owned.contains("/spec/template/spec/containers/0/image"),
             "{owned:?}"
         );
-        assert!(owned.contains(&"/spec/paused".to_owned()));
+        assert!(owned.contains("/spec/paused"));
         let paths = vec![
             "/spec/template/spec/containers/0/image".to_owned(),
             "/spec/minReadySeconds".to_owned(),

@@ -18,9 +18,12 @@
 use serde_json::Value;
 
 use super::normalize;
+use crate::deadline::checkpoint;
 use crate::policy::IgnoreRule;
-use crate::policy::ignore::{FieldSet, entry_text, leaves_where, locate_leaf, locate_leaves};
-use crate::policy::path::is_under;
+use crate::policy::ignore::{
+    FieldSet, Locator, entry_text, has_leaf_under, leaves_where, locate_leaves,
+};
+use crate::policy::overlap::PointerSet;
 
 pub const KUSTOMIZE_CONTROLLER: &str = "kustomize-controller";
 
@@ -42,10 +45,6 @@ fn other_leaves(obj: &Value) -> FieldSet {
     leaves_where(obj, |e| !is_applied(e))
 }
 
-fn strictly_under(keys: &[String], prefix: &[String]) -> bool {
-    keys.len() > prefix.len() && keys.starts_with(prefix)
-}
-
 /// Pointers of the fields kustomize-controller owns in `old` that this write
 /// changes and that `shown` (the drifted paths so far) does not name: an
 /// ignore rule hid them, and Flux will revert them. `flux_rules` are the
@@ -57,20 +56,20 @@ pub fn hidden_reverts(
     flux_rules: &[&IgnoreRule],
 ) -> Vec<String> {
     let owned = applied_leaves(old);
+    let shown: PointerSet = shown.iter().map(String::as_str).collect();
+    let (mut in_old, mut in_new) = (Locator::new(), Locator::new());
     // Raw values first: most writes change no owned field that a rule hides,
     // and only those that do are normalized again.
     let candidates: Vec<(&Vec<String>, String)> = owned
         .iter()
         .filter_map(|keys| {
-            let (before, after) = (locate_leaf(keys, old), locate_leaf(keys, new));
+            checkpoint();
+            let (before, after) = (in_old.leaf(keys, old), in_new.leaf(keys, new));
             if before.as_ref().map(|(_, v)| v) == after.as_ref().map(|(_, v)| v) {
                 return None;
             }
             let pointer = before.or(after)?.0.to_pointer();
-            let named = shown
-                .iter()
-                .any(|q| is_under(&pointer, q) || is_under(q, &pointer));
-            (!named).then_some((keys, pointer))
+            (!shown.overlaps(&pointer)).then_some((keys, pointer))
         })
         .collect();
     if candidates.is_empty() {
@@ -79,17 +78,18 @@ pub fn hidden_reverts(
     // As Flux compares them: without its own ignored paths, empties as absent.
     let (old_f, new_f) = normalize::normalize_pair(old, new, flux_rules, &mut Vec::new());
     let others = other_leaves(old);
+    let (mut in_old, mut in_new) = (Locator::new(), Locator::new());
     candidates
         .into_iter()
         .filter(|(keys, _)| {
+            checkpoint();
             // Empty in the stored object: Git left it empty (or Flux keeps it).
-            let Some(stored) = value(keys, &old_f) else {
+            let Some((_, stored)) = in_old.leaf(keys, &old_f) else {
                 return false;
             };
             let left_empty = normalize::is_empty(stored)
-                || ((stored.is_object() || stored.is_array())
-                    && others.iter().any(|o| strictly_under(o, keys)));
-            !left_empty && Some(stored) != value(keys, &new_f)
+                || ((stored.is_object() || stored.is_array()) && has_leaf_under(&others, keys));
+            !left_empty && Some(stored) != in_new.leaf(keys, &new_f).map(|(_, v)| v)
         })
         .map(|(_, pointer)| pointer)
         .collect()
@@ -106,17 +106,21 @@ pub fn ownership_rewritten(old: &Value, new: &Value) -> bool {
     let (applied, applied_new) = (applied_leaves(old), applied_leaves(new));
     let (others, others_new) = (other_leaves(old), other_leaves(new));
     let dropped = applied.difference(&applied_new);
+    // Given inside one of kustomize-controller's leaves: one of its
+    // prefixes is such a leaf.
     let gained = others_new
         .difference(&others)
-        .filter(|k| applied.iter().any(|a| strictly_under(k, a)));
+        .filter(|k| (1..k.len()).any(|n| applied.contains(&k[..n])));
     let moved: Vec<&Vec<String>> = dropped.chain(gained).collect();
     if moved.is_empty() {
         return false;
     }
     let (old_n, new_n) = normalize::normalize_pair(old, new, &[], &mut Vec::new());
-    moved
-        .iter()
-        .any(|keys| value(keys, &old_n) == value(keys, &new_n))
+    let (mut in_old, mut in_new) = (Locator::new(), Locator::new());
+    moved.iter().any(|keys| {
+        checkpoint();
+        in_old.leaf(keys, &old_n).map(|(_, v)| v) == in_new.leaf(keys, &new_n).map(|(_, v)| v)
+    })
 }
 
 /// Managers whose fields kustomize-controller takes over before each apply
@@ -144,31 +148,25 @@ pub fn cleaned_up(
     shown: &[String],
     flux_rules: &[&IgnoreRule],
 ) -> Vec<String> {
-    let kubectl_owned: Vec<String> = locate_leaves(&leaves_where(new, is_cleaned_up), new)
+    let kubectl_owned: PointerSet = locate_leaves(&leaves_where(new, is_cleaned_up), new)
         .iter()
         .map(|p| p.to_pointer())
         .collect();
     if kubectl_owned.is_empty() {
         return Vec::new();
     }
+    let shown: PointerSet = shown.iter().map(String::as_str).collect();
     let (old_f, new_f) = normalize::normalize_pair(old, new, flux_rules, &mut Vec::new());
     normalize::drifted_paths(&old_f, &new_f)
         .into_iter()
         .filter(|p| {
-            !p.starts_with(MANAGED_FIELDS)
-                && !shown.iter().any(|q| is_under(p, q) || is_under(q, p))
-                && kubectl_owned
-                    .iter()
-                    .any(|q| is_under(p, q) || is_under(q, p))
+            checkpoint();
+            !p.starts_with(MANAGED_FIELDS) && !shown.overlaps(p) && kubectl_owned.overlaps(p)
         })
         .collect()
 }
 
 const MANAGED_FIELDS: &str = "/metadata/managedFields";
-
-fn value<'a>(keys: &[String], obj: &'a Value) -> Option<&'a Value> {
-    locate_leaf(keys, obj).map(|(_, v)| v)
-}
 
 #[cfg(test)]
 mod tests {

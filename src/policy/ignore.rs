@@ -5,9 +5,11 @@ use std::collections::BTreeSet;
 use serde_json::Value;
 
 use super::jq::{JqInput, JqPath};
-use super::path::{Path, Segment};
+pub use super::locator::Locator;
+use super::path::Path;
 use super::pattern::Pattern;
 use super::schema::IgnoreDifference;
+use crate::deadline::checkpoint;
 
 /// What a rule is matched against: the object's group/kind and identity.
 #[derive(Clone, Copy, Debug)]
@@ -344,6 +346,15 @@ pub fn leaves_where(obj: &Value, keep: impl Fn(&Value) -> bool) -> FieldSet {
     out
 }
 
+/// Whether `set` holds a leaf strictly under `keys` (a longer leaf starting
+/// with it): those sort right after `keys`, so one look suffices.
+pub fn has_leaf_under(set: &FieldSet, keys: &[String]) -> bool {
+    use std::ops::Bound;
+    set.range::<[String], _>((Bound::Excluded(keys), Bound::Unbounded))
+        .next()
+        .is_some_and(|o| o.len() > keys.len() && o.starts_with(keys))
+}
+
 /// A string field of a managedFields entry (`manager`, `operation`,
 /// `subresource`); absent or not a string reads as `""`.
 pub fn entry_text<'a>(entry: &'a Value, field: &str) -> &'a str {
@@ -355,6 +366,7 @@ fn collect_leaves(fields: &Value, prefix: &mut Vec<String>, out: &mut FieldSet) 
         return;
     };
     for (key, sub) in map.iter().filter(|(k, _)| *k != ".") {
+        checkpoint();
         prefix.push(key.clone());
         if sub.as_object().is_none_or(|m| m.keys().all(|k| k == ".")) {
             out.insert(prefix.clone());
@@ -367,43 +379,20 @@ fn collect_leaves(fields: &Value, prefix: &mut Vec<String>, out: &mut FieldSet) 
 
 /// Where each FieldsV1 leaf is in `obj`; leaves `obj` does not have are skipped.
 pub fn locate_leaves(leaves: &FieldSet, obj: &Value) -> Vec<Path> {
+    let mut locator = Locator::new();
     leaves
         .iter()
-        .filter_map(|keys| locate_leaf(keys, obj).map(|(path, _)| path))
+        .filter_map(|keys| {
+            checkpoint();
+            locator.leaf(keys, obj).map(|(path, _)| path)
+        })
         .collect()
 }
 
-/// Where one FieldsV1 leaf is in `obj`, and its value there.
+/// Where one FieldsV1 leaf is in `obj`, and its value there. For many leaves
+/// of one object, keep a [`Locator`]: it indexes each list once.
 pub fn locate_leaf<'a>(keys: &[String], obj: &'a Value) -> Option<(Path, &'a Value)> {
-    let mut node = obj;
-    let mut path = Vec::with_capacity(keys.len());
-    for key in keys {
-        let (seg, child) = locate(key, node)?;
-        path.push(seg);
-        node = child;
-    }
-    Some((Path(path), node))
-}
-
-fn locate<'a>(key: &str, obj: &'a Value) -> Option<(Segment, &'a Value)> {
-    if let Some(name) = key.strip_prefix("f:") {
-        return obj.get(name).map(|v| (Segment::Key(name.to_owned()), v));
-    }
-    let items = obj.as_array()?;
-    let position = if let Some(k) = key.strip_prefix("k:") {
-        let want: serde_json::Map<String, Value> = serde_json::from_str(k).ok()?;
-        items
-            .iter()
-            .position(|item| want.iter().all(|(f, v)| item.get(f) == Some(v)))
-    } else if let Some(v) = key.strip_prefix("v:") {
-        let want: Value = serde_json::from_str(v).ok()?;
-        items.iter().position(|item| *item == want)
-    } else if let Some(i) = key.strip_prefix("i:") {
-        i.parse::<usize>().ok().filter(|i| *i < items.len())
-    } else {
-        None
-    }?;
-    Some((Segment::Index(position as i64), &items[position]))
+    Locator::new().leaf(keys, obj)
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::Body;
@@ -15,6 +15,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use http_body_util::BodyExt;
 
+use super::budget::{
+    BYTES_PER_BODY_BYTE, FIRST_RESERVATION, MemoryBudget, OverBudget, Reservation,
+};
 use super::errors::HttpError;
 use super::probes::Health;
 use crate::Endpoint;
@@ -25,6 +28,8 @@ pub struct App {
     pub reviewer: Reviewer,
     pub max_body_bytes: usize,
     pub body_timeout: Duration,
+    /// Bytes all reviews in flight may hold (`--memory-budget-bytes`).
+    pub budget: Arc<MemoryBudget>,
 }
 
 pub fn router(app: Arc<App>) -> Router {
@@ -65,32 +70,88 @@ async fn mutate(State(app): State<Arc<App>>, request: Request) -> Response {
 }
 
 async fn handle(app: &App, endpoint: Endpoint, request: Request) -> Response {
-    let body = match read_body(request.into_body(), app.max_body_bytes, app.body_timeout).await {
+    // The budget is waited for no longer than a decision may take.
+    let deadline = Instant::now() + app.reviewer.decision_timeout;
+    let declared = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<usize>().ok())
+        .map(|n| n.min(app.max_body_bytes));
+    let mut reservation = app.budget.reservation();
+    let first = declared
+        .unwrap_or(FIRST_RESERVATION)
+        .saturating_mul(BYTES_PER_BODY_BYTE);
+    let mut refused = reservation.grow_to(first, deadline).await.err();
+    let limits = BodyLimits {
+        max: app.max_body_bytes,
+        timeout: app.body_timeout,
+        deadline,
+    };
+    let body = match read_body(request.into_body(), limits, &mut reservation, &mut refused).await {
         Ok(body) => body,
         Err(e) => {
             app.reviewer.metrics.reject(e.reason());
             return e.into_response();
         }
     };
-    match app.reviewer.answer(endpoint, &body).await {
+    let answer = match refused {
+        Some(why) => {
+            app.reviewer.metrics.memory_budget_refused.inc();
+            match crate::review::uid_in_prefix(&body) {
+                Some(uid) => Ok(app.reviewer.refuse(endpoint, &uid, &why.to_string())),
+                None => Err(HttpError::Unavailable(why.to_string())),
+            }
+        }
+        None => app
+            .reviewer
+            .answer(endpoint, body, Box::new(reservation))
+            .await
+            .map_err(HttpError::from),
+    };
+    match answer {
         Ok(bytes) => ([(header::CONTENT_TYPE, "application/json")], bytes).into_response(),
-        Err(e) => HttpError::from(e).into_response(),
+        Err(e) => {
+            if matches!(e, HttpError::Unavailable(_)) {
+                app.reviewer.metrics.reject(e.reason());
+            }
+            e.into_response()
+        }
     }
 }
 
-/// Reads the whole body within `limit` bytes and `timeout`. A body over the
-/// limit is still read and dropped, up to [`DRAIN_FACTOR`] times the limit,
-/// before the 413 is sent: closing a socket with unread data makes the
-/// kernel reset it, and the client would lose the answer saying why.
+/// What a body may take: bytes, time to arrive, and the review's deadline
+/// for growing its memory reservation.
+struct BodyLimits {
+    max: usize,
+    timeout: Duration,
+    deadline: Instant,
+}
+
+/// How much of a refused review's body is kept, to read its uid from.
+const UID_PREFIX_BYTES: usize = 16 * 1024;
+
+/// Reads the whole body within `limits.max` bytes and `limits.timeout`,
+/// growing `reservation` to [`BYTES_PER_BODY_BYTE`] times what has arrived.
+/// Once the budget is refused (`refused` set, before or during the read),
+/// only the first [`UID_PREFIX_BYTES`] are kept and the reservation is given
+/// back. A body over the limit is still read and dropped, up to
+/// [`DRAIN_FACTOR`] times the limit, before the 413 is sent: closing a socket
+/// with unread data makes the kernel reset it, and the client would lose the
+/// answer saying why.
 async fn read_body(
     body: Body,
-    limit: usize,
-    timeout: Duration,
+    limits: BodyLimits,
+    reservation: &mut Reservation,
+    refused: &mut Option<OverBudget>,
 ) -> Result<axum::body::Bytes, HttpError> {
+    let limit = limits.max;
     let read = async {
         let mut body = body;
         let mut kept = Vec::new();
         let mut seen = 0usize;
+        if refused.is_some() {
+            *reservation = reservation.empty();
+        }
         while let Some(frame) = body.frame().await {
             let frame =
                 frame.map_err(|e| HttpError::BadRequest(format!("cannot read the body: {e}")))?;
@@ -98,12 +159,34 @@ async fn read_body(
                 continue;
             };
             seen = seen.saturating_add(data.len());
-            if seen <= limit {
-                kept.extend_from_slice(&data);
-            } else if seen > limit.saturating_mul(DRAIN_FACTOR) {
+            if refused.is_none() && seen <= limit {
+                let needed = seen.saturating_mul(BYTES_PER_BODY_BYTE);
+                if needed > reservation.bytes() {
+                    // Grown in steps, not per frame.
+                    let step = needed.max(
+                        reservation
+                            .bytes()
+                            .saturating_mul(2)
+                            .min(limit.saturating_mul(BYTES_PER_BODY_BYTE))
+                            .min(reservation.capacity()),
+                    );
+                    if let Err(e) = reservation.grow_to(step, limits.deadline).await {
+                        *refused = Some(e);
+                        *reservation = reservation.empty();
+                        kept.truncate(UID_PREFIX_BYTES);
+                        kept.shrink_to_fit();
+                    }
+                }
+            }
+            if seen > limit.saturating_mul(DRAIN_FACTOR) {
                 return Err(HttpError::TooLarge(limit));
-            } else {
+            } else if seen > limit {
                 kept = Vec::new();
+            } else if refused.is_none() {
+                kept.extend_from_slice(&data);
+            } else if kept.len() < UID_PREFIX_BYTES {
+                let room = UID_PREFIX_BYTES - kept.len();
+                kept.extend_from_slice(&data[..room.min(data.len())]);
             }
         }
         if seen > limit {
@@ -112,9 +195,9 @@ async fn read_body(
             Ok(axum::body::Bytes::from(kept))
         }
     };
-    tokio::time::timeout(timeout, read)
+    tokio::time::timeout(limits.timeout, read)
         .await
-        .unwrap_or(Err(HttpError::BodyTimeout(timeout)))
+        .unwrap_or(Err(HttpError::BodyTimeout(limits.timeout)))
 }
 
 /// How far past the limit a body is read (and dropped) so that its 413 arrives.

@@ -26,6 +26,9 @@ pub enum HttpError {
     NotFound,
     #[error("method not allowed; use POST")]
     MethodNotAllowed,
+    /// Refused before it was read (the memory budget), with no uid to answer to.
+    #[error("{0}")]
+    Unavailable(String),
 }
 
 impl HttpError {
@@ -36,6 +39,7 @@ impl HttpError {
             HttpError::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             HttpError::NotFound => StatusCode::NOT_FOUND,
             HttpError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            HttpError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 
@@ -47,6 +51,7 @@ impl HttpError {
             HttpError::BodyTimeout(_) => "body-timeout",
             HttpError::NotFound => "not-found",
             HttpError::MethodNotAllowed => "method-not-allowed",
+            HttpError::Unavailable(_) => "memory-budget",
         }
     }
 }

@@ -374,6 +374,8 @@ pub fn post_fresh(
             tls.write_all(&request)
                 .await
                 .map_err(|e| format!("write: {e}"))?;
+            // rustls may still hold the last records of a large body.
+            tls.flush().await.map_err(|e| format!("flush: {e}"))?;
             let mut response = Vec::new();
             // The server closes after answering (Connection: close); a reset
             // after the whole answer is no failure.

@@ -1,0 +1,361 @@
+//! Bounded memory and CPU per review, on the real server binary over TLS:
+//! the largest reviews the apiserver can send, in parallel, neither kill
+//! driftguard (its peak RSS stays under the chart's memory limit) nor keep
+//! an ordinary review from its answer, and reviews that would run long end
+//! at their deadline and free their decision thread.
+
+#[path = "support/flood.rs"]
+mod flood;
+#[path = "support/process.rs"]
+mod process;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use driftguard::certs::Authority;
+use flood::{metric, post_fresh};
+use process::*;
+use serde_json::{Value, json};
+
+/// The chart's memory limit (charts/driftguard/values.yaml).
+const CHART_LIMIT_BYTES: u64 = 128 * 1024 * 1024;
+const NORMAL: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/data/deployment-update-image.json"
+);
+/// The uid of every review here.
+const UID: &str = "5b1a7f2e-9f7c-4d8e-8a51-2f4c1d9e0a11";
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("budgets-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn start(dir: &Path, ca: &Authority, extra: &[&str]) -> Served {
+    let (cert, key) = ca.leaf("server", &["127.0.0.1".into()], &[]).unwrap();
+    std::fs::write(dir.join("tls.crt"), cert).unwrap();
+    std::fs::write(dir.join("tls.key"), key).unwrap();
+    let args: Vec<String> = [
+        format!("--tls-cert={}", dir.join("tls.crt").display()),
+        format!("--tls-key={}", dir.join("tls.key").display()),
+        "--shutdown-delay=0s".into(),
+        "--no-cluster".into(),
+    ]
+    .into_iter()
+    .chain(extra.iter().map(|a| a.to_string()))
+    .collect();
+    serve_driftguard(Path::new(env!("CARGO_BIN_EXE_driftguard")), 0, &args)
+}
+
+fn review(
+    kind: &str,
+    group: &str,
+    resource: &str,
+    op: &str,
+    obj: Value,
+    old: Option<Value>,
+) -> Vec<u8> {
+    let gvk = json!({"group": group, "version": "v1", "kind": kind});
+    let gvr = json!({"group": group, "version": "v1", "resource": resource});
+    let mut request = json!({
+        "kind": gvk, "resource": gvr, "requestKind": gvk, "requestResource": gvr,
+        "name": obj["metadata"]["name"], "namespace": "production", "operation": op,
+        "userInfo": {"username": "alice", "groups": ["developers", "system:authenticated"]},
+        "dryRun": false, "object": obj,
+    });
+    if let Some(old) = old {
+        request["oldObject"] = old;
+    }
+    // As the apiserver writes it: `uid` first in the request (serde_json
+    // would sort it after the objects).
+    let rest = serde_json::to_string(&request).unwrap();
+    format!(
+        r#"{{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{{"uid":"{UID}",{}}}"#,
+        &rest[1..]
+    )
+    .into_bytes()
+}
+
+/// A CREATE of an Argo CD-tracked Deployment with `n` env vars and the
+/// managedFields the apiserver adds (scripts/gen-big-reviews.py
+/// deployment-env): 70,000 is just under the 8 MiB body limit.
+fn deployment_env(n: usize) -> Vec<u8> {
+    let env: Vec<Value> = (0..n)
+        .map(|i| json!({"name": format!("VARIABLE_{i:06}"), "value": format!("value-{i:06}")}))
+        .collect();
+    let mut fields = serde_json::Map::new();
+    fields.insert(".".into(), json!({}));
+    for i in 0..n {
+        fields.insert(
+            format!("k:{{\"name\":\"VARIABLE_{i:06}\"}}"),
+            json!({".": {}, "f:name": {}, "f:value": {}}),
+        );
+    }
+    let obj = json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "big", "namespace": "production",
+            "annotations": {"argocd.argoproj.io/tracking-id": "myapp:apps/Deployment:production/big"},
+            "managedFields": [{"manager": "kubectl-create", "operation": "Update", "apiVersion": "apps/v1",
+                "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:template": {"f:spec": {"f:containers": {
+                    "k:{\"name\":\"app\"}": {".": {}, "f:env": fields, "f:image": {}, "f:name": {}}}}}}}}]},
+        "spec": {"selector": {"matchLabels": {"app": "big"}}, "template": {
+            "metadata": {"labels": {"app": "big"}},
+            "spec": {"containers": [{"name": "app", "image": "app:1", "env": env}]}}}
+    });
+    review("Deployment", "apps", "deployments", "CREATE", obj, None)
+}
+
+/// `kubectl patch` adding `n` keys to a ConfigMap kustomize-controller
+/// applies (scripts/gen-big-reviews.py configmap-patch N flux): every key is
+/// a drifted path that a kubectl manager owns, the reapplied-field check's
+/// worst case.
+fn flux_configmap_patch(n: usize) -> Vec<u8> {
+    let old = json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "settings", "namespace": "production", "uid": "u-1", "resourceVersion": "42",
+            "labels": {"kustomize.toolkit.fluxcd.io/name": "apps", "kustomize.toolkit.fluxcd.io/namespace": "flux-system"},
+            "managedFields": [{"manager": "kustomize-controller", "operation": "Apply", "apiVersion": "v1",
+                "fieldsType": "FieldsV1", "fieldsV1": {"f:data": {"f:LOG_LEVEL": {}}, "f:metadata": {"f:labels": {
+                    "f:kustomize.toolkit.fluxcd.io/name": {}, "f:kustomize.toolkit.fluxcd.io/namespace": {}}}}}]},
+        "data": {"LOG_LEVEL": "info"}
+    });
+    let mut new = old.clone();
+    let mut owned = serde_json::Map::new();
+    for i in 0..n {
+        new["data"][format!("key-{i:06}")] = json!(format!("value-{i:06}"));
+        owned.insert(format!("f:key-{i:06}"), json!({}));
+    }
+    new["metadata"]["managedFields"]
+        .as_array_mut()
+        .unwrap()
+        .push(
+            json!({"manager": "kubectl-patch", "operation": "Update", "apiVersion": "v1",
+            "fieldsType": "FieldsV1", "fieldsV1": {"f:data": owned}}),
+        );
+    review("ConfigMap", "", "configmaps", "UPDATE", new, Some(old))
+}
+
+/// The server's peak RSS so far (VmHWM), in bytes.
+fn peak_rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
+    line.split_whitespace()
+        .nth(1)
+        .unwrap()
+        .parse::<u64>()
+        .unwrap()
+        * 1024
+}
+
+fn post(
+    addr: SocketAddr,
+    ca: &Authority,
+    body: &[u8],
+    within: Duration,
+) -> Result<(u16, String), String> {
+    post_fresh(
+        addr,
+        &ca.cert_pem,
+        "/validate",
+        body,
+        Duration::ZERO,
+        within,
+    )
+}
+
+/// The ordinary review is judged (denied as drift), not answered by `--on-error`.
+fn judged_normally((status, text): &(u16, String)) -> bool {
+    *status == 200
+        && text.contains(UID)
+        && text.contains("\"allowed\":false")
+        && !text.contains("--on-error")
+}
+
+#[test]
+fn ten_maximal_reviews_at_once_stay_under_the_chart_limit_and_a_normal_one_is_judged() {
+    let dir = scratch("memory");
+    let ca = Authority::new("test CA").unwrap();
+    // Debug builds move 80 MB through TLS slowly: time enough for the bodies.
+    let mut server = start(&dir, &ca, &["--body-timeout=60s"]);
+    let addr: SocketAddr = ([127, 0, 0, 1], server.port).into();
+    let pid = server.proc.child.id();
+    let big = std::sync::Arc::new(deployment_env(70_000));
+    assert!(
+        big.len() > 8_000_000 && big.len() <= 8 << 20,
+        "{} bytes",
+        big.len()
+    );
+    let senders: Vec<_> = (0..10)
+        .map(|_| {
+            let (big, ca_pem) = (big.clone(), ca.cert_pem.clone());
+            std::thread::spawn(move || {
+                post_fresh(
+                    addr,
+                    &ca_pem,
+                    "/validate",
+                    &big,
+                    Duration::ZERO,
+                    Duration::from_secs(120),
+                )
+            })
+        })
+        .collect();
+    let normal = post(
+        addr,
+        &ca,
+        &std::fs::read(NORMAL).unwrap(),
+        Duration::from_secs(60),
+    );
+    let answers: Vec<_> = senders.into_iter().map(|s| s.join().unwrap()).collect();
+    assert!(server.proc.alive(), "{}", server.proc.stderr_tail(20));
+    let normal = normal.unwrap();
+    assert!(judged_normally(&normal), "{normal:?}");
+    for answer in &answers {
+        // Each got an AdmissionReview with its uid, by --on-error (deny).
+        let (status, text) = answer.as_ref().unwrap();
+        assert_eq!(*status, 200, "{text}");
+        assert!(
+            text.contains(UID) && text.contains("\"allowed\":false"),
+            "{text}"
+        );
+    }
+    let peak = peak_rss(pid);
+    assert!(
+        peak < CHART_LIMIT_BYTES,
+        "peak RSS {} MiB over the chart's limit",
+        peak >> 20
+    );
+    assert!(metric(server.probe, "driftguard_memory_budget_refused_total") >= 1.0);
+    server.proc.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Four reviews that cost the most decision work, on two decision threads,
+/// alongside an ordinary one: the ordinary one is judged within its
+/// deadline, and the four end by theirs. Before the reapplied-field check
+/// was made O(n log n), each held its thread for tens of seconds and the
+/// ordinary review timed out.
+#[test]
+fn four_abusive_reviews_do_not_starve_a_normal_one() {
+    let dir = scratch("cpu");
+    let ca = Authority::new("test CA").unwrap();
+    let timeout = Duration::from_secs(10);
+    // The memory budget is not what is tested here: room for all five.
+    let mut server = start(
+        &dir,
+        &ca,
+        &[
+            "--decision-threads=2",
+            "--decision-timeout=10s",
+            "--memory-budget-bytes=2147483648",
+        ],
+    );
+    let addr: SocketAddr = ([127, 0, 0, 1], server.port).into();
+    let abusive = std::sync::Arc::new(flux_configmap_patch(40_000));
+    let started = Instant::now();
+    let senders: Vec<_> = (0..4)
+        .map(|_| {
+            let (body, ca_pem) = (abusive.clone(), ca.cert_pem.clone());
+            std::thread::spawn(move || {
+                let sent = Instant::now();
+                let answer = post_fresh(
+                    addr,
+                    &ca_pem,
+                    "/validate",
+                    &body,
+                    Duration::ZERO,
+                    Duration::from_secs(120),
+                );
+                (answer, sent.elapsed())
+            })
+        })
+        .collect();
+    // Sent once the four are queued or deciding.
+    std::thread::sleep(Duration::from_millis(300));
+    let normal = post(
+        addr,
+        &ca,
+        &std::fs::read(NORMAL).unwrap(),
+        Duration::from_secs(60),
+    );
+    let normal = normal.unwrap();
+    assert!(
+        judged_normally(&normal),
+        "the normal review was not judged ({:?} after the flood started): {normal:?}",
+        started.elapsed()
+    );
+    for sender in senders {
+        let (answer, took) = sender.join().unwrap();
+        let (status, text) = answer.unwrap();
+        assert!(status == 200 && text.contains(UID), "{status} {text}");
+        // Denied as drift, or answered by --on-error at the deadline.
+        assert!(text.contains("\"allowed\":false"), "{text}");
+        assert!(
+            took < timeout + Duration::from_secs(5),
+            "answered after {took:?}"
+        );
+    }
+    assert!(server.proc.alive());
+    server.proc.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Reviews that cannot finish within a short deadline are stopped at it by
+/// the decision's own checkpoints: their threads are free again, so an
+/// ordinary review sent right after them is judged.
+#[test]
+fn decisions_past_their_deadline_free_their_threads() {
+    let dir = scratch("deadline");
+    let ca = Authority::new("test CA").unwrap();
+    let mut server = start(
+        &dir,
+        &ca,
+        &[
+            "--decision-threads=2",
+            "--decision-timeout=150ms",
+            "--memory-budget-bytes=2147483648",
+        ],
+    );
+    let addr: SocketAddr = ([127, 0, 0, 1], server.port).into();
+    // Far more work than 150 ms: it ends by the deadline only if stopped.
+    let abusive = std::sync::Arc::new(flux_configmap_patch(150_000));
+    let senders: Vec<_> = (0..4)
+        .map(|_| {
+            let (body, ca_pem) = (abusive.clone(), ca.cert_pem.clone());
+            std::thread::spawn(move || {
+                post_fresh(
+                    addr,
+                    &ca_pem,
+                    "/validate",
+                    &body,
+                    Duration::ZERO,
+                    Duration::from_secs(120),
+                )
+            })
+        })
+        .collect();
+    for sender in senders {
+        let (status, text) = sender.join().unwrap().unwrap();
+        assert!(
+            status == 200 && text.contains("exceeded its deadline"),
+            "{status} {text}"
+        );
+    }
+    let timeouts = metric(server.probe, "driftguard_decision_timeouts_total");
+    assert_eq!(timeouts, 4.0);
+    // Stopped at the deadline, the threads are free by now; a few tries
+    // cover the gap between two checkpoints on a loaded machine. Without
+    // checkpoints each of the two runs on for seconds (debug build).
+    let body = std::fs::read(NORMAL).unwrap();
+    let judged = (0..4).any(|_| {
+        std::thread::sleep(Duration::from_millis(250));
+        post(addr, &ca, &body, Duration::from_secs(30)).is_ok_and(|a| judged_normally(&a))
+    });
+    assert!(judged, "no decision thread came back within 1 s");
+    server.proc.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+}
