@@ -97,9 +97,9 @@ pub struct Config {
     /// Bytes all reviews in flight may hold together: each reserves 40 times
     /// its body before reading it and waits (up to --decision-timeout) for
     /// room, or is answered by --on-error unparsed. Fit it to the memory limit
-    /// with headroom for the server's own ~25 MiB; a body over a fortieth of
-    /// it (2 MiB by default) is always refused.
-    #[arg(long, env = "DRIFTGUARD_MEMORY_BUDGET_BYTES", default_value_t = 80 * 1024 * 1024, value_parser = clap::value_parser!(u64).range(1024 * 1024..))]
+    /// with headroom for the server's own ~25 MiB and its watched sources; a
+    /// body over a fortieth of it (3.2 MiB by default) is always refused.
+    #[arg(long, env = "DRIFTGUARD_MEMORY_BUDGET_BYTES", default_value_t = 128 * 1024 * 1024, value_parser = clap::value_parser!(u64).range(1024 * 1024..))]
     pub memory_budget_bytes: u64,
     #[command(flatten)]
     pub limits: ConnectionLimits,

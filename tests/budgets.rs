@@ -19,7 +19,7 @@ use process::*;
 use serde_json::{Value, json};
 
 /// The chart's memory limit (charts/driftguard/values.yaml).
-const CHART_LIMIT_BYTES: u64 = 128 * 1024 * 1024;
+const CHART_LIMIT_BYTES: u64 = 256 * 1024 * 1024;
 const NORMAL: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/tests/data/deployment-update-image.json"
