@@ -523,7 +523,11 @@ impl Conn {
                 self.clients_refused
                     .get_or_create(&crate::metrics::ReasonLabels { reason })
                     .inc();
-                tracing::warn!(%peer, reason, "refused a webhook client: {why}");
+                if client_auth::warn_now() {
+                    tracing::warn!(%peer, reason, "refused a webhook client: {why}");
+                } else {
+                    tracing::debug!(%peer, reason, "refused a webhook client: {why}");
+                }
             }
             None => tracing::debug!(%peer, error = %error, "TLS handshake failed"),
         }

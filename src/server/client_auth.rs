@@ -11,6 +11,8 @@
 
 use std::io;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use rustls::client::danger::HandshakeSignatureValid;
 use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
@@ -136,6 +138,17 @@ pub fn certificate_names(der: &[u8]) -> Vec<String> {
     names
 }
 
+/// True at most once per second: a refusal is logged as a warning then, and
+/// at debug level otherwise, so a flood of forged connections cannot flood
+/// the log (the metric still counts every one).
+pub fn warn_now() -> bool {
+    static LAST: AtomicU64 = AtomicU64::new(0);
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    LAST.swap(now, Ordering::Relaxed) != now
+}
+
 /// Which refusal a failed handshake was, if it was one: the client sent no
 /// certificate, one no trusted CA signed, or one naming no allowed client.
 /// Other handshake failures (timeouts, protocol errors) are not refusals.
@@ -181,6 +194,13 @@ mod tests {
             ["kube-apiserver", "apiserver.example"]
         );
         assert!(certificate_names(b"not a certificate").is_empty());
+    }
+
+    #[test]
+    fn refusals_are_warned_about_at_most_once_a_second() {
+        let warned = (0..10_000).filter(|_| warn_now()).count();
+        // Two if the loop happens to cross a second boundary.
+        assert!((1..=2).contains(&warned), "{warned}");
     }
 
     #[test]
