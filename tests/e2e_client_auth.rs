@@ -9,6 +9,8 @@
 //! line, no break-glass count, no decision counted. The same review sent with
 //! the apiserver's certificate does all of that, which shows the test can
 //! fail (and without `--client-name`, alice's certificate would get in).
+//! Last, a kubeconfig user for another address is not presented: the
+//! apiserver matches users by the webhook's `host:port`.
 
 #[path = "support/control_plane.rs"]
 mod control_plane;
