@@ -437,6 +437,12 @@ fn the_chart_lints_renders_and_is_accepted_by_the_apiserver() {
                 .iter()
                 .find(|v| v["name"] == "client-ca")
                 .unwrap_or_else(|| panic!("{name}: no client-ca volume: {volumes}"));
+            assert!(
+                find(&docs, "Deployment")["spec"]["template"]["metadata"]["annotations"]
+                    ["checksum/client-auth"]
+                    .is_string(),
+                "{name}: a new client CA restarts the pods"
+            );
             assert_eq!(
                 volume["configMap"],
                 serde_json::json!({"name": "apiserver-client-ca",
