@@ -172,9 +172,25 @@ impl EventRecorder {
             reason: Some(report.reason.into()),
             type_: Some("Warning".into()),
             note: Some(note),
-            regarding: Some(report.regarding.clone()),
+            regarding: Some(bounded_reference(&report.regarding)),
             ..Default::default()
         }
+    }
+}
+
+/// The reference with its name and namespace cut at [`KEY_PART_BYTES`]: no
+/// real object has a longer one, and a forged review must not make the
+/// apiserver store a megabyte name in every Event.
+fn bounded_reference(regarding: &ObjectReference) -> ObjectReference {
+    let cut = |s: &Option<String>| {
+        s.as_deref()
+            .map(|s| crate::text::prefix(s, KEY_PART_BYTES).to_owned())
+    };
+    ObjectReference {
+        name: cut(&regarding.name),
+        namespace: cut(&regarding.namespace),
+        kind: cut(&regarding.kind),
+        ..regarding.clone()
     }
 }
 
@@ -194,6 +210,16 @@ mod tests {
                 ..Default::default()
             },
         }
+    }
+
+    #[test]
+    fn an_event_names_at_most_253_bytes() {
+        let long = "n".repeat(1 << 20);
+        let r = bounded_reference(&report(&long, &long, "DriftBlocked").regarding);
+        assert_eq!(r.name.as_deref().map(str::len), Some(KEY_PART_BYTES));
+        assert_eq!(r.namespace.as_deref().map(str::len), Some(KEY_PART_BYTES));
+        let short = report("prod", "web", "DriftBlocked").regarding;
+        assert_eq!(bounded_reference(&short), short);
     }
 
     #[test]
