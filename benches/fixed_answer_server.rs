@@ -36,7 +36,7 @@ async fn main() {
         tls::certified_key(&std::fs::read(cert).unwrap(), &std::fs::read(key).unwrap()).unwrap();
     let store = Arc::new(tls::CertStore::new(pair));
     let acceptor =
-        tokio_rustls::TlsAcceptor::from(Arc::new(tls::server_config(store, None).unwrap()));
+        tokio_rustls::TlsAcceptor::from(Arc::new(tls::server_config(store, None, &[]).unwrap()));
     let limits = ConnectionLimits {
         max_body_bytes: 8 << 20,
         header_timeout: Duration::from_secs(10),

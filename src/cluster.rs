@@ -2,6 +2,7 @@
 //! registration, reading the parent of a `…/scale` write, the GitOps sources,
 //! Events, and ending expired break-glasses.
 
+pub mod bounded;
 pub mod events;
 pub mod expiry;
 pub mod parents;

@@ -57,6 +57,7 @@ pub struct Metrics {
     pub connections_open: Gauge,
     pub connections_evicted: Counter,
     pub connections_turned_away: Counter,
+    pub clients_refused: Family<ReasonLabels, Counter>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -195,6 +196,12 @@ impl Default for Metrics {
             "New connections closed at once under --max-connections: their address held most slots, with connections that never sent a request",
             connections_turned_away.clone(),
         );
+        let clients_refused = Family::<ReasonLabels, Counter>::default();
+        registry.register(
+            "clients_refused",
+            "Webhook clients refused in the TLS handshake under --client-ca: no certificate, an untrusted one, or one naming no --client-name",
+            clients_refused.clone(),
+        );
         // Counted by the audit writer, which runs before any Metrics exists.
         registry.register(
             "audit_dropped",
@@ -224,6 +231,7 @@ impl Default for Metrics {
             connections_open,
             connections_evicted,
             connections_turned_away,
+            clients_refused,
         }
     }
 }

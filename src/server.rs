@@ -2,6 +2,7 @@
 
 pub mod app;
 pub mod budget;
+pub mod client_auth;
 pub mod connections;
 pub mod errors;
 pub mod probes;
@@ -67,6 +68,15 @@ pub struct Config {
     /// Require client certificates signed by this CA (the apiserver's).
     #[arg(long, env = "DRIFTGUARD_CLIENT_CA")]
     pub client_ca: Option<PathBuf>,
+    /// With --client-ca: the client certificate's CN, DNS or URI SAN must be
+    /// one of these (repeatable, or comma-separated in the variable).
+    #[arg(
+        long = "client-name",
+        env = "DRIFTGUARD_CLIENT_NAMES",
+        value_delimiter = ',',
+        requires = "client_ca"
+    )]
+    pub client_names: Vec<String>,
     /// Generate a CA and a certificate for 127.0.0.1/localhost in memory, for trying driftguard out.
     #[arg(long, env = "DRIFTGUARD_SELF_SIGNED", conflicts_with_all = ["tls_cert", "tls_key"])]
     pub self_signed: bool,
@@ -223,8 +233,13 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         }
         None => None,
     };
-    let tls_config =
-        tls::server_config(certs.clone(), client_ca.as_deref()).map_err(anyhow::Error::msg)?;
+    if client_ca.is_some() && config.client_names.is_empty() {
+        tracing::warn!(
+            "--client-ca without --client-name: every certificate the CA signed is let in, not only the apiserver's"
+        );
+    }
+    let tls_config = tls::server_config(certs.clone(), client_ca.as_deref(), &config.client_names)
+        .map_err(anyhow::Error::msg)?;
     let acceptor = TlsAcceptor::from(Arc::new(tls_config));
 
     let probe_listener = TcpListener::bind(config.probe_listen)
@@ -477,6 +492,7 @@ pub async fn serve_tls(
                     builder: builder.clone(),
                     handshake_timeout: limits.handshake_timeout,
                     first_request_timeout: limits.header_timeout,
+                    clients_refused: metrics.clients_refused.clone(),
                 };
                 tokio::spawn(conn.serve(tcp, peer, admitted));
             }
@@ -514,16 +530,38 @@ struct Conn {
     /// time before the protocol is known, so a client that completes the
     /// handshake and sends nothing would hold its connection for ever.
     first_request_timeout: Duration,
+    clients_refused: prometheus_client::metrics::family::Family<
+        crate::metrics::ReasonLabels,
+        prometheus_client::metrics::counter::Counter,
+    >,
 }
 
 impl Conn {
+    /// A refused client is worth a warning and a count (someone other than
+    /// the apiserver tried to post reviews); other failures are noise.
+    fn handshake_failed(&self, peer: SocketAddr, error: &std::io::Error) {
+        match client_auth::refusal(error) {
+            Some((reason, why)) => {
+                self.clients_refused
+                    .get_or_create(&crate::metrics::ReasonLabels { reason })
+                    .inc();
+                if client_auth::warn_now() {
+                    tracing::warn!(%peer, reason, "refused a webhook client: {why}");
+                } else {
+                    tracing::debug!(%peer, reason, "refused a webhook client: {why}");
+                }
+            }
+            None => tracing::debug!(%peer, error = %error, "TLS handshake failed"),
+        }
+    }
+
     async fn serve(self, tcp: tokio::net::TcpStream, peer: SocketAddr, admitted: Admitted) {
         let slot = admitted.slot().clone();
         let handshake = tokio::time::timeout(self.handshake_timeout, self.acceptor.accept(tcp));
         let tls = tokio::select! {
             done = handshake => match done {
                 Ok(Ok(tls)) => tls,
-                Ok(Err(e)) => return tracing::debug!(%peer, error = %e, "TLS handshake failed"),
+                Ok(Err(e)) => return self.handshake_failed(peer, &e),
                 Err(_) => return tracing::debug!(%peer, "TLS handshake timed out"),
             },
             reason = slot.closed() => return tracing::debug!(%peer, ?reason, "closed during the TLS handshake"),

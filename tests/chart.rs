@@ -334,6 +334,22 @@ fn the_chart_lints_renders_and_is_accepted_by_the_apiserver() {
             ],
         ),
         (
+            "client auth",
+            vec![
+                "clientAuth.enabled=true",
+                "clientAuth.ca.configMapName=apiserver-client-ca",
+                "clientAuth.allowedNames={kube-apiserver-webhooks,webhooks.example}",
+            ],
+        ),
+        (
+            "network policy",
+            vec![
+                "networkPolicy.enabled=true",
+                "networkPolicy.webhookFrom[0].ipBlock.cidr=10.0.0.0/24",
+                "networkPolicy.probesFrom[0].namespaceSelector.matchLabels.name=monitoring",
+            ],
+        ),
+        (
             "narrow break-glass sweeper",
             vec![
                 "policy.breakGlass.allowedGroups={sre-oncall}",
@@ -405,6 +421,64 @@ fn the_chart_lints_renders_and_is_accepted_by_the_apiserver() {
                     "{name}"
                 );
             }
+        }
+        let container = &find(&docs, "Deployment")["spec"]["template"]["spec"]["containers"][0];
+        let args: Vec<&str> = container["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(Value::as_str)
+            .collect();
+        let policies = docs.iter().filter(|d| d["kind"] == "NetworkPolicy").count();
+        if *name == "client auth" {
+            for flag in [
+                "--client-ca=/client-ca/ca.crt",
+                "--client-name=kube-apiserver-webhooks",
+                "--client-name=webhooks.example",
+            ] {
+                assert!(args.contains(&flag), "{name}: no {flag} in {args:?}");
+            }
+            let volumes = &find(&docs, "Deployment")["spec"]["template"]["spec"]["volumes"];
+            let volume = volumes
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|v| v["name"] == "client-ca")
+                .unwrap_or_else(|| panic!("{name}: no client-ca volume: {volumes}"));
+            assert!(
+                find(&docs, "Deployment")["spec"]["template"]["metadata"]["annotations"]
+                    ["checksum/client-auth"]
+                    .is_string(),
+                "{name}: a new client CA restarts the pods"
+            );
+            assert_eq!(
+                volume["configMap"],
+                serde_json::json!({"name": "apiserver-client-ca",
+                    "items": [{"key": "ca.crt", "path": "ca.crt"}]})
+            );
+        } else {
+            assert!(
+                !args.iter().any(|a| a.starts_with("--client-")),
+                "{name}: {args:?}"
+            );
+        }
+        if *name == "network policy" {
+            let policy = find(&docs, "NetworkPolicy");
+            assert_eq!(
+                policy["spec"]["ingress"],
+                serde_json::json!([
+                    {"ports": [{"port": 8443, "protocol": "TCP"}],
+                     "from": [{"ipBlock": {"cidr": "10.0.0.0/24"}}]},
+                    {"ports": [{"port": 8080, "protocol": "TCP"}],
+                     "from": [{"namespaceSelector": {"matchLabels": {"name": "monitoring"}}}]}
+                ])
+            );
+            assert_eq!(
+                policy["spec"]["podSelector"]["matchLabels"],
+                find(&docs, "Deployment")["spec"]["selector"]["matchLabels"]
+            );
+        } else {
+            assert_eq!(policies, 0, "{name}: a NetworkPolicy by default");
         }
         let role = find(&docs, "ClusterRole");
         let lifts_pause = role["rules"].as_array().unwrap().contains(&applications);
@@ -496,6 +570,61 @@ fn the_chart_lints_renders_and_is_accepted_by_the_apiserver() {
         assert!(
             !out.status.success() && err.contains(needle),
             "{set}: {err}"
+        );
+    }
+    // Client auth given as PEM renders its own ConfigMap, mounted as ca.crt.
+    let pem_set = format!("clientAuth.ca.pem={pem}");
+    let rendered = template(
+        &helm,
+        &[
+            "clientAuth.enabled=true",
+            &pem_set,
+            "clientAuth.allowedNames={kube-apiserver-webhooks}",
+        ],
+        &[],
+    );
+    assert!(rendered.ok, "{}", rendered.stderr);
+    let out = plane.kubectl_stdin(
+        "admin",
+        &["apply", "--dry-run=server", "-f", "-"],
+        Some(&rendered.yaml),
+    );
+    assert!(out.ok, "client auth by PEM: {out}");
+    let docs = documents(&rendered.yaml);
+    let client_ca = docs
+        .iter()
+        .find(|d| d["kind"] == "ConfigMap" && d["metadata"]["name"] == "dg-driftguard-client-ca")
+        .expect("the client CA ConfigMap");
+    assert_eq!(client_ca["data"]["ca.crt"], pem.as_str());
+    // Contradictions and half-configurations fail with a clear message.
+    for (sets, needle) in [
+        (
+            vec!["clientAuth.enabled=true", "clientAuth.allowedNames={a}"],
+            "set exactly one of secretName, configMapName or pem",
+        ),
+        (
+            vec![
+                "clientAuth.enabled=true",
+                "clientAuth.allowedNames={a}",
+                "clientAuth.ca.secretName=s",
+                "clientAuth.ca.configMapName=c",
+            ],
+            "set exactly one of secretName, configMapName or pem",
+        ),
+        (
+            vec!["clientAuth.enabled=true", "clientAuth.ca.secretName=s"],
+            "clientAuth.allowedNames",
+        ),
+        (
+            vec!["networkPolicy.enabled=true"],
+            "networkPolicy.enabled needs networkPolicy.webhookFrom",
+        ),
+    ] {
+        let rendered = template(&helm, &sets, &[]);
+        assert!(
+            !rendered.ok && rendered.stderr.contains(needle),
+            "{sets:?}: {}",
+            rendered.stderr
         );
     }
     let mut both = provided.clone();

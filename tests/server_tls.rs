@@ -272,6 +272,81 @@ async fn client_certificates_are_required_when_a_client_ca_is_given() {
     );
 }
 
+/// With --client-name, a certificate from the client CA gets in only if its
+/// CN or a DNS name is allowed: the cluster CA signs users too.
+#[tokio::test(flavor = "multi_thread")]
+async fn only_allowed_client_names_get_in() {
+    let dir = scratch("mtls-names");
+    let ca = Authority::new("test CA").unwrap();
+    write_pair(&ca, &dir, "server");
+    let cluster_ca = Authority::new("cluster CA").unwrap();
+    std::fs::write(dir.join("client-ca.crt"), &cluster_ca.cert_pem).unwrap();
+    let server = Server::start(
+        &dir,
+        &[
+            "--client-ca",
+            &dir.join("client-ca.crt").display().to_string(),
+            "--client-name=kube-apiserver",
+            "--client-name=webhooks.apiserver.example",
+        ],
+    );
+    let by_cn = cluster_ca.leaf("kube-apiserver", &[], &[]).unwrap();
+    let by_dns = cluster_ca
+        .leaf("apiserver-1", &["webhooks.apiserver.example".into()], &[])
+        .unwrap();
+    for (what, identity) in [("CN", &by_cn), ("DNS name", &by_dns)] {
+        let sent = review(&client(&ca.cert_pem, Some(identity), false, true), &server).await;
+        assert!(sent.is_ok(), "allowed by {what}: {sent:?}");
+    }
+    let user = cluster_ca.leaf("alice", &[], &["system:masters"]).unwrap();
+    for h2 in [false, true] {
+        assert!(
+            review(&client(&ca.cert_pem, Some(&user), h2, true), &server)
+                .await
+                .is_err(),
+            "a user's certificate from the same CA"
+        );
+    }
+    assert_eq!(
+        server.metric("driftguard_clients_refused_total{reason=\"name_not_allowed\"}"),
+        2.0
+    );
+    let decided: f64 = server
+        .probe_get("/metrics")
+        .1
+        .lines()
+        .filter(|l| l.starts_with("driftguard_requests_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert_eq!(
+        decided, 2.0,
+        "only the allowed clients' reviews were decided"
+    );
+    assert!(
+        server
+            .proc
+            .stderr_text()
+            .contains("refused a webhook client")
+    );
+}
+
+/// A name without a CA would check nothing: serve refuses to start.
+#[test]
+fn a_client_name_without_a_client_ca_is_refused_at_startup() {
+    let dir = scratch("names-without-ca");
+    let ca = Authority::new("test CA").unwrap();
+    write_pair(&ca, &dir, "server");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_driftguard"))
+        .args(["serve", "--no-cluster", "--client-name=kube-apiserver"])
+        .arg(format!("--tls-cert={}", dir.join("tls.crt").display()))
+        .arg(format!("--tls-key={}", dir.join("tls.key").display()))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("--client-ca"), "{stderr}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn certificate_rotation_mid_traffic_fails_no_request() {
     let dir = scratch("rotation");

@@ -14,9 +14,10 @@
 //! fire-and-forget, and a capped cache; layering that over `Recorder` would
 //! leave it only the Event's construction.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use super::bounded::BoundedMap;
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::Event;
@@ -33,13 +34,77 @@ pub struct Report {
     pub regarding: ObjectReference,
 }
 
+/// The longest name, namespace or kind that enters a de-duplication key: the
+/// apiserver accepts no longer object name (253), so longer ones are forged or
+/// doomed, and folding them together only writes fewer Events.
+const KEY_PART_BYTES: usize = 253;
+/// The de-duplication map's budget: about 2,000 keys of the longest kind, far
+/// more of real ones.
+const RECENT_BYTES: usize = 1 << 20;
+const RECENT_ENTRIES: usize = 10_000;
+
+/// Reports folded since the last Event, per object and reason, in a map
+/// bounded in bytes and entries. When it is full of objects reported within
+/// the interval, further new objects get no Event until entries age out:
+/// a flood of denials (or of forged reviews) writes at most
+/// [`RECENT_ENTRIES`] Events per interval, and never grows memory.
+pub struct Recent {
+    folded: BoundedMap<u32>,
+}
+
+impl Default for Recent {
+    fn default() -> Self {
+        Self {
+            folded: BoundedMap::new(RECENT_BYTES, RECENT_ENTRIES),
+        }
+    }
+}
+
+impl Recent {
+    /// `Some(reports folded since the last Event)` when an Event is due now,
+    /// `None` when this report is folded into the next one (or dropped).
+    pub fn admit(&mut self, report: &Report, interval: Duration) -> Option<u32> {
+        let key = Self::key(report);
+        match self.folded.get_mut(&key) {
+            Some((at, count)) if at.elapsed() < interval => {
+                *count = count.saturating_add(1);
+                None
+            }
+            Some((at, count)) => {
+                let folded = *count;
+                *at = std::time::Instant::now();
+                *count = 0;
+                Some(folded)
+            }
+            None => self.folded.insert(key, 0, 4, interval).then_some(0),
+        }
+    }
+
+    fn key(report: &Report) -> String {
+        let r = &report.regarding;
+        let part = |s: &Option<String>| {
+            crate::text::prefix(s.as_deref().unwrap_or_default(), KEY_PART_BYTES).to_owned()
+        };
+        format!(
+            "{}/{}/{}/{}",
+            part(&r.namespace),
+            part(&r.kind),
+            part(&r.name),
+            report.reason
+        )
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.folded.bytes()
+    }
+}
+
 pub struct EventRecorder {
     client: kube::Client,
     instance: String,
     interval: Duration,
     timeout: Duration,
-    /// (last emitted, reports folded since) per object and reason.
-    recent: Mutex<HashMap<String, (Instant, u32)>>,
+    recent: Mutex<Recent>,
 }
 
 impl EventRecorder {
@@ -50,40 +115,17 @@ impl EventRecorder {
             instance,
             interval,
             timeout: Duration::from_secs(2),
-            recent: Mutex::new(HashMap::new()),
+            recent: Mutex::new(Recent::default()),
         })
     }
 
     /// Queues the Event and returns at once.
     pub fn report(self: &Arc<Self>, report: Report) {
-        let r = &report.regarding;
-        let key = format!(
-            "{}/{}/{}/{}",
-            r.namespace.as_deref().unwrap_or_default(),
-            r.kind.as_deref().unwrap_or_default(),
-            r.name.as_deref().unwrap_or_default(),
-            report.reason
-        );
         let folded = {
             let mut recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
-            if recent.len() > 10_000 {
-                recent.retain(|_, (at, _)| at.elapsed() < self.interval);
-            }
-            match recent.get_mut(&key) {
-                Some((at, count)) if at.elapsed() < self.interval => {
-                    *count += 1;
-                    return;
-                }
-                Some((at, count)) => {
-                    let folded = *count;
-                    *at = Instant::now();
-                    *count = 0;
-                    folded
-                }
-                None => {
-                    recent.insert(key, (Instant::now(), 0));
-                    0
-                }
+            match recent.admit(&report, self.interval) {
+                Some(folded) => folded,
+                None => return,
             }
         };
         let this = self.clone();
@@ -107,11 +149,9 @@ impl EventRecorder {
     }
 
     fn event(&self, report: &Report, namespace: &str, folded: u32) -> Event {
-        let name = report
-            .regarding
-            .name
-            .clone()
-            .unwrap_or_else(|| "object".into());
+        // Event names are object names: at most 253 bytes with the suffix.
+        let name = report.regarding.name.as_deref().unwrap_or("object");
+        let name = crate::text::prefix(name, 200);
         let now = jiff::Timestamp::now();
         let mut note = report.note.clone();
         if folded > 0 {
@@ -132,8 +172,113 @@ impl EventRecorder {
             reason: Some(report.reason.into()),
             type_: Some("Warning".into()),
             note: Some(note),
-            regarding: Some(report.regarding.clone()),
+            regarding: Some(bounded_reference(&report.regarding)),
             ..Default::default()
         }
+    }
+}
+
+/// The reference with its name and namespace cut at [`KEY_PART_BYTES`]: no
+/// real object has a longer one, and a forged review must not make the
+/// apiserver store a megabyte name in every Event.
+fn bounded_reference(regarding: &ObjectReference) -> ObjectReference {
+    let cut = |s: &Option<String>| {
+        s.as_deref()
+            .map(|s| crate::text::prefix(s, KEY_PART_BYTES).to_owned())
+    };
+    ObjectReference {
+        name: cut(&regarding.name),
+        namespace: cut(&regarding.namespace),
+        kind: cut(&regarding.kind),
+        ..regarding.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(namespace: &str, name: &str, reason: &'static str) -> Report {
+        Report {
+            reason,
+            action: "Denied",
+            note: String::new(),
+            regarding: ObjectReference {
+                namespace: Some(namespace.into()),
+                kind: Some("Deployment".into()),
+                name: Some(name.into()),
+                ..Default::default()
+            },
+        }
+    }
+
+    #[test]
+    fn an_event_names_at_most_253_bytes() {
+        let long = "n".repeat(1 << 20);
+        let r = bounded_reference(&report(&long, &long, "DriftBlocked").regarding);
+        assert_eq!(r.name.as_deref().map(str::len), Some(KEY_PART_BYTES));
+        assert_eq!(r.namespace.as_deref().map(str::len), Some(KEY_PART_BYTES));
+        let short = report("prod", "web", "DriftBlocked").regarding;
+        assert_eq!(bounded_reference(&short), short);
+    }
+
+    #[test]
+    fn repeats_within_the_interval_are_folded_into_the_next_event() {
+        let mut recent = Recent::default();
+        let r = report("prod", "web", "DriftBlocked");
+        assert_eq!(recent.admit(&r, Duration::from_secs(60)), Some(0));
+        assert_eq!(recent.admit(&r, Duration::from_secs(60)), None);
+        assert_eq!(recent.admit(&r, Duration::from_secs(60)), None);
+        assert_eq!(recent.admit(&r, Duration::ZERO), Some(2));
+        let other = report("prod", "web", "BreakGlassUsed");
+        assert_eq!(recent.admit(&other, Duration::from_secs(60)), Some(0));
+    }
+
+    /// Forged reviews with megabyte names: a few hundred of them keep the
+    /// map within its byte budget (before, each kept its whole name).
+    #[test]
+    fn megabyte_names_keep_the_map_within_its_budget() {
+        let mut recent = Recent::default();
+        let megabyte = "n".repeat(1 << 20);
+        let mut emitted = 0;
+        for i in 0..300 {
+            let name = format!("{i}{megabyte}");
+            let namespace = format!("{i}{megabyte}");
+            if recent
+                .admit(
+                    &report(&namespace, &name, "DriftBlocked"),
+                    Duration::from_secs(60),
+                )
+                .is_some()
+            {
+                emitted += 1;
+            }
+            assert!(recent.bytes() <= RECENT_BYTES, "{} bytes", recent.bytes());
+        }
+        // Capped keys: each object still gets its Event.
+        assert_eq!(emitted, 300);
+        assert!(recent.bytes() < 300 * 1_000, "{} bytes", recent.bytes());
+        // Names differing only past the cap fold together.
+        let folded = (0..300)
+            .filter(|i| {
+                let name = format!("{megabyte}{i}");
+                recent
+                    .admit(
+                        &report("prod", &name, "DriftBlocked"),
+                        Duration::from_secs(60),
+                    )
+                    .is_some()
+            })
+            .count();
+        assert_eq!(folded, 1);
+        // Many distinct short names: the map stops growing at its bounds.
+        for i in 0..(RECENT_ENTRIES + 500) {
+            recent.admit(
+                &report("prod", &format!("{i}-{}", "x".repeat(200)), "DriftBlocked"),
+                Duration::from_secs(60),
+            );
+        }
+        assert!(recent.bytes() <= RECENT_BYTES, "{} bytes", recent.bytes());
+        assert!(recent.folded.len() <= RECENT_ENTRIES);
     }
 }

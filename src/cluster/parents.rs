@@ -8,10 +8,18 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use serde_json::Value;
+
+use super::bounded::BoundedMap;
+
+/// The parent cache's budget: whole objects (up to about 1.5 MiB each in
+/// etcd) are kept for seconds, so a burst of scale writes to many large
+/// objects must not hold them all.
+const CACHE_BYTES: usize = 16 << 20;
+const CACHE_ENTRIES: usize = 10_000;
 
 /// Why the parent could not be read; the decision then applies `unknownScaleParent`.
 #[derive(Debug, thiserror::Error)]
@@ -37,7 +45,7 @@ pub struct ParentReader {
     client: kube::Client,
     timeout: Duration,
     ttl: Duration,
-    cache: Mutex<HashMap<String, (Instant, Value)>>,
+    cache: Mutex<BoundedMap<Value>>,
     /// `group/Kind` → (version, resource), from discovery; kinds do not move.
     resources: Mutex<HashMap<String, (String, String)>>,
 }
@@ -48,7 +56,7 @@ impl ParentReader {
             client,
             timeout,
             ttl,
-            cache: Mutex::new(HashMap::new()),
+            cache: Mutex::new(BoundedMap::new(CACHE_BYTES, CACHE_ENTRIES)),
             resources: Mutex::new(HashMap::new()),
         }
     }
@@ -89,11 +97,12 @@ impl ParentReader {
             Ok(value) => value,
             Err(source) => return Err(ParentError::Json { what, source }),
         };
-        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
-        if cache.len() > 10_000 {
-            cache.clear();
-        }
-        cache.insert(what, (Instant::now(), value.clone()));
+        remember(
+            &mut self.cache.lock().unwrap_or_else(|e| e.into_inner()),
+            what,
+            &value,
+            self.ttl,
+        );
         Ok(value)
     }
 
@@ -154,18 +163,42 @@ impl ParentReader {
     }
 
     fn cached(&self, key: &str) -> Option<Value> {
-        let cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
         cache
-            .get(key)
+            .get_mut(key)
             .filter(|(at, _)| at.elapsed() < self.ttl)
             .map(|(_, v)| v.clone())
     }
+}
+
+/// Caches a parent, counted at its JSON size, unless the cache is full of
+/// fresher ones (the read is then simply not cached).
+fn remember(cache: &mut BoundedMap<Value>, what: String, value: &Value, ttl: Duration) {
+    let bytes = serde_json::to_string(value).map_or(usize::MAX, |s| s.len());
+    cache.insert(what, value.clone(), bytes, ttl);
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// Large parents under many names: the cache stays within its budget.
+    #[test]
+    fn the_cache_is_bounded_in_bytes() {
+        let mut cache = BoundedMap::new(CACHE_BYTES, CACHE_ENTRIES);
+        let big = json!({"metadata": {"annotations": {"a": "x".repeat(1 << 20)}}});
+        for i in 0..300 {
+            remember(
+                &mut cache,
+                format!("deployments.apps/v1 default/{i}{}", "n".repeat(1 << 20)),
+                &big,
+                Duration::from_secs(60),
+            );
+            assert!(cache.bytes() <= CACHE_BYTES, "{} bytes", cache.bytes());
+        }
+        assert!(cache.len() >= 7, "{} cached", cache.len());
+    }
 
     /// The parent reaches the decision as the apiserver sent it: going
     /// through `DynamicObject` loses nothing.

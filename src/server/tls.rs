@@ -1,6 +1,6 @@
 //! rustls for the webhook listener: TLS 1.2 and 1.3 only, ring as the
 //! explicitly chosen crypto provider, HTTP/2 and HTTP/1.1 through ALPN, an
-//! optional client-CA check, and a certificate pair that can be swapped while
+//! optional client-CA check with allowed client names, and a certificate pair that can be swapped while
 //! serving (new handshakes use the new pair).
 
 use std::sync::{Arc, RwLock};
@@ -50,6 +50,12 @@ pub enum TlsError {
     NoClientCa,
     #[error("client CA: {0}")]
     Verifier(rustls::server::VerifierBuilderError),
+    #[error(
+        "--client-name needs --client-ca: without a CA no client certificate is asked for, so no name can be checked"
+    )]
+    NamesWithoutCa,
+    #[error("--client-name: an empty name")]
+    EmptyName,
 }
 
 /// Parses a PEM certificate chain and private key into a signing pair.
@@ -100,11 +106,21 @@ impl ResolvesServerCert for CertStore {
 }
 
 /// The listener's TLS configuration. With `client_ca_pem`, every client must
-/// present a certificate signed by that CA (the apiserver's client certificate).
+/// present a certificate signed by that CA (the apiserver's client
+/// certificate); with `allowed_names` as well, a certificate naming one of
+/// them ([`super::client_auth`]). Names without a CA are refused: they would
+/// check nothing.
 pub fn server_config(
     certs: Arc<CertStore>,
     client_ca_pem: Option<&[u8]>,
+    allowed_names: &[String],
 ) -> Result<ServerConfig, TlsError> {
+    if client_ca_pem.is_none() && !allowed_names.is_empty() {
+        return Err(TlsError::NamesWithoutCa);
+    }
+    if allowed_names.iter().any(|n| n.trim().is_empty()) {
+        return Err(TlsError::EmptyName);
+    }
     let builder = ServerConfig::builder_with_provider(provider())
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
         .map_err(TlsError::Versions)?;
@@ -122,7 +138,14 @@ pub fn server_config(
             let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
                 .build()
                 .map_err(TlsError::Verifier)?;
-            builder.with_client_cert_verifier(verifier)
+            if allowed_names.is_empty() {
+                builder.with_client_cert_verifier(verifier)
+            } else {
+                builder.with_client_cert_verifier(Arc::new(super::client_auth::AllowedNames::new(
+                    verifier,
+                    allowed_names.to_vec(),
+                )))
+            }
         }
         None => builder.with_no_client_auth(),
     };

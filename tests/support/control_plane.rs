@@ -108,6 +108,9 @@ pub struct ControlPlane {
     kubeconfigs: BTreeMap<String, PathBuf>,
     /// etcd's client port, kept for [`ControlPlane::start_apiserver`].
     etcd_client: u16,
+    /// `--admission-control-config-file`, once
+    /// [`ControlPlane::present_client_certificate`] wrote one.
+    admission_config: Option<PathBuf>,
     // Dropped last: the apiserver before etcd.
     apiserver: Proc,
     etcd: Proc,
@@ -141,7 +144,7 @@ impl ControlPlane {
 
         let (etcd, client) = start_etcd(&etcd_bin, &dir.join("etcd"));
         let port = unused_port();
-        let apiserver = spawn_apiserver(&apiserver_bin, &dir, client, port);
+        let apiserver = spawn_apiserver(&apiserver_bin, &dir, client, port, None);
         let mut plane = ControlPlane {
             dir,
             ca,
@@ -149,6 +152,7 @@ impl ControlPlane {
             echo: false,
             kubeconfigs: BTreeMap::new(),
             etcd_client: client,
+            admission_config: None,
             apiserver,
             etcd,
         };
@@ -167,7 +171,7 @@ impl ControlPlane {
             );
             attempts += 1;
             plane.port = unused_port();
-            plane.apiserver = spawn_apiserver(&apiserver_bin, &plane.dir, client, plane.port);
+            plane.apiserver = spawn_apiserver(&apiserver_bin, &plane.dir, client, plane.port, None);
             let users: Vec<String> = plane.kubeconfigs.keys().cloned().collect();
             users.iter().for_each(|u| plane.write_kubeconfig(u));
         }
@@ -188,6 +192,7 @@ impl ControlPlane {
             &self.dir,
             self.etcd_client,
             self.port,
+            self.admission_config.as_deref(),
         );
         if let Err(PortTaken(why)) = self.wait_ready() {
             panic!(
@@ -201,6 +206,46 @@ impl ControlPlane {
     pub fn restart_apiserver(&mut self) {
         self.stop_apiserver();
         self.start_apiserver();
+    }
+
+    /// Restarts the apiserver so that it presents a client certificate named
+    /// `common_name`, signed by the plane's CA, to the webhook at `host_port`
+    /// (`127.0.0.1:PORT`): an AdmissionConfiguration whose webhook plugins
+    /// read a kubeconfig with a user of that name. The apiserver matches a
+    /// webhook URL's `host:port` exactly first, then `*.`-prefixed parents,
+    /// then `*` (k8s.io/apiserver/pkg/util/webhook/authentication.go); only
+    /// the exact name is written, so a wrong name means no certificate.
+    pub fn present_client_certificate(&mut self, host_port: &str, common_name: &str) {
+        let (cert, key) = self.ca.leaf(common_name, &[], &[]).unwrap();
+        let p = |f: &str| self.dir.join(f);
+        std::fs::write(p("webhook-client.crt"), cert).unwrap();
+        driftguard::certs::write_private(&p("webhook-client.key"), &key).unwrap();
+        std::fs::write(
+            p("webhook-kubeconfig.yaml"),
+            format!(
+                "apiVersion: v1\nkind: Config\nusers:\n- name: \"{host_port}\"\n  user:\n    client-certificate: {}\n    client-key: {}\n",
+                p("webhook-client.crt").display(),
+                p("webhook-client.key").display(),
+            ),
+        )
+        .unwrap();
+        let plugin = |name: &str| {
+            format!(
+                "- name: {name}\n  configuration:\n    apiVersion: apiserver.config.k8s.io/v1\n    kind: WebhookAdmissionConfiguration\n    kubeConfigFile: {}\n",
+                p("webhook-kubeconfig.yaml").display()
+            )
+        };
+        std::fs::write(
+            p("admission.yaml"),
+            format!(
+                "apiVersion: apiserver.config.k8s.io/v1\nkind: AdmissionConfiguration\nplugins:\n{}{}",
+                plugin("ValidatingAdmissionWebhook"),
+                plugin("MutatingAdmissionWebhook")
+            ),
+        )
+        .unwrap();
+        self.admission_config = Some(p("admission.yaml"));
+        self.restart_apiserver();
     }
 
     pub fn add_user(&mut self, user: &str, groups: &[&str]) {
@@ -458,12 +503,24 @@ fn start_etcd(bin: &Path, data: &Path) -> (Proc, u16) {
     })
 }
 
-fn spawn_apiserver(bin: &Path, dir: &Path, etcd: u16, port: u16) -> Proc {
+fn spawn_apiserver(
+    bin: &Path,
+    dir: &Path,
+    etcd: u16,
+    port: u16,
+    admission_config: Option<&Path>,
+) -> Proc {
     let p = |f: &str| dir.join(f).display().to_string();
+    let mut cmd = Command::new(bin);
+    if let Some(config) = admission_config {
+        cmd.arg(format!(
+            "--admission-control-config-file={}",
+            config.display()
+        ));
+    }
     Proc::spawn(
         "kube-apiserver",
-        Command::new(bin)
-            .arg(format!("--etcd-servers=http://127.0.0.1:{etcd}"))
+        cmd.arg(format!("--etcd-servers=http://127.0.0.1:{etcd}"))
             .arg(format!("--secure-port={port}"))
             .arg("--bind-address=127.0.0.1")
             .arg("--advertise-address=127.0.0.1")

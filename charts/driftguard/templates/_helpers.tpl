@@ -181,3 +181,24 @@ ca: {{ index $existing.data "ca.crt" }}
 {{- define "driftguard.sweeps" -}}
 {{- if and .Values.breakGlass.restoreAtExpiry (or .Values.policy.breakGlass.allowedGroups .Values.policy.breakGlass.allowedUsers) -}}true{{- end -}}
 {{- end -}}
+
+{{/* The volume holding the client CA as ca.crt; contradictory values fail the install. */}}
+{{- define "driftguard.clientCaVolume" -}}
+{{- $ca := .Values.clientAuth.ca -}}
+{{- $sources := 0 -}}
+{{- range (list $ca.secretName $ca.configMapName $ca.pem) }}{{ if . }}{{ $sources = add1 $sources }}{{ end }}{{ end -}}
+{{- if ne (int $sources) 1 -}}
+{{- fail "clientAuth.ca: set exactly one of secretName, configMapName or pem" -}}
+{{- end -}}
+{{- if not .Values.clientAuth.allowedNames -}}
+{{- fail "clientAuth.allowedNames: name the apiserver's client certificate (its CN or a DNS/URI SAN); a CA alone lets in every certificate it signed" -}}
+{{- end -}}
+- name: client-ca
+{{- if $ca.secretName }}
+  secret: {secretName: {{ $ca.secretName }}, items: [{key: {{ $ca.key }}, path: ca.crt}]}
+{{- else if $ca.configMapName }}
+  configMap: {name: {{ $ca.configMapName }}, items: [{key: {{ $ca.key }}, path: ca.crt}]}
+{{- else }}
+  configMap: {name: {{ include "driftguard.fullname" . }}-client-ca}
+{{- end }}
+{{- end }}
