@@ -4,6 +4,9 @@
 //! an ordinary review from its answer, and reviews that would run long end
 //! at their deadline and free their decision thread.
 
+/// The costliest reviews by drifted paths, shared with the decision bench.
+#[path = "../benches/support/big.rs"]
+mod big;
 #[path = "support/flood.rs"]
 mod flood;
 #[path = "support/process.rs"]
@@ -107,36 +110,6 @@ fn deployment_env(n: usize) -> Vec<u8> {
             "spec": {"containers": [{"name": "app", "image": "app:1", "env": env}]}}}
     });
     review("Deployment", "apps", "deployments", "CREATE", obj, None)
-}
-
-/// `kubectl patch` adding `n` keys to a ConfigMap kustomize-controller
-/// applies (scripts/gen-big-reviews.py configmap-patch N flux): every key is
-/// a drifted path that a kubectl manager owns, the reapplied-field check's
-/// worst case.
-fn flux_configmap_patch(n: usize) -> Vec<u8> {
-    let old = json!({
-        "apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": "settings", "namespace": "production", "uid": "u-1", "resourceVersion": "42",
-            "labels": {"kustomize.toolkit.fluxcd.io/name": "apps", "kustomize.toolkit.fluxcd.io/namespace": "flux-system"},
-            "managedFields": [{"manager": "kustomize-controller", "operation": "Apply", "apiVersion": "v1",
-                "fieldsType": "FieldsV1", "fieldsV1": {"f:data": {"f:LOG_LEVEL": {}}, "f:metadata": {"f:labels": {
-                    "f:kustomize.toolkit.fluxcd.io/name": {}, "f:kustomize.toolkit.fluxcd.io/namespace": {}}}}}]},
-        "data": {"LOG_LEVEL": "info"}
-    });
-    let mut new = old.clone();
-    let mut owned = serde_json::Map::new();
-    for i in 0..n {
-        new["data"][format!("key-{i:06}")] = json!(format!("value-{i:06}"));
-        owned.insert(format!("f:key-{i:06}"), json!({}));
-    }
-    new["metadata"]["managedFields"]
-        .as_array_mut()
-        .unwrap()
-        .push(
-            json!({"manager": "kubectl-patch", "operation": "Update", "apiVersion": "v1",
-            "fieldsType": "FieldsV1", "fieldsV1": {"f:data": owned}}),
-        );
-    review("ConfigMap", "", "configmaps", "UPDATE", new, Some(old))
 }
 
 /// The server's peak RSS so far (VmHWM), in bytes.
@@ -255,7 +228,7 @@ fn four_abusive_reviews_do_not_starve_a_normal_one() {
         ],
     );
     let addr: SocketAddr = ([127, 0, 0, 1], server.port).into();
-    let abusive = std::sync::Arc::new(flux_configmap_patch(40_000));
+    let abusive = std::sync::Arc::new(big::configmap_patch(40_000, true));
     let started = Instant::now();
     let senders: Vec<_> = (0..4)
         .map(|_| {
@@ -322,7 +295,7 @@ fn decisions_past_their_deadline_free_their_threads() {
     );
     let addr: SocketAddr = ([127, 0, 0, 1], server.port).into();
     // Far more work than 150 ms: it ends by the deadline only if stopped.
-    let abusive = std::sync::Arc::new(flux_configmap_patch(150_000));
+    let abusive = std::sync::Arc::new(big::configmap_patch(150_000, true));
     let senders: Vec<_> = (0..4)
         .map(|_| {
             let (body, ca_pem) = (abusive.clone(), ca.cert_pem.clone());
