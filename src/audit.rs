@@ -37,6 +37,32 @@ pub struct AuditRecord<'a> {
     pub error: Option<String>,
 }
 
+/// A change of one of driftguard's own objects (src/cluster/guard.rs): not a
+/// decision, so a line of its own shape, told apart by `guarded`.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GuardedChangeRecord<'a> {
+    pub time: String,
+    /// `created`, `changed` or `deleted`.
+    pub guarded: &'static str,
+    pub kind: &'static str,
+    pub namespace: &'a str,
+    pub name: &'a str,
+    /// sha256 digests of the deciding part (ConfigMap data, Deployment spec, webhooks).
+    pub before: Option<&'a str>,
+    pub after: Option<&'a str>,
+    pub resource_version: Option<&'a str>,
+    /// Client-chosen: a hint, never an identity.
+    pub field_manager: Option<&'a str>,
+}
+
+impl GuardedChangeRecord<'_> {
+    pub fn emit(&self) {
+        let line = serde_json::to_string(self).expect("an audit record serializes");
+        tracing::info!(target: TARGET, record = %line);
+    }
+}
+
 /// A break-glass use as the audit line shows it.
 #[derive(Debug, Serialize)]
 pub struct BreakGlassRecord<'a> {

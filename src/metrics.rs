@@ -58,6 +58,20 @@ pub struct Metrics {
     pub connections_evicted: Counter,
     pub connections_turned_away: Counter,
     pub clients_refused: Family<ReasonLabels, Counter>,
+    pub guarded_changes: Family<GuardLabels, Counter>,
+    pub guarded_present: Family<GuardKindLabels, Gauge>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct GuardKindLabels {
+    pub kind: &'static str,
+}
+
+/// A change of one of driftguard's own objects (src/cluster/guard.rs).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct GuardLabels {
+    pub kind: &'static str,
+    pub change: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -202,6 +216,18 @@ impl Default for Metrics {
             "Webhook clients refused in the TLS handshake under --client-ca: no certificate, an untrusted one, or one naming no --client-name",
             clients_refused.clone(),
         );
+        let guarded_changes = Family::<GuardLabels, Counter>::default();
+        registry.register(
+            "guarded_changes",
+            "Changes of driftguard's own policy ConfigMap, Deployment and webhook configurations (--guard-*), by kind and change",
+            guarded_changes.clone(),
+        );
+        let guarded_present = Family::<GuardKindLabels, Gauge>::default();
+        registry.register(
+            "guarded_present",
+            "1 while a guarded object (--guard-*) exists, 0 once it is gone; absent until its first list",
+            guarded_present.clone(),
+        );
         // Counted by the audit writer, which runs before any Metrics exists.
         registry.register(
             "audit_dropped",
@@ -232,6 +258,8 @@ impl Default for Metrics {
             connections_evicted,
             connections_turned_away,
             clients_refused,
+            guarded_changes,
+            guarded_present,
         }
     }
 }

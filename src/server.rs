@@ -134,6 +134,8 @@ pub struct Config {
     /// Applications). 0 turns it off. Never runs without cluster access.
     #[arg(long, env = "DRIFTGUARD_BREAK_GLASS_SWEEP_INTERVAL", default_value = "15s", value_parser = sweep_interval)]
     pub break_glass_sweep_interval: Duration,
+    #[command(flatten)]
+    pub guarded: crate::cluster::guard::Guarded,
     /// How often the policy and certificate files are checked for changes.
     #[arg(long, env = "DRIFTGUARD_RELOAD_INTERVAL", default_value = "2s", value_parser = duration)]
     pub reload_interval: Duration,
@@ -325,6 +327,20 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
                 argocd_namespace: config.argocd_namespace.clone(),
             },
         );
+    }
+    match &client {
+        Some(client) => crate::cluster::guard::spawn(
+            client.clone(),
+            &config.guarded,
+            events.clone(),
+            metrics.clone(),
+        ),
+        None if config.guarded.guard_namespace.is_some()
+            || config.guarded.guard_webhook_configuration.is_some() =>
+        {
+            anyhow::bail!("--guard-* needs cluster access (--kubeconfig or in-cluster)")
+        }
+        None => {}
     }
     let threads = config
         .decision_threads

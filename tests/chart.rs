@@ -349,6 +349,7 @@ fn the_chart_lints_renders_and_is_accepted_by_the_apiserver() {
                 "networkPolicy.probesFrom[0].namespaceSelector.matchLabels.name=monitoring",
             ],
         ),
+        ("guard off", vec!["guard.enabled=false"]),
         (
             "narrow break-glass sweeper",
             vec![
@@ -460,6 +461,46 @@ fn the_chart_lints_renders_and_is_accepted_by_the_apiserver() {
             assert!(
                 !args.iter().any(|a| a.starts_with("--client-")),
                 "{name}: {args:?}"
+            );
+        }
+        // The guard reads driftguard's own objects by name, and nothing more.
+        let guard_flags = [
+            "--guard-namespace=driftguard",
+            "--guard-configmap=dg-driftguard-policy",
+            "--guard-deployment=dg-driftguard",
+            "--guard-webhook-configuration=dg-driftguard",
+        ];
+        let guard_role = docs
+            .iter()
+            .find(|d| d["kind"] == "Role" && d["metadata"]["name"] == "dg-driftguard-guard");
+        let hooks_rule = serde_json::json!({"apiGroups": ["admissionregistration.k8s.io"],
+            "resources": ["validatingwebhookconfigurations", "mutatingwebhookconfigurations"],
+            "resourceNames": ["dg-driftguard"], "verbs": ["list", "watch"]});
+        let cluster_rules = find(&docs, "ClusterRole")["rules"]
+            .as_array()
+            .unwrap()
+            .clone();
+        if *name == "guard off" {
+            assert!(!args.iter().any(|a| a.starts_with("--guard-")), "{args:?}");
+            assert!(guard_role.is_none());
+            assert!(!cluster_rules.contains(&hooks_rule));
+        } else {
+            for flag in guard_flags {
+                assert!(args.contains(&flag), "{name}: no {flag} in {args:?}");
+            }
+            assert_eq!(
+                guard_role.unwrap_or_else(|| panic!("{name}: no guard Role"))["rules"],
+                serde_json::json!([
+                    {"apiGroups": [""], "resources": ["configmaps"],
+                     "resourceNames": ["dg-driftguard-policy"], "verbs": ["list", "watch"]},
+                    {"apiGroups": ["apps"], "resources": ["deployments"],
+                     "resourceNames": ["dg-driftguard"], "verbs": ["list", "watch"]}
+                ]),
+                "{name}"
+            );
+            assert!(
+                cluster_rules.contains(&hooks_rule),
+                "{name}: {cluster_rules:?}"
             );
         }
         if *name == "network policy" {

@@ -1,0 +1,325 @@
+//! End to end on a real kube-apiserver: changes of driftguard's own policy
+//! ConfigMap, Deployment and webhook configurations, none of which the
+//! webhook judges, are reported (issue 21, item 4). driftguard runs as the
+//! chart's service account with exactly the chart's RBAC (its guard reads by
+//! `resourceNames`), against the chart's own objects. Each change of what
+//! decides is an audit line, a metric and one Event, even with two replicas;
+//! a label or status change is none.
+
+#[path = "support/control_plane.rs"]
+mod control_plane;
+
+use std::time::Duration;
+
+use control_plane::*;
+use serde_json::Value;
+
+const SA: &str = "system:serviceaccount:driftguard:dg-driftguard";
+
+/// The value of the sample `name{labels}` on driftguard's /metrics, if any.
+fn sample(dg: &Driftguard, name: &str, labels: &str) -> Option<f64> {
+    let (_, body) = probe_get(dg.probe, "/metrics");
+    let prefix = format!("{name}{{{labels}}} ");
+    body.lines()
+        .find_map(|l| l.strip_prefix(&prefix)?.trim().parse().ok())
+}
+
+fn changes(dg: &Driftguard, kind: &str, change: &str) -> f64 {
+    sample(
+        dg,
+        "driftguard_guarded_changes_total",
+        &format!("kind=\"{kind}\",change=\"{change}\""),
+    )
+    .unwrap_or(0.0)
+}
+
+fn wait_changes(dg: &Driftguard, kind: &str, change: &str, want: f64) {
+    wait_for(
+        &format!("{want} {change} {kind} reported"),
+        Duration::from_secs(20),
+        || match changes(dg, kind, change) {
+            n if n == want => Ok(()),
+            n => Err(format!("{n}; {}", dg.proc.stderr_tail(5))),
+        },
+    );
+}
+
+/// GuardedObjectChanged Events on `kind/name` in `namespace`, as `(name, note)`.
+fn events(plane: &ControlPlane, namespace: &str, kind: &str, name: &str) -> Vec<(String, String)> {
+    let out = plane.kubectl(
+        "admin",
+        &[
+            "-n",
+            namespace,
+            "get",
+            "events.events.k8s.io",
+            "--field-selector",
+            "reason=GuardedObjectChanged",
+            "-o",
+            "json",
+        ],
+    );
+    assert!(out.ok, "{out}");
+    let list: Value = serde_json::from_str(&out.stdout).unwrap();
+    list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["regarding"]["kind"] == kind && e["regarding"]["name"] == name)
+        .map(|e| {
+            (
+                e["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+                e["note"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect()
+}
+
+fn wait_events(plane: &ControlPlane, namespace: &str, kind: &str, name: &str, want: usize) {
+    wait_for(
+        &format!("{want} GuardedObjectChanged Events on {kind} {name}"),
+        Duration::from_secs(20),
+        || match events(plane, namespace, kind, name) {
+            e if e.len() == want => Ok(()),
+            e => Err(format!("{e:?}")),
+        },
+    );
+}
+
+fn guarded_lines(dg: &Driftguard, kind: &str, change: &str) -> usize {
+    dg.audit()
+        .iter()
+        .filter(|r| r["guarded"] == change && r["kind"] == kind)
+        .count()
+}
+
+fn admin(plane: &ControlPlane, args: &[&str]) {
+    let out = plane.kubectl("admin", args);
+    assert!(out.ok, "kubectl {args:?}: {out}");
+}
+
+#[test]
+fn changes_of_driftguards_own_objects_are_audited_and_raise_one_event() {
+    let mut plane = ControlPlane::start("guard");
+    plane.create_namespaces(&["driftguard", "argocd", "production"]);
+    plane.add_user(SA, &[]);
+
+    // The chart's RBAC first, so the guard's first list already succeeds.
+    let rbac = render_chart(&plane, 1, &[]);
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&rbac.yaml).unwrap();
+    let rbac_only: String = docs
+        .iter()
+        .filter(|d| {
+            d["apiVersion"]
+                .as_str()
+                .is_some_and(|v| v.starts_with("rbac.authorization.k8s.io"))
+        })
+        .map(|d| format!("---\n{}", serde_saphyr::to_string(d).unwrap()))
+        .collect();
+    let out = plane.kubectl_stdin("admin", &["apply", "-f", "-"], Some(&rbac_only));
+    assert!(out.ok, "{out}");
+
+    let policy = plane.dir.join("guard-policy.yaml");
+    std::fs::write(&policy, &rbac.policy).unwrap();
+    let dg = Driftguard::start(
+        &plane,
+        &[
+            &format!("--policy={}", policy.display()),
+            &format!("--kubeconfig={}", plane.kubeconfig(SA).display()),
+            "--break-glass-sweep-interval=0",
+            "--guard-namespace=driftguard",
+            "--guard-configmap=dg-driftguard-policy",
+            "--guard-deployment=dg-driftguard",
+            "--guard-webhook-configuration=dg-driftguard",
+        ],
+    );
+    let kinds = [
+        "ConfigMap",
+        "Deployment",
+        "ValidatingWebhookConfiguration",
+        "MutatingWebhookConfiguration",
+    ];
+    // Each first list done, nothing there yet: as the chart's RBAC, the
+    // named list and watch are allowed.
+    for kind in kinds {
+        wait_for(
+            &format!("the guard's first list of {kind}"),
+            Duration::from_secs(30),
+            || match sample(
+                &dg,
+                "driftguard_guarded_present",
+                &format!("kind=\"{kind}\""),
+            ) {
+                Some(0.0) => Ok(()),
+                other => Err(format!("{other:?}; {}", dg.proc.stderr_tail(5))),
+            },
+        );
+    }
+
+    // The whole chart, pointing at this driftguard.
+    let chart = render_chart(&plane, dg.port, &[]);
+    let out = plane.kubectl_stdin("admin", &["apply", "-f", "-"], Some(&chart.yaml));
+    assert!(out.ok, "{out}");
+    for kind in kinds {
+        wait_changes(&dg, kind, "created", 1.0);
+        assert_eq!(
+            sample(
+                &dg,
+                "driftguard_guarded_present",
+                &format!("kind=\"{kind}\"")
+            ),
+            Some(1.0)
+        );
+    }
+
+    // A label is not what decides; the policy's data is.
+    admin(
+        &plane,
+        &[
+            "-n",
+            "driftguard",
+            "label",
+            "configmap/dg-driftguard-policy",
+            "x=1",
+        ],
+    );
+    let relaxed = format!("{}\nmode: audit\n", chart.policy.trim_end());
+    let patch = serde_json::json!({"data": {"policy.yaml": relaxed}}).to_string();
+    admin(
+        &plane,
+        &[
+            "-n",
+            "driftguard",
+            "patch",
+            "configmap/dg-driftguard-policy",
+            "--type=merge",
+            "-p",
+            &patch,
+        ],
+    );
+    wait_changes(&dg, "ConfigMap", "changed", 1.0);
+    wait_events(&plane, "driftguard", "ConfigMap", "dg-driftguard-policy", 1);
+    let (_, note) = &events(&plane, "driftguard", "ConfigMap", "dg-driftguard-policy")[0];
+    assert!(
+        note.contains("only RBAC guards it") && note.contains("kubectl-patch"),
+        "{note}"
+    );
+    assert_eq!(guarded_lines(&dg, "ConfigMap", "changed"), 1);
+    let line = dg
+        .audit()
+        .into_iter()
+        .find(|r| r["guarded"] == "changed")
+        .unwrap();
+    assert_ne!(line["before"], line["after"], "{line}");
+    assert_eq!(line["namespace"], "driftguard");
+
+    // A status write to the Deployment is none; a new spec is one.
+    let status = r#"{"status":{"observedGeneration":1,"replicas":0}}"#;
+    admin(
+        &plane,
+        &[
+            "-n",
+            "driftguard",
+            "patch",
+            "deployment/dg-driftguard",
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            status,
+        ],
+    );
+    admin(
+        &plane,
+        &[
+            "-n",
+            "driftguard",
+            "set",
+            "env",
+            "deployment/dg-driftguard",
+            "DRIFTGUARD_MODE_OVERRIDE=1",
+        ],
+    );
+    wait_changes(&dg, "Deployment", "changed", 1.0);
+    wait_events(&plane, "driftguard", "Deployment", "dg-driftguard", 1);
+
+    // A second replica: the next change is reported by both, as one Event.
+    let replica = dg.replica();
+    wait_for(
+        "the replica's first list",
+        Duration::from_secs(30),
+        || match sample(
+            &replica,
+            "driftguard_guarded_present",
+            "kind=\"ValidatingWebhookConfiguration\"",
+        ) {
+            Some(1.0) => Ok(()),
+            other => Err(format!("{other:?}")),
+        },
+    );
+    // Excluding a namespace from the webhook: what an attacker would do.
+    let exclude = r#"[{"op":"add","path":"/webhooks/0/namespaceSelector/matchExpressions/0/values/-","value":"production"}]"#;
+    admin(
+        &plane,
+        &[
+            "patch",
+            "validatingwebhookconfiguration/dg-driftguard",
+            "--type=json",
+            "-p",
+            exclude,
+        ],
+    );
+    wait_changes(&dg, "ValidatingWebhookConfiguration", "changed", 1.0);
+    wait_changes(&replica, "ValidatingWebhookConfiguration", "changed", 1.0);
+    // Cluster-scoped objects' Events live in `default`.
+    wait_events(
+        &plane,
+        "default",
+        "ValidatingWebhookConfiguration",
+        "dg-driftguard",
+        1,
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(
+        events(
+            &plane,
+            "default",
+            "ValidatingWebhookConfiguration",
+            "dg-driftguard"
+        )
+        .len(),
+        1,
+        "two replicas, one change: one Event"
+    );
+
+    // Deleting a webhook configuration switches its webhooks off.
+    admin(
+        &plane,
+        &["delete", "mutatingwebhookconfiguration/dg-driftguard"],
+    );
+    wait_changes(&dg, "MutatingWebhookConfiguration", "deleted", 1.0);
+    assert_eq!(
+        sample(
+            &dg,
+            "driftguard_guarded_present",
+            "kind=\"MutatingWebhookConfiguration\""
+        ),
+        Some(0.0)
+    );
+    wait_events(
+        &plane,
+        "default",
+        "MutatingWebhookConfiguration",
+        "dg-driftguard",
+        1,
+    );
+    assert_eq!(
+        guarded_lines(&dg, "MutatingWebhookConfiguration", "deleted"),
+        1
+    );
+    // Nothing else was counted: the label and the status write were none.
+    assert_eq!(changes(&dg, "ConfigMap", "changed"), 1.0);
+    assert_eq!(changes(&dg, "Deployment", "changed"), 1.0);
+}
