@@ -1,6 +1,7 @@
 //! The decision: plain data in, a verdict out. No I/O, no clock: the caller
 //! passes `now`, and the scale parent when it has one.
 
+pub mod annotated;
 pub mod breakglass;
 pub mod cascade;
 pub mod deputy;
@@ -741,7 +742,30 @@ fn diff(
         .and_then(Value::as_str)
         .unwrap_or_default();
     let version = version.rsplit('/').next().unwrap_or_default();
-    let rules = rules_for(policy, ctx, &target, d.manager.as_ref(), version, old);
+    let mut rules = rules_for(policy, ctx, &target, d.manager.as_ref(), version, old);
+    // Argo CD's per-resource rules, from the stored object (never the new one).
+    let annotated = match d.manager {
+        Some(Manager::ArgoCd { .. }) if !ctx.other_installation => annotated::rule(old),
+        _ => annotated::Annotated::Absent,
+    };
+    let skipped = match &annotated {
+        annotated::Annotated::Rule(rule, unresolved) => {
+            rules.push(rule);
+            (!unresolved.is_empty()).then(|| {
+                format!(
+                    "these pointers resolve nothing, for Argo CD as for driftguard: {unresolved:?}"
+                )
+            })
+        }
+        annotated::Annotated::Skipped(why) => Some(format!("Argo CD skips it too: {why}")),
+        annotated::Annotated::Absent => None,
+    };
+    if let Some(why) = skipped {
+        let note = format!("{} on this object: {why}", inputs::ARGO_IGNORE_DIFFERENCES);
+        if !d.notes.contains(&note) {
+            d.notes.push(note);
+        }
+    }
     let mut failures = Vec::new();
     let (old_n, new_n) = normalize::normalize_pair(old, new, &rules, &mut failures);
     let mut paths = normalize::drifted_paths(&old_n, &new_n);

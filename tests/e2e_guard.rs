@@ -44,8 +44,15 @@ fn wait_changes(dg: &Driftguard, kind: &str, change: &str, want: f64) {
     );
 }
 
-/// GuardedObjectChanged Events on `kind/name` in `namespace`, as `(name, note)`.
-fn events(plane: &ControlPlane, namespace: &str, kind: &str, name: &str) -> Vec<(String, String)> {
+/// GuardedObjectChanged Events on `kind/name` in `namespace` saying it was
+/// `change`d, as `(name, note)`.
+fn events(
+    plane: &ControlPlane,
+    namespace: &str,
+    kind: &str,
+    name: &str,
+    change: &str,
+) -> Vec<(String, String)> {
     let out = plane.kubectl(
         "admin",
         &[
@@ -66,6 +73,11 @@ fn events(plane: &ControlPlane, namespace: &str, kind: &str, name: &str) -> Vec<
         .unwrap()
         .iter()
         .filter(|e| e["regarding"]["kind"] == kind && e["regarding"]["name"] == name)
+        .filter(|e| {
+            e["note"]
+                .as_str()
+                .is_some_and(|n| n.contains(&format!(" was {change} ")))
+        })
         .map(|e| {
             (
                 e["metadata"]["name"]
@@ -78,11 +90,18 @@ fn events(plane: &ControlPlane, namespace: &str, kind: &str, name: &str) -> Vec<
         .collect()
 }
 
-fn wait_events(plane: &ControlPlane, namespace: &str, kind: &str, name: &str, want: usize) {
+fn wait_events(
+    plane: &ControlPlane,
+    namespace: &str,
+    kind: &str,
+    name: &str,
+    change: &str,
+    want: usize,
+) {
     wait_for(
-        &format!("{want} GuardedObjectChanged Events on {kind} {name}"),
+        &format!("{want} GuardedObjectChanged Events on {kind} {name} ({change})"),
         Duration::from_secs(20),
-        || match events(plane, namespace, kind, name) {
+        || match events(plane, namespace, kind, name, change) {
             e if e.len() == want => Ok(()),
             e => Err(format!("{e:?}")),
         },
@@ -94,6 +113,24 @@ fn guarded_lines(dg: &Driftguard, kind: &str, change: &str) -> usize {
         .iter()
         .filter(|r| r["guarded"] == change && r["kind"] == kind)
         .count()
+}
+
+/// The rendered documents, each namespaced one without a namespace put in
+/// `driftguard` (helm template leaves that to `helm install -n`).
+fn in_release_namespace(yaml: &str) -> String {
+    let docs: Vec<Value> = serde_saphyr::from_multiple(yaml).unwrap();
+    docs.into_iter()
+        .filter(|d| d.is_object())
+        .map(|mut d| {
+            let cluster_scoped = d["kind"]
+                .as_str()
+                .is_some_and(|k| k.starts_with("Cluster") || k.ends_with("WebhookConfiguration"));
+            if !cluster_scoped && d["metadata"].get("namespace").is_none() {
+                d["metadata"]["namespace"] = "driftguard".into();
+            }
+            format!("---\n{}", serde_saphyr::to_string(&d).unwrap())
+        })
+        .collect()
 }
 
 fn admin(plane: &ControlPlane, args: &[&str]) {
@@ -159,9 +196,14 @@ fn changes_of_driftguards_own_objects_are_audited_and_raise_one_event() {
         );
     }
 
-    // The whole chart, pointing at this driftguard.
+    // The whole chart, pointing at this driftguard, in its release
+    // namespace (as `helm install -n driftguard` would place it).
     let chart = render_chart(&plane, dg.port, &[]);
-    let out = plane.kubectl_stdin("admin", &["apply", "-f", "-"], Some(&chart.yaml));
+    let out = plane.kubectl_stdin(
+        "admin",
+        &["apply", "-f", "-"],
+        Some(&in_release_namespace(&chart.yaml)),
+    );
     assert!(out.ok, "{out}");
     for kind in kinds {
         wait_changes(&dg, kind, "created", 1.0);
@@ -201,8 +243,21 @@ fn changes_of_driftguards_own_objects_are_audited_and_raise_one_event() {
         ],
     );
     wait_changes(&dg, "ConfigMap", "changed", 1.0);
-    wait_events(&plane, "driftguard", "ConfigMap", "dg-driftguard-policy", 1);
-    let (_, note) = &events(&plane, "driftguard", "ConfigMap", "dg-driftguard-policy")[0];
+    wait_events(
+        &plane,
+        "driftguard",
+        "ConfigMap",
+        "dg-driftguard-policy",
+        "changed",
+        1,
+    );
+    let (_, note) = &events(
+        &plane,
+        "driftguard",
+        "ConfigMap",
+        "dg-driftguard-policy",
+        "changed",
+    )[0];
     assert!(
         note.contains("only RBAC guards it") && note.contains("kubectl-patch"),
         "{note}"
@@ -243,7 +298,14 @@ fn changes_of_driftguards_own_objects_are_audited_and_raise_one_event() {
         ],
     );
     wait_changes(&dg, "Deployment", "changed", 1.0);
-    wait_events(&plane, "driftguard", "Deployment", "dg-driftguard", 1);
+    wait_events(
+        &plane,
+        "driftguard",
+        "Deployment",
+        "dg-driftguard",
+        "changed",
+        1,
+    );
 
     // A second replica: the next change is reported by both, as one Event.
     let replica = dg.replica();
@@ -279,6 +341,7 @@ fn changes_of_driftguards_own_objects_are_audited_and_raise_one_event() {
         "default",
         "ValidatingWebhookConfiguration",
         "dg-driftguard",
+        "changed",
         1,
     );
     std::thread::sleep(Duration::from_secs(2));
@@ -287,7 +350,8 @@ fn changes_of_driftguards_own_objects_are_audited_and_raise_one_event() {
             &plane,
             "default",
             "ValidatingWebhookConfiguration",
-            "dg-driftguard"
+            "dg-driftguard",
+            "changed"
         )
         .len(),
         1,
@@ -313,6 +377,7 @@ fn changes_of_driftguards_own_objects_are_audited_and_raise_one_event() {
         "default",
         "MutatingWebhookConfiguration",
         "dg-driftguard",
+        "deleted",
         1,
     );
     assert_eq!(

@@ -997,6 +997,42 @@ fn explain_an_argo_cd_object(e: &Env) -> Scenario {
                 .any(|rule| rule["coversNow"][0] == "/spec/replicas")),
         "explain -o json: {r}"
     );
+    // Argo CD v3.6's per-resource rule, as Argo CD's sync writes it from Git.
+    let annotate = |value: &str| {
+        e.plane.kubectl_as(
+            ARGO,
+            &[
+                "-n",
+                "production",
+                "annotate",
+                "--overwrite",
+                "deployment/myapp",
+                value,
+            ],
+        )
+    };
+    let image = "/spec/template/spec/containers/0/image";
+    let out = annotate(&format!(
+        "argocd.argoproj.io/ignore-differences=jsonPointers: [{image}]"
+    ));
+    ensure!(out.ok, "{out}");
+    let out = e.plugin(
+        "alice",
+        &["explain", "deploy/myapp", "-n", "production", "-o", "json"],
+    );
+    let _ = annotate("argocd.argoproj.io/ignore-differences-");
+    ensure!(out.code == 0, "explain -o json: {out}");
+    let r: serde_json::Value = serde_json::from_str(&out.stdout)
+        .map_err(|err| format!("-o json is not JSON: {err}: {out}"))?;
+    ensure!(
+        r["ignoreRules"]
+            .as_array()
+            .is_some_and(|rules| rules.iter().any(|rule| {
+                rule["from"] == "argocd.argoproj.io/ignore-differences"
+                    && rule["coversNow"][0] == image
+            })),
+        "explain shows no rule from the annotation: {r}"
+    );
     Ok(())
 }
 

@@ -1294,3 +1294,74 @@ fn argo_cd_sync_impersonation_trusts_the_account_for_its_application_only() {
         json!("team-a_myapp:apps/Deployment:production/web");
     assert_eq!(judge(true, &namespaced, SA).verdict, Verdict::Deny);
 }
+
+/// Argo CD v3.6's per-resource rules: `argocd.argoproj.io/ignore-differences`
+/// on the stored object ignores its pointers for that object alone; the
+/// annotation itself is a decision input; what Argo CD skips ignores nothing.
+#[test]
+fn argo_cds_per_resource_annotation_ignores_its_pointers_for_that_object() {
+    const ANNOTATION: &str = "/metadata/annotations/argocd.argoproj.io~1ignore-differences";
+    let policy = Policy::embedded();
+    let plain = deployment();
+    let annotated = with(
+        &plain,
+        ANNOTATION,
+        json!("jsonPointers:\n- /spec/replicas\n"),
+    );
+
+    let scale = |old: &Value| {
+        run(
+            &policy,
+            &Review::update(old.clone(), with(old, "/spec/replicas", json!(7))),
+        )
+    };
+    assert!(
+        scale(&annotated).allowed(),
+        "the annotation's pointer is ignored"
+    );
+    let denied = scale(&plain);
+    assert!(!denied.allowed(), "without it, the same edit is drift");
+    assert_eq!(denied.decision.drifted_paths, ["/spec/replicas"]);
+
+    // Another field of the annotated object is still drift.
+    let image = run(
+        &policy,
+        &Review::update(annotated.clone(), with(&annotated, IMAGE, json!("web:2"))),
+    );
+    assert!(!image.allowed());
+    assert_eq!(image.decision.drifted_paths, [IMAGE]);
+
+    // Writing the annotation by hand, then the field: the first write is
+    // drift, and the new object's annotation never counts.
+    let widen = with(&plain, ANNOTATION, json!("jsonPointers: [/spec]"));
+    let out = run(&policy, &Review::update(plain.clone(), widen.clone()));
+    assert!(!out.allowed());
+    assert!(
+        out.decision.drifted_paths.contains(&ANNOTATION.to_owned()),
+        "{:?}",
+        out.decision.drifted_paths
+    );
+    let both = with(&widen, "/spec/replicas", json!(9));
+    assert!(!run(&policy, &Review::update(plain.clone(), both)).allowed());
+
+    // Only Argo CD reads it: on a Flux object it ignores nothing.
+    let mut flux = annotated.clone();
+    flux["metadata"]["annotations"] =
+        json!({"argocd.argoproj.io/ignore-differences": "jsonPointers: [/spec/replicas]"});
+    flux["metadata"]["labels"] = json!({"kustomize.toolkit.fluxcd.io/name": "apps",
+                                        "kustomize.toolkit.fluxcd.io/namespace": "flux-system"});
+    assert!(!scale(&flux).allowed());
+
+    // What Argo CD skips ignores nothing, and the warning says why.
+    let broken = with(&plain, ANNOTATION, json!("- /spec/replicas"));
+    let out = scale(&broken);
+    assert!(!out.allowed());
+    assert!(
+        out.decision
+            .notes
+            .iter()
+            .any(|n| n.contains("Argo CD skips it too")),
+        "{:?}",
+        out.decision.notes
+    );
+}

@@ -206,6 +206,26 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
             rules.push(("Flux", &r.rule));
         }
     }
+    // Argo CD v3.6's per-resource rules, from the object itself.
+    let annotated = match &manager {
+        Some(Manager::ArgoCd { .. }) => crate::drift::annotated::rule(&object),
+        _ => crate::drift::annotated::Annotated::Absent,
+    };
+    let annotation = crate::drift::inputs::ARGO_IGNORE_DIFFERENCES;
+    match &annotated {
+        crate::drift::annotated::Annotated::Rule(rule, unresolved) => {
+            rules.push((annotation, rule));
+            if !unresolved.is_empty() {
+                notes.push(format!(
+                    "{annotation}: these pointers resolve nothing, for Argo CD as for driftguard: {unresolved:?}"
+                ));
+            }
+        }
+        crate::drift::annotated::Annotated::Skipped(why) => notes.push(format!(
+            "{annotation}: ignores nothing; Argo CD skips it too: {why}"
+        )),
+        crate::drift::annotated::Annotated::Absent => {}
+    }
     let rule_reports: Vec<Value> = rules
         .iter()
         .map(|(origin, rule)| rule_report(origin, rule, &object))

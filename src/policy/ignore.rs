@@ -254,6 +254,21 @@ impl IgnoreRule {
         })
     }
 
+    /// A rule for one object alone, already chosen by the caller (Argo CD's
+    /// per-resource annotation): every group and kind, JSON pointers only.
+    pub fn for_one_object(pointers: Vec<Path>, origin: String) -> Self {
+        Self {
+            group: Pattern::new("*").expect("`*` is a pattern"),
+            kind: Pattern::new("*").expect("`*` is a pattern"),
+            name: String::new(),
+            namespace: String::new(),
+            pointers,
+            jq: Vec::new(),
+            managers: Vec::new(),
+            origin,
+        }
+    }
+
     /// The kind when it is written without glob characters.
     fn literal_kind(&self) -> Option<&str> {
         let kind = self.kind.source();
