@@ -84,6 +84,20 @@ metadata: {name: settings, namespace: production}
 data: {LOG_LEVEL: info}
 "#;
 
+/// Argo CD v3.6's per-resource rule, from Git: `threads` is ignored for
+/// this object alone.
+const TUNING: &str = r#"apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: tuning
+  namespace: production
+  annotations:
+    argocd.argoproj.io/ignore-differences: |
+      jsonPointers:
+      - /data/threads
+data: {threads: "4", mode: fast}
+"#;
+
 const TENANT_CONFIG: &str = r#"apiVersion: v1
 kind: ConfigMap
 metadata: {name: tenant-config, namespace: tenant-a}
@@ -986,6 +1000,7 @@ fn argocd_syncs_through_driftguard_and_agrees_on_what_is_drift() {
             ("myapp/service.yaml", Some(SERVICE)),
             ("myapp/cron.yaml", Some(CRON)),
             ("myapp/settings.yaml", Some(SETTINGS)),
+            ("myapp/tuning.yaml", Some(TUNING)),
             ("myapp/migrate.yaml", Some(MIGRATE)),
             (
                 "labelled/config.yaml",
@@ -1058,6 +1073,50 @@ fn argocd_syncs_through_driftguard_and_agrees_on_what_is_drift() {
         ArgoCd::resource_status(&app, "Deployment", "production", "web").as_deref(),
         Some("Synced")
     );
+
+    // The object's own annotation (v3.6): its field is allowed, Argo CD
+    // stays Synced and self-heal leaves it; another field is still drift.
+    let patch_tuning = |data: &str| {
+        plane.kubectl(
+            "alice",
+            &[
+                "-n",
+                "production",
+                "patch",
+                "configmap",
+                "tuning",
+                "-p",
+                data,
+            ],
+        )
+    };
+    ok(
+        patch_tuning(r#"{"data":{"threads":"16"}}"#),
+        "a field the object's annotation ignores",
+    );
+    let app = ArgoCd::hard_refresh(&plane, "myapp");
+    assert_eq!(
+        ArgoCd::resource_status(&app, "ConfigMap", "production", "tuning").as_deref(),
+        Some("Synced"),
+        "Argo CD ignores it too"
+    );
+    denied(
+        &patch_tuning(r#"{"data":{"mode":"slow"}}"#),
+        "Argo CD application myapp",
+    )
+    .unwrap();
+    let widen = plane.kubectl(
+        "alice",
+        &[
+            "-n",
+            "production",
+            "annotate",
+            "--overwrite",
+            "configmap/tuning",
+            "argocd.argoproj.io/ignore-differences=jsonPointers: [/data]",
+        ],
+    );
+    denied(&widen, "argocd.argoproj.io~1ignore-differences").unwrap();
 
     // Self-heal: a trusted change is reverted by Argo CD, through driftguard.
     ok(

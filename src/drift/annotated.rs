@@ -58,7 +58,10 @@ pub fn rule(object: &Value) -> Annotated {
         ));
     }
     let origin = format!("{ARGO_IGNORE_DIFFERENCES} on the object");
-    Annotated::Rule(Box::new(IgnoreRule::for_one_object(paths, origin)), unresolved)
+    Annotated::Rule(
+        Box::new(IgnoreRule::for_one_object(paths, origin)),
+        unresolved,
+    )
 }
 
 /// The `jsonPointers` of the annotation's YAML, as Argo CD decodes it
