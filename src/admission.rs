@@ -205,12 +205,35 @@ fn denial(view: &Request, d: &Decision) -> String {
         Some(_) => String::new(),
         None => "; break-glass is disabled in driftguard's policy".into(),
     };
-    let flux = [reapplied_text(d), cleaned_up_text(d)]
+    let flux = [reapplied_text(d), cleaned_up_text(d), last_applied_text(d)]
         .into_iter()
         .flatten()
         .map(|(a, b)| format!(" {a}: {b}."))
         .collect::<String>();
     format!("driftguard: {what}{flux} {fix}{glass}.")
+}
+
+/// Why `kubectl edit` or `kubectl replace` of an Argo CD object is refused
+/// even where every changed field is ignored, in two halves: both rewrite the
+/// last-applied record when it exists (kubectl's `UpdateApplyAnnotation`),
+/// and Argo CD's client-side apply diffs three ways against it, so the
+/// Application goes OutOfSync and self-heal syncs (tests/e2e_gitops.rs).
+fn last_applied_text(d: &Decision) -> Option<(String, String)> {
+    let pointer = format!(
+        "/metadata/annotations/{}",
+        crate::policy::path::escape(crate::drift::owned::LAST_APPLIED)
+    );
+    if !matches!(d.manager, Some(crate::drift::Manager::ArgoCd { .. }))
+        || !d.inputs_changed.contains(&pointer)
+    {
+        return None;
+    }
+    Some((
+        "kubectl edit, replace and apply rewrite the last-applied record that Argo CD's sync diffs against"
+            .to_owned(),
+        "Argo CD would see drift and self-heal revert it; for ignored fields use kubectl patch, scale or set"
+            .to_owned(),
+    ))
 }
 
 /// Why an ignore rule did not allow a change Flux re-applies, in two halves
@@ -266,7 +289,7 @@ fn warnings(view: &Request, d: &Decision) -> Vec<String> {
                 "driftguard: {} will revert this; change it in Git",
                 d.manager.as_ref().map_or("GitOps", |m| m.tool())
             ));
-            for (a, b) in [reapplied_text(d), cleaned_up_text(d)]
+            for (a, b) in [reapplied_text(d), cleaned_up_text(d), last_applied_text(d)]
                 .into_iter()
                 .flatten()
             {

@@ -22,7 +22,7 @@ pub const GITOPS_MANAGERS: [&str; 3] = [
     "helm-controller",
 ];
 
-const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 /// Whether `new` gives the GitOps tools' managers a field they did not own
 /// in `old`. A map they owned keys of, left owning only itself (`"."`) when
