@@ -766,7 +766,9 @@ subjects:
   - {kind: ServiceAccount, name: horizontal-pod-autoscaler, namespace: kube-system}
 "#;
 
-/// driftguard's own RBAC, the minimum it needs: read scale parents, write Events.
+/// driftguard's own RBAC, the minimum it needs: read scale parents, write
+/// Events, list and watch the GitOps sources (tests/e2e_rbac.rs checks the
+/// chart's against the audit log).
 pub const DRIFTGUARD_RBAC: &str = r#"
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRole
@@ -780,13 +782,13 @@ rules:
     verbs: [create]
   - apiGroups: [argoproj.io]
     resources: [applications]
-    verbs: [get, list, watch]
+    verbs: [list, watch]
   - apiGroups: [kustomize.toolkit.fluxcd.io]
     resources: [kustomizations]
-    verbs: [get, list, watch]
+    verbs: [list, watch]
   - apiGroups: [helm.toolkit.fluxcd.io]
     resources: [helmreleases]
-    verbs: [get, list, watch]
+    verbs: [list, watch]
 ---
 # argocd-cm and the AppProjects: a Role in the Argo CD namespace only, not
 # every ConfigMap.
@@ -797,10 +799,10 @@ rules:
   - apiGroups: [""]
     resources: [configmaps]
     resourceNames: [argocd-cm]
-    verbs: [get, list, watch]
+    verbs: [list, watch]
   - apiGroups: [argoproj.io]
     resources: [appprojects]
-    verbs: [get, list, watch]
+    verbs: [list, watch]
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: RoleBinding
