@@ -172,7 +172,8 @@ subjects:
   - {kind: Group, name: sre-oncall, apiGroup: rbac.authorization.k8s.io}
 "#;
 
-/// The kinds that are neither namespaced in the chart's output nor in [`STEPS`]' namespace.
+/// The cluster-scoped kinds the chart renders; the others go to the release
+/// namespace when they name none.
 const CLUSTER_SCOPED: &[&str] = &[
     "ClusterRole",
     "ClusterRoleBinding",
@@ -185,7 +186,9 @@ type Step = (&'static str, fn(&Env) -> Scenario);
 
 /// Every path on which driftguard calls the API, beyond what it does by
 /// itself from the start (the watches' lists and watches; the sweeper's
-/// lists at every tick). A feature that calls the API adds its step here.
+/// lists at every tick). A feature that calls the API adds its step here
+/// (the self-guard: a change of the release's policy ConfigMap, Deployment
+/// and webhook configurations, which `render_and_apply` and `start` install).
 const STEPS: &[Step] = &[
     ("a denial writes a DriftBlocked Event", denial),
     ("a scale reads the parent of each kind", scale_parents),
@@ -421,14 +424,14 @@ fn denial(e: &Env) -> Scenario {
 
 /// driftguard reads the parent of a `…/scale` write, whatever it answers.
 fn scale_parents(e: &Env) -> Scenario {
-    for (_, target) in SCALABLE {
+    for (parent, target) in SCALABLE {
         let out = e.kubectl(
             "admin",
             &format!("-n production scale {target} --replicas=3"),
         );
         ensure!(
             out.ok || out.stderr.contains("driftguard"),
-            "scale {target}: neither done nor judged: {out}"
+            "scale {target} ({parent}): neither done nor judged: {out}"
         );
     }
     Ok(())
