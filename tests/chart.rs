@@ -524,6 +524,26 @@ fn the_chart_lints_renders_and_is_accepted_by_the_apiserver() {
         let role = find(&docs, "ClusterRole");
         let lifts_pause = role["rules"].as_array().unwrap().contains(&applications);
         assert_eq!(lifts_pause, sweep_flag.as_deref() != Some("0"), "{name}");
+        // The watches list and watch, never get (tests/e2e_rbac.rs shows it
+        // from the apiserver's audit log).
+        for doc in docs
+            .iter()
+            .filter(|d| d["kind"] == "ClusterRole" || d["kind"] == "Role")
+        {
+            for rule in doc["rules"].as_array().unwrap() {
+                if rule["verbs"]
+                    .as_array()
+                    .unwrap()
+                    .contains(&Value::from("watch"))
+                {
+                    assert_eq!(
+                        rule["verbs"],
+                        serde_json::json!(["list", "watch"]),
+                        "{name}: {rule}"
+                    );
+                }
+            }
+        }
         match *name {
             "cert-manager" => {
                 // A self-signed root, a CA Issuer from it, the serving

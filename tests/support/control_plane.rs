@@ -108,17 +108,51 @@ pub struct ControlPlane {
     kubeconfigs: BTreeMap<String, PathBuf>,
     /// etcd's client port, kept for [`ControlPlane::start_apiserver`].
     etcd_client: u16,
-    /// `--admission-control-config-file`, once
-    /// [`ControlPlane::present_client_certificate`] wrote one.
-    admission_config: Option<PathBuf>,
+    /// Flags beyond the defaults, kept across restarts.
+    extras: Extras,
     // Dropped last: the apiserver before etcd.
     apiserver: Proc,
     etcd: Proc,
 }
 
+/// What the kube-apiserver is started with beyond the defaults.
+#[derive(Clone, Default)]
+struct Extras {
+    /// `--admission-control-config-file`, once
+    /// [`ControlPlane::present_client_certificate`] wrote one.
+    admission_config: Option<PathBuf>,
+    /// `--audit-log-path`, with [`AUDIT_POLICY`] ([`ControlPlane::start_audited`]).
+    audit_log: Option<PathBuf>,
+}
+
+/// Every request at Metadata level (who, verb, resource, name, response
+/// code; no bodies), logged once it is answered or, for a watch, started.
+pub const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+  - level: Metadata
+";
+
 impl ControlPlane {
     /// Starts etcd and kube-apiserver and waits for /readyz.
     pub fn start(name: &str) -> ControlPlane {
+        Self::start_with(name, Extras::default())
+    }
+
+    /// [`ControlPlane::start`] with the apiserver's audit log on
+    /// ([`AUDIT_POLICY`]); read it with [`ControlPlane::audit_events`].
+    pub fn start_audited(name: &str) -> ControlPlane {
+        Self::start_with(
+            name,
+            Extras {
+                audit_log: Some(PathBuf::new()),
+                ..Extras::default()
+            },
+        )
+    }
+
+    fn start_with(name: &str, mut extras: Extras) -> ControlPlane {
         let etcd_bin = tool("etcd");
         let apiserver_bin = tool("kube-apiserver");
         let dir = PathBuf::from(ROOT)
@@ -142,9 +176,14 @@ impl ControlPlane {
         driftguard::certs::write_private(&dir.join("sa.key"), &sa.serialize_pem()).unwrap();
         std::fs::write(dir.join("sa.pub"), sa.public_key_pem()).unwrap();
 
+        if extras.audit_log.is_some() {
+            std::fs::write(dir.join("audit-policy.yaml"), AUDIT_POLICY).unwrap();
+            extras.audit_log = Some(dir.join("audit.log"));
+        }
+
         let (etcd, client) = start_etcd(&etcd_bin, &dir.join("etcd"));
         let port = unused_port();
-        let apiserver = spawn_apiserver(&apiserver_bin, &dir, client, port, None);
+        let apiserver = spawn_apiserver(&apiserver_bin, &dir, client, port, &extras);
         let mut plane = ControlPlane {
             dir,
             ca,
@@ -152,7 +191,7 @@ impl ControlPlane {
             echo: false,
             kubeconfigs: BTreeMap::new(),
             etcd_client: client,
-            admission_config: None,
+            extras,
             apiserver,
             etcd,
         };
@@ -171,7 +210,13 @@ impl ControlPlane {
             );
             attempts += 1;
             plane.port = unused_port();
-            plane.apiserver = spawn_apiserver(&apiserver_bin, &plane.dir, client, plane.port, None);
+            plane.apiserver = spawn_apiserver(
+                &apiserver_bin,
+                &plane.dir,
+                client,
+                plane.port,
+                &plane.extras,
+            );
             let users: Vec<String> = plane.kubeconfigs.keys().cloned().collect();
             users.iter().for_each(|u| plane.write_kubeconfig(u));
         }
@@ -192,7 +237,7 @@ impl ControlPlane {
             &self.dir,
             self.etcd_client,
             self.port,
-            self.admission_config.as_deref(),
+            &self.extras,
         );
         if let Err(PortTaken(why)) = self.wait_ready() {
             panic!(
@@ -244,10 +289,27 @@ impl ControlPlane {
             ),
         )
         .unwrap();
-        self.admission_config = Some(p("admission.yaml"));
+        self.extras.admission_config = Some(p("admission.yaml"));
         self.restart_apiserver();
     }
 
+    /// The apiserver's audit events so far, one JSON object per request
+    /// ([`AUDIT_POLICY`]); empty unless started with
+    /// [`ControlPlane::start_audited`].
+    pub fn audit_events(&self) -> Vec<serde_json::Value> {
+        let Some(path) = &self.extras.audit_log else {
+            return Vec::new();
+        };
+        std::fs::read_to_string(path)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+
+    /// A client-certificate user: `user` is the username (the certificate's
+    /// CN, e.g. `system:serviceaccount:NS:NAME`, which RBAC binds through a
+    /// ServiceAccount subject) and the kubeconfig's key.
     pub fn add_user(&mut self, user: &str, groups: &[&str]) {
         let (cert, key) = self.ca.leaf(user, &[], groups).unwrap();
         std::fs::write(self.dir.join(format!("{user}.crt")), cert).unwrap();
@@ -261,7 +323,7 @@ impl ControlPlane {
         std::fs::write(
             &kubeconfig,
             format!(
-                "apiVersion: v1\nkind: Config\nclusters:\n- name: e2e\n  cluster:\n    server: https://127.0.0.1:{}\n    certificate-authority: {}\nusers:\n- name: {user}\n  user:\n    client-certificate: {}\n    client-key: {}\ncontexts:\n- name: {user}\n  context: {{cluster: e2e, user: {user}}}\ncurrent-context: {user}\n",
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: e2e\n  cluster:\n    server: https://127.0.0.1:{}\n    certificate-authority: {}\nusers:\n- name: \"{user}\"\n  user:\n    client-certificate: {}\n    client-key: {}\ncontexts:\n- name: \"{user}\"\n  context: {{cluster: e2e, user: \"{user}\"}}\ncurrent-context: \"{user}\"\n",
                 self.port,
                 self.dir.join("ca.crt").display(),
                 self.dir.join(format!("{user}.crt")).display(),
@@ -503,20 +565,18 @@ fn start_etcd(bin: &Path, data: &Path) -> (Proc, u16) {
     })
 }
 
-fn spawn_apiserver(
-    bin: &Path,
-    dir: &Path,
-    etcd: u16,
-    port: u16,
-    admission_config: Option<&Path>,
-) -> Proc {
+fn spawn_apiserver(bin: &Path, dir: &Path, etcd: u16, port: u16, extras: &Extras) -> Proc {
     let p = |f: &str| dir.join(f).display().to_string();
     let mut cmd = Command::new(bin);
-    if let Some(config) = admission_config {
+    if let Some(config) = &extras.admission_config {
         cmd.arg(format!(
             "--admission-control-config-file={}",
             config.display()
         ));
+    }
+    if let Some(log) = &extras.audit_log {
+        cmd.arg(format!("--audit-policy-file={}", p("audit-policy.yaml")))
+            .arg(format!("--audit-log-path={}", log.display()));
     }
     Proc::spawn(
         "kube-apiserver",
@@ -706,7 +766,9 @@ subjects:
   - {kind: ServiceAccount, name: horizontal-pod-autoscaler, namespace: kube-system}
 "#;
 
-/// driftguard's own RBAC, the minimum it needs: read scale parents, write Events.
+/// driftguard's own RBAC, the minimum it needs: read scale parents, write
+/// Events, list and watch the GitOps sources (tests/e2e_rbac.rs checks the
+/// chart's against the audit log).
 pub const DRIFTGUARD_RBAC: &str = r#"
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRole
@@ -720,13 +782,13 @@ rules:
     verbs: [create]
   - apiGroups: [argoproj.io]
     resources: [applications]
-    verbs: [get, list, watch]
+    verbs: [list, watch]
   - apiGroups: [kustomize.toolkit.fluxcd.io]
     resources: [kustomizations]
-    verbs: [get, list, watch]
+    verbs: [list, watch]
   - apiGroups: [helm.toolkit.fluxcd.io]
     resources: [helmreleases]
-    verbs: [get, list, watch]
+    verbs: [list, watch]
 ---
 # argocd-cm and the AppProjects: a Role in the Argo CD namespace only, not
 # every ConfigMap.
@@ -737,10 +799,10 @@ rules:
   - apiGroups: [""]
     resources: [configmaps]
     resourceNames: [argocd-cm]
-    verbs: [get, list, watch]
+    verbs: [list, watch]
   - apiGroups: [argoproj.io]
     resources: [appprojects]
-    verbs: [get, list, watch]
+    verbs: [list, watch]
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: RoleBinding
@@ -771,11 +833,21 @@ pub struct ChartInstall {
 }
 
 pub fn render_chart(plane: &ControlPlane, port: u16, sets: &[&str]) -> ChartInstall {
+    render_release(plane, "dg", port, sets)
+}
+
+/// [`render_chart`] as Helm release `release` in namespace driftguard.
+pub fn render_release(
+    plane: &ControlPlane,
+    release: &str,
+    port: u16,
+    sets: &[&str],
+) -> ChartInstall {
     let ca = std::fs::read_to_string(plane.dir.join("ca.crt")).unwrap();
     let mut cmd = Command::new(helm());
     cmd.args([
         "template",
-        "dg",
+        release,
         &format!("{ROOT}/charts/driftguard"),
         "--namespace",
         "driftguard",
