@@ -60,12 +60,20 @@ pub fn write_until(plane: &ControlPlane, stop: &AtomicBool, log: &Mutex<Vec<Stri
 pub fn under_load<T>(plane: &ControlPlane, during: impl FnOnce() -> T) -> (usize, Vec<String>, T) {
     let stop = Arc::new(AtomicBool::new(false));
     let failures = Arc::new(Mutex::new(Vec::new()));
+    /// Stops the writer also when `during` panics (the scope waits for it).
+    struct StopOnDrop<'a>(&'a AtomicBool);
+    impl Drop for StopOnDrop<'_> {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
     let (ok, value) = std::thread::scope(|s| {
         let writer = s.spawn(|| write_until(plane, &stop, &failures));
+        let stopper = StopOnDrop(&stop);
         std::thread::sleep(Duration::from_secs(2));
         let value = during();
         std::thread::sleep(Duration::from_secs(3));
-        stop.store(true, Ordering::SeqCst);
+        drop(stopper);
         (writer.join().unwrap(), value)
     });
     let failures = failures.lock().unwrap().clone();

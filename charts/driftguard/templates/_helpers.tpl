@@ -189,7 +189,8 @@ one render sees the same material.
 {{- if and $storedCa (eq (dig "metadata" "annotations" "driftguard.io/ca-rotation" "" $caSecret) $rotation) -}}
 {{- $ca = buildCustomCert (index $caData "tls.crt") (index $caData "tls.key") -}}
 {{- else -}}
-{{- $ca = genCA (printf "%s-ca" $fullname) 3650 -}}
+{{- /* Named by its time of issue: the CAs of a rotation's caBundle differ in name, not only in key. */ -}}
+{{- $ca = genCA (printf "%s-ca %s" $fullname (dateInZone "2006-01-02T15:04:05Z" (now) "UTC")) 3650 -}}
 {{- if $storedCa }}{{ $previous = index $caData "tls.crt" | b64dec }}{{ else if index $tlsData "ca.crt" }}{{ $previous = index $tlsData "ca.crt" | b64dec }}{{ end -}}
 {{- end -}}
 {{- $svc := printf "%s.%s.svc" $fullname .Release.Namespace -}}
