@@ -216,7 +216,8 @@ one render sees the same material.
 {{- end -}}
 
 {{/* "true" when `lookup` reaches a cluster: not under `helm template`, `helm
-     lint` or Argo CD, where it returns nothing. Every cluster has kube-system. */}}
+     lint` or Argo CD, where it returns nothing. Every cluster has kube-system,
+     and whoever may install webhook configurations may read Namespaces. */}}
 {{- define "driftguard.lookupWorks" -}}
 {{- if lookup "v1" "Namespace" "" "kube-system" }}true{{ end -}}
 {{- end -}}
