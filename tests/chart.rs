@@ -919,6 +919,13 @@ fn generated_certificates_across_upgrades(plane: &ControlPlane) {
         "the old CA left the bundle"
     );
     assert_eq!(settled.cert, rotated.cert);
+    // Without the values (no --reuse-values): the recorded ones stand.
+    helm_release(plane, "upgrade", release, ns, &base);
+    assert_eq!(
+        read_generated(plane, ns, fullname),
+        settled,
+        "an upgrade without the values asked for something"
+    );
 
     // A deleted serving Secret: a new leaf from the kept CA, same caBundle.
     let out = plane.kubectl(

@@ -178,10 +178,11 @@ one render sees the same material.
 {{- if and (not (include "driftguard.lookupWorks" .)) (.Capabilities.APIVersions.Has "argoproj.io/v1alpha1") (not $g.allowWithoutLookup) -}}
 {{- fail "certificates: rendered without cluster access (helm template, Argo CD) for a cluster with Argo CD: the generated certificate would be a new CA at every render, and each sync would break the webhook until the kubelet caught up. Use certificates.certManager.enabled or certificates.provided, or set certificates.generated.allowWithoutLookup=true (docs/install.md)" -}}
 {{- end -}}
-{{- $rotation := toString ($g.caRotation | default "") -}}
-{{- $reissue := toString ($g.reissue | default "") -}}
 {{- $caSecret := lookup "v1" "Secret" .Release.Namespace (printf "%s-ca" $fullname) | default dict -}}
 {{- $tlsSecret := lookup "v1" "Secret" .Release.Namespace (printf "%s-tls" $fullname) | default dict -}}
+{{- /* Empty asks for nothing: an upgrade without the value (no --reuse-values) keeps the recorded one. */ -}}
+{{- $rotation := toString ($g.caRotation | default "") | default (dig "metadata" "annotations" "driftguard.io/ca-rotation" "" $caSecret) -}}
+{{- $reissue := toString ($g.reissue | default "") | default (dig "metadata" "annotations" "driftguard.io/reissue" "" $tlsSecret) -}}
 {{- $caData := $caSecret.data | default dict -}}
 {{- $tlsData := $tlsSecret.data | default dict -}}
 {{- $storedCa := and (index $caData "tls.crt") (index $caData "tls.key") -}}
