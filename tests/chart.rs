@@ -6,11 +6,14 @@
 
 #[path = "support/control_plane.rs"]
 mod control_plane;
+#[path = "support/generated_certs.rs"]
+mod generated_certs;
 
 use std::path::PathBuf;
 use std::process::Command;
 
 use control_plane::*;
+use generated_certs::*;
 use serde_json::Value;
 
 struct Rendered {
@@ -314,6 +317,10 @@ fn the_chart_lints_renders_and_is_accepted_by_the_apiserver() {
         ("warn mode", vec!["policy.mode=warn"]),
         ("url mode", vec!["webhook.url=https://127.0.0.1:8443"]),
         (
+            "url mode by name",
+            vec!["webhook.url=https://Driftguard.example:8443/"],
+        ),
+        (
             "monitoring",
             vec![
                 "serviceMonitor.enabled=true",
@@ -578,18 +585,53 @@ fn the_chart_lints_renders_and_is_accepted_by_the_apiserver() {
                 );
             }
             "generated CA" => {
-                // One render, one pair: both webhooks trust the CA of the Secret.
-                let secret = find(&docs, "Secret");
-                assert_eq!(hook["clientConfig"]["caBundle"], secret["data"]["ca.crt"]);
+                // One render, one CA: both webhooks trust the CA of the CA
+                // Secret, which signed the serving certificate for the Service.
+                let rendered = rendered_generated(&docs, "dg-driftguard");
+                assert!(is_ca(&rendered.ca_cert), "{name}: the CA is no CA");
+                assert!(!is_ca(&rendered.cert), "{name}: the leaf is a CA");
+                assert_eq!(rendered.bundle(), rendered.ca_cert, "{name}");
+                assert_eq!(rendered.secret_bundle, rendered.ca_cert, "{name}");
                 assert_eq!(
-                    find(&docs, "MutatingWebhookConfiguration")["webhooks"][0]["clientConfig"]["caBundle"],
-                    secret["data"]["ca.crt"]
+                    names(&rendered.cert),
+                    [
+                        "DNS:dg-driftguard.driftguard.svc",
+                        "DNS:dg-driftguard.driftguard.svc.cluster.local"
+                    ],
+                    "{name}"
                 );
+                verifies(
+                    &rendered.cert,
+                    rendered.bundle(),
+                    "dg-driftguard.driftguard.svc",
+                )
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
             }
-            "url mode" => assert_eq!(
-                hook["clientConfig"]["url"],
-                "https://127.0.0.1:8443/validate"
-            ),
+            "url mode" | "url mode by name" => {
+                let (url, host, san) = if *name == "url mode" {
+                    (
+                        "https://127.0.0.1:8443/validate",
+                        "127.0.0.1",
+                        "IP:127.0.0.1",
+                    )
+                } else {
+                    (
+                        "https://Driftguard.example:8443/validate",
+                        "driftguard.example",
+                        "DNS:driftguard.example",
+                    )
+                };
+                assert_eq!(hook["clientConfig"]["url"], url);
+                // The apiserver checks the URL's host against the certificate.
+                let rendered = rendered_generated(&docs, "dg-driftguard");
+                assert!(
+                    names(&rendered.cert).contains(&san.to_owned()),
+                    "{name}: {:?}",
+                    names(&rendered.cert)
+                );
+                verifies(&rendered.cert, rendered.bundle(), host)
+                    .unwrap_or_else(|e| panic!("{name}: {e}"));
+            }
             "warn mode" => assert!(
                 find(&docs, "ConfigMap")["data"]["policy.yaml"]
                     .as_str()
@@ -755,4 +797,240 @@ fn the_chart_lints_renders_and_is_accepted_by_the_apiserver() {
         &["-n", "production", "label", "configmap/app-config", "x=y"],
     );
     assert!(out.ok, "after deleting the webhook configurations: {out}");
+
+    generated_certificates_without_lookup(&helm);
+    generated_certificates_across_upgrades(&plane);
+}
+
+/// What one rendering holds for the generated certificates.
+fn rendered_generated(docs: &[Value], fullname: &str) -> Generated {
+    let secret = |name: String, key: &str| -> String {
+        let doc = docs
+            .iter()
+            .find(|d| d["kind"] == "Secret" && d["metadata"]["name"] == name.as_str())
+            .unwrap_or_else(|| panic!("no Secret {name}"));
+        let b64 = doc["data"][key]
+            .as_str()
+            .unwrap_or_else(|| panic!("{name} has no {key}"));
+        String::from_utf8(base64_decode(b64)).unwrap()
+    };
+    let bundles = docs
+        .iter()
+        .filter(|d| {
+            d["kind"]
+                .as_str()
+                .is_some_and(|k| k.ends_with("WebhookConfiguration"))
+        })
+        .flat_map(|d| d["webhooks"].as_array().unwrap().clone())
+        .map(|hook| {
+            let b64 = hook["clientConfig"]["caBundle"].as_str().unwrap();
+            String::from_utf8(base64_decode(b64)).unwrap()
+        })
+        .collect();
+    Generated {
+        ca_cert: secret(format!("{fullname}-ca"), "tls.crt"),
+        ca_key: secret(format!("{fullname}-ca"), "tls.key"),
+        cert: secret(format!("{fullname}-tls"), "tls.crt"),
+        key: secret(format!("{fullname}-tls"), "tls.key"),
+        secret_bundle: secret(format!("{fullname}-tls"), "ca.crt"),
+        bundles,
+    }
+}
+
+/// `helm template` cannot look up, so every render of the generated path is
+/// a new CA. Rendered for a cluster with Argo CD's API (Argo CD renders with
+/// `helm template --api-versions ...`), the chart refuses, unless told that
+/// the Application ignores those fields; the other certificate paths render.
+fn generated_certificates_without_lookup(helm: &PathBuf) {
+    let argo = ["--api-versions", "argoproj.io/v1alpha1"];
+    let rendered = template(helm, &[], &argo);
+    assert!(
+        !rendered.ok
+            && rendered
+                .stderr
+                .contains("rendered without cluster access (helm template, Argo CD)"),
+        "the generated path rendered for Argo CD: {}",
+        rendered.stderr
+    );
+    let rendered = template(
+        helm,
+        &["certificates.generated.allowWithoutLookup=true"],
+        &argo,
+    );
+    assert!(rendered.ok, "{}", rendered.stderr);
+    let rendered = template(helm, &["certificates.certManager.enabled=true"], &argo);
+    assert!(rendered.ok, "{}", rendered.stderr);
+    // Without Argo CD's API (helm lint, a preview), it renders: two renders,
+    // two CAs, which is why Argo CD must not apply it.
+    let first = rendered_generated(&documents(&template(helm, &[], &[]).yaml), "dg-driftguard");
+    let second = rendered_generated(&documents(&template(helm, &[], &[]).yaml), "dg-driftguard");
+    assert_ne!(first.ca_cert, second.ca_cert);
+}
+
+/// The generated path through real `helm install` and `helm upgrade`, where
+/// `lookup` reads the Secrets back: from the layout that kept no CA key, a
+/// plain upgrade, a re-issue, a CA rotation and a deleted serving Secret.
+fn generated_certificates_across_upgrades(plane: &ControlPlane) {
+    let (release, ns, fullname) = ("certs", "certs", "certs-driftguard");
+    let svc = "certs-driftguard.certs.svc";
+    plane.create_namespaces(&[ns]);
+    // The layout before: one Secret with the leaf and its CA, no CA key.
+    let old_ca = driftguard::certs::Authority::new("the chart's old CA").unwrap();
+    let (old_cert, old_key) = old_ca.leaf(svc, &[svc.to_owned()], &[]).unwrap();
+    let old = serde_json::json!({
+        "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+        "metadata": {"name": format!("{fullname}-tls"), "namespace": ns,
+            "labels": {"app.kubernetes.io/managed-by": "Helm"},
+            "annotations": {"meta.helm.sh/release-name": release, "meta.helm.sh/release-namespace": ns}},
+        "stringData": {"tls.crt": old_cert, "tls.key": old_key, "ca.crt": old_ca.cert_pem},
+    });
+    plane.apply_admin(&old.to_string());
+    // Nothing serves: a failed call must not stop the upgrades' own writes.
+    let base = ["--set", "webhook.failurePolicy=Ignore"];
+    let notes = helm_release(plane, "install", release, ns, &base);
+    assert!(
+        notes.contains("A new CA: the webhooks trust it and the one it replaces"),
+        "{notes}"
+    );
+    let first = read_generated(plane, ns, fullname);
+    assert_ne!(
+        first.ca_cert, old_ca.cert_pem,
+        "no CA key was stored: a new CA"
+    );
+    assert_eq!(
+        certificates(first.bundle()),
+        [certificates(&first.ca_cert), certificates(&old_ca.cert_pem)].concat(),
+        "the caBundle holds the new CA and the old one"
+    );
+    assert_eq!(first.secret_bundle, first.bundle());
+    verifies(&old_cert, first.bundle(), svc).expect("the old leaf, still mounted, verifies");
+    verifies(&first.cert, first.bundle(), svc).expect("the new leaf verifies");
+    verifies(&first.cert, &first.ca_cert, svc).expect("the new leaf is the new CA's");
+
+    // Any later upgrade: the old CA leaves the bundle; nothing else changes.
+    let notes = helm_release(plane, "upgrade", release, ns, &["--reuse-values"]);
+    assert!(!notes.contains("A new CA"), "{notes}");
+    let settled = read_generated(plane, ns, fullname);
+    assert_eq!(
+        settled.bundle(),
+        first.ca_cert,
+        "the old CA left the bundle"
+    );
+    assert_eq!(
+        (
+            &settled.ca_cert,
+            &settled.ca_key,
+            &settled.cert,
+            &settled.key
+        ),
+        (&first.ca_cert, &first.ca_key, &first.cert, &first.key),
+        "an upgrade with nothing asked changed the certificates"
+    );
+
+    // A re-issue: a new leaf from the same CA; the caBundle does not change.
+    let reissue = [
+        "--reuse-values",
+        "--set",
+        "certificates.generated.reissue=1",
+    ];
+    helm_release(plane, "upgrade", release, ns, &reissue);
+    let reissued = read_generated(plane, ns, fullname);
+    assert_ne!(reissued.cert, settled.cert, "no new leaf");
+    assert_ne!(reissued.key, settled.key, "a new leaf with the old key");
+    assert_eq!(
+        reissued.ca_cert, settled.ca_cert,
+        "a re-issue changed the CA"
+    );
+    assert_eq!(
+        reissued.bundle(),
+        settled.bundle(),
+        "a re-issue changed the caBundle"
+    );
+    verifies(&reissued.cert, reissued.bundle(), svc).unwrap();
+    // The same value again issues nothing.
+    helm_release(plane, "upgrade", release, ns, &reissue);
+    assert_eq!(read_generated(plane, ns, fullname), reissued);
+
+    // A CA rotation: new CA, new leaf, both CAs in the bundle for one upgrade.
+    let rotate = [
+        "--reuse-values",
+        "--set",
+        "certificates.generated.caRotation=1",
+    ];
+    let notes = helm_release(plane, "upgrade", release, ns, &rotate);
+    assert!(notes.contains("run helm upgrade certs again"), "{notes}");
+    let rotated = read_generated(plane, ns, fullname);
+    assert_ne!(rotated.ca_cert, reissued.ca_cert, "no new CA");
+    assert_ne!(rotated.cert, reissued.cert, "no new leaf");
+    assert_eq!(
+        certificates(rotated.bundle()),
+        [
+            certificates(&rotated.ca_cert),
+            certificates(&reissued.ca_cert)
+        ]
+        .concat()
+    );
+    verifies(&reissued.cert, rotated.bundle(), svc).expect("the old leaf verifies");
+    verifies(&rotated.cert, &rotated.ca_cert, svc).expect("the new leaf is the new CA's");
+    helm_release(plane, "upgrade", release, ns, &["--reuse-values"]);
+    let settled = read_generated(plane, ns, fullname);
+    assert_eq!(
+        settled.bundle(),
+        rotated.ca_cert,
+        "the old CA left the bundle"
+    );
+    assert_eq!(settled.cert, rotated.cert);
+    // Without the values (no --reuse-values): the recorded ones stand.
+    helm_release(plane, "upgrade", release, ns, &base);
+    assert_eq!(
+        read_generated(plane, ns, fullname),
+        settled,
+        "an upgrade without the values asked for something"
+    );
+
+    // A deleted serving Secret: a new leaf from the kept CA, same caBundle.
+    let out = plane.kubectl(
+        "admin",
+        &["-n", ns, "delete", "secret", &format!("{fullname}-tls")],
+    );
+    assert!(out.ok, "{out}");
+    helm_release(plane, "upgrade", release, ns, &["--reuse-values"]);
+    let again = read_generated(plane, ns, fullname);
+    assert_ne!(again.cert, settled.cert);
+    assert_eq!(
+        again.bundle(),
+        settled.bundle(),
+        "a lost leaf changed the caBundle"
+    );
+    verifies(&again.cert, again.bundle(), svc).unwrap();
+
+    // In url mode the leaf also names the URL's host, issued from the same CA.
+    let url = [
+        "--reuse-values",
+        "--set",
+        "webhook.url=https://127.0.0.1:8443",
+    ];
+    helm_release(plane, "upgrade", release, ns, &url);
+    let url_mode = read_generated(plane, ns, fullname);
+    assert_eq!(
+        url_mode.bundle(),
+        again.bundle(),
+        "a new name changed the caBundle"
+    );
+    verifies(&url_mode.cert, url_mode.bundle(), "127.0.0.1").unwrap();
+    let out = Command::new(helm())
+        .args(["uninstall", release, "-n", ns, "--kubeconfig"])
+        .arg(plane.kubeconfig("admin"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = plane.kubectl(
+        "admin",
+        &["-n", ns, "get", "secret", &format!("{fullname}-ca")],
+    );
+    assert!(!out.ok, "the CA key outlived the release: {out}");
 }

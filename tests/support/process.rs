@@ -298,14 +298,16 @@ impl Served {
     }
 }
 
-/// A TLS 1.2+ client configuration (ring) that trusts only `ca_pem`.
+/// A TLS 1.2+ client configuration (ring) that trusts only the certificates
+/// of `ca_pem` (every one of a bundle, as the apiserver trusts a caBundle).
 pub fn trusting(ca_pem: &[u8]) -> rustls::ClientConfig {
     use rustls::pki_types::CertificateDer;
     use rustls::pki_types::pem::PemObject;
     let mut roots = rustls::RootCertStore::empty();
-    roots
-        .add(CertificateDer::from_pem_slice(ca_pem).unwrap())
-        .unwrap();
+    for der in CertificateDer::pem_slice_iter(ca_pem) {
+        roots.add(der.unwrap()).unwrap();
+    }
+    assert!(!roots.is_empty(), "no certificate in {ca_pem:?}");
     rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
         .with_safe_default_protocol_versions()
         .unwrap()
