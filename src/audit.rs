@@ -58,9 +58,14 @@ pub struct GuardedChangeRecord<'a> {
 
 impl GuardedChangeRecord<'_> {
     pub fn emit(&self) {
-        let line = serde_json::to_string(self).expect("an audit record serializes");
-        tracing::info!(target: TARGET, record = %line);
+        emit(self);
     }
+}
+
+/// Writes a record through tracing; the audit layer prints it as one line.
+fn emit(record: &impl Serialize) {
+    let line = serde_json::to_string(record).expect("an audit record serializes");
+    tracing::info!(target: TARGET, record = %line);
 }
 
 /// A break-glass use as the audit line shows it.
@@ -189,8 +194,7 @@ impl<'a> AuditRecord<'a> {
 
     /// Writes the record through tracing; the audit layer prints it as one line.
     pub fn emit(&self) {
-        let line = serde_json::to_string(self).expect("an audit record serializes");
-        tracing::info!(target: TARGET, record = %line);
+        emit(self);
     }
 }
 

@@ -128,39 +128,28 @@ impl EventRecorder {
                 None => return,
             }
         };
-        let this = self.clone();
-        tokio::spawn(async move {
-            let namespace = report
-                .regarding
-                .namespace
-                .clone()
-                .unwrap_or_else(|| "default".into());
-            let event = this.event(&report, &namespace, folded);
-            let api = kube::Api::<Event>::namespaced(this.client.clone(), &namespace);
-            match tokio::time::timeout(this.timeout, api.create(&Default::default(), &event)).await
-            {
-                Ok(Ok(_)) => {}
-                Ok(Err(e)) => {
-                    tracing::warn!(error = %e, reason = report.reason, "cannot write an Event")
-                }
-                Err(_) => tracing::warn!(reason = report.reason, "writing an Event timed out"),
-            }
-        });
+        let suffix = format!("{:x}", jiff::Timestamp::now().as_nanosecond());
+        self.send(report, folded, suffix);
     }
 
     /// Queues the Event, named by `suffix`, and returns at once: no folding,
     /// for rare reports that each matter. Replicas reporting the same thing
     /// with the same suffix write one Event (the others get AlreadyExists).
     pub fn report_once(self: &Arc<Self>, report: Report, suffix: &str) {
+        self.send(report, 0, suffix.to_owned());
+    }
+
+    /// Writes the Event named `<object>.<suffix>` in the background, within
+    /// the time bound; an Event of that name already there is this one.
+    fn send(self: &Arc<Self>, report: Report, folded: u32, suffix: String) {
         let this = self.clone();
-        let suffix = suffix.to_owned();
         tokio::spawn(async move {
             let namespace = report
                 .regarding
                 .namespace
                 .clone()
                 .unwrap_or_else(|| "default".into());
-            let event = this.named_event(&report, &namespace, 0, &suffix);
+            let event = this.event(&report, &namespace, folded, &suffix);
             let api = kube::Api::<Event>::namespaced(this.client.clone(), &namespace);
             match tokio::time::timeout(this.timeout, api.create(&Default::default(), &event)).await
             {
@@ -174,12 +163,7 @@ impl EventRecorder {
         });
     }
 
-    fn event(&self, report: &Report, namespace: &str, folded: u32) -> Event {
-        let suffix = format!("{:x}", jiff::Timestamp::now().as_nanosecond());
-        self.named_event(report, namespace, folded, &suffix)
-    }
-
-    fn named_event(&self, report: &Report, namespace: &str, folded: u32, suffix: &str) -> Event {
+    fn event(&self, report: &Report, namespace: &str, folded: u32, suffix: &str) -> Event {
         // Event names are object names: at most 253 bytes with the suffix.
         let name = report.regarding.name.as_deref().unwrap_or("object");
         let name = crate::text::prefix(name, 200);
