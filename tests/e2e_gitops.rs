@@ -84,6 +84,33 @@ metadata: {name: settings, namespace: production}
 data: {LOG_LEVEL: info}
 "#;
 
+/// A Deployment for the kubectl edit/replace check, in its own Application.
+const REP: &str = r#"apiVersion: apps/v1
+kind: Deployment
+metadata: {name: rep, namespace: production}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: rep}}
+  template:
+    metadata: {labels: {app: rep}}
+    spec:
+      containers: [{name: rep, image: "nginx:1.27"}]
+"#;
+
+/// `kubectl get -o json`, `replicas` set, `kubectl replace -f -`: what
+/// `kubectl edit` does, as `user` (a service account with `as_account`).
+fn replace_replicas(plane: &ControlPlane, user: &str, as_account: bool, replicas: u32) -> Kubectl {
+    let mut live = get_json(plane, &["-n", "production", "deployment", "rep"]).expect("rep");
+    live["spec"]["replicas"] = replicas.into();
+    let body = live.to_string();
+    let args = ["-n", "production", "replace", "-f", "-"];
+    if as_account {
+        plane.kubectl_as_stdin(user, &args, Some(&body))
+    } else {
+        plane.kubectl_stdin(user, &args, Some(&body))
+    }
+}
+
 /// Argo CD v3.6's per-resource rule, from Git: `threads` is ignored for
 /// this object alone.
 const TUNING: &str = r#"apiVersion: v1
@@ -1294,5 +1321,54 @@ fn argocd_syncs_through_driftguard_and_agrees_on_what_is_drift() {
                     == Some("OutOfSync")
             })
         },
+    );
+
+    // kubectl edit and replace rewrite the last-applied record when it
+    // exists, which Argo CD's client-side apply diffs against: even a change
+    // of an ignored field then puts the object OutOfSync. driftguard denies
+    // it and names the writes that work. (selfHeal off: Argo CD is asked.)
+    let rev = repo.commit("rep", &[("rep/rep.yaml", Some(REP))]);
+    let app = application("rep", "default", &url, "rep", "production")
+        .replace("selfHeal: true", "selfHeal: false");
+    plane.apply_admin(&app);
+    wait_synced(&plane, &argo, "rep", &rev);
+    let out = replace_replicas(&plane, "alice", false, 3);
+    denied(
+        &out,
+        "the last-applied record that Argo CD's sync diffs against",
+    )
+    .unwrap();
+    denied(&out, "use kubectl patch, scale or set").unwrap();
+    ok(
+        plane.kubectl(
+            "alice",
+            &[
+                "-n",
+                "production",
+                "scale",
+                "deployment/rep",
+                "--replicas=3",
+            ],
+        ),
+        "scaling instead",
+    );
+    let status = ArgoCd::hard_refresh(&plane, "rep");
+    assert_eq!(
+        ArgoCd::resource_status(&status, "Deployment", "production", "rep").as_deref(),
+        Some("Synced"),
+        "the allowed way keeps the Application Synced"
+    );
+    // The same replace by a trusted identity, which driftguard lets through:
+    // Argo CD itself calls it drift.
+    ok(
+        replace_replicas(&plane, OPERATOR, true, 4),
+        "the operator's replace",
+    );
+    let status = ArgoCd::hard_refresh(&plane, "rep");
+    assert_eq!(
+        ArgoCd::resource_status(&status, "Deployment", "production", "rep").as_deref(),
+        Some("OutOfSync"),
+        "a replace of an ignored field rewrites last-applied: {}",
+        status["status"]["resources"]
     );
 }
