@@ -55,9 +55,10 @@ trap 'exit 143' TERM
 log "building driftguard (release)"
 cargo build --release --bin driftguard >&2
 driftguard=$target/release/driftguard
-tools=$(scripts/build-tools.sh etcd kube-apiserver)
-etcd=$(sed -n 1p <<<"$tools"); apiserver=$(sed -n 2p <<<"$tools")
-[ -x "$etcd" ] && [ -x "$apiserver" ] || die "scripts/build-tools.sh gave no etcd or kube-apiserver"
+# kubectl of the apiserver's own version (DRIFTGUARD_KUBE_VERSION, default the newest).
+tools=$(scripts/build-tools.sh etcd kube-apiserver kubectl)
+etcd=$(sed -n 1p <<<"$tools"); apiserver=$(sed -n 2p <<<"$tools"); kubectl=$(sed -n 3p <<<"$tools")
+[ -x "$etcd" ] && [ -x "$apiserver" ] && [ -x "$kubectl" ] || die "scripts/build-tools.sh gave no etcd, kube-apiserver or kubectl"
 # The Go client and no-op, cached in .cache/bin under a hash of their sources.
 gosrc=benches/apiserver
 hash=$(cat "$gosrc"/go.mod "$gosrc"/*.go | sha256sum | cut -c1-12)
@@ -136,7 +137,7 @@ contexts: [{name: $user, context: {cluster: bench, user: $user}}]
 current-context: $user
 EOF
 done
-kc() { kubectl --kubeconfig=admin.kubeconfig "$@"; }
+kc() { "$kubectl" --kubeconfig=admin.kubeconfig "$@"; }
 
 # --- objects, RBAC and the policy ---------------------------------------------
 n_objects=8
