@@ -2,7 +2,7 @@
 //! `controllers` and `trusted`, and the sync service accounts Flux and Argo CD
 //! impersonate, are exempt; a subject that RBAC lets act as one of them is
 //! exempt too, in effect. Kubernetes' built-in `edit` ClusterRole (and so
-//! `admin`) grants exactly that inside a namespace: k8s.io/kubernetes v1.34,
+//! `admin`) grants exactly that inside a namespace: k8s.io/kubernetes v1.34 to v1.37,
 //! plugin/pkg/auth/authorizer/rbac/bootstrappolicy/policy.go, `editRules()`
 //! (aggregated into `edit` through `system:aggregate-to-edit`):
 //!
@@ -594,7 +594,7 @@ mod tests {
     }
 
     /// `edit` as kube-controller-manager aggregates it from
-    /// `system:aggregate-to-edit` (v1.34 `editRules()`, abridged: the rules
+    /// `system:aggregate-to-edit` (v1.34 to v1.37 `editRules()`, abridged: the rules
     /// that act as a service account, and some that do not).
     fn edit() -> ClusterRole {
         cluster_role(
