@@ -116,7 +116,7 @@ api=https://127.0.0.1:$api_port
 pids+=($!)
 wait_for 60 etcd "${pids[-1]}" grep -q 'ready to serve client requests' etcd.log
 "$apiserver" --etcd-servers=http://127.0.0.1:"$etcd_port" --secure-port="$api_port" \
-  --bind-address=127.0.0.1 --advertise-address=127.0.0.1 \
+  --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --endpoint-reconciler-type=none \
   --tls-cert-file=apiserver.crt --tls-private-key-file=apiserver.key --client-ca-file=ca.crt \
   --service-account-key-file=sa.pub --service-account-signing-key-file=sa.key \
   --service-account-issuer=https://kubernetes.default.svc --service-cluster-ip-range=10.96.0.0/16 \

@@ -546,6 +546,11 @@ fn spawn_apiserver(
             .arg(format!("--secure-port={port}"))
             .arg("--bind-address=127.0.0.1")
             .arg("--advertise-address=127.0.0.1")
+            // v1.37 refuses a loopback address for the `kubernetes` Service's
+            // endpoints (pkg/controlplane/instance.go, `ValidateIP`); nothing
+            // here reaches the apiserver through that Service. Upstream's own
+            // test server does the same (cmd/kube-apiserver/app/testing).
+            .arg("--endpoint-reconciler-type=none")
             .arg(format!("--tls-cert-file={}", p("apiserver.crt")))
             .arg(format!("--tls-private-key-file={}", p("apiserver.key")))
             .arg(format!("--client-ca-file={}", p("ca.crt")))
