@@ -7,7 +7,6 @@ mod control_plane;
 #[path = "../tests/support/gitops.rs"]
 mod gitops;
 
-use std::process::Command;
 use std::time::Duration;
 
 use control_plane::*;
@@ -61,7 +60,7 @@ fn say(text: &str) {
 /// Runs `kubectl ARGS` as `user` with extra environment, echoed like the plane's.
 fn run(plane: &ControlPlane, user: &str, env: &[(&str, String)], args: &[&str]) {
     println!("$ kubectl {}   # as {user}", args.join(" "));
-    let out = Command::new("kubectl")
+    let out = kubectl_command()
         .env("KUBECONFIG", plane.kubeconfig(user))
         .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
         .args(args)

@@ -55,9 +55,10 @@ trap 'exit 143' TERM
 log "building driftguard (release)"
 cargo build --release --bin driftguard >&2
 driftguard=$target/release/driftguard
-tools=$(scripts/build-tools.sh etcd kube-apiserver)
-etcd=$(sed -n 1p <<<"$tools"); apiserver=$(sed -n 2p <<<"$tools")
-[ -x "$etcd" ] && [ -x "$apiserver" ] || die "scripts/build-tools.sh gave no etcd or kube-apiserver"
+# kubectl of the apiserver's own version (DRIFTGUARD_KUBE_VERSION, default the newest).
+tools=$(scripts/build-tools.sh etcd kube-apiserver kubectl)
+etcd=$(sed -n 1p <<<"$tools"); apiserver=$(sed -n 2p <<<"$tools"); kubectl=$(sed -n 3p <<<"$tools")
+[ -x "$etcd" ] && [ -x "$apiserver" ] && [ -x "$kubectl" ] || die "scripts/build-tools.sh gave no etcd, kube-apiserver or kubectl"
 # The Go client and no-op, cached in .cache/bin under a hash of their sources.
 gosrc=benches/apiserver
 hash=$(cat "$gosrc"/go.mod "$gosrc"/*.go | sha256sum | cut -c1-12)
@@ -115,7 +116,7 @@ api=https://127.0.0.1:$api_port
 pids+=($!)
 wait_for 60 etcd "${pids[-1]}" grep -q 'ready to serve client requests' etcd.log
 "$apiserver" --etcd-servers=http://127.0.0.1:"$etcd_port" --secure-port="$api_port" \
-  --bind-address=127.0.0.1 --advertise-address=127.0.0.1 \
+  --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --endpoint-reconciler-type=none \
   --tls-cert-file=apiserver.crt --tls-private-key-file=apiserver.key --client-ca-file=ca.crt \
   --service-account-key-file=sa.pub --service-account-signing-key-file=sa.key \
   --service-account-issuer=https://kubernetes.default.svc --service-cluster-ip-range=10.96.0.0/16 \
@@ -136,7 +137,7 @@ contexts: [{name: $user, context: {cluster: bench, user: $user}}]
 current-context: $user
 EOF
 done
-kc() { kubectl --kubeconfig=admin.kubeconfig "$@"; }
+kc() { "$kubectl" --kubeconfig=admin.kubeconfig "$@"; }
 
 # --- objects, RBAC and the policy ---------------------------------------------
 n_objects=8

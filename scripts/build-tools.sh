@@ -3,7 +3,7 @@
 # $DRIFTGUARD_TOOLS_BIN (default ~/.cache/driftguard/bin), as <tool>-<version>.
 # The cache lives outside the checkout so fresh clones on one machine share it.
 #
-#   default:  etcd, helm, kube-apiserver (what scripts/test.sh needs)
+#   default:  etcd, helm, kube-apiserver, kubectl (what scripts/test.sh needs)
 #   gitops:   kube-controller-manager, flux-source-controller,
 #             flux-kustomize-controller, argocd, gitops-aux (Redis + Git HTTP),
 #             the real controllers tests/e2e_gitops.rs runs.
@@ -16,7 +16,14 @@
 # reproducible and need nothing but a Go toolchain and GOPROXY access.
 # Binaries that already exist are skipped, so a warm re-run takes seconds.
 #
-# Usage: scripts/build-tools.sh [TOOL|gitops ...]   (default: etcd helm kube-apiserver)
+# kube-apiserver, kube-controller-manager and kubectl are built at one of the
+# supported Kubernetes versions (KUBE_VERSIONS, newest first), from the
+# consumer module tests/e2e/kube-<version>: the newest unless
+# DRIFTGUARD_KUBE_VERSION names another. kubectl always matches the apiserver,
+# so every test stays within kubectl's version skew.
+#
+# Usage: scripts/build-tools.sh [TOOL|gitops ...]   (default: etcd helm kube-apiserver kubectl)
+#        scripts/build-tools.sh kube-versions       (the supported versions, newest first)
 # Prints the absolute path of each requested binary on stdout; progress goes
 # to stderr.
 set -euo pipefail
@@ -27,7 +34,10 @@ BIN_DIR="${DRIFTGUARD_TOOLS_BIN:-${XDG_CACHE_HOME:-${HOME}/.cache}/driftguard/bi
 
 ETCD_VERSION="v3.6.14"
 HELM_VERSION="v3.22.0"
-KUBE_VERSION="v1.34.4"
+# Upstream supports 1.35 to 1.37 (1.34 left support on 2026-10-27); these are
+# the newest and the oldest the module proxy serves. The first is the default.
+KUBE_VERSIONS=(v1.37.2 v1.35.4)
+KUBE_VERSION="${DRIFTGUARD_KUBE_VERSION:-${KUBE_VERSIONS[0]}}"
 # Flux v1.10.1 does not build from this proxy (fluxcd/pkg versions refused).
 FLUX_VERSION="v1.9.6"
 ARGOCD_VERSION="v3.6.1"
@@ -43,10 +53,23 @@ log() { printf '==> %s\n' "$*" >&2; }
 
 command -v go >/dev/null 2>&1 || { log "go not found in PATH"; exit 1; }
 
+if [[ " ${KUBE_VERSIONS[*]} " != *" ${KUBE_VERSION} "* ]]; then
+  log "DRIFTGUARD_KUBE_VERSION=${KUBE_VERSION} is not supported (want one of: ${KUBE_VERSIONS[*]})"
+  exit 2
+fi
+
 # go_build <module dir> <output> <package> <ldflags>
 go_build() {
   local moddir="$1" out="$2" pkg="$3" ldflags="$4"
   local tmp="${out}.tmp.$$"
+  # Parallel tests ask for the same tool at once: one builds, the others
+  # wait for it and take its binary.
+  exec {lock}>"${out}.lock"
+  flock "${lock}"
+  if [[ -x "${out}" ]]; then
+    exec {lock}>&-
+    return
+  fi
   local start=${SECONDS}
   log "building ${pkg} -> ${out}"
   # Write to a temp name and rename, so an interrupted build never leaves a
@@ -55,6 +78,7 @@ go_build() {
   (cd "${moddir}" && nice -n 19 go build -trimpath -ldflags "${ldflags}" -o "${tmp}" "${pkg}")
   mv -f "${tmp}" "${out}"
   trap - EXIT
+  exec {lock}>&-
   log "built $(basename "${out}") in $((SECONDS - start))s"
 }
 
@@ -100,8 +124,8 @@ build_helm() {
   echo "${out}"
 }
 
-# build_kube <command>: kube-apiserver and kube-controller-manager share the
-# tests/e2e/kube consumer module.
+# build_kube <command>: kube-apiserver, kube-controller-manager and kubectl
+# share the tests/e2e/kube-<version> consumer module.
 build_kube() {
   local cmd="$1"
   local out="${BIN_DIR}/${cmd}-${KUBE_VERSION}"
@@ -116,8 +140,12 @@ build_kube() {
       ldflags+=" -X ${pkg}.gitMajor=${major}"
       ldflags+=" -X ${pkg}.gitMinor=${minor}"
     done
-    go_build "${E2E_DIR}/kube" "${out}" "k8s.io/kubernetes/cmd/${cmd}" "${ldflags}"
-    check_version "${out}" "Kubernetes ${KUBE_VERSION}" --version
+    go_build "${E2E_DIR}/kube-${KUBE_VERSION}" "${out}" "k8s.io/kubernetes/cmd/${cmd}" "${ldflags}"
+    if [[ "${cmd}" == kubectl ]]; then
+      check_version "${out}" "Client Version: ${KUBE_VERSION}" version --client
+    else
+      check_version "${out}" "Kubernetes ${KUBE_VERSION}" --version
+    fi
   fi
   echo "${out}"
 }
@@ -190,7 +218,7 @@ mkdir -p "${BIN_DIR}"
 tools=("$@")
 if [[ ${#tools[@]} -eq 0 ]]; then
   # Smallest first; kube-apiserver is by far the longest build.
-  tools=(etcd helm kube-apiserver)
+  tools=(etcd helm kubectl kube-apiserver)
 fi
 if [[ " ${tools[*]} " == *" gitops "* ]]; then
   tools=(kube-controller-manager flux-source-controller flux-kustomize-controller argocd gitops-aux gitops-assets)
@@ -200,12 +228,13 @@ for tool in "${tools[@]}"; do
   case "${tool}" in
     etcd) build_etcd ;;
     helm) build_helm ;;
-    kube-apiserver|kube-controller-manager) build_kube "${tool}" ;;
+    kube-apiserver|kube-controller-manager|kubectl) build_kube "${tool}" ;;
+    kube-versions) printf '%s\n' "${KUBE_VERSIONS[@]}" ;;
     flux-source-controller) build_flux source ;;
     flux-kustomize-controller) build_flux kustomize ;;
     argocd) build_argocd ;;
     gitops-aux) build_gitops_aux ;;
     gitops-assets) build_gitops_assets ;;
-    *) log "unknown tool: ${tool} (want etcd, helm, kube-apiserver, gitops or one of its parts)"; exit 2 ;;
+    *) log "unknown tool: ${tool} (want etcd, helm, kube-apiserver, kubectl, kube-versions, gitops or one of its parts)"; exit 2 ;;
   esac
 done

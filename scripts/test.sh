@@ -1,16 +1,27 @@
 #!/usr/bin/env bash
 # The whole test suite: formatting, lints, unit, table, property, fixture, CLI,
 # router, TLS, chart and end-to-end tests (the end-to-end and chart tests build
-# etcd, kube-apiserver, helm, kube-controller-manager, Flux and Argo CD from
-# the Go module proxy on first use), 60 s of each fuzz target, then the
+# etcd, kube-apiserver, kubectl, helm, kube-controller-manager, Flux and Argo CD
+# from the Go module proxy on first use), the kubectl e2e and the chart test
+# again on the oldest supported Kubernetes, 60 s of each fuzz target, then the
 # container image.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Flux and Argo CD, which tests/e2e_gitops.rs builds, declare go 1.27.
 export GOTOOLCHAIN=go1.27.3
+# The newest supported Kubernetes first (scripts/build-tools.sh), whatever the shell says.
+unset DRIFTGUARD_KUBE_VERSION
 cargo fmt --all -- --check
 cargo clippy --locked --all-targets -- -D warnings
 cargo test --locked --all-targets
+# Everything above ran on the newest supported Kubernetes. The kubectl e2e
+# (driftguard register and the chart's install) and the chart test run again
+# on every other supported version; the GitOps e2e runs on the newest only.
+versions=$(scripts/build-tools.sh kube-versions)
+for version in $(tail -n +2 <<<"${versions}"); do
+  echo "== Kubernetes ${version}: e2e_kubectl, chart" >&2
+  DRIFTGUARD_KUBE_VERSION="${version}" cargo test --locked --test e2e_kubectl --test chart
+done
 # Every fuzz target for 60 s, where the nightly toolchain is (fuzz.sh installs
 # cargo-fuzz from crates.io if it is missing): CI has nightly, so there a
 # missing one fails rather than skips.

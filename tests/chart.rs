@@ -741,6 +741,21 @@ fn the_chart_lints_renders_and_is_accepted_by_the_apiserver() {
         "{}",
         rendered.stderr
     );
+    // kubeVersion: the supported Kubernetes versions render, an older one is
+    // refused by name (helm install checks the same against the live apiserver).
+    for (version, ok) in [("1.35.0", true), ("1.37.2", true), ("1.34.4", false)] {
+        let rendered = template(&helm, &[], &["--kube-version", version]);
+        assert_eq!(rendered.ok, ok, "Kubernetes {version}: {}", rendered.stderr);
+        if !ok {
+            assert!(
+                rendered
+                    .stderr
+                    .contains("chart requires kubeVersion: >=1.35.0-0"),
+                "Kubernetes {version}: {}",
+                rendered.stderr
+            );
+        }
+    }
 
     // The documented install, for real, and the documented lock-out recovery.
     let out = Command::new(&helm)

@@ -454,7 +454,7 @@ fn plugin(plane: &ControlPlane, bin: &std::path::Path, user: &str, args: &[&str]
         bin.display(),
         std::env::var("PATH").unwrap_or_default()
     );
-    std::process::Command::new("kubectl")
+    kubectl_command()
         .env("PATH", path)
         .env("KUBECONFIG", plane.kubeconfig(user))
         .arg("driftguard")

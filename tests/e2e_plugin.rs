@@ -7,7 +7,7 @@
 mod control_plane;
 
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 use control_plane::*;
@@ -175,13 +175,13 @@ impl Env {
             self.bin.display(),
             std::env::var("PATH").unwrap_or_default()
         );
-        let out = Command::new("kubectl")
+        let out = kubectl_command()
             .env("PATH", path)
             .env("KUBECONFIG", self.plane.kubeconfig(user))
             .args(line.split_whitespace())
             .stdin(Stdio::null())
             .output()
-            .expect("kubectl is on PATH");
+            .expect("kubectl runs");
         Run {
             code: out.status.code().unwrap_or(-1),
             stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -196,14 +196,14 @@ impl Env {
             self.bin.display(),
             std::env::var("PATH").unwrap_or_default()
         );
-        let out = Command::new("kubectl")
+        let out = kubectl_command()
             .env("PATH", path)
             .env("KUBECONFIG", self.plane.kubeconfig(user))
             .arg("driftguard")
             .args(args)
             .stdin(Stdio::null())
             .output()
-            .expect("kubectl is on PATH");
+            .expect("kubectl runs");
         Run {
             code: out.status.code().unwrap_or(-1),
             stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -1212,8 +1212,15 @@ fn status_up_then_a_configuration_missing(e: &Env) -> Scenario {
         "status --metrics-url -o json: {r}"
     );
     // A broken policy file, then the good one again: one failed reload, one ok.
+    // Each written whole and renamed in: a reload that reads the file between
+    // `write`'s truncation and its data sees an empty policy (seen under load).
     let policy = e.plane.dir.join("plugin-policy.yaml");
-    std::fs::write(&policy, "mode: [not a mode\n").unwrap();
+    let replace = |text: &str| {
+        let tmp = e.plane.dir.join("plugin-policy.yaml.tmp");
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, &policy).unwrap();
+    };
+    replace("mode: [not a mode\n");
     let counted = |needle: &'static str| {
         poll(needle, Duration::from_secs(10), || {
             let out = e.plugin("admin", &["status", "--metrics-url", &url]);
@@ -1225,7 +1232,7 @@ fn status_up_then_a_configuration_missing(e: &Env) -> Scenario {
         })
     };
     let failed = counted("policy reloads 0 ok, 1 failed");
-    std::fs::write(&policy, POLICY).unwrap();
+    replace(POLICY);
     failed?;
     counted("policy reloads 1 ok, 1 failed")?;
     // Which policy is in force: the server's digest, compared with the
@@ -1661,6 +1668,109 @@ fn status_names_who_may_act_as_a_trusted_identity(e: &Env) -> Scenario {
     result
 }
 
+/// The same reach through constrained impersonation (beta, on by default
+/// since v1.36; k8s.io/apiserver `impersonation/mode.go`): `impersonate:serviceaccount`
+/// on the accounts in authentication.k8s.io, and `impersonate-on:serviceaccount:create`
+/// on what `kubectl auth whoami` creates. No legacy `impersonate` anywhere.
+const ALICE_ACTS_AS_KUBE_SYSTEM_CONSTRAINED: &str = r#"
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: constrained-impersonation, namespace: kube-system}
+rules:
+  - apiGroups: [authentication.k8s.io]
+    resources: [serviceaccounts]
+    verbs: ["impersonate:serviceaccount"]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: alice-constrained, namespace: kube-system}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: constrained-impersonation}
+subjects:
+  - {kind: User, name: alice, apiGroup: rbac.authorization.k8s.io}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: whoami-as-service-accounts}
+rules:
+  - apiGroups: [authentication.k8s.io]
+    resources: [selfsubjectreviews]
+    verbs: ["impersonate-on:serviceaccount:create"]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: alice-whoami-as-service-accounts}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: whoami-as-service-accounts}
+subjects:
+  - {kind: User, name: alice, apiGroup: rbac.authorization.k8s.io}
+"#;
+
+/// The apiserver's minor version (`kubectl version`).
+fn server_minor(e: &Env) -> Result<u32, String> {
+    let out = e.kubectl("admin", "version -o json");
+    let v: serde_json::Value = serde_json::from_str(&out.stdout)
+        .map_err(|err| format!("kubectl version: {err}: {out}"))?;
+    v["serverVersion"]["minor"]
+        .as_str()
+        .and_then(|m| m.trim_end_matches('+').parse().ok())
+        .ok_or_else(|| format!("no server minor version: {out}"))
+}
+
+fn status_names_constrained_impersonation(e: &Env) -> Scenario {
+    e.plane.apply_admin(ALICE_ACTS_AS_KUBE_SYSTEM_CONSTRAINED);
+    let result = (|| {
+        let out = e.kubectl(
+            "alice",
+            "--as=system:serviceaccount:kube-system:anyone auth whoami",
+        );
+        // Off by default before v1.36: the path exists only from then on.
+        if server_minor(e)? >= 36 {
+            ensure!(
+                out.code == 0
+                    && out
+                        .stdout
+                        .contains("system:serviceaccount:kube-system:anyone"),
+                "alice acting as a kube-system account by constrained impersonation: {out}"
+            );
+        } else {
+            // kubectl words the 403 of the impersonation as its own.
+            ensure!(
+                out.code != 0
+                    && out
+                        .stderr
+                        .contains("selfsubjectreviews API is not enabled in the cluster or you do not have permission"),
+                "constrained impersonation before v1.36: {out}"
+            );
+        }
+        let out = e.plugin("admin", &["status"]);
+        let needle = "  system:serviceaccount:kube-system:* (trusted.users), in namespace kube-system:\n    User alice through RoleBinding kube-system/alice-constrained (Role kube-system/constrained-impersonation): impersonate:serviceaccount serviceaccounts\n";
+        ensure!(
+            out.code == 0 && out.stdout.contains(needle),
+            "status lacks {needle:?}: {out}"
+        );
+        Ok(())
+    })();
+    let out = e.plane.kubectl(
+        "admin",
+        &[
+            "delete",
+            "-n",
+            "kube-system",
+            "rolebinding/alice-constrained",
+            "role/constrained-impersonation",
+        ],
+    );
+    let cluster = e.plane.kubectl(
+        "admin",
+        &[
+            "delete",
+            "clusterrolebinding/alice-whoami-as-service-accounts",
+            "clusterrole/whoami-as-service-accounts",
+        ],
+    );
+    ensure!(out.ok && cluster.ok, "cleaning up: {out} {cluster}");
+    result
+}
+
 fn usage_and_access_errors_exit_2(e: &Env) -> Scenario {
     let out = e.plugin("alice", &["explain", "secret/db", "-n", "production"]);
     ensure!(
@@ -1690,7 +1800,7 @@ fn usage_and_access_errors_exit_2(e: &Env) -> Scenario {
 #[test]
 fn kubectl_driftguard_against_a_real_control_plane() {
     let env = setup();
-    let scenarios: [Step; 14] = [
+    let scenarios: [Step; 15] = [
         ("plugin list", plugin_list_shows_it),
         ("preview", preview_allowed_and_denied),
         ("explain", explain_an_argo_cd_object),
@@ -1712,6 +1822,10 @@ fn kubectl_driftguard_against_a_real_control_plane() {
         (
             "status names who may act as a trusted identity",
             status_names_who_may_act_as_a_trusted_identity,
+        ),
+        (
+            "status names constrained impersonation",
+            status_names_constrained_impersonation,
         ),
         // Last: it breaks the webhook configurations.
         ("status", status_up_then_a_configuration_missing),

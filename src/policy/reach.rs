@@ -2,7 +2,7 @@
 //! `controllers` and `trusted`, and the sync service accounts Flux and Argo CD
 //! impersonate, are exempt; a subject that RBAC lets act as one of them is
 //! exempt too, in effect. Kubernetes' built-in `edit` ClusterRole (and so
-//! `admin`) grants exactly that inside a namespace: k8s.io/kubernetes v1.34,
+//! `admin`) grants exactly that inside a namespace: k8s.io/kubernetes v1.34 to v1.37,
 //! plugin/pkg/auth/authorizer/rbac/bootstrappolicy/policy.go, `editRules()`
 //! (aggregated into `edit` through `system:aggregate-to-edit`):
 //!
@@ -26,6 +26,14 @@
 //! valid `system:serviceaccount:NS:NAME`, and on cluster-scoped `users` for any
 //! other name (so only ClusterRoleBindings count there), which a glob such as
 //! `system:serviceaccount:kube-system:*` also matches (`...:kube-system:a:b`).
+//!
+//! Constrained impersonation (beta and on by default since v1.36,
+//! `ConstrainedImpersonation`; `impersonation/mode.go`) is a second way to
+//! `--as`: the verb `impersonate:serviceaccount` on `serviceaccounts`, or
+//! `impersonate:user-info` on `users` and `groups`, in the
+//! `authentication.k8s.io` group, tried before the legacy `impersonate`. The
+//! apiserver also checks `impersonate-on:<mode>:<verb>` on the write itself;
+//! that grant may come from any other binding, so it is not required here.
 
 use std::collections::BTreeMap;
 
@@ -86,6 +94,15 @@ pub enum How {
     /// `kubectl --as=... --as-group=NAME`.
     #[serde(rename = "impersonate groups")]
     ImpersonateGroups,
+    /// Constrained impersonation of a service account.
+    #[serde(rename = "impersonate:serviceaccount serviceaccounts")]
+    ConstrainedServiceAccounts,
+    /// Constrained impersonation of a user that is not an account's.
+    #[serde(rename = "impersonate:user-info users")]
+    ConstrainedUsers,
+    /// Constrained impersonation of a group.
+    #[serde(rename = "impersonate:user-info groups")]
+    ConstrainedGroups,
 }
 
 impl How {
@@ -96,13 +113,19 @@ impl How {
             How::CreatePods => "create pods",
             How::ImpersonateUsers => "impersonate users",
             How::ImpersonateGroups => "impersonate groups",
+            How::ConstrainedServiceAccounts => "impersonate:serviceaccount serviceaccounts",
+            How::ConstrainedUsers => "impersonate:user-info users",
+            How::ConstrainedGroups => "impersonate:user-info groups",
         }
     }
 
     fn is_service_account(self) -> bool {
         matches!(
             self,
-            How::ImpersonateServiceAccounts | How::CreateToken | How::CreatePods
+            How::ImpersonateServiceAccounts
+                | How::CreateToken
+                | How::CreatePods
+                | How::ConstrainedServiceAccounts
         )
     }
 }
@@ -379,11 +402,11 @@ fn verb(rule: &PolicyRule, verb: &str) -> bool {
     rule.verbs.iter().any(|v| v == "*" || v == verb)
 }
 
-fn core_group(rule: &PolicyRule) -> bool {
+fn api_group(rule: &PolicyRule, group: &str) -> bool {
     rule.api_groups
         .iter()
         .flatten()
-        .any(|g| g == "*" || g.is_empty())
+        .any(|g| g == "*" || g == group)
 }
 
 /// `ResourceMatches`: `*`, the exact name, or `*/<subresource>`.
@@ -409,7 +432,23 @@ fn is_everything(rule: &PolicyRule) -> bool {
 fn grants(rule: &PolicyRule) -> Vec<(How, Option<Vec<String>>)> {
     let names = rule.resource_names.clone().filter(|n| !n.is_empty());
     let mut out = Vec::new();
-    if !core_group(rule) {
+    // Constrained impersonation, in its own group.
+    if api_group(rule, "authentication.k8s.io") {
+        for (v, res, how) in [
+            (
+                "impersonate:serviceaccount",
+                "serviceaccounts",
+                How::ConstrainedServiceAccounts,
+            ),
+            ("impersonate:user-info", "users", How::ConstrainedUsers),
+            ("impersonate:user-info", "groups", How::ConstrainedGroups),
+        ] {
+            if verb(rule, v) && resource(rule, res) {
+                out.push((how, names.clone()));
+            }
+        }
+    }
+    if !api_group(rule, "") {
         return out;
     }
     if verb(rule, "impersonate") {
@@ -476,7 +515,7 @@ fn target(
                 }),
             }
         }
-        (false, How::ImpersonateUsers, false) => match names {
+        (false, How::ImpersonateUsers | How::ConstrainedUsers, false) => match names {
             // Any name that is not a valid service account's: a glob matches
             // one (`*` takes `:a:b`), a literal only if it is not one.
             None => {
@@ -485,7 +524,9 @@ fn target(
             }
             Some(_) => through(&|n| !is_account_username(n) && p.is_match(n)),
         },
-        (false, How::ImpersonateGroups, true) => through(&|n| p.is_match(n)),
+        (false, How::ImpersonateGroups | How::ConstrainedGroups, true) => {
+            through(&|n| p.is_match(n))
+        }
         _ => None,
     }
 }
@@ -553,7 +594,7 @@ mod tests {
     }
 
     /// `edit` as kube-controller-manager aggregates it from
-    /// `system:aggregate-to-edit` (v1.34 `editRules()`, abridged: the rules
+    /// `system:aggregate-to-edit` (v1.34 to v1.37 `editRules()`, abridged: the rules
     /// that act as a service account, and some that do not).
     fn edit() -> ClusterRole {
         cluster_role(
@@ -740,9 +781,13 @@ mod tests {
     fn wildcards_in_verbs_groups_and_resources_count() {
         let policy = Policy::embedded();
         let cases = [
+            // Every group and verb: the legacy and the constrained impersonation.
             (
                 json!({"apiGroups": ["*"], "resources": ["serviceaccounts"], "verbs": ["*"]}),
-                vec!["impersonate serviceaccounts"],
+                vec![
+                    "impersonate serviceaccounts",
+                    "impersonate:serviceaccount serviceaccounts",
+                ],
             ),
             (
                 json!({"apiGroups": [""], "resources": ["*"], "verbs": ["impersonate"]}),
@@ -762,6 +807,7 @@ mod tests {
                     "impersonate serviceaccounts",
                     "create serviceaccounts/token",
                     "create pods",
+                    "impersonate:serviceaccount serviceaccounts",
                 ],
             ),
             // Not these: another group, a read verb, serviceaccounts/* is not a pattern.
@@ -794,6 +840,90 @@ mod tests {
             let r = run(&policy, &[], &rbac);
             let got: Vec<&str> = r.findings.iter().flat_map(hows).collect();
             assert_eq!(got, want, "{rule}");
+        }
+    }
+
+    /// Since v1.36 the apiserver also takes `impersonate:<mode>` in
+    /// authentication.k8s.io (`impersonation/mode.go`): each verb only in that
+    /// group, users and groups only cluster-wide, as for `impersonate`.
+    #[test]
+    fn constrained_impersonation_counts_in_its_own_group_only() {
+        let policy = Policy::from_yaml(
+            "trusted:\n  users: ['system:serviceaccount:kube-system:*', deployer]\n  groups: [gitops-bots]\n",
+            "p.yaml",
+        )
+        .unwrap();
+        let auth = "authentication.k8s.io";
+        let cases = [
+            (
+                json!({"apiGroups": [auth], "resources": ["serviceaccounts"], "verbs": ["impersonate:serviceaccount"]}),
+                vec![(
+                    "system:serviceaccount:kube-system:*",
+                    "impersonate:serviceaccount serviceaccounts",
+                )],
+            ),
+            (
+                json!({"apiGroups": [auth], "resources": ["users", "groups"], "verbs": ["impersonate:user-info"]}),
+                vec![
+                    ("deployer", "impersonate:user-info users"),
+                    ("gitops-bots", "impersonate:user-info groups"),
+                    // `--as=system:serviceaccount:kube-system:a:b` is no
+                    // account's name: the user-info mode takes it.
+                    (
+                        "system:serviceaccount:kube-system:*",
+                        "impersonate:user-info users",
+                    ),
+                ],
+            ),
+            // The constrained verbs in the core group, the legacy verb in
+            // authentication.k8s.io, and another mode's verb grant nothing here.
+            (
+                json!({"apiGroups": [""], "resources": ["serviceaccounts", "users", "groups"], "verbs": ["impersonate:serviceaccount", "impersonate:user-info"]}),
+                vec![],
+            ),
+            (
+                json!({"apiGroups": [auth], "resources": ["serviceaccounts", "users", "groups"], "verbs": ["impersonate"]}),
+                vec![],
+            ),
+            (
+                json!({"apiGroups": [auth], "resources": ["serviceaccounts"], "verbs": ["impersonate:user-info", "impersonate:arbitrary-node"]}),
+                vec![],
+            ),
+        ];
+        for (rule, want) in cases {
+            for cluster_wide in [true, false] {
+                let mut rbac = Rbac::default();
+                if cluster_wide {
+                    rbac.cluster_roles = vec![cluster_role("r", json!([rule.clone()]))];
+                    rbac.cluster_role_bindings =
+                        vec![cluster_binding("r", "r", json!([user("mallory")]))];
+                } else {
+                    rbac.roles = vec![role("kube-system", "r", json!([rule.clone()]))];
+                    rbac.role_bindings = vec![role_binding(
+                        "kube-system",
+                        "r",
+                        "Role",
+                        "r",
+                        json!([user("mallory")]),
+                    )];
+                }
+                let r = run(&policy, &[], &rbac);
+                // The default controllers are reached alike; not repeated here.
+                let got: Vec<(&str, &str)> = r
+                    .findings
+                    .iter()
+                    .filter(|f| f.trusted_by.starts_with("trusted."))
+                    .flat_map(|f| hows(f).into_iter().map(|h| (f.identity.as_str(), h)))
+                    .collect();
+                // Users and groups are cluster-scoped: a RoleBinding reaches
+                // only the namespace's accounts.
+                let want: Vec<(&str, &str)> = want
+                    .iter()
+                    .filter(|(_, how)| cluster_wide || how.contains("serviceaccount "))
+                    .cloned()
+                    .collect();
+                assert_eq!(got, want, "{rule} cluster-wide={cluster_wide}");
+            }
         }
     }
 

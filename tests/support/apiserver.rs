@@ -6,7 +6,10 @@
 //!
 //! - `webhook/generic/webhook.go`: `Dispatch` never calls any webhook for
 //!   `IsExemptAdmissionConfigurationResource` (webhook configurations and
-//!   admission policies themselves); `ShouldCallHook` checks, in this order,
+//!   admission policies themselves), nor, from v1.37
+//!   (`ExcludeAdmissionWebhookVirtualResources`), for the token, subject access
+//!   and self-subject reviews, which no write here is about and which are
+//!   not modelled (the model calls more, never fewer); `ShouldCallHook` checks, in this order,
 //!   the namespaceSelector, the objectSelector, the rules (with
 //!   `matchPolicy: Equivalent` it then tries the request's equivalent
 //!   resources; with `apiGroups`/`apiVersions` `*` the request's own resource

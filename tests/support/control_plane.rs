@@ -1,14 +1,18 @@
 //! A real control plane for end-to-end tests and the demo: etcd and
 //! kube-apiserver built from the Go module proxy (scripts/build-tools.sh),
 //! client certificates for admin, alice and sam, RBAC, driftguard registered
-//! through real webhook configurations, and the machine's kubectl.
-//! Everything runs on 127.0.0.1 and is torn down on drop, also after a panic.
+//! through real webhook configurations, and a kubectl of the apiserver's own
+//! version ([`kubectl_bin`]). The Kubernetes version is the newest supported
+//! one unless `DRIFTGUARD_KUBE_VERSION` names another (build-tools.sh lists
+//! them). Everything runs on 127.0.0.1 and is torn down on drop, also after a
+//! panic.
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use driftguard::certs::Authority;
@@ -100,6 +104,22 @@ fn tool(name: &str) -> PathBuf {
     )
 }
 
+/// kubectl built at the apiserver's version, so every test stays within
+/// kubectl's version skew whichever version runs (the machine's kubectl
+/// dispatches to clients up to 1.33 only). Built once per test process.
+pub fn kubectl_bin() -> &'static Path {
+    static KUBECTL: OnceLock<PathBuf> = OnceLock::new();
+    KUBECTL.get_or_init(|| tool("kubectl"))
+}
+
+/// A [`kubectl_bin`] command that ignores the user's `~/.kube/kuberc`
+/// (aliases and default flags), so a run does what the test says.
+pub fn kubectl_command() -> Command {
+    let mut cmd = Command::new(kubectl_bin());
+    cmd.env("KUBERC", "off");
+    cmd
+}
+
 pub struct ControlPlane {
     pub dir: PathBuf,
     pub ca: Authority,
@@ -155,6 +175,8 @@ impl ControlPlane {
     fn start_with(name: &str, mut extras: Extras) -> ControlPlane {
         let etcd_bin = tool("etcd");
         let apiserver_bin = tool("kube-apiserver");
+        // Built before the apiserver starts, not inside the /readyz poll.
+        kubectl_bin();
         let dir = PathBuf::from(ROOT)
             .join("target")
             .join("e2e")
@@ -368,7 +390,7 @@ impl ControlPlane {
         &self.kubeconfigs[user]
     }
 
-    /// Runs the machine's kubectl as `user` (admin, alice or sam).
+    /// Runs [`kubectl_bin`] as `user` (admin, alice or sam).
     pub fn kubectl(&self, user: &str, args: &[&str]) -> Kubectl {
         self.kubectl_stdin(user, args, None)
     }
@@ -385,7 +407,7 @@ impl ControlPlane {
                 args.join(" ")
             );
         }
-        let mut cmd = Command::new("kubectl");
+        let mut cmd = kubectl_command();
         cmd.arg(format!("--kubeconfig={}", self.kubeconfigs[user].display()))
             .args(args)
             .stdin(if stdin.is_some() {
@@ -395,7 +417,7 @@ impl ControlPlane {
             })
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        let mut child = cmd.spawn().expect("kubectl is on PATH");
+        let mut child = cmd.spawn().expect("kubectl runs");
         if let Some(input) = stdin {
             child
                 .stdin
@@ -584,6 +606,11 @@ fn spawn_apiserver(bin: &Path, dir: &Path, etcd: u16, port: u16, extras: &Extras
             .arg(format!("--secure-port={port}"))
             .arg("--bind-address=127.0.0.1")
             .arg("--advertise-address=127.0.0.1")
+            // v1.37 refuses a loopback address for the `kubernetes` Service's
+            // endpoints (pkg/controlplane/instance.go, `ValidateIP`); nothing
+            // here reaches the apiserver through that Service. Upstream's own
+            // test server does the same (cmd/kube-apiserver/app/testing).
+            .arg("--endpoint-reconciler-type=none")
             .arg(format!("--tls-cert-file={}", p("apiserver.crt")))
             .arg(format!("--tls-private-key-file={}", p("apiserver.key")))
             .arg(format!("--client-ca-file={}", p("ca.crt")))
