@@ -9,6 +9,9 @@ use serde_json::{Value, json};
 use super::api::{Api, Resource};
 use super::{Color, Output, PluginError, PolicySource, paint, print_structured};
 
+/// How long `status` waits for `/metrics` through the apiserver's service proxy.
+const PROXY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Name of both webhook configurations (`driftguard register --name`; the
@@ -107,14 +110,21 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
         (Some(url), _) => metrics_report(url, fetch_url(url).await),
         (None, Some((ns, name))) => {
             let path = format!("/api/v1/namespaces/{ns}/services/http:{name}:probes/proxy/metrics");
-            let text = match api.get_text(&path).await {
-                Ok(Ok(text)) => Ok(text),
-                Ok(Err(r)) if r.code == 403 => Err(format!(
+            // Bounded: an apiserver's service proxy can hold a request to a
+            // Service it cannot reach for minutes (seen on v1.37).
+            let proxied = tokio::time::timeout(PROXY_TIMEOUT, api.get_text(&path)).await;
+            let text = match proxied {
+                Err(_) => Err(format!(
+                    "no answer within {}s through the apiserver's service proxy",
+                    PROXY_TIMEOUT.as_secs()
+                )),
+                Ok(Ok(Ok(text))) => Ok(text),
+                Ok(Ok(Err(r))) if r.code == 403 => Err(format!(
                     "forbidden (needs get on services/proxy in namespace {ns}): {}",
                     r.message
                 )),
-                Ok(Err(r)) => Err(r.message),
-                Err(e) => Err(e.to_string()),
+                Ok(Ok(Err(r))) => Err(r.message),
+                Ok(Err(e)) => Err(e.to_string()),
             };
             metrics_report(&format!("service {ns}/{name} port probes"), text)
         }
