@@ -16,7 +16,7 @@
 use serde_json::{Value, json};
 
 use super::{
-    Context, DecideError, Decision, Finding, Operation, Request, decide_scale, verdict_for,
+    Context, DecideError, Decision, Finding, Operation, Request, Verdict, decide_scale, verdict_for,
 };
 use crate::policy::Policy;
 
@@ -142,13 +142,28 @@ pub(super) fn judge(
     if matches!(judged.finding, Finding::OutOfScope(_)) {
         return Ok(d);
     }
-    judged.notes.push(format!(
-        "judged as the scale write it causes on {}",
-        target.describe(req.namespace)
-    ));
+    let target_text = target.describe(req.namespace);
     if judged.finding == Finding::Drift {
-        judged.finding = Finding::ScalerTarget(target.describe(req.namespace));
+        // Also a `Warning:` line: kubectl 1.37's `autoscale` falls back to
+        // autoscaling/v1 after a denial and shows only its own error.
+        let manager = judged
+            .manager
+            .as_ref()
+            .map_or_else(|| "its GitOps tool".to_owned(), ToString::to_string);
+        judged.finding = Finding::ScalerTarget(target_text.clone());
         judged.verdict = verdict_for(&judged.finding, judged.mode, policy.unknown_scale_parent);
+        let denied = if judged.verdict == Verdict::Deny {
+            "denied: "
+        } else {
+            ""
+        };
+        judged.notes.push(format!(
+            "{denied}/spec/replicas drifts: would scale {target_text}, managed by {manager}"
+        ));
+    } else {
+        judged.notes.push(format!(
+            "judged as the scale write it causes on {target_text}"
+        ));
     }
     Ok(judged)
 }
