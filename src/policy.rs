@@ -165,10 +165,7 @@ impl Policy {
     }
 
     pub fn load(path: &FsPath) -> Result<Self, PolicyError> {
-        let name = path.display().to_string();
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| PolicyError(format!("{name}: cannot read: {e}")))?;
-        Self::from_yaml(&text, &name)
+        Self::from_yaml(&read_policy_file(path)?, &path.display().to_string())
     }
 
     pub fn from_yaml(text: &str, file: &str) -> Result<Self, PolicyError> {
@@ -386,7 +383,7 @@ pub fn load_sources(
             .map_err(|e| PolicyError(format!("{}: cannot read: {e}", path.display())))
     };
     let (policy, mut notes) = match policy {
-        Some(path) => Policy::from_any_yaml(&read(path)?, &path.display().to_string())?,
+        Some(path) => Policy::from_any_yaml(&read_policy_file(path)?, &path.display().to_string())?,
         None => (Policy::embedded(), Vec::new()),
     };
     let mut apps = Vec::new();
@@ -396,6 +393,28 @@ pub fn load_sources(
         apps.extend(imported.applications);
     }
     Ok((policy.with_applications(apps), notes))
+}
+
+/// A policy file's text. A file with no YAML in it is refused rather than
+/// read as the defaults: a reload that catches a file between its truncation
+/// and its new content sees exactly that, and must keep the last good policy
+/// instead of switching every namespace to the defaults for a moment. `{}`
+/// asks for the defaults explicitly.
+fn read_policy_file(path: &FsPath) -> Result<String, PolicyError> {
+    let name = path.display();
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| PolicyError(format!("{name}: cannot read: {e}")))?;
+    let has_yaml = text.lines().any(|line| {
+        let line = line.trim();
+        !line.is_empty() && !line.starts_with('#') && line != "---"
+    });
+    if has_yaml {
+        Ok(text)
+    } else {
+        Err(PolicyError(format!(
+            "{name}: the policy file is empty (write `{{}}` to use the defaults)"
+        )))
+    }
 }
 
 /// `apiVersion` and `kind` of a YAML document, to tell manifests from policy files.

@@ -178,4 +178,35 @@ mod tests {
         );
         std::fs::remove_dir_all(&dir).unwrap();
     }
+
+    #[test]
+    fn a_truncated_policy_file_keeps_the_last_good_one() {
+        let dir =
+            std::env::temp_dir().join(format!("driftguard-reload-empty-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("policy.yaml");
+        std::fs::write(
+            &path,
+            "mode: warn
+",
+        )
+        .unwrap();
+        let handle = PolicyHandle::new(policy::Policy::embedded());
+        let metrics = Metrics::default();
+        assert!(reload_policy(&path, &[], &handle, &metrics));
+        // What a reload sees between a writer's truncation and its data, or a
+        // file left with comments only.
+        for text in ["", "\n  \n", "# policy\n---\n"] {
+            std::fs::write(&path, text).unwrap();
+            assert!(!reload_policy(&path, &[], &handle, &metrics), "{text:?}");
+            assert_eq!(handle.current().mode, policy::Mode::Warn, "{text:?}");
+        }
+        let err = policy::Policy::load(&path).unwrap_err().to_string();
+        assert!(err.contains("the policy file is empty"), "{err}");
+        // The defaults, asked for explicitly.
+        std::fs::write(&path, "{}\n").unwrap();
+        assert!(reload_policy(&path, &[], &handle, &metrics));
+        assert_eq!(handle.current().mode, policy::Policy::embedded().mode);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
