@@ -121,28 +121,32 @@ pub fn runtime_child(obj: &Value, group: &str) -> Option<&'static str> {
 /// enough: anyone can put it on a Pod template, and stripping it from Pods
 /// (or from ReplicaSets, or anything a controller recreates from a template)
 /// would release and recreate them on every sweep. An object qualifies only
-/// when it is not a runtime child, carries both break-glass annotations, is
-/// managed under the policy's detectors, and its pause marker (if any) is
-/// the one arming it would have written.
+/// when it is not a runtime child, is managed under the policy's detectors,
+/// and carries the pause marker arming would have written for it, or, where
+/// arming paused nothing, both break-glass annotations.
 pub fn not_armable(obj: &Value, group: &str, policy: &Policy) -> Option<&'static str> {
     if let Some(why) = runtime_child(obj, group) {
         return Some(why);
     }
     let inputs = Inputs::read(obj, policy);
-    if inputs.get(Input::BreakGlassReason).is_none()
-        || inputs.get(Input::BreakGlassExpires).is_none()
-    {
-        return Some("it carries no break-glass annotations");
-    }
     if ownership::detect(&inputs).is_none() {
         return Some("no GitOps tool manages it");
     }
-    if let Some(marker) = inputs.get(Input::BreakGlassPaused)
-        && marker.as_str() != plan(obj, group, policy, "").marker()
-    {
-        return Some("its pause marker is not the one driftguard writes for its manager");
+    match inputs.get(Input::BreakGlassPaused) {
+        // The marker is a decision input only a break-glass writes: with it,
+        // a break-glass whose annotations were taken off by hand (ended) or
+        // broken (invalid) is still driftguard's to finish.
+        Some(marker) if marker.as_str() != plan(obj, group, policy, "").marker() => {
+            Some("its pause marker is not the one driftguard writes for its manager")
+        }
+        Some(_) => None,
+        None if inputs.get(Input::BreakGlassReason).is_none()
+            || inputs.get(Input::BreakGlassExpires).is_none() =>
+        {
+            Some("it carries no break-glass annotations")
+        }
+        None => None,
     }
-    None
 }
 
 /// The arming write: both annotations, the pause marker and the Flux opt-out
@@ -354,12 +358,22 @@ mod tests {
             .is_some()
         );
         assert!(with(&|o| o["metadata"]["labels"] = json!({LABEL: "true"})).is_some());
+        // A break-glass broken or ended by hand keeps driftguard's marker: still
+        // driftguard's to finish. Without the marker, both annotations are needed.
+        let without_expiry = |o: &mut Value| {
+            o["metadata"]["annotations"]
+                .as_object_mut()
+                .unwrap()
+                .remove(EXPIRES);
+        };
+        assert_eq!(with(&without_expiry), None);
         assert!(
             with(&|o| {
+                without_expiry(o);
                 o["metadata"]["annotations"]
                     .as_object_mut()
                     .unwrap()
-                    .remove(EXPIRES);
+                    .remove(PAUSED);
             })
             .is_some()
         );

@@ -372,4 +372,109 @@ mod tests {
         ])
         .unwrap();
     }
+
+    /// One break-glass state, five readers: the webhook, the sweeper,
+    /// `explain` and `status` must all give the answer of
+    /// [`crate::drift::breakglass::state`] for every state an object can be in.
+    #[test]
+    fn every_reader_of_a_break_glass_agrees_on_its_state() {
+        use crate::drift::breakglass::{self, BreakGlass, EXPIRES, LABEL, PAUSED, REASON};
+        use crate::drift::inputs::Inputs;
+        use serde_json::{Value, json};
+
+        let policy = Policy::from_yaml(
+            "breakGlass: {allowedGroups: [sre-oncall], maxDuration: 4h}\n",
+            "p.yaml",
+        )
+        .unwrap();
+        let now = jiff::Timestamp::now();
+        let at = |minutes: i64| {
+            (now + jiff::SignedDuration::from_mins(minutes))
+                .round(jiff::Unit::Second)
+                .unwrap()
+                .to_string()
+        };
+        let flux = json!({"kustomize.toolkit.fluxcd.io/name": "apps",
+                          "kustomize.toolkit.fluxcd.io/namespace": "flux-system"});
+        let object = |annotations: Value, labels: Value| {
+            let mut labels_all = flux.clone();
+            json_patch::merge(&mut labels_all, &labels);
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+                   "metadata": {"name": "settings", "namespace": "production",
+                                "labels": labels_all, "annotations": annotations}})
+        };
+        // What `kubectl driftguard break-glass` writes, with the given reason
+        // and expiry (null: taken off).
+        let armed = |reason: Value, expires: Value| {
+            let plan = crate::pause::plan(&object(json!({}), json!({})), "", &policy, "argocd");
+            let mut o = object(json!({}), json!({}));
+            json_patch::merge(&mut o, &crate::pause::arm_patch(&plan, "x", "x", "1"));
+            json_patch::merge(
+                &mut o,
+                &json!({"metadata": {"annotations": {REASON: reason, EXPIRES: expires}}}),
+            );
+            assert!(o["metadata"]["annotations"][PAUSED].is_string(), "{o}");
+            assert_eq!(o["metadata"]["labels"][LABEL], "true");
+            o
+        };
+        let cases = [
+            ("none", object(json!({}), json!({}))),
+            ("none", object(json!({}), json!({LABEL: "true"}))),
+            ("active", armed(json!("INC-1"), json!(at(60)))),
+            ("expired", armed(json!("INC-1"), json!(at(-1)))),
+            ("invalid", armed(json!(" "), json!(at(60)))),
+            ("invalid", armed(json!("INC-1"), json!("tomorrow"))),
+            ("invalid", armed(json!("INC-1"), json!(at(5 * 60)))),
+            ("invalid", armed(json!("INC-1"), Value::Null)),
+            ("ended", armed(Value::Null, Value::Null)),
+        ];
+        let resource = api::Resource {
+            group: String::new(),
+            version: "v1".into(),
+            kind: "ConfigMap".into(),
+            plural: "configmaps".into(),
+            namespaced: true,
+        };
+        let me = api::Identity {
+            username: "oncall".into(),
+            groups: vec!["sre-oncall".into()],
+        };
+        for (want, o) in cases {
+            let inputs = Inputs::read(&o, &policy);
+            let state = breakglass::state(&inputs, &policy, now);
+            assert_eq!(state.name(), want, "{o}");
+
+            // The webhook, for an authorized writer leaving them as they are.
+            let webhook = breakglass::evaluate(&inputs, None, "oncall", &me.groups, &policy, now);
+            match (&webhook, want) {
+                (BreakGlass::Valid { .. }, "active") => {}
+                (BreakGlass::None, "none" | "ended") => {}
+                (BreakGlass::Invalid { why, .. }, "expired" | "invalid") => {
+                    assert_eq!(Some(why.clone()), state.why_not(), "{o}")
+                }
+                _ => panic!("webhook {webhook:?} for a {want} break-glass: {o}"),
+            }
+            // The sweeper: leaves what driftguard did not arm, keeps what grants, ends the rest.
+            let swept = crate::cluster::expiry::sweep(&o, "", &policy, now);
+            match (swept, want) {
+                (Err(_), "none") | (Ok(false), "active") => {}
+                (Ok(true), "expired" | "invalid" | "ended") => {}
+                (swept, _) => panic!("sweeper {swept:?} for a {want} break-glass: {o}"),
+            }
+            // explain and status.
+            let explained = explain::break_glass_report(&policy, &me, &inputs);
+            let listed = status::break_glass_entry(&resource, &o, &policy, now);
+            if want == "none" {
+                assert!(explained["onObject"].is_null(), "{explained}");
+                assert!(listed.is_none(), "{listed:?}");
+                continue;
+            }
+            let (listed_state, entry) = listed.expect("status lists it");
+            assert_eq!(listed_state, state, "{o}");
+            for report in [&explained["onObject"], &entry] {
+                assert_eq!(report["state"], want, "{report}");
+                assert_eq!(report["why"], json!(state.why_not()), "{report}");
+            }
+        }
+    }
 }

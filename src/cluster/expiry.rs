@@ -118,19 +118,20 @@ impl Sweeper {
                     listed.insert(format!("{}/{}", ar.group, ar.kind));
                     for item in list.items {
                         let object = json!({"kind": ar.kind, "metadata": item.metadata});
-                        // The label alone is anyone's to set: only what
-                        // driftguard armed is touched, or holds a pause.
-                        if let Some(why) = pause::not_armable(&object, &ar.group, &policy) {
-                            tracing::debug!(kind = %ar.kind, name = %object["metadata"]["name"], why, "break-glass sweeper: labelled but not armed by driftguard; left alone");
-                            continue;
-                        }
+                        let is_due = match sweep(&object, &ar.group, &policy, now) {
+                            Ok(is_due) => is_due,
+                            Err(why) => {
+                                tracing::debug!(kind = %ar.kind, name = %object["metadata"]["name"], why, "break-glass sweeper: labelled but not armed by driftguard; left alone");
+                                continue;
+                            }
+                        };
                         armed.insert(pause::entry(
                             &ar.group,
                             &ar.kind,
                             object["metadata"]["namespace"].as_str().unwrap_or_default(),
                             object["metadata"]["name"].as_str().unwrap_or_default(),
                         ));
-                        if !breakglass::grants(&Inputs::read(&object, &policy), &policy, now) {
+                        if is_due {
                             due.push((ar.clone(), object));
                         }
                     }
@@ -345,4 +346,19 @@ fn ns_prefix(namespace: &str) -> String {
     } else {
         format!("{namespace}/")
     }
+}
+
+/// The sweeper's answer for one labelled object: `Err(why)` when driftguard
+/// did not arm it (the label alone is anyone's to set), else whether its
+/// break-glass is due to end: every [`breakglass::State`] but active.
+pub(crate) fn sweep(
+    object: &serde_json::Value,
+    group: &str,
+    policy: &crate::policy::Policy,
+    now: jiff::Timestamp,
+) -> Result<bool, &'static str> {
+    if let Some(why) = pause::not_armable(object, group, policy) {
+        return Err(why);
+    }
+    Ok(!breakglass::state(&Inputs::read(object, policy), policy, now).grants())
 }

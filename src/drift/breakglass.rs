@@ -48,8 +48,6 @@ pub fn evaluate(
     policy: &Policy,
     now: Timestamp,
 ) -> BreakGlass {
-    let reason = carrier.text(Input::BreakGlassReason);
-    let expires = carrier.text(Input::BreakGlassExpires);
     // Compared as stored: a value that is not a string is a change too.
     let changed = previous.is_some_and(|prev| {
         [Input::BreakGlassReason, Input::BreakGlassExpires]
@@ -64,52 +62,129 @@ pub fn evaluate(
             BreakGlass::None
         };
     }
-    if reason.is_none() && expires.is_none() {
-        return BreakGlass::None;
-    }
-    match validate(carrier, policy, now) {
-        Ok((reason, expires)) => BreakGlass::Valid {
+    match state(carrier, policy, now) {
+        State::None | State::Ended => BreakGlass::None,
+        State::Active { reason, expires } => BreakGlass::Valid {
             used: BreakGlassUse {
                 user: user.to_owned(),
-                reason: reason.to_owned(),
-                expires: expires.to_owned(),
+                reason,
+                expires,
             },
             changed,
         },
-        Err(why) => BreakGlass::Invalid { why, changed },
+        State::Expired { expires } => BreakGlass::Invalid {
+            why: format!("break-glass expired at {expires}"),
+            changed,
+        },
+        State::Invalid { why } => BreakGlass::Invalid { why, changed },
+    }
+}
+
+/// What the break-glass on one object is now, whoever set it. The webhook,
+/// the expiry sweeper, `kubectl driftguard explain` and `status` all read it
+/// from here, so none of them can call active what another refuses.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum State {
+    /// No break-glass annotations and none of driftguard's bookkeeping.
+    None,
+    /// A reason, and an expiry in the future within `maxDuration`: it grants.
+    Active { reason: String, expires: String },
+    /// The expiry has passed; the annotations are still there.
+    Expired { expires: String },
+    /// Annotations that grant nothing (no reason, no or an unreadable expiry,
+    /// more than `maxDuration` ahead): why.
+    Invalid { why: String },
+    /// The annotations are gone but driftguard's pause marker is left: an
+    /// end not finished, which the sweeper finishes.
+    Ended,
+}
+
+impl State {
+    /// Whether it overrides drift protection now.
+    pub fn grants(&self) -> bool {
+        matches!(self, State::Active { .. })
+    }
+
+    /// `none`, `active`, `expired`, `invalid` or `ended`, as reports print it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            State::None => "none",
+            State::Active { .. } => "active",
+            State::Expired { .. } => "expired",
+            State::Invalid { .. } => "invalid",
+            State::Ended => "ended",
+        }
+    }
+
+    /// Why it grants nothing, for the states that carry annotations.
+    pub fn why_not(&self) -> Option<String> {
+        match self {
+            State::Expired { expires } => Some(format!("break-glass expired at {expires}")),
+            State::Invalid { why } => Some(why.clone()),
+            _ => None,
+        }
+    }
+}
+
+/// The break-glass state of `carrier` at `now` under `policy`.
+pub fn state(carrier: &Inputs, policy: &Policy, now: Timestamp) -> State {
+    let reason = carrier.text(Input::BreakGlassReason);
+    let expires = carrier.text(Input::BreakGlassExpires);
+    if reason.is_none() && expires.is_none() {
+        // Compared as stored: a non-string annotation is still an annotation.
+        let annotated = [Input::BreakGlassReason, Input::BreakGlassExpires]
+            .into_iter()
+            .any(|i| carrier.get(i).is_some());
+        // The label alone is anyone's to set; the pause marker is a decision
+        // input only driftguard's break-glass writes.
+        let bookkeeping = carrier.get(Input::BreakGlassPaused).is_some();
+        return match (annotated, bookkeeping) {
+            (true, _) => State::Invalid {
+                why: format!("annotations {REASON} and {EXPIRES} must be strings"),
+            },
+            (false, true) => State::Ended,
+            (false, false) => State::None,
+        };
+    }
+    let reason = match reason.map(str::trim) {
+        Some(r) if !r.is_empty() => r,
+        _ => {
+            return State::Invalid {
+                why: format!("annotation {REASON} must give a reason"),
+            };
+        }
+    };
+    let Some(expires) = expires else {
+        return State::Invalid {
+            why: format!("annotation {EXPIRES} is missing (RFC 3339 time)"),
+        };
+    };
+    let Ok(at) = expires.parse::<Timestamp>() else {
+        return State::Invalid {
+            why: format!("{EXPIRES} `{expires}` is not an RFC 3339 time"),
+        };
+    };
+    if at <= now {
+        return State::Expired {
+            expires: expires.to_owned(),
+        };
+    }
+    let max = policy.break_glass.max_duration;
+    if at.duration_since(now) > max {
+        return State::Invalid {
+            why: format!("{EXPIRES} `{expires}` is more than {max:#} ahead"),
+        };
+    }
+    State::Active {
+        reason: reason.to_owned(),
+        expires: expires.to_owned(),
     }
 }
 
 /// Whether the break-glass on `carrier` grants anything now (whoever set
 /// it): a reason, and an expiry in the future within `maxDuration`.
 pub fn grants(carrier: &Inputs, policy: &Policy, now: Timestamp) -> bool {
-    validate(carrier, policy, now).is_ok()
-}
-
-/// The reason and expiry of a break-glass in force, or why it is not.
-fn validate<'a>(
-    carrier: &Inputs<'a>,
-    policy: &Policy,
-    now: Timestamp,
-) -> Result<(&'a str, &'a str), String> {
-    let reason = match carrier.text(Input::BreakGlassReason).map(str::trim) {
-        Some(r) if !r.is_empty() => r,
-        _ => return Err(format!("annotation {REASON} must give a reason")),
-    };
-    let Some(expires) = carrier.text(Input::BreakGlassExpires) else {
-        return Err(format!("annotation {EXPIRES} is missing (RFC 3339 time)"));
-    };
-    let at: Timestamp = expires
-        .parse()
-        .map_err(|_| format!("{EXPIRES} `{expires}` is not an RFC 3339 time"))?;
-    if at <= now {
-        return Err(format!("break-glass expired at {expires}"));
-    }
-    let max = policy.break_glass.max_duration;
-    if at.duration_since(now) > max {
-        return Err(format!("{EXPIRES} `{expires}` is more than {max:#} ahead"));
-    }
-    Ok((reason, expires))
+    state(carrier, policy, now).grants()
 }
 
 /// A break-glass on an object of Argo CD or Flux without driftguard's pause

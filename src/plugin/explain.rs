@@ -322,25 +322,22 @@ fn rule_report(origin: &str, rule: &IgnoreRule, object: &Value) -> Value {
     })
 }
 
-fn break_glass_report(policy: &Policy, me: &Identity, inputs: &Inputs) -> Value {
+/// The object's break-glass as `explain` reports it: null when it has none.
+pub(crate) fn on_object(state: &crate::drift::breakglass::State, inputs: &Inputs) -> Value {
+    if *state == crate::drift::breakglass::State::None {
+        return Value::Null;
+    }
+    json!({"reason": inputs.text(Input::BreakGlassReason),
+           "expires": inputs.text(Input::BreakGlassExpires),
+           "state": state.name(), "why": state.why_not()})
+}
+
+pub(crate) fn break_glass_report(policy: &Policy, me: &Identity, inputs: &Inputs) -> Value {
     let bg = &policy.break_glass;
     let allowed = bg.allowed.contains(&me.username, &me.groups);
     let (users, groups) = bg.allowed.patterns();
-    let active = match (
-        inputs.text(Input::BreakGlassReason),
-        inputs.text(Input::BreakGlassExpires),
-    ) {
-        (None, None) => Value::Null,
-        (reason, expires) => {
-            let state = match expires.map(|e| e.parse::<Timestamp>()) {
-                Some(Ok(at)) if at > Timestamp::now() => "active",
-                Some(Ok(_)) => "expired",
-                Some(Err(_)) => "invalid expiry",
-                None => "no expiry",
-            };
-            json!({"reason": reason, "expires": expires, "state": state})
-        }
-    };
+    let state = crate::drift::breakglass::state(inputs, policy, Timestamp::now());
+    let active = on_object(&state, inputs);
     json!({
         "you": me,
         "youMayBreakGlass": allowed,
@@ -480,6 +477,9 @@ fn print_text(r: &Value) {
             s(&on["reason"]),
             s(&on["expires"])
         );
+        if !on["why"].is_null() {
+            println!("             grants nothing: {}", s(&on["why"]));
+        }
     }
     for n in r["notes"].as_array().into_iter().flatten() {
         println!("Note:        {}", s(n));

@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 
 use super::api::{Api, Resource};
 use super::{Color, Output, PluginError, PolicySource, paint, print_structured};
+use crate::drift::breakglass;
 
 /// How long `status` waits for `/metrics` through the apiserver's service proxy.
 const PROXY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
@@ -133,7 +134,7 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
     };
     let loaded = source.load(api).await?;
     let blocked = recent_events(api, "DriftBlocked").await?;
-    let (break_glass, expired_break_glass, scan) = break_glass_scan(api).await?;
+    let (break_glass, expired_break_glass, scan) = break_glass_scan(api, &loaded.policy).await?;
     // A warning, not a failure: the exit code stays what the webhooks decide.
     let reach = super::reach::report(api, &loaded.policy, &args.argocd_namespace).await?;
     let report = json!({
@@ -584,14 +585,14 @@ fn print_events(report: &Value) {
     }
     let expired = list(&report["expiredBreakGlass"]);
     if !expired.is_empty() {
-        println!("Break-glass expired, annotations left:");
+        println!("Break-glass that grants nothing, left on objects (the sweeper removes it):");
         for e in expired {
-            let when = if e["state"] == "invalid" {
-                format!("invalid expiry {:?}", s(&e["expires"]))
+            let why = if e["state"] == "ended" {
+                "ended, driftguard's pause marker left".to_owned()
             } else {
-                format!("expired {}", s(&e["expires"]))
+                s(&e["why"])
             };
-            println!("  {} {when}: {}", s(&e["object"]), s(&e["reason"]));
+            println!("  {} {why}: {}", s(&e["object"]), s(&e["reason"]));
         }
     }
     let scan = &report["breakGlassScan"];
@@ -649,7 +650,10 @@ async fn recent_events(api: &Api, reason: &str) -> Result<Value, PluginError> {
 /// `expiredBreakGlass` (expired or unreadable expiry, annotations left) and
 /// `breakGlassScan` (types listed, types not readable). When discovery itself
 /// fails, `activeBreakGlass` is why (a string).
-async fn break_glass_scan(api: &Api) -> Result<(Value, Value, Value), PluginError> {
+async fn break_glass_scan(
+    api: &Api,
+    policy: &crate::policy::Policy,
+) -> Result<(Value, Value, Value), PluginError> {
     use futures_util::stream::{self, StreamExt};
     let types = match api.listable().await {
         Ok(types) => types,
@@ -689,8 +693,8 @@ async fn break_glass_scan(api: &Api) -> Result<(Value, Value, Value), PluginErro
         };
         listed += 1;
         for item in &items {
-            if let Some((state, entry)) = break_glass_entry(&resource, item, now) {
-                if state == "active" {
+            if let Some((state, entry)) = break_glass_entry(&resource, item, policy, now) {
+                if state.grants() {
                     active.push(entry);
                 } else {
                     expired.push(entry);
@@ -711,16 +715,24 @@ async fn break_glass_scan(api: &Api) -> Result<(Value, Value, Value), PluginErro
     Ok((Value::Array(active), Value::Array(expired), scan))
 }
 
-/// One listed object's break-glass, when it carries the expiry annotation:
-/// `("active" | "expired" | "invalid", entry)`.
-fn break_glass_entry(
+/// One listed object's break-glass state and its entry, unless it has none.
+pub(crate) fn break_glass_entry(
     resource: &Resource,
     item: &Value,
+    policy: &crate::policy::Policy,
     now: jiff::Timestamp,
-) -> Option<(&'static str, Value)> {
+) -> Option<(breakglass::State, Value)> {
     use crate::drift::breakglass::{EXPIRES, PAUSED, REASON};
+    let object = json!({"kind": resource.kind, "metadata": item["metadata"]});
+    let state = breakglass::state(
+        &crate::drift::inputs::Inputs::read(&object, policy),
+        policy,
+        now,
+    );
+    if state == breakglass::State::None {
+        return None;
+    }
     let meta = &item["metadata"];
-    let expires = meta["annotations"][EXPIRES].as_str()?;
     let name = meta["name"].as_str().unwrap_or_default();
     let ns = meta["namespace"].as_str().unwrap_or_default();
     let shown_ns = if ns.is_empty() {
@@ -728,26 +740,20 @@ fn break_glass_entry(
     } else {
         format!("{ns}/")
     };
-    let state = match expires.parse::<jiff::Timestamp>() {
-        Ok(at) if at > now => "active",
-        Ok(_) => "expired",
-        Err(_) => "invalid",
-    };
-    Some((
-        state,
-        json!({
-            "object": format!("{} {shown_ns}{name}", resource.kind),
-            "apiVersion": resource.api_version(),
-            "kind": resource.kind,
-            "namespace": if ns.is_empty() { Value::Null } else { json!(ns) },
-            "name": name,
-            "reason": meta["annotations"][REASON],
-            "expires": expires,
-            "state": state,
-            // What `kubectl driftguard break-glass` paused for it, if anything.
-            "paused": meta["annotations"][PAUSED],
-        }),
-    ))
+    let entry = json!({
+        "object": format!("{} {shown_ns}{name}", resource.kind),
+        "apiVersion": resource.api_version(),
+        "kind": resource.kind,
+        "namespace": if ns.is_empty() { Value::Null } else { json!(ns) },
+        "name": name,
+        "reason": meta["annotations"][REASON],
+        "expires": meta["annotations"][EXPIRES],
+        "state": state.name(),
+        "why": state.why_not(),
+        // What `kubectl driftguard break-glass` paused for it, if anything.
+        "paused": meta["annotations"][PAUSED],
+    });
+    Some((state, entry))
 }
 
 /// Ready endpoints of a Service, from its EndpointSlices; `None` when they
@@ -792,13 +798,15 @@ mod tests {
             namespaced: true,
         };
         let now: jiff::Timestamp = "2030-01-01T12:00:00Z".parse().unwrap();
+        let policy = crate::policy::Policy::embedded();
         let item = |expires: &str| {
             json!({"metadata": {"name": "settings", "namespace": "production",
                 "annotations": {"driftguard.io/break-glass": "INC-1",
                                 "driftguard.io/break-glass-expires": expires}}})
         };
-        let (state, e) = break_glass_entry(&cm, &item("2030-01-01T15:59:00Z"), now).unwrap();
-        assert_eq!(state, "active");
+        let (state, e) =
+            break_glass_entry(&cm, &item("2030-01-01T15:59:00Z"), &policy, now).unwrap();
+        assert_eq!(state.name(), "active");
         assert_eq!(e["object"], "ConfigMap production/settings");
         assert_eq!(e["apiVersion"], "v1");
         assert_eq!(e["reason"], "INC-1");
@@ -807,14 +815,15 @@ mod tests {
         let mut paused = item("2030-01-01T15:59:00Z");
         paused["metadata"]["annotations"]["driftguard.io/break-glass-paused"] =
             json!("kustomize.toolkit.fluxcd.io/reconcile");
-        let (_, e) = break_glass_entry(&cm, &paused, now).unwrap();
+        let (_, e) = break_glass_entry(&cm, &paused, &policy, now).unwrap();
         assert_eq!(e["paused"], "kustomize.toolkit.fluxcd.io/reconcile");
-        let (state, _) = break_glass_entry(&cm, &item("2030-01-01T11:00:00Z"), now).unwrap();
-        assert_eq!(state, "expired");
-        let (state, _) = break_glass_entry(&cm, &item("tomorrow"), now).unwrap();
-        assert_eq!(state, "invalid");
+        let (state, _) =
+            break_glass_entry(&cm, &item("2030-01-01T11:00:00Z"), &policy, now).unwrap();
+        assert_eq!(state.name(), "expired");
+        let (state, _) = break_glass_entry(&cm, &item("tomorrow"), &policy, now).unwrap();
+        assert_eq!(state.name(), "invalid");
         let plain = json!({"metadata": {"name": "x", "namespace": "production"}});
-        assert!(break_glass_entry(&cm, &plain, now).is_none());
+        assert!(break_glass_entry(&cm, &plain, &policy, now).is_none());
 
         let ns = Resource {
             group: String::new(),
@@ -825,7 +834,7 @@ mod tests {
         };
         let item = json!({"metadata": {"name": "production",
             "annotations": {"driftguard.io/break-glass-expires": "2030-01-01T13:00:00Z"}}});
-        let (_, e) = break_glass_entry(&ns, &item, now).unwrap();
+        let (_, e) = break_glass_entry(&ns, &item, &policy, now).unwrap();
         assert_eq!(e["object"], "Namespace production");
         assert_eq!(e["namespace"], serde_json::Value::Null);
         assert_eq!(ns.list_path(), "/api/v1/namespaces");
