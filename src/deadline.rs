@@ -11,12 +11,20 @@
 //! is set and a checkpoint costs a thread-local read.
 
 use std::cell::Cell;
+use std::sync::LazyLock;
 use std::time::Instant;
+
+use prometheus_client::metrics::counter::Counter;
 
 thread_local! {
     static DEADLINE: Cell<Option<Instant>> = const { Cell::new(None) };
     static TICKS: Cell<u32> = const { Cell::new(0) };
 }
+
+/// Decisions unwound at a checkpoint, process-wide: each one a thread freed
+/// at its deadline rather than run to the end. Registered by
+/// [`crate::metrics::Metrics`] as `driftguard_decisions_stopped_total`.
+pub static STOPPED: LazyLock<Counter> = LazyLock::new(Counter::default);
 
 /// The unwinding payload of a decision stopped at its deadline.
 #[derive(Debug)]
@@ -51,6 +59,7 @@ pub fn checkpoint() {
         n
     });
     if ticks.is_multiple_of(TICKS_PER_CLOCK_READ) && Instant::now() >= deadline {
+        STOPPED.inc();
         std::panic::resume_unwind(Box::new(DeadlinePassed));
     }
 }

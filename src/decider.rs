@@ -35,6 +35,11 @@ pub enum DeciderError {
 
 type Job = Box<dyn FnOnce() + Send + 'static>;
 
+/// Decisions dropped unrun, process-wide: their deadline passed while they
+/// waited in the queue. Registered as `driftguard_decisions_skipped_total`.
+pub static SKIPPED: std::sync::LazyLock<prometheus_client::metrics::counter::Counter> =
+    std::sync::LazyLock::new(Default::default);
+
 struct Task {
     deadline: Instant,
     job: Job,
@@ -171,6 +176,7 @@ fn work(tasks: &Mutex<Receiver<Task>>, busy: &AtomicUsize) {
         let Ok(task) = next else { return };
         // Nobody waits for an expired decision: skip it rather than burn CPU.
         if Instant::now() >= task.deadline {
+            SKIPPED.inc();
             continue;
         }
         // Jobs catch their own panics (`guarded`); this one keeps the thread

@@ -126,6 +126,16 @@ impl Default for Metrics {
             "Reviews answered by --on-error because the decision exceeded --decision-timeout",
             decision_timeouts.clone(),
         );
+        registry.register(
+            "decisions_stopped",
+            "Decisions stopped at a checkpoint after their deadline, freeing their thread",
+            crate::deadline::STOPPED.clone(),
+        );
+        registry.register(
+            "decisions_skipped",
+            "Decisions dropped unrun: their deadline passed while they waited in the queue",
+            crate::decider::SKIPPED.clone(),
+        );
         let decision_queue_full = Counter::default();
         registry.register(
             "decision_queue_full",
