@@ -61,7 +61,7 @@ fn bench(c: &mut Criterion) {
     let delete = namespace_delete();
     let mut g = c.benchmark_group("cascade");
     let judge = |body: &[u8], sources: &Sources| {
-        let req = driftguard::review::parse(body).unwrap();
+        let req = driftguard::request::parse(body).unwrap();
         judge_request(&policy, &req, Endpoint::Validate, None, Some(sources), now)
             .unwrap()
             .to_json()
@@ -72,7 +72,7 @@ fn bench(c: &mut Criterion) {
     });
     for n in [1_000, 10_000, 100_000] {
         let sources = planned(n);
-        let d = driftguard::review::parse(&delete).unwrap();
+        let d = driftguard::request::parse(&delete).unwrap();
         let judged =
             judge_request(&policy, &d, Endpoint::Validate, None, Some(&sources), now).unwrap();
         assert_eq!(judged.decision.verdict.as_str(), "deny");

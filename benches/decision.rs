@@ -51,7 +51,7 @@ fn bench(c: &mut Criterion) {
     let mut g = c.benchmark_group("deployment-update");
     // Breakdown: the typed review parse alone, and the decision without rules.
     g.bench_function("parse-review", |b| {
-        b.iter(|| driftguard::review::parse(black_box(&body)).unwrap())
+        b.iter(|| driftguard::request::parse(black_box(&body)).unwrap())
     });
     g.bench_function("decide-no-rules", |b| {
         b.iter(|| {

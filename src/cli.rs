@@ -204,7 +204,7 @@ fn check(args: CheckArgs) -> Result<ExitCode, Failure> {
     let judged = decider
         .run_blocking(deadline, move || {
             // As the server does: the body is dropped once parsed.
-            let req = crate::review::parse(&body)?;
+            let req = crate::request::parse(&body)?;
             drop(body);
             crate::judge_request(&policy, &req, endpoint, parent.as_ref(), None, now)
                 .map_err(crate::ReviewError::from)

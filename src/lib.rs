@@ -1,14 +1,13 @@
 //! driftguard: a Kubernetes admission webhook that stops manual drift on
 //! GitOps-managed objects before it happens.
 //!
-//! Data flow: bytes → [`review::parse`] → [`drift::decide`] (pure) →
-//! [`admission::respond`] → AdmissionReview JSON. `check` runs [`judge`];
+//! Data flow: bytes → [`request::parse`] → [`drift::decide`] (pure) →
+//! [`response::respond`] → AdmissionReview JSON. `check` runs [`judge`];
 //! the server's [`service::Reviewer`] runs [`judge_request`] and records the
 //! outcome; [`server`] only carries bytes over HTTPS.
 
 #![forbid(unsafe_code)]
 
-pub mod admission;
 pub mod args;
 pub mod audit;
 pub mod certs;
@@ -22,7 +21,8 @@ pub mod metrics;
 pub mod pause;
 pub mod plugin;
 pub mod policy;
-pub mod review;
+pub mod request;
+pub mod response;
 pub mod server;
 pub mod service;
 pub mod sources;
@@ -33,10 +33,10 @@ use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionReview};
 use serde_json::Value;
 
-pub use admission::Endpoint;
 pub use drift::Decision;
 pub use policy::Policy;
-pub use review::ReviewError;
+pub use request::ReviewError;
+pub use response::Endpoint;
 
 /// The result of judging one review: the reply and the decision behind it.
 pub struct Judged {
@@ -45,9 +45,9 @@ pub struct Judged {
 }
 
 impl Judged {
-    /// The reply as sent on the wire ([`admission::to_bytes`]).
+    /// The reply as sent on the wire ([`response::to_bytes`]).
     pub fn to_json(&self) -> Vec<u8> {
-        admission::to_bytes(&self.response)
+        response::to_bytes(&self.response)
     }
 }
 
@@ -59,20 +59,20 @@ pub fn judge(
     parent: Option<&Value>,
     now: Timestamp,
 ) -> Result<Judged, ReviewError> {
-    let req = review::parse(body)?;
+    let req = request::parse(body)?;
     judge_request(policy, &req, endpoint, parent, None, now).map_err(ReviewError::from)
 }
 
 /// [`judge`] for a request already parsed.
 pub fn judge_request(
     policy: &Policy,
-    req: &AdmissionRequest<review::RawObject>,
+    req: &AdmissionRequest<request::RawObject>,
     endpoint: Endpoint,
     parent: Option<&Value>,
     sources: Option<&sources::Sources>,
     now: Timestamp,
 ) -> Result<Judged, drift::DecideError> {
-    let view = review::view(req);
+    let view = request::view(req);
     let ctx = drift::Context {
         now,
         parent,
@@ -80,6 +80,6 @@ pub fn judge_request(
         other_installation: false,
     };
     let decision = drift::decide(policy, &view, &ctx)?;
-    let response = admission::respond(req, &view, &decision, endpoint, now).into_review();
+    let response = response::respond(req, &view, &decision, endpoint, now).into_review();
     Ok(Judged { response, decision })
 }

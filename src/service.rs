@@ -14,7 +14,6 @@ use kube::core::response::StatusSummary;
 use serde_json::Value;
 use tracing::Instrument as _;
 
-use crate::admission::{self, Endpoint};
 use crate::audit::AuditRecord;
 use crate::cluster::events::{EventRecorder, Report};
 use crate::cluster::parents::ParentReader;
@@ -22,7 +21,8 @@ use crate::cluster::watch::SourcesHandle;
 use crate::decider::{Decider, DeciderError};
 use crate::drift::{self, Finding, Verdict};
 use crate::metrics::{Metrics, RequestLabels};
-use crate::review::{self, RawObject, ReviewError};
+use crate::request::{self, RawObject, ReviewError};
+use crate::response::{self, Endpoint};
 use crate::{Judged, Policy, judge_request};
 
 /// What the webhook answers when deciding fails inside driftguard.
@@ -92,7 +92,7 @@ impl Reviewer {
         hold: Box<dyn std::any::Any + Send + Sync>,
     ) -> Result<Vec<u8>, ServiceError> {
         let started = Instant::now();
-        let parsed = review::parse(body.as_ref());
+        let parsed = request::parse(body.as_ref());
         drop(body);
         let parsed = match parsed {
             Ok(req) => Arc::new(req),
@@ -146,7 +146,7 @@ impl Reviewer {
         // Off the async workers, which must keep serving other reviews and the probes.
         let outcome = self.decider.run(self.decision_timeout, job).await;
         let micros = started.elapsed().as_micros() as u64;
-        let view = review::view(&parsed);
+        let view = request::view(&parsed);
         let why = match outcome {
             Ok(Ok(judged)) => {
                 self.record(endpoint, &parsed, &judged);
@@ -203,7 +203,7 @@ impl Reviewer {
         self.metrics
             .decision_seconds
             .observe(started.elapsed().as_secs_f64());
-        admission::to_bytes(&response.into_review())
+        response::to_bytes(&response.into_review())
     }
 
     /// A v1 review whose uid reads but whose request does not: answered by
@@ -240,7 +240,7 @@ impl Reviewer {
         let (response, verdict) = on_error_answer(base, self.on_error, &why);
         let micros = started.elapsed().as_micros() as u64;
         AuditRecord::unreadable(endpoint.as_str(), uid, verdict, why, micros).emit();
-        admission::to_bytes(&response.into_review())
+        response::to_bytes(&response.into_review())
     }
 
     fn record(&self, endpoint: Endpoint, parsed: &AdmissionRequest<RawObject>, judged: &Judged) {
@@ -286,7 +286,7 @@ impl Reviewer {
     ) -> Option<Value> {
         let scale_write =
             req.sub_resource.as_deref() == Some("scale") && req.operation == Operation::Update;
-        let target = drift::deputy::scaler_target(&review::view(req));
+        let target = drift::deputy::scaler_target(&request::view(req));
         if !scale_write && target.is_none() {
             return None;
         }
@@ -450,7 +450,7 @@ mod tests {
             "/tests/data/deployment-delete.json"
         ))
         .unwrap();
-        let req = review::parse(&body).unwrap();
+        let req = request::parse(&body).unwrap();
         let (deny, verdict) = on_error_response(&req, OnError::Deny, "internal error: boom");
         assert_eq!(verdict, "deny");
         assert!(!deny.allowed);
@@ -477,7 +477,7 @@ mod tests {
                 "annotations": {"argocd.argoproj.io/tracking-id": "shop:apps/Deployment:shop/web"}},
             "spec": {"replicas": 1}});
         let body = serde_json::to_vec(&body).unwrap();
-        let req = review::parse(&body).unwrap();
+        let req = request::parse(&body).unwrap();
         let judged = crate::judge(
             &Policy::embedded(),
             &body,

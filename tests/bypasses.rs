@@ -467,7 +467,7 @@ fn judged_with(
     sources: &driftguard::sources::Sources,
 ) -> driftguard::drift::Decision {
     let body = serde_json::to_vec(&review.body()).unwrap();
-    let req = driftguard::review::parse(&body).unwrap();
+    let req = driftguard::request::parse(&body).unwrap();
     driftguard::judge_request(policy, &req, Endpoint::Validate, None, Some(sources), now())
         .unwrap()
         .decision
@@ -479,7 +479,7 @@ fn outcome_with(
     sources: &driftguard::sources::Sources,
 ) -> Outcome {
     let body = serde_json::to_vec(&review.body()).unwrap();
-    let req = driftguard::review::parse(&body).unwrap();
+    let req = driftguard::request::parse(&body).unwrap();
     let judged =
         driftguard::judge_request(policy, &req, Endpoint::Validate, None, Some(sources), now())
             .unwrap();

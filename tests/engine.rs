@@ -1179,7 +1179,7 @@ fn the_kustomizations_own_ignore_rule_still_allows() {
     let old = flux_deployment(true);
     let new = with(&old, "/spec/replicas", json!(5));
     let body = serde_json::to_vec(&Review::update(old, new).body()).unwrap();
-    let req = driftguard::review::parse(&body).unwrap();
+    let req = driftguard::request::parse(&body).unwrap();
     let judged = driftguard::judge_request(
         &Policy::embedded(),
         &req,
@@ -1260,7 +1260,7 @@ fn argo_cd_sync_impersonation_trusts_the_account_for_its_application_only() {
         let new = with(old, IMAGE, json!("web:2"));
         let review = Review::update(old.clone(), new).by(user, &["system:serviceaccounts"]);
         let body = serde_json::to_vec(&review.body()).unwrap();
-        let req = driftguard::review::parse(&body).unwrap();
+        let req = driftguard::request::parse(&body).unwrap();
         driftguard::judge_request(
             &Policy::embedded(),
             &req,

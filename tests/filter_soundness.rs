@@ -968,7 +968,7 @@ fn evaluate(setups: &[Setup], s: &Scenario) -> Evaluation {
     let now = NOW.parse().expect("a time");
     let sources = listed();
     let run = |endpoint| {
-        let req = driftguard::review::parse(&body)
+        let req = driftguard::request::parse(&body)
             .unwrap_or_else(|e| panic!("judge refused the review: {e}\n{s:?}"));
         judge_request(
             &setup.policy,

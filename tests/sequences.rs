@@ -369,7 +369,7 @@ fn labels_a_flux_ignore_target_selects_on_are_decision_inputs() {
         "kustomize.toolkit.fluxcd.io/namespace": "flux-system"});
     let decide = |old: &Value, new: &Value| {
         let body = serde_json::to_vec(&Review::update(old.clone(), new.clone()).body()).unwrap();
-        let req = driftguard::review::parse(&body).unwrap();
+        let req = driftguard::request::parse(&body).unwrap();
         driftguard::judge_request(
             &policy,
             &req,

@@ -5,7 +5,7 @@
 //! kind of thing (paths to drop) and failures can be reported per rule.
 //! Only expressions in the terminating subset ([`terminating`]) compile.
 
-mod prelude;
+mod prune;
 pub mod terminating;
 
 use jaq_core::load::{Arena, File, Loader};
@@ -381,7 +381,7 @@ mod shared {
 }
 
 fn compile_filter(code: &str) -> Result<JqFilter, JaqError> {
-    let mut needed = prelude::needed_by(code);
+    let mut needed = prune::needed_by(code);
     let defs = std::mem::take(&mut needed.defs);
     compile_with(code, defs, |name| needed.calls(name))
 }

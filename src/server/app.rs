@@ -97,7 +97,7 @@ async fn handle(app: &App, endpoint: Endpoint, request: Request) -> Response {
     let answer = match refused {
         Some(why) => {
             app.reviewer.metrics.memory_budget_refused.inc();
-            match crate::review::uid_in_prefix(&body) {
+            match crate::request::uid_in_prefix(&body) {
                 Some(uid) => Ok(app.reviewer.refuse(endpoint, &uid, &why.to_string())),
                 None => Err(HttpError::Unavailable(why.to_string())),
             }

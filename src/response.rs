@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use crate::drift::breakglass::{EXPIRES, REASON};
 use crate::drift::normalize::DRIFT_ANNOTATION;
 use crate::drift::{Decision, Finding, Operation, Request, Verdict};
-use crate::review::RawObject;
+use crate::request::RawObject;
 use crate::text::ellipsize;
 
 /// Which webhook is answering. The validating webhook decides; the mutating one

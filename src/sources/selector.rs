@@ -1,0 +1,235 @@
+//! The label selector grammar of k8s.io/apimachinery's `labels.Parse`, which
+//! Flux applies to a Kustomization's or HelmRelease's ignore `labelSelector`
+//! and `annotationSelector`: parsed into kube's [`Expression`]s, refusing
+//! what Flux would refuse.
+
+use std::collections::BTreeSet;
+
+use kube::core::Expression;
+
+/// A `labelSelector` or `annotationSelector` that `labels.Parse` (k8s.io/apimachinery,
+/// which Flux uses) would refuse, or that kube's selectors cannot express.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum SelectorError {
+    /// Not the selector grammar.
+    #[error("`{selector}`: expected {expected} at column {column}")]
+    Syntax {
+        selector: String,
+        column: usize,
+        expected: &'static str,
+    },
+    /// A key that is not a qualified name (`[prefix/]name`).
+    #[error("`{selector}`: `{key}` is not a valid label key")]
+    Key { selector: String, key: String },
+    /// A value that is not a valid label value.
+    #[error("`{selector}`: `{value}` is not a valid label value")]
+    Value { selector: String, value: String },
+    /// `a > 1` and `a < 1`: apimachinery has them, kube's `Expression` does not.
+    #[error("`{selector}`: `{operator}` is not supported")]
+    Unsupported {
+        selector: String,
+        operator: &'static str,
+    },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Token<'a> {
+    Word(&'a str),
+    Not,
+    Equals,
+    NotEquals,
+    Open,
+    Close,
+    Comma,
+    Greater,
+    Less,
+    End,
+}
+
+/// Tokens with their 1-based columns, as apimachinery's lexer splits them:
+/// a word runs until whitespace or one of `!=(),<>`; `==` is `=`.
+fn tokens(text: &str) -> Vec<(Token<'_>, usize)> {
+    const SPECIAL: &[char] = &['!', '=', '(', ')', ',', '<', '>'];
+    let mut out = Vec::new();
+    let mut rest = text;
+    loop {
+        rest = rest.trim_start();
+        let column = text.len() - rest.len() + 1;
+        let mut chars = rest.chars();
+        let (token, len) = match chars.next() {
+            None => {
+                out.push((Token::End, column));
+                return out;
+            }
+            Some('!') if chars.next() == Some('=') => (Token::NotEquals, 2),
+            Some('!') => (Token::Not, 1),
+            Some('=') if chars.next() == Some('=') => (Token::Equals, 2),
+            Some('=') => (Token::Equals, 1),
+            Some('(') => (Token::Open, 1),
+            Some(')') => (Token::Close, 1),
+            Some(',') => (Token::Comma, 1),
+            Some('>') => (Token::Greater, 1),
+            Some('<') => (Token::Less, 1),
+            Some(_) => {
+                let len = rest
+                    .find(|c: char| c.is_whitespace() || SPECIAL.contains(&c))
+                    .unwrap_or(rest.len());
+                (Token::Word(&rest[..len]), len)
+            }
+        };
+        out.push((token, column));
+        rest = &rest[len..];
+    }
+}
+
+/// Parses a Kubernetes selector string (`kubectl -l` syntax: `a=b`, `a==b`,
+/// `a!=b`, `a in (x,y)`, `a notin (x,y)`, `a`, `!a`, joined by commas) into
+/// kube's expressions, whose `matches` has apimachinery's semantics (`!=` and
+/// `notin` match an object without the key). kube-core has the types but no
+/// string parser.
+pub fn parse_selector(text: &str) -> Result<Vec<Expression>, SelectorError> {
+    let tokens = tokens(text);
+    let mut at = 0;
+    let mut next = || {
+        let t = tokens[at.min(tokens.len() - 1)];
+        at += 1;
+        t
+    };
+    let syntax = |column, expected| SelectorError::Syntax {
+        selector: text.to_owned(),
+        column,
+        expected,
+    };
+    let key = |k: &str| {
+        if is_qualified_name(k) {
+            Ok(k.to_owned())
+        } else {
+            Err(SelectorError::Key {
+                selector: text.to_owned(),
+                key: k.to_owned(),
+            })
+        }
+    };
+    let value = |v: &str| {
+        if v.is_empty() || is_name(v) {
+            Ok(v.to_owned())
+        } else {
+            Err(SelectorError::Value {
+                selector: text.to_owned(),
+                value: v.to_owned(),
+            })
+        }
+    };
+    let mut out = Vec::new();
+    loop {
+        let (token, column) = next();
+        // What follows the expression: `,` or the end.
+        let follow = match token {
+            Token::Not => match next() {
+                (Token::Word(k), _) => {
+                    out.push(Expression::DoesNotExist(key(k)?));
+                    next()
+                }
+                (_, column) => return Err(syntax(column, "a key after `!`")),
+            },
+            Token::Word(k) => {
+                let k = key(k)?;
+                match next() {
+                    (Token::Word(op @ ("in" | "notin")), _) => {
+                        let (open, column) = next();
+                        if open != Token::Open {
+                            return Err(syntax(column, "`(` after `in` or `notin`"));
+                        }
+                        let mut values = BTreeSet::new();
+                        loop {
+                            let (mut t, mut c) = next();
+                            if let Token::Word(v) = t {
+                                values.insert(value(v)?);
+                                (t, c) = next();
+                            } else {
+                                // `()` and `(a,)` hold the empty value, as in apimachinery.
+                                values.insert(String::new());
+                            }
+                            match t {
+                                Token::Comma => continue,
+                                Token::Close => break,
+                                _ => return Err(syntax(c, "`,` or `)` in a value list")),
+                            }
+                        }
+                        out.push(if op == "in" {
+                            Expression::In(k, values)
+                        } else {
+                            Expression::NotIn(k, values)
+                        });
+                        next()
+                    }
+                    (op @ (Token::Equals | Token::NotEquals), _) => {
+                        let mut after = next();
+                        let v = match after {
+                            (Token::Word(v), _) => {
+                                after = next();
+                                value(v)?
+                            }
+                            // `a=` selects the empty value.
+                            (Token::Comma | Token::End, _) => String::new(),
+                            (_, column) => return Err(syntax(column, "a value")),
+                        };
+                        out.push(if op == Token::Equals {
+                            Expression::Equal(k, v)
+                        } else {
+                            Expression::NotEqual(k, v)
+                        });
+                        after
+                    }
+                    (op @ (Token::Greater | Token::Less), _) => {
+                        return Err(SelectorError::Unsupported {
+                            selector: text.to_owned(),
+                            operator: if op == Token::Greater { ">" } else { "<" },
+                        });
+                    }
+                    other => {
+                        out.push(Expression::Exists(k));
+                        other
+                    }
+                }
+            }
+            _ => return Err(syntax(column, "a key or `!`")),
+        };
+        match follow {
+            (Token::End, _) => return Ok(out),
+            (Token::Comma, _) => {}
+            (_, column) => return Err(syntax(column, "`,` or the end")),
+        }
+    }
+}
+
+/// A label name or value: at most 63 characters, alphanumeric at both ends,
+/// `-`, `_` and `.` between (apimachinery's `IsQualifiedName` name part and
+/// `IsValidLabelValue`).
+fn is_name(s: &str) -> bool {
+    let alnum = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
+    s.len() <= 63
+        && alnum(s.chars().next())
+        && alnum(s.chars().last())
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
+/// `name` or `prefix/name`, the prefix a DNS subdomain.
+fn is_qualified_name(s: &str) -> bool {
+    match s.split_once('/') {
+        None => is_name(s),
+        Some((prefix, name)) => {
+            is_name(name)
+                && prefix.len() <= 253
+                && prefix.split('.').all(|label| {
+                    label.len() <= 63
+                        && label.starts_with(|c: char| c.is_ascii_alphanumeric())
+                        && label.ends_with(|c: char| c.is_ascii_alphanumeric())
+                        && label
+                            .chars()
+                            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                })
+        }
+    }
+}
