@@ -276,17 +276,26 @@ pub fn install_crds(plane: &ControlPlane, dir: &Path) {
         );
         assert!(out.ok, "CRD {}: {out}", file.display());
     }
-    let out = plane.kubectl(
-        "admin",
-        &[
-            "wait",
-            "--for=condition=Established",
-            "crd",
-            "--all",
-            "--timeout=60s",
-        ],
+    // A CRD created a moment ago may have no conditions yet, and `kubectl
+    // wait` then fails at once (".status.conditions accessor error") instead
+    // of waiting: ask again.
+    eventually(
+        "the CRDs to be Established",
+        Duration::from_secs(90),
+        || {
+            let out = plane.kubectl(
+                "admin",
+                &[
+                    "wait",
+                    "--for=condition=Established",
+                    "crd",
+                    "--all",
+                    "--timeout=30s",
+                ],
+            );
+            if out.ok { Ok(()) } else { Err(out.to_string()) }
+        },
     );
-    assert!(out.ok, "{out}");
 }
 
 /// Flux source-controller and kustomize-controller, writing as their own
