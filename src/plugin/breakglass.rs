@@ -171,8 +171,14 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
             println!(
                 "until then, manual changes to it by identities allowed to break glass are allowed (with a warning, audited, and a BreakGlassUsed Event)"
             );
+            // Only a pause this break-glass holds is lifted at expiry.
+            let what = if pause.state == "paused" {
+                "the break-glass and the pause"
+            } else {
+                "the break-glass"
+            };
             println!(
-                "at {at} it expires: driftguard removes the break-glass and the pause within its sweep interval, and the GitOps tool restores Git; end it earlier with `kubectl driftguard break-glass {} --end`; put the fix in Git",
+                "at {at} it expires: driftguard removes {what} within its sweep interval, and the GitOps tool restores Git; end it earlier with `kubectl driftguard break-glass {} --end`; put the fix in Git",
                 args.target
             );
         }
