@@ -6,7 +6,8 @@
 #   default:  etcd, helm, kube-apiserver, kubectl (what scripts/test.sh needs)
 #   gitops:   kube-controller-manager, flux-source-controller,
 #             flux-kustomize-controller, argocd, gitops-aux (Redis + Git HTTP),
-#             the real controllers tests/e2e_gitops.rs runs.
+#             the real controllers tests/e2e_gitops.rs and tests/e2e_appset.rs run
+#             (the applicationset-controller is the same argocd binary).
 #
 # Flux v1.9.x and Argo CD v3.6 need Go 1.27: GOTOOLCHAIN=go1.27.3 below makes
 # the go command fetch that toolchain from the module proxy (about 10 s once).
@@ -192,10 +193,19 @@ build_gitops_assets() {
     done
     dir="$(module_dir "${E2E_DIR}/argocd" github.com/argoproj/argo-cd/v3)"
     [[ -d "${dir}" ]] || { log "no module dir for argo-cd"; exit 1; }
-    cp "${dir}"/manifests/crds/application-crd.yaml "${dir}"/manifests/crds/appproject-crd.yaml "${tmp}/argocd/"
+    cp "${dir}"/manifests/crds/{application,appproject,applicationset}-crd.yaml "${tmp}/argocd/"
     cp "${dir}"/hack/git-verify-wrapper.sh "${tmp}/argocd/"
     chmod -R u+w "${tmp}" && chmod +x "${tmp}/argocd/git-verify-wrapper.sh"
     mv "${tmp}" "${out}"
+  fi
+  # Caches made before tests/e2e_appset.rs lack the ApplicationSet CRD: add
+  # just that file (same module version), never rebuilding the binaries.
+  local appset="${out}/argocd/applicationset-crd.yaml"
+  if [[ ! -f "${appset}" ]]; then
+    dir="$(module_dir "${E2E_DIR}/argocd" github.com/argoproj/argo-cd/v3)"
+    [[ -d "${dir}" ]] || { log "no module dir for argo-cd"; exit 1; }
+    cp "${dir}"/manifests/crds/applicationset-crd.yaml "${appset}.tmp.$$"
+    chmod u+w "${appset}.tmp.$$" && mv -f "${appset}.tmp.$$" "${appset}"
   fi
   echo "${out}"
 }

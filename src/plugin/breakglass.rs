@@ -13,7 +13,7 @@ use jiff::{SignedDuration, Timestamp};
 use serde_json::{Value, json};
 
 use super::api::{Api, Identity, Refusal, Reply, Resource};
-use super::pause::{CONFLICT_RETRIES, update_application};
+use super::pause::{CONFLICT_RETRIES, SetCheck, application_set_check, update_application};
 use super::{LoadedPolicy, Output, PluginError, PolicySource, print_structured, split_target};
 use crate::pause::{AppChange, AppState, Plan};
 use crate::text::printable;
@@ -49,13 +49,16 @@ struct PauseReport {
     /// paused | already-paused | resumed | still-paused | not-paused
     state: &'static str,
     paused_for: Vec<String>,
+    /// The ApplicationSet that generated the paused Application, if one did.
+    application_set: Option<String>,
     text: String,
 }
 
 impl PauseReport {
     fn json(&self) -> Value {
         json!({"tool": self.tool, "control": self.control, "target": self.target,
-               "state": self.state, "pausedFor": self.paused_for, "text": self.text})
+               "state": self.state, "pausedFor": self.paused_for,
+               "applicationSet": self.application_set, "text": self.text})
     }
 }
 
@@ -168,8 +171,14 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
             println!(
                 "until then, manual changes to it by identities allowed to break glass are allowed (with a warning, audited, and a BreakGlassUsed Event)"
             );
+            // Only a pause this break-glass holds is lifted at expiry.
+            let what = if pause.state == "paused" {
+                "the break-glass and the pause"
+            } else {
+                "the break-glass"
+            };
             println!(
-                "at {at} it expires: driftguard removes the break-glass and the pause within its sweep interval, and the GitOps tool restores Git; end it earlier with `kubectl driftguard break-glass {} --end`; put the fix in Git",
+                "at {at} it expires: driftguard removes {what} within its sweep interval, and the GitOps tool restores Git; end it earlier with `kubectl driftguard break-glass {} --end`; put the fix in Git",
                 args.target
             );
         }
@@ -234,7 +243,8 @@ impl Target<'_> {
 
     /// Pauses the tool for the object (Argo CD: the Application first), then
     /// arms break-glass; a pause this run added is undone when the arming
-    /// write is refused.
+    /// write is refused. An Application whose ApplicationSet would remove
+    /// the pause is not paused at all, and the report says so.
     async fn arm(&self, reason: &str, at: Timestamp) -> Result<Written, PluginError> {
         let expires = at.to_string();
         // Whether this run added the object to its Application's pause, across retries.
@@ -252,25 +262,33 @@ impl Target<'_> {
             }
             let plan = self.plan(&object);
             let mut app = None;
+            let mut set = SetCheck::NotGenerated;
             if let Plan::ArgoCd {
                 namespace,
                 name,
                 entry,
             } = &plan
             {
-                let outcome =
-                    update_application(self.api, namespace, name, AppChange::Pause(entry)).await?;
-                added |= !outcome.was_listed && matches!(outcome.state, AppState::PausedFor(_));
-                app = Some(outcome.state);
+                set = application_set_check(self.api, namespace, name).await?;
+                if set.holds() {
+                    let change = AppChange::Pause(entry);
+                    let outcome = update_application(self.api, namespace, name, change).await?;
+                    added |= !outcome.was_listed && matches!(outcome.state, AppState::PausedFor(_));
+                    app = Some(outcome.state);
+                }
             }
-            let body = crate::pause::arm_patch(&plan, reason, &expires, rv);
+            let body = if set.holds() {
+                crate::pause::arm_patch(&plan, reason, &expires, rv)
+            } else {
+                crate::pause::arm_patch_unpaused(reason, &expires, rv)
+            };
             let Some(reply) = self.patch(&body).await? else {
                 continue;
             };
             return match reply {
                 Ok(reply) => Ok(Written::Done(
                     reply,
-                    armed_report(&plan, app, self.shown, &expires),
+                    armed_report(&plan, app, &set, self.shown, &expires),
                 )),
                 Err(refusal) => {
                     if added {
@@ -362,13 +380,20 @@ impl Target<'_> {
 }
 
 /// What arming paused, in words and as data.
-fn armed_report(plan: &Plan, app: Option<AppState>, shown: &str, until: &str) -> PauseReport {
+fn armed_report(
+    plan: &Plan,
+    app: Option<AppState>,
+    set: &SetCheck,
+    shown: &str,
+    until: &str,
+) -> PauseReport {
     let mut r = PauseReport {
         tool: None,
         control: None,
         target: None,
         state: "not-paused",
         paused_for: Vec::new(),
+        application_set: None,
         text: String::new(),
     };
     match plan {
@@ -404,6 +429,32 @@ fn armed_report(plan: &Plan, app: Option<AppState>, shown: &str, until: &str) ->
             r.tool = Some("Argo CD");
             r.control = Some(crate::pause::SKIP_RECONCILE);
             r.target = Some(format!("Application {namespace}/{name}"));
+            let keys = crate::pause::APPLICATION_PAUSE.join(", ");
+            let fix = format!(
+                "to let break-glass pause it, list {keys} in the ApplicationSet's spec.preservedFields.annotations (see docs/break-glass.md)"
+            );
+            let risk = format!(
+                "with selfHeal, Argo CD may revert changes to {shown} at any time; driftguard still allows them until {until}"
+            );
+            match set {
+                SetCheck::NotGenerated => {}
+                SetCheck::Keeps { set } => r.application_set = Some(set.clone()),
+                SetCheck::Drops { set, dropped } => {
+                    r.application_set = Some(set.clone());
+                    r.text = format!(
+                        "Argo CD is NOT paused: Application {namespace}/{name} is generated by ApplicationSet {namespace}/{set}, whose controller rewrites its annotations and would remove {} within seconds, so no pause was written; {risk}; {fix}",
+                        dropped.join(" and ")
+                    );
+                    return r;
+                }
+                SetCheck::Unreadable { set, why } => {
+                    r.application_set = Some(set.clone());
+                    r.text = format!(
+                        "Argo CD is NOT paused: Application {namespace}/{name} is generated by ApplicationSet {namespace}/{set}, which could not be read ({why}) to check that it keeps a pause, so no pause was written; {risk}; pausing needs get on applicationsets.argoproj.io, and {fix}"
+                    );
+                    return r;
+                }
+            }
             match app {
                 Some(AppState::PausedFor(list)) => {
                     r.state = "paused";
@@ -414,6 +465,11 @@ fn armed_report(plan: &Plan, app: Option<AppState>, shown: &str, until: &str) ->
                         r.text.push_str(&format!(
                             " (the pause is shared with {} other break-glass(es))",
                             list.len() - 1
+                        ));
+                    }
+                    if let Some(set) = &r.application_set {
+                        r.text.push_str(&format!(
+                            "; its ApplicationSet {namespace}/{set} keeps the pause ({keys} preserved)"
                         ));
                     }
                     r.paused_for = list;
@@ -440,6 +496,7 @@ fn ended_report(marker: Option<&str>, app: Option<(String, AppState)>, shown: &s
         target: None,
         state: "not-paused",
         paused_for: Vec::new(),
+        application_set: None,
         text: String::new(),
     };
     if let Some(key) = marker.and_then(crate::drift::restore::paused_annotation) {
@@ -569,7 +626,13 @@ mod tests {
             key: FLUX_RECONCILE,
             manager: kustomization.clone(),
         };
-        let r = armed_report(&plan, None, "deployment/web", "2026-01-01T11:00:00Z");
+        let r = armed_report(
+            &plan,
+            None,
+            &SetCheck::NotGenerated,
+            "deployment/web",
+            "2026-01-01T11:00:00Z",
+        );
         assert!(
             r.text.starts_with(
                 "Flux will not reconcile deployment/web until 2026-01-01T11:00:00Z; Git wins again after that"
@@ -582,14 +645,14 @@ mod tests {
             key: HELM_DRIFT_DETECTION,
             manager: kustomization.clone(),
         };
-        let r = armed_report(&helm, None, "deployment/web", "T");
+        let r = armed_report(&helm, None, &SetCheck::NotGenerated, "deployment/web", "T");
         assert!(r.text.contains("will not correct drift of"), "{}", r.text);
         let theirs = Plan::AlreadyOptedOut {
             key: FLUX_RECONCILE,
             manager: kustomization,
         };
         assert_eq!(
-            armed_report(&theirs, None, "x", "T").state,
+            armed_report(&theirs, None, &SetCheck::NotGenerated, "x", "T").state,
             "already-paused"
         );
 
@@ -605,6 +668,7 @@ mod tests {
         let r = armed_report(
             &argo,
             Some(AppState::PausedFor(list.clone())),
+            &SetCheck::NotGenerated,
             "deployment/web",
             "T",
         );
@@ -616,12 +680,65 @@ mod tests {
             r.text
         );
         assert_eq!(r.paused_for, list);
-        let r = armed_report(&argo, Some(AppState::PausedBySomeoneElse), "x", "T");
+        let r = armed_report(
+            &argo,
+            Some(AppState::PausedBySomeoneElse),
+            &SetCheck::NotGenerated,
+            "x",
+            "T",
+        );
         assert_eq!(r.state, "already-paused");
         assert_eq!(
-            armed_report(&Plan::Unmanaged, None, "x", "T").state,
+            armed_report(&Plan::Unmanaged, None, &SetCheck::NotGenerated, "x", "T").state,
             "not-paused"
         );
+    }
+
+    #[test]
+    fn the_report_never_claims_a_pause_an_application_set_undoes() {
+        let argo = Plan::ArgoCd {
+            namespace: "argocd".into(),
+            name: "web-prod".into(),
+            entry: "apps/Deployment:p/web".into(),
+        };
+        let held = Some(AppState::PausedFor(vec!["apps/Deployment:p/web".into()]));
+        let keeps = SetCheck::Keeps { set: "web".into() };
+        let r = armed_report(&argo, held, &keeps, "deployment/web", "T");
+        assert_eq!(r.state, "paused");
+        assert!(
+            r.text
+                .contains("its ApplicationSet argocd/web keeps the pause"),
+            "{}",
+            r.text
+        );
+        assert_eq!(r.json()["applicationSet"], "web");
+
+        let drops = SetCheck::Drops {
+            set: "web".into(),
+            dropped: vec![crate::pause::SKIP_RECONCILE],
+        };
+        let unreadable = SetCheck::Unreadable {
+            set: "web".into(),
+            why: "HTTP 403: forbidden".into(),
+        };
+        for (set, why) in [
+            (
+                &drops,
+                "would remove argocd.argoproj.io/skip-reconcile within seconds",
+            ),
+            (&unreadable, "could not be read (HTTP 403: forbidden)"),
+        ] {
+            let r = armed_report(&argo, None, set, "deployment/web", "T");
+            assert_eq!(r.state, "not-paused");
+            assert!(
+                r.text.starts_with(
+                    "Argo CD is NOT paused: Application argocd/web-prod is generated by ApplicationSet argocd/web"
+                ) && r.text.contains(why)
+                    && r.text.contains("spec.preservedFields.annotations"),
+                "{}",
+                r.text
+            );
+        }
     }
 
     #[test]

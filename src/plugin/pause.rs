@@ -28,18 +28,14 @@ pub async fn update_application(
     name: &str,
     change: AppChange<'_>,
 ) -> Result<AppOutcome, PluginError> {
-    let path = format!("/apis/argoproj.io/v1alpha1/namespaces/{namespace}/applications/{name}");
+    let path = application_path(namespace, name);
     let entry = match change {
         AppChange::Pause(e) | AppChange::Resume(e) => e,
     };
     for _ in 0..CONFLICT_RETRIES {
         let app = match api.try_get(&path).await? {
             Ok(app) => app,
-            Err(r) if r.code == 404 => {
-                return Err(PluginError::Access(format!(
-                    "Argo CD Application {namespace}/{name} not found (if Applications live in another namespace, give --argocd-namespace)"
-                )));
-            }
+            Err(r) if r.code == 404 => return Err(not_found(namespace, name)),
             Err(r) => return Err(refused(namespace, name, "get", r.message)),
         };
         let was_listed = listed(&app, entry);
@@ -64,6 +60,75 @@ pub async fn update_application(
     Err(PluginError::Access(format!(
         "Argo CD Application {namespace}/{name} kept changing ({CONFLICT_RETRIES} conflicting writes); try again"
     )))
+}
+
+/// Whether driftguard's pause of an Application can hold.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SetCheck {
+    /// No ApplicationSet generated the Application.
+    NotGenerated,
+    /// ApplicationSet `set` (in the Application's namespace) generated it
+    /// and keeps both pause annotations.
+    Keeps { set: String },
+    /// `set` generated it and would remove `dropped` at its next reconcile.
+    Drops {
+        set: String,
+        dropped: Vec<&'static str>,
+    },
+    /// `set` generated it and cannot be read, so whether it keeps the pause
+    /// is unknown.
+    Unreadable { set: String, why: String },
+}
+
+impl SetCheck {
+    /// Whether the pause may be written: it is known to hold.
+    pub fn holds(&self) -> bool {
+        matches!(self, SetCheck::NotGenerated | SetCheck::Keeps { .. })
+    }
+}
+
+/// Reads Application `namespace/name` and, when an ApplicationSet generated
+/// it, that set: whether it keeps driftguard's pause
+/// ([`crate::pause::application_set_drops`]).
+pub async fn application_set_check(
+    api: &Api,
+    namespace: &str,
+    name: &str,
+) -> Result<SetCheck, PluginError> {
+    let app = match api.try_get(&application_path(namespace, name)).await? {
+        Ok(app) => app,
+        Err(r) if r.code == 404 => return Err(not_found(namespace, name)),
+        Err(r) => return Err(refused(namespace, name, "get", r.message)),
+    };
+    let Some(set) = crate::pause::generated_by(&app) else {
+        return Ok(SetCheck::NotGenerated);
+    };
+    let set = set.to_owned();
+    let path = format!("/apis/argoproj.io/v1alpha1/namespaces/{namespace}/applicationsets/{set}");
+    Ok(match api.try_get(&path).await? {
+        Ok(value) => {
+            let dropped = crate::pause::application_set_drops(&value, name);
+            if dropped.is_empty() {
+                SetCheck::Keeps { set }
+            } else {
+                SetCheck::Drops { set, dropped }
+            }
+        }
+        Err(r) => SetCheck::Unreadable {
+            set,
+            why: format!("HTTP {}: {}", r.code, r.message),
+        },
+    })
+}
+
+fn application_path(namespace: &str, name: &str) -> String {
+    format!("/apis/argoproj.io/v1alpha1/namespaces/{namespace}/applications/{name}")
+}
+
+fn not_found(namespace: &str, name: &str) -> PluginError {
+    PluginError::Access(format!(
+        "Argo CD Application {namespace}/{name} not found (if Applications live in another namespace, give --argocd-namespace)"
+    ))
 }
 
 /// Whether `entry` is in the Application's list of paused objects.

@@ -1,9 +1,10 @@
 //! The real GitOps tools next to a [`ControlPlane`]: kube-controller-manager,
 //! Flux source- and kustomize-controller, Argo CD application-controller and
-//! repo-server (with an in-memory Redis), a Git repository served over smart
-//! HTTP and `file://`, and the tools' own CRDs. All are built from the Go
-//! module proxy by `scripts/build-tools.sh gitops`, run as local processes
-//! with service-account token kubeconfigs, and killed on drop.
+//! repo-server (with an in-memory Redis) and applicationset-controller, a Git
+//! repository served over smart HTTP and `file://`, and the tools' own CRDs.
+//! All are built from the Go module proxy by `scripts/build-tools.sh gitops`,
+//! run as local processes with service-account token kubeconfigs, and killed
+//! on drop.
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
@@ -23,7 +24,8 @@ pub struct Tools {
     pub argocd: PathBuf,
     pub redis: PathBuf,
     pub githttp: PathBuf,
-    /// `flux/*.yaml` CRDs, `argocd/*-crd.yaml` and `argocd/git-verify-wrapper.sh`.
+    /// `flux/*.yaml` CRDs, `argocd/*-crd.yaml` (Application, AppProject,
+    /// ApplicationSet) and `argocd/git-verify-wrapper.sh`.
     pub assets: PathBuf,
 }
 
@@ -274,17 +276,26 @@ pub fn install_crds(plane: &ControlPlane, dir: &Path) {
         );
         assert!(out.ok, "CRD {}: {out}", file.display());
     }
-    let out = plane.kubectl(
-        "admin",
-        &[
-            "wait",
-            "--for=condition=Established",
-            "crd",
-            "--all",
-            "--timeout=60s",
-        ],
+    // A CRD created a moment ago may have no conditions yet, and `kubectl
+    // wait` then fails at once (".status.conditions accessor error") instead
+    // of waiting: ask again.
+    eventually(
+        "the CRDs to be Established",
+        Duration::from_secs(90),
+        || {
+            let out = plane.kubectl(
+                "admin",
+                &[
+                    "wait",
+                    "--for=condition=Established",
+                    "crd",
+                    "--all",
+                    "--timeout=30s",
+                ],
+            );
+            if out.ok { Ok(()) } else { Err(out.to_string()) }
+        },
     );
-    assert!(out.ok, "{out}");
 }
 
 /// Flux source-controller and kustomize-controller, writing as their own
@@ -400,6 +411,8 @@ pub struct ArgoCd {
     pub controller: Proc,
     pub repo_server: Proc,
     pub redis: Proc,
+    /// `127.0.0.1:<port>` of the plaintext repo-server.
+    pub repo_server_addr: String,
 }
 
 /// argocd-cm, argocd-secret and the `default` AppProject, which only
@@ -487,7 +500,63 @@ impl ArgoCd {
             controller,
             repo_server,
             redis,
+            repo_server_addr: format!("127.0.0.1:{repo_port}"),
         }
+    }
+
+    /// The applicationset-controller (the same binary), for ApplicationSets in
+    /// `argocd` (its kubeconfig's namespace), writing as
+    /// `system:serviceaccount:argocd:argocd-applicationset-controller`. The
+    /// ApplicationSet CRD is among the assets [`ArgoCd::start`] installs.
+    pub fn start_applicationset_controller(&self, plane: &ControlPlane, tools: &Tools) -> Proc {
+        let kubeconfig =
+            service_account_kubeconfig(plane, "argocd", "argocd-applicationset-controller");
+        spawn(
+            "argocd-applicationset-controller",
+            Command::new(&tools.argocd)
+                .env("ARGOCD_BINARY_NAME", "argocd-applicationset-controller")
+                .env("ARGOCD_FAKE_IN_CLUSTER", "true")
+                .env("KUBECONFIG", &kubeconfig)
+                .arg(format!("--argocd-repo-server={}", self.repo_server_addr))
+                .arg("--repo-server-plaintext")
+                .arg(format!("--metrics-addr=127.0.0.1:{}", unused_port()))
+                .arg(format!("--probe-addr=127.0.0.1:{}", unused_port()))
+                .arg(format!("--webhook-addr=127.0.0.1:{}", unused_port()))
+                .args(["--enable-scm-providers=false", "--logformat=text"])
+                .arg("--loglevel=info"),
+        )
+    }
+
+    /// Asks the applicationset-controller to reconcile ApplicationSet
+    /// `argocd/name` now (`argocd.argoproj.io/application-set-refresh`) and
+    /// waits until it has: the controller removes the annotation at the end
+    /// of the reconcile, after writing the Applications.
+    pub fn refresh_application_set(plane: &ControlPlane, name: &str) {
+        const REFRESH: &str = "argocd.argoproj.io/application-set-refresh";
+        let out = plane.kubectl(
+            "admin",
+            &[
+                "-n",
+                "argocd",
+                "annotate",
+                "--overwrite",
+                &format!("applicationset/{name}"),
+                &format!("{REFRESH}=true"),
+            ],
+        );
+        assert!(out.ok, "refresh ApplicationSet {name}: {out}");
+        eventually(
+            &format!("ApplicationSet {name} to be reconciled"),
+            Duration::from_secs(90),
+            || {
+                let set = get_json(plane, &["-n", "argocd", "applicationset", name])
+                    .ok_or("no ApplicationSet")?;
+                match set["metadata"]["annotations"].get(REFRESH) {
+                    None => Ok(()),
+                    Some(_) => Err(format!("{REFRESH} still set")),
+                }
+            },
+        );
     }
 
     /// Hard-refreshes Application `argocd/name` and waits until the
