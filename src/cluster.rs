@@ -6,6 +6,7 @@ pub mod bounded;
 pub mod events;
 pub mod expiry;
 pub mod guard;
+pub mod lease;
 pub mod parents;
 pub mod register;
 pub mod rules;

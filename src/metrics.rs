@@ -41,6 +41,8 @@ pub struct Metrics {
     pub decision_seconds: Histogram,
     pub break_glass: Counter,
     pub break_glass_expired: Counter,
+    /// 1 on the replica whose expiry sweeper runs (it holds the Lease).
+    pub break_glass_sweeper_leader: Gauge,
     pub internal_errors: Counter,
     pub decision_timeouts: Counter,
     pub decision_queue_full: Counter,
@@ -112,6 +114,12 @@ impl Default for Metrics {
             "break_glass_expired",
             "Expired break-glasses the sweeper ended, handing the object back to Git",
             break_glass_expired.clone(),
+        );
+        let break_glass_sweeper_leader = Gauge::default();
+        registry.register(
+            "break_glass_sweeper_leader",
+            "1 on the replica whose expiry sweeper runs (it holds the sweeper's Lease)",
+            break_glass_sweeper_leader.clone(),
         );
         let internal_errors = Counter::default();
         registry.register(
@@ -257,6 +265,7 @@ impl Default for Metrics {
             decision_seconds,
             break_glass,
             break_glass_expired,
+            break_glass_sweeper_leader,
             internal_errors,
             decision_timeouts,
             decision_queue_full,

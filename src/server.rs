@@ -134,11 +134,34 @@ pub struct Config {
     /// Applications). 0 turns it off. Never runs without cluster access.
     #[arg(long, env = "DRIFTGUARD_BREAK_GLASS_SWEEP_INTERVAL", default_value = "15s", value_parser = sweep_interval)]
     pub break_glass_sweep_interval: Duration,
+    /// The Lease, as NAMESPACE/NAME, that elects the one replica whose sweeper
+    /// runs (created if missing; needs get, create and update on it). Without
+    /// it every replica sweeps, which is right for one replica.
+    #[arg(long, env = "DRIFTGUARD_BREAK_GLASS_SWEEPER_LEASE", value_parser = lease_name)]
+    pub break_glass_sweeper_lease: Option<(String, String)>,
     #[command(flatten)]
     pub guarded: crate::cluster::guard::Guarded,
     /// How often the policy and certificate files are checked for changes.
     #[arg(long, env = "DRIFTGUARD_RELOAD_INTERVAL", default_value = "2s", value_parser = duration)]
     pub reload_interval: Duration,
+}
+
+/// `--break-glass-sweeper-lease`: NAMESPACE/NAME, both DNS labels.
+fn lease_name(text: &str) -> Result<(String, String), String> {
+    let label = |s: &str| {
+        !s.is_empty()
+            && s.len() <= 63
+            && s.chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
+            && !s.starts_with(['-', '.'])
+            && !s.ends_with(['-', '.'])
+    };
+    match text.split_once('/') {
+        Some((ns, name)) if label(ns) && label(name) && !ns.contains('.') => {
+            Ok((ns.to_owned(), name.to_owned()))
+        }
+        _ => Err(format!("`{text}`: expected NAMESPACE/NAME")),
+    }
 }
 
 /// `--break-glass-sweep-interval`: a duration, or `0` for off.
@@ -325,6 +348,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             crate::cluster::expiry::Options {
                 interval: config.break_glass_sweep_interval,
                 argocd_namespace: config.argocd_namespace.clone(),
+                lease: config.break_glass_sweeper_lease.clone(),
             },
         );
     }
@@ -679,6 +703,17 @@ mod tests {
         assert_eq!(parse(&["--max-connections=64"]).unwrap(), 64);
         assert!(parse(&["--max-connections=0"]).is_err());
         assert!(parse(&["--max-connections=2000000"]).is_err());
+    }
+
+    #[test]
+    fn the_sweeper_lease_is_namespace_slash_name() {
+        assert_eq!(
+            super::lease_name("driftguard/driftguard-sweeper"),
+            Ok(("driftguard".into(), "driftguard-sweeper".into()))
+        );
+        for bad in ["driftguard", "/x", "x/", "a/b/c", "Driftguard/x", "ns/-x"] {
+            assert!(super::lease_name(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -11,6 +11,7 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use futures_util::stream::{self, StreamExt};
@@ -20,6 +21,7 @@ use kube::api::{
 use kube::discovery::{Discovery, verbs};
 use serde_json::{Value, json};
 
+use crate::cluster::lease::{self, Holder, Lease};
 use crate::cluster::rules::{EXCLUDED_GROUPS, EXCLUDED_RESOURCES};
 use crate::drift::breakglass::{self, EXPIRES, LABEL};
 use crate::drift::inputs::Inputs;
@@ -38,11 +40,25 @@ pub struct Options {
     pub interval: Duration,
     /// Where Argo CD Applications live when a tracking id names no namespace.
     pub argocd_namespace: String,
+    /// The Lease (namespace, name) that elects the one replica that sweeps;
+    /// `None`: this process sweeps alone (one replica, or outside a cluster).
+    pub lease: Option<(String, String)>,
 }
+
+/// How long a sweeper's lease lasts without renewal before another replica
+/// takes it over (client-go's default for controllers).
+pub const LEASE_DURATION: Duration = Duration::from_secs(15);
 
 /// Starts the sweeper on the current runtime.
 pub fn spawn(client: kube::Client, policy: PolicyHandle, metrics: Arc<Metrics>, options: Options) {
-    tracing::info!(interval = ?options.interval, "break-glass expiry sweeper started");
+    tracing::info!(interval = ?options.interval, lease = ?options.lease, "break-glass expiry sweeper started");
+    let leading = match &options.lease {
+        Some((namespace, name)) => elect(client.clone(), namespace, name, metrics.clone()),
+        None => {
+            metrics.break_glass_sweeper_leader.set(1);
+            Arc::new(AtomicBool::new(true))
+        }
+    };
     let mut sweeper = Sweeper {
         client,
         policy,
@@ -58,9 +74,61 @@ pub fn spawn(client: kube::Client, policy: PolicyHandle, metrics: Arc<Metrics>, 
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             ticks.tick().await;
-            sweeper.tick().await;
+            if leading.load(Ordering::SeqCst) {
+                sweeper.tick().await;
+            } else {
+                // Pauses seen orphaned by a former leader's last tick are
+                // not this replica's to lift on the strength of them.
+                sweeper.orphans.clear();
+            }
         }
     });
+}
+
+/// Holds the Lease in the background; the flag is true while this replica
+/// holds it, and false again once a renewal is overdue by a third of the
+/// lease, before any other replica may take it over.
+fn elect(
+    client: kube::Client,
+    namespace: &str,
+    name: &str,
+    metrics: Arc<Metrics>,
+) -> Arc<AtomicBool> {
+    let identity = lease::identity();
+    let mut lease = Lease::new(client, namespace, name, &identity, LEASE_DURATION);
+    let leading = Arc::new(AtomicBool::new(false));
+    let flag = leading.clone();
+    tokio::spawn(async move {
+        let mut renewed: Option<Instant> = None;
+        loop {
+            match lease.try_hold().await {
+                Ok(Holder::Me) => {
+                    if renewed.is_none() {
+                        tracing::info!(%identity, "break-glass sweeper: this replica holds the lease and sweeps");
+                    }
+                    renewed = Some(Instant::now());
+                }
+                Ok(Holder::Other(holder)) => {
+                    if renewed.take().is_some() {
+                        tracing::warn!(%identity, %holder, "break-glass sweeper: lease lost; another replica sweeps");
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "break-glass sweeper: cannot read or renew the lease");
+                }
+            }
+            if renewed.is_some_and(|at| at.elapsed() >= LEASE_DURATION * 2 / 3) {
+                tracing::warn!(%identity, "break-glass sweeper: lease renewal overdue; stopped sweeping");
+                renewed = None;
+            }
+            flag.store(renewed.is_some(), Ordering::SeqCst);
+            metrics
+                .break_glass_sweeper_leader
+                .set(i64::from(renewed.is_some()));
+            tokio::time::sleep(lease.retry_period()).await;
+        }
+    });
+    leading
 }
 
 struct Sweeper {
