@@ -1,24 +1,27 @@
 //! The break-glass expiry sweeper: when a break-glass stops granting, hand
-//! the object back to Git. Every interval it finds the objects armed by
-//! `kubectl driftguard break-glass` (label `driftguard.io/break-glass`,
-//! metadata only, in every type it may list and patch; the label alone is not
-//! enough, see [`pause::not_armable`]), and for each whose
-//! break-glass grants nothing any more (expired; an expiry missing or
-//! unreadable) it lifts the pause the marker records and removes what arming
-//! added ([`crate::pause`]). The webhook allows that write whoever sends it
-//! (`break-glass-ended`), so the sweeper needs no special identity. Errors are
-//! logged and retried at the next tick; nothing here can fail a review.
+//! the object back to Git. One replica sweeps, the holder of a Lease
+//! ([`crate::cluster::lease`]). It watches, as metadata only, every type it
+//! may list and patch with the label selector `driftguard.io/break-glass`
+//! (the label alone is not enough, see [`pause::not_armable`]), and checks
+//! the armed objects when one changes and when the earliest expiry comes: for
+//! each whose break-glass grants nothing any more ([`breakglass::state`]) it
+//! lifts the pause the marker records and removes what arming added
+//! ([`crate::pause`]). The webhook allows that write whoever sends it
+//! (`break-glass-ended`), so the sweeper needs no special identity. Errors
+//! are logged and retried at the next check; nothing here can fail a review.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use futures_util::stream::{self, StreamExt};
+use futures_util::StreamExt;
 use kube::api::{
-    Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
+    Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, PartialObjectMeta, Patch,
+    PatchParams,
 };
 use kube::discovery::{Discovery, verbs};
+use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::{Value, json};
 
 use crate::cluster::lease::{self, Holder, Lease};
@@ -31,8 +34,6 @@ use crate::service::PolicyHandle;
 
 /// Types are discovered again this often (a new CRD is swept within it).
 const REDISCOVER: Duration = Duration::from_secs(300);
-/// Types listed at once.
-const CONCURRENT_LISTS: usize = 4;
 /// Conflicting writes to one Application before waiting for the next tick.
 const APP_RETRIES: usize = 3;
 
@@ -64,23 +65,16 @@ pub fn spawn(client: kube::Client, policy: PolicyHandle, metrics: Arc<Metrics>, 
         policy,
         metrics,
         options,
-        types: Vec::new(),
-        discovered: None,
+        watched: BTreeMap::new(),
         unlistable: BTreeSet::new(),
         orphans: BTreeSet::new(),
     };
     tokio::spawn(async move {
-        let mut ticks = tokio::time::interval(sweeper.options.interval);
-        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            ticks.tick().await;
             if leading.load(Ordering::SeqCst) {
-                sweeper.tick().await;
-            } else {
-                // Pauses seen orphaned by a former leader's last tick are
-                // not this replica's to lift on the strength of them.
-                sweeper.orphans.clear();
+                sweeper.lead(&leading).await;
             }
+            tokio::time::sleep(Duration::from_secs(1)).await;
         }
     });
 }
@@ -136,99 +130,232 @@ struct Sweeper {
     policy: PolicyHandle,
     metrics: Arc<Metrics>,
     options: Options,
-    /// Listable and patchable types, from the last discovery.
-    types: Vec<ApiResource>,
-    discovered: Option<Instant>,
-    /// Types the last tick could not list (logged when the set changes).
+    /// The armed objects of each type, kept by a metadata watch selected by
+    /// the break-glass label, by `group/Kind`.
+    watched: BTreeMap<String, Watched>,
+    /// Types whose watch fails (logged when the set changes).
     unlistable: BTreeSet<String>,
-    /// Application pauses no armed object held at the last tick, as
+    /// Application pauses no armed object held at the last check, as
     /// (namespace, name, entry): lifted when still orphaned at the next, so
     /// that the moment between pausing an Application and arming the object
     /// (the plugin does both, in that order) is never mistaken for one.
     orphans: BTreeSet<(String, String, String)>,
 }
 
+/// One type's watch and what it has seen.
+struct Watched {
+    ar: ApiResource,
+    task: tokio::task::AbortHandle,
+    /// Labelled objects by (namespace, name), metadata only.
+    objects: BTreeMap<(String, String), Value>,
+    /// A re-list in progress; replaces `objects` when done.
+    relist: Option<BTreeMap<(String, String), Value>>,
+    /// Whether its first list is complete.
+    synced: bool,
+}
+
+type Update = (
+    String,
+    Result<watcher::Event<PartialObjectMeta<DynamicObject>>, watcher::Error>,
+);
+
 impl Sweeper {
-    async fn tick(&mut self) {
-        if self.discovered.is_none_or(|at| at.elapsed() > REDISCOVER) {
-            match discover(&self.client).await {
-                Ok(types) => {
-                    self.types = types;
-                    self.discovered = Some(Instant::now());
+    /// Sweeps while this replica leads: one metadata watch per type selected
+    /// by the break-glass label (each type costs the apiserver a watch, not
+    /// a list every interval), a check when an armed object changes or the
+    /// earliest expiry comes, and the Applications' pauses read once per
+    /// interval. Every watch stops when the lead is lost.
+    async fn lead(&mut self, leading: &AtomicBool) {
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<Update>(1024);
+        let mut rediscover = Instant::now();
+        let mut check = Instant::now();
+        let mut orphan_check = Instant::now() + self.options.interval;
+        while leading.load(Ordering::SeqCst) {
+            let now = Instant::now();
+            if now >= rediscover {
+                self.rediscover(&tx).await;
+                rediscover = now + REDISCOVER;
+            }
+            let wake = check.min(rediscover).min(now + Duration::from_secs(1));
+            tokio::select! {
+                Some((key, update)) = rx.recv() => {
+                    if self.update(&key, update) {
+                        check = Instant::now();
+                    }
                 }
-                // The last good list keeps serving; discovery is tried again next tick.
-                Err(e) => tracing::warn!(error = %e, "break-glass sweeper: discovery failed"),
+                () = tokio::time::sleep_until(wake.into()) => {}
+            }
+            if Instant::now() >= check {
+                check = self.check().await;
+            }
+            if Instant::now() >= orphan_check && self.watched.values().all(|w| w.synced) {
+                let (armed, listed) = self.armed_and_listed();
+                self.lift_orphaned_pauses(&armed, &listed).await;
+                orphan_check = Instant::now() + self.options.interval;
             }
         }
-        // Owned values: a stream borrowing `self` cannot live in the spawned task.
-        let lists: Vec<_> = stream::iter(self.types.clone())
-            .map(|ar| {
-                let api = Api::<DynamicObject>::all_with(self.client.clone(), &ar);
-                async move {
-                    let list = api
-                        .list_metadata(&ListParams::default().labels(LABEL))
-                        .await;
-                    (ar, list)
+        tracing::info!("break-glass sweeper: not leading; watches stopped");
+        for w in std::mem::take(&mut self.watched).into_values() {
+            w.task.abort();
+        }
+        self.orphans.clear();
+    }
+
+    /// Watches every type driftguard may list and patch, now: new types get
+    /// a watch, types gone lose theirs. A failed discovery keeps the watches.
+    async fn rediscover(&mut self, tx: &tokio::sync::mpsc::Sender<Update>) {
+        let types = match discover(&self.client).await {
+            Ok(types) => types,
+            Err(e) => {
+                tracing::warn!(error = %e, "break-glass sweeper: discovery failed");
+                return;
+            }
+        };
+        let keys: BTreeSet<String> = types.iter().map(type_key).collect();
+        self.watched.retain(|key, w| {
+            let keep = keys.contains(key);
+            if !keep {
+                w.task.abort();
+            }
+            keep
+        });
+        for ar in types {
+            let key = type_key(&ar);
+            if self.watched.contains_key(&key) {
+                continue;
+            }
+            let api = Api::<PartialObjectMeta<DynamicObject>>::all_with(self.client.clone(), &ar);
+            let stream =
+                watcher::watcher(api, watcher::Config::default().labels(LABEL)).default_backoff();
+            let (tx, sent_key) = (tx.clone(), key.clone());
+            let task = tokio::spawn(async move {
+                futures_util::pin_mut!(stream);
+                while let Some(update) = stream.next().await {
+                    if tx.send((sent_key.clone(), update)).await.is_err() {
+                        return;
+                    }
                 }
-            })
-            .buffer_unordered(CONCURRENT_LISTS)
-            .collect()
-            .await;
-        let mut unlistable = BTreeSet::new();
-        let mut due = Vec::new();
-        let mut armed = BTreeSet::new();
-        let mut listed = BTreeSet::new();
+            });
+            self.watched.insert(
+                key,
+                Watched {
+                    ar,
+                    task: task.abort_handle(),
+                    objects: BTreeMap::new(),
+                    relist: None,
+                    synced: false,
+                },
+            );
+        }
+    }
+
+    /// Takes one watch update in; true when an armed object may have changed.
+    fn update(
+        &mut self,
+        key: &str,
+        update: Result<watcher::Event<PartialObjectMeta<DynamicObject>>, watcher::Error>,
+    ) -> bool {
+        let Some(w) = self.watched.get_mut(key) else {
+            return false;
+        };
+        let event = match update {
+            Ok(event) => event,
+            Err(e) => {
+                if self.unlistable.insert(key.to_owned()) {
+                    tracing::warn!(r#type = %type_name(&w.ar), error = %e, "break-glass sweeper cannot watch this type (it needs list, watch and patch on it): its expired break-glasses are not removed");
+                }
+                return false;
+            }
+        };
+        let entry = |meta: PartialObjectMeta<DynamicObject>, kind: &str| {
+            let id = (
+                meta.metadata.namespace.clone().unwrap_or_default(),
+                meta.metadata.name.clone().unwrap_or_default(),
+            );
+            (id, json!({"kind": kind, "metadata": meta.metadata}))
+        };
+        match event {
+            watcher::Event::Init => w.relist = Some(BTreeMap::new()),
+            watcher::Event::InitApply(meta) => {
+                let (id, object) = entry(meta, &w.ar.kind);
+                w.relist.get_or_insert_default().insert(id, object);
+                return false;
+            }
+            watcher::Event::InitDone => {
+                w.objects = w.relist.take().unwrap_or_default();
+                w.synced = true;
+                self.unlistable.remove(key);
+            }
+            watcher::Event::Apply(meta) => {
+                let (id, object) = entry(meta, &w.ar.kind);
+                w.objects.insert(id, object);
+            }
+            watcher::Event::Delete(meta) => {
+                let (id, _) = entry(meta, &w.ar.kind);
+                w.objects.remove(&id);
+            }
+        }
+        true
+    }
+
+    /// Ends every armed break-glass that grants nothing any more, and
+    /// returns when to check again: at the earliest expiry still ahead, or
+    /// one interval from now, whichever comes first.
+    async fn check(&mut self) -> Instant {
         let now = jiff::Timestamp::now();
         let policy = self.policy.current();
-        for (ar, list) in lists {
-            match list {
-                Ok(list) => {
-                    listed.insert(format!("{}/{}", ar.group, ar.kind));
-                    for item in list.items {
-                        let object = json!({"kind": ar.kind, "metadata": item.metadata});
-                        let is_due = match sweep(&object, &ar.group, &policy, now) {
-                            Ok(is_due) => is_due,
-                            Err(why) => {
-                                tracing::debug!(kind = %ar.kind, name = %object["metadata"]["name"], why, "break-glass sweeper: labelled but not armed by driftguard; left alone");
-                                continue;
-                            }
-                        };
-                        armed.insert(pause::entry(
-                            &ar.group,
-                            &ar.kind,
-                            object["metadata"]["namespace"].as_str().unwrap_or_default(),
-                            object["metadata"]["name"].as_str().unwrap_or_default(),
-                        ));
-                        if is_due {
-                            due.push((ar.clone(), object));
+        let mut next = Instant::now() + self.options.interval;
+        let mut due = Vec::new();
+        for w in self.watched.values() {
+            for object in w.objects.values() {
+                match sweep(object, &w.ar.group, &policy, now) {
+                    Err(why) => {
+                        tracing::debug!(kind = %w.ar.kind, name = %object["metadata"]["name"], why, "break-glass sweeper: labelled but not armed by driftguard; left alone");
+                    }
+                    Ok(true) => due.push((w.ar.clone(), object.clone())),
+                    Ok(false) => {
+                        let expires = object["metadata"]["annotations"][EXPIRES]
+                            .as_str()
+                            .and_then(|e| e.parse::<jiff::Timestamp>().ok());
+                        let left =
+                            expires.and_then(|at| Duration::try_from(at.duration_since(now)).ok());
+                        if let Some(left) = left {
+                            // A moment past the expiry, so that it is expired when checked.
+                            next = next.min(Instant::now() + left + Duration::from_millis(50));
                         }
                     }
                 }
-                // A type gone since discovery (404) is no one's business.
-                Err(kube::Error::Api(s)) if s.code == 404 => {}
-                Err(kube::Error::Api(s)) => {
-                    unlistable.insert(format!("{} (HTTP {})", type_name(&ar), s.code));
-                }
-                Err(e) => {
-                    unlistable.insert(format!("{}: {e}", type_name(&ar)));
-                }
             }
-        }
-        if unlistable != self.unlistable {
-            if !unlistable.is_empty() {
-                let shown: Vec<&String> = unlistable.iter().take(5).collect();
-                tracing::warn!(
-                    types = unlistable.len(),
-                    first = ?shown,
-                    "break-glass sweeper cannot list these types (it needs list and patch on them): their expired break-glasses are not removed"
-                );
-            }
-            self.unlistable = unlistable;
         }
         for (ar, object) in due {
             self.end(&ar, &object).await;
         }
-        self.lift_orphaned_pauses(&armed, &listed).await;
+        next
+    }
+
+    /// The armed objects (`pause::entry`) and the types whose watch has
+    /// listed them all, for [`Sweeper::lift_orphaned_pauses`].
+    fn armed_and_listed(&self) -> (BTreeSet<String>, BTreeSet<String>) {
+        let policy = self.policy.current();
+        let mut armed = BTreeSet::new();
+        let mut listed = BTreeSet::new();
+        for (key, w) in &self.watched {
+            if !w.synced {
+                continue;
+            }
+            listed.insert(key.clone());
+            for object in w.objects.values() {
+                if pause::not_armable(object, &w.ar.group, &policy).is_none() {
+                    armed.insert(pause::entry(
+                        &w.ar.group,
+                        &w.ar.kind,
+                        object["metadata"]["namespace"].as_str().unwrap_or_default(),
+                        object["metadata"]["name"].as_str().unwrap_or_default(),
+                    ));
+                }
+            }
+        }
+        (armed, listed)
     }
 
     /// However a break-glass ended (its keys removed by hand, its object
@@ -398,6 +525,11 @@ async fn discover(client: &kube::Client) -> Result<Vec<ApiResource>, kube::Error
         }
     }
     Ok(out)
+}
+
+/// `group/Kind`, as `pause::entry` names a type.
+fn type_key(ar: &ApiResource) -> String {
+    format!("{}/{}", ar.group, ar.kind)
 }
 
 fn type_name(ar: &ApiResource) -> String {

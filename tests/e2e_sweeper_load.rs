@@ -1,0 +1,182 @@
+//! What the break-glass sweeper costs the apiserver (issue 23, item 5): the
+//! chart's two replicas, as its ServiceAccount with its RBAC, Lease and
+//! flags, on an apiserver with 200 CRDs installed and one break-glass armed.
+//! The requests driftguard's ServiceAccount makes in one minute are read from
+//! the apiserver's own audit log and printed by verb and resource; the test
+//! fails when the sweeper lists types on a timer (every type, every interval,
+//! on every replica: over a thousand requests a minute here) instead of
+//! watching the break-glass label on one replica.
+
+#[path = "support/control_plane.rs"]
+mod control_plane;
+#[path = "support/rbac_audit.rs"]
+mod rbac_audit;
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use control_plane::*;
+use serde_json::Value;
+
+const SA: &str = "system:serviceaccount:driftguard:dg-driftguard";
+const CRDS: usize = 200;
+/// The sweeper's own requests a minute (the Lease's renewals aside) that
+/// the test allows: discovery and the Applications' list once per interval
+/// at most, and the watches' occasional re-lists.
+const SWEEPER_PER_MINUTE: usize = 30;
+
+fn crds() -> String {
+    (0..CRDS)
+        .map(|i| {
+            format!(
+                r#"---
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {{name: widgets.load{i}.example.com}}
+spec:
+  group: load{i}.example.com
+  names: {{kind: Widget, plural: widgets, singular: widget, listKind: WidgetList}}
+  scope: Namespaced
+  versions:
+    - name: v1
+      served: true
+      storage: true
+      schema: {{openAPIV3Schema: {{type: object, x-kubernetes-preserve-unknown-fields: true}}}}
+"#
+            )
+        })
+        .collect()
+}
+
+fn received(e: &Value) -> Option<jiff::Timestamp> {
+    e["requestReceivedTimestamp"].as_str()?.parse().ok()
+}
+
+#[test]
+fn the_sweeper_watches_instead_of_listing_every_type() {
+    let mut plane = ControlPlane::start_audited("sweeper-load");
+    plane.create_namespaces(&["driftguard", "argocd", "production"]);
+    plane.add_user(SA, &[]);
+    let out = plane.kubectl_stdin("admin", &["apply", "-f", "-"], Some(&crds()));
+    assert!(out.ok, "{out}");
+    let out = plane.kubectl(
+        "admin",
+        &[
+            "wait",
+            "--for=condition=established",
+            "crd",
+            "--all",
+            "--timeout=180s",
+        ],
+    );
+    assert!(out.ok, "{out}");
+
+    let chart = render_chart(
+        &plane,
+        1,
+        &["policy.breakGlass.allowedGroups[0]=sre-oncall"],
+    );
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&chart.yaml).unwrap();
+    let args: Vec<String> =
+        docs.iter()
+            .find(|d| d["kind"] == "Deployment")
+            .expect("the chart renders a Deployment")["spec"]["template"]["spec"]["containers"][0]
+            ["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(Value::as_str)
+            .filter(|a| a.starts_with("--break-glass-sweep") || a.starts_with("--argocd-namespace"))
+            .map(str::to_owned)
+            .collect();
+    assert_eq!(
+        args.len(),
+        3,
+        "interval, lease and Argo CD namespace: {args:?}"
+    );
+    let needed: String = docs
+        .iter()
+        .filter(|d| {
+            d["apiVersion"]
+                .as_str()
+                .is_some_and(|v| v.starts_with("rbac.authorization.k8s.io"))
+                || d["kind"] == "Lease"
+        })
+        .map(|d| format!("---\n{}", serde_saphyr::to_string(d).unwrap()))
+        .collect();
+    let out = plane.kubectl_stdin("admin", &["apply", "-f", "-"], Some(&needed));
+    assert!(out.ok, "{out}");
+    // One break-glass armed, an hour to go.
+    let expires = (jiff::Timestamp::now() + jiff::SignedDuration::from_hours(1))
+        .round(jiff::Unit::Second)
+        .unwrap();
+    plane.apply_admin(&format!(
+        r#"apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: settings
+  namespace: production
+  labels:
+    kustomize.toolkit.fluxcd.io/name: apps
+    kustomize.toolkit.fluxcd.io/namespace: flux-system
+    driftguard.io/break-glass: "true"
+  annotations:
+    driftguard.io/break-glass: INC-9
+    driftguard.io/break-glass-expires: "{expires}"
+    driftguard.io/break-glass-paused: kustomize.toolkit.fluxcd.io/reconcile
+    kustomize.toolkit.fluxcd.io/reconcile: disabled
+"#
+    ));
+
+    let policy = plane.dir.join("load-policy.yaml");
+    std::fs::write(&policy, &chart.policy).unwrap();
+    let mut flags = vec![
+        format!("--policy={}", policy.display()),
+        format!("--kubeconfig={}", plane.kubeconfig(SA).display()),
+    ];
+    flags.extend(args);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let first = Driftguard::start(&plane, &flags);
+    let _second = first.replica();
+
+    // A minute after both started and settled (first discovery, first
+    // lists or watches), counted from the apiserver's audit log.
+    std::thread::sleep(Duration::from_secs(20));
+    let from = jiff::Timestamp::now();
+    std::thread::sleep(Duration::from_secs(60));
+    let to = jiff::Timestamp::now();
+    let events: Vec<Value> = plane
+        .audit_events()
+        .into_iter()
+        .filter(|e| received(e).is_some_and(|t| t >= from && t < to))
+        .collect();
+    let requests = rbac_audit::requests_of(&events, SA);
+    let mut by_key: BTreeMap<String, usize> = BTreeMap::new();
+    for r in &requests {
+        *by_key.entry(r.key()).or_default() += 1;
+    }
+    let lease: usize = by_key
+        .iter()
+        .filter(|(k, _)| k.contains("coordination.k8s.io/leases"))
+        .map(|(_, n)| n)
+        .sum();
+    let sweeper = requests.len() - lease;
+    let mut table = format!(
+        "driftguard's requests in one minute, two replicas, {CRDS} CRDs, one break-glass armed: {} ({} Lease, {sweeper} other)\n",
+        requests.len(),
+        lease
+    );
+    for (key, n) in &by_key {
+        let _ = writeln!(table, "  {n:>5}  {key}");
+    }
+    eprintln!("{table}");
+    assert!(
+        sweeper <= SWEEPER_PER_MINUTE,
+        "the sweeper made {sweeper} requests in a minute (at most {SWEEPER_PER_MINUTE}):\n{table}"
+    );
+    assert!(
+        lease > 0,
+        "the replicas never touched their Lease:\n{table}"
+    );
+}
