@@ -24,6 +24,7 @@ pub use breakglass::{BreakGlass, BreakGlassUse};
 pub use inputs::{Input, Inputs, MODE_ANNOTATION};
 pub use ownership::Manager;
 
+use crate::policy::argocd::DiffMode;
 use crate::policy::flux::{FluxKind, FluxSource};
 use crate::policy::ignore::owned_leaves;
 use crate::policy::impersonation::SyncAccount;
@@ -842,10 +843,16 @@ fn input_changes(
     if grown(&managers) || tool_grown || (flux && reapplied::ownership_rewritten(old, new)) {
         out.push(MANAGED_FIELDS.to_owned());
     }
-    // Argo CD's client-side apply merges three ways against this record:
-    // what a hand adds to it (`kubectl edit` and `kubectl apply` rewrite it),
-    // the next sync deletes where Git lacks it, ignore rules or not.
-    if matches!(manager, Some(Manager::ArgoCd { .. }))
+    // Argo CD's legacy diff merges three ways against this record: what a
+    // hand adds to it (`kubectl edit` and `kubectl apply` rewrite it), the
+    // next sync deletes where Git lacks it, ignore rules or not. Server-Side
+    // Diff drops the record from both sides before comparing.
+    if let Some(Manager::ArgoCd {
+        application,
+        application_namespace,
+    }) = manager
+        && find_application(policy, ctx, application, application_namespace.as_deref())
+            .is_none_or(|a| a.diff == DiffMode::Legacy)
         && let Some(pointer) = owned::last_applied_changed(old, new)
     {
         out.push(pointer);

@@ -421,6 +421,83 @@ fn what_the_tools_read_cannot_be_planted() {
     assert_eq!(out.decision.inputs_changed, vec!["/metadata/managedFields"]);
 }
 
+/// Server-Side Diff drops the last-applied record from both sides before
+/// comparing (gitops-engine `serverSideDiff`), so rewriting it is no drift
+/// there; the mode is read from the Application as Argo CD v3.6 reads it
+/// (`shouldUseServerSideDiff`). tests/e2e_argocd_modes.rs shows it with the
+/// real controller.
+#[test]
+fn the_last_applied_record_counts_only_under_the_legacy_diff() {
+    const LAST_APPLIED: &str =
+        "/metadata/annotations/kubectl.kubernetes.io~1last-applied-configuration";
+    let old = with(
+        &deployment(),
+        LAST_APPLIED,
+        json!(r#"{"apiVersion":"apps/v1","kind":"Deployment","spec":{"template":{}}}"#),
+    );
+    let rewritten = with(
+        &old,
+        LAST_APPLIED,
+        json!(
+            r#"{"apiVersion":"apps/v1","kind":"Deployment","spec":{"replicas":5,"template":{}}}"#
+        ),
+    );
+    let app = |annotations: &str, sync_options: &str| {
+        let yaml = format!(
+            "apiVersion: argoproj.io/v1alpha1\nkind: Application\n\
+             metadata: {{name: myapp, namespace: argocd, annotations: {{{annotations}}}}}\n\
+             spec:\n  project: default\n\
+             \x20 destination: {{server: https://kubernetes.default.svc, namespace: production}}\n\
+             \x20 syncPolicy: {{syncOptions: [{sync_options}]}}\n\
+             \x20 ignoreDifferences:\n  - {{group: '*', kind: '*', jsonPointers: [/metadata/annotations]}}\n"
+        );
+        let app = driftguard::policy::argocd::parse(&yaml, "app.yaml")
+            .unwrap()
+            .applications
+            .pop()
+            .unwrap();
+        Policy::embedded().with_applications(vec![app])
+    };
+    let cases = [
+        ("", "", false),
+        ("", "RespectIgnoreDifferences=true", false),
+        ("", "ServerSideApply=true", true),
+        (
+            "argocd.argoproj.io/compare-options: 'IgnoreExtraneous, ServerSideDiff=true'",
+            "",
+            true,
+        ),
+        (
+            "argocd.argoproj.io/compare-options: ServerSideDiff=false",
+            "ServerSideApply=true",
+            false,
+        ),
+        // Sync options match exactly, as Argo CD's HasOption does.
+        ("", "' ServerSideApply=true'", false),
+    ];
+    for (annotations, options, allowed) in cases {
+        let out = run(
+            &app(annotations, options),
+            &Review::update(old.clone(), rewritten.clone()),
+        );
+        assert_eq!(
+            out.allowed(),
+            allowed,
+            "{annotations:?} {options:?}: {:?}",
+            out.decision
+        );
+        if !allowed {
+            assert_eq!(out.decision.inputs_changed, vec![LAST_APPLIED]);
+            assert!(
+                out.message()
+                    .contains("the last-applied record that Argo CD's sync diffs against"),
+                "{}",
+                out.message()
+            );
+        }
+    }
+}
+
 /// The `driftguard.io/drift` record is written by driftguard's mutating
 /// webhook for the write itself; anything else in it is forged.
 #[test]
