@@ -490,7 +490,7 @@ fn the_last_applied_record_counts_only_under_the_legacy_diff() {
             assert_eq!(out.decision.inputs_changed, vec![LAST_APPLIED]);
             assert!(
                 out.message()
-                    .contains("the last-applied record that Argo CD's sync diffs against"),
+                    .contains("the last-applied record that Argo CD's three-way diff reads"),
                 "{}",
                 out.message()
             );

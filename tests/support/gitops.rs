@@ -274,17 +274,25 @@ pub fn install_crds(plane: &ControlPlane, dir: &Path) {
         );
         assert!(out.ok, "CRD {}: {out}", file.display());
     }
-    let out = plane.kubectl(
-        "admin",
-        &[
-            "wait",
-            "--for=condition=Established",
-            "crd",
-            "--all",
-            "--timeout=60s",
-        ],
+    // kubectl wait fails at once on a CRD the apiserver has not given
+    // conditions yet (".status.conditions accessor error"): ask again.
+    eventually(
+        "the CRDs to be Established",
+        Duration::from_secs(90),
+        || {
+            let out = plane.kubectl(
+                "admin",
+                &[
+                    "wait",
+                    "--for=condition=Established",
+                    "crd",
+                    "--all",
+                    "--timeout=60s",
+                ],
+            );
+            if out.ok { Ok(()) } else { Err(out.to_string()) }
+        },
     );
-    assert!(out.ok, "{out}");
 }
 
 /// Flux source-controller and kustomize-controller, writing as their own
