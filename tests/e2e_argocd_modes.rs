@@ -461,10 +461,15 @@ fn argocd_in_every_sync_and_diff_mode() {
                     Err(format!("synced={synced} record={record}"))
                 }
             });
+            let rep = deployment(&plane, m, "rep");
             assert_eq!(
-                replicas(&plane, m, "rep").as_deref(),
+                field(&rep, "/spec/replicas").as_deref(),
                 Some("5"),
                 "{m:?}: kept"
+            );
+            assert!(
+                last_applied(&rep).is_some_and(|r| r.contains("\"replicas\":5")),
+                "{m:?}: the sync wrote Git with the live replicas as the record: {rep}"
             );
             eventually(
                 "self-heal to revert norid",
