@@ -24,6 +24,7 @@ pub use breakglass::{BreakGlass, BreakGlassUse};
 pub use inputs::{Input, Inputs, MODE_ANNOTATION};
 pub use ownership::Manager;
 
+use crate::policy::argocd::DiffMode;
 use crate::policy::flux::{FluxKind, FluxSource};
 use crate::policy::ignore::owned_leaves;
 use crate::policy::impersonation::SyncAccount;
@@ -485,7 +486,7 @@ fn decide_object(policy: &Policy, req: &Request, ctx: &Context) -> Result<Decisi
     d.finding = finding;
     if let (Operation::Update, Some(old), Some(_)) = (req.operation, old, object) {
         changed_inputs.extend(d.kubectl_written.iter().cloned());
-        apply_precision(policy, old, &changed_inputs, &mut d);
+        apply_precision(policy, ctx, old, &changed_inputs, &mut d);
     }
     apply_break_glass(&mut d, bg);
     if d.finding == Finding::BreakGlass {
@@ -842,22 +843,40 @@ fn input_changes(
     if grown(&managers) || tool_grown || (flux && reapplied::ownership_rewritten(old, new)) {
         out.push(MANAGED_FIELDS.to_owned());
     }
-    // Argo CD's client-side apply merges three ways against this record:
-    // what a hand adds to it (`kubectl edit` and `kubectl apply` rewrite it),
-    // the next sync deletes where Git lacks it, ignore rules or not.
+    // Argo CD's legacy diff merges three ways against this record: what a
+    // hand adds to it (`kubectl edit` and `kubectl apply` rewrite it), the
+    // next sync deletes where Git lacks it, ignore rules or not. Server-Side
+    // Diff drops the record from both sides before comparing.
+    let record_counts = last_applied_counts(policy, ctx, manager);
     if matches!(manager, Some(Manager::ArgoCd { .. }))
+        && record_counts
         && let Some(pointer) = owned::last_applied_changed(old, new)
     {
         out.push(pointer);
     }
     if policy.precision == crate::policy::Precision::OwnedFields {
-        for p in owned::ownership_taken(old, new) {
+        for p in owned::ownership_taken(old, new, record_counts) {
             if !out.contains(&p) {
                 out.push(p);
             }
         }
     }
     out
+}
+
+/// Whether the last-applied record says what the tool owns and compares:
+/// not for an Argo CD Application under Server-Side Diff, which drops the
+/// record from both sides and owns by its `Apply` entry (an unknown
+/// Application reads as the legacy diff, the stricter reading).
+fn last_applied_counts(policy: &Policy, ctx: &Context, manager: Option<&Manager>) -> bool {
+    match manager {
+        Some(Manager::ArgoCd {
+            application,
+            application_namespace,
+        }) => find_application(policy, ctx, application, application_namespace.as_deref())
+            .is_none_or(|a| a.diff == DiffMode::Legacy),
+        _ => true,
+    }
 }
 
 impl Request<'_> {
@@ -1053,11 +1072,18 @@ fn mode_from_annotation(stored: &Inputs, mode: Mode, notes: &mut Vec<String>) ->
 
 /// With `precision: ownedFields`, drift is only what touches fields the GitOps
 /// tool owns in the stored object; tracking metadata always counts.
-fn apply_precision(policy: &Policy, old: &Value, always: &[String], d: &mut Decision) {
+fn apply_precision(
+    policy: &Policy,
+    ctx: &Context,
+    old: &Value,
+    always: &[String],
+    d: &mut Decision,
+) {
     if policy.precision != crate::policy::Precision::OwnedFields || d.finding != Finding::Drift {
         return;
     }
-    let owned = owned::owned_pointers(old);
+    let record_counts = last_applied_counts(policy, ctx, d.manager.as_ref());
+    let owned = owned::owned_pointers(old, record_counts);
     let (drift, other) = owned::partition(std::mem::take(&mut d.drifted_paths), &owned, always);
     if drift.is_empty() {
         d.finding = Finding::UnownedChange;
@@ -1165,7 +1191,7 @@ fn decide_scale(
         Finding::Drift
     };
     d.drifted_paths = paths;
-    apply_precision(policy, &old_parent, &inputs_changed, &mut d);
+    apply_precision(policy, ctx, &old_parent, &inputs_changed, &mut d);
     // Break-glass set earlier on the parent covers a later scale by an authorized user.
     let bg = breakglass::evaluate(
         &stored,

@@ -213,11 +213,12 @@ fn denial(view: &Request, d: &Decision) -> String {
     format!("driftguard: {what}{flux} {fix}{glass}.")
 }
 
-/// Why `kubectl edit` or `kubectl replace` of an Argo CD object is refused
-/// even where every changed field is ignored, in two halves: both rewrite the
-/// last-applied record when it exists (kubectl's `UpdateApplyAnnotation`),
-/// and Argo CD's client-side apply diffs three ways against it, so the
-/// Application goes OutOfSync and self-heal syncs (tests/e2e_gitops.rs).
+/// Why `kubectl replace` (or a client-side `kubectl apply`) of an Argo CD
+/// object is refused even where every changed field is ignored, in two
+/// halves: both rewrite the last-applied record when it exists (kubectl's
+/// `UpdateApplyAnnotation`; `kubectl edit` does only with `--save-config`),
+/// and Argo CD's legacy diff merges three ways against it, so the
+/// Application goes OutOfSync and self-heal syncs (tests/e2e_argocd_modes.rs).
 fn last_applied_text(d: &Decision) -> Option<(String, String)> {
     let pointer = format!(
         "/metadata/annotations/{}",
@@ -229,9 +230,9 @@ fn last_applied_text(d: &Decision) -> Option<(String, String)> {
         return None;
     }
     Some((
-        "kubectl edit, replace and apply rewrite the last-applied record that Argo CD's sync diffs against"
+        "kubectl replace and apply rewrite the last-applied record that Argo CD's three-way diff reads"
             .to_owned(),
-        "Argo CD would see drift and self-heal revert it; for ignored fields use kubectl patch, scale or set"
+        "Argo CD would see drift and self-heal sync it; for ignored fields use kubectl edit, patch, scale or set"
             .to_owned(),
     ))
 }

@@ -421,6 +421,139 @@ fn what_the_tools_read_cannot_be_planted() {
     assert_eq!(out.decision.inputs_changed, vec!["/metadata/managedFields"]);
 }
 
+/// Application argocd/myapp with these metadata annotations and sync
+/// options, ignoring every annotation.
+fn argo_app(annotations: &str, sync_options: &str) -> driftguard::policy::Application {
+    let yaml = format!(
+        "apiVersion: argoproj.io/v1alpha1\nkind: Application\n\
+         metadata: {{name: myapp, namespace: argocd, annotations: {{{annotations}}}}}\n\
+         spec:\n  project: default\n\
+         \x20 destination: {{server: https://kubernetes.default.svc, namespace: production}}\n\
+         \x20 syncPolicy: {{syncOptions: [{sync_options}]}}\n\
+         \x20 ignoreDifferences:\n  - {{group: '*', kind: '*', jsonPointers: [/metadata/annotations]}}\n"
+    );
+    driftguard::policy::argocd::parse(&yaml, "app.yaml")
+        .unwrap()
+        .applications
+        .pop()
+        .unwrap()
+}
+
+/// Under `precision: ownedFields` the record says what Argo CD owns only
+/// where it syncs by client-side apply: under server-side apply its `Apply`
+/// entry does, so a person's client-side `kubectl apply` that adds a record
+/// and an unowned label is no drift there (Server-Side Diff compares neither).
+#[test]
+fn under_server_side_apply_the_record_owns_nothing() {
+    const LAST_APPLIED: &str =
+        "/metadata/annotations/kubectl.kubernetes.io~1last-applied-configuration";
+    let mut old = deployment();
+    old["metadata"]["managedFields"] = json!([{"manager": "argocd-controller", "operation": "Apply",
+        "apiVersion": "apps/v1", "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:replicas": {}}}}]);
+    let applied = with(
+        &with(&old, "/metadata/labels/team", json!("x")),
+        LAST_APPLIED,
+        json!(
+            r#"{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"labels":{"team":"x"}},"spec":{"replicas":3}}"#
+        ),
+    );
+    let owned_fields = |annotations: &str, sync_options: &str| {
+        policy_with("precision: ownedFields\n")
+            .with_applications(vec![argo_app(annotations, sync_options)])
+    };
+    let out = run(
+        &owned_fields("", "ServerSideApply=true"),
+        &Review::update(old.clone(), applied.clone()),
+    );
+    assert!(out.allowed(), "{}", out.message());
+    assert_eq!(
+        out.decision.finding,
+        Finding::UnownedChange,
+        "{:?}",
+        out.decision
+    );
+    // Under the legacy diff the new record would make Argo CD own the label.
+    let out = run(
+        &owned_fields(
+            "argocd.argoproj.io/compare-options: ServerSideDiff=false",
+            "ServerSideApply=true",
+        ),
+        &Review::update(old, applied),
+    );
+    assert!(!out.allowed(), "{:?}", out.decision);
+    assert!(
+        out.decision
+            .inputs_changed
+            .contains(&LAST_APPLIED.to_owned()),
+        "{:?}",
+        out.decision
+    );
+}
+
+/// Server-Side Diff drops the last-applied record from both sides before
+/// comparing (gitops-engine `serverSideDiff`), so rewriting it is no drift
+/// there; the mode is read from the Application as Argo CD v3.6 reads it
+/// (`shouldUseServerSideDiff`). tests/e2e_argocd_modes.rs shows it with the
+/// real controller.
+#[test]
+fn the_last_applied_record_counts_only_under_the_legacy_diff() {
+    const LAST_APPLIED: &str =
+        "/metadata/annotations/kubectl.kubernetes.io~1last-applied-configuration";
+    let old = with(
+        &deployment(),
+        LAST_APPLIED,
+        json!(r#"{"apiVersion":"apps/v1","kind":"Deployment","spec":{"template":{}}}"#),
+    );
+    let rewritten = with(
+        &old,
+        LAST_APPLIED,
+        json!(
+            r#"{"apiVersion":"apps/v1","kind":"Deployment","spec":{"replicas":5,"template":{}}}"#
+        ),
+    );
+    let app = |annotations: &str, sync_options: &str| {
+        Policy::embedded().with_applications(vec![argo_app(annotations, sync_options)])
+    };
+    let cases = [
+        ("", "", false),
+        ("", "RespectIgnoreDifferences=true", false),
+        ("", "ServerSideApply=true", true),
+        (
+            "argocd.argoproj.io/compare-options: 'IgnoreExtraneous, ServerSideDiff=true'",
+            "",
+            true,
+        ),
+        (
+            "argocd.argoproj.io/compare-options: ServerSideDiff=false",
+            "ServerSideApply=true",
+            false,
+        ),
+        // Sync options match exactly, as Argo CD's HasOption does.
+        ("", "' ServerSideApply=true'", false),
+    ];
+    for (annotations, options, allowed) in cases {
+        let out = run(
+            &app(annotations, options),
+            &Review::update(old.clone(), rewritten.clone()),
+        );
+        assert_eq!(
+            out.allowed(),
+            allowed,
+            "{annotations:?} {options:?}: {:?}",
+            out.decision
+        );
+        if !allowed {
+            assert_eq!(out.decision.inputs_changed, vec![LAST_APPLIED]);
+            assert!(
+                out.message()
+                    .contains("the last-applied record that Argo CD's three-way diff reads"),
+                "{}",
+                out.message()
+            );
+        }
+    }
+}
+
 /// The `driftguard.io/drift` record is written by driftguard's mutating
 /// webhook for the write itself; anything else in it is forged.
 #[test]

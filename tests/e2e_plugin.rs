@@ -969,7 +969,7 @@ fn explain_an_argo_cd_object(e: &Env) -> Scenario {
     for needle in [
         "Argo CD Application argocd/myapp",
         "repo https://github.com/myorg/gitops-repo.git",
-        "path applications/myapp",
+        "path applications/myapp, diff three-way",
         "enforce (from the policy's default mode (ConfigMap driftguard/driftguard-policy))",
         "covers now: /spec/replicas",
         "you are alice",

@@ -73,14 +73,16 @@ pub fn last_applied_changed(old: &Value, new: &Value) -> Option<String> {
 /// entries say what the tool owns; elsewhere every entry of its managers does.
 /// The switch is the annotation alone, which a manual write may not add
 /// ([`ownership_taken`]); never an entry a client-chosen fieldManager writes.
-pub fn owned_pointers(stored: &Value) -> PointerSet {
+/// Without `record_counts` (an Argo CD Application under Server-Side Diff,
+/// which syncs by server-side apply) the annotation is not read.
+pub fn owned_pointers(stored: &Value, record_counts: bool) -> PointerSet {
     let pointers = |set: &FieldSet| -> Vec<String> {
         locate_leaves(set, stored)
             .iter()
             .map(Path::to_pointer)
             .collect()
     };
-    let Some(applied) = last_applied(stored) else {
+    let Some(applied) = last_applied(stored).filter(|_| record_counts) else {
         return pointers(&owned_leaves(stored, &GITOPS_MANAGERS))
             .into_iter()
             .collect();
@@ -105,9 +107,10 @@ fn last_applied(obj: &Value) -> Option<Value> {
 /// `precision: ownedFields` (an unowned field may change by hand), so a write
 /// that shrinks it, e.g. by rewriting managedFields or the last-applied
 /// annotation, is drift: otherwise the next write to those fields is allowed.
-/// Growth only makes later writes stricter, and `kubectl edit` grows the
-/// last-applied annotation, so it is not drift.
-pub fn ownership_taken(old: &Value, new: &Value) -> Vec<String> {
+/// Growth only makes later writes stricter, and `kubectl apply` grows the
+/// last-applied annotation, so it is not drift. Without `record_counts` the
+/// annotation says nothing about ownership ([`owned_pointers`]).
+pub fn ownership_taken(old: &Value, new: &Value, record_counts: bool) -> Vec<String> {
     let mut out = Vec::new();
     let (before, after): (FieldSet, FieldSet) = (
         owned_leaves(old, &GITOPS_MANAGERS),
@@ -130,6 +133,9 @@ pub fn ownership_taken(old: &Value, new: &Value) -> Vec<String> {
         }
         leaves_out
     };
+    if !record_counts {
+        return out;
+    }
     let after: HashSet<String> = applied(new).into_iter().collect();
     // Adding the annotation where there was none switches ownership to it
     // (owned_pointers), which could shrink what the tool owns.
@@ -211,7 +217,7 @@ mod tests {
             },
             "spec": {"paused": false, "minReadySeconds": 5, "template": {"spec": {"containers": [{"name": "app", "image": "a:1"}]}}}
         });
-        let owned = owned_pointers(&stored);
+        let owned = owned_pointers(&stored, true);
         assert!(
             owned.contains("/spec/template/spec/containers/0/image"),
             "{owned:?}"

@@ -13,7 +13,7 @@ use super::{Output, PluginError, PolicySource, print_structured, split_target};
 use crate::drift::breakglass::{EXPIRES, REASON};
 use crate::drift::inputs::{Input, Inputs, MODE_ANNOTATION};
 use crate::drift::ownership::{self, Manager};
-use crate::policy::argocd::Application;
+use crate::policy::argocd::{Application, DiffMode};
 use crate::policy::flux::FluxKind;
 use crate::policy::ignore::{IgnoreRule, Target};
 use crate::policy::impersonation::{self, AppProject};
@@ -89,6 +89,10 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
                         if let Some(set) = &app.application_set {
                             entry["applicationSet"] = json!(set);
                         }
+                        entry["diff"] = json!(match app.diff {
+                            DiffMode::Legacy => "three-way",
+                            DiffMode::ServerSide => "server-side",
+                        });
                         found = Some(app);
                     }
                     Err(e) => notes.push(format!("Application {app_ns}/{application}: {e}")),
@@ -383,6 +387,7 @@ fn print_text(r: &Value) {
             ("repoURL", "repo"),
             ("path", "path"),
             ("source", "source"),
+            ("diff", "diff"),
         ] {
             if m[key].is_string() {
                 line.push_str(&format!(", {label} {}", s(&m[key])));

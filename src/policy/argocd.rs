@@ -31,6 +31,44 @@ pub struct Application {
     /// same namespace), which rewrites it to the set's template.
     pub application_set: Option<String>,
     pub rules: RuleSet,
+    /// How Argo CD compares this Application's objects with Git.
+    pub diff: DiffMode,
+}
+
+/// Argo CD's diff strategy for an Application (`controller/state.go`,
+/// `shouldUseServerSideDiff`, v3.6).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DiffMode {
+    /// The legacy three-way diff against the last-applied record. Also
+    /// driftguard's reading when the controller-wide flag
+    /// (`controller.diff.server.side` in `argocd-cmd-params-cm`, which
+    /// driftguard does not read) may have turned Server-Side Diff on: the
+    /// stricter reading.
+    #[default]
+    Legacy,
+    /// Server-Side Diff: a dry-run server-side apply of Git compared with the
+    /// live object, both without the last-applied record. On with the compare
+    /// option `ServerSideDiff=true` or the sync option `ServerSideApply=true`,
+    /// unless the compare option says `ServerSideDiff=false`.
+    ServerSide,
+}
+
+impl DiffMode {
+    /// Argo CD's rule: `compare-options` is a comma-separated list whose
+    /// items are trimmed (`GetAnnotationCSVs`); a sync option matches exactly.
+    fn of(compare_options: Option<&str>, sync_options: &[String]) -> DiffMode {
+        let compare =
+            |o: &str| compare_options.is_some_and(|c| c.split(',').any(|i| i.trim() == o));
+        if compare("ServerSideDiff=false") {
+            DiffMode::Legacy
+        } else if compare("ServerSideDiff=true")
+            || sync_options.iter().any(|o| o == "ServerSideApply=true")
+        {
+            DiffMode::ServerSide
+        } else {
+            DiffMode::Legacy
+        }
+    }
 }
 
 /// One YAML document, read leniently except for `ignoreDifferences`, which
@@ -57,6 +95,10 @@ struct Metadata {
     namespace: Option<String>,
     #[serde(default)]
     owner_references: Vec<OwnerReference>,
+    /// Only `argocd.argoproj.io/compare-options` is read; other values
+    /// need not be strings for the Application to load.
+    #[serde(default)]
+    annotations: std::collections::BTreeMap<String, serde_json::Value>,
 }
 
 #[derive(Deserialize)]
@@ -102,6 +144,15 @@ struct Spec {
     ignore_differences: Vec<IgnoreDifference>,
     #[serde(default)]
     destination: Option<Destination>,
+    #[serde(default)]
+    sync_policy: Option<SyncPolicy>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SyncPolicy {
+    #[serde(default)]
+    sync_options: Vec<String>,
 }
 
 #[derive(Deserialize)]
@@ -245,9 +296,19 @@ fn from_document<E>(
         sources: vec![],
         ignore_differences: vec![],
         destination: None,
+        sync_policy: None,
     });
     let source = spec.source.or_else(|| spec.sources.into_iter().next());
     let application_set = doc.metadata.application_set();
+    let diff = DiffMode::of(
+        doc.metadata
+            .annotations
+            .get(COMPARE_OPTIONS)
+            .and_then(serde_json::Value::as_str),
+        spec.sync_policy
+            .as_ref()
+            .map_or(&[], |p| &p.sync_options[..]),
+    );
     let name = doc.metadata.name;
     let rules = super::compile_rules(
         &spec.ignore_differences,
@@ -269,8 +330,11 @@ fn from_document<E>(
         name,
         application_set,
         rules,
+        diff,
     })
 }
+
+const COMPARE_OPTIONS: &str = "argocd.argoproj.io/compare-options";
 
 impl Application {
     /// Argo CD names an application in another namespace `<namespace>_<name>` in
