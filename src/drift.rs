@@ -846,10 +846,14 @@ fn input_changes(
     // Argo CD's legacy diff merges three ways against this record: what a
     // hand adds to it (`kubectl edit` and `kubectl apply` rewrite it), the
     // next sync deletes where Git lacks it, ignore rules or not. Server-Side
-    // Diff drops the record from both sides before comparing.
+    // Diff drops the record from both sides before comparing. Flux removes
+    // the record at its next apply (kustomize-controller's cleanup), so a
+    // client-side `kubectl apply` that adds it is reverted in part.
     let record_counts = last_applied_counts(policy, ctx, manager);
-    if matches!(manager, Some(Manager::ArgoCd { .. }))
-        && record_counts
+    if matches!(
+        manager,
+        Some(Manager::ArgoCd { .. } | Manager::FluxKustomization { .. })
+    ) && record_counts
         && let Some(pointer) = owned::last_applied_changed(old, new)
     {
         out.push(pointer);

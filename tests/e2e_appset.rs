@@ -12,14 +12,16 @@
 mod control_plane;
 #[path = "support/gitops.rs"]
 mod gitops;
+#[path = "support/gitops_e2e.rs"]
+mod gitops_e2e;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use control_plane::*;
 use gitops::*;
+use gitops_e2e::{DRIFTGUARD_EXTRA_RBAC, POLICY, install_plugin, plugin};
 
-const POLICY: &str = "tests/data/gitops-policy.yaml";
 const SKIP_RECONCILE: &str = "argocd.argoproj.io/skip-reconcile";
 const PAUSED_FOR: &str = "driftguard.io/break-glass-paused-for";
 
@@ -79,94 +81,6 @@ fn application_set(name: &str, url: &str, preserved: &str) -> String {
         .replace("NAME", name)
         .replace("GIT_REPO", url)
         .replace("PRESERVED", preserved)
-}
-
-/// driftguard's RBAC beyond the e2e minimum (as the chart grants): the
-/// expiry sweep lists and patches armed objects and the Applications it
-/// paused; `--watch-argocd` reads Applications and AppProjects.
-const DRIFTGUARD_EXTRA_RBAC: &str = r#"apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {name: driftguard-gitops}
-rules:
-  - apiGroups: ["*"]
-    resources: ["*"]
-    verbs: [list, patch]
-  - apiGroups: [argoproj.io]
-    resources: [applications, appprojects]
-    verbs: [get, list, watch, patch]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: driftguard-gitops}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: driftguard-gitops}
-subjects: [{kind: User, name: driftguard}]
-"#;
-
-/// On call may read the policy, pause Argo CD Applications and read the
-/// ApplicationSets that generate them (docs/break-glass.md).
-const ONCALL_RBAC: &str = r#"apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {name: break-glass-oncall}
-rules:
-  - apiGroups: [argoproj.io]
-    resources: [applications]
-    verbs: [get, list, patch]
-  - apiGroups: [argoproj.io]
-    resources: [applicationsets]
-    verbs: [get]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: break-glass-oncall}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: break-glass-oncall}
-subjects: [{kind: Group, name: sre-oncall, apiGroup: rbac.authorization.k8s.io}]
-"#;
-
-/// The policy where the chart puts it (ConfigMap driftguard/driftguard-policy,
-/// which the plugin reads) and the plugin on a PATH of its own.
-fn install_plugin(plane: &ControlPlane) -> PathBuf {
-    plane.create_namespaces(&["driftguard"]);
-    ok(
-        plane.kubectl(
-            "admin",
-            &[
-                "-n",
-                "driftguard",
-                "create",
-                "configmap",
-                "driftguard-policy",
-                &format!("--from-file=policy.yaml={ROOT}/{POLICY}"),
-            ],
-        ),
-        "the policy ConfigMap",
-    );
-    plane.apply_admin(ONCALL_RBAC);
-    let bin = plane.dir.join("bin");
-    std::fs::create_dir_all(&bin).unwrap();
-    std::os::unix::fs::symlink(
-        env!("CARGO_BIN_EXE_kubectl-driftguard"),
-        bin.join("kubectl-driftguard"),
-    )
-    .unwrap();
-    bin
-}
-
-/// `kubectl driftguard ARGS` as `user`, the plugin found on PATH by kubectl.
-fn plugin(plane: &ControlPlane, bin: &Path, user: &str, args: &[&str]) -> Kubectl {
-    let path = format!(
-        "{}:{}",
-        bin.display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
-    kubectl_command()
-        .env("PATH", path)
-        .env("KUBECONFIG", plane.kubeconfig(user))
-        .arg("driftguard")
-        .args(args)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .expect("kubectl runs")
-        .into()
 }
 
 /// sam, on call, breaks glass on `deployment/NAME` in production for `duration`.

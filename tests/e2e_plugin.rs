@@ -100,7 +100,7 @@ metadata: {name: driftguard-break-glass-sweeper}
 rules:
   - apiGroups: ["", apps]
     resources: [configmaps, deployments, pods, replicasets]
-    verbs: [list, patch]
+    verbs: [list, watch, patch]
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRoleBinding

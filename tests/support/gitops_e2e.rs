@@ -1,5 +1,5 @@
 //! What the end-to-end tests with the real GitOps tools share
-//! (`tests/e2e_gitops.rs`, `tests/e2e_argocd_modes.rs`): their policy and
+//! (`tests/e2e_gitops.rs`, `tests/e2e_argocd_modes.rs`, `tests/e2e_appset.rs`): their policy and
 //! identities, a control plane with kube-controller-manager and a Git
 //! repository, the seed's Argo CD Application, waiting for a sync, and the
 //! `kubectl driftguard` plugin as on call runs it.
@@ -25,7 +25,7 @@ metadata: {name: driftguard-gitops}
 rules:
   - apiGroups: ["*"]
     resources: ["*"]
-    verbs: [list, patch]
+    verbs: [list, watch, patch]
   - apiGroups: [argoproj.io]
     resources: [applications, appprojects]
     verbs: [get, list, watch, patch]
@@ -55,6 +55,10 @@ rules:
   - apiGroups: [kustomize.toolkit.fluxcd.io]
     resources: [kustomizations]
     verbs: [get, list]
+  # A generated Application's ApplicationSet: does it keep the pause (docs/break-glass.md)?
+  - apiGroups: [argoproj.io]
+    resources: [applicationsets]
+    verbs: [get]
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRoleBinding
