@@ -188,7 +188,9 @@ impl Sweeper {
             if Instant::now() >= check {
                 check = self.check().await;
             }
-            if Instant::now() >= orphan_check && self.watched.values().all(|w| w.synced) {
+            // Only types whose watch has listed everything count: a pause
+            // held for an object of a type not yet (or never) listed stays.
+            if Instant::now() >= orphan_check {
                 let (armed, listed) = self.armed_and_listed();
                 self.lift_orphaned_pauses(&armed, &listed).await;
                 orphan_check = Instant::now() + self.options.interval;
