@@ -3,10 +3,15 @@
 //! replicas run as the chart's service account with the chart's RBAC and
 //! flags; one holds the Lease and sweeps, the other waits. The holder is
 //! killed with SIGKILL (no chance to hand over), and the other takes the
-//! Lease over and ends a break-glass that expires after the kill.
+//! Lease over and ends a break-glass that expires after the kill. The
+//! chart's `breakGlass.sweepRules` are narrowed to ConfigMaps: every other
+//! type refuses the sweeper (403), and each leader asks each such type once,
+//! not again at every backoff step (read from the apiserver's audit log).
 
 #[path = "support/control_plane.rs"]
 mod control_plane;
+#[path = "support/rbac_audit.rs"]
+mod rbac_audit;
 
 use std::time::{Duration, Instant};
 
@@ -75,7 +80,7 @@ fn break_glass_of(plane: &ControlPlane, name: &str) -> Value {
 
 #[test]
 fn one_replica_sweeps_and_another_takes_over_when_it_is_killed() {
-    let mut plane = ControlPlane::start("sweeper-lease");
+    let mut plane = ControlPlane::start_audited("sweeper-lease");
     plane.create_namespaces(&["driftguard", "argocd", "production"]);
     plane.add_user(SA, &[]);
 
@@ -84,7 +89,11 @@ fn one_replica_sweeps_and_another_takes_over_when_it_is_killed() {
     let chart = render_chart(
         &plane,
         1,
-        &["policy.breakGlass.allowedGroups[0]=sre-oncall"],
+        &[
+            "policy.breakGlass.allowedGroups[0]=sre-oncall",
+            "breakGlass.sweepRules[0].apiGroups[0]=*",
+            "breakGlass.sweepRules[0].resources[0]=configmaps",
+        ],
     );
     let docs: Vec<Value> = serde_saphyr::from_multiple(&chart.yaml).unwrap();
     let deployment = docs
@@ -204,5 +213,25 @@ fn one_replica_sweeps_and_another_takes_over_when_it_is_killed() {
     assert!(
         killed.elapsed() >= Duration::from_secs(5),
         "ended only after it expired"
+    );
+
+    // Every type but ConfigMaps refused the sweeper: asked once by each of
+    // the two leaders (a retry per backoff step would ask five times or
+    // more in this test's half minute).
+    let refused = rbac_audit::requests_of(&plane.audit_events(), SA)
+        .into_iter()
+        .filter(|r| r.code == 403);
+    let mut by_type: std::collections::BTreeMap<String, usize> = Default::default();
+    for r in refused {
+        *by_type.entry(r.key()).or_default() += 1;
+    }
+    assert!(
+        by_type.len() > 10,
+        "the other types were refused: {by_type:?}"
+    );
+    let asked_again: Vec<_> = by_type.iter().filter(|(_, n)| **n > 2).collect();
+    assert!(
+        asked_again.is_empty(),
+        "types asked again after a refusal: {asked_again:?}"
     );
 }

@@ -152,6 +152,10 @@ struct Watched {
     relist: Option<BTreeMap<(String, String), Value>>,
     /// Whether its first list is complete.
     synced: bool,
+    /// Refused (403) or gone (404): stopped until the next discovery, so
+    /// that a type driftguard may not list costs one request per discovery,
+    /// not one per backoff step.
+    stopped: bool,
 }
 
 type Update = (
@@ -215,7 +219,7 @@ impl Sweeper {
         };
         let keys: BTreeSet<String> = types.iter().map(type_key).collect();
         self.watched.retain(|key, w| {
-            let keep = keys.contains(key);
+            let keep = keys.contains(key) && !w.stopped;
             if !keep {
                 w.task.abort();
             }
@@ -246,6 +250,7 @@ impl Sweeper {
                     objects: BTreeMap::new(),
                     relist: None,
                     synced: false,
+                    stopped: false,
                 },
             );
         }
@@ -263,6 +268,10 @@ impl Sweeper {
         let event = match update {
             Ok(event) => event,
             Err(e) => {
+                if refused(&e) {
+                    w.task.abort();
+                    w.stopped = true;
+                }
                 if self.unlistable.insert(key.to_owned()) {
                     tracing::warn!(r#type = %type_name(&w.ar), error = %e, "break-glass sweeper cannot watch this type (it needs list, watch and patch on it): its expired break-glasses are not removed");
                 }
@@ -527,6 +536,18 @@ async fn discover(client: &kube::Client) -> Result<Vec<ApiResource>, kube::Error
         }
     }
     Ok(out)
+}
+
+/// A watch error that retrying will not mend before the next discovery:
+/// the type may not be listed or watched (403), or is gone (404).
+fn refused(e: &watcher::Error) -> bool {
+    match e {
+        watcher::Error::InitialListFailed(kube::Error::Api(status))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(status))
+        | watcher::Error::WatchFailed(kube::Error::Api(status))
+        | watcher::Error::WatchError(status) => matches!(status.code, 403 | 404),
+        _ => false,
+    }
 }
 
 /// `group/Kind`, as `pause::entry` names a type.
