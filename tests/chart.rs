@@ -43,14 +43,14 @@ fn template(helm: &PathBuf, sets: &[&str], extra: &[&str]) -> Rendered {
     }
 }
 
-/// The ClusterRole's rules that grant list and patch (the expiry sweeper's),
+/// The ClusterRole's rules that grant list, watch and patch (the expiry sweeper's),
 /// and the Deployment's `--break-glass-sweep-interval`.
 fn sweeper_of(docs: &[Value]) -> (Vec<Value>, Option<String>) {
     let rules = find(docs, "ClusterRole")["rules"]
         .as_array()
         .unwrap()
         .iter()
-        .filter(|r| r["verbs"] == serde_json::json!(["list", "patch"]))
+        .filter(|r| r["verbs"] == serde_json::json!(["list", "watch", "patch"]))
         .cloned()
         .collect();
     let flag = find(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
@@ -414,7 +414,7 @@ fn the_chart_lints_renders_and_is_accepted_by_the_apiserver() {
                     sweeper_rules,
                     vec![
                         serde_json::json!({"apiGroups": ["apps"], "resources": ["deployments"],
-                                            "verbs": ["list", "patch"]})
+                                            "verbs": ["list", "watch", "patch"]})
                     ],
                     "{name}"
                 );
@@ -425,7 +425,7 @@ fn the_chart_lints_renders_and_is_accepted_by_the_apiserver() {
                 assert_eq!(
                     sweeper_rules,
                     vec![serde_json::json!({"apiGroups": ["*"], "resources": ["*"],
-                                            "verbs": ["list", "patch"]})],
+                                            "verbs": ["list", "watch", "patch"]})],
                     "{name}"
                 );
             }
@@ -538,10 +538,12 @@ fn the_chart_lints_renders_and_is_accepted_by_the_apiserver() {
             .filter(|d| d["kind"] == "ClusterRole" || d["kind"] == "Role")
         {
             for rule in doc["rules"].as_array().unwrap() {
+                // The sweeper's watches also patch what they find.
                 if rule["verbs"]
                     .as_array()
                     .unwrap()
                     .contains(&Value::from("watch"))
+                    && !sweeper_rules.contains(rule)
                 {
                     assert_eq!(
                         rule["verbs"],

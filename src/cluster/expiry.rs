@@ -34,6 +34,9 @@ use crate::service::PolicyHandle;
 
 /// Types are discovered again this often (a new CRD is swept within it).
 const REDISCOVER: Duration = Duration::from_secs(300);
+/// How long a type that refused the sweeper's watch waits before it is
+/// asked again, the first time; every refusal doubles it, up to [`REDISCOVER`].
+const REFUSED_FIRST_WAIT: Duration = Duration::from_secs(15);
 /// Conflicting writes to one Application before waiting for the next tick.
 const APP_RETRIES: usize = 3;
 
@@ -152,10 +155,11 @@ struct Watched {
     relist: Option<BTreeMap<(String, String), Value>>,
     /// Whether its first list is complete.
     synced: bool,
-    /// Refused (403) or gone (404): stopped until the next discovery, so
-    /// that a type driftguard may not list costs one request per discovery,
-    /// not one per backoff step.
-    stopped: bool,
+    /// Refused (403) or gone (404): stopped, and asked again at this time,
+    /// each refusal doubling the wait from 15 s up to 5 minutes, so that a
+    /// type driftguard may not list costs a request every few minutes, not
+    /// one per backoff step, and a grant that comes late is still found.
+    retry: Option<(Instant, Duration)>,
 }
 
 type Update = (
@@ -180,6 +184,7 @@ impl Sweeper {
                 self.rediscover(&tx).await;
                 rediscover = now + REDISCOVER;
             }
+            self.retry_refused(&tx);
             let wake = check.min(rediscover).min(now + Duration::from_secs(1));
             tokio::select! {
                 Some((key, update)) = rx.recv() => {
@@ -219,7 +224,7 @@ impl Sweeper {
         };
         let keys: BTreeSet<String> = types.iter().map(type_key).collect();
         self.watched.retain(|key, w| {
-            let keep = keys.contains(key) && !w.stopped;
+            let keep = keys.contains(key);
             if !keep {
                 w.task.abort();
             }
@@ -230,29 +235,58 @@ impl Sweeper {
             if self.watched.contains_key(&key) {
                 continue;
             }
-            let api = Api::<PartialObjectMeta<DynamicObject>>::all_with(self.client.clone(), &ar);
-            let stream =
-                watcher::watcher(api, watcher::Config::default().labels(LABEL)).default_backoff();
-            let (tx, sent_key) = (tx.clone(), key.clone());
-            let task = tokio::spawn(async move {
-                futures_util::pin_mut!(stream);
-                while let Some(update) = stream.next().await {
-                    if tx.send((sent_key.clone(), update)).await.is_err() {
-                        return;
-                    }
-                }
-            });
+            let task = self.watch(&ar, &key, tx);
             self.watched.insert(
                 key,
                 Watched {
                     ar,
-                    task: task.abort_handle(),
+                    task,
                     objects: BTreeMap::new(),
                     relist: None,
                     synced: false,
-                    stopped: false,
+                    retry: None,
                 },
             );
+        }
+    }
+
+    /// Starts the label-selected metadata watch of one type.
+    fn watch(
+        &self,
+        ar: &ApiResource,
+        key: &str,
+        tx: &tokio::sync::mpsc::Sender<Update>,
+    ) -> tokio::task::AbortHandle {
+        let api = Api::<PartialObjectMeta<DynamicObject>>::all_with(self.client.clone(), ar);
+        let stream =
+            watcher::watcher(api, watcher::Config::default().labels(LABEL)).default_backoff();
+        let (tx, key) = (tx.clone(), key.to_owned());
+        tokio::spawn(async move {
+            futures_util::pin_mut!(stream);
+            while let Some(update) = stream.next().await {
+                if tx.send((key.clone(), update)).await.is_err() {
+                    return;
+                }
+            }
+        })
+        .abort_handle()
+    }
+
+    /// Starts again the watches of refused types whose wait is over.
+    fn retry_refused(&mut self, tx: &tokio::sync::mpsc::Sender<Update>) {
+        let now = Instant::now();
+        let due: Vec<String> = self
+            .watched
+            .iter()
+            .filter(|(_, w)| w.retry.is_some_and(|(at, _)| at <= now) && w.task.is_finished())
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in due {
+            let ar = self.watched[&key].ar.clone();
+            let task = self.watch(&ar, &key, tx);
+            if let Some(w) = self.watched.get_mut(&key) {
+                w.task = task;
+            }
         }
     }
 
@@ -270,7 +304,10 @@ impl Sweeper {
             Err(e) => {
                 if refused(&e) {
                     w.task.abort();
-                    w.stopped = true;
+                    let wait = w
+                        .retry
+                        .map_or(REFUSED_FIRST_WAIT, |(_, wait)| (wait * 2).min(REDISCOVER));
+                    w.retry = Some((Instant::now() + wait, wait));
                 }
                 if self.unlistable.insert(key.to_owned()) {
                     tracing::warn!(r#type = %type_name(&w.ar), error = %e, "break-glass sweeper cannot watch this type (it needs list, watch and patch on it): its expired break-glasses are not removed");
@@ -295,6 +332,7 @@ impl Sweeper {
             watcher::Event::InitDone => {
                 w.objects = w.relist.take().unwrap_or_default();
                 w.synced = true;
+                w.retry = None;
                 self.unlistable.remove(key);
             }
             watcher::Event::Apply(meta) => {
