@@ -34,6 +34,9 @@ use crate::service::PolicyHandle;
 
 /// Types are discovered again this often (a new CRD is swept within it).
 const REDISCOVER: Duration = Duration::from_secs(300);
+/// How long an Application's pause must have been held by no armed object
+/// before the sweeper lifts it as left behind.
+const ORPHAN_GRACE: Duration = Duration::from_secs(20);
 /// How long a type that refused the sweeper's watch waits before it is
 /// asked again, the first time; every refusal doubles it, up to [`REDISCOVER`].
 const REFUSED_FIRST_WAIT: Duration = Duration::from_secs(15);
@@ -70,7 +73,7 @@ pub fn spawn(client: kube::Client, policy: PolicyHandle, metrics: Arc<Metrics>, 
         options,
         watched: BTreeMap::new(),
         unlistable: BTreeSet::new(),
-        orphans: BTreeSet::new(),
+        orphans: BTreeMap::new(),
     };
     tokio::spawn(async move {
         loop {
@@ -138,11 +141,12 @@ struct Sweeper {
     watched: BTreeMap<String, Watched>,
     /// Types whose watch fails (logged when the set changes).
     unlistable: BTreeSet<String>,
-    /// Application pauses no armed object held at the last check, as
-    /// (namespace, name, entry): lifted when still orphaned at the next, so
-    /// that the moment between pausing an Application and arming the object
-    /// (the plugin does both, in that order) is never mistaken for one.
-    orphans: BTreeSet<(String, String, String)>,
+    /// Application pauses no armed object holds, as (namespace, name,
+    /// entry), with when they were first seen so: lifted once they have been
+    /// orphaned for [`ORPHAN_GRACE`], so that the moment between pausing an
+    /// Application and arming the object (the plugin does both, in that
+    /// order), and a watch event still on its way, are never mistaken for one.
+    orphans: BTreeMap<(String, String, String), Instant>,
 }
 
 /// One type's watch and what it has seen.
@@ -377,7 +381,26 @@ impl Sweeper {
             }
         }
         for (ar, object) in due {
-            self.end(&ar, &object).await;
+            // Forgotten once done with, so that a check before its watch
+            // event arrives never ends it again from a stale copy (which
+            // would first take a new break-glass's entry off the Application).
+            if self.end(&ar, &object).await
+                && let Some(w) = self.watched.get_mut(&type_key(&ar))
+            {
+                let id = (
+                    object["metadata"]["namespace"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned(),
+                    object["metadata"]["name"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned(),
+                );
+                if w.objects.get(&id) == Some(&object) {
+                    w.objects.remove(&id);
+                }
+            }
         }
         next
     }
@@ -422,7 +445,7 @@ impl Sweeper {
                 return;
             }
         };
-        let mut orphans = BTreeSet::new();
+        let mut orphans = BTreeMap::new();
         for app in apps {
             let meta = serde_json::to_value(&app.metadata).unwrap_or_default();
             let (namespace, name) = (
@@ -430,11 +453,13 @@ impl Sweeper {
                 app.metadata.name.unwrap_or_default(),
             );
             for entry in pause::orphaned(&meta["annotations"], armed, |gk| listed.contains(gk)) {
-                orphans.insert((namespace.clone(), name.clone(), entry));
+                let key = (namespace.clone(), name.clone(), entry);
+                let since = self.orphans.get(&key).copied().unwrap_or_else(Instant::now);
+                orphans.insert(key, since);
             }
         }
-        for orphan @ (namespace, name, entry) in &orphans {
-            if !self.orphans.contains(orphan) {
+        for ((namespace, name, entry), since) in &orphans {
+            if since.elapsed() < ORPHAN_GRACE {
                 continue;
             }
             match self.resume(namespace, name, entry).await {
@@ -451,7 +476,9 @@ impl Sweeper {
 
     /// Lifts the Application's pause, if the marker records one, then ends
     /// the break-glass on the object; failures wait for the next tick.
-    async fn end(&self, ar: &ApiResource, object: &Value) {
+    /// Returns whether the object is done with: ended, or changed or gone
+    /// since it was seen (its next watch event says what it is now).
+    async fn end(&self, ar: &ApiResource, object: &Value) -> bool {
         let meta = &object["metadata"];
         let name = meta["name"].as_str().unwrap_or_default();
         let namespace = meta["namespace"].as_str().unwrap_or_default();
@@ -469,7 +496,7 @@ impl Sweeper {
                     Ok(state) => resumed = Some((format!("{app_ns}/{app}"), state)),
                     Err(e) => {
                         tracing::warn!(object = %shown, application = %format!("{app_ns}/{app}"), error = %e, "break-glass sweeper: cannot lift the Application's pause; trying again next tick");
-                        return;
+                        return false;
                     }
                 },
                 _ => {
@@ -502,13 +529,16 @@ impl Sweeper {
                     application = application.as_deref().unwrap_or("-"),
                     "break-glass expired: removed it and driftguard's pause; the GitOps tool restores Git"
                 );
+                true
             }
             // Changed since it was listed (or another replica won): the next tick sees it again.
             Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => {
                 tracing::debug!(object = %shown, code = s.code, "break-glass sweeper: object changed; next tick");
+                true
             }
             Err(e) => {
                 tracing::warn!(object = %shown, error = %e, "break-glass sweeper: cannot end the break-glass; trying again next tick");
+                false
             }
         }
     }
