@@ -116,18 +116,7 @@ fn one_replica_sweeps_and_another_takes_over_when_it_is_killed() {
         lease_flag,
         format!("--break-glass-sweeper-lease=driftguard/{LEASE}")
     );
-    let needed: String = docs
-        .iter()
-        .filter(|d| {
-            d["apiVersion"]
-                .as_str()
-                .is_some_and(|v| v.starts_with("rbac.authorization.k8s.io"))
-                || d["kind"] == "Lease"
-        })
-        .map(|d| format!("---\n{}", serde_saphyr::to_string(d).unwrap()))
-        .collect();
-    let out = plane.kubectl_stdin("admin", &["apply", "-f", "-"], Some(&needed));
-    assert!(out.ok, "{out}");
+    apply_chart_rbac_and_lease(&plane, &docs);
 
     let policy = plane.dir.join("lease-policy.yaml");
     std::fs::write(&policy, &chart.policy).unwrap();

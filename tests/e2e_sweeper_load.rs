@@ -95,18 +95,7 @@ fn the_sweeper_watches_instead_of_listing_every_type() {
         3,
         "interval, lease and Argo CD namespace: {args:?}"
     );
-    let needed: String = docs
-        .iter()
-        .filter(|d| {
-            d["apiVersion"]
-                .as_str()
-                .is_some_and(|v| v.starts_with("rbac.authorization.k8s.io"))
-                || d["kind"] == "Lease"
-        })
-        .map(|d| format!("---\n{}", serde_saphyr::to_string(d).unwrap()))
-        .collect();
-    let out = plane.kubectl_stdin("admin", &["apply", "-f", "-"], Some(&needed));
-    assert!(out.ok, "{out}");
+    apply_chart_rbac_and_lease(&plane, &docs);
     // One break-glass armed, an hour to go.
     let expires = (jiff::Timestamp::now() + jiff::SignedDuration::from_hours(1))
         .round(jiff::Unit::Second)

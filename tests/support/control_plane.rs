@@ -859,6 +859,23 @@ pub struct ChartInstall {
     pub yaml: String,
 }
 
+/// Applies, as admin, what a rendered chart grants driftguard (its RBAC) and
+/// the sweeper's Lease, as `helm install -n driftguard` would.
+pub fn apply_chart_rbac_and_lease(plane: &ControlPlane, docs: &[serde_json::Value]) {
+    let needed: String = docs
+        .iter()
+        .filter(|d| {
+            d["apiVersion"]
+                .as_str()
+                .is_some_and(|v| v.starts_with("rbac.authorization.k8s.io"))
+                || d["kind"] == "Lease"
+        })
+        .map(|d| format!("---\n{}", serde_saphyr::to_string(d).unwrap()))
+        .collect();
+    let out = plane.kubectl_stdin("admin", &["apply", "-f", "-"], Some(&needed));
+    assert!(out.ok, "{out}");
+}
+
 pub fn render_chart(plane: &ControlPlane, port: u16, sets: &[&str]) -> ChartInstall {
     render_release(plane, "dg", port, sets)
 }
