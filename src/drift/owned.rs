@@ -92,13 +92,11 @@ pub fn owned_pointers(stored: &Value) -> PointerSet {
     // A list Git declares that the apiserver keeps whole (atomic: a
     // container's args, a Role's rules, a custom resource's lists) is one
     // value to Argo CD's client-side diff, which patches it whole: an entry
-    // added by hand is a change to it. The tool's Update entry owns such a
-    // list as one leaf; a keyed list's entries stay apart (what the
-    // apiserver defaulted in them is not Git's).
-    let updated = leaves_where(stored, |e| {
-        GITOPS_MANAGERS.contains(&entry_text(e, "manager"))
-            && entry_text(e, "operation") == "Update"
-    });
+    // added by hand is a change to it. managedFields show such a list as one
+    // leaf, in whichever entry holds it (Argo CD writes RBAC objects under
+    // another manager than `argocd-controller`); a keyed list's entries stay
+    // apart (what the apiserver defaulted in them is not Git's).
+    let updated = leaves_where(stored, |_| true);
     let atomic: Vec<String> = pointers(&updated)
         .into_iter()
         .filter(|p| stored.pointer(p).is_some_and(Value::is_array))
@@ -224,11 +222,13 @@ mod tests {
             "metadata": {
                 "annotations": {"kubectl.kubernetes.io/last-applied-configuration":
                     "{\"spec\":{\"ports\":[8080],\"containers\":[{\"name\":\"app\",\"args\":[\"run\"]}]}}"},
-                "managedFields": [{"manager": "argocd-controller", "operation": "Update", "fieldsV1": {"f:spec": {
-                    "f:ports": {},
+                "managedFields": [
+                  {"manager": "argocd-v3.6.1", "operation": "Update", "fieldsV1": {"f:spec": {"f:ports": {}}}},
+                  {"manager": "argocd-controller", "operation": "Update", "fieldsV1": {"f:spec": {
                     "f:size": {},
                     "f:containers": {"k:{\"name\":\"app\"}": {".": {}, "f:name": {}, "f:args": {}, "f:imagePullPolicy": {}}}
-                }}}]
+                  }}}
+                ]
             },
             "spec": {"ports": [8080, 9], "size": 1,
                      "containers": [{"name": "app", "args": ["run", "--x"], "imagePullPolicy": "Always"}]}

@@ -16,6 +16,11 @@ pub enum Written {
     /// kubectl failed: the apiserver refused it (validation, immutable
     /// field, conflict). Not a judged edit.
     Rejected(String),
+    /// driftguard refused it although the namespace is in audit mode: it
+    /// changes a decision input (the last-applied record, the tool's field
+    /// ownership), refused in every mode. Nothing landed for the tool to
+    /// answer; not a judged edit, and never the harmful direction.
+    Refused(String),
     /// Accepted, and the object is what it was (kubectl's "no change", or a
     /// server-side apply that left the tool's fields as they were).
     NoChange,
@@ -35,8 +40,12 @@ pub struct Outcome {
     /// driftguard's verdict on the same two objects under `precision:
     /// ownedFields`, judged by `driftguard::judge`.
     pub owned_fields_drift: bool,
-    /// Every changed path is one Git's manifest does not declare.
+    /// Every changed path that no ignore rule covers is one Git's manifest
+    /// does not declare.
     pub outside_git: bool,
+    /// The write took fields from the tool's field manager without changing
+    /// their values (managedFields before and after).
+    pub ownership_moved: bool,
 }
 
 impl Outcome {
@@ -72,15 +81,70 @@ impl Outcome {
         self.tool_drift == Some(self.owned_fields_drift)
     }
 
+    /// ownedFields stricter because the write takes the tool's ownership
+    /// without changing the value: ownership is what later writes are judged
+    /// by under ownedFields, so driftguard refuses that move by design.
+    pub fn owned_fields_by_design(&self) -> bool {
+        self.owned_fields_drift && self.tool_drift == Some(false) && self.ownership_moved
+    }
+
     /// Whether the run's pass criteria hold for this edit.
     pub fn passes(&self) -> bool {
-        !self.judged() || (!self.harmful() && !self.unexplained() && self.owned_fields_agrees())
+        !self.judged()
+            || (!self.harmful()
+                && !self.unexplained()
+                && (self.owned_fields_agrees() || self.owned_fields_by_design()))
     }
 }
 
-/// Whether every changed path is undeclared in Git's `manifest`.
-pub fn outside_git(manifest: &Value, paths: &[String]) -> bool {
-    paths.iter().all(|p| !declared(manifest, p))
+/// Whether every changed path that `ignored` does not cover is undeclared
+/// in Git's `manifest`.
+pub fn outside_git(manifest: &Value, paths: &[String], ignored: &[&str]) -> bool {
+    paths
+        .iter()
+        .filter(|p| {
+            !ignored
+                .iter()
+                .any(|i| *p == i || p.starts_with(&format!("{i}/")))
+        })
+        .all(|p| !declared(manifest, p))
+}
+
+/// The fieldsV1 leaves of the GitOps tools' managers (Argo CD's and Flux's
+/// writes), as text.
+fn tool_fields(object: &Value) -> std::collections::BTreeSet<String> {
+    fn walk(v: &Value, prefix: &str, out: &mut std::collections::BTreeSet<String>) {
+        match v.as_object() {
+            Some(map) if !map.is_empty() => {
+                for (k, child) in map {
+                    if k != "." {
+                        walk(child, &format!("{prefix}/{k}"), out);
+                    }
+                }
+            }
+            _ => {
+                out.insert(prefix.to_owned());
+            }
+        }
+    }
+    let mut out = std::collections::BTreeSet::new();
+    for entry in object["metadata"]["managedFields"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        let manager = entry["manager"].as_str().unwrap_or_default();
+        if manager.starts_with("argocd") || manager == "kustomize-controller" {
+            walk(&entry["fieldsV1"], "", &mut out);
+        }
+    }
+    out
+}
+
+/// Whether the write took fields from the tools' managers.
+pub fn ownership_moved(before: &Value, after: &Value) -> bool {
+    let after = tool_fields(after);
+    tool_fields(before).iter().any(|f| !after.contains(f))
 }
 
 /// The test's policy with `precision: ownedFields`.
@@ -121,6 +185,7 @@ pub fn judged_drift(policy: &driftguard::Policy, old: &Value, new: &Value) -> bo
 pub struct Counts {
     pub edits: usize,
     pub rejected: usize,
+    pub refused: usize,
     pub no_change: usize,
     pub judged: usize,
     pub tool_drift: usize,
@@ -130,6 +195,7 @@ pub struct Counts {
     pub harmful: usize,
     pub unexplained: usize,
     pub owned_agree: usize,
+    pub owned_by_design: usize,
 }
 
 impl Counts {
@@ -137,6 +203,7 @@ impl Counts {
         self.edits += 1;
         match &o.written {
             Written::Rejected(_) => self.rejected += 1,
+            Written::Refused(_) => self.refused += 1,
             Written::NoChange => self.no_change += 1,
             Written::Changed(_) => {
                 self.judged += 1;
@@ -147,6 +214,7 @@ impl Counts {
                 self.harmful += usize::from(o.harmful());
                 self.unexplained += usize::from(o.unexplained());
                 self.owned_agree += usize::from(o.owned_fields_agrees());
+                self.owned_by_design += usize::from(o.owned_fields_by_design());
             }
         }
     }
@@ -159,9 +227,10 @@ impl Counts {
 
     fn row(&self, label: &str) -> String {
         format!(
-            "| {label} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {label} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             self.edits,
             self.rejected,
+            self.refused,
             self.no_change,
             self.judged,
             self.tool_drift,
@@ -170,22 +239,21 @@ impl Counts {
             self.by_design,
             self.harmful,
             self.unexplained,
-            self.owned_agree
+            self.owned_agree,
+            self.owned_by_design
         )
     }
 }
 
-const HEADER: &str = "| edits | rejected by the apiserver | no change | judged | tool: drift | driftguard: drift | agree | stricter, outside Git (by design) | allowed, then reverted (harmful) | unexplained | ownedFields agrees |";
+const HEADER: &str = "edits | rejected by the apiserver | refused by driftguard in every mode | no change | judged | tool: drift | driftguard: drift | agree | stricter, outside Git (by design) | allowed, then reverted (harmful) | unexplained | ownedFields agrees | ownedFields stricter: ownership taken (by design) |";
+const ALIGN: &str = "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|";
 
 fn grouped(title: &str, outcomes: &[Outcome], key: impl Fn(&Outcome) -> String, out: &mut String) {
     let mut rows: BTreeMap<String, Counts> = BTreeMap::new();
     for o in outcomes {
         rows.entry(key(o)).or_default().add(o);
     }
-    let _ = writeln!(
-        out,
-        "\n| {title} {HEADER}\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
-    );
+    let _ = writeln!(out, "\n| {title} | {HEADER}\n{ALIGN}");
     for (label, c) in &rows {
         let _ = writeln!(out, "{}", c.row(label));
     }
@@ -217,9 +285,7 @@ pub fn summary_row(run: &str, outcomes: &[Outcome]) -> String {
 }
 
 pub fn summary_header() -> String {
-    format!(
-        "| tool and mode {HEADER}\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
-    )
+    format!("| tool and mode | {HEADER}\n{ALIGN}")
 }
 
 /// The edits that break the pass criteria, one line each, to replay.

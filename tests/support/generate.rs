@@ -667,14 +667,12 @@ pub fn changed_paths(a: &Value, b: &Value, prefix: &str, out: &mut Vec<String>) 
     }
 }
 
-/// What a person changes between two versions of the object: the changed
-/// paths of the clean objects, without kubectl's last-applied record (its
-/// bookkeeping, which Flux removes and driftguard reads apart).
+/// What a write changed between two versions of the object: the changed
+/// paths of the clean objects (kubectl's last-applied record included: it is
+/// part of the write, and Flux removes it).
 pub fn edited_paths(before: &Value, after: &Value) -> Vec<String> {
     let mut out = Vec::new();
     changed_paths(&clean(before), &clean(after), "", &mut out);
-    let last_applied = format!("/metadata/annotations/{}", escape(LAST_APPLIED));
-    out.retain(|p| *p != last_applied);
     out
 }
 
@@ -905,12 +903,12 @@ pub fn generate(rng: &mut Rng, manifest: &Value, live: &Value, method: Method) -
         let op = one(rng, s)
             .map(|op| (s, op))
             .or_else(|| singles.iter().find_map(|s| one(rng, *s).map(|op| (*s, op))));
-        if let Some((s, op)) = op {
-            if !ops.iter().any(|(_, o): &(Shape, Op)| {
+        if let Some((s, op)) = op
+            && !ops.iter().any(|(_, o): &(Shape, Op)| {
                 o.path().starts_with(op.path()) || op.path().starts_with(o.path())
-            }) {
-                ops.push((s, op));
-            }
+            })
+        {
+            ops.push((s, op));
         }
     }
     let mut target = base.clone();
