@@ -844,9 +844,13 @@ fn input_changes(
     }
     // Argo CD's client-side apply merges three ways against this record:
     // what a hand adds to it (`kubectl edit` and `kubectl apply` rewrite it),
-    // the next sync deletes where Git lacks it, ignore rules or not.
-    if matches!(manager, Some(Manager::ArgoCd { .. }))
-        && let Some(pointer) = owned::last_applied_changed(old, new)
+    // the next sync deletes where Git lacks it, ignore rules or not. Flux
+    // removes the record at its next apply (kustomize-controller's cleanup),
+    // so a client-side `kubectl apply` that adds it is reverted in part.
+    if matches!(
+        manager,
+        Some(Manager::ArgoCd { .. } | Manager::FluxKustomization { .. })
+    ) && let Some(pointer) = owned::last_applied_changed(old, new)
     {
         out.push(pointer);
     }

@@ -416,9 +416,21 @@ fn what_the_tools_read_cannot_be_planted() {
         "apiVersion": "apps/v1", "fieldsType": "FieldsV1", "fieldsV1": {"f:metadata": {"f:labels": {}}}}]);
     let mut grown = flux.clone();
     grown["metadata"]["managedFields"][0]["fieldsV1"]["f:spec"] = json!({"f:replicas": {}});
-    let out = run(&policy, &Review::update(flux, grown));
+    let out = run(&policy, &Review::update(flux.clone(), grown));
     assert!(!out.allowed(), "{:?}", out.decision);
     assert_eq!(out.decision.inputs_changed, vec!["/metadata/managedFields"]);
+
+    // A client-side `kubectl apply` of a Flux object adds the record, which
+    // kustomize-controller removes at its next apply (the generative oracle
+    // found it allowed, then reverted).
+    let applied = with(
+        &flux,
+        LAST_APPLIED,
+        json!(r#"{"apiVersion":"apps/v1","kind":"Deployment","spec":{"template":{}}}"#),
+    );
+    let out = run(&policy, &Review::update(flux, applied));
+    assert!(!out.allowed(), "{:?}", out.decision);
+    assert_eq!(out.decision.inputs_changed, vec![LAST_APPLIED]);
 }
 
 /// The `driftguard.io/drift` record is written by driftguard's mutating
