@@ -177,9 +177,10 @@ enum Touch {
     OwnMeta,
     /// A decision input: never ignored.
     Input,
-    /// The last-applied record. On an Argo CD object a decision input (Argo
-    /// CD's client-side apply merges three ways against it); elsewhere
-    /// bookkeeping driftguard never compares (README, "How a write is judged").
+    /// The last-applied record. A decision input on an Argo CD object (Argo
+    /// CD's client-side apply merges three ways against it) and on a Flux
+    /// Kustomization's (kustomize-controller removes it at its next apply,
+    /// found by tests/e2e_oracle.rs).
     LastApplied,
     /// Only `kubectl.kubernetes.io/restartedAt` on the pod template.
     RestartedAt,
@@ -222,7 +223,7 @@ fn expected(policy: Policy, manager: Manager, touches: &[Touch]) -> Verdict {
         Touch::Meta => policy == Policy::IgnoreMeta && manager == Manager::Argo,
         Touch::OwnMeta => policy == Policy::IgnoreMeta,
         Touch::RestartedAt => policy == Policy::Default,
-        Touch::LastApplied => manager == Manager::Flux,
+        Touch::LastApplied => false,
         Touch::Spec | Touch::Input | Touch::Gone | Touch::Conflicts => false,
     };
     if touches.iter().all(ignored) {
@@ -1433,12 +1434,13 @@ fn the_invariant_model() {
         expected(Policy::IgnoreMeta, Manager::Flux, &[Touch::Meta]),
         Verdict::Denied
     );
+    // A client-side apply adds the last-applied record, which Flux removes.
     assert_eq!(
         expected(
             Policy::IgnoreMeta,
             Manager::Flux,
             &[Touch::OwnMeta, Touch::LastApplied]
         ),
-        Verdict::Allowed
+        Verdict::Denied
     );
 }
