@@ -91,6 +91,23 @@ pub fn owned_pointers(stored: &Value, record_counts: bool) -> PointerSet {
         GITOPS_MANAGERS.contains(&entry_text(e, "manager")) && entry_text(e, "operation") == "Apply"
     }));
     leaves(&applied, &mut String::new(), &mut out);
+    // A list Git declares that the apiserver keeps whole (atomic: a
+    // container's args, a Role's rules, a custom resource's lists) is one
+    // value to Argo CD's client-side diff, which patches it whole: an entry
+    // added by hand is a change to it. managedFields show such a list as one
+    // leaf, in whichever entry holds it (Argo CD writes RBAC objects under
+    // another manager than `argocd-controller`); a keyed list's entries stay
+    // apart (what the apiserver defaulted in them is not Git's).
+    let updated = leaves_where(stored, |_| true);
+    let atomic: Vec<String> = pointers(&updated)
+        .into_iter()
+        .filter(|p| stored.pointer(p).is_some_and(Value::is_array))
+        .filter(|p| {
+            let under = format!("{p}/");
+            out.iter().any(|declared| declared.starts_with(&under))
+        })
+        .collect();
+    out.extend(atomic);
     out.into_iter().collect()
 }
 
@@ -204,6 +221,39 @@ mod tests {
 
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_declared_atomic_list_is_owned_whole_under_client_side_apply() {
+        let stored = json!({
+            "metadata": {
+                "annotations": {"kubectl.kubernetes.io/last-applied-configuration":
+                    "{\"spec\":{\"ports\":[8080],\"containers\":[{\"name\":\"app\",\"args\":[\"run\"]}]}}"},
+                "managedFields": [
+                  {"manager": "argocd-v3.6.1", "operation": "Update", "fieldsV1": {"f:spec": {"f:ports": {}}}},
+                  {"manager": "argocd-controller", "operation": "Update", "fieldsV1": {"f:spec": {
+                    "f:size": {},
+                    "f:containers": {"k:{\"name\":\"app\"}": {".": {}, "f:name": {}, "f:args": {}, "f:imagePullPolicy": {}}}
+                  }}}
+                ]
+            },
+            "spec": {"ports": [8080, 9], "size": 1,
+                     "containers": [{"name": "app", "args": ["run", "--x"], "imagePullPolicy": "Always"}]}
+        });
+        let owned = owned_pointers(&stored);
+        let paths = vec![
+            "/spec/ports/1".to_owned(),
+            "/spec/containers/0/args/1".to_owned(),
+            "/spec/containers/0/imagePullPolicy".to_owned(),
+            "/spec/size".to_owned(),
+        ];
+        let (drift, other) = partition(paths, &owned, &[]);
+        assert_eq!(drift, vec!["/spec/ports/1", "/spec/containers/0/args/1"]);
+        assert_eq!(
+            other,
+            vec!["/spec/containers/0/imagePullPolicy", "/spec/size"],
+            "what the apiserver defaulted stays unowned"
+        );
+    }
 
     #[test]
     fn owned_by_server_side_apply_and_by_last_applied() {
