@@ -19,8 +19,8 @@ cargo test --locked --all-targets
 # on every other supported version; the GitOps e2e runs on the newest only.
 versions=$(scripts/build-tools.sh kube-versions)
 for version in $(tail -n +2 <<<"${versions}"); do
-  echo "== Kubernetes ${version}: e2e_kubectl, chart" >&2
-  DRIFTGUARD_KUBE_VERSION="${version}" cargo test --locked --test e2e_kubectl --test chart
+  echo "== Kubernetes ${version}: e2e_kubectl, chart, e2e_schema" >&2
+  DRIFTGUARD_KUBE_VERSION="${version}" cargo test --locked --test e2e_kubectl --test chart --test e2e_schema
 done
 # Every fuzz target for 60 s, where the nightly toolchain is (fuzz.sh installs
 # cargo-fuzz from crates.io if it is missing): CI has nightly, so there a

@@ -2,6 +2,7 @@
 //! passes `now`, and the scale parent when it has one.
 
 pub mod annotated;
+pub mod atomic_maps;
 pub mod breakglass;
 pub mod cascade;
 pub mod deputy;

@@ -12,8 +12,6 @@ mod control_plane;
 mod gitops;
 #[path = "support/gitops_e2e.rs"]
 mod gitops_e2e;
-#[path = "support/oracle.rs"]
-mod oracle;
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -109,47 +107,6 @@ roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: reconciler}
 subjects: [{kind: ServiceAccount, name: reconciler, namespace: tenant-a}]
 "#;
 
-const ORACLE_KUSTOMIZATION: &str = r#"apiVersion: kustomize.toolkit.fluxcd.io/v1
-kind: Kustomization
-metadata: {name: oracle, namespace: flux-system}
-spec:
-  interval: 1h
-  path: ./oracle
-  prune: true
-  wait: false
-  timeout: 2m
-  sourceRef: {kind: GitRepository, name: repo}
-"#;
-
-/// The oracle's objects as they are now, by (kind, name).
-fn live_objects(
-    plane: &ControlPlane,
-    ns: &str,
-) -> std::collections::BTreeMap<(String, String), serde_json::Value> {
-    let list = get_json(
-        plane,
-        &[
-            "-n",
-            ns,
-            "deployments,services,configmaps,cronjobs",
-            "--show-managed-fields",
-        ],
-    )
-    .expect("the oracle's objects");
-    list["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|o| {
-            let key = (
-                o["kind"].as_str().unwrap().to_owned(),
-                o["metadata"]["name"].as_str().unwrap().to_owned(),
-            );
-            (key, o.clone())
-        })
-        .collect()
-}
-
 fn flux_objects(url: &str) -> String {
     format!(
         r#"apiVersion: source.toolkit.fluxcd.io/v1
@@ -184,149 +141,6 @@ spec:
   sourceRef: {{kind: GitRepository, name: repo, namespace: flux-system}}
 "#
     )
-}
-
-/// Makes every planned edit as alice (the namespace is in audit mode) and
-/// returns driftguard's verdict for each: drift or not, from its audit records.
-fn driftguard_verdicts(
-    plane: &ControlPlane,
-    dg: &Driftguard,
-    ns: &str,
-    edits: &[oracle::Edit],
-) -> Vec<bool> {
-    for e in edits {
-        let target = format!("{}/{}", e.resource(), e.object);
-        let body = e.patch.to_string();
-        let manager = e.field_manager.map(|m| format!("--field-manager={m}"));
-        let mut args = vec![
-            "-n",
-            ns,
-            "patch",
-            &target,
-            "--type",
-            e.patch_type,
-            "-p",
-            &body,
-        ];
-        args.extend(manager.as_deref());
-        ok(
-            plane.kubectl("alice", &args),
-            &format!("{} on {target}", e.edit.what),
-        );
-    }
-    let audit = dg.audit();
-    edits
-        .iter()
-        .map(|e| {
-            let verdict = audit
-                .iter()
-                .rev()
-                .find(|r| {
-                    r["user"] == "alice"
-                        && r["namespace"] == ns
-                        && r["name"] == e.object.as_str()
-                        && r["operation"] == "UPDATE"
-                })
-                .unwrap_or_else(|| panic!("no audit record for {}/{}", ns, e.object))["verdict"]
-                .clone();
-            assert!(
-                verdict == "audit" || verdict == "allow",
-                "{}: {verdict}",
-                e.object
-            );
-            verdict == "audit"
-        })
-        .collect()
-}
-
-/// The tool's answer for one edit (given the edit and the edited object).
-type Answer = Box<dyn Fn(&oracle::Edit) -> bool>;
-
-/// The oracle for one tool in namespace `ns`: commits the objects, lets
-/// `sync` apply that revision, makes the edits as alice and reads driftguard's
-/// verdicts, takes the tool's answers from `ask`, judges the same objects
-/// under ownedFields, and reports.
-fn run_oracle(
-    (plane, dg, repo): (&ControlPlane, &Driftguard, &GitRepo),
-    tool_name: &str,
-    ns: &str,
-    sync: impl Fn(&str),
-    ask: impl Fn() -> Answer,
-) {
-    let seed = oracle::seed();
-    let edits = oracle::plan(&mut oracle::Rng::new(seed));
-    plane.create_namespaces(&[ns]);
-    let rev = repo.commit(
-        "oracle objects",
-        &[("oracle/objects.yaml", Some(&oracle::manifests(ns)))],
-    );
-    sync(&rev);
-    let before = live_objects(plane, ns);
-    let verdicts = driftguard_verdicts(plane, dg, ns, &edits);
-    let edited = live_objects(plane, ns);
-    let answer = ask();
-    let owned_fields = oracle::owned_fields_policy(&policy_text());
-    let outcomes: Vec<_> = edits
-        .iter()
-        .zip(verdicts)
-        .map(|(e, driftguard_drift)| {
-            let key = (e.edit.kind.to_owned(), e.object.clone());
-            oracle::Outcome {
-                tool_drift: answer(e),
-                owned_fields_drift: oracle::judged_drift(
-                    &owned_fields,
-                    &before[&key],
-                    &edited[&key],
-                ),
-                edit: e.clone(),
-                driftguard_drift,
-            }
-        })
-        .collect();
-    report(tool_name, seed, &outcomes);
-}
-
-fn policy_text() -> String {
-    std::fs::read_to_string(format!("{ROOT}/{POLICY}")).expect("the policy file")
-}
-
-/// Prints the agreement table, keeps it under target/e2e, and fails on any
-/// disagreement that is not a documented one.
-fn report(tool: &str, seed: u64, outcomes: &[oracle::Outcome]) {
-    let table = oracle::table(tool, seed, outcomes);
-    eprintln!("{table}");
-    let dir = std::path::Path::new(ROOT).join("target/e2e");
-    let _ = std::fs::create_dir_all(&dir);
-    let _ = std::fs::write(
-        dir.join(format!(
-            "oracle-{}.md",
-            tool.to_lowercase().replace(' ', "-")
-        )),
-        &table,
-    );
-    // The default precision may only be stricter, and only where Git
-    // declares nothing; ownedFields must agree exactly.
-    let unexplained: Vec<String> = outcomes
-        .iter()
-        .filter(|o| (!o.agrees() && !o.deliberate()) || o.owned_fields_drift != o.tool_drift)
-        .map(|o| {
-            format!(
-                "{} {} ({}, {:?}): driftguard drift={}, ownedFields drift={}, {tool} drift={}",
-                o.edit.edit.kind,
-                o.edit.object,
-                o.edit.edit.what,
-                o.edit.field_manager,
-                o.driftguard_drift,
-                o.owned_fields_drift,
-                o.tool_drift
-            )
-        })
-        .collect();
-    assert!(
-        unexplained.is_empty(),
-        "driftguard and {tool} disagree:\n{}\n{table}",
-        unexplained.join("\n")
-    );
 }
 
 /// sam, on call, runs `kubectl driftguard break-glass deployment/web` in
@@ -595,24 +409,6 @@ fn flux_applies_through_driftguard_and_agrees_on_what_is_drift() {
         image(&plane, "production", "web").as_deref(),
         Some("nginx:1.28"),
         "Git wins after expiry"
-    );
-
-    // The differential oracle: driftguard's verdict against Flux's own.
-    run_oracle(
-        (&plane, &dg, &repo),
-        "Flux",
-        "oracle-flux",
-        |rev| {
-            plane.apply_admin(ORACLE_KUSTOMIZATION);
-            Flux::reconcile(&plane, "flux-system", "oracle", Some(rev));
-        },
-        || {
-            Flux::reconcile(&plane, "flux-system", "oracle", None);
-            let live = live_objects(&plane, "oracle-flux");
-            Box::new(move |e: &oracle::Edit| {
-                e.reverted(&live[&(e.edit.kind.to_owned(), e.object.clone())])
-            })
-        },
     );
 
     // A person's delete of the namespace would take the tenant's Flux
@@ -893,28 +689,4 @@ fn argocd_syncs_through_driftguard_and_agrees_on_what_is_drift() {
         ],
     );
     denied(&out, "Argo CD application myapp").unwrap();
-
-    // The differential oracle: driftguard's verdict against Argo CD's own.
-    // Impersonation off again: the default project names no account, and
-    // Argo CD v3.6 then refuses to sync rather than use its own.
-    plane.apply_admin(&argocd_settings(""));
-    run_oracle(
-        (&plane, &dg, &repo),
-        "Argo CD",
-        "oracle-argo",
-        |rev| {
-            // No self-heal here: Argo CD is asked, not left to answer by reverting.
-            let app = application("oracle", "default", &url, "oracle", "oracle-argo")
-                .replace("selfHeal: true", "selfHeal: false");
-            plane.apply_admin(&app);
-            wait_synced(&plane, &argo, "oracle", rev);
-        },
-        || {
-            let app = ArgoCd::hard_refresh(&plane, "oracle");
-            Box::new(move |e: &oracle::Edit| {
-                ArgoCd::resource_status(&app, e.edit.kind, "oracle-argo", &e.object).as_deref()
-                    == Some("OutOfSync")
-            })
-        },
-    );
 }

@@ -8,6 +8,7 @@ use serde_json::Value;
 
 use std::collections::HashSet;
 
+use super::atomic_maps;
 use crate::deadline::checkpoint;
 use crate::policy::ignore::{
     FieldSet, Locator, entry_text, has_leaf_under, leaves_where, locate_leaves, owned_leaves,
@@ -66,7 +67,45 @@ pub fn last_applied_changed(old: &Value, new: &Value) -> Option<String> {
     (read(old) != read(new)).then(|| format!("/metadata/annotations/{}", escape(LAST_APPLIED)))
 }
 
-/// RFC 6901 pointers of the fields the GitOps tool owns in `stored`.
+/// What the GitOps tool owns in an object.
+#[derive(Debug, Default)]
+pub struct Owned {
+    /// Fields owned with everything in them.
+    whole: PointerSet,
+    /// Maps owned only as present: applied empty where the schema keeps keys
+    /// apart ([`atomic_maps::is_granular`]), so what the apiserver defaulted
+    /// in them is no one's. Flux applies a StatefulSet's `updateStrategy: {}`
+    /// (Go's zero value), and its next apply resets nothing inside.
+    presence: PointerSet,
+}
+
+impl Owned {
+    /// Whether a change at `pointer` changes something owned: an owned field,
+    /// something in one or containing one, or the presence of an owned map.
+    pub fn touches(&self, pointer: &str) -> bool {
+        self.whole.overlaps(pointer)
+            || self.presence.contains(pointer)
+            || self.presence.has_below(pointer)
+    }
+
+    fn insert(&mut self, stored: &Value, pointer: String) {
+        let (api_version, kind) = (
+            stored["apiVersion"].as_str().unwrap_or_default(),
+            stored["kind"].as_str().unwrap_or_default(),
+        );
+        let non_empty_map = stored
+            .pointer(&pointer)
+            .and_then(Value::as_object)
+            .is_some_and(|m| !m.is_empty());
+        if non_empty_map && atomic_maps::is_granular(api_version, kind, &pointer) {
+            self.presence.insert(pointer);
+        } else {
+            self.whole.insert(pointer);
+        }
+    }
+}
+
+/// The fields the GitOps tool owns in `stored`.
 /// An Update entry (client-side apply, `kubectl apply` as Argo CD does it by
 /// default) also owns what the apiserver defaulted on create, which the tool
 /// never compares: where the last-applied annotation exists, it and the Apply
@@ -75,17 +114,19 @@ pub fn last_applied_changed(old: &Value, new: &Value) -> Option<String> {
 /// ([`ownership_taken`]); never an entry a client-chosen fieldManager writes.
 /// Without `record_counts` (an Argo CD Application under Server-Side Diff,
 /// which syncs by server-side apply) the annotation is not read.
-pub fn owned_pointers(stored: &Value, record_counts: bool) -> PointerSet {
+pub fn owned_pointers(stored: &Value, record_counts: bool) -> Owned {
     let pointers = |set: &FieldSet| -> Vec<String> {
         locate_leaves(set, stored)
             .iter()
             .map(Path::to_pointer)
             .collect()
     };
+    let mut owned = Owned::default();
     let Some(applied) = last_applied(stored).filter(|_| record_counts) else {
-        return pointers(&owned_leaves(stored, &GITOPS_MANAGERS))
-            .into_iter()
-            .collect();
+        for p in pointers(&owned_leaves(stored, &GITOPS_MANAGERS)) {
+            owned.insert(stored, p);
+        }
+        return owned;
     };
     let mut out = pointers(&leaves_where(stored, |e| {
         GITOPS_MANAGERS.contains(&entry_text(e, "manager")) && entry_text(e, "operation") == "Apply"
@@ -107,8 +148,10 @@ pub fn owned_pointers(stored: &Value, record_counts: bool) -> PointerSet {
             out.iter().any(|declared| declared.starts_with(&under))
         })
         .collect();
-    out.extend(atomic);
-    out.into_iter().collect()
+    for p in out.into_iter().chain(atomic) {
+        owned.insert(stored, p);
+    }
+    owned
 }
 
 fn last_applied(obj: &Value) -> Option<Value> {
@@ -191,13 +234,13 @@ fn leaves(value: &Value, prefix: &mut String, out: &mut Vec<String>) {
 /// a whole container removes the owned image in it).
 pub fn partition(
     paths: Vec<String>,
-    owned: &PointerSet,
+    owned: &Owned,
     always: &[String],
 ) -> (Vec<String>, Vec<String>) {
     let always: HashSet<&str> = always.iter().map(String::as_str).collect();
     paths.into_iter().partition(|p| {
         checkpoint();
-        always.contains(p.as_str()) || owned.overlaps(p)
+        always.contains(p.as_str()) || owned.touches(p)
     })
 }
 
@@ -239,7 +282,7 @@ mod tests {
             "spec": {"ports": [8080, 9], "size": 1,
                      "containers": [{"name": "app", "args": ["run", "--x"], "imagePullPolicy": "Always"}]}
         });
-        let owned = owned_pointers(&stored);
+        let owned = owned_pointers(&stored, true);
         let paths = vec![
             "/spec/ports/1".to_owned(),
             "/spec/containers/0/args/1".to_owned(),
@@ -269,10 +312,12 @@ mod tests {
         });
         let owned = owned_pointers(&stored, true);
         assert!(
-            owned.contains("/spec/template/spec/containers/0/image"),
+            owned
+                .whole
+                .contains("/spec/template/spec/containers/0/image"),
             "{owned:?}"
         );
-        assert!(owned.contains("/spec/paused"));
+        assert!(owned.whole.contains("/spec/paused"));
         let paths = vec![
             "/spec/template/spec/containers/0/image".to_owned(),
             "/spec/minReadySeconds".to_owned(),
@@ -291,5 +336,48 @@ mod tests {
             other,
             vec!["/spec/minReadySeconds", "/metadata/labels/team"]
         );
+    }
+
+    /// Flux applies a StatefulSet's `updateStrategy: {}` (Go's zero value)
+    /// and owns it as one bare leaf, like the atomic `selector`: only the
+    /// schema says the first owns nothing the apiserver defaulted inside
+    /// (the generative oracle: Flux kept a `partition` changed by hand).
+    #[test]
+    fn a_map_applied_empty_owns_only_its_presence() {
+        let stored = json!({
+            "apiVersion": "apps/v1", "kind": "StatefulSet",
+            "metadata": {"managedFields": [{"manager": "kustomize-controller", "operation": "Apply",
+                "fieldsV1": {"f:spec": {"f:selector": {}, "f:updateStrategy": {}}}}]},
+            "spec": {"selector": {"matchLabels": {"app": "web"}},
+                     "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"partition": 0}}}
+        });
+        let owned = owned_pointers(&stored, true);
+        let paths = vec![
+            "/spec/updateStrategy/rollingUpdate/partition".to_owned(),
+            "/spec/selector/matchLabels/app".to_owned(),
+            "/spec/updateStrategy".to_owned(),
+            "/spec".to_owned(),
+        ];
+        let (drift, other) = partition(paths, &owned, &[]);
+        assert_eq!(
+            drift,
+            vec![
+                "/spec/selector/matchLabels/app",
+                "/spec/updateStrategy",
+                "/spec"
+            ]
+        );
+        assert_eq!(other, vec!["/spec/updateStrategy/rollingUpdate/partition"]);
+
+        // A kind whose schema driftguard does not know: owned whole.
+        let mut widget = stored.clone();
+        widget["apiVersion"] = json!("example.com/v1");
+        let owned = owned_pointers(&widget, true);
+        let (drift, _) = partition(
+            vec!["/spec/updateStrategy/rollingUpdate/partition".to_owned()],
+            &owned,
+            &[],
+        );
+        assert_eq!(drift.len(), 1);
     }
 }

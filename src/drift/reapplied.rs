@@ -17,7 +17,7 @@
 
 use serde_json::Value;
 
-use super::normalize;
+use super::{atomic_maps, normalize};
 use crate::deadline::checkpoint;
 use crate::policy::IgnoreRule;
 use crate::policy::ignore::{
@@ -79,16 +79,23 @@ pub fn hidden_reverts(
     let (old_f, new_f) = normalize::normalize_pair(old, new, flux_rules, &mut Vec::new());
     let others = other_leaves(old);
     let (mut in_old, mut in_new) = (Locator::new(), Locator::new());
+    let (api_version, kind) = (
+        old["apiVersion"].as_str().unwrap_or_default(),
+        old["kind"].as_str().unwrap_or_default(),
+    );
     candidates
         .into_iter()
-        .filter(|(keys, _)| {
+        .filter(|(keys, pointer)| {
             checkpoint();
             // Empty in the stored object: Git left it empty (or Flux keeps it).
             let Some((_, stored)) = in_old.leaf(keys, &old_f) else {
                 return false;
             };
+            // A map owned as one leaf that the schema keeps key by key was
+            // applied empty (`updateStrategy: {}`): Flux resets nothing in it.
             let left_empty = normalize::is_empty(stored)
-                || ((stored.is_object() || stored.is_array()) && has_leaf_under(&others, keys));
+                || ((stored.is_object() || stored.is_array()) && has_leaf_under(&others, keys))
+                || (stored.is_object() && atomic_maps::is_granular(api_version, kind, pointer));
             !left_empty && Some(stored) != in_new.leaf(keys, &new_f).map(|(_, v)| v)
         })
         .map(|(_, pointer)| pointer)
