@@ -15,8 +15,9 @@ cargo fmt --all -- --check
 cargo clippy --locked --all-targets -- -D warnings
 cargo test --locked --all-targets
 # Everything above ran on the newest supported Kubernetes. The kubectl e2e
-# (driftguard register and the chart's install) and the chart test run again
-# on every other supported version; the GitOps e2e runs on the newest only.
+# (driftguard register and the chart's install), the chart test and the
+# atomic-map table's check run again on every other supported version; the
+# GitOps e2e runs on the newest only.
 versions=$(scripts/build-tools.sh kube-versions)
 for version in $(tail -n +2 <<<"${versions}"); do
   echo "== Kubernetes ${version}: e2e_kubectl, chart, e2e_schema" >&2
