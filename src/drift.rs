@@ -485,9 +485,9 @@ fn decide_object(policy: &Policy, req: &Request, ctx: &Context) -> Result<Decisi
     };
     d.drifted_paths = paths;
     d.finding = finding;
-    if let (Operation::Update, Some(old), Some(_)) = (req.operation, old, object) {
+    if let (Operation::Update, Some(old), Some(new_object)) = (req.operation, old, object) {
         changed_inputs.extend(d.kubectl_written.iter().cloned());
-        apply_precision(policy, ctx, old, &changed_inputs, &mut d);
+        apply_precision(policy, ctx, (old, new_object), &changed_inputs, &mut d);
     }
     apply_break_glass(&mut d, bg);
     if d.finding == Finding::BreakGlass {
@@ -1080,7 +1080,7 @@ fn mode_from_annotation(stored: &Inputs, mode: Mode, notes: &mut Vec<String>) ->
 fn apply_precision(
     policy: &Policy,
     ctx: &Context,
-    old: &Value,
+    (old, new): (&Value, &Value),
     always: &[String],
     d: &mut Decision,
 ) {
@@ -1089,7 +1089,8 @@ fn apply_precision(
     }
     let record_counts = last_applied_counts(policy, ctx, d.manager.as_ref());
     let owned = owned::owned_pointers(old, record_counts);
-    let (drift, other) = owned::partition(std::mem::take(&mut d.drifted_paths), &owned, always);
+    let paths = std::mem::take(&mut d.drifted_paths);
+    let (drift, other) = owned::partition(paths, &owned, always, (old, new));
     if drift.is_empty() {
         d.finding = Finding::UnownedChange;
         d.drifted_paths = other;
@@ -1196,7 +1197,13 @@ fn decide_scale(
         Finding::Drift
     };
     d.drifted_paths = paths;
-    apply_precision(policy, ctx, &old_parent, &inputs_changed, &mut d);
+    apply_precision(
+        policy,
+        ctx,
+        (&old_parent, &new_parent),
+        &inputs_changed,
+        &mut d,
+    );
     // Break-glass set earlier on the parent covers a later scale by an authorized user.
     let bg = breakglass::evaluate(
         &stored,

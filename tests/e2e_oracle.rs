@@ -455,6 +455,28 @@ fn verdicts(dg: &Driftguard) -> BTreeMap<(String, String), bool> {
     out
 }
 
+/// The Applications as driftguard's `--watch-argocd` reads them.
+fn applications(plane: &ControlPlane) -> Vec<driftguard::policy::Application> {
+    let out = ok(
+        plane.kubectl(
+            "admin",
+            &["-n", "argocd", "get", "applications", "-o", "json"],
+        ),
+        "the Applications",
+    );
+    let list: Value = serde_json::from_str(&out.stdout).expect("a list of Applications");
+    list["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .flat_map(|app| {
+            driftguard::policy::argocd::parse(&app.to_string(), "live Application")
+                .expect("a live Application parses")
+                .applications
+        })
+        .collect()
+}
+
 struct Phases(Instant, Vec<(String, Duration)>);
 
 impl Phases {
@@ -610,7 +632,10 @@ fn generated_edits_agree_with_argo_cd_in_every_mode_and_with_flux() {
     phases.done("tool answers");
 
     let policy_text = std::fs::read_to_string(format!("{ROOT}/{POLICY}")).unwrap();
-    let owned_fields = agreement::owned_fields_policy(&policy_text);
+    // Judged as the live driftguard judges, with the Applications it
+    // watches (their ignore rules, and the sync and diff mode each names).
+    let owned_fields =
+        agreement::owned_fields_policy(&policy_text).with_applications(applications(&plane));
     let mut outcomes: Vec<Vec<Outcome>> = RUNS.iter().map(|_| Vec::new()).collect();
     let mut unrecorded = Vec::new();
     for ((r, manifest, edit), out) in edits.into_iter().zip(written) {

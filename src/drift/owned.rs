@@ -6,7 +6,7 @@
 
 use serde_json::Value;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use super::atomic_maps;
 use crate::deadline::checkpoint;
@@ -77,15 +77,46 @@ pub struct Owned {
     /// in them is no one's. Flux applies a StatefulSet's `updateStrategy: {}`
     /// (Go's zero value), and its next apply resets nothing inside.
     presence: PointerSet,
+    /// The managedFields leaves among `whole` that sit in a keyed list entry
+    /// (`k:{"containerPort":8080}`), by their pointer in the stored object.
+    /// The tools compare such an entry by its key, wherever it is in the
+    /// list: a write that inserts another entry before it moves it, and the
+    /// diff by position then shows it changed although it is not.
+    keyed: HashMap<String, Vec<String>>,
 }
 
 impl Owned {
-    /// Whether a change at `pointer` changes something owned: an owned field,
-    /// something in one or containing one, or the presence of an owned map.
-    pub fn touches(&self, pointer: &str) -> bool {
-        self.whole.overlaps(pointer)
+    /// Whether a change at `pointer`, from `old` to `new`, changes something
+    /// owned: an owned field, something in one or containing one (an owned
+    /// keyed entry only if its value by key changed), or the presence of an
+    /// owned map.
+    fn touches<'a>(
+        &self,
+        pointer: &str,
+        (old, new): (&'a Value, &'a Value),
+        (in_old, in_new): (&mut Locator<'a>, &mut Locator<'a>),
+    ) -> bool {
+        let mut changed = |owned: &str| match self.keyed.get(owned) {
+            None => true,
+            Some(keys) => {
+                in_old.leaf(keys, old).map(|(_, v)| v) != in_new.leaf(keys, new).map(|(_, v)| v)
+            }
+        };
+        self.whole.overlapping(pointer).any(&mut changed)
             || self.presence.contains(pointer)
             || self.presence.has_below(pointer)
+    }
+
+    /// A managedFields leaf, located in `stored`.
+    fn insert_leaf<'a>(&mut self, stored: &'a Value, keys: &[String], locator: &mut Locator<'a>) {
+        let Some((path, _)) = locator.leaf(keys, stored) else {
+            return;
+        };
+        let pointer = path.to_pointer();
+        if keys.iter().any(|k| k.starts_with("k:")) {
+            self.keyed.insert(pointer.clone(), keys.to_vec());
+        }
+        self.insert(stored, pointer);
     }
 
     fn insert(&mut self, stored: &Value, pointer: String) {
@@ -115,23 +146,24 @@ impl Owned {
 /// Without `record_counts` (an Argo CD Application under Server-Side Diff,
 /// which syncs by server-side apply) the annotation is not read.
 pub fn owned_pointers(stored: &Value, record_counts: bool) -> Owned {
-    let pointers = |set: &FieldSet| -> Vec<String> {
-        locate_leaves(set, stored)
-            .iter()
-            .map(Path::to_pointer)
-            .collect()
-    };
     let mut owned = Owned::default();
+    let mut locator = Locator::new();
     let Some(applied) = last_applied(stored).filter(|_| record_counts) else {
-        for p in pointers(&owned_leaves(stored, &GITOPS_MANAGERS)) {
-            owned.insert(stored, p);
+        for keys in &owned_leaves(stored, &GITOPS_MANAGERS) {
+            checkpoint();
+            owned.insert_leaf(stored, keys, &mut locator);
         }
         return owned;
     };
-    let mut out = pointers(&leaves_where(stored, |e| {
+    let applied_entries = leaves_where(stored, |e| {
         GITOPS_MANAGERS.contains(&entry_text(e, "manager")) && entry_text(e, "operation") == "Apply"
-    }));
-    leaves(&applied, &mut String::new(), &mut out);
+    });
+    for keys in &applied_entries {
+        checkpoint();
+        owned.insert_leaf(stored, keys, &mut locator);
+    }
+    let mut declared = Vec::new();
+    leaves(&applied, &mut String::new(), &mut declared);
     // A list Git declares that the apiserver keeps whole (atomic: a
     // container's args, a Role's rules, a custom resource's lists) is one
     // value to Argo CD's client-side diff, which patches it whole: an entry
@@ -139,16 +171,18 @@ pub fn owned_pointers(stored: &Value, record_counts: bool) -> Owned {
     // leaf, in whichever entry holds it (Argo CD writes RBAC objects under
     // another manager than `argocd-controller`); a keyed list's entries stay
     // apart (what the apiserver defaulted in them is not Git's).
-    let updated = leaves_where(stored, |_| true);
-    let atomic: Vec<String> = pointers(&updated)
-        .into_iter()
+    let atomic: Vec<String> = locate_leaves(&leaves_where(stored, |_| true), stored)
+        .iter()
+        .map(Path::to_pointer)
         .filter(|p| stored.pointer(p).is_some_and(Value::is_array))
         .filter(|p| {
             let under = format!("{p}/");
-            out.iter().any(|declared| declared.starts_with(&under))
+            declared.iter().any(|d| d.starts_with(&under))
+                || owned.whole.has_below(p)
+                || owned.presence.has_below(p)
         })
         .collect();
-    for p in out.into_iter().chain(atomic) {
+    for p in declared.into_iter().chain(atomic) {
         owned.insert(stored, p);
     }
     owned
@@ -236,11 +270,13 @@ pub fn partition(
     paths: Vec<String>,
     owned: &Owned,
     always: &[String],
+    (old, new): (&Value, &Value),
 ) -> (Vec<String>, Vec<String>) {
     let always: HashSet<&str> = always.iter().map(String::as_str).collect();
+    let (mut in_old, mut in_new) = (Locator::new(), Locator::new());
     paths.into_iter().partition(|p| {
         checkpoint();
-        always.contains(p.as_str()) || owned.touches(p)
+        always.contains(p.as_str()) || owned.touches(p, (old, new), (&mut in_old, &mut in_new))
     })
 }
 
@@ -289,7 +325,7 @@ mod tests {
             "/spec/containers/0/imagePullPolicy".to_owned(),
             "/spec/size".to_owned(),
         ];
-        let (drift, other) = partition(paths, &owned, &[]);
+        let (drift, other) = partition(paths, &owned, &[], (&stored, &stored));
         assert_eq!(drift, vec!["/spec/ports/1", "/spec/containers/0/args/1"]);
         assert_eq!(
             other,
@@ -324,7 +360,9 @@ mod tests {
             "/spec/template/spec/containers/0".to_owned(),
             "/metadata/labels/team".to_owned(),
         ];
-        let (drift, other) = partition(paths, &owned, &[]);
+        let mut edited = stored.clone();
+        edited["spec"]["template"]["spec"]["containers"][0]["image"] = json!("a:2");
+        let (drift, other) = partition(paths, &owned, &[], (&stored, &edited));
         assert_eq!(
             drift,
             vec![
@@ -358,7 +396,7 @@ mod tests {
             "/spec/updateStrategy".to_owned(),
             "/spec".to_owned(),
         ];
-        let (drift, other) = partition(paths, &owned, &[]);
+        let (drift, other) = partition(paths, &owned, &[], (&stored, &stored));
         assert_eq!(
             drift,
             vec![
@@ -377,7 +415,43 @@ mod tests {
             vec!["/spec/updateStrategy/rollingUpdate/partition".to_owned()],
             &owned,
             &[],
+            (&widget, &widget),
         );
         assert_eq!(drift.len(), 1);
+    }
+
+    /// A port inserted before the one Argo CD applied moves it to index 1:
+    /// the diff by position shows index 0 changed, but the owned entry is
+    /// the same by its key, as Server-Side Diff compares it (the generative
+    /// oracle: a client-side `kubectl apply` of a new port, Synced).
+    #[test]
+    fn a_keyed_entry_moved_by_an_insert_is_unchanged() {
+        let port = |p: u16| json!({"containerPort": p, "protocol": "TCP"});
+        let stored = json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"managedFields": [{"manager": "argocd-controller", "operation": "Apply",
+                "fieldsV1": {"f:spec": {"f:ports": {
+                    "k:{\"containerPort\":8080,\"protocol\":\"TCP\"}": {".": {}, "f:containerPort": {}}}}}}]},
+            "spec": {"ports": [port(8080)]}
+        });
+        let owned = owned_pointers(&stored, false);
+        let inserted = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": stored["metadata"],
+            "spec": {"ports": [port(9), port(8080)]}});
+        let paths = vec![
+            "/spec/ports/0/containerPort".to_owned(),
+            "/spec/ports/1".to_owned(),
+        ];
+        let (drift, _) = partition(paths.clone(), &owned, &[], (&stored, &inserted));
+        assert!(drift.is_empty(), "{drift:?}");
+        // The owned entry itself changed, wherever it went: drift.
+        let replaced = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": stored["metadata"],
+            "spec": {"ports": [port(9)]}});
+        let (drift, _) = partition(
+            vec!["/spec/ports/0/containerPort".to_owned()],
+            &owned,
+            &[],
+            (&stored, &replaced),
+        );
+        assert_eq!(drift, vec!["/spec/ports/0/containerPort"]);
     }
 }

@@ -50,6 +50,26 @@ impl PointerSet {
     }
 }
 
+impl PointerSet {
+    /// The pointers of the set that overlap `pointer`: itself, its
+    /// ancestors, and those below it.
+    pub fn overlapping<'a>(&'a self, pointer: &'a str) -> impl Iterator<Item = &'a str> + 'a {
+        let prefix = format!("{pointer}/");
+        let at_or_above = pointer
+            .match_indices('/')
+            .map(|(at, _)| &pointer[..at])
+            .chain(std::iter::once(pointer))
+            .filter(|p| self.0.contains(*p));
+        let below = self
+            .0
+            .range::<str, _>((Bound::Included(prefix.as_str()), Bound::Unbounded))
+            .take_while(|q| q.starts_with(prefix.as_str()))
+            .map(String::as_str)
+            .collect::<Vec<_>>();
+        at_or_above.chain(below)
+    }
+}
+
 impl<S: Into<String>> FromIterator<S> for PointerSet {
     fn from_iter<I: IntoIterator<Item = S>>(iter: I) -> Self {
         Self(iter.into_iter().map(Into::into).collect())
