@@ -659,7 +659,11 @@ fn generated_edits_agree_with_argo_cd_in_every_mode_and_with_flux() {
             driftguard_drift: verdict.copied().unwrap_or(false),
             tool_drift: tool_drift(r, &edit.name),
             owned_fields_drift: agreement::judged_drift(&owned_fields, b, e),
-            outside_git: agreement::outside_git(&manifest, &paths, &ignored(&edit.kind)),
+            outside_git: agreement::outside_git(
+                &manifest,
+                &generate::edited_paths_by_key(b, e),
+                &ignored(&edit.kind),
+            ),
             ownership_moved: agreement::ownership_moved(b, e),
             written,
             edit,

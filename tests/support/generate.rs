@@ -676,6 +676,53 @@ pub fn edited_paths(before: &Value, after: &Value) -> Vec<String> {
     out
 }
 
+/// [`edited_paths`] with each list of keyed entries in `after` put in
+/// `before`'s order first: an entry inserted before Git's moves Git's entry,
+/// which the tools find by its key (`name`, or `containerPort` or `port`
+/// with `protocol`), not its position. For the by-design rule only.
+pub fn edited_paths_by_key(before: &Value, after: &Value) -> Vec<String> {
+    let mut aligned = clean(after);
+    align(&clean(before), &mut aligned);
+    let mut out = Vec::new();
+    changed_paths(&clean(before), &aligned, "", &mut out);
+    out
+}
+
+fn entry_key(entry: &Value) -> Option<String> {
+    ["name", "containerPort", "port"]
+        .iter()
+        .find_map(|k| entry.get(*k))
+        .map(|v| format!("{v}/{}", entry["protocol"]))
+}
+
+fn align(before: &Value, after: &mut Value) {
+    match (before, after) {
+        (Value::Object(b), Value::Object(a)) => {
+            for (k, v) in a.iter_mut() {
+                if let Some(bv) = b.get(k) {
+                    align(bv, v);
+                }
+            }
+        }
+        (Value::Array(b), Value::Array(a)) => {
+            let keys: Option<Vec<String>> = b.iter().chain(a.iter()).map(entry_key).collect();
+            if keys.is_some() {
+                let position = |e: &Value| {
+                    let key = entry_key(e);
+                    b.iter()
+                        .position(|x| entry_key(x) == key)
+                        .unwrap_or(usize::MAX)
+                };
+                a.sort_by_key(position);
+            }
+            for (bv, av) in b.iter().zip(a.iter_mut()) {
+                align(bv, av);
+            }
+        }
+        _ => {}
+    }
+}
+
 /// Whether Git's manifest declares the path (a removed entry or key that
 /// Git has, a leaf Git sets). The rule that classifies "stricter by design".
 pub fn declared(manifest: &Value, path: &str) -> bool {
@@ -955,6 +1002,15 @@ mod tests {
         assert!(apply_op(&mut v, &Op::Set("/m/x".into(), json!("2"))));
         assert!(!apply_op(&mut v, &Op::Set("/m/y".into(), json!("2"))));
         assert_eq!(v, json!({"a": {"b": [2, 3]}, "m": {"x": "2"}}));
+    }
+
+    #[test]
+    fn a_keyed_entry_moved_by_an_insert_is_no_change_by_key() {
+        let before = json!({"spec": {"ports": [{"containerPort": 8080, "protocol": "TCP"}]}});
+        let after = json!({"spec": {"ports": [{"containerPort": 9, "protocol": "TCP"},
+                                              {"containerPort": 8080, "protocol": "TCP"}]}});
+        assert_eq!(edited_paths_by_key(&before, &after), vec!["/spec/ports/1"]);
+        assert_eq!(edited_paths(&before, &after).len(), 2, "by position: two");
     }
 
     #[test]
