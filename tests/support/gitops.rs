@@ -413,6 +413,37 @@ pub struct ArgoCd {
     pub redis: Proc,
     /// `127.0.0.1:<port>` of the plaintext repo-server.
     pub repo_server_addr: String,
+    /// What [`ArgoCd::restart_controller`] starts the controller with.
+    controller_setup: ControllerSetup,
+}
+
+struct ControllerSetup {
+    argocd: PathBuf,
+    kubeconfig: PathBuf,
+    redis_addr: String,
+    repo_port: u16,
+}
+
+impl ControllerSetup {
+    fn spawn(&self) -> Proc {
+        spawn(
+            "argocd-application-controller",
+            Command::new(&self.argocd)
+                .env("ARGOCD_BINARY_NAME", "argocd-application-controller")
+                .env("ARGOCD_FAKE_IN_CLUSTER", "true")
+                .env("KUBECONFIG", &self.kubeconfig)
+                .arg(format!("--redis={}", self.redis_addr))
+                .arg(format!("--repo-server=127.0.0.1:{}", self.repo_port))
+                .args(["--repo-server-plaintext", "--hydrator-enabled=false"])
+                .arg(format!("--metrics-port={}", unused_port()))
+                .args([
+                    "--namespace=argocd",
+                    "--app-resync=10",
+                    "--self-heal-timeout-seconds=1",
+                ])
+                .arg("--loglevel=info"),
+        )
+    }
 }
 
 /// argocd-cm, argocd-secret and the `default` AppProject, which only
@@ -477,31 +508,38 @@ impl ArgoCd {
                 .arg(format!("--redis={redis_addr}"))
                 .arg("--loglevel=info"),
         );
-        let kubeconfig =
-            service_account_kubeconfig(plane, "argocd", "argocd-application-controller");
-        let controller = spawn(
-            "argocd-application-controller",
-            Command::new(&tools.argocd)
-                .env("ARGOCD_BINARY_NAME", "argocd-application-controller")
-                .env("ARGOCD_FAKE_IN_CLUSTER", "true")
-                .env("KUBECONFIG", &kubeconfig)
-                .arg(format!("--redis={redis_addr}"))
-                .arg(format!("--repo-server=127.0.0.1:{repo_port}"))
-                .args(["--repo-server-plaintext", "--hydrator-enabled=false"])
-                .arg(format!("--metrics-port={}", unused_port()))
-                .args([
-                    "--namespace=argocd",
-                    "--app-resync=10",
-                    "--self-heal-timeout-seconds=1",
-                ])
-                .arg("--loglevel=info"),
-        );
+        let controller_setup = ControllerSetup {
+            argocd: tools.argocd.clone(),
+            kubeconfig: service_account_kubeconfig(
+                plane,
+                "argocd",
+                "argocd-application-controller",
+            ),
+            redis_addr: redis_addr.clone(),
+            repo_port,
+        };
         ArgoCd {
-            controller,
+            controller: controller_setup.spawn(),
             repo_server,
             redis,
             repo_server_addr: format!("127.0.0.1:{repo_port}"),
+            controller_setup,
         }
+    }
+
+    /// Stops the application-controller (its caches go with it), for a
+    /// phase in which Argo CD is not asked anything: it no longer compares
+    /// every Application on each write meanwhile.
+    pub fn stop_controller(&mut self) {
+        let _ = self.controller.child.kill();
+        let _ = self.controller.child.wait();
+    }
+
+    /// Starts the application-controller again; it lists the cluster anew
+    /// before it compares.
+    pub fn restart_controller(&mut self) {
+        self.stop_controller();
+        self.controller = self.controller_setup.spawn();
     }
 
     /// The applicationset-controller (the same binary), for ApplicationSets in
