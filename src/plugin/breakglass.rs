@@ -294,7 +294,7 @@ impl Target<'_> {
     }
 
     /// The server's answer to `body` as a dry run: `Ok(None)` allowed,
-    /// `Ok(Some(_))` refused by a webhook, `Err(None)` a conflict.
+    /// `Ok(Some(_))` refused by a webhook, `Err(())` a conflict (read again).
     async fn ask(&self, body: &Value) -> Result<Result<Option<Refusal>, ()>, PluginError> {
         match self.patch(body, true).await? {
             None => Ok(Err(())),
