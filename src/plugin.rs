@@ -55,7 +55,7 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Set (or with --end remove) break-glass on an object, in one write, if the policy lets you.
+    /// Set (or with --end remove) break-glass on an object, if driftguard's answer to a dry run lets you.
     BreakGlass(breakglass::Args),
     /// Server-side dry run of a change as you: what driftguard would answer.
     Preview(preview::Args),
@@ -151,8 +151,19 @@ const DEFAULT_CONFIGMAP: &str = "driftguard-policy";
 /// The policy in force and where it came from.
 pub struct LoadedPolicy {
     pub policy: Policy,
-    /// `ConfigMap driftguard/driftguard-policy` or `embedded default`.
+    /// `ConfigMap driftguard/driftguard-policy` or [`EMBEDDED`].
     pub origin: String,
+}
+
+/// The origin of the policy when no ConfigMap could be read.
+const EMBEDDED: &str = "embedded default";
+
+impl LoadedPolicy {
+    /// Whether this is a copy read from the cluster, not the embedded
+    /// default (which says nothing about the policy in force).
+    pub fn from_cluster(&self) -> bool {
+        self.origin != EMBEDDED
+    }
 }
 
 impl PolicySource {
@@ -182,7 +193,7 @@ impl PolicySource {
             );
             Ok(LoadedPolicy {
                 policy: Policy::embedded(),
-                origin: "embedded default".into(),
+                origin: EMBEDDED.into(),
             })
         };
         let found = match api.try_get(&path).await? {

@@ -12,8 +12,51 @@ use std::time::Duration;
 
 use control_plane::*;
 
-/// The policy in force: break-glass for user sam only, at most 2h.
-const POLICY: &str = "breakGlass:\n  allowedUsers: [sam]\n  maxDuration: 2h\n";
+/// The policy in force: break-glass for user sam and group incident, at most 2h.
+const POLICY: &str =
+    "breakGlass:\n  allowedUsers: [sam]\n  allowedGroups: [incident]\n  maxDuration: 2h\n";
+
+/// rita (group incident) may break glass, and edit workloads in production
+/// only: she may read neither driftguard's policy ConfigMap nor Applications.
+const RITA_RBAC: &str = r#"
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: incident-workload-editors, namespace: production}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: workload-editor}
+subjects:
+  - {kind: Group, name: incident, apiGroup: rbac.authorization.k8s.io}
+"#;
+
+/// A Flux object and an Argo CD object of the seed Application myapp for
+/// rita's break-glass, and an Argo CD object whose Application `ghost` does
+/// not exist.
+const UNPAUSABLE_OBJECTS: &str = r#"
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: ghost-settings
+  namespace: production
+  annotations: {argocd.argoproj.io/tracking-id: "ghost:/ConfigMap:production/ghost-settings"}
+data: {MODE: normal}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: rita-argo
+  namespace: production
+  annotations: {argocd.argoproj.io/tracking-id: "myapp:/ConfigMap:production/rita-argo"}
+data: {MODE: normal}
+"#;
+
+const RITA_FLUX: &str = r#"
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: rita-flux
+  namespace: production
+  labels: {kustomize.toolkit.fluxcd.io/name: apps, kustomize.toolkit.fluxcd.io/namespace: flux-system}
+data: {MODE: normal}
+"#;
 
 /// What the Argo CD application owns beside [`MYAPP_DEPLOYMENT`].
 const OTHER_OBJECTS: &str = r#"
@@ -281,6 +324,7 @@ impl Env {
 fn setup() -> Env {
     let mut plane = ControlPlane::start("plugin");
     plane.prepare(&["production", "argocd", "flux-system", "driftguard"]);
+    plane.add_user("rita", &["incident"]);
     let policy = plane.dir.join("plugin-policy.yaml");
     std::fs::write(&policy, POLICY).unwrap();
     let dg = Driftguard::start(
@@ -319,8 +363,13 @@ fn setup() -> Env {
     plane.apply_crds(&["flux-kustomization"]);
     plane.apply_admin(READ_APPLICATIONS);
     plane.apply_admin(PAUSE_RBAC);
+    plane.apply_admin(RITA_RBAC);
     let out = plane.kubectl_as_stdin(FLUX, &["apply", "-f", "-"], Some(FLUX_OBJECTS));
     assert!(out.ok, "Flux objects as the kustomize-controller: {out}");
+    let out = plane.kubectl_as_stdin(FLUX, &["apply", "-f", "-"], Some(RITA_FLUX));
+    assert!(out.ok, "{out}");
+    let out = plane.kubectl_as_stdin(ARGO, &["apply", "-f", "-"], Some(UNPAUSABLE_OBJECTS));
+    assert!(out.ok, "{out}");
     let out = plane.kubectl_as_stdin(ARGO, &["apply", "-f", "-"], Some(&objects()));
     assert!(out.ok, "objects as the Argo CD controller: {out}");
     let out = plane.kubectl_as_stdin(ARGO, &["apply", "-f", "-"], Some(ARGO_HOTFIX));
@@ -358,21 +407,46 @@ fn break_glass_refused_granted_ended(e: &Env) -> Scenario {
     ];
     let out = e.plugin("alice", &args);
     ensure!(out.code == 1, "alice was not refused: {out}");
+    // The server's answer, in driftguard's own words; the ConfigMap's copy
+    // of the policy only adds a hint.
     ensure!(
-        out.stderr.contains("alice") && out.stderr.contains("[sam]"),
-        "the refusal does not give the policy's reason: {out}"
+        out.stderr.contains("denied: admission webhook \"")
+            && out.stderr.contains(
+                "driftguard: alice is not authorized to break glass on Deployment production/myapp"
+            )
+            && out.stderr.contains("nothing was written")
+            && out.stderr.contains("hint: user alice (groups: developers")
+            && out
+                .stderr
+                .contains("allows users [sam] and groups [incident]"),
+        "the refusal is not the webhook's: {out}"
     );
     let annotations = e.annotations();
     ensure!(
         annotations.get("driftguard.io/break-glass").is_none(),
         "alice's refusal wrote: {annotations}"
     );
+    let app = e.application();
+    ensure!(
+        app.get("argocd.argoproj.io/skip-reconcile").is_none(),
+        "alice's refusal paused the Application: {app}"
+    );
     let mut too_long = args;
     too_long[7] = "3h";
     let out = e.plugin("sam", &too_long);
     ensure!(
-        out.code == 1 && out.stderr.contains("maxDuration"),
+        out.code == 1
+            && out.stderr.contains("denied: admission webhook \"")
+            && out.stderr.contains("is more than 2h ahead")
+            && out
+                .stderr
+                .contains("hint: --for 3h is longer than breakGlass.maxDuration 2h"),
         "--for 3h with maxDuration 2h: {out}"
+    );
+    let app = e.application();
+    ensure!(
+        app.get("argocd.argoproj.io/skip-reconcile").is_none(),
+        "a refused break-glass paused the Application: {app}"
     );
     // The same refusal, machine-readable.
     let out = e.plugin("sam", &[&too_long[..], &["-o", "json"]].concat());
@@ -387,6 +461,10 @@ fn break_glass_refused_granted_ended(e: &Env) -> Scenario {
             && r["object"]
                 == serde_json::json!({"kind": "Deployment", "name": "myapp", "namespace": "production"})
             && r["refusal"]
+                .as_str()
+                .is_some_and(|t| t.starts_with("admission webhook \"")
+                    && t.contains("is more than 2h ahead"))
+            && r["hint"]
                 .as_str()
                 .is_some_and(|t| t.contains("maxDuration")),
         "break-glass -o json, refused: {out}"
@@ -573,6 +651,226 @@ fn break_glass_pauses_flux(e: &Env) -> Scenario {
                     || k == "kustomize.toolkit.fluxcd.io/reconcile"))
             && meta["labels"].get("driftguard.io/break-glass").is_none(),
         "--end left something: {meta}"
+    );
+    Ok(())
+}
+
+/// rita may break glass (group incident) but may read neither driftguard's
+/// policy ConfigMap nor Applications: the server's dry run decides, not the
+/// embedded default the plugin falls back to (which allows no one). A copy
+/// of the policy that says yes decides nothing either.
+fn break_glass_is_decided_by_the_server(e: &Env) -> Scenario {
+    let arm = |target: &str| {
+        e.plugin(
+            "rita",
+            &[
+                "break-glass",
+                target,
+                "-n",
+                "production",
+                "--reason",
+                "INC-7",
+                "--for",
+                "30m",
+            ],
+        )
+    };
+    let end = |target: &str| {
+        e.plugin(
+            "rita",
+            &["break-glass", target, "-n", "production", "--end"],
+        )
+    };
+    let cleaned = |meta: &serde_json::Value| {
+        meta["annotations"]
+            .as_object()
+            .is_none_or(|a| !a.keys().any(|k| k.starts_with("driftguard.io/")))
+            && meta["labels"].get("driftguard.io/break-glass").is_none()
+    };
+    let out = arm("cm/rita-flux");
+    ensure!(
+        out.code == 0
+            && out
+                .stderr
+                .contains("cannot read the policy from ConfigMap driftguard/driftguard-policy")
+            && out
+                .stdout
+                .contains("Flux will not reconcile configmap/rita-flux until "),
+        "rita's break-glass without the policy ConfigMap: {out}"
+    );
+    let meta = e.metadata("cm/rita-flux");
+    ensure!(
+        meta["annotations"]["driftguard.io/break-glass"] == "INC-7"
+            && meta["annotations"]["kustomize.toolkit.fluxcd.io/reconcile"] == "disabled"
+            && meta["labels"]["driftguard.io/break-glass"] == "true",
+        "rita's break-glass is not armed: {meta}"
+    );
+    let out = end("cm/rita-flux");
+    ensure!(
+        out.code == 0 && cleaned(&e.metadata("cm/rita-flux")),
+        "rita's --end: {out}"
+    );
+
+    // An Argo CD object whose Application rita may not read: armed without
+    // a pause, with a warning that names the command that pauses it by hand.
+    let out = arm("cm/rita-argo");
+    ensure!(
+        out.code == 0
+            && out.stderr.contains(
+                "warning: Argo CD is NOT paused for configmap/rita-argo: self-heal may revert the hotfix"
+            )
+            && out.stderr.contains(
+                "`kubectl annotate applications.argoproj.io -n argocd myapp argocd.argoproj.io/skip-reconcile=true`"
+            )
+            && out
+                .stdout
+                .contains("cannot get Argo CD Application argocd/myapp"),
+        "rita's break-glass on an Argo CD object: {out}"
+    );
+    let meta = e.metadata("cm/rita-argo");
+    ensure!(
+        meta["annotations"]["driftguard.io/break-glass"] == "INC-7"
+            && meta["annotations"]
+                .get("driftguard.io/break-glass-paused")
+                .is_none()
+            && meta["labels"]["driftguard.io/break-glass"] == "true",
+        "armed without a pause, the object must carry no pause marker: {meta}"
+    );
+    let app = e.application();
+    ensure!(
+        app.get("argocd.argoproj.io/skip-reconcile").is_none(),
+        "the Application was paused: {app}"
+    );
+    let out = end("cm/rita-argo");
+    ensure!(
+        out.code == 0 && cleaned(&e.metadata("cm/rita-argo")),
+        "rita's --end of the Argo CD object: {out}"
+    );
+
+    // alice names a copy of the policy that grants her break-glass: the
+    // server, whose policy does not, refuses; nothing is paused or written.
+    e.plane.apply_admin(
+        r#"{"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "alice-policy", "namespace": "production"},
+            "data": {"policy.yaml": "breakGlass:\n  allowedUsers: [alice]\n"}}"#,
+    );
+    let out = e.plugin(
+        "alice",
+        &[
+            "break-glass",
+            "deploy/myapp",
+            "-n",
+            "production",
+            "--reason",
+            "mine",
+            "--for",
+            "1h",
+            "--policy-configmap",
+            "production/alice-policy",
+        ],
+    );
+    ensure!(
+        out.code == 1
+            && out.stderr.contains("denied: admission webhook \"")
+            && out
+                .stderr
+                .contains("alice is not authorized to break glass on Deployment production/myapp")
+            && !out.stderr.contains("hint:"),
+        "a policy copy granting alice decided: {out}"
+    );
+    ensure!(
+        e.annotations().get("driftguard.io/break-glass").is_none()
+            && e.application()
+                .get("argocd.argoproj.io/skip-reconcile")
+                .is_none(),
+        "alice's refused break-glass wrote something"
+    );
+    let out = e.plane.kubectl(
+        "admin",
+        &["-n", "production", "delete", "configmap", "alice-policy"],
+    );
+    ensure!(out.ok, "{out}");
+    Ok(())
+}
+
+/// An Argo CD object whose Application does not exist: the break-glass is
+/// armed (the server allows it) with a warning and the command that pauses
+/// the Application by hand; `--require-pause` refuses it instead.
+fn an_application_that_cannot_be_paused(e: &Env) -> Scenario {
+    let args = [
+        "break-glass",
+        "cm/ghost-settings",
+        "-n",
+        "production",
+        "--reason",
+        "INC-9",
+        "--for",
+        "30m",
+    ];
+    let out = e.plugin("sam", &[&args[..], &["--require-pause"]].concat());
+    ensure!(
+        out.code == 1
+            && out.stderr.contains(
+                "refused: --require-pause: Argo CD is NOT paused for configmap/ghost-settings: Argo CD Application argocd/ghost not found"
+            )
+            && out.stderr.contains("nothing was written"),
+        "--require-pause with no Application: {out}"
+    );
+    let meta = e.metadata("cm/ghost-settings");
+    ensure!(
+        meta["annotations"]
+            .get("driftguard.io/break-glass")
+            .is_none()
+            && meta["labels"].get("driftguard.io/break-glass").is_none(),
+        "--require-pause wrote: {meta}"
+    );
+    let out = e.plugin("sam", &[&args[..], &["-o", "json"]].concat());
+    let r: serde_json::Value = serde_json::from_str(&out.stdout)
+        .map_err(|err| format!("break-glass -o json: {err}: {out}"))?;
+    let cmd = "kubectl annotate applications.argoproj.io -n argocd ghost argocd.argoproj.io/skip-reconcile=true";
+    ensure!(
+        out.code == 0
+            && r["action"] == "granted"
+            && r["pause"]["state"] == "not-paused"
+            && r["pause"]["pauseByHand"] == cmd
+            && r["pause"]["warning"]
+                .as_str()
+                .is_some_and(|w| w.contains("self-heal may revert the hotfix"))
+            && out.stderr.contains(&format!("`{cmd}`")),
+        "break-glass with no Application: {out}"
+    );
+    let meta = e.metadata("cm/ghost-settings");
+    ensure!(
+        meta["annotations"]["driftguard.io/break-glass"] == "INC-9"
+            && meta["annotations"]
+                .get("driftguard.io/break-glass-paused")
+                .is_none()
+            && meta["labels"]["driftguard.io/break-glass"] == "true",
+        "not armed: {meta}"
+    );
+    // It works: sam's hotfix is allowed.
+    let out = e.kubectl(
+        "sam",
+        "-n production patch configmap/ghost-settings -p {\"data\":{\"MODE\":\"hotfix\"}}",
+    );
+    ensure!(out.code == 0, "sam's hotfix under break-glass: {out}");
+    let out = e.plugin(
+        "sam",
+        &[
+            "break-glass",
+            "cm/ghost-settings",
+            "-n",
+            "production",
+            "--end",
+        ],
+    );
+    let meta = e.metadata("cm/ghost-settings");
+    ensure!(
+        out.code == 0
+            && meta["annotations"]
+                .get("driftguard.io/break-glass")
+                .is_none(),
+        "--end: {out} {meta}"
     );
     Ok(())
 }
@@ -1800,13 +2098,21 @@ fn usage_and_access_errors_exit_2(e: &Env) -> Scenario {
 #[test]
 fn kubectl_driftguard_against_a_real_control_plane() {
     let env = setup();
-    let scenarios: [Step; 15] = [
+    let scenarios: [Step; 17] = [
         ("plugin list", plugin_list_shows_it),
         ("preview", preview_allowed_and_denied),
         ("explain", explain_an_argo_cd_object),
         ("explain flux", explain_a_flux_object),
         ("break-glass", break_glass_refused_granted_ended),
         ("break-glass pauses Flux", break_glass_pauses_flux),
+        (
+            "break-glass is decided by the server",
+            break_glass_is_decided_by_the_server,
+        ),
+        (
+            "an Application that cannot be paused",
+            an_application_that_cannot_be_paused,
+        ),
         (
             "the sweeper ends expired break-glass",
             the_sweeper_ends_expired_break_glass,

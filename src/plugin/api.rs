@@ -413,6 +413,17 @@ impl Api {
     }
 }
 
+#[cfg(test)]
+impl Api {
+    /// An `Api` over any client, e.g. one built on a fake apiserver.
+    pub fn with_client(client: kube::Client, namespace: &str) -> Self {
+        Api {
+            client,
+            namespace: namespace.to_owned(),
+        }
+    }
+}
+
 /// A query parameter value, percent-encoded (continue tokens are base64).
 fn url_escape(value: &str) -> String {
     value

@@ -1,10 +1,16 @@
 //! `kubectl driftguard break-glass KIND/NAME --reason TEXT --for DURATION`
-//! and `--end`: after checking the caller against the policy in force, pause
-//! the GitOps tool for this object with the tool's own control and arm
-//! break-glass, or end both (see [`crate::pause`]). For Flux the pause is in
-//! the same write as the two annotations; for Argo CD the Application is
-//! paused first (and resumed first when ending), so the hotfix is never
-//! exposed to a self-heal while driftguard already allows it.
+//! and `--end`: the exact write is first sent as a server-side dry run, so
+//! driftguard's own answer, under the policy in force, decides; only then is
+//! the GitOps tool paused for this object with the tool's own control and
+//! break-glass armed, or both ended (see [`crate::pause`]). The copy of the
+//! policy in the chart's ConfigMap never decides: it only explains a refusal.
+//!
+//! For Flux the pause is in the same write as the two annotations; for Argo
+//! CD the Application is paused first (and resumed first when ending), so the
+//! hotfix is never exposed to a self-heal while driftguard already allows it.
+//! An Application that cannot be paused does not stop the break-glass: it is
+//! armed with a warning that names the command that pauses it by hand,
+//! unless `--require-pause` asks for a refusal instead.
 
 use std::process::ExitCode;
 
@@ -31,6 +37,11 @@ pub struct Args {
     /// Remove break-glass (and driftguard's pause) from the object instead.
     #[arg(long, conflicts_with_all = ["reason", "duration"])]
     end: bool,
+    /// Refuse, writing nothing, when the GitOps tool cannot be paused for the
+    /// object (an Argo CD Application that cannot be read or patched, or whose
+    /// ApplicationSet would remove the pause), instead of arming with a warning.
+    #[arg(long, conflicts_with = "end")]
+    require_pause: bool,
     /// Where Argo CD Applications live when the tracking id names none.
     #[arg(long, default_value = "argocd")]
     argocd_namespace: String,
@@ -52,25 +63,32 @@ struct PauseReport {
     /// The ApplicationSet that generated the paused Application, if one did.
     application_set: Option<String>,
     text: String,
+    /// Why the tool may undo the hotfix (it could not be paused): said on stderr.
+    warning: Option<String>,
+    /// The command that pauses the tool by hand, where one would hold.
+    pause_by_hand: Option<String>,
 }
 
 impl PauseReport {
     fn json(&self) -> Value {
         json!({"tool": self.tool, "control": self.control, "target": self.target,
                "state": self.state, "pausedFor": self.paused_for,
-               "applicationSet": self.application_set, "text": self.text})
+               "applicationSet": self.application_set, "text": self.text,
+               "warning": self.warning, "pauseByHand": self.pause_by_hand})
     }
 }
 
 /// A write's result: the apiserver's reply, or driftguard's denial.
 enum Written {
     Done(Reply, PauseReport),
+    /// Refused by the server (its dry run or the write itself).
     Denied(Refusal),
+    /// `--require-pause` and the tool cannot be paused: why.
+    Unpausable(String),
 }
 
 pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCode, PluginError> {
     let (kind, name) = split_target(&args.target)?;
-    // Everything that can refuse is checked before anything is written.
     let duration =
         match &args.duration {
             Some(text) => Some(crate::policy::parse_duration(text).map_err(|e| {
@@ -83,6 +101,8 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
         return Err(PluginError::Usage("--reason must not be empty".into()));
     }
     let resource = api.resolve(kind).await?;
+    // The ConfigMap's copy only detects the GitOps tool (as the server does)
+    // and explains a refusal; the server's dry run decides.
     let loaded = source.load(api).await?;
     let me = api.whoami().await?;
     let shown = format!("{}/{name}", resource.kind.to_ascii_lowercase());
@@ -105,14 +125,6 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
         }
         r
     };
-    if let Some(why) = refusal(&loaded, &me, duration) {
-        eprintln!("refused: {}", printable(&why));
-        eprintln!("nothing was written");
-        if args.output != Output::Text {
-            print_structured(&result("refused", None, Some(&why)), args.output)?;
-        }
-        return Ok(ExitCode::from(1));
-    }
     let target = Target {
         api,
         resource: &resource,
@@ -120,6 +132,7 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
         shown: &shown,
         policy: &loaded.policy,
         argocd_namespace: &args.argocd_namespace,
+        require_pause: args.require_pause,
     };
     let (written, expires) = match (args.end, reason, duration) {
         (true, _, _) => (target.end().await?, None),
@@ -139,18 +152,35 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
             for w in &refusal.warnings {
                 eprintln!("Warning: {}", printable(w));
             }
+            // The server's own words, whole: they are the answer.
             eprintln!("denied: {}", printable(&refusal.message));
+            eprintln!("nothing was written");
+            let hint = hint(&loaded, &me, duration);
+            if let Some(hint) = &hint {
+                eprintln!("hint: {}", printable(hint));
+            }
             if args.output != Output::Text {
-                print_structured(
-                    &result("refused", None, Some(&refusal.message)),
-                    args.output,
-                )?;
+                let mut r = result("refused", None, Some(&refusal.message));
+                r["hint"] = json!(hint);
+                print_structured(&r, args.output)?;
+            }
+            return Ok(ExitCode::from(1));
+        }
+        Written::Unpausable(why) => {
+            eprintln!("refused: --require-pause: {}", printable(&why));
+            eprintln!("nothing was written");
+            if args.output != Output::Text {
+                let why = format!("--require-pause: {why}");
+                print_structured(&result("refused", None, Some(&why)), args.output)?;
             }
             return Ok(ExitCode::from(1));
         }
     };
     for w in &reply.warnings {
         eprintln!("Warning: {}", printable(w));
+    }
+    if let Some(warning) = &pause.warning {
+        eprintln!("warning: {}", printable(warning));
     }
     if args.output != Output::Text {
         let mut r = match expires {
@@ -201,6 +231,18 @@ struct Target<'a> {
     shown: &'a str,
     policy: &'a crate::policy::Policy,
     argocd_namespace: &'a str,
+    require_pause: bool,
+}
+
+/// Whether the Argo CD Application of an object can be paused, read before
+/// anything is written.
+enum Pausable {
+    /// Not Argo CD: the pause, if any, is in the arming write itself.
+    NotArgoCd,
+    /// The Application was read; whether an ApplicationSet keeps the pause.
+    Application(SetCheck),
+    /// The Application could not be read: why.
+    Unreadable(String),
 }
 
 impl Target<'_> {
@@ -224,13 +266,23 @@ impl Target<'_> {
         )
     }
 
-    /// A merge patch of the object; `None` on a conflict (read again).
-    async fn patch(&self, body: &Value) -> Result<Option<Result<Reply, Refusal>>, PluginError> {
+    /// A merge patch of the object (with `dry_run`, a server-side dry run:
+    /// every admission webhook answers, nothing is stored); `None` on a
+    /// conflict (read again).
+    async fn patch(
+        &self,
+        body: &Value,
+        dry_run: bool,
+    ) -> Result<Option<Result<Reply, Refusal>>, PluginError> {
+        let mut path = self.path();
+        if dry_run {
+            path.push_str("?dryRun=All");
+        }
         let reply = self
             .api
             .call(
                 Method::PATCH,
-                &self.path(),
+                &path,
                 Some("application/merge-patch+json"),
                 Some(body),
             )
@@ -241,10 +293,39 @@ impl Target<'_> {
         })
     }
 
-    /// Pauses the tool for the object (Argo CD: the Application first), then
-    /// arms break-glass; a pause this run added is undone when the arming
-    /// write is refused. An Application whose ApplicationSet would remove
-    /// the pause is not paused at all, and the report says so.
+    /// The server's answer to `body` as a dry run: `Ok(None)` allowed,
+    /// `Ok(Some(_))` refused by a webhook, `Err(())` a conflict (read again).
+    async fn ask(&self, body: &Value) -> Result<Result<Option<Refusal>, ()>, PluginError> {
+        match self.patch(body, true).await? {
+            None => Ok(Err(())),
+            Some(Ok(_)) => Ok(Ok(None)),
+            Some(Err(refusal)) if refusal.by_webhook() => Ok(Ok(Some(refusal))),
+            Some(Err(refusal)) => Err(PluginError::from_refusal(refusal)),
+        }
+    }
+
+    async fn pausable(&self, plan: &Plan) -> Result<Pausable, PluginError> {
+        let Plan::ArgoCd {
+            namespace, name, ..
+        } = plan
+        else {
+            return Ok(Pausable::NotArgoCd);
+        };
+        Ok(
+            match application_set_check(self.api, namespace, name).await {
+                Ok(set) => Pausable::Application(set),
+                Err(PluginError::Access(why)) => Pausable::Unreadable(why),
+                Err(e) => return Err(e),
+            },
+        )
+    }
+
+    /// Asks the server with a dry run of the arming write; when it allows
+    /// it, pauses the tool (Argo CD: the Application first, best effort),
+    /// then arms break-glass; a pause this run added is undone when the
+    /// arming write is refused. An Application that cannot be paused, or
+    /// whose ApplicationSet would remove the pause, is not paused, and the
+    /// report warns (with `--require-pause`: nothing is written).
     async fn arm(&self, reason: &str, at: Timestamp) -> Result<Written, PluginError> {
         let expires = at.to_string();
         // Whether this run added the object to its Application's pause, across retries.
@@ -261,35 +342,73 @@ impl Target<'_> {
                 )));
             }
             let plan = self.plan(&object);
-            let mut app = None;
-            let mut set = SetCheck::NotGenerated;
-            if let Plan::ArgoCd {
-                namespace,
-                name,
-                entry,
-            } = &plan
-            {
-                set = application_set_check(self.api, namespace, name).await?;
-                if set.holds() {
-                    let change = AppChange::Pause(entry);
-                    let outcome = update_application(self.api, namespace, name, change).await?;
-                    added |= !outcome.was_listed && matches!(outcome.state, AppState::PausedFor(_));
-                    app = Some(outcome.state);
-                }
-            }
-            let body = if set.holds() {
+            let pausable = self.pausable(&plan).await?;
+            let pauses = match &pausable {
+                Pausable::NotArgoCd => true,
+                Pausable::Application(set) => set.holds(),
+                Pausable::Unreadable(_) => false,
+            };
+            let mut body = if pauses {
                 crate::pause::arm_patch(&plan, reason, &expires, rv)
             } else {
                 crate::pause::arm_patch_unpaused(reason, &expires, rv)
             };
-            let Some(reply) = self.patch(&body).await? else {
+            // The server decides, before anything is written.
+            match self.ask(&body).await? {
+                Err(()) => continue,
+                Ok(Some(refusal)) => {
+                    if added {
+                        self.undo_pause(&plan).await;
+                    }
+                    return Ok(Written::Denied(refusal));
+                }
+                Ok(None) => {}
+            }
+            let mut app = None;
+            let mut failed = match &pausable {
+                Pausable::Unreadable(why) => Some(why.clone()),
+                _ => None,
+            };
+            if let (
+                true,
+                Plan::ArgoCd {
+                    namespace,
+                    name,
+                    entry,
+                },
+            ) = (pauses, &plan)
+            {
+                let change = AppChange::Pause(entry);
+                match update_application(self.api, namespace, name, change).await {
+                    Ok(outcome) => {
+                        added |=
+                            !outcome.was_listed && matches!(outcome.state, AppState::PausedFor(_));
+                        app = Some(outcome.state);
+                    }
+                    Err(PluginError::Access(why)) => {
+                        failed = Some(why);
+                        // No pause: the write carries no marker of one.
+                        body = crate::pause::arm_patch_unpaused(reason, &expires, rv);
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            let set = match &pausable {
+                Pausable::Application(set) => set.clone(),
+                _ => SetCheck::NotGenerated,
+            };
+            let report = armed_report(&plan, app, &set, failed.as_deref(), self.shown, &expires);
+            if self.require_pause && report.state == "not-paused" && report.tool.is_some() {
+                if added {
+                    self.undo_pause(&plan).await;
+                }
+                return Ok(Written::Unpausable(report.text));
+            }
+            let Some(reply) = self.patch(&body, false).await? else {
                 continue;
             };
             return match reply {
-                Ok(reply) => Ok(Written::Done(
-                    reply,
-                    armed_report(&plan, app, &set, self.shown, &expires),
-                )),
+                Ok(reply) => Ok(Written::Done(reply, report)),
                 Err(refusal) => {
                     if added {
                         self.undo_pause(&plan).await;
@@ -329,7 +448,8 @@ impl Target<'_> {
         }
     }
 
-    /// Resumes the tool (Argo CD: the Application first), then removes
+    /// Asks the server with a dry run of the ending write; when it allows
+    /// it, resumes the tool (Argo CD: the Application first), then removes
     /// everything arming added to the object.
     async fn end(&self) -> Result<Written, PluginError> {
         for _ in 0..CONFLICT_RETRIES {
@@ -338,6 +458,12 @@ impl Target<'_> {
             let rv = meta["resourceVersion"].as_str().unwrap_or_default();
             let annotations = &meta["annotations"];
             let marker = annotations[crate::drift::breakglass::PAUSED].as_str();
+            let body = crate::pause::end_patch(annotations, rv);
+            match self.ask(&body).await? {
+                Err(()) => continue,
+                Ok(Some(refusal)) => return Ok(Written::Denied(refusal)),
+                Ok(None) => {}
+            }
             let mut app = None;
             if crate::pause::paused_application(annotations) {
                 match self.plan(&object) {
@@ -358,8 +484,7 @@ impl Target<'_> {
                     ),
                 }
             }
-            let body = crate::pause::end_patch(annotations, rv);
-            let Some(reply) = self.patch(&body).await? else {
+            let Some(reply) = self.patch(&body, false).await? else {
                 continue;
             };
             return Ok(match reply {
@@ -384,6 +509,7 @@ fn armed_report(
     plan: &Plan,
     app: Option<AppState>,
     set: &SetCheck,
+    failed: Option<&str>,
     shown: &str,
     until: &str,
 ) -> PauseReport {
@@ -395,6 +521,8 @@ fn armed_report(
         paused_for: Vec::new(),
         application_set: None,
         text: String::new(),
+        warning: None,
+        pause_by_hand: None,
     };
     match plan {
         Plan::Unmanaged => {
@@ -434,8 +562,26 @@ fn armed_report(
                 "to let break-glass pause it, list {keys} in the ApplicationSet's spec.preservedFields.annotations (see docs/break-glass.md)"
             );
             let risk = format!(
-                "with selfHeal, Argo CD may revert changes to {shown} at any time; driftguard still allows them until {until}"
+                "self-heal may revert the hotfix: with selfHeal, Argo CD may revert changes to {shown} at any time, though driftguard allows them until {until}"
             );
+            if let Some(why) = failed {
+                let app = format!("applications.argoproj.io -n {namespace} {name}");
+                let skip = crate::pause::SKIP_RECONCILE;
+                let cmd = format!("kubectl annotate {app} {skip}=true");
+                r.text = format!(
+                    "Argo CD is NOT paused for {shown}: {why}; {risk}; pause it by hand with `{cmd}` (driftguard does not lift that pause: resume it when done with `kubectl annotate {app} {skip}-`)"
+                );
+                r.warning = Some(format!(
+                    "Argo CD is NOT paused for {shown}: self-heal may revert the hotfix at any time; pause Application {namespace}/{name} by hand: `{cmd}`"
+                ));
+                r.pause_by_hand = Some(cmd);
+                return r;
+            }
+            let unheld = |set: &str| {
+                Some(format!(
+                    "Argo CD is NOT paused for {shown}: self-heal may revert the hotfix at any time; ApplicationSet {namespace}/{set} is not known to keep a pause (see docs/break-glass.md)"
+                ))
+            };
             match set {
                 SetCheck::NotGenerated => {}
                 SetCheck::Keeps { set } => r.application_set = Some(set.clone()),
@@ -445,6 +591,7 @@ fn armed_report(
                         "Argo CD is NOT paused: Application {namespace}/{name} is generated by ApplicationSet {namespace}/{set}, whose controller rewrites its annotations and would remove {} within seconds, so no pause was written; {risk}; {fix}",
                         dropped.join(" and ")
                     );
+                    r.warning = unheld(set);
                     return r;
                 }
                 SetCheck::Unreadable { set, why } => {
@@ -452,6 +599,7 @@ fn armed_report(
                     r.text = format!(
                         "Argo CD is NOT paused: Application {namespace}/{name} is generated by ApplicationSet {namespace}/{set}, which could not be read ({why}) to check that it keeps a pause, so no pause was written; {risk}; pausing needs get on applicationsets.argoproj.io, and {fix}"
                     );
+                    r.warning = unheld(set);
                     return r;
                 }
             }
@@ -498,6 +646,8 @@ fn ended_report(marker: Option<&str>, app: Option<(String, AppState)>, shown: &s
         paused_for: Vec::new(),
         application_set: None,
         text: String::new(),
+        warning: None,
+        pause_by_hand: None,
     };
     if let Some(key) = marker.and_then(crate::drift::restore::paused_annotation) {
         r.tool = Some("Flux");
@@ -534,23 +684,25 @@ fn ended_report(marker: Option<&str>, app: Option<(String, AppState)>, shown: &s
     r
 }
 
-/// Why the policy refuses this caller or duration, before any write.
-fn refusal(
-    loaded: &LoadedPolicy,
-    me: &Identity,
-    duration: Option<SignedDuration>,
-) -> Option<String> {
+/// After the server's refusal: what the copy of the policy read from the
+/// cluster says about this caller and duration, if it explains anything.
+/// Never a decision (the copy may differ from the policy in force), and
+/// nothing from the embedded default, which says nothing about the cluster.
+fn hint(loaded: &LoadedPolicy, me: &Identity, duration: Option<SignedDuration>) -> Option<String> {
+    if !loaded.from_cluster() {
+        return None;
+    }
     let bg = &loaded.policy.break_glass;
     let origin = &loaded.origin;
     if bg.allowed.is_empty() {
         return Some(format!(
-            "break-glass is disabled in the policy in force ({origin}): breakGlass.allowedUsers and allowedGroups are empty"
+            "the policy in {origin} disables break-glass: breakGlass.allowedUsers and allowedGroups are empty"
         ));
     }
     if !bg.allowed.contains(&me.username, &me.groups) {
         let (users, groups) = bg.allowed.patterns();
         return Some(format!(
-            "user {} (groups: {}) may not break glass: the policy in force ({origin}) allows users [{}] and groups [{}]",
+            "user {} (groups: {}) may not break glass: the policy in {origin} allows users [{}] and groups [{}]",
             me.username,
             me.groups.join(", "),
             users.join(", "),
@@ -559,7 +711,7 @@ fn refusal(
     }
     match duration {
         Some(d) if d > bg.max_duration => Some(format!(
-            "--for {d:#} is longer than breakGlass.maxDuration {:#} ({origin})",
+            "--for {d:#} is longer than breakGlass.maxDuration {:#} in {origin}",
             bg.max_duration
         )),
         _ => None,
@@ -594,25 +746,73 @@ mod tests {
     }
 
     #[test]
-    fn the_policy_refuses_before_any_write() {
+    fn the_policy_copy_only_explains_a_refusal() {
         let off = loaded("breakGlass: {allowedUsers: []}\n");
-        let why = refusal(&off, &who("sam", &[]), None).unwrap();
-        assert!(why.contains("disabled"), "{why}");
+        let why = hint(&off, &who("sam", &[]), None).unwrap();
+        assert!(why.contains("disables break-glass"), "{why}");
 
         let on =
             loaded("breakGlass: {allowedUsers: [sam], allowedGroups: [sre-*], maxDuration: 2h}\n");
-        let why = refusal(&on, &who("alice", &["developers"]), None).unwrap();
+        let why = hint(&on, &who("alice", &["developers"]), None).unwrap();
         assert!(
             why.contains("alice") && why.contains("[sam]") && why.contains("[sre-*]"),
             "{why}"
         );
         assert_eq!(
-            refusal(&on, &who("sam", &[]), Some(SignedDuration::from_hours(2))),
+            hint(&on, &who("sam", &[]), Some(SignedDuration::from_hours(2))),
             None
         );
-        assert_eq!(refusal(&on, &who("bob", &["sre-oncall"]), None), None);
-        let why = refusal(&on, &who("sam", &[]), Some(SignedDuration::from_hours(3))).unwrap();
+        assert_eq!(hint(&on, &who("bob", &["sre-oncall"]), None), None);
+        let why = hint(&on, &who("sam", &[]), Some(SignedDuration::from_hours(3))).unwrap();
         assert!(why.contains("maxDuration"), "{why}");
+
+        // The embedded default refuses everyone, and knows nothing of the cluster.
+        let embedded = LoadedPolicy {
+            policy: crate::policy::Policy::embedded(),
+            origin: "embedded default".into(),
+        };
+        assert!(!embedded.from_cluster());
+        assert_eq!(hint(&embedded, &who("alice", &[]), None), None);
+    }
+
+    #[test]
+    fn an_application_that_cannot_be_paused_is_a_warning_with_the_command() {
+        let argo = Plan::ArgoCd {
+            namespace: "argocd".into(),
+            name: "ghost".into(),
+            entry: "/ConfigMap:p/x".into(),
+        };
+        let why = "Argo CD Application argocd/ghost not found";
+        let r = armed_report(
+            &argo,
+            None,
+            &SetCheck::NotGenerated,
+            Some(why),
+            "configmap/x",
+            "T",
+        );
+        let cmd = "kubectl annotate applications.argoproj.io -n argocd ghost argocd.argoproj.io/skip-reconcile=true";
+        assert_eq!((r.state, r.tool), ("not-paused", Some("Argo CD")));
+        assert_eq!(r.pause_by_hand.as_deref(), Some(cmd));
+        let warning = r.warning.clone().unwrap();
+        assert!(
+            warning.contains("self-heal may revert the hotfix") && warning.contains(cmd),
+            "{warning}"
+        );
+        assert!(
+            r.text.contains(why) && r.text.contains("skip-reconcile-`"),
+            "{}",
+            r.text
+        );
+        assert_eq!(r.json()["pauseByHand"], cmd);
+        assert_eq!(r.json()["warning"], warning.as_str());
+        // A pause that holds warns of nothing.
+        let held = Some(AppState::PausedFor(vec!["/ConfigMap:p/x".into()]));
+        let r = armed_report(&argo, held, &SetCheck::NotGenerated, None, "x", "T");
+        assert_eq!(
+            (r.state, r.warning, r.pause_by_hand),
+            ("paused", None, None)
+        );
     }
 
     #[test]
@@ -630,6 +830,7 @@ mod tests {
             &plan,
             None,
             &SetCheck::NotGenerated,
+            None,
             "deployment/web",
             "2026-01-01T11:00:00Z",
         );
@@ -645,14 +846,21 @@ mod tests {
             key: HELM_DRIFT_DETECTION,
             manager: kustomization.clone(),
         };
-        let r = armed_report(&helm, None, &SetCheck::NotGenerated, "deployment/web", "T");
+        let r = armed_report(
+            &helm,
+            None,
+            &SetCheck::NotGenerated,
+            None,
+            "deployment/web",
+            "T",
+        );
         assert!(r.text.contains("will not correct drift of"), "{}", r.text);
         let theirs = Plan::AlreadyOptedOut {
             key: FLUX_RECONCILE,
             manager: kustomization,
         };
         assert_eq!(
-            armed_report(&theirs, None, &SetCheck::NotGenerated, "x", "T").state,
+            armed_report(&theirs, None, &SetCheck::NotGenerated, None, "x", "T").state,
             "already-paused"
         );
 
@@ -669,6 +877,7 @@ mod tests {
             &argo,
             Some(AppState::PausedFor(list.clone())),
             &SetCheck::NotGenerated,
+            None,
             "deployment/web",
             "T",
         );
@@ -684,12 +893,21 @@ mod tests {
             &argo,
             Some(AppState::PausedBySomeoneElse),
             &SetCheck::NotGenerated,
+            None,
             "x",
             "T",
         );
         assert_eq!(r.state, "already-paused");
         assert_eq!(
-            armed_report(&Plan::Unmanaged, None, &SetCheck::NotGenerated, "x", "T").state,
+            armed_report(
+                &Plan::Unmanaged,
+                None,
+                &SetCheck::NotGenerated,
+                None,
+                "x",
+                "T"
+            )
+            .state,
             "not-paused"
         );
     }
@@ -703,7 +921,7 @@ mod tests {
         };
         let held = Some(AppState::PausedFor(vec!["apps/Deployment:p/web".into()]));
         let keeps = SetCheck::Keeps { set: "web".into() };
-        let r = armed_report(&argo, held, &keeps, "deployment/web", "T");
+        let r = armed_report(&argo, held, &keeps, None, "deployment/web", "T");
         assert_eq!(r.state, "paused");
         assert!(
             r.text
@@ -728,7 +946,7 @@ mod tests {
             ),
             (&unreadable, "could not be read (HTTP 403: forbidden)"),
         ] {
-            let r = armed_report(&argo, None, set, "deployment/web", "T");
+            let r = armed_report(&argo, None, set, None, "deployment/web", "T");
             assert_eq!(r.state, "not-paused");
             assert!(
                 r.text.starts_with(
@@ -766,6 +984,225 @@ mod tests {
         assert_eq!(r.state, "still-paused");
         assert!(r.text.contains("/ConfigMap:p/a"), "{}", r.text);
         assert_eq!(ended_report(None, None, "x").state, "not-paused");
+    }
+
+    /// A fake apiserver holding ConfigMap p/x, tracked by Argo CD
+    /// Application argocd/myapp, with driftguard's answer to the object's
+    /// writes given; it records every request in order.
+    mod fake {
+        use std::sync::{Arc, Mutex};
+
+        use http::{Request, Response};
+        use http_body_util::BodyExt;
+        use kube::client::Body;
+        use serde_json::{Value, json};
+
+        pub const OBJECT: &str = "/api/v1/namespaces/p/configmaps/x";
+        pub const APP: &str = "/apis/argoproj.io/v1alpha1/namespaces/argocd/applications/myapp";
+
+        #[derive(Clone, Copy)]
+        pub struct Cluster {
+            /// driftguard denies writes to the object.
+            pub deny: bool,
+            /// The Application exists.
+            pub application: bool,
+        }
+
+        /// `METHOD path?query` and the body of every request, in order.
+        pub type Log = Arc<Mutex<Vec<(String, Value)>>>;
+
+        fn reply(code: u16, body: Value) -> Response<Body> {
+            Response::builder()
+                .status(code)
+                .body(Body::from(body.to_string().into_bytes()))
+                .unwrap()
+        }
+
+        pub fn api(cluster: Cluster, log: Log) -> super::Api {
+            let service = tower::service_fn(move |request: Request<Body>| {
+                let log = log.clone();
+                async move {
+                    let method = request.method().to_string();
+                    let uri = request.uri().to_string();
+                    let bytes = request
+                        .into_body()
+                        .collect()
+                        .await
+                        .map(|c| c.to_bytes())
+                        .unwrap_or_default();
+                    let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+                    log.lock().unwrap().push((format!("{method} {uri}"), body));
+                    let object = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                        "metadata": {"name": "x", "namespace": "p", "resourceVersion": "7",
+                            "annotations": {"argocd.argoproj.io/tracking-id": "myapp:/ConfigMap:p/x"}}});
+                    let app = json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
+                        "metadata": {"name": "myapp", "namespace": "argocd", "resourceVersion": "3"}});
+                    let denied = json!({"kind": "Status", "code": 403,
+                        "message": "admission webhook \"validate.driftguard.io\" denied the request: driftguard: bob is not authorized to break glass on ConfigMap p/x"});
+                    let path = uri.split('?').next().unwrap_or_default().to_owned();
+                    Ok::<_, std::convert::Infallible>(match (method.as_str(), path.as_str()) {
+                        ("GET", OBJECT) => reply(200, object),
+                        ("PATCH", OBJECT) if cluster.deny => reply(403, denied),
+                        ("PATCH", OBJECT) => reply(200, object),
+                        (_, APP) if !cluster.application => reply(
+                            404,
+                            json!({"kind": "Status", "code": 404, "message": "not found"}),
+                        ),
+                        ("GET", APP) | ("PATCH", APP) => reply(200, app),
+                        _ => reply(404, json!({"kind": "Status", "code": 404, "message": uri})),
+                    })
+                }
+            });
+            super::Api::with_client(kube::Client::new(service, "p"), "p")
+        }
+    }
+
+    /// Arms ConfigMap p/x on a [`fake`] cluster: the result, the requests
+    /// made in order, and their bodies.
+    async fn arm_on(
+        cluster: fake::Cluster,
+        require_pause: bool,
+    ) -> (Written, Vec<String>, Vec<Value>) {
+        let log = fake::Log::default();
+        let api = fake::api(cluster, log.clone());
+        let resource = Resource {
+            group: String::new(),
+            version: "v1".into(),
+            kind: "ConfigMap".into(),
+            plural: "configmaps".into(),
+            namespaced: true,
+        };
+        let policy = crate::policy::Policy::embedded();
+        let target = Target {
+            api: &api,
+            resource: &resource,
+            name: "x",
+            shown: "configmap/x",
+            policy: &policy,
+            argocd_namespace: "argocd",
+            require_pause,
+        };
+        let at = Timestamp::now() + SignedDuration::from_mins(30);
+        let written = target.arm("INC-1", at).await.unwrap();
+        let log = log.lock().unwrap().clone();
+        let (requests, bodies) = log.into_iter().unzip();
+        (written, requests, bodies)
+    }
+
+    fn dry_run() -> String {
+        format!("PATCH {}?dryRun=All", fake::OBJECT)
+    }
+
+    #[tokio::test]
+    async fn a_refusal_by_the_server_writes_nothing_and_pauses_nothing() {
+        let cluster = fake::Cluster {
+            deny: true,
+            application: true,
+        };
+        let (written, requests, _) = arm_on(cluster, false).await;
+        let Written::Denied(refusal) = written else {
+            panic!("not denied: {requests:?}");
+        };
+        assert!(
+            refusal.message.starts_with(
+                "admission webhook \"validate.driftguard.io\" denied the request: driftguard: bob"
+            ),
+            "{}",
+            refusal.message
+        );
+        assert_eq!(
+            requests,
+            [
+                format!("GET {}", fake::OBJECT),
+                format!("GET {}", fake::APP),
+                dry_run()
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn the_dry_run_comes_first_then_the_pause_then_the_same_write() {
+        let cluster = fake::Cluster {
+            deny: false,
+            application: true,
+        };
+        let (written, requests, bodies) = arm_on(cluster, false).await;
+        let Written::Done(_, report) = written else {
+            panic!("not armed: {requests:?}");
+        };
+        assert_eq!(report.state, "paused");
+        assert_eq!(
+            requests,
+            [
+                format!("GET {}", fake::OBJECT),
+                format!("GET {}", fake::APP),
+                dry_run(),
+                format!("GET {}", fake::APP),
+                format!("PATCH {}", fake::APP),
+                format!("PATCH {}", fake::OBJECT),
+            ]
+        );
+        // The write asked about is the write made.
+        assert_eq!(bodies[2], bodies[5]);
+        assert_eq!(
+            bodies[5]["metadata"]["annotations"][crate::drift::breakglass::PAUSED],
+            crate::pause::SKIP_RECONCILE
+        );
+    }
+
+    #[tokio::test]
+    async fn an_application_that_cannot_be_read_is_armed_unpaused_with_a_warning() {
+        let cluster = fake::Cluster {
+            deny: false,
+            application: false,
+        };
+        let (written, requests, bodies) = arm_on(cluster, false).await;
+        let Written::Done(_, report) = written else {
+            panic!("not armed: {requests:?}");
+        };
+        assert_eq!(
+            requests,
+            [
+                format!("GET {}", fake::OBJECT),
+                format!("GET {}", fake::APP),
+                dry_run(),
+                format!("PATCH {}", fake::OBJECT),
+            ]
+        );
+        assert_eq!(bodies[2], bodies[3]);
+        let annotations = &bodies[3]["metadata"]["annotations"];
+        assert_eq!(annotations[crate::drift::breakglass::REASON], "INC-1");
+        assert!(
+            annotations.get(crate::drift::breakglass::PAUSED).is_none(),
+            "{annotations}"
+        );
+        assert_eq!(report.state, "not-paused");
+        assert!(
+            report
+                .warning
+                .as_deref()
+                .is_some_and(|w| w.contains("self-heal may revert the hotfix")),
+            "{:?}",
+            report.warning
+        );
+        assert_eq!(
+            report.pause_by_hand.as_deref(),
+            Some(
+                "kubectl annotate applications.argoproj.io -n argocd myapp argocd.argoproj.io/skip-reconcile=true"
+            )
+        );
+
+        // --require-pause: the server is asked, then nothing is written.
+        let (written, requests, _) = arm_on(cluster, true).await;
+        let Written::Unpausable(why) = written else {
+            panic!("not refused: {requests:?}");
+        };
+        assert!(why.contains("Argo CD is NOT paused"), "{why}");
+        assert_eq!(requests.last(), Some(&dry_run()));
+        assert!(
+            !requests.contains(&format!("PATCH {}", fake::OBJECT)),
+            "{requests:?}"
+        );
     }
 
     #[test]
