@@ -55,6 +55,7 @@ pub struct Metrics {
     pub runtime_tasks: Gauge,
     pub sources_objects: Family<SourceLabels, Gauge>,
     pub sources_version_mismatch: Family<SourceLabels, Gauge>,
+    pub sources_failing: Family<SourceLabels, Gauge<f64, AtomicU64>>,
     pub policy_info: Family<PolicyLabels, Gauge>,
     pub connections_open: Gauge,
     pub connections_evicted: Counter,
@@ -198,6 +199,12 @@ impl Default for Metrics {
             "1 while a watched Argo CD / Flux kind is served at another API version only (driftguard stays unready; see /readyz)",
             sources_version_mismatch.clone(),
         );
+        let sources_failing = Family::<SourceLabels, Gauge<f64, AtomicU64>>::default();
+        registry.register(
+            "sources_failing_seconds",
+            "Seconds a watched Argo CD / Flux source has been failing (a hub out of reach), 0 while it works; the last good rules serve meanwhile",
+            sources_failing.clone(),
+        );
         let policy_info = Family::<PolicyLabels, Gauge>::default();
         registry.register(
             "policy_info",
@@ -259,6 +266,7 @@ impl Default for Metrics {
             runtime_tasks,
             sources_objects,
             sources_version_mismatch,
+            sources_failing,
             policy_info,
             requests,
             rejected,

@@ -128,6 +128,25 @@ pub struct Config {
     /// Read Flux Kustomizations and HelmReleases from the cluster.
     #[arg(long, env = "DRIFTGUARD_WATCH_FLUX")]
     pub watch_flux: bool,
+    /// Read Argo CD (Applications, AppProjects, argocd-cm) from the cluster
+    /// this kubeconfig reaches, a hub whose Argo CD deploys here, instead of
+    /// from this cluster. Read-only access is enough. Needs --cluster-name.
+    #[arg(long, env = "DRIFTGUARD_ARGOCD_KUBECONFIG", requires_all = ["watch_argocd", "cluster_names"])]
+    pub argocd_kubeconfig: Option<PathBuf>,
+    /// Read Flux (Kustomizations, HelmReleases) from the cluster this
+    /// kubeconfig reaches, a hub whose Flux applies here through
+    /// `spec.kubeConfig`, instead of from this cluster. Needs --cluster-name.
+    #[arg(long, env = "DRIFTGUARD_FLUX_KUBECONFIG", requires_all = ["watch_flux", "cluster_names"])]
+    pub flux_kubeconfig: Option<PathBuf>,
+    /// A name the hub knows this cluster by (repeatable, or comma-separated):
+    /// an Argo CD destination `server` URL (with `://`) or `name`, and the
+    /// Secret a Flux Kustomization's `spec.kubeConfig.secretRef` names.
+    #[arg(
+        long = "cluster-name",
+        env = "DRIFTGUARD_CLUSTER_NAMES",
+        value_delimiter = ','
+    )]
+    pub cluster_names: Vec<String>,
     /// How often expired break-glasses are ended: their annotations, label and
     /// the GitOps pause driftguard set removed, so the tool restores Git
     /// (needs list and patch on every type, and patch on Argo CD
@@ -312,10 +331,25 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         .map(|c| crate::cluster::events::EventRecorder::new(c, Duration::from_secs(60)));
     let sources = match (&client, config.watch_argocd || config.watch_flux) {
         (Some(client), true) => {
+            let hub = |path: &Option<PathBuf>, what: &'static str| {
+                let path = path.clone();
+                async move {
+                    match path {
+                        Some(path) => crate::cluster::client(Some(&path))
+                            .await
+                            .map(Some)
+                            .with_context(|| format!("{what}: {}", path.display())),
+                        None => Ok(None),
+                    }
+                }
+            };
             let options = crate::cluster::watch::WatchOptions {
                 argocd: config.watch_argocd,
                 argocd_namespace: config.argocd_namespace.clone(),
                 flux: config.watch_flux,
+                argocd_hub: hub(&config.argocd_kubeconfig, "--argocd-kubeconfig").await?,
+                flux_hub: hub(&config.flux_kubeconfig, "--flux-kubeconfig").await?,
+                cluster_names: config.cluster_names.clone(),
             };
             let watches = crate::cluster::watch::spawn(client.clone(), &options, metrics.clone());
             health.sources_filled.store(false, Ordering::SeqCst);

@@ -350,11 +350,19 @@ pub fn app_projects(values: &[Value]) -> (Vec<AppProject>, Vec<SourceError>) {
 /// Applications read from the cluster; one that does not compile is reported
 /// and left out (its objects keep the policy's rules).
 pub fn applications(values: &[Value]) -> (Vec<Application>, Vec<SourceError>) {
+    applications_for(values, &argocd::ThisCluster::default())
+}
+
+/// [`applications`], for an Argo CD that knows this cluster by `this`.
+pub fn applications_for(
+    values: &[Value],
+    this: &argocd::ThisCluster,
+) -> (Vec<Application>, Vec<SourceError>) {
     let mut apps = Vec::new();
     let mut errors = Vec::new();
     for value in values {
         let (namespace, name) = named(value);
-        match argocd::from_value(value) {
+        match argocd::from_value_for(value, this) {
             Ok(app) => apps.push(app),
             Err(source) => errors.push(SourceError::Application {
                 namespace,

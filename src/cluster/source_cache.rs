@@ -16,6 +16,7 @@ use kube::api::DynamicObject;
 use serde_json::Value;
 
 use crate::drift::Manager;
+use crate::policy::argocd::ThisCluster;
 use crate::policy::ignore::RuleSet;
 use crate::policy::impersonation::{self, AppProject, SyncAccount};
 use crate::policy::{Application, planned};
@@ -58,6 +59,12 @@ struct AppEntry {
 #[derive(Default)]
 pub struct SourceCache {
     argocd_namespace: String,
+    /// What Argo CD calls the cluster driftguard guards.
+    this_cluster: ThisCluster,
+    /// For a hub's Flux, the names of the kubeconfig Secrets its
+    /// Kustomizations reach this cluster through (`spec.kubeConfig`); `None`
+    /// when Flux runs here, where a Kustomization without one applies here.
+    flux_secrets: Option<Vec<String>>,
     applications: BTreeMap<String, AppEntry>,
     projects: BTreeMap<String, Entry<AppProject>>,
     /// The projects as a list, what sync-account derivation reads; rebuilt
@@ -144,9 +151,35 @@ fn report(errors: impl IntoIterator<Item = SourceError>) {
 
 impl SourceCache {
     pub fn new(argocd_namespace: &str) -> Self {
+        Self::for_cluster(argocd_namespace, ThisCluster::default())
+    }
+
+    /// A cache of an Argo CD that knows this cluster by `this_cluster` (a
+    /// hub's, in a fleet).
+    pub fn for_cluster(argocd_namespace: &str, this_cluster: ThisCluster) -> Self {
         Self {
             argocd_namespace: argocd_namespace.to_owned(),
+            this_cluster,
             ..Self::default()
+        }
+    }
+
+    /// Reads Flux from a hub that reaches this cluster through the kubeconfig
+    /// Secrets named `secrets`.
+    pub fn with_hub_flux(mut self, secrets: Vec<String>) -> Self {
+        self.flux_secrets = Some(secrets);
+        self
+    }
+
+    /// Whether a Kustomization applies to another cluster than this one.
+    fn flux_elsewhere(&self, kustomization: &Value) -> bool {
+        let secret = kustomization
+            .pointer("/spec/kubeConfig/secretRef/name")
+            .and_then(Value::as_str);
+        match (&self.flux_secrets, secret) {
+            (None, secret) => secret.is_some(),
+            (Some(here), Some(secret)) => !here.iter().any(|s| s == secret),
+            (Some(_), None) => true,
         }
     }
 
@@ -176,6 +209,11 @@ impl SourceCache {
         let namespace = object.metadata.namespace.clone().unwrap_or_default();
         let name = object.metadata.name.clone().unwrap_or_default();
         let (keys, by) = match kind {
+            // What an Application deploying to another cluster lists is there,
+            // not here: the same names here are no one's.
+            Kind::Application if self.this_cluster.deploys_elsewhere(&object.data) => {
+                return self.forget_planned(uid);
+            }
             Kind::Application => (
                 planned::application_keys(status),
                 Manager::ArgoCd {
@@ -183,6 +221,9 @@ impl SourceCache {
                     application_namespace: Some(namespace),
                 },
             ),
+            Kind::Kustomization if self.flux_elsewhere(&object.data) => {
+                return self.forget_planned(uid);
+            }
             Kind::Kustomization => (
                 planned::kustomization_keys(status),
                 Manager::FluxKustomization { namespace, name },
@@ -377,7 +418,8 @@ impl SourceCache {
 
     fn compile_app(&self, object: &DynamicObject, hash: u64) -> AppEntry {
         let app = to_value(object).and_then(|v| {
-            let (mut apps, errors) = sources::applications(std::slice::from_ref(&v));
+            let (mut apps, errors) =
+                sources::applications_for(std::slice::from_ref(&v), &self.this_cluster);
             report(errors);
             apps.pop().map(Arc::new)
         });
@@ -475,6 +517,64 @@ mod tests {
             "status": {"sync": {"status": status}}
         }))
         .unwrap()
+    }
+
+    /// In a fleet the hub's Argo CD calls this cluster by its cluster
+    /// Secret's server; an Application of another cluster (or of the hub
+    /// itself, `https://kubernetes.default.svc` there) lists objects that
+    /// are not here, and its destination namespace is not ours to guard.
+    #[test]
+    fn a_hub_application_counts_only_where_it_deploys_here() {
+        let this = ThisCluster::named(&["https://spoke-1.example:6443/".to_owned()]);
+        let mut cache = SourceCache::for_cluster("argocd", this);
+        let deploying = |uid: &str, name: &str, server: &str| {
+            let mut a = app(uid, name, true, "Synced");
+            a.data["spec"]["destination"]["server"] = json!(server);
+            a.data["status"]["resources"] = json!([{"group": "apps", "kind": "Deployment",
+                "namespace": "shop", "name": name, "status": "Synced"}]);
+            a
+        };
+        cache.apply(
+            Kind::Application,
+            &deploying("u1", "here", "https://spoke-1.example:6443"),
+        );
+        cache.apply(
+            Kind::Application,
+            &deploying("u2", "hub", "https://kubernetes.default.svc"),
+        );
+        cache.apply(
+            Kind::Application,
+            &deploying("u3", "other", "https://spoke-2.example:6443"),
+        );
+        let snapshot = cache.snapshot();
+        assert!(snapshot.planned.contains_key("apps/Deployment:shop/here"));
+        assert!(!snapshot.planned.contains_key("apps/Deployment:shop/hub"));
+        assert!(!snapshot.planned.contains_key("apps/Deployment:shop/other"));
+        let destination = |name: &str| {
+            let a = snapshot
+                .applications
+                .iter()
+                .find(|a| a.name == name)
+                .unwrap();
+            (a.destination_namespace.clone(), a.sync_destination.clone())
+        };
+        assert_eq!(
+            destination("here"),
+            (Some("shop".into()), Some("shop".into()))
+        );
+        assert_eq!(destination("hub"), (None, None));
+        assert_eq!(destination("other"), (None, None));
+        // Moved to another cluster: what it listed here is forgotten.
+        cache.apply(
+            Kind::Application,
+            &deploying("u1", "here", "https://spoke-2.example:6443"),
+        );
+        assert!(
+            !cache
+                .snapshot()
+                .planned
+                .contains_key("apps/Deployment:shop/here")
+        );
     }
 
     #[test]

@@ -21,6 +21,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 
 use super::source_cache::{Kind, SourceCache, strip};
 use crate::metrics::{Metrics, SourceLabels};
+use crate::policy::argocd::ThisCluster;
 use crate::sources::Sources;
 
 /// The sources in force, replaced whole on every change. The lock is held
@@ -106,13 +107,29 @@ pub struct WatchOptions {
     pub argocd: bool,
     pub argocd_namespace: String,
     pub flux: bool,
+    /// A hub's Argo CD (its Applications, AppProjects and argocd-cm live
+    /// there), instead of this cluster's.
+    pub argocd_hub: Option<kube::Client>,
+    /// A hub's Flux (its Kustomizations and HelmReleases), instead of this
+    /// cluster's.
+    pub flux_hub: Option<kube::Client>,
+    /// The names a hub knows this cluster by (`--cluster-name`).
+    pub cluster_names: Vec<String>,
 }
 
 /// Starts the watches and returns the shared state they keep current.
 pub fn spawn(client: kube::Client, options: &WatchOptions, metrics: Arc<Metrics>) -> Arc<Watches> {
+    let this_cluster = match options.argocd_hub {
+        Some(_) => ThisCluster::named(&options.cluster_names),
+        None => ThisCluster::default(),
+    };
+    let mut cache = SourceCache::for_cluster(&options.argocd_namespace, this_cluster);
+    if options.flux_hub.is_some() {
+        cache = cache.with_hub_flux(options.cluster_names.clone());
+    }
     let watches = Arc::new(Watches {
         handle: SourcesHandle::default(),
-        cache: Mutex::new(SourceCache::new(&options.argocd_namespace)),
+        cache: Mutex::new(cache),
         pending: AtomicUsize::new(0),
         last_change: Mutex::new(Instant::now()),
         mismatched: Mutex::new(BTreeMap::new()),
@@ -121,15 +138,16 @@ pub fn spawn(client: kube::Client, options: &WatchOptions, metrics: Arc<Metrics>
         ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind))
     };
     if options.argocd {
+        let client = options.argocd_hub.as_ref().unwrap_or(&client);
         let ar = dynamic("argoproj.io", "v1alpha1", "Application");
         let api = Api::<DynamicObject>::all_with(client.clone(), &ar);
-        let served = Served::new(&client, &ar);
+        let served = Served::new(client, &ar);
         watch_dynamic(&watches, api, served, Kind::Application, metrics.clone());
         // Argo CD reads an Application's project from its own namespace only.
         let ar = dynamic("argoproj.io", "v1alpha1", "AppProject");
         let api =
             Api::<DynamicObject>::namespaced_with(client.clone(), &options.argocd_namespace, &ar);
-        let served = Served::new(&client, &ar);
+        let served = Served::new(client, &ar);
         watch_dynamic(&watches, api, served, Kind::AppProject, metrics.clone());
         let api = Api::<ConfigMap>::namespaced(client.clone(), &options.argocd_namespace);
         let config = watcher::Config::default().fields("metadata.name=argocd-cm");
@@ -153,13 +171,14 @@ pub fn spawn(client: kube::Client, options: &WatchOptions, metrics: Arc<Metrics>
         );
     }
     if options.flux {
+        let client = options.flux_hub.as_ref().unwrap_or(&client);
         let ar = dynamic("kustomize.toolkit.fluxcd.io", "v1", "Kustomization");
         let api = Api::<DynamicObject>::all_with(client.clone(), &ar);
-        let served = Served::new(&client, &ar);
+        let served = Served::new(client, &ar);
         watch_dynamic(&watches, api, served, Kind::Kustomization, metrics.clone());
         let ar = dynamic("helm.toolkit.fluxcd.io", "v2", "HelmRelease");
         let api = Api::<DynamicObject>::all_with(client.clone(), &ar);
-        let served = Served::new(&client, &ar);
+        let served = Served::new(client, &ar);
         watch_dynamic(&watches, api, served, Kind::HelmRelease, metrics);
     }
     watches
@@ -284,8 +303,20 @@ fn run<K, S>(
             .sources_version_mismatch
             .get_or_create(&SourceLabels { source: what })
             .clone();
+        let failing = metrics
+            .sources_failing
+            .get_or_create(&SourceLabels { source: what })
+            .clone();
+        let mut failing_since: Option<Instant> = None;
         let mut stream = std::pin::pin!(stream);
         while let Some(event) = stream.next().await {
+            if event.is_ok() {
+                failing_since = None;
+                failing.set(0.0);
+            } else {
+                let since = *failing_since.get_or_insert_with(Instant::now);
+                failing.set(since.elapsed().as_secs_f64());
+            }
             match event {
                 Ok(event) => {
                     let done = matches!(event, Event::InitDone);

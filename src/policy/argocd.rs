@@ -11,6 +11,71 @@ use super::schema::IgnoreDifference;
 pub const IN_CLUSTER_SERVER: &str = "https://kubernetes.default.svc";
 pub const IN_CLUSTER_NAME: &str = "in-cluster";
 
+/// The names Argo CD gives the cluster driftguard guards, as an
+/// Application's `spec.destination` writes them: `server` URLs and cluster
+/// `name`s. Argo CD running in this cluster calls it
+/// `https://kubernetes.default.svc` and `in-cluster`; a hub Argo CD calls it
+/// by its cluster Secret's server and name (`--cluster-name`), and then the
+/// in-cluster names are the hub's own.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ThisCluster {
+    servers: Vec<String>,
+    names: Vec<String>,
+}
+
+impl Default for ThisCluster {
+    fn default() -> Self {
+        Self {
+            servers: vec![IN_CLUSTER_SERVER.to_owned()],
+            names: vec![IN_CLUSTER_NAME.to_owned()],
+        }
+    }
+}
+
+impl ThisCluster {
+    /// The names a hub knows this cluster by: a value with `://` is a server
+    /// URL (a trailing `/` dropped, as Argo CD drops it), any other a name.
+    pub fn named(names: &[String]) -> Self {
+        let (servers, names): (Vec<&String>, Vec<&String>) =
+            names.iter().partition(|n| n.contains("://"));
+        Self {
+            servers: servers
+                .into_iter()
+                .map(|s| s.trim_end_matches('/').to_owned())
+                .collect(),
+            names: names.into_iter().cloned().collect(),
+        }
+    }
+
+    fn is(&self, server: Option<&str>, name: Option<&str>) -> bool {
+        match (server, name) {
+            (Some(server), None) => {
+                let server = server.trim_end_matches('/');
+                self.servers.iter().any(|s| s == server)
+            }
+            (None, Some(name)) => self.names.iter().any(|n| n == name),
+            _ => false,
+        }
+    }
+
+    /// Whether an Application (as read from the cluster) deploys somewhere
+    /// else: its destination names a cluster, and not this one. One without
+    /// a destination is not read as elsewhere (Argo CD refuses to sync it).
+    pub fn deploys_elsewhere(&self, application: &serde_json::Value) -> bool {
+        let Some(destination) = application.pointer("/spec/destination") else {
+            return false;
+        };
+        let text = |k: &str| {
+            destination
+                .get(k)
+                .and_then(serde_json::Value::as_str)
+                .filter(|s| !s.is_empty())
+        };
+        let (server, name) = (text("server"), text("name"));
+        (server.is_some() || name.is_some()) && !self.is(server, name)
+    }
+}
+
 /// An imported Application: where its objects come from, and its ignore rules.
 #[derive(Debug)]
 pub struct Application {
@@ -170,22 +235,21 @@ impl Destination {
     /// destination to this cluster (`GetDestinationServer`: server or name,
     /// never both; a trailing `/` of the server is dropped). Another name may
     /// also point here through a cluster Secret, which driftguard does not read.
-    fn in_cluster(&self) -> Option<String> {
+    fn in_cluster(&self, this: &ThisCluster) -> Option<String> {
         let server = self.server.as_deref().filter(|s| !s.is_empty());
         let name = self.name.as_deref().filter(|s| !s.is_empty());
-        let local = match (server, name) {
-            (Some(server), None) => server.trim_end_matches('/') == IN_CLUSTER_SERVER,
-            (None, Some(name)) => name == IN_CLUSTER_NAME,
-            _ => false,
-        };
-        local.then(|| self.namespace.clone().unwrap_or_default())
+        this.is(server, name)
+            .then(|| self.namespace.clone().unwrap_or_default())
     }
 
     /// The namespace, when the Application deploys to the cluster driftguard
     /// guards (Argo CD's names for it); another cluster's namespace is not ours.
-    fn local_namespace(self) -> Option<String> {
-        let local = self.server.as_deref() == Some(IN_CLUSTER_SERVER)
-            || self.name.as_deref() == Some(IN_CLUSTER_NAME);
+    fn local_namespace(self, this: &ThisCluster) -> Option<String> {
+        let local = self
+            .server
+            .as_deref()
+            .is_some_and(|s| this.is(Some(s), None))
+            || self.name.as_deref().is_some_and(|n| this.is(None, Some(n)));
         self.namespace.filter(|ns| local && !ns.is_empty())
     }
 }
@@ -234,9 +298,11 @@ pub fn parse(text: &str, file: &str) -> Result<Imported, PolicyError> {
             .flat_map(|d| d.jq_path_expressions.iter().cloned())
             .collect();
         let before: Vec<&str> = earlier.iter().map(String::as_str).collect();
-        let app = from_document(doc, &before, |e, before| match e.jq {
-            Some(_) => super::locate::describe(file, text, before, e),
-            None => format!("{file}: document {}: {e}", i + 1),
+        let app = from_document(doc, &before, &ThisCluster::default(), |e, before| {
+            match e.jq {
+                Some(_) => super::locate::describe(file, text, before, e),
+                None => format!("{file}: document {}: {e}", i + 1),
+            }
         })
         .map_err(|e| {
             PolicyError(match e {
@@ -268,8 +334,16 @@ pub enum ApplicationError {
 
 /// An Application read from the cluster (a watched object).
 pub fn from_value(value: &serde_json::Value) -> Result<Application, ApplicationError> {
+    from_value_for(value, &ThisCluster::default())
+}
+
+/// [`from_value`], for an Argo CD that knows this cluster by `this`.
+pub fn from_value_for(
+    value: &serde_json::Value,
+    this: &ThisCluster,
+) -> Result<Application, ApplicationError> {
     let doc = Document::deserialize(value)?;
-    from_document(doc, &[], |e, _| e.clone()).map_err(|e| match e {
+    from_document(doc, &[], this, |e, _| e.clone()).map_err(|e| match e {
         DocError::NoName => ApplicationError::NoName,
         DocError::Rule(e) => ApplicationError::Rule(e),
     })
@@ -285,6 +359,7 @@ enum DocError<E> {
 fn from_document<E>(
     doc: Document,
     earlier: &[&str],
+    this: &ThisCluster,
     describe: impl Fn(&RuleError, &[&str]) -> E,
 ) -> Result<Application, DocError<E>> {
     if doc.metadata.name.is_empty() {
@@ -324,8 +399,8 @@ fn from_document<E>(
         namespace: doc.metadata.namespace,
         repo_url: source.as_ref().and_then(|s| s.repo_url.clone()),
         path: source.and_then(|s| s.path),
-        sync_destination: spec.destination.as_ref().and_then(Destination::in_cluster),
-        destination_namespace: spec.destination.and_then(Destination::local_namespace),
+        sync_destination: spec.destination.as_ref().and_then(|d| d.in_cluster(this)),
+        destination_namespace: spec.destination.and_then(|d| d.local_namespace(this)),
         project,
         name,
         application_set,
