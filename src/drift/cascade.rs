@@ -13,10 +13,8 @@
 
 use serde_json::Value;
 
-use super::{
-    Context, Decision, Finding, Inputs, Manager, Operation, Request, Sources, apply_break_glass,
-    breakglass, detects, exemption, set_manager, verdict_for,
-};
+use super::steps::{apply_break_glass, detects, exemption, set_manager, verdict_for};
+use super::{Context, Decision, Finding, Inputs, Manager, Operation, Request, Sources, breakglass};
 use crate::policy::{Mode, Policy};
 
 /// At most this many lost objects are named in a denial; the rest are counted.

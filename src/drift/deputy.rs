@@ -6,7 +6,7 @@
 //! and have the controller do it. So a CREATE, or an UPDATE that changes what
 //! the scaler does, of a scaler that is not itself GitOps-managed is judged
 //! as the scale write it causes on its target, by the same code as a real
-//! `kubectl scale` ([`super::decide_scale`]).
+//! `kubectl scale` ([`super::pipeline`]).
 //!
 //! Why the writes left out are safe: a DELETE stops the scaler; a `status`
 //! write cannot move it (the HPA status strategy keeps the stored spec, a
@@ -15,9 +15,9 @@
 
 use serde_json::{Value, json};
 
-use super::{
-    Context, DecideError, Decision, Finding, Operation, Request, Verdict, decide_scale, verdict_for,
-};
+use super::pipeline::judge_change;
+use super::steps::verdict_for;
+use super::{Change, Context, DecideError, Decision, Finding, Operation, Request, Verdict};
 use crate::policy::Policy;
 
 /// The object a scaler scales: its group, kind and name, in the scaler's namespace.
@@ -138,7 +138,11 @@ pub(super) fn judge(
         dry_run: req.dry_run,
     };
     let scoped = Context { parent, ..*ctx };
-    let mut judged = decide_scale(policy, &write, &scoped, d.clone())?;
+    let change = Change::Scale {
+        old: &old,
+        new: &new,
+    };
+    let mut judged = judge_change(policy, &write, &scoped, change, d.clone());
     if matches!(judged.finding, Finding::OutOfScope(_)) {
         return Ok(d);
     }
