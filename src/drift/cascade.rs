@@ -171,22 +171,8 @@ pub fn lost(policy: &Policy, req: &Request, sources: &Sources) -> Option<Cascade
         .into_iter()
         .map(|(k, m)| (k.clone(), m.clone()))
         .collect();
-    // A HelmRelease's objects: Flux lists them nowhere, but they live in its
-    // release namespace (what helm-controller installed there goes with it).
     if let Some(namespace) = namespace.filter(|_| policy.flux) {
-        objects.extend(
-            sources
-                .flux
-                .iter()
-                .filter(|f| f.release_namespace.as_deref() == Some(namespace))
-                .map(|f| {
-                    let by = Manager::FluxHelmRelease {
-                        namespace: f.namespace.clone(),
-                        name: f.name.clone(),
-                    };
-                    (format!("the release of {by}"), by)
-                }),
-        );
+        objects.extend(releases_in(sources, namespace));
     }
     if objects.is_empty() {
         return None;
@@ -212,6 +198,25 @@ pub fn lost(policy: &Policy, req: &Request, sources: &Sources) -> Option<Cascade
         managers,
         namespaces,
     })
+}
+
+/// A HelmRelease's objects: Flux lists them nowhere, but they live in its
+/// release namespace (what helm-controller installed there goes with it).
+fn releases_in<'s>(
+    sources: &'s Sources,
+    namespace: &'s str,
+) -> impl Iterator<Item = (String, Manager)> + 's {
+    sources
+        .flux
+        .iter()
+        .filter(move |f| f.release_namespace.as_deref() == Some(namespace))
+        .map(|f| {
+            let by = Manager::FluxHelmRelease {
+                namespace: f.namespace.clone(),
+                name: f.name.clone(),
+            };
+            (format!("the release of {by}"), by)
+        })
 }
 
 #[cfg(test)]

@@ -146,30 +146,35 @@ pub(super) fn judge(
     if matches!(judged.finding, Finding::OutOfScope(_)) {
         return Ok(d);
     }
-    let target_text = target.describe(req.namespace);
-    if judged.finding == Finding::Drift {
-        // Also a `Warning:` line: kubectl 1.37's `autoscale` falls back to
-        // autoscaling/v1 after a denial and shows only its own error.
-        let manager = judged
-            .manager
-            .as_ref()
-            .map_or_else(|| "its GitOps tool".to_owned(), ToString::to_string);
-        judged.finding = Finding::ScalerTarget(target_text.clone());
-        judged.verdict = verdict_for(&judged.finding, judged.mode, policy.unknown_scale_parent);
-        let denied = if judged.verdict == Verdict::Deny {
-            "denied: "
-        } else {
-            ""
-        };
-        judged.notes.push(format!(
-            "{denied}/spec/replicas drifts: would scale {target_text}, managed by {manager}"
-        ));
-    } else {
-        judged.notes.push(format!(
-            "judged as the scale write it causes on {target_text}"
-        ));
-    }
+    name_the_target(policy, &target.describe(req.namespace), &mut judged);
     Ok(judged)
+}
+
+/// The scale write's decision `judged`, told as the scaler's: drift is the
+/// scaler's on the target named `target`.
+fn name_the_target(policy: &Policy, target: &str, judged: &mut Decision) {
+    if judged.finding != Finding::Drift {
+        judged
+            .notes
+            .push(format!("judged as the scale write it causes on {target}"));
+        return;
+    }
+    // Also a `Warning:` line: kubectl 1.37's `autoscale` falls back to
+    // autoscaling/v1 after a denial and shows only its own error.
+    let manager = judged
+        .manager
+        .as_ref()
+        .map_or_else(|| "its GitOps tool".to_owned(), ToString::to_string);
+    judged.finding = Finding::ScalerTarget(target.to_owned());
+    judged.verdict = verdict_for(&judged.finding, judged.mode, policy.unknown_scale_parent);
+    let denied = if judged.verdict == Verdict::Deny {
+        "denied: "
+    } else {
+        ""
+    };
+    judged.notes.push(format!(
+        "{denied}/spec/replicas drifts: would scale {target}, managed by {manager}"
+    ));
 }
 
 /// The target as read names the same kind, group, name and namespace.
