@@ -101,16 +101,6 @@ impl<'a> Change<'a> {
             }
         }))
     }
-
-    /// The stored object, when the write has one (every change but a CREATE).
-    pub fn old(&self) -> Option<&'a Value> {
-        match *self {
-            Change::Create { .. } => None,
-            Change::Update { old, .. } | Change::Delete { old } | Change::Scale { old, .. } => {
-                Some(old)
-            }
-        }
-    }
 }
 
 /// A subresource write whose old and new objects are the resource itself
@@ -122,4 +112,93 @@ fn carries_the_object(req: &Request) -> bool {
     }
     let (new, old) = (kind_of(req.object), kind_of(req.old_object));
     new.is_some() && new == old && new == Some(req.kind)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn request<'a>(
+        operation: Operation,
+        (resource, sub_resource): (&'a str, &'a str),
+        object: Option<&'a Value>,
+        old_object: Option<&'a Value>,
+    ) -> Request<'a> {
+        Request {
+            operation,
+            group: "",
+            kind: "Pod",
+            resource_group: "",
+            resource,
+            sub_resource,
+            name: "p",
+            namespace: "default",
+            username: "alice",
+            groups: &[],
+            object,
+            old_object,
+            dry_run: false,
+        }
+    }
+
+    #[test]
+    fn each_operation_carries_exactly_its_objects() {
+        let pod = json!({"kind": "Pod"});
+        let eviction = json!({"kind": "Eviction"});
+        let (o, u, d) = (Operation::Create, Operation::Update, Operation::Delete);
+        let of = |op, at, new, old| Change::of(&request(op, at, new, old));
+        let pods = ("pods", "");
+        assert!(matches!(
+            of(o, pods, Some(&pod), None),
+            Ok(Ok(Change::Create { .. }))
+        ));
+        assert!(matches!(
+            of(u, pods, Some(&pod), Some(&pod)),
+            Ok(Ok(Change::Update { .. }))
+        ));
+        assert!(matches!(
+            of(d, pods, None, Some(&pod)),
+            Ok(Ok(Change::Delete { .. }))
+        ));
+        let status = ("pods", "status");
+        assert!(matches!(
+            of(u, status, Some(&pod), Some(&pod)),
+            Ok(Ok(Change::Update { .. }))
+        ));
+        let scale = ("pods", "scale");
+        assert!(matches!(
+            of(u, scale, Some(&pod), Some(&pod)),
+            Ok(Ok(Change::Scale { .. }))
+        ));
+        assert_eq!(
+            of(u, pods, Some(&pod), None).unwrap_err(),
+            DecideError::MissingOldObject("UPDATE")
+        );
+        assert_eq!(
+            of(d, pods, None, None).unwrap_err(),
+            DecideError::MissingOldObject("DELETE")
+        );
+        assert_eq!(
+            of(o, pods, None, None).unwrap_err(),
+            DecideError::MissingObject("CREATE")
+        );
+        let why = |op, at, new, old| of(op, at, new, old).unwrap().unwrap_err().to_string();
+        let evict = Request {
+            kind: "Eviction",
+            ..request(o, ("pods", "eviction"), Some(&eviction), None)
+        };
+        assert_eq!(
+            Change::of(&evict).unwrap().unwrap_err().to_string(),
+            "subresource eviction carries a Eviction, not the object"
+        );
+        assert_eq!(
+            why(Operation::Connect, ("pods", "exec"), None, None),
+            "CONNECT is not a write"
+        );
+        assert_eq!(
+            why(o, ("events", ""), Some(&pod), None),
+            "events are never judged"
+        );
+    }
 }
