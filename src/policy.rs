@@ -288,21 +288,19 @@ impl Policy {
             .collect()
     }
 
-    /// The first `namespaces` entry matching `namespace`: its patterns as
-    /// written and its mode (what [`Policy::mode_for_namespace`] uses).
-    pub fn namespace_entry(&self, namespace: &str) -> Option<(Vec<&str>, Mode)> {
+    /// The first `namespaces` entry matching `namespace`: its patterns and
+    /// its mode (what [`Policy::mode_for_namespace`] uses).
+    pub fn namespace_entry(&self, namespace: &str) -> Option<(&PatternSet, Mode)> {
         self.namespaces
             .iter()
             .find(|(names, _)| names.is_match(namespace))
-            .map(|(names, mode)| (names.sources().collect(), *mode))
+            .map(|(names, mode)| (names, *mode))
     }
 
     /// The global mode, overridden by the first matching `namespaces` entry.
     pub fn mode_for_namespace(&self, namespace: &str) -> Mode {
-        self.namespaces
-            .iter()
-            .find(|(names, _)| names.is_match(namespace))
-            .map_or(self.mode, |(_, mode)| *mode)
+        self.namespace_entry(namespace)
+            .map_or(self.mode, |(_, mode)| mode)
     }
 }
 

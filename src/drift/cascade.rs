@@ -13,10 +13,8 @@
 
 use serde_json::Value;
 
-use super::{
-    Context, Decision, Finding, Inputs, Manager, Operation, Request, Sources, apply_break_glass,
-    breakglass, detects, exemption, set_manager, verdict_for,
-};
+use super::steps::{apply_break_glass, detects, exemption, set_manager, verdict_for};
+use super::{Context, Decision, Finding, Inputs, Manager, Operation, Request, Sources, breakglass};
 use crate::policy::{Mode, Policy};
 
 /// At most this many lost objects are named in a denial; the rest are counted.
@@ -173,22 +171,8 @@ pub fn lost(policy: &Policy, req: &Request, sources: &Sources) -> Option<Cascade
         .into_iter()
         .map(|(k, m)| (k.clone(), m.clone()))
         .collect();
-    // A HelmRelease's objects: Flux lists them nowhere, but they live in its
-    // release namespace (what helm-controller installed there goes with it).
     if let Some(namespace) = namespace.filter(|_| policy.flux) {
-        objects.extend(
-            sources
-                .flux
-                .iter()
-                .filter(|f| f.release_namespace.as_deref() == Some(namespace))
-                .map(|f| {
-                    let by = Manager::FluxHelmRelease {
-                        namespace: f.namespace.clone(),
-                        name: f.name.clone(),
-                    };
-                    (format!("the release of {by}"), by)
-                }),
-        );
+        objects.extend(releases_in(sources, namespace));
     }
     if objects.is_empty() {
         return None;
@@ -214,6 +198,25 @@ pub fn lost(policy: &Policy, req: &Request, sources: &Sources) -> Option<Cascade
         managers,
         namespaces,
     })
+}
+
+/// A HelmRelease's objects: Flux lists them nowhere, but they live in its
+/// release namespace (what helm-controller installed there goes with it).
+fn releases_in<'s>(
+    sources: &'s Sources,
+    namespace: &'s str,
+) -> impl Iterator<Item = (String, Manager)> + 's {
+    sources
+        .flux
+        .iter()
+        .filter(move |f| f.release_namespace.as_deref() == Some(namespace))
+        .map(|f| {
+            let by = Manager::FluxHelmRelease {
+                namespace: f.namespace.clone(),
+                name: f.name.clone(),
+            };
+            (format!("the release of {by}"), by)
+        })
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@
 //! and have the controller do it. So a CREATE, or an UPDATE that changes what
 //! the scaler does, of a scaler that is not itself GitOps-managed is judged
 //! as the scale write it causes on its target, by the same code as a real
-//! `kubectl scale` ([`super::decide_scale`]).
+//! `kubectl scale` ([`super::pipeline`]).
 //!
 //! Why the writes left out are safe: a DELETE stops the scaler; a `status`
 //! write cannot move it (the HPA status strategy keeps the stored spec, a
@@ -15,9 +15,9 @@
 
 use serde_json::{Value, json};
 
-use super::{
-    Context, DecideError, Decision, Finding, Operation, Request, Verdict, decide_scale, verdict_for,
-};
+use super::pipeline::judge_change;
+use super::steps::verdict_for;
+use super::{Change, Context, DecideError, Decision, Finding, Operation, Request, Verdict};
 use crate::policy::Policy;
 
 /// The object a scaler scales: its group, kind and name, in the scaler's namespace.
@@ -138,34 +138,43 @@ pub(super) fn judge(
         dry_run: req.dry_run,
     };
     let scoped = Context { parent, ..*ctx };
-    let mut judged = decide_scale(policy, &write, &scoped, d.clone())?;
+    let change = Change::Scale {
+        old: &old,
+        new: &new,
+    };
+    let mut judged = judge_change(policy, &write, &scoped, change, d.clone());
     if matches!(judged.finding, Finding::OutOfScope(_)) {
         return Ok(d);
     }
-    let target_text = target.describe(req.namespace);
-    if judged.finding == Finding::Drift {
-        // Also a `Warning:` line: kubectl 1.37's `autoscale` falls back to
-        // autoscaling/v1 after a denial and shows only its own error.
-        let manager = judged
-            .manager
-            .as_ref()
-            .map_or_else(|| "its GitOps tool".to_owned(), ToString::to_string);
-        judged.finding = Finding::ScalerTarget(target_text.clone());
-        judged.verdict = verdict_for(&judged.finding, judged.mode, policy.unknown_scale_parent);
-        let denied = if judged.verdict == Verdict::Deny {
-            "denied: "
-        } else {
-            ""
-        };
-        judged.notes.push(format!(
-            "{denied}/spec/replicas drifts: would scale {target_text}, managed by {manager}"
-        ));
-    } else {
-        judged.notes.push(format!(
-            "judged as the scale write it causes on {target_text}"
-        ));
-    }
+    name_the_target(policy, &target.describe(req.namespace), &mut judged);
     Ok(judged)
+}
+
+/// The scale write's decision `judged`, told as the scaler's: drift is the
+/// scaler's on the target named `target`.
+fn name_the_target(policy: &Policy, target: &str, judged: &mut Decision) {
+    if judged.finding != Finding::Drift {
+        judged
+            .notes
+            .push(format!("judged as the scale write it causes on {target}"));
+        return;
+    }
+    // Also a `Warning:` line: kubectl 1.37's `autoscale` falls back to
+    // autoscaling/v1 after a denial and shows only its own error.
+    let manager = judged
+        .manager
+        .as_ref()
+        .map_or_else(|| "its GitOps tool".to_owned(), ToString::to_string);
+    judged.finding = Finding::ScalerTarget(target.to_owned());
+    judged.verdict = verdict_for(&judged.finding, judged.mode, policy.unknown_scale_parent);
+    let denied = if judged.verdict == Verdict::Deny {
+        "denied: "
+    } else {
+        ""
+    };
+    judged.notes.push(format!(
+        "{denied}/spec/replicas drifts: would scale {target}, managed by {manager}"
+    ));
 }
 
 /// The target as read names the same kind, group, name and namespace.

@@ -185,7 +185,6 @@ impl Input {
     /// (then the decision does not read it).
     pub fn location(self, policy: &Policy) -> Option<Location<'_>> {
         let argo = policy.argocd.as_ref();
-        let flux = |key| policy.flux.then_some(key);
         Some(match self {
             Input::ArgoTrackingAnnotation => {
                 Location::Annotation(argo?.tracking_annotation.as_str())
@@ -195,66 +194,80 @@ impl Input {
                 argo?.instance_label.as_ref()?;
                 Location::Annotation(ownership::HELM_RELEASE_ANNOTATION)
             }
-            Input::FluxKustomizeName => Location::Label(flux(ownership::FLUX_KUSTOMIZE_NAME)?),
-            Input::FluxKustomizeNamespace => {
-                Location::Label(flux(ownership::FLUX_KUSTOMIZE_NAMESPACE)?)
-            }
-            Input::FluxHelmName => Location::Label(flux(ownership::FLUX_HELM_NAME)?),
-            Input::FluxHelmNamespace => Location::Label(flux(ownership::FLUX_HELM_NAMESPACE)?),
-            Input::FluxReconcileLabel => Location::Label(flux(ownership::FLUX_RECONCILE)?),
-            Input::FluxReconcileAnnotation => {
-                Location::Annotation(flux(ownership::FLUX_RECONCILE)?)
-            }
-            Input::HelmDriftDetectionLabel => {
-                Location::Label(flux(ownership::HELM_DRIFT_DETECTION)?)
-            }
-            Input::HelmDriftDetectionAnnotation => {
-                Location::Annotation(flux(ownership::HELM_DRIFT_DETECTION)?)
-            }
             Input::Mode => Location::Annotation(MODE_ANNOTATION),
             Input::BreakGlassReason => Location::Annotation(breakglass::REASON),
             Input::BreakGlassExpires => Location::Annotation(breakglass::EXPIRES),
             Input::BreakGlassPaused => Location::Annotation(breakglass::PAUSED),
             Input::BreakGlassLabel => Location::Label(breakglass::LABEL),
             Input::ControllerOwner => Location::ControllerOwnerReference,
-            Input::ArgoSyncOptions => {
+            Input::ArgoSyncOptions
+            | Input::ArgoCompareOptions
+            | Input::ArgoIgnoreDifferences
+            | Input::ArgoHook
+            | Input::ArgoHookDeletePolicy
+            | Input::ArgoSyncWave
+            | Input::ArgoInstallationId
+            | Input::ArgoCsaMigrationManager => {
                 argo?;
-                Location::Annotation(ARGO_SYNC_OPTIONS)
+                Location::Annotation(self.argo_annotation()?)
             }
-            Input::ArgoCompareOptions => {
-                argo?;
-                Location::Annotation(ARGO_COMPARE_OPTIONS)
+            Input::FluxKustomizeName
+            | Input::FluxKustomizeNamespace
+            | Input::FluxHelmName
+            | Input::FluxHelmNamespace
+            | Input::FluxReconcileLabel
+            | Input::FluxReconcileAnnotation
+            | Input::HelmDriftDetectionLabel
+            | Input::HelmDriftDetectionAnnotation
+            | Input::FluxSsaLabel
+            | Input::FluxSsaAnnotation
+            | Input::FluxPruneLabel
+            | Input::FluxPruneAnnotation
+            | Input::FluxForceLabel
+            | Input::FluxForceAnnotation => {
+                policy.flux.then_some(())?;
+                self.flux_location()?
             }
-            Input::ArgoIgnoreDifferences => {
-                argo?;
-                Location::Annotation(ARGO_IGNORE_DIFFERENCES)
-            }
-            Input::ArgoHook => {
-                argo?;
-                Location::Annotation("argocd.argoproj.io/hook")
-            }
-            Input::ArgoHookDeletePolicy => {
-                argo?;
-                Location::Annotation("argocd.argoproj.io/hook-delete-policy")
-            }
-            Input::ArgoSyncWave => {
-                argo?;
-                Location::Annotation("argocd.argoproj.io/sync-wave")
-            }
-            Input::ArgoInstallationId => {
-                argo?;
-                Location::Annotation("argocd.argoproj.io/installation-id")
-            }
+        })
+    }
+
+    /// The annotation of an Argo CD knob ([`Input::location`]).
+    fn argo_annotation(self) -> Option<&'static str> {
+        Some(match self {
+            Input::ArgoSyncOptions => ARGO_SYNC_OPTIONS,
+            Input::ArgoCompareOptions => ARGO_COMPARE_OPTIONS,
+            Input::ArgoIgnoreDifferences => ARGO_IGNORE_DIFFERENCES,
+            Input::ArgoHook => "argocd.argoproj.io/hook",
+            Input::ArgoHookDeletePolicy => "argocd.argoproj.io/hook-delete-policy",
+            Input::ArgoSyncWave => "argocd.argoproj.io/sync-wave",
+            Input::ArgoInstallationId => "argocd.argoproj.io/installation-id",
             Input::ArgoCsaMigrationManager => {
-                argo?;
-                Location::Annotation("argocd.argoproj.io/client-side-apply-migration-manager")
+                "argocd.argoproj.io/client-side-apply-migration-manager"
             }
-            Input::FluxSsaLabel => Location::Label(flux(FLUX_SSA)?),
-            Input::FluxSsaAnnotation => Location::Annotation(flux(FLUX_SSA)?),
-            Input::FluxPruneLabel => Location::Label(flux(FLUX_PRUNE)?),
-            Input::FluxPruneAnnotation => Location::Annotation(flux(FLUX_PRUNE)?),
-            Input::FluxForceLabel => Location::Label(flux(FLUX_FORCE)?),
-            Input::FluxForceAnnotation => Location::Annotation(flux(FLUX_FORCE)?),
+            _ => return None,
+        })
+    }
+
+    /// Where a Flux input lives ([`Input::location`]).
+    fn flux_location(self) -> Option<Location<'static>> {
+        Some(match self {
+            Input::FluxKustomizeName => Location::Label(ownership::FLUX_KUSTOMIZE_NAME),
+            Input::FluxKustomizeNamespace => Location::Label(ownership::FLUX_KUSTOMIZE_NAMESPACE),
+            Input::FluxHelmName => Location::Label(ownership::FLUX_HELM_NAME),
+            Input::FluxHelmNamespace => Location::Label(ownership::FLUX_HELM_NAMESPACE),
+            Input::FluxReconcileLabel => Location::Label(ownership::FLUX_RECONCILE),
+            Input::FluxReconcileAnnotation => Location::Annotation(ownership::FLUX_RECONCILE),
+            Input::HelmDriftDetectionLabel => Location::Label(ownership::HELM_DRIFT_DETECTION),
+            Input::HelmDriftDetectionAnnotation => {
+                Location::Annotation(ownership::HELM_DRIFT_DETECTION)
+            }
+            Input::FluxSsaLabel => Location::Label(FLUX_SSA),
+            Input::FluxSsaAnnotation => Location::Annotation(FLUX_SSA),
+            Input::FluxPruneLabel => Location::Label(FLUX_PRUNE),
+            Input::FluxPruneAnnotation => Location::Annotation(FLUX_PRUNE),
+            Input::FluxForceLabel => Location::Label(FLUX_FORCE),
+            Input::FluxForceAnnotation => Location::Annotation(FLUX_FORCE),
+            _ => return None,
         })
     }
 

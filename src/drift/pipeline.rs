@@ -1,0 +1,391 @@
+//! The decision's order, written once for every [`Change`]: the change the
+//! request makes, the owner (or why it is out of scope), the mode, the
+//! identity, break-glass, what changed, the verdict. A scale write is judged
+//! as the update of its parent's `/spec/replicas` that it makes.
+//! [`outline`] runs the same steps up to the rules for `explain`.
+
+use serde_json::Value;
+
+use super::inputs::{Inputs, MODE_ANNOTATION};
+use super::steps::{self, ModeChoice, Owner, Rules};
+use super::{
+    Change, Context, DecideError, Decision, Finding, Manager, OutOfScope, Request, breakglass,
+    compare,
+};
+use crate::policy::Policy;
+use crate::policy::Target;
+use crate::policy::path::is_under;
+
+/// The request judged on its own object (or a scale write's parent).
+pub(super) fn judge(
+    policy: &Policy,
+    req: &Request,
+    ctx: &Context,
+) -> Result<Decision, DecideError> {
+    let mut d = Decision::start(policy, req);
+    if exempts_namespace(req) {
+        let finding = Finding::NamespaceExemption;
+        return Ok(refused_unless_exempt(
+            policy,
+            ctx,
+            req,
+            d,
+            finding,
+            IGNORE_LABEL_POINTER,
+        ));
+    }
+    let change = match Change::of(req)? {
+        Ok(change) => change,
+        Err(why) => return Ok(d.out_of_scope(why)),
+    };
+    if matches!(change, Change::Update { .. }) && !req.sub_resource.is_empty() {
+        d.notes.push(format!(
+            "{} subresource: judged like an update",
+            req.sub_resource
+        ));
+    }
+    Ok(judge_change(policy, req, ctx, change, d))
+}
+
+/// The steps for `change`, from the decision so far (`d`): also how a
+/// scaler's write is judged as the scale write it causes ([`super::deputy`]).
+pub(super) fn judge_change(
+    policy: &Policy,
+    req: &Request,
+    ctx: &Context,
+    change: Change,
+    mut d: Decision,
+) -> Decision {
+    let object = match change {
+        Change::Create { new } => {
+            if let Some(by) = steps::planned_by(policy, ctx, req, new) {
+                // The tool's own identity for it (a sync service account) is exempt.
+                steps::set_manager(policy, ctx, &mut d, by.clone());
+                let finding = Finding::CreatePlanned(by.to_string());
+                return refused_unless_exempt(policy, ctx, req, d, finding, "");
+            }
+            new
+        }
+        Change::Update { old, .. } | Change::Delete { old } => old,
+        Change::Scale { old, new } => match ctx.parent {
+            Some(parent) => parent,
+            None => {
+                let changed = scale_replicas(old) != scale_replicas(new);
+                return scale_blind(policy, ctx, req, d, changed);
+            }
+        },
+    };
+    run(policy, req, ctx, change, object, d)
+}
+
+/// The steps in order, on `object`: the stored object (the new one for a
+/// CREATE, a scale write's parent), which ownership is judged on.
+fn run(
+    policy: &Policy,
+    req: &Request,
+    ctx: &Context,
+    change: Change,
+    object: &Value,
+    mut d: Decision,
+) -> Decision {
+    let stored = Inputs::read(object, policy);
+    let ctx = &steps::installation(policy, ctx, &stored, &mut d.notes);
+    let owner = match steps::owner(policy, ctx, req, &stored) {
+        Ok(owner) => owner,
+        Err(why) => return d.out_of_scope(why),
+    };
+    steps::set_owner(policy, ctx, &mut d, &owner);
+    if !matches!(change, Change::Create { .. }) {
+        set_mode(steps::mode(policy, req.namespace, Some(&stored)), &mut d);
+    }
+    if steps::identity_allows(policy, ctx, req, &mut d) {
+        return d;
+    }
+    // Read only now: most writes are a controller's, allowed above.
+    let incoming = match change {
+        Change::Update { new, .. } => Some(Inputs::read(new, policy)),
+        _ => None,
+    };
+    if let (Change::Update { old, new }, Some(incoming)) = (change, &incoming)
+        && steps::ends_break_glass(policy, ctx, req, (old, new), (&stored, incoming), &mut d)
+    {
+        return d;
+    }
+    // Break-glass is carried by the new object (the stored one for a DELETE
+    // and a scale write), and changed against the stored one.
+    let carrier = incoming.as_ref().unwrap_or(&stored);
+    what_changed(
+        policy,
+        ctx,
+        req,
+        (change, object),
+        (&stored, carrier),
+        &owner,
+        &mut d,
+    );
+    let previous =
+        matches!(change, Change::Update { .. } | Change::Scale { .. }).then_some(&stored);
+    let (user, groups) = (req.username, req.groups);
+    let bg = breakglass::evaluate(carrier, previous, user, groups, policy, ctx.now);
+    steps::apply_break_glass(&mut d, bg);
+    if d.finding == Finding::BreakGlass {
+        breakglass::warn_unpaused(carrier, d.manager.as_ref(), &mut d.notes);
+    }
+    if let Change::Update { old, new } = change {
+        compare::check_drift_record(req, (old, new), ctx.now, &mut d);
+    }
+    d.verdict = steps::verdict_for(&d.finding, d.mode, policy.unknown_scale_parent);
+    steps::refuse_input_changes(&mut d);
+    if !matches!(change, Change::Scale { .. }) {
+        steps::note_argocd_server(req, &mut d);
+    }
+    d
+}
+
+fn set_mode(choice: ModeChoice, d: &mut Decision) {
+    d.mode = choice.mode;
+    if let Some(value) = choice.ignored {
+        d.notes.push(format!(
+            "ignored {MODE_ANNOTATION}={value}: not enforce, warn or audit"
+        ));
+    }
+}
+
+/// The finding and the drifted paths: the whole object for a CREATE or a
+/// DELETE, what an update changes otherwise. `read`: the stored object's
+/// inputs and the new one's.
+fn what_changed(
+    policy: &Policy,
+    ctx: &Context,
+    req: &Request,
+    (change, object): (Change, &Value),
+    read: (&Inputs, &Inputs),
+    owner: &Owner,
+    d: &mut Decision,
+) {
+    let whole = |d: &mut Decision, finding| {
+        d.finding = finding;
+        d.drifted_paths = vec![String::new()];
+    };
+    match change {
+        Change::Create { .. } => whole(d, Finding::CreateWithTracking),
+        Change::Delete { .. } if matches!(owner, Owner::Destination(_)) => {
+            whole(d, Finding::DeleteDestination);
+        }
+        Change::Delete { .. } => whole(d, Finding::DeleteByHand),
+        Change::Update { old, new } => updated(policy, ctx, req, (old, new), read, true, d),
+        Change::Scale { old, new } => {
+            let parent = |scale| with_replicas(object, scale_replicas(scale));
+            let (old, new) = (parent(old), parent(new));
+            updated(policy, ctx, req, (&old, &new), read, false, d);
+        }
+    }
+}
+
+/// An update's drifted paths under the rules, then `precision`. With
+/// `written_here`, what a `kubectl*` field manager owns in `new` is this
+/// write's (not so for a scale write's parent, which keeps the stored
+/// managedFields), and it always counts.
+fn updated(
+    policy: &Policy,
+    ctx: &Context,
+    req: &Request,
+    (old, new): (&Value, &Value),
+    read: (&Inputs, &Inputs),
+    written_here: bool,
+    d: &mut Decision,
+) {
+    let (paths, mut always) = compare::diff(policy, ctx, req, (old, new), read, d);
+    d.inputs_changed.clone_from(&always);
+    d.finding = if paths.is_empty() {
+        Finding::NoDrift
+    } else {
+        Finding::Drift
+    };
+    d.drifted_paths = paths;
+    if written_here {
+        always.extend(d.kubectl_written.iter().cloned());
+    }
+    compare::apply_precision(policy, ctx, (old, new), &always, d);
+}
+
+/// A write that changes what later writes are judged by, whatever else it
+/// does: allowed for controllers and trusted identities, refused in every
+/// mode for everyone else.
+fn refused_unless_exempt(
+    policy: &Policy,
+    ctx: &Context,
+    req: &Request,
+    mut d: Decision,
+    finding: Finding,
+    pointer: &str,
+) -> Decision {
+    if !steps::identity_allows(policy, ctx, req, &mut d) {
+        d.finding = finding;
+        d.drifted_paths = vec![pointer.to_owned()];
+        d.inputs_changed = d.drifted_paths.clone();
+        d.verdict = super::Verdict::Deny;
+    }
+    d
+}
+
+/// Pointer of the namespace exemption label.
+const IGNORE_LABEL_POINTER: &str = "/metadata/labels/driftguard.io~1ignore";
+
+/// A CREATE or UPDATE (through a subresource too) that labels a Namespace
+/// `driftguard.io/ignore=true` where it was not: the registered
+/// `namespaceSelector` would skip every write in it from then on.
+fn exempts_namespace(req: &Request) -> bool {
+    let exempt = |o: Option<&Value>| {
+        o.and_then(|o| o.pointer(IGNORE_LABEL_POINTER))
+            .and_then(Value::as_str)
+            == Some("true")
+    };
+    req.resource_group.is_empty()
+        && req.resource == "namespaces"
+        && matches!(
+            req.operation,
+            super::Operation::Create | super::Operation::Update
+        )
+        && exempt(req.object)
+        && !exempt(req.old_object)
+}
+
+// === scale writes ===
+
+/// `kubectl scale` writes an `autoscaling/v1` Scale; its `spec.replicas` is
+/// the parent's `/spec/replicas`: the parent with that count.
+fn with_replicas(parent: &Value, replicas: Value) -> Value {
+    let mut p = parent.clone();
+    if let Some(spec) = p.as_object_mut().map(|o| {
+        o.entry("spec")
+            .or_insert_with(|| Value::Object(Default::default()))
+    }) && let Some(spec) = spec.as_object_mut()
+    {
+        spec.insert("replicas".into(), replicas);
+    }
+    p
+}
+
+/// A Scale's `spec.replicas`. autoscaling/v1 writes it with `omitempty`, so
+/// the apiserver sends a Scale to 0 without it: absent is 0, never "unchanged".
+fn scale_replicas(scale: &Value) -> Value {
+    scale
+        .pointer("/spec/replicas")
+        .filter(|r| !r.is_null())
+        .cloned()
+        .unwrap_or_else(|| Value::from(0))
+}
+
+/// Without the parent, ownership cannot be checked. Controllers and trusted
+/// identities pass, a rule ignoring `/spec/replicas` for the parent's kind
+/// applies, and otherwise `unknownScaleParent` (warn by default) decides.
+fn scale_blind(
+    policy: &Policy,
+    ctx: &Context,
+    req: &Request,
+    mut d: Decision,
+    replicas_changed: bool,
+) -> Decision {
+    if steps::identity_allows(policy, ctx, req, &mut d) || !replicas_changed {
+        return d;
+    }
+    // A scaler's target names its kind ([`super::deputy`]); a Scale names only the resource.
+    let kind = builtin_kind(req.resource_group, req.resource)
+        .or((req.kind != "Scale").then_some(req.kind))
+        .unwrap_or(req.resource);
+    let target = Target {
+        group: req.resource_group,
+        kind,
+        name: req.name,
+        namespace: req.namespace,
+    };
+    let rules = steps::rules(policy, ctx, &target, None, "", &Value::Null);
+    let ignored = rules.iter().any(|(_, r)| {
+        r.pointers
+            .iter()
+            .any(|p| is_under("/spec/replicas", &p.to_pointer()))
+    });
+    if ignored {
+        return d;
+    }
+    d.finding = Finding::UnknownParent;
+    d.drifted_paths = vec!["/spec/replicas".into()];
+    d.notes.push(format!(
+        "parent {}/{} {} was not available: GitOps ownership not checked",
+        req.resource_group, req.resource, req.name
+    ));
+    d.verdict = steps::verdict_for(&d.finding, d.mode, policy.unknown_scale_parent);
+    // A parent the tools' records list is tracked, read or not: not allowed.
+    if let Some(by) = listed_parent(ctx, req) {
+        d.notes.push(format!("the parent is listed by {by}"));
+        d.verdict = steps::verdict_for(&Finding::Drift, d.mode, policy.unknown_scale_parent);
+    }
+    d
+}
+
+/// Who lists the parent of a scale write in the tools' records. A Scale
+/// names the parent's resource, not its kind: any kind of the parent's
+/// group, namespace and name matches (a rare path: the parent was unreadable).
+fn listed_parent<'s>(ctx: &Context<'s>, req: &Request) -> Option<&'s Manager> {
+    let suffix = format!(":{}/{}", req.namespace, req.name);
+    let prefix = format!("{}/", req.resource_group);
+    ctx.sources?
+        .planned
+        .iter()
+        .find(|(key, _)| key.starts_with(&prefix) && key.ends_with(&suffix))
+        .map(|(_, by)| by)
+}
+
+fn builtin_kind(group: &str, resource: &str) -> Option<&'static str> {
+    Some(match (group, resource) {
+        ("apps", "deployments") => "Deployment",
+        ("apps", "statefulsets") => "StatefulSet",
+        ("apps", "replicasets") => "ReplicaSet",
+        ("", "replicationcontrollers") => "ReplicationController",
+        _ => return None,
+    })
+}
+
+// === explain ===
+
+/// What a write would meet, worked out by the decision's own steps: for
+/// `kubectl driftguard explain`, which shows it without writing.
+#[derive(Debug)]
+pub struct Outline<'a> {
+    /// Who manages the object, or why the write is not judged.
+    pub scope: Result<Owner<'a>, OutOfScope>,
+    /// The mode a judged write meets (the stored object's annotation included).
+    pub mode: ModeChoice<'a>,
+    /// The rules that apply: none but the policy's when the write is not judged.
+    pub rules: Rules<'a>,
+    /// What the steps noted (another Argo CD installation tracks it).
+    pub notes: Vec<String>,
+}
+
+/// [`Outline`] of `req`, an UPDATE of a stored object (`explain`: one that
+/// leaves it as it is).
+pub fn outline<'a>(
+    policy: &'a Policy,
+    ctx: &Context<'a>,
+    req: &Request<'a>,
+) -> Result<Outline<'a>, DecideError> {
+    let object = req
+        .old_object
+        .ok_or(DecideError::MissingOldObject(req.operation.as_str()))?;
+    let stored = Inputs::read(object, policy);
+    let mut notes = Vec::new();
+    let ctx = &steps::installation(policy, ctx, &stored, &mut notes);
+    let scope = match Change::of(req)? {
+        Ok(_) => steps::owner(policy, ctx, req, &stored),
+        Err(why) => Err(why),
+    };
+    let manager = scope.as_ref().ok().map(Owner::manager);
+    let (target, version) = compare::target(req, object);
+    Ok(Outline {
+        rules: steps::rules(policy, ctx, &target, manager.as_ref(), version, object),
+        mode: steps::mode(policy, req.namespace, Some(&stored)),
+        scope,
+        notes,
+    })
+}

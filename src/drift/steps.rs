@@ -1,0 +1,530 @@
+//! The decision's steps, each written once: who manages the object (or why
+//! it is out of scope), the mode, the identity, the ignore rules, break-glass
+//! and the verdict. [`super::pipeline`] runs them in order for every
+//! [`super::Change`]; `kubectl driftguard explain` calls the same ones to say
+//! what scope, mode and rules a write of an object would meet.
+
+use serde_json::Value;
+
+use super::annotated::{self, Annotated};
+use super::breakglass::{self, BreakGlass};
+use super::inputs::{Input, Inputs};
+use super::ownership::{self, Manager};
+use super::{
+    Context, DEFAULT_ARGOCD_NAMESPACE, Decision, Finding, Operation, OutOfScope, Request, Sources,
+    Verdict,
+};
+use super::{compare, restore};
+use crate::policy::flux::FluxSource;
+use crate::policy::pattern::PatternSet;
+use crate::policy::{Application, IgnoreRule, Mode, Policy, Target, UnknownParent};
+
+// === scope and owner ===
+
+/// Who manages the object a write is judged on.
+#[derive(Clone, Debug)]
+pub enum Owner<'p> {
+    /// Its own tracking metadata names the manager.
+    Tracked(Manager),
+    /// A Namespace that is not itself tracked but that this Argo CD
+    /// Application deploys into, deleted: pruning it is Argo CD's call.
+    Destination(&'p Application),
+}
+
+/// With `gitops.argocd.installationID` set, whether an Argo CD-tracked
+/// object carries another installation's id (or none): Argo CD tracks an
+/// object only with its own id, so this instance's Applications say nothing
+/// about it. It stays judged, by the policy's own rules; the id is an input.
+/// The context for the rest of the decision: `ctx`, marked
+/// `other_installation` when that holds for `stored` (noted in `notes`).
+pub fn installation<'a>(
+    policy: &Policy,
+    ctx: &Context<'a>,
+    stored: &Inputs,
+    notes: &mut Vec<String>,
+) -> Context<'a> {
+    let Some(id) = policy
+        .argocd
+        .as_ref()
+        .and_then(|a| a.installation_id.as_deref())
+    else {
+        return *ctx;
+    };
+    let theirs = stored.text(Input::ArgoInstallationId);
+    let other =
+        theirs != Some(id) && matches!(ownership::detect(stored), Some(Manager::ArgoCd { .. }));
+    if other {
+        notes.push(format!(
+            "tracked by another Argo CD installation ({}): this installation's Applications do not apply",
+            theirs.unwrap_or("no installation id")
+        ));
+    }
+    Context {
+        other_installation: other,
+        ..*ctx
+    }
+}
+
+/// Who manages `stored` (the stored object, the new one for a CREATE, a
+/// scale write's parent), or why the write is out of scope: a child, an
+/// object its tool leaves alone, or one no tool manages.
+pub fn owner<'p>(
+    policy: &'p Policy,
+    ctx: &Context<'p>,
+    req: &Request,
+    stored: &Inputs,
+) -> Result<Owner<'p>, OutOfScope> {
+    let manager = ownership::detect(stored);
+    // A CREATE's ownerReference is only its own claim: an object whose Argo
+    // CD tracking id names itself stays in scope whatever owner it claims
+    // (children copy labels from their parent, never a tracking id that
+    // names the child).
+    let claims_itself = req.operation == Operation::Create
+        && stored.non_empty(Input::ArgoTrackingAnnotation).is_some()
+        && matches!(manager, Some(Manager::ArgoCd { .. }));
+    if let Some(owner) = ownership::controller_owner(stored)
+        && !claims_itself
+    {
+        return Err(OutOfScope::ChildOf(owner));
+    }
+    match manager {
+        Some(manager) => match ownership::opted_out(stored, &manager) {
+            Some(why) => Err(OutOfScope::OptedOut(why)),
+            None => Ok(Owner::Tracked(manager)),
+        },
+        None => destination_application(policy, ctx, req)
+            .map(Owner::Destination)
+            .ok_or(OutOfScope::NotManaged),
+    }
+}
+
+impl Owner<'_> {
+    pub fn manager(&self) -> Manager {
+        match self {
+            Owner::Tracked(manager) => manager.clone(),
+            Owner::Destination(app) => Manager::ArgoCd {
+                application: app.name.clone(),
+                application_namespace: None,
+            },
+        }
+    }
+}
+
+/// Records `owner` in `d`: the manager, and where its desired state lives.
+pub(super) fn set_owner(policy: &Policy, ctx: &Context, d: &mut Decision, owner: &Owner) {
+    match owner {
+        Owner::Tracked(manager) => set_manager(policy, ctx, d, manager.clone()),
+        Owner::Destination(app) => {
+            d.source = app.describe_source();
+            d.manager = Some(owner.manager());
+        }
+    }
+}
+
+pub(super) fn set_manager(policy: &Policy, ctx: &Context, d: &mut Decision, manager: Manager) {
+    d.source = match &manager {
+        Manager::ArgoCd {
+            application,
+            application_namespace,
+        } => find_application(policy, ctx, application, application_namespace.as_deref())
+            .and_then(|a| a.describe_source()),
+        flux => ctx
+            .sources
+            .and_then(|s| s.flux_source(flux))
+            .and_then(|f| f.source.clone()),
+    };
+    d.manager = Some(manager);
+}
+
+/// Who lists the object a CREATE makes in the tools' records, when
+/// `plannedCreates: guard`. A generated name is not yet known to anyone.
+pub(super) fn planned_by<'s>(
+    policy: &Policy,
+    ctx: &Context<'s>,
+    req: &Request,
+    new: &Value,
+) -> Option<&'s Manager> {
+    if policy.planned_creates != crate::policy::PlannedCreates::Guard {
+        return None;
+    }
+    let planned = &ctx.sources?.planned;
+    if planned.is_empty() {
+        return None;
+    }
+    let name = new.pointer("/metadata/name").and_then(Value::as_str)?;
+    let key = crate::policy::planned::key(req.group, req.kind, req.namespace, name);
+    planned.get(&key).filter(|by| detects(policy, by))
+}
+
+/// Whether the policy enables `manager`'s detector: the registration sends
+/// what only its records make managed (untracked CREATEs, Namespace and CRD
+/// DELETEs) only then, so its records count only then.
+pub(super) fn detects(policy: &Policy, manager: &Manager) -> bool {
+    match manager {
+        Manager::ArgoCd { .. } => policy.argocd.is_some(),
+        Manager::FluxKustomization { .. } | Manager::FluxHelmRelease { .. } => policy.flux,
+    }
+}
+
+/// For a DELETE of a Namespace, an Application (from files or the cluster)
+/// that deploys into it on this cluster: its objects live there, so deleting
+/// the namespace by hand deletes them too.
+fn destination_application<'p>(
+    policy: &'p Policy,
+    ctx: &Context<'p>,
+    req: &Request,
+) -> Option<&'p Application> {
+    if req.operation != Operation::Delete
+        || !req.resource_group.is_empty()
+        || req.resource != "namespaces"
+        || !req.sub_resource.is_empty()
+    {
+        return None;
+    }
+    let watched = ctx.sources.map_or(&[][..], |s| &s.applications[..]);
+    policy
+        .applications
+        .iter()
+        .chain(watched.iter().map(|a| &**a))
+        .find(|a| a.destination_namespace.as_deref() == Some(req.name))
+}
+
+/// An Application from `--argocd-application` files, else from the cluster.
+pub(super) fn find_application<'p>(
+    policy: &'p Policy,
+    ctx: &Context<'p>,
+    name: &str,
+    namespace: Option<&str>,
+) -> Option<&'p Application> {
+    if ctx.other_installation {
+        return None;
+    }
+    let watched = ctx.sources.map_or(&[][..], |s| &s.applications[..]);
+    let control_plane = ctx
+        .sources
+        .map_or(DEFAULT_ARGOCD_NAMESPACE, Sources::argocd_namespace);
+    policy
+        .applications
+        .iter()
+        .chain(watched.iter().map(|a| &**a))
+        .find(|a| a.tracks(name, namespace, control_plane))
+}
+
+// === mode ===
+
+/// The mode in force for an object, and where it comes from.
+#[derive(Clone, Debug)]
+pub struct ModeChoice<'a> {
+    pub mode: Mode,
+    pub from: ModeFrom<'a>,
+    /// A `driftguard.io/mode` value that names no mode, ignored.
+    pub ignored: Option<&'a str>,
+}
+
+#[derive(Clone, Debug)]
+pub enum ModeFrom<'a> {
+    /// The policy's default mode.
+    Policy,
+    /// The policy's first `namespaces` entry matching the namespace.
+    Namespace(&'a PatternSet),
+    /// The stored object's `driftguard.io/mode` annotation, this value.
+    Annotation(&'a str),
+}
+
+/// The policy's mode for `namespace`, overridden by the `driftguard.io/mode`
+/// annotation of the stored object (`stored`; never the incoming one's).
+pub fn mode<'a>(
+    policy: &'a Policy,
+    namespace: &str,
+    stored: Option<&Inputs<'a>>,
+) -> ModeChoice<'a> {
+    let (mode, from) = match policy.namespace_entry(namespace) {
+        Some((names, mode)) => (mode, ModeFrom::Namespace(names)),
+        None => (policy.mode, ModeFrom::Policy),
+    };
+    let mut choice = ModeChoice {
+        mode,
+        from,
+        ignored: None,
+    };
+    if let Some(value) = stored.and_then(|s| s.text(Input::Mode)) {
+        match Mode::parse(value) {
+            Some(mode) => {
+                choice.mode = mode;
+                choice.from = ModeFrom::Annotation(value);
+            }
+            None => choice.ignored = Some(value),
+        }
+    }
+    choice
+}
+
+// === identity ===
+
+/// The one identity check: is the writer allowed whatever it writes?
+/// `Controller` for a controller identity, and for a Flux object (`manager`)
+/// also exactly the service account its Kustomization or HelmRelease
+/// impersonates (multi-tenancy), for an Argo CD object exactly the service
+/// account Argo CD syncs its Application as (sync impersonation); `Trusted`
+/// for a trusted identity; `None` otherwise. The decision calls it once the
+/// manager is known; the server also calls it, without a manager, to skip
+/// reading a scale parent.
+pub fn exemption(
+    policy: &Policy,
+    sources: Option<&Sources>,
+    manager: Option<&Manager>,
+    username: &str,
+    groups: &[String],
+) -> Option<Finding> {
+    let impersonated = manager.zip(sources).and_then(|(m, s)| match m {
+        Manager::ArgoCd { .. } => s.argocd_sync_account(m).map(|a| &a.service_account),
+        flux => s.flux_source(flux).and_then(|f| f.service_account.as_ref()),
+    });
+    if policy.controllers.contains(username, groups)
+        || impersonated.is_some_and(|sa| sa == username)
+    {
+        Some(Finding::Controller)
+    } else if policy.trusted.contains(username, groups) {
+        Some(Finding::Trusted)
+    } else {
+        None
+    }
+}
+
+/// [`exemption`] for this request, recorded in `d`.
+pub(super) fn identity_allows(
+    policy: &Policy,
+    ctx: &Context,
+    req: &Request,
+    d: &mut Decision,
+) -> bool {
+    match exemption(
+        policy,
+        ctx.sources.filter(|_| !ctx.other_installation),
+        d.manager.as_ref(),
+        req.username,
+        req.groups,
+    ) {
+        Some(finding) => {
+            d.finding = finding;
+            true
+        }
+        None => false,
+    }
+}
+
+// === ignore rules ===
+
+/// Where an ignore rule that applies comes from.
+#[derive(Clone, Copy, Debug)]
+pub enum RuleFrom<'p> {
+    Policy,
+    /// argocd-cm's `resource.customizations.ignoreDifferences.*`.
+    ArgoCdOverrides,
+    Application(&'p Application),
+    Flux(&'p FluxSource),
+    /// Argo CD's per-resource `ignore-differences` annotation.
+    Annotation,
+}
+
+/// The ignore rules that apply to an object, in order.
+#[derive(Debug)]
+pub struct Rules<'p> {
+    /// The policy's, then the managing tool's.
+    pub listed: Vec<(RuleFrom<'p>, &'p IgnoreRule)>,
+    /// Argo CD's per-resource rule, from the stored object (never the new one).
+    pub annotated: Annotated,
+}
+
+impl Rules<'_> {
+    /// Every rule that applies, the annotation's last.
+    pub fn iter(&self) -> impl Iterator<Item = (RuleFrom<'_>, &IgnoreRule)> {
+        let annotated = match &self.annotated {
+            Annotated::Rule(rule, _) => Some((RuleFrom::Annotation, &**rule)),
+            _ => None,
+        };
+        self.listed.iter().copied().chain(annotated)
+    }
+}
+
+/// Policy rules, then what the managing tool itself ignores: the
+/// Application's rules and Argo CD's resource customizations, or the Flux
+/// object's ignore rules; then Argo CD's per-resource annotation on `stored`.
+/// `version` and `stored` are what Flux's rule targets select on.
+pub fn rules<'p>(
+    policy: &'p Policy,
+    ctx: &Context<'p>,
+    target: &Target,
+    manager: Option<&Manager>,
+    version: &str,
+    stored: &Value,
+) -> Rules<'p> {
+    let mut listed: Vec<_> = policy
+        .rules
+        .matching(target)
+        .into_iter()
+        .map(|r| (RuleFrom::Policy, r))
+        .collect();
+    let mut annotated = Annotated::Absent;
+    match manager {
+        Some(Manager::ArgoCd {
+            application,
+            application_namespace,
+        }) => {
+            if let Some(sources) = ctx.sources.filter(|_| !ctx.other_installation) {
+                let overrides = sources.argocd_overrides.matching(target).into_iter();
+                listed.extend(overrides.map(|r| (RuleFrom::ArgoCdOverrides, r)));
+            }
+            if let Some(app) =
+                find_application(policy, ctx, application, application_namespace.as_deref())
+            {
+                let own = app.rules.matching(target).into_iter();
+                listed.extend(own.map(|r| (RuleFrom::Application(app), r)));
+            }
+            if !ctx.other_installation {
+                annotated = annotated::rule(stored);
+            }
+        }
+        Some(flux) => {
+            if let Some(source) = ctx.sources.and_then(|s| s.flux_source(flux)) {
+                let own = flux_rules(source, target, version, stored).into_iter();
+                listed.extend(own.map(|r| (RuleFrom::Flux(source), r)));
+            }
+        }
+        None => {}
+    }
+    Rules { listed, annotated }
+}
+
+/// A Flux object's own ignore rules that apply to this object.
+pub(super) fn flux_rules<'p>(
+    source: &'p FluxSource,
+    target: &Target,
+    version: &str,
+    obj: &Value,
+) -> Vec<&'p IgnoreRule> {
+    source
+        .rules
+        .iter()
+        .filter(|r| r.matches(target, version, obj))
+        .map(|r| &r.rule)
+        .collect()
+}
+
+// === break-glass ===
+
+/// An UPDATE that only ends a break-glass ([`restore::candidate`]) and leaves
+/// the object in scope, with the same Flux ignore targets: allowed, recorded
+/// in `d` as [`Finding::BreakGlassEnded`].
+pub(super) fn ends_break_glass(
+    policy: &Policy,
+    ctx: &Context,
+    req: &Request,
+    (old, new): (&Value, &Value),
+    (stored, incoming): (&Inputs, &Inputs),
+    d: &mut Decision,
+) -> bool {
+    let may_end = policy
+        .break_glass
+        .allowed
+        .contains(req.username, req.groups);
+    let Some(trimmed) = restore::candidate(old, new, stored, may_end, policy, ctx.now) else {
+        return false;
+    };
+    let Some(manager) = d.manager.as_ref() else {
+        return false;
+    };
+    // Removing the marker must not leave a Flux opt-out that takes the object out of scope.
+    if ownership::opted_out(incoming, manager).is_some() {
+        return false;
+    }
+    let source = ctx.sources.and_then(|s| s.flux_source(manager));
+    if source.is_some_and(|s| !s.selector_changes(old, new).is_empty()) {
+        return false;
+    }
+    let trimmed_read = Inputs::read(&trimmed, policy);
+    let mut probe = d.clone();
+    let (paths, _) = compare::diff(
+        policy,
+        ctx,
+        req,
+        (&trimmed, new),
+        (&trimmed_read, incoming),
+        &mut probe,
+    );
+    if !paths.is_empty() {
+        return false;
+    }
+    *d = probe;
+    d.finding = Finding::BreakGlassEnded;
+    true
+}
+
+pub(super) fn apply_break_glass(d: &mut Decision, bg: BreakGlass) {
+    let annotation_paths = [breakglass::REASON, breakglass::EXPIRES]
+        .map(|k| format!("/metadata/annotations/{}", crate::policy::path::escape(k)));
+    match bg {
+        BreakGlass::Unauthorized => {
+            d.finding = Finding::BreakGlassUnauthorized;
+            d.drifted_paths.extend(annotation_paths);
+        }
+        BreakGlass::Invalid { why, changed } if changed || d.finding.is_drift() => {
+            d.finding = Finding::BreakGlassInvalid(why);
+        }
+        // Arming it (setting the annotations) is itself a recorded use.
+        BreakGlass::Valid { used, changed } if changed || d.finding.is_drift() => {
+            d.finding = Finding::BreakGlass;
+            d.break_glass = Some(used);
+        }
+        _ => {}
+    }
+}
+
+// === verdict ===
+
+pub(super) fn verdict_for(finding: &Finding, mode: Mode, unknown_parent: UnknownParent) -> Verdict {
+    if !finding.is_drift() {
+        return Verdict::Allow;
+    }
+    match mode {
+        Mode::Audit => Verdict::Audit,
+        Mode::Warn => Verdict::Warn,
+        Mode::Enforce
+            if *finding == Finding::UnknownParent && unknown_parent == UnknownParent::Warn =>
+        {
+            Verdict::Warn
+        }
+        Mode::Enforce => Verdict::Deny,
+    }
+}
+
+/// A change to a decision input is refused whatever the mode: allowed with a
+/// warning, it would change how every later write is judged (plant
+/// `driftguard.io/mode: audit` in warn mode, and it stays after enforce).
+pub(super) fn refuse_input_changes(d: &mut Decision) {
+    if d.finding == Finding::Drift
+        && !d.inputs_changed.is_empty()
+        && matches!(d.verdict, Verdict::Warn | Verdict::Audit)
+    {
+        d.notes.push(format!(
+            "refused in {} mode: it changes what later writes are judged by",
+            d.mode.as_str()
+        ));
+        d.verdict = Verdict::Deny;
+    }
+}
+
+/// argocd-server writes what a person did in Argo CD's UI or API (edit a
+/// live manifest, run a resource action, delete a resource): say so, as the
+/// denial names only its service account.
+pub(super) fn note_argocd_server(req: &Request, d: &mut Decision) {
+    if d.finding.is_drift()
+        && req.username.starts_with("system:serviceaccount:")
+        && req.username.ends_with(":argocd-server")
+    {
+        d.notes.push(
+            "argocd-server writes on behalf of Argo CD UI and API users; such an edit is a manual change: change Git, or sync"
+                .into(),
+        );
+    }
+}
