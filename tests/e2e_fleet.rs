@@ -1,0 +1,268 @@
+//! End to end, a fleet (issue 24, first part): two real kube-apiservers, a
+//! hub holding the Argo CD Applications (minimal CRDs, tests/data/crds) and
+//! a spoke holding the objects they deploy, written by the hub's Argo CD as
+//! `argocd cluster add` sets it up (`kube-system:argocd-manager`).
+//! driftguard runs against the spoke and reads the hub's Applications with
+//! read-only credentials (`--argocd-kubeconfig`), knowing the spoke by the
+//! name the hub's Applications give it (`--cluster-name`). The real Argo CD
+//! in the hub is not run here yet.
+
+#[path = "support/control_plane.rs"]
+mod control_plane;
+
+use std::time::Duration;
+
+use control_plane::*;
+
+/// What the hub's Applications call the spoke (its cluster Secret's server).
+const SPOKE: &str = "https://spoke-1.example.com:6443";
+const ARGOCD_MANAGER: &str = "system:serviceaccount:kube-system:argocd-manager";
+
+/// What driftguard may do in the hub: read Applications and AppProjects, and
+/// argocd-cm by name. Nothing else, no writes.
+const HUB_READER_RBAC: &str = r#"
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: driftguard-hub-reader}
+rules:
+  - apiGroups: [argoproj.io]
+    resources: [applications, appprojects]
+    verbs: [get, list, watch]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: driftguard-hub-reader}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: driftguard-hub-reader}
+subjects: [{kind: User, name: spoke-1-driftguard}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: driftguard-hub-reader, namespace: argocd}
+rules:
+  - apiGroups: [""]
+    resources: [configmaps]
+    resourceNames: [argocd-cm]
+    verbs: [get, list, watch]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: driftguard-hub-reader, namespace: argocd}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: driftguard-hub-reader}
+subjects: [{kind: User, name: spoke-1-driftguard}]
+"#;
+
+/// What `argocd cluster add` grants the hub's Argo CD in the spoke.
+const ARGOCD_MANAGER_RBAC: &str = r#"
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: argocd-manager-role-binding}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}
+subjects: [{kind: ServiceAccount, name: argocd-manager, namespace: kube-system}]
+"#;
+
+/// Application `name` in the hub, deploying to `server`, ignoring `ignored`.
+fn application(name: &str, server: &str, ignored: &[&str]) -> String {
+    let pointers = ignored
+        .iter()
+        .map(|p| format!("'{p}'"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!(
+        "apiVersion: argoproj.io/v1alpha1\nkind: Application\nmetadata: {{name: {name}, namespace: argocd}}\n\
+         spec:\n  project: default\n  source: {{repoURL: 'https://git.example.com/{name}.git', path: deploy, targetRevision: main}}\n\
+         \x20 destination: {{server: '{server}', namespace: production}}\n\
+         \x20 ignoreDifferences:\n    - {{group: apps, kind: Deployment, jsonPointers: [{pointers}]}}\n"
+    )
+}
+
+const WEB: &str = r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+  namespace: production
+  annotations: {argocd.argoproj.io/tracking-id: "web:apps/Deployment:production/web"}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec: {containers: [{name: web, image: "nginx:1.27"}]}
+"#;
+
+fn eventually(what: &str, f: impl FnMut() -> Result<(), String>) {
+    wait_for(what, Duration::from_secs(30), f)
+}
+
+fn allowed(out: &Kubectl) -> Result<(), String> {
+    if out.ok { Ok(()) } else { Err(out.to_string()) }
+}
+
+/// The value of `name{labels}` on driftguard's /metrics.
+fn sample(dg: &Driftguard, name: &str, labels: &str) -> Option<f64> {
+    let (_, body) = probe_get(dg.probe, "/metrics");
+    let prefix = format!("{name}{{{labels}}} ");
+    body.lines()
+        .find_map(|l| l.strip_prefix(&prefix)?.trim().parse().ok())
+}
+
+#[test]
+fn a_spoke_is_judged_by_its_hubs_applications() {
+    let mut hub = ControlPlane::start("hub");
+    hub.create_namespaces(&["argocd"]);
+    hub.apply_crds(&["argocd-application", "argocd-appproject"]);
+    hub.add_user("spoke-1-driftguard", &[]);
+    hub.apply_admin(HUB_READER_RBAC);
+    hub.apply_admin(&application("web", SPOKE, &["/spec/replicas"]));
+    // The hub's own Application of the same namespace, and another spoke's:
+    // neither deploys to this spoke.
+    hub.apply_admin(&application(
+        "hub-web",
+        "https://kubernetes.default.svc",
+        &[],
+    ));
+    hub.apply_admin(&application(
+        "spoke-2-web",
+        "https://spoke-2.example.com:6443",
+        &[],
+    ));
+
+    let mut spoke = ControlPlane::start("spoke");
+    // (The harness's RBAC for driftguard names the argocd namespace.)
+    spoke.prepare(&["production", "argocd"]);
+    spoke.apply_admin(ARGOCD_MANAGER_RBAC);
+    let out = spoke.kubectl_as_stdin(ARGOCD_MANAGER, &["apply", "-f", "-"], Some(WEB));
+    assert!(out.ok, "{out}");
+
+    let hub_kubeconfig = hub.kubeconfig("spoke-1-driftguard").display().to_string();
+    let dg = Driftguard::start(
+        &spoke,
+        &[
+            "--watch-argocd",
+            &spoke.driftguard_kubeconfig_flag(),
+            &format!("--argocd-kubeconfig={hub_kubeconfig}"),
+            &format!("--cluster-name={SPOKE}"),
+        ],
+    );
+    dg.register(&spoke, &format!("{ROOT}/src/policy/default-policy.yaml"));
+
+    // The hub Application's ignore rule: alice may scale.
+    eventually("scale allowed by the hub Application's rule", || {
+        allowed(&spoke.kubectl(
+            "alice",
+            &[
+                "-n",
+                "production",
+                "scale",
+                "deployment/web",
+                "--replicas=3",
+            ],
+        ))
+    });
+    // Anything else is denied, naming the hub's Application and repository.
+    let set_image = |spoke: &ControlPlane| {
+        spoke.kubectl(
+            "alice",
+            &[
+                "-n",
+                "production",
+                "set",
+                "image",
+                "deployment/web",
+                "web=nginx:1.28",
+            ],
+        )
+    };
+    let out = set_image(&spoke);
+    assert!(!out.ok, "{out}");
+    assert!(
+        out.stderr
+            .contains("Argo CD application web (https://git.example.com/web.git, path deploy)"),
+        "{out}"
+    );
+
+    // A rule added in the hub is followed without a restart.
+    let annotate = |spoke: &ControlPlane, value: &str| {
+        spoke.kubectl(
+            "alice",
+            &[
+                "-n",
+                "production",
+                "annotate",
+                "--overwrite",
+                "deployment/web",
+                &format!("example.com/note={value}"),
+            ],
+        )
+    };
+    let out = annotate(&spoke, "a");
+    assert!(!out.ok, "{out}");
+    hub.apply_admin(&application(
+        "web",
+        SPOKE,
+        &["/spec/replicas", "/metadata/annotations"],
+    ));
+    eventually("an annotation allowed by the hub's new rule", || {
+        allowed(&annotate(&spoke, "b"))
+    });
+    assert_eq!(
+        sample(
+            &dg,
+            "driftguard_sources_failing_seconds",
+            "source=\"Application\""
+        ),
+        Some(0.0)
+    );
+
+    // The hub goes away: the last good rules serve, and /metrics says for how long.
+    hub.stop_apiserver();
+    eventually("the hub's watch to fail", || {
+        match sample(
+            &dg,
+            "driftguard_sources_failing_seconds",
+            "source=\"Application\"",
+        ) {
+            Some(s) if s > 0.0 => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    });
+    allowed(&spoke.kubectl(
+        "alice",
+        &[
+            "-n",
+            "production",
+            "scale",
+            "deployment/web",
+            "--replicas=2",
+        ],
+    ))
+    .unwrap();
+    allowed(&annotate(&spoke, "c")).unwrap();
+    let out = set_image(&spoke);
+    assert!(
+        !out.ok && out.stderr.contains("Argo CD application web"),
+        "{out}"
+    );
+    hub.start_apiserver();
+    eventually("the hub's watch to work again", || {
+        match sample(
+            &dg,
+            "driftguard_sources_failing_seconds",
+            "source=\"Application\"",
+        ) {
+            Some(s) if s == 0.0 => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    });
+
+    // The namespace the spoke's Application deploys to is guarded here; the
+    // hub's own Application of the same name guards nothing here.
+    let out = spoke.kubectl(
+        "admin",
+        &["delete", "namespace", "production", "--wait=false"],
+    );
+    assert!(
+        !out.ok && out.stderr.contains("Argo CD application web"),
+        "{out}"
+    );
+}
