@@ -1051,3 +1051,72 @@ fn generated_certificates_across_upgrades(plane: &ControlPlane) {
     );
     assert!(!out.ok, "the CA key outlived the release: {out}");
 }
+
+/// A spoke of a fleet (docs/fleets.md): the hub's kubeconfig Secret is
+/// mounted read-only and named by flag, with what the hub calls this
+/// cluster; a hub without a cluster name, or without its watch, is refused.
+#[test]
+fn the_hub_options_render_as_flags_and_a_mounted_secret() {
+    let helm = helm();
+    let out = template(
+        &helm,
+        &[
+            "watch.flux=true",
+            "watch.hub.argocdKubeconfigSecret=argocd-hub",
+            "watch.hub.fluxKubeconfigSecret=flux-hub",
+            "watch.hub.clusterNames={https://spoke-1.example.com:6443,spoke-1}",
+        ],
+        &[],
+    );
+    assert!(out.ok, "{}", out.stderr);
+    let docs = documents(&out.yaml);
+    let pod = &find(&docs, "Deployment")["spec"]["template"]["spec"];
+    let args: Vec<&str> = pod["containers"][0]["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    for flag in [
+        "--argocd-kubeconfig=/hub/argocd/kubeconfig",
+        "--flux-kubeconfig=/hub/flux/kubeconfig",
+        "--cluster-name=https://spoke-1.example.com:6443",
+        "--cluster-name=spoke-1",
+    ] {
+        assert!(args.contains(&flag), "{flag} in {args:?}");
+    }
+    let volumes = pod["volumes"].as_array().unwrap();
+    for (name, secret) in [("hub-argocd", "argocd-hub"), ("hub-flux", "flux-hub")] {
+        let volume = volumes.iter().find(|v| v["name"] == name).unwrap();
+        assert_eq!(volume["secret"]["secretName"], secret);
+    }
+    let mounts = pod["containers"][0]["volumeMounts"].as_array().unwrap();
+    assert!(
+        mounts
+            .iter()
+            .any(|m| m["name"] == "hub-argocd" && m["readOnly"] == true)
+    );
+
+    let refused = template(&helm, &["watch.hub.argocdKubeconfigSecret=argocd-hub"], &[]);
+    assert!(
+        !refused.ok && refused.stderr.contains("clusterNames"),
+        "{}",
+        refused.stderr
+    );
+    let refused = template(
+        &helm,
+        &[
+            "watch.hub.fluxKubeconfigSecret=flux-hub",
+            "watch.hub.clusterNames={spoke-1}",
+        ],
+        &[],
+    );
+    assert!(
+        !refused.ok && refused.stderr.contains("needs watch.flux"),
+        "{}",
+        refused.stderr
+    );
+    // Without a hub, nothing of it renders.
+    let plain = template(&helm, &[], &[]);
+    assert!(!plain.yaml.contains("/hub/"), "{}", plain.yaml);
+}
