@@ -1,7 +1,8 @@
 //! End to end, a fleet (issue 24, first part): two real kube-apiservers, a
 //! hub holding the Argo CD Applications (minimal CRDs, tests/data/crds) and
 //! a spoke holding the objects they deploy, written by the hub's Argo CD as
-//! `argocd cluster add` sets it up (`kube-system:argocd-manager`).
+//! `argocd cluster add` sets it up (`kube-system:argocd-manager`), and a
+//! hub Flux Kustomization applying to the spoke through `spec.kubeConfig`.
 //! driftguard runs against the spoke and reads the hub's Applications with
 //! read-only credentials (`--argocd-kubeconfig`), knowing the spoke by the
 //! name the hub's Applications give it (`--cluster-name`). The real Argo CD
@@ -27,6 +28,12 @@ metadata: {name: driftguard-hub-reader}
 rules:
   - apiGroups: [argoproj.io]
     resources: [applications, appprojects]
+    verbs: [get, list, watch]
+  - apiGroups: [kustomize.toolkit.fluxcd.io]
+    resources: [kustomizations]
+    verbs: [get, list, watch]
+  - apiGroups: [helm.toolkit.fluxcd.io]
+    resources: [helmreleases]
     verbs: [get, list, watch]
 ---
 apiVersion: rbac.authorization.k8s.io/v1
@@ -75,6 +82,35 @@ fn application(name: &str, server: &str, ignored: &[&str]) -> String {
     )
 }
 
+/// The hub's Kustomization `name`, applying to the cluster its kubeConfig
+/// Secret `secret` reaches, ignoring Deployments' replicas.
+fn kustomization(name: &str, secret: &str) -> String {
+    format!(
+        "apiVersion: kustomize.toolkit.fluxcd.io/v1\nkind: Kustomization\n\
+         metadata: {{name: {name}, namespace: flux-system}}\n\
+         spec:\n  interval: 5m\n  prune: true\n  path: ./{name}\n\
+         \x20 sourceRef: {{kind: GitRepository, name: fleet}}\n\
+         \x20 kubeConfig: {{secretRef: {{name: {secret}}}}}\n\
+         \x20 ignore:\n    - {{paths: [/spec/replicas], target: {{kind: Deployment}}}}\n"
+    )
+}
+
+/// What the hub's kustomize-controller applied to the spoke.
+const API: &str = r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: api
+  namespace: production
+  labels: {kustomize.toolkit.fluxcd.io/name: apps, kustomize.toolkit.fluxcd.io/namespace: flux-system}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: api}}
+  template:
+    metadata: {labels: {app: api}}
+    spec: {containers: [{name: api, image: "nginx:1.27"}]}
+"#;
+
 const WEB: &str = r#"
 apiVersion: apps/v1
 kind: Deployment
@@ -109,8 +145,14 @@ fn sample(dg: &Driftguard, name: &str, labels: &str) -> Option<f64> {
 #[test]
 fn a_spoke_is_judged_by_its_hubs_applications() {
     let mut hub = ControlPlane::start("hub");
-    hub.create_namespaces(&["argocd"]);
-    hub.apply_crds(&["argocd-application", "argocd-appproject"]);
+    hub.create_namespaces(&["argocd", "flux-system"]);
+    hub.apply_crds(&[
+        "argocd-application",
+        "argocd-appproject",
+        "flux-kustomization",
+        "flux-helmrelease",
+    ]);
+    hub.apply_admin(&kustomization("apps", "spoke-1-kubeconfig"));
     hub.add_user("spoke-1-driftguard", &[]);
     hub.apply_admin(HUB_READER_RBAC);
     hub.apply_admin(&application("web", SPOKE, &["/spec/replicas"]));
@@ -133,15 +175,19 @@ fn a_spoke_is_judged_by_its_hubs_applications() {
     spoke.apply_admin(ARGOCD_MANAGER_RBAC);
     let out = spoke.kubectl_as_stdin(ARGOCD_MANAGER, &["apply", "-f", "-"], Some(WEB));
     assert!(out.ok, "{out}");
+    let out = spoke.kubectl_as_stdin(ARGOCD_MANAGER, &["apply", "-f", "-"], Some(API));
+    assert!(out.ok, "{out}");
 
     let hub_kubeconfig = hub.kubeconfig("spoke-1-driftguard").display().to_string();
     let dg = Driftguard::start(
         &spoke,
         &[
             "--watch-argocd",
+            "--watch-flux",
             &spoke.driftguard_kubeconfig_flag(),
             &format!("--argocd-kubeconfig={hub_kubeconfig}"),
-            &format!("--cluster-name={SPOKE}"),
+            &format!("--flux-kubeconfig={hub_kubeconfig}"),
+            &format!("--cluster-name={SPOKE},spoke-1-kubeconfig"),
         ],
     );
     dg.register(&spoke, &format!("{ROOT}/src/policy/default-policy.yaml"));
@@ -178,6 +224,36 @@ fn a_spoke_is_judged_by_its_hubs_applications() {
     assert!(
         out.stderr
             .contains("Argo CD application web (https://git.example.com/web.git, path deploy)"),
+        "{out}"
+    );
+
+    // The hub's Kustomization, through the kubeConfig Secret that reaches
+    // this spoke: its ignore rule, and its name in the denial.
+    eventually("scale allowed by the hub Kustomization's rule", || {
+        allowed(&spoke.kubectl(
+            "alice",
+            &[
+                "-n",
+                "production",
+                "scale",
+                "deployment/api",
+                "--replicas=3",
+            ],
+        ))
+    });
+    let out = spoke.kubectl(
+        "alice",
+        &[
+            "-n",
+            "production",
+            "set",
+            "image",
+            "deployment/api",
+            "api=nginx:1.28",
+        ],
+    );
+    assert!(
+        !out.ok && out.stderr.contains("Flux Kustomization flux-system/apps"),
         "{out}"
     );
 
