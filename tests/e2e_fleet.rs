@@ -95,36 +95,17 @@ fn kustomization(name: &str, secret: &str) -> String {
     )
 }
 
-/// What the hub's kustomize-controller applied to the spoke.
-const API: &str = r#"
-apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: api
-  namespace: production
-  labels: {kustomize.toolkit.fluxcd.io/name: apps, kustomize.toolkit.fluxcd.io/namespace: flux-system}
-spec:
-  replicas: 1
-  selector: {matchLabels: {app: api}}
-  template:
-    metadata: {labels: {app: api}}
-    spec: {containers: [{name: api, image: "nginx:1.27"}]}
-"#;
-
-const WEB: &str = r#"
-apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: web
-  namespace: production
-  annotations: {argocd.argoproj.io/tracking-id: "web:apps/Deployment:production/web"}
-spec:
-  replicas: 1
-  selector: {matchLabels: {app: web}}
-  template:
-    metadata: {labels: {app: web}}
-    spec: {containers: [{name: web, image: "nginx:1.27"}]}
-"#;
+/// A Deployment in the spoke's `production`, as the hub's tool applied it,
+/// with the tool's tracking metadata (`tracking`, one YAML map entry).
+fn deployment(name: &str, tracking: &str) -> String {
+    format!(
+        "apiVersion: apps/v1\nkind: Deployment\n\
+         metadata: {{name: {name}, namespace: production, {tracking}}}\n\
+         spec:\n  replicas: 1\n  selector: {{matchLabels: {{app: {name}}}}}\n\
+         \x20 template:\n    metadata: {{labels: {{app: {name}}}}}\n\
+         \x20   spec: {{containers: [{{name: {name}, image: 'nginx:1.27'}}]}}\n"
+    )
+}
 
 fn eventually(what: &str, f: impl FnMut() -> Result<(), String>) {
     wait_for(what, Duration::from_secs(30), f)
@@ -134,12 +115,23 @@ fn allowed(out: &Kubectl) -> Result<(), String> {
     if out.ok { Ok(()) } else { Err(out.to_string()) }
 }
 
-/// The value of `name{labels}` on driftguard's /metrics.
-fn sample(dg: &Driftguard, name: &str, labels: &str) -> Option<f64> {
+/// `driftguard_sources_failing_seconds` of the Application watch.
+fn failing_seconds(dg: &Driftguard) -> Option<f64> {
     let (_, body) = probe_get(dg.probe, "/metrics");
-    let prefix = format!("{name}{{{labels}}} ");
-    body.lines()
-        .find_map(|l| l.strip_prefix(&prefix)?.trim().parse().ok())
+    body.lines().find_map(|l| {
+        l.strip_prefix("driftguard_sources_failing_seconds{source=\"Application\"} ")?
+            .trim()
+            .parse()
+            .ok()
+    })
+}
+
+/// Waits until the Application watch's failing seconds satisfy `want`.
+fn wait_failing(dg: &Driftguard, what: &str, want: impl Fn(f64) -> bool) {
+    eventually(what, || match failing_seconds(dg) {
+        Some(s) if want(s) => Ok(()),
+        other => Err(format!("{other:?}")),
+    });
 }
 
 #[test]
@@ -173,10 +165,20 @@ fn a_spoke_is_judged_by_its_hubs_applications() {
     // (The harness's RBAC for driftguard names the argocd namespace.)
     spoke.prepare(&["production", "argocd"]);
     spoke.apply_admin(ARGOCD_MANAGER_RBAC);
-    let out = spoke.kubectl_as_stdin(ARGOCD_MANAGER, &["apply", "-f", "-"], Some(WEB));
-    assert!(out.ok, "{out}");
-    let out = spoke.kubectl_as_stdin(ARGOCD_MANAGER, &["apply", "-f", "-"], Some(API));
-    assert!(out.ok, "{out}");
+    for (name, tracking) in [
+        (
+            "web",
+            "annotations: {argocd.argoproj.io/tracking-id: 'web:apps/Deployment:production/web'}",
+        ),
+        (
+            "api",
+            "labels: {kustomize.toolkit.fluxcd.io/name: apps, kustomize.toolkit.fluxcd.io/namespace: flux-system}",
+        ),
+    ] {
+        let yaml = deployment(name, tracking);
+        let out = spoke.kubectl_as_stdin(ARGOCD_MANAGER, &["apply", "-f", "-"], Some(&yaml));
+        assert!(out.ok, "{out}");
+    }
 
     let hub_kubeconfig = hub.kubeconfig("spoke-1-driftguard").display().to_string();
     let dg = Driftguard::start(
@@ -281,27 +283,11 @@ fn a_spoke_is_judged_by_its_hubs_applications() {
     eventually("an annotation allowed by the hub's new rule", || {
         allowed(&annotate(&spoke, "b"))
     });
-    assert_eq!(
-        sample(
-            &dg,
-            "driftguard_sources_failing_seconds",
-            "source=\"Application\""
-        ),
-        Some(0.0)
-    );
+    assert_eq!(failing_seconds(&dg), Some(0.0));
 
     // The hub goes away: the last good rules serve, and /metrics says for how long.
     hub.stop_apiserver();
-    eventually("the hub's watch to fail", || {
-        match sample(
-            &dg,
-            "driftguard_sources_failing_seconds",
-            "source=\"Application\"",
-        ) {
-            Some(s) if s > 0.0 => Ok(()),
-            other => Err(format!("{other:?}")),
-        }
-    });
+    wait_failing(&dg, "the hub's watch to fail", |s| s > 0.0);
     allowed(&spoke.kubectl(
         "alice",
         &[
@@ -320,16 +306,7 @@ fn a_spoke_is_judged_by_its_hubs_applications() {
         "{out}"
     );
     hub.start_apiserver();
-    eventually("the hub's watch to work again", || {
-        match sample(
-            &dg,
-            "driftguard_sources_failing_seconds",
-            "source=\"Application\"",
-        ) {
-            Some(s) if s == 0.0 => Ok(()),
-            other => Err(format!("{other:?}")),
-        }
-    });
+    wait_failing(&dg, "the hub's watch to work again", |s| s == 0.0);
 
     // The namespace the spoke's Application deploys to is guarded here; the
     // hub's own Application of the same name guards nothing here.

@@ -325,41 +325,12 @@ fn argo_hard_refresh(plane: &ControlPlane, name: &str, timeout: Duration) -> Val
     })
 }
 
-/// Both tools' CRDs, applied and Established before either tool starts: the
-/// tools' own install waits on every CRD at once, and one just created by the
-/// other may not have its conditions yet (kubectl wait then fails).
+/// Both tools' CRDs, applied and Established before either tool starts
+/// (each tool's own install waits on every CRD at once).
 fn preinstall_crds(plane: &ControlPlane, tools: &Tools) {
     for dir in ["flux", "argocd"] {
-        for file in std::fs::read_dir(tools.assets.join(dir)).unwrap() {
-            let path = file.unwrap().path();
-            if path.extension().is_some_and(|e| e == "yaml") {
-                ok(
-                    plane.kubectl(
-                        "admin",
-                        &["apply", "--server-side", "-f", path.to_str().unwrap()],
-                    ),
-                    "a CRD",
-                );
-            }
-        }
+        install_crds(plane, &tools.assets.join(dir));
     }
-    eventually(
-        "the tools' CRDs Established",
-        Duration::from_secs(60),
-        || {
-            let out = plane.kubectl(
-                "admin",
-                &[
-                    "wait",
-                    "--for=condition=Established",
-                    "crd",
-                    "--all",
-                    "--timeout=10s",
-                ],
-            );
-            if out.ok { Ok(()) } else { Err(out.to_string()) }
-        },
-    );
 }
 
 /// The run's objects as they are now, by name.
