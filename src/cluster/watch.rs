@@ -121,7 +121,7 @@ pub fn spawn(client: kube::Client, options: &WatchOptions, metrics: Arc<Metrics>
         ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind))
     };
     if options.argocd {
-        let ar = dynamic("argoproj.io", "v1alpha1", "Application");
+        let ar = crate::pause::application_resource();
         let api = Api::<DynamicObject>::all_with(client.clone(), &ar);
         let served = Served::new(&client, &ar);
         watch_dynamic(&watches, api, served, Kind::Application, metrics.clone());
