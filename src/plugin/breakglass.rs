@@ -19,8 +19,11 @@ use jiff::{SignedDuration, Timestamp};
 use serde_json::{Value, json};
 
 use super::api::{Api, Identity, Refusal, Reply, Resource};
-use super::pause::{CONFLICT_RETRIES, SetCheck, application_set_check, update_application};
+use super::pause::{
+    CONFLICT_RETRIES, SetCheck, application_error, application_set_check, update_application,
+};
 use super::{LoadedPolicy, Output, PluginError, PolicySource, print_structured, split_target};
+use crate::cluster::ending::{self, Ending, Lift};
 use crate::pause::{AppChange, AppState, Plan};
 use crate::text::printable;
 
@@ -449,9 +452,11 @@ impl Target<'_> {
     }
 
     /// Asks the server with a dry run of the ending write; when it allows
-    /// it, resumes the tool (Argo CD: the Application first), then removes
-    /// everything arming added to the object.
+    /// it, ends the break-glass as the sweeper does
+    /// ([`ending::end_break_glass`]: the Argo CD Application resumed first,
+    /// then everything arming added removed from the object).
     async fn end(&self) -> Result<Written, PluginError> {
+        let ar = self.resource.api_resource();
         for _ in 0..CONFLICT_RETRIES {
             let object = self.get().await?;
             let meta = &object["metadata"];
@@ -464,36 +469,83 @@ impl Target<'_> {
                 Ok(Some(refusal)) => return Ok(Written::Denied(refusal)),
                 Ok(None) => {}
             }
-            let mut app = None;
-            if crate::pause::paused_application(annotations) {
-                match self.plan(&object) {
-                    Plan::ArgoCd {
-                        namespace,
-                        name,
-                        entry,
-                    } => {
-                        let change = AppChange::Resume(&entry);
-                        let outcome =
-                            update_application(self.api, &namespace, &name, change).await?;
-                        app = Some((format!("{namespace}/{name}"), outcome.state));
-                    }
-                    _ => eprintln!(
-                        "warning: {} says it paused an Argo CD Application, but no longer names one: check {} on its Application",
-                        self.shown,
-                        crate::pause::SKIP_RECONCILE
-                    ),
+            let ending = ending::end_break_glass(
+                self.api.client(),
+                &ar,
+                &object,
+                self.policy,
+                self.argocd_namespace,
+            )
+            .await;
+            return Ok(match ending {
+                Ending::Ended {
+                    application,
+                    warnings,
+                } => {
+                    let app = self.lifted(application);
+                    let reply = Reply {
+                        body: Value::Null,
+                        warnings,
+                    };
+                    Written::Done(reply, ended_report(marker, app, self.shown))
                 }
-            }
-            let Some(reply) = self.patch(&body, false).await? else {
-                continue;
-            };
-            return Ok(match reply {
-                Ok(reply) => Written::Done(reply, ended_report(marker, app, self.shown)),
-                Err(refusal) if refusal.by_webhook() => Written::Denied(refusal),
-                Err(refusal) => return Err(PluginError::from_refusal(refusal)),
+                Ending::Changed => continue,
+                Ending::Refused {
+                    code,
+                    message,
+                    warnings,
+                } => Written::Denied(Refusal {
+                    code,
+                    message,
+                    warnings,
+                }),
+                Ending::Application { application, error } => {
+                    let (namespace, name) = application.split_once('/').unwrap_or_default();
+                    return Err(application_error(namespace, name, error));
+                }
+                Ending::Failed {
+                    code: Some(code),
+                    message,
+                } => {
+                    let warnings = Vec::new();
+                    let refusal = Refusal {
+                        code,
+                        message,
+                        warnings,
+                    };
+                    return Err(PluginError::from_refusal(refusal));
+                }
+                Ending::Failed {
+                    code: None,
+                    message,
+                } => return Err(PluginError::Access(message)),
             });
         }
         Err(self.kept_changing())
+    }
+
+    /// The Application's side of an ended break-glass, for the report; what
+    /// needs a look by hand is said on stderr.
+    fn lifted(&self, lift: Lift) -> Option<(String, AppState)> {
+        match lift {
+            Lift::NotPaused => None,
+            Lift::Unnamed => {
+                eprintln!(
+                    "warning: {} says it paused an Argo CD Application, but no longer names one: check {} on its Application",
+                    self.shown,
+                    crate::pause::SKIP_RECONCILE
+                );
+                None
+            }
+            Lift::Gone(app) => {
+                eprintln!(
+                    "warning: Argo CD Application {} not found: nothing to resume (if Applications live in another namespace, give --argocd-namespace)",
+                    printable(&app)
+                );
+                Some((app, AppState::NotListed))
+            }
+            Lift::Lifted(app, state) => Some((app, state)),
+        }
     }
 
     fn kept_changing(&self) -> PluginError {
