@@ -1058,6 +1058,8 @@ mod tests {
             pub deny: bool,
             /// The Application exists.
             pub application: bool,
+            /// The object is under break-glass, its Application paused for it.
+            pub armed: bool,
         }
 
         /// `METHOD path?query` and the body of every request, in order.
@@ -1084,11 +1086,26 @@ mod tests {
                         .unwrap_or_default();
                     let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
                     log.lock().unwrap().push((format!("{method} {uri}"), body));
-                    let object = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                    let mut object = json!({"apiVersion": "v1", "kind": "ConfigMap",
                         "metadata": {"name": "x", "namespace": "p", "resourceVersion": "7",
                             "annotations": {"argocd.argoproj.io/tracking-id": "myapp:/ConfigMap:p/x"}}});
-                    let app = json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
+                    let mut app = json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
                         "metadata": {"name": "myapp", "namespace": "argocd", "resourceVersion": "3"}});
+                    if cluster.armed {
+                        use crate::drift::breakglass::{EXPIRES, LABEL, PAUSED, REASON};
+                        use crate::pause::{PAUSED_FOR, SKIP_RECONCILE};
+                        let meta = &mut object["metadata"];
+                        meta["labels"] = json!({LABEL: "true"});
+                        for (key, value) in [
+                            (EXPIRES, "2026-01-01T00:00:00Z"),
+                            (REASON, "INC-1"),
+                            (PAUSED, SKIP_RECONCILE),
+                        ] {
+                            meta["annotations"][key] = json!(value);
+                        }
+                        app["metadata"]["annotations"] =
+                            json!({SKIP_RECONCILE: "true", PAUSED_FOR: "/ConfigMap:p/x"});
+                    }
                     let denied = json!({"kind": "Status", "code": 403,
                         "message": "admission webhook \"validate.driftguard.io\" denied the request: driftguard: bob is not authorized to break glass on ConfigMap p/x"});
                     let path = uri.split('?').next().unwrap_or_default().to_owned();
@@ -1141,6 +1158,34 @@ mod tests {
         (written, requests, bodies)
     }
 
+    /// Ends the break-glass on ConfigMap p/x on a [`fake`] cluster, as
+    /// [`arm_on`] arms it.
+    async fn end_on(cluster: fake::Cluster) -> (Written, Vec<String>, Vec<Value>) {
+        let log = fake::Log::default();
+        let api = fake::api(cluster, log.clone());
+        let resource = Resource {
+            group: String::new(),
+            version: "v1".into(),
+            kind: "ConfigMap".into(),
+            plural: "configmaps".into(),
+            namespaced: true,
+        };
+        let policy = crate::policy::Policy::embedded();
+        let target = Target {
+            api: &api,
+            resource: &resource,
+            name: "x",
+            shown: "configmap/x",
+            policy: &policy,
+            argocd_namespace: "argocd",
+            require_pause: false,
+        };
+        let written = target.end().await.unwrap();
+        let log = log.lock().unwrap().clone();
+        let (requests, bodies) = log.into_iter().unzip();
+        (written, requests, bodies)
+    }
+
     fn dry_run() -> String {
         format!("PATCH {}?dryRun=All", fake::OBJECT)
     }
@@ -1150,6 +1195,7 @@ mod tests {
         let cluster = fake::Cluster {
             deny: true,
             application: true,
+            armed: false,
         };
         let (written, requests, _) = arm_on(cluster, false).await;
         let Written::Denied(refusal) = written else {
@@ -1177,6 +1223,7 @@ mod tests {
         let cluster = fake::Cluster {
             deny: false,
             application: true,
+            armed: false,
         };
         let (written, requests, bodies) = arm_on(cluster, false).await;
         let Written::Done(_, report) = written else {
@@ -1203,10 +1250,51 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn ending_asks_first_then_resumes_the_application_then_sends_the_same_write() {
+        let cluster = fake::Cluster {
+            deny: false,
+            application: true,
+            armed: true,
+        };
+        let (written, requests, bodies) = end_on(cluster).await;
+        let Written::Done(_, report) = written else {
+            panic!("not ended: {requests:?}");
+        };
+        assert_eq!(report.state, "resumed");
+        assert_eq!(report.target.as_deref(), Some("Application argocd/myapp"));
+        let requests: Vec<&str> = requests.iter().map(|r| r.trim_end_matches('?')).collect();
+        assert_eq!(
+            requests,
+            [
+                format!("GET {}", fake::OBJECT),
+                dry_run(),
+                format!("GET {}", fake::APP),
+                format!("PATCH {}", fake::APP),
+                format!("PATCH {}", fake::OBJECT),
+            ]
+        );
+        // The write asked about is the write made.
+        assert_eq!(bodies[1], bodies[4]);
+    }
+
+    #[tokio::test]
+    async fn an_ending_the_server_refuses_resumes_nothing() {
+        let cluster = fake::Cluster {
+            deny: true,
+            application: true,
+            armed: true,
+        };
+        let (written, requests, _) = end_on(cluster).await;
+        assert!(matches!(written, Written::Denied(_)), "{requests:?}");
+        assert_eq!(requests, [format!("GET {}", fake::OBJECT), dry_run()]);
+    }
+
+    #[tokio::test]
     async fn an_application_that_cannot_be_read_is_armed_unpaused_with_a_warning() {
         let cluster = fake::Cluster {
             deny: false,
             application: false,
+            armed: false,
         };
         let (written, requests, bodies) = arm_on(cluster, false).await;
         let Written::Done(_, report) = written else {
