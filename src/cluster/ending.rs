@@ -1,11 +1,11 @@
 //! Ending a break-glass on one object, the one way both the expiry sweeper
 //! and `kubectl driftguard break-glass --end` do it: the Argo CD
-//! Application's pause, if the object's marker records one, is lifted first
-//! (so the hotfix is never judged as drift while the tool still skips it,
-//! and never restored while another break-glass holds the Application), then
-//! the ending write ([`pause::end_patch`]) removes what arming added, with
-//! the object's resourceVersion as precondition. The caller reads the
-//! object; what it decides from the outcome (log and retry at the next
+//! Application's pause, if the object's marker records one, is lifted first,
+//! then the ending write ([`pause::end_patch`]) removes what arming added,
+//! with the object's resourceVersion as precondition. The marker is the
+//! record of which Application to resume, so it goes last: a lift that
+//! fails leaves the object as it was, to be ended again. The caller reads
+//! the object; what it does with the outcome (log and retry at the next
 //! sweep, or report to the user) is its own.
 
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
