@@ -3,6 +3,7 @@
 //! Events, and ending expired break-glasses.
 
 pub mod bounded;
+pub mod ending;
 pub mod events;
 pub mod expiry;
 pub mod guard;

@@ -40,6 +40,16 @@ pub const SKIP_RECONCILE: &str = "argocd.argoproj.io/skip-reconcile";
 /// as in an Argo CD tracking id. Absent when the pause is not driftguard's.
 pub const PAUSED_FOR: &str = "driftguard.io/break-glass-paused-for";
 
+/// Argo CD's Application, the one Argo CD type driftguard writes (its pause)
+/// and watches: its group, version and kind, spelled out only here.
+pub fn application_resource() -> kube::core::ApiResource {
+    kube::core::ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(
+        "argoproj.io",
+        "v1alpha1",
+        "Application",
+    ))
+}
+
 /// How arming a break-glass pauses the GitOps tool for one object.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Plan {

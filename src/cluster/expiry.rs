@@ -16,20 +16,18 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
-use kube::api::{
-    Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, PartialObjectMeta, Patch,
-    PatchParams,
-};
+use kube::api::{Api, ApiResource, DynamicObject, ListParams, PartialObjectMeta};
 use kube::discovery::{Discovery, verbs};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::{Value, json};
 
+use crate::cluster::ending::{self, Ending, Lift};
 use crate::cluster::lease::{self, Holder, Lease};
 use crate::cluster::rules::{EXCLUDED_GROUPS, EXCLUDED_RESOURCES};
 use crate::drift::breakglass::{self, EXPIRES, LABEL};
 use crate::drift::inputs::Inputs;
 use crate::metrics::Metrics;
-use crate::pause::{self, AppChange, AppState, Plan};
+use crate::pause::{self, AppState};
 use crate::service::PolicyHandle;
 
 /// Types are discovered again this often (a new CRD is swept within it).
@@ -40,8 +38,6 @@ const ORPHAN_GRACE: Duration = Duration::from_secs(20);
 /// How long a type that refused the sweeper's watch waits before it is
 /// asked again, the first time; every refusal doubles it, up to [`REDISCOVER`].
 const REFUSED_FIRST_WAIT: Duration = Duration::from_secs(15);
-/// Conflicting writes to one Application before waiting for the next tick.
-const APP_RETRIES: usize = 3;
 
 pub struct Options {
     pub interval: Duration,
@@ -435,7 +431,8 @@ impl Sweeper {
     /// lifted: found from the Applications' own `PAUSED_FOR` lists, not from
     /// the armed objects alone.
     async fn lift_orphaned_pauses(&mut self, armed: &BTreeSet<String>, listed: &BTreeSet<String>) {
-        let api = Api::<DynamicObject>::all_with(self.client.clone(), &application_resource());
+        let api =
+            Api::<DynamicObject>::all_with(self.client.clone(), &pause::application_resource());
         let apps = match api.list_metadata(&ListParams::default()).await {
             Ok(apps) => apps.items,
             // No Application CRD: nothing paused.
@@ -462,8 +459,9 @@ impl Sweeper {
             if since.elapsed() < ORPHAN_GRACE {
                 continue;
             }
-            match self.resume(namespace, name, entry).await {
+            match ending::lift(&self.client, namespace, name, entry).await {
                 Ok(state) => {
+                    let state = state.unwrap_or(AppState::NotListed);
                     tracing::info!(application = %format!("{namespace}/{name}"), object = %entry, ?state, "break-glass ended without lifting its pause: lifted")
                 }
                 Err(e) => {
@@ -474,110 +472,69 @@ impl Sweeper {
         self.orphans = orphans;
     }
 
-    /// Lifts the Application's pause, if the marker records one, then ends
-    /// the break-glass on the object; failures wait for the next tick.
-    /// Returns whether the object is done with: ended, or changed or gone
-    /// since it was seen (its next watch event says what it is now).
+    /// Ends the break-glass on the object ([`ending::end_break_glass`]);
+    /// failures wait for the next tick. Returns whether the object is done
+    /// with: ended, or changed or gone since it was seen (its next watch
+    /// event says what it is now).
     async fn end(&self, ar: &ApiResource, object: &Value) -> bool {
         let meta = &object["metadata"];
         let name = meta["name"].as_str().unwrap_or_default();
         let namespace = meta["namespace"].as_str().unwrap_or_default();
         let annotations = &meta["annotations"];
         let shown = format!("{} {}{name}", ar.kind, ns_prefix(namespace));
-        let mut resumed = None;
-        if pause::paused_application(annotations) {
-            let policy = self.policy.current();
-            match pause::plan(object, &ar.group, &policy, &self.options.argocd_namespace) {
-                Plan::ArgoCd {
-                    namespace: app_ns,
-                    name: app,
-                    entry,
-                } => match self.resume(&app_ns, &app, &entry).await {
-                    Ok(state) => resumed = Some((format!("{app_ns}/{app}"), state)),
-                    Err(e) => {
-                        tracing::warn!(object = %shown, application = %format!("{app_ns}/{app}"), error = %e, "break-glass sweeper: cannot lift the Application's pause; trying again next tick");
-                        return false;
-                    }
-                },
-                _ => {
-                    tracing::warn!(object = %shown, "break-glass sweeper: the pause marker names Argo CD, but the object names no Application; ending the break-glass on the object only")
-                }
-            }
-        }
-        let api = if namespace.is_empty() {
-            Api::<DynamicObject>::all_with(self.client.clone(), ar)
-        } else {
-            Api::<DynamicObject>::namespaced_with(self.client.clone(), namespace, ar)
-        };
-        let rv = meta["resourceVersion"].as_str().unwrap_or_default();
-        let body = pause::end_patch(annotations, rv);
-        match api
-            .patch(name, &PatchParams::default(), &Patch::Merge(&body))
-            .await
-        {
-            Ok(_) => {
+        let policy = self.policy.current();
+        let ending = ending::end_break_glass(
+            &self.client,
+            ar,
+            object,
+            &policy,
+            &self.options.argocd_namespace,
+        )
+        .await;
+        match ending {
+            Ending::Ended { application, .. } => {
                 self.metrics.break_glass_expired.inc();
-                let application = resumed.map(|(app, state)| match state {
-                    AppState::Resumed => format!("{app} resumed"),
-                    AppState::PausedFor(l) => format!("{app} still paused for {}", l.join(",")),
-                    _ => format!("{app} not paused by driftguard"),
-                });
+                let application = match application {
+                    Lift::NotPaused => "-".to_owned(),
+                    Lift::Unnamed => {
+                        tracing::warn!(object = %shown, "break-glass sweeper: the pause marker names Argo CD, but the object names no Application; ended the break-glass on the object only");
+                        "-".to_owned()
+                    }
+                    Lift::Gone(app) => format!("{app} not found"),
+                    Lift::Lifted(app, AppState::Resumed) => format!("{app} resumed"),
+                    Lift::Lifted(app, AppState::PausedFor(l)) => {
+                        format!("{app} still paused for {}", l.join(","))
+                    }
+                    Lift::Lifted(app, _) => format!("{app} not paused by driftguard"),
+                };
                 tracing::info!(
                     object = %shown,
                     expires = annotations[EXPIRES].as_str().unwrap_or("(missing)"),
                     paused = annotations[breakglass::PAUSED].as_str().unwrap_or("(nothing)"),
-                    application = application.as_deref().unwrap_or("-"),
+                    %application,
                     "break-glass expired: removed it and driftguard's pause; the GitOps tool restores Git"
                 );
                 true
             }
             // Changed since it was listed (or another replica won): the next tick sees it again.
-            Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => {
-                tracing::debug!(object = %shown, code = s.code, "break-glass sweeper: object changed; next tick");
+            Ending::Changed => {
+                tracing::debug!(object = %shown, "break-glass sweeper: object changed; next tick");
                 true
             }
-            Err(e) => {
-                tracing::warn!(object = %shown, error = %e, "break-glass sweeper: cannot end the break-glass; trying again next tick");
+            Ending::Application { application, error } => {
+                tracing::warn!(object = %shown, %application, %error, "break-glass sweeper: cannot lift the Application's pause; trying again next tick");
+                false
+            }
+            Ending::Refused { message, .. } => {
+                tracing::warn!(object = %shown, error = %message, "break-glass sweeper: a webhook refused ending the break-glass; trying again next tick");
+                false
+            }
+            Ending::Failed { code, message } => {
+                tracing::warn!(object = %shown, ?code, error = %message, "break-glass sweeper: cannot end the break-glass; trying again next tick");
                 false
             }
         }
     }
-
-    /// Takes `entry` out of Application `namespace/name`'s pause, with the
-    /// Application's resourceVersion as precondition. A missing Application
-    /// has nothing to lift.
-    async fn resume(&self, namespace: &str, name: &str, entry: &str) -> Result<AppState, String> {
-        let ar = application_resource();
-        let api = Api::<DynamicObject>::namespaced_with(self.client.clone(), namespace, &ar);
-        for _ in 0..APP_RETRIES {
-            let app = match api.get(name).await {
-                Ok(app) => serde_json::to_value(app).unwrap_or_default(),
-                Err(kube::Error::Api(s)) if s.code == 404 => return Ok(AppState::NotListed),
-                Err(e) => return Err(e.to_string()),
-            };
-            let (patch, state) = pause::application_update(&app, AppChange::Resume(entry));
-            let Some(patch) = patch else {
-                return Ok(state);
-            };
-            match api
-                .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-            {
-                Ok(_) => return Ok(state),
-                Err(kube::Error::Api(s)) if s.code == 409 => continue,
-                Err(e) => return Err(e.to_string()),
-            }
-        }
-        Err(format!("{APP_RETRIES} conflicting writes"))
-    }
-}
-
-fn application_resource() -> ApiResource {
-    ApiResource::from_gvk(&GroupVersionKind::gvk(
-        "argoproj.io",
-        "v1alpha1",
-        "Application",
-    ))
 }
 
 /// Every type the sweeper may need: listable and patchable, in the preferred

@@ -139,7 +139,7 @@ pub fn spawn(client: kube::Client, options: &WatchOptions, metrics: Arc<Metrics>
     };
     if options.argocd {
         let client = options.argocd_hub.as_ref().unwrap_or(&client);
-        let ar = dynamic("argoproj.io", "v1alpha1", "Application");
+        let ar = crate::pause::application_resource();
         let api = Api::<DynamicObject>::all_with(client.clone(), &ar);
         let served = Served::new(client, &ar);
         watch_dynamic(&watches, api, served, Kind::Application, metrics.clone());

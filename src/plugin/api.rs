@@ -8,6 +8,7 @@ use kube::client::{APIGroupDiscoveryList, Body};
 use serde_json::{Value, json};
 
 use super::PluginError;
+use crate::cluster::ending::warning_text;
 
 /// Connection flags shared by every command, as kubectl spells them.
 #[derive(Clone, Debug, Default, clap::Args)]
@@ -66,6 +67,17 @@ impl Resource {
             self.version.clone()
         } else {
             format!("{}/{}", self.group, self.version)
+        }
+    }
+
+    /// The same type for kube's typed client.
+    pub fn api_resource(&self) -> kube::core::ApiResource {
+        kube::core::ApiResource {
+            group: self.group.clone(),
+            version: self.version.clone(),
+            api_version: self.api_version(),
+            kind: self.kind.clone(),
+            plural: self.plural.clone(),
         }
     }
 
@@ -141,6 +153,11 @@ impl Api {
         let client = kube::Client::try_from(config)
             .map_err(|e| PluginError::Access(format!("cannot build a client: {e}")))?;
         Ok(Api { client, namespace })
+    }
+
+    /// The client underneath, for kube's typed requests.
+    pub fn client(&self) -> &kube::Client {
+        &self.client
     }
 
     /// One request; `Err(Refusal)` for a non-2xx reply, `PluginError` when
@@ -460,20 +477,6 @@ fn refusal(
         message,
         warnings,
     }
-}
-
-/// `299 - "text"` → `text`.
-fn warning_text(header: &str) -> String {
-    let rest = header
-        .split_once(' ')
-        .and_then(|(_, r)| r.split_once(' '))
-        .map_or(header, |(_, r)| r);
-    let rest = rest.trim();
-    let unquoted = rest
-        .strip_prefix('"')
-        .and_then(|r| r.strip_suffix('"'))
-        .unwrap_or(rest);
-    unquoted.replace("\\\"", "\"").replace("\\\\", "\\")
 }
 
 #[cfg(test)]

@@ -19,8 +19,11 @@ use jiff::{SignedDuration, Timestamp};
 use serde_json::{Value, json};
 
 use super::api::{Api, Identity, Refusal, Reply, Resource};
-use super::pause::{CONFLICT_RETRIES, SetCheck, application_set_check, update_application};
+use super::pause::{
+    CONFLICT_RETRIES, SetCheck, application_error, application_set_check, update_application,
+};
 use super::{LoadedPolicy, Output, PluginError, PolicySource, print_structured, split_target};
+use crate::cluster::ending::{self, Ending, Lift};
 use crate::pause::{AppChange, AppState, Plan};
 use crate::text::printable;
 
@@ -449,9 +452,11 @@ impl Target<'_> {
     }
 
     /// Asks the server with a dry run of the ending write; when it allows
-    /// it, resumes the tool (Argo CD: the Application first), then removes
-    /// everything arming added to the object.
+    /// it, ends the break-glass as the sweeper does
+    /// ([`ending::end_break_glass`]: the Argo CD Application resumed first,
+    /// then everything arming added removed from the object).
     async fn end(&self) -> Result<Written, PluginError> {
+        let ar = self.resource.api_resource();
         for _ in 0..CONFLICT_RETRIES {
             let object = self.get().await?;
             let meta = &object["metadata"];
@@ -464,36 +469,83 @@ impl Target<'_> {
                 Ok(Some(refusal)) => return Ok(Written::Denied(refusal)),
                 Ok(None) => {}
             }
-            let mut app = None;
-            if crate::pause::paused_application(annotations) {
-                match self.plan(&object) {
-                    Plan::ArgoCd {
-                        namespace,
-                        name,
-                        entry,
-                    } => {
-                        let change = AppChange::Resume(&entry);
-                        let outcome =
-                            update_application(self.api, &namespace, &name, change).await?;
-                        app = Some((format!("{namespace}/{name}"), outcome.state));
-                    }
-                    _ => eprintln!(
-                        "warning: {} says it paused an Argo CD Application, but no longer names one: check {} on its Application",
-                        self.shown,
-                        crate::pause::SKIP_RECONCILE
-                    ),
+            let ending = ending::end_break_glass(
+                self.api.client(),
+                &ar,
+                &object,
+                self.policy,
+                self.argocd_namespace,
+            )
+            .await;
+            return Ok(match ending {
+                Ending::Ended {
+                    application,
+                    warnings,
+                } => {
+                    let app = self.lifted(application);
+                    let reply = Reply {
+                        body: Value::Null,
+                        warnings,
+                    };
+                    Written::Done(reply, ended_report(marker, app, self.shown))
                 }
-            }
-            let Some(reply) = self.patch(&body, false).await? else {
-                continue;
-            };
-            return Ok(match reply {
-                Ok(reply) => Written::Done(reply, ended_report(marker, app, self.shown)),
-                Err(refusal) if refusal.by_webhook() => Written::Denied(refusal),
-                Err(refusal) => return Err(PluginError::from_refusal(refusal)),
+                Ending::Changed => continue,
+                Ending::Refused {
+                    code,
+                    message,
+                    warnings,
+                } => Written::Denied(Refusal {
+                    code,
+                    message,
+                    warnings,
+                }),
+                Ending::Application { application, error } => {
+                    let (namespace, name) = application.split_once('/').unwrap_or_default();
+                    return Err(application_error(namespace, name, error));
+                }
+                Ending::Failed {
+                    code: Some(code),
+                    message,
+                } => {
+                    let warnings = Vec::new();
+                    let refusal = Refusal {
+                        code,
+                        message,
+                        warnings,
+                    };
+                    return Err(PluginError::from_refusal(refusal));
+                }
+                Ending::Failed {
+                    code: None,
+                    message,
+                } => return Err(PluginError::Access(message)),
             });
         }
         Err(self.kept_changing())
+    }
+
+    /// The Application's side of an ended break-glass, for the report; what
+    /// needs a look by hand is said on stderr.
+    fn lifted(&self, lift: Lift) -> Option<(String, AppState)> {
+        match lift {
+            Lift::NotPaused => None,
+            Lift::Unnamed => {
+                eprintln!(
+                    "warning: {} says it paused an Argo CD Application, but no longer names one: check {} on its Application",
+                    self.shown,
+                    crate::pause::SKIP_RECONCILE
+                );
+                None
+            }
+            Lift::Gone(app) => {
+                eprintln!(
+                    "warning: Argo CD Application {} not found: nothing to resume (if Applications live in another namespace, give --argocd-namespace)",
+                    printable(&app)
+                );
+                Some((app, AppState::NotListed))
+            }
+            Lift::Lifted(app, state) => Some((app, state)),
+        }
     }
 
     fn kept_changing(&self) -> PluginError {
@@ -1006,6 +1058,8 @@ mod tests {
             pub deny: bool,
             /// The Application exists.
             pub application: bool,
+            /// The object is under break-glass, its Application paused for it.
+            pub armed: bool,
         }
 
         /// `METHOD path?query` and the body of every request, in order.
@@ -1032,11 +1086,26 @@ mod tests {
                         .unwrap_or_default();
                     let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
                     log.lock().unwrap().push((format!("{method} {uri}"), body));
-                    let object = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                    let mut object = json!({"apiVersion": "v1", "kind": "ConfigMap",
                         "metadata": {"name": "x", "namespace": "p", "resourceVersion": "7",
                             "annotations": {"argocd.argoproj.io/tracking-id": "myapp:/ConfigMap:p/x"}}});
-                    let app = json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
+                    let mut app = json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
                         "metadata": {"name": "myapp", "namespace": "argocd", "resourceVersion": "3"}});
+                    if cluster.armed {
+                        use crate::drift::breakglass::{EXPIRES, LABEL, PAUSED, REASON};
+                        use crate::pause::{PAUSED_FOR, SKIP_RECONCILE};
+                        let meta = &mut object["metadata"];
+                        meta["labels"] = json!({LABEL: "true"});
+                        for (key, value) in [
+                            (EXPIRES, "2026-01-01T00:00:00Z"),
+                            (REASON, "INC-1"),
+                            (PAUSED, SKIP_RECONCILE),
+                        ] {
+                            meta["annotations"][key] = json!(value);
+                        }
+                        app["metadata"]["annotations"] =
+                            json!({SKIP_RECONCILE: "true", PAUSED_FOR: "/ConfigMap:p/x"});
+                    }
                     let denied = json!({"kind": "Status", "code": 403,
                         "message": "admission webhook \"validate.driftguard.io\" denied the request: driftguard: bob is not authorized to break glass on ConfigMap p/x"});
                     let path = uri.split('?').next().unwrap_or_default().to_owned();
@@ -1089,6 +1158,34 @@ mod tests {
         (written, requests, bodies)
     }
 
+    /// Ends the break-glass on ConfigMap p/x on a [`fake`] cluster, as
+    /// [`arm_on`] arms it.
+    async fn end_on(cluster: fake::Cluster) -> (Written, Vec<String>, Vec<Value>) {
+        let log = fake::Log::default();
+        let api = fake::api(cluster, log.clone());
+        let resource = Resource {
+            group: String::new(),
+            version: "v1".into(),
+            kind: "ConfigMap".into(),
+            plural: "configmaps".into(),
+            namespaced: true,
+        };
+        let policy = crate::policy::Policy::embedded();
+        let target = Target {
+            api: &api,
+            resource: &resource,
+            name: "x",
+            shown: "configmap/x",
+            policy: &policy,
+            argocd_namespace: "argocd",
+            require_pause: false,
+        };
+        let written = target.end().await.unwrap();
+        let log = log.lock().unwrap().clone();
+        let (requests, bodies) = log.into_iter().unzip();
+        (written, requests, bodies)
+    }
+
     fn dry_run() -> String {
         format!("PATCH {}?dryRun=All", fake::OBJECT)
     }
@@ -1098,6 +1195,7 @@ mod tests {
         let cluster = fake::Cluster {
             deny: true,
             application: true,
+            armed: false,
         };
         let (written, requests, _) = arm_on(cluster, false).await;
         let Written::Denied(refusal) = written else {
@@ -1125,6 +1223,7 @@ mod tests {
         let cluster = fake::Cluster {
             deny: false,
             application: true,
+            armed: false,
         };
         let (written, requests, bodies) = arm_on(cluster, false).await;
         let Written::Done(_, report) = written else {
@@ -1151,10 +1250,51 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn ending_asks_first_then_resumes_the_application_then_sends_the_same_write() {
+        let cluster = fake::Cluster {
+            deny: false,
+            application: true,
+            armed: true,
+        };
+        let (written, requests, bodies) = end_on(cluster).await;
+        let Written::Done(_, report) = written else {
+            panic!("not ended: {requests:?}");
+        };
+        assert_eq!(report.state, "resumed");
+        assert_eq!(report.target.as_deref(), Some("Application argocd/myapp"));
+        let requests: Vec<&str> = requests.iter().map(|r| r.trim_end_matches('?')).collect();
+        assert_eq!(
+            requests,
+            [
+                format!("GET {}", fake::OBJECT),
+                dry_run(),
+                format!("GET {}", fake::APP),
+                format!("PATCH {}", fake::APP),
+                format!("PATCH {}", fake::OBJECT),
+            ]
+        );
+        // The write asked about is the write made.
+        assert_eq!(bodies[1], bodies[4]);
+    }
+
+    #[tokio::test]
+    async fn an_ending_the_server_refuses_resumes_nothing() {
+        let cluster = fake::Cluster {
+            deny: true,
+            application: true,
+            armed: true,
+        };
+        let (written, requests, _) = end_on(cluster).await;
+        assert!(matches!(written, Written::Denied(_)), "{requests:?}");
+        assert_eq!(requests, [format!("GET {}", fake::OBJECT), dry_run()]);
+    }
+
+    #[tokio::test]
     async fn an_application_that_cannot_be_read_is_armed_unpaused_with_a_warning() {
         let cluster = fake::Cluster {
             deny: false,
             application: false,
+            armed: false,
         };
         let (written, requests, bodies) = arm_on(cluster, false).await;
         let Written::Done(_, report) = written else {

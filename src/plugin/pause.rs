@@ -4,15 +4,16 @@
 //! Application never overwrite each other's entry (a conflict reads again).
 
 use http::Method;
+use kube::Resource;
+use kube::core::DynamicObject;
 use serde_json::Value;
 
 use super::PluginError;
 use super::api::Api;
 use crate::pause::{AppChange, AppState, application_update};
 
-/// Conflicting writers are people arming or ending at the same moment: a few
-/// fresh reads settle it.
-pub const CONFLICT_RETRIES: usize = 5;
+use crate::cluster::ending::ApplicationError;
+pub use crate::cluster::ending::CONFLICT_RETRIES;
 
 /// What happened to the Application.
 pub struct AppOutcome {
@@ -57,9 +58,7 @@ pub async fn update_application(
             Err(r) => return Err(refused(namespace, name, "patch", r.message)),
         }
     }
-    Err(PluginError::Access(format!(
-        "Argo CD Application {namespace}/{name} kept changing ({CONFLICT_RETRIES} conflicting writes); try again"
-    )))
+    Err(kept_changing(namespace, name))
 }
 
 /// Whether driftguard's pause of an Application can hold.
@@ -122,7 +121,8 @@ pub async fn application_set_check(
 }
 
 fn application_path(namespace: &str, name: &str) -> String {
-    format!("/apis/argoproj.io/v1alpha1/namespaces/{namespace}/applications/{name}")
+    let ar = crate::pause::application_resource();
+    format!("{}/{name}", DynamicObject::url_path(&ar, Some(namespace)))
 }
 
 fn not_found(namespace: &str, name: &str) -> PluginError {
@@ -136,6 +136,22 @@ fn listed(app: &Value, entry: &str) -> bool {
     app["metadata"]["annotations"][crate::pause::PAUSED_FOR]
         .as_str()
         .is_some_and(|l| l.split(',').any(|e| e.trim() == entry))
+}
+
+/// Why ending could not lift Application `namespace/name`'s pause, in the
+/// words the plugin uses when it writes the Application itself.
+pub fn application_error(namespace: &str, name: &str, error: ApplicationError) -> PluginError {
+    match error {
+        ApplicationError::Refused { verb, message, .. } => refused(namespace, name, verb, message),
+        ApplicationError::KeptChanging => kept_changing(namespace, name),
+        ApplicationError::Unreachable(why) => PluginError::Access(why),
+    }
+}
+
+fn kept_changing(namespace: &str, name: &str) -> PluginError {
+    PluginError::Access(format!(
+        "Argo CD Application {namespace}/{name} kept changing ({CONFLICT_RETRIES} conflicting writes); try again"
+    ))
 }
 
 fn refused(namespace: &str, name: &str, verb: &str, message: String) -> PluginError {

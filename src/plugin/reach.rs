@@ -3,6 +3,8 @@
 //! impersonate, and runs [`crate::policy::reach`] over them. Nothing here
 //! fails `status`: what cannot be read is said.
 
+use kube::Resource;
+use kube::core::DynamicObject;
 use serde_json::{Value, json};
 
 use super::PluginError;
@@ -134,7 +136,8 @@ async fn sync_accounts(
                     Vec::new()
                 }
             };
-            let apps = match list(api, "/apis/argoproj.io/v1alpha1/applications").await? {
+            let all_apps = DynamicObject::url_path(&crate::pause::application_resource(), None);
+            let apps = match list(api, &all_apps).await? {
                 Ok(items) => items
                     .iter()
                     .filter_map(|a| crate::policy::argocd::from_value(a).ok())
