@@ -207,13 +207,7 @@ async fn patch_with_warnings(
         .await
         .map_err(|e| format!("PATCH {name}: {e}"))?;
     let status = response.status().as_u16();
-    let warnings = response
-        .headers()
-        .get_all("warning")
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .map(warning_text)
-        .collect();
+    let warnings = warnings(response.headers());
     let bytes = http_body_util::BodyExt::collect(response.into_body())
         .await
         .map_err(|e| format!("PATCH {name}: reading the reply: {e}"))?
@@ -223,6 +217,16 @@ async fn patch_with_warnings(
         .and_then(|v| v["message"].as_str().map(str::to_owned))
         .unwrap_or_else(|| String::from_utf8_lossy(&bytes).trim().to_owned());
     Ok((status, warnings, message))
+}
+
+/// The texts of a reply's `Warning:` headers.
+pub fn warnings(headers: &http::HeaderMap) -> Vec<String> {
+    headers
+        .get_all("warning")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .map(warning_text)
+        .collect()
 }
 
 /// `299 - "text"` → `text`: the text of one `Warning:` header.

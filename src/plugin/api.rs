@@ -8,7 +8,7 @@ use kube::client::{APIGroupDiscoveryList, Body};
 use serde_json::{Value, json};
 
 use super::PluginError;
-use crate::cluster::ending::warning_text;
+use crate::cluster::ending::warnings;
 
 /// Connection flags shared by every command, as kubectl spells them.
 #[derive(Clone, Debug, Default, clap::Args)]
@@ -229,13 +229,7 @@ impl Api {
             .await
             .map_err(|e| PluginError::Access(format!("{method} {path}: {e}")))?;
         let status = response.status();
-        let warnings = response
-            .headers()
-            .get_all("warning")
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .map(warning_text)
-            .collect();
+        let warnings = warnings(response.headers());
         let bytes = response
             .into_body()
             .collect()
@@ -481,7 +475,8 @@ fn refusal(
 
 #[cfg(test)]
 mod tests {
-    use super::{url_escape, warning_text};
+    use super::url_escape;
+    use crate::cluster::ending::warning_text;
 
     #[test]
     fn continue_tokens_are_percent_encoded() {

@@ -1132,6 +1132,20 @@ mod tests {
         cluster: fake::Cluster,
         require_pause: bool,
     ) -> (Written, Vec<String>, Vec<Value>) {
+        run_on(cluster, require_pause, true).await
+    }
+
+    /// Ends the break-glass on ConfigMap p/x on a [`fake`] cluster, as
+    /// [`arm_on`] arms it.
+    async fn end_on(cluster: fake::Cluster) -> (Written, Vec<String>, Vec<Value>) {
+        run_on(cluster, false, false).await
+    }
+
+    async fn run_on(
+        cluster: fake::Cluster,
+        require_pause: bool,
+        arm: bool,
+    ) -> (Written, Vec<String>, Vec<Value>) {
         let log = fake::Log::default();
         let api = fake::api(cluster, log.clone());
         let resource = Resource {
@@ -1151,36 +1165,12 @@ mod tests {
             argocd_namespace: "argocd",
             require_pause,
         };
-        let at = Timestamp::now() + SignedDuration::from_mins(30);
-        let written = target.arm("INC-1", at).await.unwrap();
-        let log = log.lock().unwrap().clone();
-        let (requests, bodies) = log.into_iter().unzip();
-        (written, requests, bodies)
-    }
-
-    /// Ends the break-glass on ConfigMap p/x on a [`fake`] cluster, as
-    /// [`arm_on`] arms it.
-    async fn end_on(cluster: fake::Cluster) -> (Written, Vec<String>, Vec<Value>) {
-        let log = fake::Log::default();
-        let api = fake::api(cluster, log.clone());
-        let resource = Resource {
-            group: String::new(),
-            version: "v1".into(),
-            kind: "ConfigMap".into(),
-            plural: "configmaps".into(),
-            namespaced: true,
+        let written = if arm {
+            let at = Timestamp::now() + SignedDuration::from_mins(30);
+            target.arm("INC-1", at).await.unwrap()
+        } else {
+            target.end().await.unwrap()
         };
-        let policy = crate::policy::Policy::embedded();
-        let target = Target {
-            api: &api,
-            resource: &resource,
-            name: "x",
-            shown: "configmap/x",
-            policy: &policy,
-            argocd_namespace: "argocd",
-            require_pause: false,
-        };
-        let written = target.end().await.unwrap();
         let log = log.lock().unwrap().clone();
         let (requests, bodies) = log.into_iter().unzip();
         (written, requests, bodies)
