@@ -1,15 +1,24 @@
-//! Runs decisions off the async workers: a small fixed pool of OS threads fed
-//! by a bounded queue, each decision under a deadline.
+//! Runs decisions under a deadline: a small fixed pool of OS threads fed by a
+//! bounded queue, for any decision that may run a jq program.
 //!
 //! A jq ignore rule made only of allowed constructs can still run for hours
 //! (`(.,.)|(.,.)|…|select(false)` doubles its work at every step). jaq has no
 //! cancellation and a thread cannot be interrupted, so a runaway decision keeps
 //! its thread until it ends. What this module guarantees instead: the caller
 //! gets an answer by the deadline; the async workers (which also serve the
-//! probes) never run a decision; and the pool never grows, so runaway rules
+//! probes) never run a jq program; and the pool never grows, so runaway rules
 //! take at most `threads` CPUs. When every thread is busy, new decisions wait
 //! in the queue and time out; when the queue is full they fail at once.
 //! (`tokio::task::spawn_blocking` would not do: its pool grows to 512 threads.)
+//!
+//! A decision is first tried on the caller's own thread
+//! ([`Decider::run_here_first`]) when its input is small: handing it to a
+//! pool thread and back costs two thread wake-ups, which on a VM are most of
+//! an ordinary review's latency. Everything a decision runs is bounded by
+//! its input and stopped at its deadline ([`crate::deadline`]), except a jq
+//! program: [`before_jq`] unwinds such a try before the program starts, and
+//! the decision runs again, whole, on the pool. Decisions are pure, so the
+//! second run gives the answer the first would have.
 //!
 //! Nothing here knows about HTTP: the server and `driftguard check` share it.
 
@@ -17,6 +26,7 @@
 // fails when one grows.
 #![warn(clippy::too_many_lines)]
 
+use std::cell::Cell;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
@@ -39,6 +49,33 @@ pub enum DeciderError {
 
 type Job = Box<dyn FnOnce() + Send + 'static>;
 
+thread_local! {
+    /// Set while a decision is tried on a thread that must not run jq.
+    static TRYING_HERE: Cell<bool> = const { Cell::new(false) };
+}
+
+/// The unwinding payload of a try that reached a jq program.
+#[derive(Debug)]
+struct NeedsPool;
+
+/// Called before a jq program runs: a decision tried on the caller's thread
+/// ([`Decider::run_here_first`]) unwinds here, to run again on the pool,
+/// where a runaway program holds a pool thread, never an async worker.
+/// `resume_unwind` skips the panic hook: nothing is logged as a panic.
+pub fn before_jq() {
+    if TRYING_HERE.with(Cell::get) {
+        std::panic::resume_unwind(Box::new(NeedsPool));
+    }
+}
+
+/// Decisions tried on the caller's thread, process-wide, by outcome:
+/// answered there, or moved to the pool for a jq program. Registered as
+/// `driftguard_decisions_tried_here_total` and `…_moved_to_pool_total`.
+pub static TRIED_HERE: std::sync::LazyLock<prometheus_client::metrics::counter::Counter> =
+    std::sync::LazyLock::new(Default::default);
+pub static MOVED_TO_POOL: std::sync::LazyLock<prometheus_client::metrics::counter::Counter> =
+    std::sync::LazyLock::new(Default::default);
+
 /// Decisions dropped unrun, process-wide: their deadline passed while they
 /// waited in the queue. Registered as `driftguard_decisions_skipped_total`.
 pub static SKIPPED: std::sync::LazyLock<prometheus_client::metrics::counter::Counter> =
@@ -58,6 +95,35 @@ pub struct Decider {
     capacity: usize,
     threads: usize,
     busy: Arc<AtomicUsize>,
+    moved: Arc<MovedKinds>,
+}
+
+/// How long a kind whose decision reached jq goes straight to the pool: its
+/// rules rarely change, and a wasted try costs the steps before the rules.
+pub const RETRY_HERE_AFTER: Duration = Duration::from_secs(30);
+
+/// The kinds whose decisions lately reached a jq program, and when.
+#[derive(Default)]
+struct MovedKinds(Mutex<std::collections::HashMap<String, Instant>>);
+
+impl MovedKinds {
+    /// Kinds are the cluster's types, but the map stays bounded regardless.
+    const MAX: usize = 4096;
+
+    fn lately(&self, kind: &str, now: Instant) -> bool {
+        let kinds = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        kinds
+            .get(kind)
+            .is_some_and(|at| now.duration_since(*at) < RETRY_HERE_AFTER)
+    }
+
+    fn note(&self, kind: &str, now: Instant) {
+        let mut kinds = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if kinds.len() >= Self::MAX {
+            kinds.clear();
+        }
+        kinds.insert(kind.to_owned(), now);
+    }
 }
 
 impl std::fmt::Debug for Decider {
@@ -93,6 +159,7 @@ impl Decider {
             capacity,
             threads,
             busy,
+            moved: Arc::default(),
         })
     }
 
@@ -131,6 +198,41 @@ impl Decider {
             // The job was dropped unrun: its deadline passed in the queue.
             Ok(Err(_)) | Err(_) => Err(DeciderError::TimedOut(deadline)),
         }
+    }
+
+    /// Runs `decide` on this thread when `here` names the kind of a small
+    /// input, unless it reaches a jq program: then, when not `here`, and for
+    /// a kind that reached jq in the last [`RETRY_HERE_AFTER`], on the pool
+    /// ([`Decider::run`]) within what is left of `deadline`.
+    pub async fn run_here_first<T, F>(
+        &self,
+        deadline: Duration,
+        here: Option<&str>,
+        decide: F,
+    ) -> Result<T, DeciderError>
+    where
+        F: Fn() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        let started = Instant::now();
+        if let Some(kind) = here.filter(|kind| !self.moved.lately(kind, started)) {
+            TRIED_HERE.inc();
+            if let Some(out) = try_here(started + deadline, &decide) {
+                return out.map_err(|e| match e {
+                    DeciderError::TimedOut(_) => DeciderError::TimedOut(deadline),
+                    other => other,
+                });
+            }
+            MOVED_TO_POOL.inc();
+            self.moved.note(kind, started);
+        }
+        let left = deadline.saturating_sub(started.elapsed());
+        self.run(left, decide)
+            .await
+            .map_err(|e| match e {
+                DeciderError::TimedOut(_) => DeciderError::TimedOut(deadline),
+                other => other,
+            })
     }
 
     /// [`Decider::run`] for a caller without a runtime (`driftguard check`).
@@ -194,27 +296,49 @@ fn work(tasks: &Mutex<Receiver<Task>>, busy: &AtomicUsize) {
     }
 }
 
+/// One try of `decide` on this thread under `deadline`, with jq refused:
+/// `None` when it reached a jq program.
+fn try_here<T>(deadline: Instant, decide: &impl Fn() -> T) -> Option<Result<T, DeciderError>> {
+    struct Reset(bool);
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            TRYING_HERE.with(|t| t.set(self.0));
+        }
+    }
+    let _reset = Reset(TRYING_HERE.with(|t| t.replace(true)));
+    let out = std::panic::catch_unwind(AssertUnwindSafe(|| {
+        crate::deadline::with_deadline(deadline, decide)
+    }));
+    match out {
+        Ok(value) => Some(Ok(value)),
+        Err(payload) if payload.is::<NeedsPool>() => None,
+        Err(payload) => Some(Err(panic_error(payload))),
+    }
+}
+
 /// Runs `decide`, turning a panic into an error: a bug must cost one review
 /// its normal answer, never the server.
 pub fn guarded<T>(decide: impl FnOnce() -> T) -> Result<T, DeciderError> {
-    std::panic::catch_unwind(AssertUnwindSafe(decide)).map_err(|panic| {
-        if crate::deadline::is_deadline(panic.as_ref()) {
-            // Stopped by a checkpoint; the caller knows the deadline's length.
-            return DeciderError::TimedOut(Duration::ZERO);
-        }
-        let text = panic
-            .downcast_ref::<&str>()
-            .map(|s| s.to_string())
-            .or_else(|| panic.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "unknown panic".into());
-        DeciderError::Panicked(format!("internal error: {text}"))
-    })
+    std::panic::catch_unwind(AssertUnwindSafe(decide)).map_err(panic_error)
+}
+
+fn panic_error(panic: Box<dyn std::any::Any + Send>) -> DeciderError {
+    if crate::deadline::is_deadline(panic.as_ref()) {
+        // Stopped by a checkpoint; the caller knows the deadline's length.
+        return DeciderError::TimedOut(Duration::ZERO);
+    }
+    let text = panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into());
+    DeciderError::Panicked(format!("internal error: {text}"))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
     /// Blocks its thread until `release` is set (a stand-in for a runaway rule).
     fn stuck(release: Arc<AtomicBool>) -> impl FnOnce() + Send + 'static {
@@ -308,6 +432,55 @@ mod tests {
             std::thread::yield_now();
         }
         assert_eq!(pool.run_blocking(Duration::from_secs(30), || 5), Ok(5));
+    }
+
+    /// A current-thread runtime: a jq program run here would hold the only
+    /// async worker.
+    #[tokio::test]
+    async fn small_decisions_run_here_and_any_jq_program_on_the_pool() {
+        let pool = Decider::new(1, 2).unwrap();
+        let here = std::thread::current().id();
+        let long = Duration::from_secs(30);
+        let on = || std::thread::current().id();
+        assert_eq!(pool.run_here_first(long, Some("A"), on).await, Ok(here));
+        assert_ne!(pool.run_here_first(long, None, on).await.unwrap(), here);
+        // A decision that reaches jq runs again, whole, on the pool.
+        let tries = Arc::new(AtomicUsize::new(0));
+        let counted = tries.clone();
+        let with_jq = move || {
+            counted.fetch_add(1, Ordering::SeqCst);
+            before_jq();
+            std::thread::current().id()
+        };
+        assert_ne!(
+            pool.run_here_first(long, Some("B"), with_jq.clone()).await.unwrap(),
+            here
+        );
+        assert_eq!(tries.load(Ordering::SeqCst), 2);
+        // Kind B now goes straight to the pool, without a wasted try; A not.
+        assert_ne!(pool.run_here_first(long, Some("B"), with_jq).await.unwrap(), here);
+        assert_eq!(tries.load(Ordering::SeqCst), 3);
+        assert_eq!(pool.run_here_first(long, Some("A"), on).await, Ok(here));
+        // Outside a try, jq may run anywhere (`check`, benchmarks).
+        before_jq();
+    }
+
+    #[tokio::test]
+    async fn a_decision_tried_here_keeps_its_deadline_and_its_panics() {
+        let pool = Decider::new(1, 2).unwrap();
+        let short = Duration::from_millis(50);
+        let endless = || loop {
+            crate::deadline::checkpoint();
+        };
+        assert_eq!(
+            pool.run_here_first(short, Some("A"), endless).await,
+            Err(DeciderError::TimedOut(short))
+        );
+        let boom = || -> u8 { panic!("boom") };
+        assert_eq!(
+            pool.run_here_first(short, Some("A"), boom).await,
+            Err(DeciderError::Panicked("internal error: boom".into()))
+        );
     }
 
     #[tokio::test]

@@ -141,6 +141,16 @@ impl Default for Metrics {
             crate::deadline::STOPPED.clone(),
         );
         registry.register(
+            "decisions_tried_here",
+            "Decisions tried on the thread that read the review (--decide-here-max-bytes)",
+            crate::decider::TRIED_HERE.clone(),
+        );
+        registry.register(
+            "decisions_moved_to_pool",
+            "Decisions tried here that reached a jq rule and ran again on a decision thread",
+            crate::decider::MOVED_TO_POOL.clone(),
+        );
+        registry.register(
             "decisions_skipped",
             "Decisions dropped unrun: their deadline passed while they waited in the queue",
             crate::decider::SKIPPED.clone(),

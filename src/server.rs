@@ -104,6 +104,12 @@ pub struct Config {
     /// Decisions that may wait for a busy thread; beyond that, reviews are answered by --on-error at once.
     #[arg(long, env = "DRIFTGUARD_DECISION_QUEUE", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=65536))]
     pub decision_queue: u32,
+    /// Reviews up to this many bytes are decided on the thread that read
+    /// them, saving the hand-off to a decision thread and back (two thread
+    /// wake-ups); a decision that reaches a jq rule still moves to the
+    /// decision threads. 0: every decision on the decision threads.
+    #[arg(long, env = "DRIFTGUARD_DECIDE_HERE_MAX_BYTES", default_value_t = 64 * 1024)]
+    pub decide_here_max_bytes: usize,
     /// Bytes all reviews in flight may hold together: each reserves 40 times
     /// its body before reading it and waits (up to --decision-timeout) for
     /// room, or is answered by --on-error unparsed. Fit it to the memory limit
@@ -417,6 +423,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             decider,
             on_error: config.on_error,
             decision_timeout,
+            decide_here_max_bytes: config.decide_here_max_bytes,
         },
         max_body_bytes: config.limits.max_body_bytes,
         body_timeout: config.limits.body_timeout,

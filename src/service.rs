@@ -75,6 +75,9 @@ pub struct Reviewer {
     pub on_error: OnError,
     /// Longest a decision may take, queueing included (`--decision-timeout`).
     pub decision_timeout: Duration,
+    /// Bodies up to this size are decided on the async worker that read
+    /// them, unless a jq program would run (`--decide-here-max-bytes`).
+    pub decide_here_max_bytes: usize,
 }
 
 impl Reviewer {
@@ -92,6 +95,7 @@ impl Reviewer {
         hold: Box<dyn std::any::Any + Send + Sync>,
     ) -> Result<Vec<u8>, ServiceError> {
         let started = Instant::now();
+        let here = body.as_ref().len() <= self.decide_here_max_bytes;
         let parsed = request::parse(body.as_ref());
         drop(body);
         let parsed = match parsed {
@@ -114,7 +118,7 @@ impl Reviewer {
             operation = ?parsed.operation,
         );
         Ok(self
-            .decide_and_record(endpoint, parsed, started, Arc::new(hold))
+            .decide_and_record(endpoint, parsed, here, started, Arc::new(hold))
             .instrument(span)
             .await)
     }
@@ -123,6 +127,7 @@ impl Reviewer {
         &self,
         endpoint: Endpoint,
         parsed: Arc<AdmissionRequest<RawObject>>,
+        here: bool,
         started: Instant,
         hold: Arc<Box<dyn std::any::Any + Send + Sync>>,
     ) -> Vec<u8> {
@@ -132,7 +137,7 @@ impl Reviewer {
         let job = {
             let (parsed, parent) = (parsed.clone(), parent.clone());
             move || {
-                let _hold = hold;
+                let _hold = &hold;
                 judge_request(
                     &policy,
                     &parsed,
@@ -143,8 +148,13 @@ impl Reviewer {
                 )
             }
         };
-        // Off the async workers, which must keep serving other reviews and the probes.
-        let outcome = self.decider.run(self.decision_timeout, job).await;
+        // Here when small, else (and for any jq program) on the pool, off the
+        // async workers, which must keep serving other reviews and the probes.
+        let kind = here.then(|| format!("{}/{}", parsed.kind.group, parsed.kind.kind));
+        let outcome = self
+            .decider
+            .run_here_first(self.decision_timeout, kind.as_deref(), job)
+            .await;
         let micros = started.elapsed().as_micros() as u64;
         let view = request::view(&parsed);
         let why = match outcome {

@@ -36,6 +36,8 @@ fn app_with(policy: Policy, on_error: OnError, decider: Decider) -> App {
             decider,
             on_error,
             decision_timeout: Duration::from_secs(5),
+            // The server's default: small reviews are decided here first.
+            decide_here_max_bytes: 64 * 1024,
         },
         max_body_bytes: 64 * 1024,
         body_timeout: Duration::from_millis(300),

@@ -142,6 +142,8 @@ impl JqPath {
 
     /// The paths the expression selects in `input`, as `del` would remove them.
     pub fn paths(&self, input: &JqInput) -> Result<Vec<Path>, RunError> {
+        // A program may run for hours: only on a decision thread.
+        crate::decider::before_jq();
         if let Some((prefix, filter)) = &self.narrowed
             && let Some(sub) = walk_objects(input.value, prefix)
         {
