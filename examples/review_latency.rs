@@ -9,9 +9,11 @@
 //! `--decide-here-max-bytes 0` (every decision handed to the pool).
 //!
 //! Usage: cargo run --release --example review_latency -- [N] [GAP_MICROS] [jq]
-//! (default 400 reviews, 2000 µs apart, 17 JSON-pointer rules; `jq` adds the
-//! decision benchmark's 3 jq rules). Prints p50/p90/max of each, and each
-//! p50 as a ratio to the bare parse.
+//! [--body REVIEW.json] [--policy POLICY.yaml] (default 400 reviews, 2000 µs
+//! apart, tests/data/deployment-update-image.json, 17 JSON-pointer rules; `jq`
+//! adds the decision benchmark's 3 jq rules). Prints p50/p90/max of each, and
+//! each p50 as a ratio to the bare parse. scripts/bench-apiserver.sh runs it
+//! on a review the apiserver sent, with its policy.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -46,25 +48,65 @@ fn summary(name: &str, mut micros: Vec<u64>, base_p50: Option<u64>) -> u64 {
     p50
 }
 
+/// What to time: `[N] [GAP_MICROS] [jq] [--body REVIEW.json] [--policy POLICY.yaml]`.
+struct Options {
+    n: usize,
+    gap: Duration,
+    with_jq: bool,
+    body: Option<String>,
+    policy: Option<String>,
+}
+
+fn options() -> Options {
+    let mut o = Options {
+        n: 400,
+        gap: Duration::from_micros(2000),
+        with_jq: false,
+        body: None,
+        policy: None,
+    };
+    let mut args = std::env::args().skip(1);
+    let mut numbers = 0;
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "jq" => o.with_jq = true,
+            "--body" => o.body = args.next(),
+            "--policy" => o.policy = args.next(),
+            number => {
+                let value: u64 = number.parse().expect("N and GAP_MICROS are numbers");
+                match numbers {
+                    0 => o.n = value as usize,
+                    _ => o.gap = Duration::from_micros(value),
+                }
+                numbers += 1;
+            }
+        }
+    }
+    o
+}
+
 #[tokio::main]
 async fn main() {
-    let mut args = std::env::args().skip(1);
-    let n: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(400);
-    let gap = Duration::from_micros(args.next().and_then(|a| a.parse().ok()).unwrap_or(2000));
-    let body = std::fs::read(concat!(
+    let Options {
+        n,
+        gap,
+        with_jq,
+        body,
+        policy: policy_file,
+    } = options();
+    let body = std::fs::read(body.as_deref().unwrap_or(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/tests/data/deployment-update-image.json"
-    ))
-    .unwrap();
+    )))
+    .expect("the review body reads");
     // The apiserver sends compact JSON.
     let body = serde_json::to_vec(&serde_json::from_slice::<Value>(&body).unwrap()).unwrap();
     // `jq`: the decision benchmark's 20 rules, 3 of them jq (every decision
     // moves to the pool); otherwise its 17 JSON-pointer rules alone.
-    let with_jq = args.next().as_deref() == Some("jq");
-    let yaml = if with_jq {
-        policy::twenty_rules()
-    } else {
-        policy::pointer_rules()
+    let yaml = match (&policy_file, with_jq) {
+        (Some(file), _) => std::fs::read_to_string(file).expect("the policy reads"),
+        (None, true) => policy::twenty_rules(),
+        (None, false) => policy::pointer_rules(),
     };
     let policy = Policy::from_yaml(&yaml, "latency").unwrap();
     let reviewer = |decide_here_max_bytes| Reviewer {
@@ -147,7 +189,11 @@ async fn main() {
         "{n} reviews of {} bytes each, {} µs apart, {}",
         body.len(),
         gap.as_micros(),
-        if with_jq { "20 rules (3 jq)" } else { "17 JSON-pointer rules" }
+        match (&policy_file, with_jq) {
+            (Some(file), _) => file.as_str(),
+            (None, true) => "20 rules (3 jq)",
+            (None, false) => "17 JSON-pointer rules",
+        }
     );
     let base = summary("bare parse", bare, None);
     summary("typed parse (the review)", typed, Some(base));

@@ -52,9 +52,10 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 # --- binaries -----------------------------------------------------------------
-log "building driftguard (release)"
-cargo build --release --bin driftguard >&2
+log "building driftguard (release) and examples/review_latency"
+cargo build --release --bin driftguard --example review_latency >&2
 driftguard=$target/release/driftguard
+review_latency=$target/release/examples/review_latency
 # kubectl of the apiserver's own version (DRIFTGUARD_KUBE_VERSION, default the newest).
 tools=$(scripts/build-tools.sh etcd kube-apiserver kubectl)
 etcd=$(sed -n 1p <<<"$tools"); apiserver=$(sed -n 2p <<<"$tools"); kubectl=$(sed -n 3p <<<"$tools")
@@ -213,7 +214,8 @@ dg_port=$(port); dg_probe=$(port); noop_port=$(port)
   --kubeconfig=driftguard.kubeconfig --shutdown-delay=0s >driftguard.audit 2>driftguard.log &
 pids+=($!)
 wait_for 30 driftguard "${pids[-1]}" curl -fsS http://127.0.0.1:"$dg_probe"/readyz
-"$bench" noop -listen=127.0.0.1:"$noop_port" -cert=webhook/tls.crt -key=webhook/tls.key 2>noop.log &
+"$bench" noop -listen=127.0.0.1:"$noop_port" -cert=webhook/tls.crt -key=webhook/tls.key \
+  -dump=review.json 2>noop.log &
 pids+=($!)
 noop_calls() { curl -fsS --cacert webhook/ca.crt https://127.0.0.1:"$noop_port"/calls; }
 wait_for 30 no-op "${pids[-1]}" noop_calls
@@ -351,5 +353,31 @@ for w in (1, 8):
         print("| " + " | ".join(row) + " |")
 errors = sum(r["errors"] for r in runs)
 print(f"\nmilliseconds; {len(runs)} runs, {sum(r['count'] for r in runs)} measured writes, {errors} errors")
+for c in configs[1:]:
+    per_round = [added(c, "managed", 1, "p50_us")[i] / added("noop", "managed", 1, "p50_us")[i]
+                 for i in range(len(rounds))]
+    print(f"{c} / noop, added p50, one writer, managed, per round: "
+          + ", ".join(f"{x:.2f}" for x in per_round)
+          + f"; median {statistics.median(per_round):.2f}x (min {min(per_round):.2f}, max {max(per_round):.2f})")
 sys.exit(1 if errors else 0)
+PY
+
+# In driftguard: the audit record's latencyMicros (parse to decision, both
+# webhooks, real writes of managed ConfigMaps) against a bare parse of a
+# review the apiserver sent in this run, timed by examples/review_latency.
+[ -s review.json ] || die "the no-op wrote no review to time"
+jq -r 'select(.namespace == "bench" and (.name | startswith("managed-")) and (.dryRun | not)) | .latencyMicros' \
+  driftguard.audit | sort -n >in-server.txt
+"$review_latency" 400 2000 --body review.json --policy policy.yaml >review-latency.txt
+python3 - in-server.txt review-latency.txt <<'PY'
+import re, sys
+us = [int(l) for l in open(sys.argv[1]) if l.strip()]
+p50, worst = us[len(us) // 2], us[-1]
+lines = open(sys.argv[2]).read().splitlines()
+bare = int(re.search(r"p50\s+(\d+)", next(l for l in lines if l.startswith("bare parse"))).group(1))
+print(f"in driftguard (audit latencyMicros, {len(us)} managed writes): p50 {p50} us, max {worst} us; "
+      f"bare parse of the same review {bare} us: p50 = {p50 / max(bare, 1):.2f}x bare parse")
+print("where a review's time goes (examples/review_latency, same review and policy):")
+for l in lines:
+    print("  " + l)
 PY

@@ -227,12 +227,10 @@ impl Decider {
             self.moved.note(kind, started);
         }
         let left = deadline.saturating_sub(started.elapsed());
-        self.run(left, decide)
-            .await
-            .map_err(|e| match e {
-                DeciderError::TimedOut(_) => DeciderError::TimedOut(deadline),
-                other => other,
-            })
+        self.run(left, decide).await.map_err(|e| match e {
+            DeciderError::TimedOut(_) => DeciderError::TimedOut(deadline),
+            other => other,
+        })
     }
 
     /// [`Decider::run`] for a caller without a runtime (`driftguard check`).
@@ -453,12 +451,17 @@ mod tests {
             std::thread::current().id()
         };
         assert_ne!(
-            pool.run_here_first(long, Some("B"), with_jq.clone()).await.unwrap(),
+            pool.run_here_first(long, Some("B"), with_jq.clone())
+                .await
+                .unwrap(),
             here
         );
         assert_eq!(tries.load(Ordering::SeqCst), 2);
         // Kind B now goes straight to the pool, without a wasted try; A not.
-        assert_ne!(pool.run_here_first(long, Some("B"), with_jq).await.unwrap(), here);
+        assert_ne!(
+            pool.run_here_first(long, Some("B"), with_jq).await.unwrap(),
+            here
+        );
         assert_eq!(tries.load(Ordering::SeqCst), 3);
         assert_eq!(pool.run_here_first(long, Some("A"), on).await, Ok(here));
         // Outside a try, jq may run anywhere (`check`, benchmarks).

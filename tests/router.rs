@@ -432,6 +432,39 @@ async fn a_runaway_rule_is_answered_by_on_error_within_the_deadline() {
     assert_eq!(decider.busy(), 1, "still one thread, still stuck");
 }
 
+/// A small review is decided on the thread that read it, but never its jq
+/// rules: the runaway rule must end up on the pool, answered at the deadline.
+/// The review runs on a runtime of its own thread, so that a rule run there
+/// shows as no answer within 30 s rather than as a test that never ends.
+#[test]
+fn a_jq_rule_never_runs_on_the_thread_that_read_the_review() {
+    let (done, answered) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let answer = runtime.block_on(async {
+            let mut app = app_with(runaway_policy(), OnError::Deny, Decider::new(1, 1).unwrap());
+            app.reviewer.decision_timeout = Duration::from_millis(200);
+            let small = fixture("deployment-update-image.json");
+            assert!(small.len() <= app.reviewer.decide_here_max_bytes);
+            post(router(Arc::new(app)), "/validate", small).await
+        });
+        let _ = done.send(answer);
+    });
+    let (status, v) = answered
+        .recv_timeout(Duration::from_secs(30))
+        .expect("no answer: the jq rule ran on the thread that read the review");
+    assert_eq!(status, StatusCode::OK, "{v}");
+    assert_on_error(
+        &v,
+        OnError::Deny,
+        "5b1a7f2e-9f7c-4d8e-8a51-2f4c1d9e0a11",
+        "the decision exceeded its deadline of 200ms",
+    );
+}
+
 #[tokio::test]
 async fn a_body_that_never_finishes_times_out() {
     let (got, v) = call(

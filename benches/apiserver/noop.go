@@ -1,10 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"net/http"
+	"os"
 	"sync/atomic"
 )
 
@@ -26,16 +29,31 @@ func noop(args []string) error {
 	listen := fs.String("listen", "127.0.0.1:0", "HTTPS listen address")
 	cert := fs.String("cert", "", "serving certificate (PEM)")
 	key := fs.String("key", "", "serving key (PEM)")
+	dump := fs.String("dump", "", "write the first review's body to this file (a body to time a bare parse of)")
 	fs.Parse(args)
 
 	var calls atomic.Int64
+	var dumped atomic.Bool
+	dumped.Store(*dump == "")
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /calls", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, calls.Load())
 	})
 	mux.HandleFunc("POST /", func(w http.ResponseWriter, r *http.Request) {
+		body := io.Reader(r.Body)
+		// Only the first review is read whole, so the others cost what they always did.
+		if !dumped.Load() && dumped.CompareAndSwap(false, true) {
+			whole, err := io.ReadAll(r.Body)
+			if err == nil {
+				err = os.WriteFile(*dump, whole, 0o600)
+			}
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "noop: dump:", err)
+			}
+			body = bytes.NewReader(whole)
+		}
 		var in review
-		if err := json.NewDecoder(r.Body).Decode(&in); err != nil || in.Request == nil {
+		if err := json.NewDecoder(body).Decode(&in); err != nil || in.Request == nil {
 			http.Error(w, "not an AdmissionReview", http.StatusBadRequest)
 			return
 		}
