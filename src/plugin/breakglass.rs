@@ -14,8 +14,10 @@
 
 use std::process::ExitCode;
 
-use http::Method;
 use jiff::{SignedDuration, Timestamp};
+use kube::Resource as _;
+use kube::api::{Patch, PatchParams};
+use kube::core::DynamicObject;
 use serde_json::{Value, json};
 
 use super::api::{Api, Identity, Refusal, Reply, Resource};
@@ -249,12 +251,8 @@ enum Pausable {
 }
 
 impl Target<'_> {
-    fn path(&self) -> String {
-        self.resource.path(&self.api.namespace, self.name)
-    }
-
     async fn get(&self) -> Result<Value, PluginError> {
-        match self.api.try_get(&self.path()).await? {
+        match self.api.get_target(self.resource, self.name).await? {
             Ok(o) => Ok(o),
             Err(r) => Err(PluginError::from_refusal(r)),
         }
@@ -277,19 +275,21 @@ impl Target<'_> {
         body: &Value,
         dry_run: bool,
     ) -> Result<Option<Result<Reply, Refusal>>, PluginError> {
-        let mut path = self.path();
-        if dry_run {
-            path.push_str("?dryRun=All");
-        }
-        let reply = self
-            .api
-            .call(
-                Method::PATCH,
-                &path,
-                Some("application/merge-patch+json"),
-                Some(body),
-            )
-            .await?;
+        // Sent raw: the reply's `Warning:` headers and a webhook's refusal
+        // are shown to the user as the apiserver sent them.
+        let ns = self
+            .resource
+            .namespaced
+            .then_some(self.api.namespace.as_str());
+        let url = DynamicObject::url_path(&self.resource.api_resource(), ns);
+        let params = PatchParams {
+            dry_run,
+            ..Default::default()
+        };
+        let request = kube::core::Request::new(url)
+            .patch(self.name, &params, &Patch::Merge(body))
+            .map_err(|e| PluginError::Usage(format!("patch {}: {e}", self.shown)))?;
+        let reply = self.api.send(request).await?;
         Ok(match reply {
             Err(r) if r.code == 409 => None,
             other => Some(other),
@@ -483,10 +483,7 @@ impl Target<'_> {
                     warnings,
                 } => {
                     let app = self.lifted(application);
-                    let reply = Reply {
-                        body: Value::Null,
-                        warnings,
-                    };
+                    let reply = Reply { warnings };
                     Written::Done(reply, ended_report(marker, app, self.shown))
                 }
                 Ending::Changed => continue,
@@ -1077,7 +1074,10 @@ mod tests {
                 let log = log.clone();
                 async move {
                     let method = request.method().to_string();
-                    let uri = request.uri().to_string();
+                    // kube's request builder writes `x?` for no query and
+                    // `x?&dryRun=All` for one: the apiserver reads both as usual.
+                    let uri = request.uri().to_string().replace("?&", "?");
+                    let uri = uri.trim_end_matches('?').to_owned();
                     let bytes = request
                         .into_body()
                         .collect()

@@ -10,7 +10,9 @@ use std::sync::Arc;
 use jiff::Timestamp;
 use serde_json::{Value, json};
 
-use super::api::{Api, Identity, Resource};
+use k8s_openapi::api::core::v1::ConfigMap;
+
+use super::api::{Api, Identity, Resource, answer};
 use super::{Output, PluginError, PolicySource, print_structured, split_target};
 use crate::drift::annotated::Annotated;
 use crate::drift::breakglass::{EXPIRES, REASON};
@@ -42,7 +44,7 @@ pub struct Args {
 pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCode, PluginError> {
     let (kind, name) = split_target(&args.target)?;
     let resource = api.resolve(kind).await?;
-    let object = match api.try_get(&resource.path(&api.namespace, name)).await? {
+    let object = match api.get_target(&resource, name).await? {
         Ok(o) => o,
         Err(r) => return Err(PluginError::from_refusal(r)),
     };
@@ -125,11 +127,11 @@ async fn read_application(
     sources: &mut Sources,
     notes: &mut Vec<String>,
 ) -> Result<Value, PluginError> {
-    let path = format!("/apis/argoproj.io/v1alpha1/namespaces/{app_ns}/applications/{application}");
+    let ar = crate::pause::application_resource();
     let mut entry = json!({"tool": "Argo CD", "kind": "Application",
                            "namespace": app_ns, "name": application});
     let mut found = None;
-    match api.try_get(&path).await? {
+    match api.get_object(&ar, Some(app_ns), application).await? {
         Ok(app) => match crate::policy::argocd::from_value(&app) {
             Ok(app) => {
                 entry["repoURL"] = json!(app.repo_url);
@@ -150,18 +152,22 @@ async fn read_application(
             r.message
         )),
     }
-    let cm = format!(
-        "/api/v1/namespaces/{}/configmaps/argocd-cm",
-        args.argocd_namespace
-    );
     let mut impersonation = false;
-    match api.try_get(&cm).await? {
+    let got = api
+        .namespaced::<ConfigMap>(&args.argocd_namespace)
+        .get("argocd-cm")
+        .await;
+    match answer(got, "get configmap argocd-cm")? {
         Ok(cm) => {
-            if let Some(data) = cm["data"].as_object() {
-                let (set, errors) = crate::sources::argocd_overrides(data);
+            if let Some(data) = cm.data {
+                let data = data
+                    .into_iter()
+                    .map(|(k, v)| (k, Value::String(v)))
+                    .collect();
+                let (set, errors) = crate::sources::argocd_overrides(&data);
                 notes.extend(errors.iter().map(|e| format!("argocd-cm: {e}")));
                 sources.argocd_overrides = Arc::new(set);
-                impersonation = impersonation::enabled(data);
+                impersonation = impersonation::enabled(&data);
             }
         }
         Err(r) if r.code == 404 => {}
@@ -184,26 +190,19 @@ async fn read_flux(
     sources: &mut Sources,
     notes: &mut Vec<String>,
 ) -> Result<Value, PluginError> {
-    let (kind, namespace, name, path) = match manager {
-        Manager::FluxKustomization { namespace, name } => (
-            FluxKind::Kustomization,
-            namespace,
-            name,
-            format!(
-                "/apis/kustomize.toolkit.fluxcd.io/v1/namespaces/{namespace}/kustomizations/{name}"
-            ),
-        ),
-        Manager::FluxHelmRelease { namespace, name } => (
-            FluxKind::HelmRelease,
-            namespace,
-            name,
-            format!("/apis/helm.toolkit.fluxcd.io/v2/namespaces/{namespace}/helmreleases/{name}"),
-        ),
+    let (kind, namespace, name) = match manager {
+        Manager::FluxKustomization { namespace, name } => {
+            (FluxKind::Kustomization, namespace, name)
+        }
+        Manager::FluxHelmRelease { namespace, name } => (FluxKind::HelmRelease, namespace, name),
         Manager::ArgoCd { .. } => return Ok(Value::Null),
     };
     let mut entry = json!({"tool": "Flux", "kind": kind.as_str(),
                            "namespace": namespace, "name": name});
-    match api.try_get(&path).await? {
+    match api
+        .get_object(&super::reach::flux_resource(kind), Some(namespace), name)
+        .await?
+    {
         Ok(value) => match crate::sources::flux_from_value(kind, &value) {
             Ok(src) => {
                 entry["source"] = json!(src.source);
@@ -364,11 +363,14 @@ async fn sync_account(
     argocd_namespace: &str,
     notes: &mut Vec<String>,
 ) -> Result<Option<String>, PluginError> {
-    let path = format!(
-        "/apis/argoproj.io/v1alpha1/namespaces/{argocd_namespace}/appprojects/{}",
-        app.project
-    );
-    let project = match api.try_get(&path).await? {
+    let project = match api
+        .get_object(
+            &super::reach::app_project_resource(),
+            Some(argocd_namespace),
+            &app.project,
+        )
+        .await?
+    {
         Ok(value) => AppProject::from_value(&value),
         Err(r) => {
             notes.push(format!(

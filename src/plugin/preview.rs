@@ -4,12 +4,17 @@
 
 use std::process::ExitCode;
 
-use http::Method;
+use kube::Resource as _;
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::core::DynamicObject;
 use serde_json::{Value, json};
 
 use super::api::Api;
 use super::{Color, Output, PluginError, paint, print_structured, split_target};
 use crate::text::printable;
+
+/// The field manager of preview's dry runs.
+const FIELD_MANAGER: &str = "kubectl-driftguard-preview";
 
 #[derive(Debug, clap::Args)]
 #[command(group(clap::ArgGroup::new("change").required(true).args(["patch", "set_image", "replicas", "filename"])))]
@@ -49,27 +54,37 @@ const CONTAINER_LISTS: [&str; 6] = [
 pub async fn run(api: &Api, args: Args) -> Result<ExitCode, PluginError> {
     let (kind, name) = split_target(&args.target)?;
     let resource = api.resolve(kind).await?;
-    let path = resource.path(&api.namespace, name);
-    let (method, content_type, patch) = if let Some(file) = &args.filename {
-        (
-            Method::PUT,
-            "application/json",
-            replacement(file, &resource.kind, name)?,
-        )
+    let ns = resource.namespaced.then_some(api.namespace.as_str());
+    let request = kube::core::Request::new(DynamicObject::url_path(&resource.api_resource(), ns));
+    let post = PostParams {
+        dry_run: true,
+        field_manager: Some(FIELD_MANAGER.into()),
+    };
+    let patch = PatchParams {
+        dry_run: true,
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    let built = if let Some(file) = &args.filename {
+        let object = replacement(file, &resource.kind, name)?;
+        request.replace(name, &post, object.to_string().into_bytes())
     } else if let Some(text) = &args.patch {
-        let patch: Value = serde_saphyr::from_str(text)
+        let body: Value = serde_saphyr::from_str(text)
             .map_err(|e| PluginError::Usage(format!("-p: not JSON or YAML: {e}")))?;
-        let ct = match args.patch_type.as_str() {
-            "json" => "application/json-patch+json",
-            "strategic" => "application/strategic-merge-patch+json",
-            _ => "application/merge-patch+json",
-        };
-        (Method::PATCH, ct, patch)
+        match args.patch_type.as_str() {
+            "json" => {
+                let ops: json_patch::Patch = serde_json::from_value(body)
+                    .map_err(|e| PluginError::Usage(format!("-p: not a JSON patch: {e}")))?;
+                request.patch(name, &patch, &Patch::<()>::Json(ops))
+            }
+            "strategic" => request.patch(name, &patch, &Patch::Strategic(body)),
+            _ => request.patch(name, &patch, &Patch::Merge(body)),
+        }
     } else if let Some(n) = args.replicas {
-        (
-            Method::PATCH,
-            "application/merge-patch+json",
-            json!({"spec": {"replicas": n}}),
+        request.patch(
+            name,
+            &patch,
+            &Patch::Merge(json!({"spec": {"replicas": n}})),
         )
     } else if let Some(spec) = &args.set_image {
         let (container, image) = spec
@@ -78,24 +93,20 @@ pub async fn run(api: &Api, args: Args) -> Result<ExitCode, PluginError> {
             .ok_or_else(|| {
                 PluginError::Usage(format!("--set-image {spec}: expected CONTAINER=IMAGE"))
             })?;
-        let object = match api.try_get(&path).await? {
+        let object = match api.get_target(&resource, name).await? {
             Ok(o) => o,
             Err(r) => return Err(PluginError::from_refusal(r)),
         };
-        (
-            Method::PATCH,
-            "application/json-patch+json",
-            image_patch(&object, container, image)?,
-        )
+        let ops = image_patch(&object, container, image)?;
+        request.patch(name, &patch, &Patch::<()>::Json(ops))
     } else {
         return Err(PluginError::Usage(
             "give -p PATCH, -f FILE, --set-image C=IMG or --replicas N".into(),
         ));
     };
-    let dry_run = format!("{path}?dryRun=All&fieldManager=kubectl-driftguard-preview");
-    let reply = api
-        .call(method, &dry_run, Some(content_type), Some(&patch))
-        .await?;
+    let built = built.map_err(|e| PluginError::Usage(format!("{}: {e}", args.target)))?;
+    // Sent raw: the `Warning:` headers and the webhook's Status are the answer.
+    let reply = api.send(built).await?;
     let (allowed, message, warnings) = match reply {
         Ok(reply) => (true, None, reply.warnings),
         Err(refusal) if refusal.by_webhook() => {
@@ -197,7 +208,11 @@ fn replacement(file: &std::path::Path, kind: &str, name: &str) -> Result<Value, 
 
 /// A JSON patch replacing the image of `container`, guarded by a `test` of
 /// the current value so that a concurrent change fails instead of landing.
-fn image_patch(object: &Value, container: &str, image: &str) -> Result<Value, PluginError> {
+fn image_patch(
+    object: &Value,
+    container: &str,
+    image: &str,
+) -> Result<json_patch::Patch, PluginError> {
     for list in CONTAINER_LISTS {
         let Some(items) = object.pointer(list).and_then(Value::as_array) else {
             continue;
@@ -208,10 +223,12 @@ fn image_patch(object: &Value, container: &str, image: &str) -> Result<Value, Pl
         {
             let at = format!("{list}/{i}/image");
             let current = items[i].get("image").cloned().unwrap_or(Value::Null);
-            return Ok(json!([
+            let ops = json!([
                 {"op": "test", "path": at, "value": current},
                 {"op": "replace", "path": at, "value": image},
-            ]));
+            ]);
+            return serde_json::from_value(ops)
+                .map_err(|e| PluginError::Usage(format!("--set-image: {e}")));
         }
     }
     Err(PluginError::Usage(format!(
@@ -259,7 +276,7 @@ mod tests {
     fn set_image_finds_the_container_by_name() {
         let d = json!({"spec": {"template": {"spec": {"containers": [
             {"name": "a", "image": "x:1"}, {"name": "b", "image": "y:1"}]}}}});
-        let p = image_patch(&d, "b", "y:2").unwrap();
+        let p = serde_json::to_value(image_patch(&d, "b", "y:2").unwrap()).unwrap();
         assert_eq!(p[1]["path"], "/spec/template/spec/containers/1/image");
         assert_eq!(p[0]["value"], "y:1");
         assert!(image_patch(&d, "c", "z").is_err());

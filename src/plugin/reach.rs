@@ -3,18 +3,19 @@
 //! impersonate, and runs [`crate::policy::reach`] over them. Nothing here
 //! fails `status`: what cannot be read is said.
 
-use kube::Resource;
-use kube::core::DynamicObject;
+use k8s_openapi::Resource as _;
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use kube::api::ListParams;
+use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
 
 use super::PluginError;
-use super::api::Api;
+use super::api::{Api, answer};
 use crate::policy::Policy;
 use crate::policy::flux::FluxKind;
 use crate::policy::impersonation::{self, AppProject};
 use crate::policy::reach::{Rbac, Reach, SyncTrust, reach};
-
-const RBAC: &str = "/apis/rbac.authorization.k8s.io/v1";
 
 /// The `trustedIdentityReach` part of `status -o json`: `checked` (false when
 /// no RBAC object could be listed, with `why`), `findings`, `clusterAdmins`,
@@ -29,27 +30,25 @@ pub async fn report(
     let mut rbac = Rbac::default();
     let mut listed = 0;
     macro_rules! list_into {
-        ($field:ident, $plural:literal) => {
-            match list(api, &format!("{RBAC}/{}", $plural)).await? {
-                Ok(items) => {
+        ($field:ident, $kind:ty) => {
+            let listed_now = api.all::<$kind>().list(&ListParams::default()).await;
+            match answer(
+                listed_now,
+                format_args!("list {}", <$kind>::URL_PATH_SEGMENT),
+            )? {
+                Ok(list) => {
                     listed += 1;
-                    for item in items {
-                        match serde_json::from_value(item) {
-                            Ok(object) => rbac.$field.push(object),
-                            Err(e) => not_readable
-                                .push(format!("{}: an item does not parse: {e}", $plural)),
-                        }
-                    }
+                    rbac.$field = list.items;
                 }
                 // The apiserver's refusal names the verb and the resource.
-                Err(why) => not_readable.push(why),
+                Err(r) => not_readable.push(r.message),
             }
         };
     }
-    list_into!(cluster_roles, "clusterroles");
-    list_into!(roles, "roles");
-    list_into!(cluster_role_bindings, "clusterrolebindings");
-    list_into!(role_bindings, "rolebindings");
+    list_into!(cluster_roles, ClusterRole);
+    list_into!(roles, Role);
+    list_into!(cluster_role_bindings, ClusterRoleBinding);
+    list_into!(role_bindings, RoleBinding);
     if listed == 0 {
         return Ok(json!({"checked": false, "why": not_readable.first(),
                          "notReadable": not_readable, "findings": []}));
@@ -66,17 +65,41 @@ pub async fn report(
     Ok(out)
 }
 
-/// Every item of a list path, or why not (404: the type is not served, an
-/// empty list).
-async fn list(api: &Api, path: &str) -> Result<Result<Vec<Value>, String>, PluginError> {
-    Ok(match api.try_get(path).await? {
-        Ok(mut list) => Ok(match list["items"].take() {
-            Value::Array(items) => items,
-            _ => Vec::new(),
-        }),
+/// Every object of a kind (in `namespace`, else everywhere), or why not
+/// (404: the type is not served, an empty list).
+async fn list(
+    api: &Api,
+    ar: &ApiResource,
+    namespace: Option<&str>,
+) -> Result<Result<Vec<Value>, String>, PluginError> {
+    Ok(match api.list_objects(ar, namespace).await? {
+        Ok(items) => Ok(items),
         Err(r) if r.code == 404 => Ok(Vec::new()),
         Err(r) => Err(r.message),
     })
+}
+
+/// Where Flux's Kustomizations and HelmReleases are served (the versions
+/// driftguard's sources read).
+pub fn flux_resource(kind: FluxKind) -> ApiResource {
+    let gvk = match kind {
+        FluxKind::Kustomization => {
+            GroupVersionKind::gvk("kustomize.toolkit.fluxcd.io", "v1", "Kustomization")
+        }
+        FluxKind::HelmRelease => {
+            GroupVersionKind::gvk("helm.toolkit.fluxcd.io", "v2", "HelmRelease")
+        }
+    };
+    ApiResource::from_gvk(&gvk)
+}
+
+/// Argo CD's AppProjects.
+pub fn app_project_resource() -> ApiResource {
+    ApiResource::from_gvk(&GroupVersionKind::gvk(
+        "argoproj.io",
+        "v1alpha1",
+        "AppProject",
+    ))
 }
 
 /// The service accounts Flux Kustomizations and HelmReleases name in
@@ -91,17 +114,8 @@ async fn sync_accounts(
 ) -> Result<Vec<SyncTrust>, PluginError> {
     let mut out = Vec::new();
     if policy.flux {
-        for (kind, path) in [
-            (
-                FluxKind::Kustomization,
-                "/apis/kustomize.toolkit.fluxcd.io/v1/kustomizations",
-            ),
-            (
-                FluxKind::HelmRelease,
-                "/apis/helm.toolkit.fluxcd.io/v2/helmreleases",
-            ),
-        ] {
-            match list(api, path).await? {
+        for kind in [FluxKind::Kustomization, FluxKind::HelmRelease] {
+            match list(api, &flux_resource(kind), None).await? {
                 Ok(items) => out.extend(items.iter().filter_map(|item| {
                     let src = crate::sources::flux_from_value(kind, item).ok()?;
                     Some(SyncTrust {
@@ -114,9 +128,18 @@ async fn sync_accounts(
         }
     }
     if policy.argocd.is_some() {
-        let cm = format!("/api/v1/namespaces/{argocd_namespace}/configmaps/argocd-cm");
-        let enabled = match api.try_get(&cm).await? {
-            Ok(cm) => cm["data"].as_object().is_some_and(impersonation::enabled),
+        let got = api
+            .namespaced::<ConfigMap>(argocd_namespace)
+            .get("argocd-cm")
+            .await;
+        let enabled = match answer(got, "get configmap argocd-cm")? {
+            Ok(cm) => cm.data.is_some_and(|data| {
+                let data = data
+                    .into_iter()
+                    .map(|(k, v)| (k, Value::String(v)))
+                    .collect();
+                impersonation::enabled(&data)
+            }),
             Err(r) if r.code == 404 => false,
             Err(r) => {
                 not_readable.push(format!("argocd-cm: {}", r.message));
@@ -124,20 +147,19 @@ async fn sync_accounts(
             }
         };
         if enabled {
-            let projects =
-                format!("/apis/argoproj.io/v1alpha1/namespaces/{argocd_namespace}/appprojects");
-            let projects: Vec<AppProject> = match list(api, &projects).await? {
-                Ok(items) => items
-                    .iter()
-                    .filter_map(|p| AppProject::from_value(p).ok())
-                    .collect(),
-                Err(why) => {
-                    not_readable.push(format!("AppProjects: {why}"));
-                    Vec::new()
-                }
-            };
-            let all_apps = DynamicObject::url_path(&crate::pause::application_resource(), None);
-            let apps = match list(api, &all_apps).await? {
+            let projects = app_project_resource();
+            let projects: Vec<AppProject> =
+                match list(api, &projects, Some(argocd_namespace)).await? {
+                    Ok(items) => items
+                        .iter()
+                        .filter_map(|p| AppProject::from_value(p).ok())
+                        .collect(),
+                    Err(why) => {
+                        not_readable.push(format!("AppProjects: {why}"));
+                        Vec::new()
+                    }
+                };
+            let apps = match list(api, &crate::pause::application_resource(), None).await? {
                 Ok(items) => items
                     .iter()
                     .filter_map(|a| crate::policy::argocd::from_value(a).ok())

@@ -4,9 +4,17 @@
 
 use std::process::ExitCode;
 
+use k8s_openapi::ByteString;
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration, WebhookClientConfig,
+};
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{ListParams, ObjectMeta};
 use serde_json::{Value, json};
 
-use super::api::{Api, Resource};
+use super::api::{Api, Resource, answer};
 use super::{Color, Output, PluginError, PolicySource, paint, print_structured};
 use crate::drift::breakglass;
 
@@ -33,15 +41,53 @@ pub struct Args {
     argocd_namespace: String,
 }
 
-const KINDS: [(&str, &str); 2] = [
-    (
-        "ValidatingWebhookConfiguration",
-        "validatingwebhookconfigurations",
-    ),
-    (
-        "MutatingWebhookConfiguration",
-        "mutatingwebhookconfigurations",
-    ),
+/// One webhook of either configuration, as `status` reads it.
+struct Hook {
+    name: String,
+    failure_policy: Option<String>,
+    client: WebhookClientConfig,
+}
+
+/// The webhooks of configuration `kind` named `name`; `None` when it does
+/// not exist.
+async fn webhooks(api: &Api, kind: &str, name: &str) -> Result<Option<Vec<Hook>>, PluginError> {
+    let got = if kind == "ValidatingWebhookConfiguration" {
+        let got = api.all::<ValidatingWebhookConfiguration>().get(name).await;
+        answer(got, format_args!("get {kind} {name}"))?.map(|c| {
+            c.webhooks
+                .into_iter()
+                .flatten()
+                .map(|h| Hook {
+                    name: h.name,
+                    failure_policy: h.failure_policy,
+                    client: h.client_config,
+                })
+                .collect()
+        })
+    } else {
+        let got = api.all::<MutatingWebhookConfiguration>().get(name).await;
+        answer(got, format_args!("get {kind} {name}"))?.map(|c| {
+            c.webhooks
+                .into_iter()
+                .flatten()
+                .map(|h| Hook {
+                    name: h.name,
+                    failure_policy: h.failure_policy,
+                    client: h.client_config,
+                })
+                .collect()
+        })
+    };
+    match got {
+        Ok(hooks) => Ok(Some(hooks)),
+        Err(r) if r.code == 404 => Ok(None),
+        Err(r) => Err(PluginError::from_refusal(r)),
+    }
+}
+
+const KINDS: [&str; 2] = [
+    "ValidatingWebhookConfiguration",
+    "MutatingWebhookConfiguration",
 ];
 
 pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCode, PluginError> {
@@ -52,56 +98,49 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
     let mut healthy = true;
     let mut configurations = Vec::new();
     let mut service_target: Option<(String, String)> = None;
-    for (kind, plural) in KINDS {
-        let path = format!("/apis/admissionregistration.k8s.io/v1/{plural}/{}", name);
-        let config = match api.try_get(&path).await? {
-            Ok(c) => c,
-            Err(r) if r.code == 404 => {
-                healthy = false;
-                configurations.push(json!({"kind": kind, "name": name, "present": false}));
-                continue;
-            }
-            Err(r) => return Err(PluginError::from_refusal(r)),
+    for kind in KINDS {
+        let Some(config) = webhooks(api, kind, &name).await? else {
+            healthy = false;
+            configurations.push(json!({"kind": kind, "name": name, "present": false}));
+            continue;
         };
         let mut hooks = Vec::new();
-        for hook in config["webhooks"].as_array().into_iter().flatten() {
-            let cc = &hook["clientConfig"];
-            let ca = cc["caBundle"].as_str().is_some_and(|s| !s.is_empty());
+        for hook in config {
+            let cc = &hook.client;
+            let ca_bundle = cc.ca_bundle.as_ref().map(|b| b.0.as_slice());
+            let ca = ca_bundle.is_some_and(|b| !b.is_empty());
             healthy &= ca;
-            let (target, endpoints, reachable) =
-                match (cc["url"].as_str(), cc["service"].as_object()) {
-                    (Some(url), _) => {
-                        let tls = check_tls(url, &cc["caBundle"]).await;
-                        healthy &= tls.ok;
-                        (url.to_owned(), Value::Null, json!(tls))
+            let (target, endpoints, reachable) = match (cc.url.as_deref(), cc.service.as_ref()) {
+                (Some(url), _) => {
+                    let tls = check_tls(url, ca_bundle.unwrap_or_default()).await;
+                    healthy &= tls.ok;
+                    (url.to_owned(), Value::Null, json!(tls))
+                }
+                (None, Some(svc)) => {
+                    let (ns, name) = (svc.namespace.as_str(), svc.name.as_str());
+                    if service_target.is_none() {
+                        service_target = Some((ns.to_owned(), name.to_owned()));
                     }
-                    (None, Some(svc)) => {
-                        let ns = svc
-                            .get("namespace")
-                            .and_then(Value::as_str)
-                            .unwrap_or_default();
-                        let name = svc.get("name").and_then(Value::as_str).unwrap_or_default();
-                        if service_target.is_none() {
-                            service_target = Some((ns.to_owned(), name.to_owned()));
-                        }
-                        let ready = ready_endpoints(api, ns, name).await?;
-                        if ready == Some(0) {
-                            healthy = false;
-                        }
-                        let serving = check_serving_secret(api, ns, name, &cc["caBundle"]).await?;
-                        healthy &= serving.verifies != Some(false);
-                        (format!("service {ns}/{name}"), json!(ready), json!(serving))
+                    let ready = ready_endpoints(api, ns, name).await?;
+                    if ready == Some(0) {
+                        healthy = false;
                     }
-                    _ => (String::new(), Value::Null, Value::Null),
-                };
+                    let serving =
+                        check_serving_secret(api, ns, name, ca_bundle.unwrap_or_default()).await?;
+                    healthy &= serving.verifies != Some(false);
+                    (format!("service {ns}/{name}"), json!(ready), json!(serving))
+                }
+                _ => (String::new(), Value::Null, Value::Null),
+            };
+            let by_url = cc.url.is_some();
             hooks.push(json!({
-                "name": hook["name"],
-                "failurePolicy": hook["failurePolicy"],
+                "name": hook.name,
+                "failurePolicy": hook.failure_policy,
                 "caBundle": ca,
                 "calls": target,
                 "readyEndpoints": endpoints,
-                "tlsFromHere": if cc["url"].is_string() { reachable.clone() } else { Value::Null },
-                "servingCertificate": if cc["url"].is_string() { Value::Null } else { reachable },
+                "tlsFromHere": if by_url { reachable.clone() } else { Value::Null },
+                "servingCertificate": if by_url { Value::Null } else { reachable },
             }));
         }
         configurations
@@ -241,20 +280,19 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
 /// refusal is reported by the caller), else the one the chart labelled.
 async fn default_name(api: &Api) -> Result<String, PluginError> {
     const DEFAULT: &str = "driftguard";
-    let base = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations";
-    match api.try_get(&format!("{base}/{DEFAULT}")).await? {
+    let configs = api.all::<ValidatingWebhookConfiguration>();
+    match answer(configs.get_metadata(DEFAULT).await, DEFAULT)? {
         Err(r) if r.code == 404 => {}
         _ => return Ok(DEFAULT.to_owned()),
     }
-    let selector = "labelSelector=app.kubernetes.io%2Fname%3Ddriftguard";
-    let Ok(list) = api.try_get(&format!("{base}?{selector}")).await? else {
+    let params = ListParams::default().labels("app.kubernetes.io/name=driftguard");
+    let Ok(list) = answer(configs.list_metadata(&params).await, "list")? else {
         return Ok(DEFAULT.to_owned());
     };
-    let names: Vec<&str> = list["items"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|c| c["metadata"]["name"].as_str())
+    let names: Vec<&str> = list
+        .items
+        .iter()
+        .filter_map(|c| c.metadata.name.as_deref())
         .collect();
     Ok(match names.as_slice() {
         [one] => (*one).to_owned(),
@@ -275,7 +313,7 @@ struct TlsCheck {
 /// Connects to a webhook URL (2 s) and verifies its certificate against the
 /// configuration's caBundle, as the apiserver will. A hint: the apiserver
 /// may see the network differently from this machine.
-async fn check_tls(url: &str, ca_bundle: &Value) -> TlsCheck {
+async fn check_tls(url: &str, ca: &[u8]) -> TlsCheck {
     let fail = |reachable, verifies, text: String| TlsCheck {
         ok: false,
         reachable,
@@ -303,13 +341,9 @@ async fn check_tls(url: &str, ca_bundle: &Value) -> TlsCheck {
         Ok(Err(e)) => return fail(false, None, format!("NOT REACHABLE from here: {e}")),
         Err(_) => return fail(false, None, "NOT REACHABLE from here: timed out".into()),
     };
-    let ca: Vec<u8> = match serde_json::from_value::<k8s_openapi::ByteString>(ca_bundle.clone()) {
-        Ok(b) => b.0,
-        Err(e) => return fail(true, Some(false), format!("caBundle is not base64: {e}")),
-    };
     let mut roots = rustls::RootCertStore::empty();
     use rustls_pki_types::pem::PemObject;
-    for cert in rustls_pki_types::CertificateDer::pem_slice_iter(&ca).flatten() {
+    for cert in rustls_pki_types::CertificateDer::pem_slice_iter(ca).flatten() {
         let _ = roots.add(cert);
     }
     if roots.is_empty() {
@@ -465,16 +499,19 @@ async fn check_serving_secret(
     api: &Api,
     ns: &str,
     name: &str,
-    ca_bundle: &Value,
+    ca: &[u8],
 ) -> Result<ServingCheck, PluginError> {
     let secret = format!("{ns}/{name}-tls");
-    let path = format!("/api/v1/namespaces/{ns}/secrets/{name}-tls");
     let not_checked = |text: String| ServingCheck {
         secret: secret.clone(),
         verifies: None,
         text: format!("caBundle not checked: {text}"),
     };
-    let object = match api.try_get(&path).await? {
+    let got = api
+        .namespaced::<Secret>(ns)
+        .get(&format!("{name}-tls"))
+        .await;
+    let object = match answer(got, format_args!("get secret {secret}"))? {
         Ok(o) => o,
         Err(r) if r.code == 403 => {
             return Ok(not_checked(format!(
@@ -489,32 +526,20 @@ async fn check_serving_secret(
         }
         Err(r) => return Ok(not_checked(format!("Secret {secret}: {}", r.message))),
     };
-    let decode = |v: &Value| {
-        serde_json::from_value::<k8s_openapi::ByteString>(v.clone())
-            .map(|b| b.0)
-            .map_err(|e| e.to_string())
-    };
-    let Ok(leaf) = decode(&object["data"]["tls.crt"]) else {
+    let Some(ByteString(leaf)) = object.data.and_then(|mut d| d.remove("tls.crt")) else {
         return Ok(not_checked(format!("Secret {secret} has no tls.crt")));
     };
     let dns = format!("{name}.{ns}.svc");
-    Ok(match decode(ca_bundle) {
+    Ok(match verify_chain(&leaf, ca, &dns) {
+        Ok(()) => ServingCheck {
+            secret: secret.clone(),
+            verifies: Some(true),
+            text: format!("caBundle verifies tls.crt of Secret {secret} for {dns}"),
+        },
         Err(e) => ServingCheck {
             secret: secret.clone(),
             verifies: Some(false),
-            text: format!("caBundle is not base64: {e}"),
-        },
-        Ok(ca) => match verify_chain(&leaf, &ca, &dns) {
-            Ok(()) => ServingCheck {
-                secret: secret.clone(),
-                verifies: Some(true),
-                text: format!("caBundle verifies tls.crt of Secret {secret} for {dns}"),
-            },
-            Err(e) => ServingCheck {
-                secret: secret.clone(),
-                verifies: Some(false),
-                text: format!("caBundle does NOT verify tls.crt of Secret {secret} for {dns}: {e}"),
-            },
+            text: format!("caBundle does NOT verify tls.crt of Secret {secret} for {dns}: {e}"),
         },
     })
 }
@@ -613,28 +638,30 @@ fn print_events(report: &Value) {
 /// The 10 most recent driftguard Events with `reason` in every namespace, or
 /// why they cannot be read (a string; not fatal).
 async fn recent_events(api: &Api, reason: &str) -> Result<Value, PluginError> {
-    let path = format!("/apis/events.k8s.io/v1/events?fieldSelector=reason%3D{reason}");
-    let list = match api.try_get(&path).await? {
+    let params = ListParams::default().fields(&format!("reason={reason}"));
+    let list = match answer(api.all::<Event>().list(&params).await, "list events")? {
         Ok(list) => list,
         Err(r) => return Ok(json!(r.message)),
     };
-    let mut events: Vec<Value> = list["items"]
-        .as_array()
+    let mut events: Vec<Value> = list
+        .items
         .into_iter()
-        .flatten()
-        .filter(|e| e["reportingController"] == "driftguard")
+        .filter(|e| e.reporting_controller.as_deref() == Some("driftguard"))
         .map(|e| {
-            let time = e["series"]["lastObservedTime"]
-                .as_str()
-                .or(e["eventTime"].as_str())
-                .or(e["metadata"]["creationTimestamp"].as_str());
-            let r = &e["regarding"];
-            let ns = r["namespace"].as_str().map(|n| format!("{n}/")).unwrap_or_default();
+            // As the apiserver wrote it (RFC 3339), so that times sort as text.
+            let time = e
+                .series
+                .as_ref()
+                .map(|s| json!(s.last_observed_time))
+                .or(e.event_time.as_ref().map(|t| json!(t)))
+                .or(e.metadata.creation_timestamp.as_ref().map(|t| json!(t)));
+            let r = e.regarding.unwrap_or_default();
+            let ns = r.namespace.as_deref().map(|n| format!("{n}/")).unwrap_or_default();
             json!({
                 "time": time,
-                "object": format!("{} {ns}{}", r["kind"].as_str().unwrap_or_default(), r["name"].as_str().unwrap_or_default()),
+                "object": format!("{} {ns}{}", r.kind.as_deref().unwrap_or_default(), r.name.as_deref().unwrap_or_default()),
                 "regarding": r,
-                "note": e["note"],
+                "note": e.note,
             })
         })
         .collect();
@@ -675,11 +702,7 @@ async fn break_glass_scan(
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut listed = 0;
     for (resource, list) in lists {
-        let name = if resource.group.is_empty() {
-            resource.plural.clone()
-        } else {
-            format!("{}.{}", resource.plural, resource.group)
-        };
+        let name = resource.qualified();
         let items = match list? {
             Ok(items) => items,
             Err(r) if r.code == 403 => {
@@ -718,12 +741,12 @@ async fn break_glass_scan(
 /// One listed object's break-glass state and its entry, unless it has none.
 pub(crate) fn break_glass_entry(
     resource: &Resource,
-    item: &Value,
+    meta: &ObjectMeta,
     policy: &crate::policy::Policy,
     now: jiff::Timestamp,
 ) -> Option<(breakglass::State, Value)> {
     use crate::drift::breakglass::{EXPIRES, PAUSED, REASON};
-    let object = json!({"kind": resource.kind, "metadata": item["metadata"]});
+    let object = json!({"kind": resource.kind, "metadata": meta});
     let state = breakglass::state(
         &crate::drift::inputs::Inputs::read(&object, policy),
         policy,
@@ -732,7 +755,7 @@ pub(crate) fn break_glass_entry(
     if state == breakglass::State::None {
         return None;
     }
-    let meta = &item["metadata"];
+    let meta = &object["metadata"];
     let name = meta["name"].as_str().unwrap_or_default();
     let ns = meta["namespace"].as_str().unwrap_or_default();
     let shown_ns = if ns.is_empty() {
@@ -759,17 +782,14 @@ pub(crate) fn break_glass_entry(
 /// Ready endpoints of a Service, from its EndpointSlices; `None` when they
 /// cannot be read (reported, not fatal).
 async fn ready_endpoints(api: &Api, ns: &str, name: &str) -> Result<Option<u64>, PluginError> {
-    let path = format!(
-        "/apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices?labelSelector=kubernetes.io%2Fservice-name%3D{name}"
-    );
-    Ok(match api.try_get(&path).await? {
+    let params = ListParams::default().labels(&format!("kubernetes.io/service-name={name}"));
+    let listed = api.namespaced::<EndpointSlice>(ns).list(&params).await;
+    Ok(match answer(listed, "list endpointslices")? {
         Ok(list) => Some(
-            list["items"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .flat_map(|s| s["endpoints"].as_array().into_iter().flatten())
-                .filter(|e| e["conditions"]["ready"] != false)
+            list.items
+                .iter()
+                .flat_map(|s| s.endpoints.iter().flatten())
+                .filter(|e| e.conditions.as_ref().and_then(|c| c.ready) != Some(false))
                 .count() as u64,
         ),
         Err(r) => {
@@ -784,7 +804,7 @@ async fn ready_endpoints(api: &Api, ns: &str, name: &str) -> Result<Option<u64>,
 
 #[cfg(test)]
 mod tests {
-    use super::{break_glass_entry, metrics_report, verify_chain};
+    use super::{ObjectMeta, break_glass_entry, metrics_report, verify_chain};
     use crate::plugin::api::Resource;
     use serde_json::json;
 
@@ -804,8 +824,11 @@ mod tests {
                 "annotations": {"driftguard.io/break-glass": "INC-1",
                                 "driftguard.io/break-glass-expires": expires}}})
         };
+        let meta = |v: serde_json::Value| -> ObjectMeta {
+            serde_json::from_value(v["metadata"].clone()).unwrap()
+        };
         let (state, e) =
-            break_glass_entry(&cm, &item("2030-01-01T15:59:00Z"), &policy, now).unwrap();
+            break_glass_entry(&cm, &meta(item("2030-01-01T15:59:00Z")), &policy, now).unwrap();
         assert_eq!(state.name(), "active");
         assert_eq!(e["object"], "ConfigMap production/settings");
         assert_eq!(e["apiVersion"], "v1");
@@ -815,15 +838,15 @@ mod tests {
         let mut paused = item("2030-01-01T15:59:00Z");
         paused["metadata"]["annotations"]["driftguard.io/break-glass-paused"] =
             json!("kustomize.toolkit.fluxcd.io/reconcile");
-        let (_, e) = break_glass_entry(&cm, &paused, &policy, now).unwrap();
+        let (_, e) = break_glass_entry(&cm, &meta(paused), &policy, now).unwrap();
         assert_eq!(e["paused"], "kustomize.toolkit.fluxcd.io/reconcile");
         let (state, _) =
-            break_glass_entry(&cm, &item("2030-01-01T11:00:00Z"), &policy, now).unwrap();
+            break_glass_entry(&cm, &meta(item("2030-01-01T11:00:00Z")), &policy, now).unwrap();
         assert_eq!(state.name(), "expired");
-        let (state, _) = break_glass_entry(&cm, &item("tomorrow"), &policy, now).unwrap();
+        let (state, _) = break_glass_entry(&cm, &meta(item("tomorrow")), &policy, now).unwrap();
         assert_eq!(state.name(), "invalid");
         let plain = json!({"metadata": {"name": "x", "namespace": "production"}});
-        assert!(break_glass_entry(&cm, &plain, &policy, now).is_none());
+        assert!(break_glass_entry(&cm, &meta(plain), &policy, now).is_none());
 
         let ns = Resource {
             group: String::new(),
@@ -834,10 +857,10 @@ mod tests {
         };
         let item = json!({"metadata": {"name": "production",
             "annotations": {"driftguard.io/break-glass-expires": "2030-01-01T13:00:00Z"}}});
-        let (_, e) = break_glass_entry(&ns, &item, &policy, now).unwrap();
+        let (_, e) = break_glass_entry(&ns, &meta(item), &policy, now).unwrap();
         assert_eq!(e["object"], "Namespace production");
         assert_eq!(e["namespace"], serde_json::Value::Null);
-        assert_eq!(ns.list_path(), "/api/v1/namespaces");
+        assert_eq!(ns.qualified(), "namespaces");
     }
 
     #[test]
