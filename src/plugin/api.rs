@@ -10,6 +10,7 @@ use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::authentication::v1::SelfSubjectReview;
 use kube::api::{ListParams, ObjectMeta, PostParams};
 use kube::client::{APIGroupDiscoveryList, Body};
+use kube::core::response::StatusDetails;
 use kube::core::{ApiResource, DynamicObject, Status};
 use serde_json::Value;
 
@@ -45,6 +46,9 @@ pub struct Refusal {
     pub code: u16,
     pub message: String,
     pub warnings: Vec<String>,
+    /// The Status's `details`: a webhook's denial carries the drifted paths
+    /// there ([`crate::response::drifted`]).
+    pub details: Option<StatusDetails>,
 }
 
 impl Refusal {
@@ -60,6 +64,7 @@ impl From<Status> for Refusal {
             code: status.code,
             message: status.message,
             warnings: Vec::new(),
+            details: status.details,
         }
     }
 }
@@ -490,6 +495,7 @@ fn refusal(
     let parsed = serde_json::from_slice::<Status>(bytes)
         .ok()
         .filter(|s| !s.message.is_empty());
+    let details = parsed.as_ref().and_then(|s| s.details.clone());
     let message = parsed.map(|s| s.message).unwrap_or_else(|| {
         format!(
             "{method} {path}: HTTP {status}: {}",
@@ -500,6 +506,7 @@ fn refusal(
         code: status.as_u16(),
         message,
         warnings,
+        details,
     }
 }
 

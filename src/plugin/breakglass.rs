@@ -495,6 +495,7 @@ impl Target<'_> {
                     code,
                     message,
                     warnings,
+                    details: None,
                 }),
                 Ending::Application { application, error } => {
                     let (namespace, name) = application.split_once('/').unwrap_or_default();
@@ -509,6 +510,7 @@ impl Target<'_> {
                         code,
                         message,
                         warnings,
+                        details: None,
                     };
                     return Err(PluginError::from_refusal(refusal));
                 }

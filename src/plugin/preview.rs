@@ -7,10 +7,12 @@ use std::process::ExitCode;
 use kube::Resource as _;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::core::DynamicObject;
+use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::api::Api;
 use super::{Color, Output, PluginError, paint, print_structured, split_target};
+use crate::response::drifted;
 use crate::text::printable;
 
 /// The field manager of preview's dry runs.
@@ -50,6 +52,30 @@ const CONTAINER_LISTS: [&str; 6] = [
     "/spec/containers",
     "/spec/initContainers",
 ];
+
+/// What `preview -o json|yaml` prints.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Report<'a> {
+    object: &'a str,
+    namespace: &'a str,
+    allowed: bool,
+    /// `allowed` or `denied`.
+    verdict: &'static str,
+    /// driftguard's dry-run warning: what the real write would get.
+    real_write_would: Option<String>,
+    /// The denial's message, as the apiserver sent it.
+    message: Option<String>,
+    warnings: Vec<String>,
+    /// RFC 6901 pointers, whole (`""`: the whole object), read from the
+    /// denial's `details.causes` or, for an allowed write, from one
+    /// `driftguard: drifted PATH` warning each ([`crate::response::drifted`]).
+    drifted_paths: Vec<String>,
+    /// False when the webhook named some paths only cut (a warning too
+    /// long) or counted them without naming them (its bounds).
+    drifted_paths_complete: bool,
+    next: String,
+}
 
 pub async fn run(api: &Api, args: Args) -> Result<ExitCode, PluginError> {
     let (kind, name) = split_target(&args.target)?;
@@ -106,77 +132,76 @@ pub async fn run(api: &Api, args: Args) -> Result<ExitCode, PluginError> {
     };
     let built = built.map_err(|e| PluginError::Usage(format!("{}: {e}", args.target)))?;
     // Sent raw: the `Warning:` headers and the webhook's Status are the answer.
-    let reply = api.send(built).await?;
-    let (allowed, message, warnings) = match reply {
-        Ok(reply) => (true, None, reply.warnings),
+    let (allowed, message, warnings, read) = match api.send(built).await? {
+        Ok(reply) => {
+            let read = drifted::from_warnings(&reply.warnings);
+            (true, None, reply.warnings, read)
+        }
         Err(refusal) if refusal.by_webhook() => {
-            (false, Some(refusal.message.clone()), refusal.warnings)
+            let read = drifted::from_details(refusal.details.as_ref());
+            (false, Some(refusal.message), refusal.warnings, read)
         }
         Err(refusal) => return Err(PluginError::from_refusal(refusal)),
     };
-    let mut paths = Vec::new();
-    for text in message.iter().chain(warnings.iter()) {
-        if text.contains("driftguard") {
-            for p in drifted_paths(text) {
-                if !paths.contains(&p) {
-                    paths.push(p);
-                }
-            }
-        }
-    }
     let verdict = warnings
         .iter()
         .find_map(|w| w.strip_prefix("driftguard: dry run: the real write would "))
         .map(str::to_owned);
-    let next = next_step(allowed, &paths, &args.target, &api.namespace);
+    let report = Report {
+        object: &args.target,
+        namespace: &api.namespace,
+        allowed,
+        verdict: if allowed { "allowed" } else { "denied" },
+        real_write_would: verdict,
+        message,
+        warnings,
+        next: next_step(allowed, &read.paths, &args.target, &api.namespace),
+        drifted_paths_complete: read.missing == 0,
+        drifted_paths: read.paths,
+    };
     if args.output != Output::Text {
-        print_structured(
-            &json!({
-                "object": args.target,
-                "namespace": api.namespace,
-                "allowed": allowed,
-                "verdict": if allowed { "allowed" } else { "denied" },
-                "realWriteWould": verdict,
-                "message": message,
-                "warnings": warnings,
-                "driftedPaths": paths,
-                "next": next,
-            }),
-            args.output,
-        )?;
+        print_structured(&report, args.output)?;
     } else {
-        match &message {
-            None => println!(
-                "verdict: {} (the real write would be allowed)",
-                paint("allowed", Color::Green)
-            ),
-            Some(m) => {
-                println!(
-                    "verdict: {} (the real write would be denied)",
-                    paint("denied", Color::Red)
-                );
-                println!("message: {}", printable(m));
-            }
-        }
-        if let Some(v) = &verdict {
-            println!("driftguard: the real write would {}", printable(v));
-        }
-        for w in &warnings {
-            println!("Warning: {}", printable(w));
-        }
-        if !paths.is_empty() {
-            println!("drifted paths:");
-            for p in &paths {
-                println!("  {}", printable(p));
-            }
-        }
-        println!("next: {}", printable(&next));
+        print_text(&report);
     }
     Ok(if allowed {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
     })
+}
+
+fn print_text(report: &Report) {
+    match &report.message {
+        None => println!(
+            "verdict: {} (the real write would be allowed)",
+            paint("allowed", Color::Green)
+        ),
+        Some(m) => {
+            println!(
+                "verdict: {} (the real write would be denied)",
+                paint("denied", Color::Red)
+            );
+            println!("message: {}", printable(m));
+        }
+    }
+    if let Some(v) = &report.real_write_would {
+        println!("driftguard: the real write would {}", printable(v));
+    }
+    for w in &report.warnings {
+        println!("Warning: {}", printable(w));
+    }
+    if !report.drifted_paths.is_empty() {
+        println!("drifted paths:");
+        for p in &report.drifted_paths {
+            let p = if p.is_empty() { "(whole object)" } else { p };
+            println!("  {}", printable(p));
+        }
+    }
+    if !report.drifted_paths_complete {
+        println!("  (more drifted paths than driftguard's answer names whole)");
+    }
+    println!("next: {}", printable(&report.next));
 }
 
 /// The object of `-f FILE`, which must be KIND/NAME.
@@ -236,14 +261,6 @@ fn image_patch(
     )))
 }
 
-/// RFC 6901 pointers named in a driftguard message or warning.
-fn drifted_paths(text: &str) -> Vec<String> {
-    text.split(|c: char| c.is_whitespace() || c == ',')
-        .filter(|t| t.starts_with('/') && t.len() > 1)
-        .map(|t| t.trim_end_matches(['.', ';', ')', ':']).to_owned())
-        .collect()
-}
-
 fn next_step(allowed: bool, paths: &[String], target: &str, namespace: &str) -> String {
     match (allowed, paths.is_empty()) {
         (true, true) => "make the change; driftguard has nothing against it".into(),
@@ -261,15 +278,43 @@ mod tests {
     use super::*;
 
     #[test]
-    fn paths_are_read_from_messages() {
-        let m = "driftguard: Deployment production/myapp is managed by Argo CD application myapp; this UPDATE drifts from Git at /spec/template/spec/containers/0/image, /metadata/labels/x. Change it in Git";
-        assert_eq!(
-            drifted_paths(m),
-            vec![
-                "/spec/template/spec/containers/0/image",
-                "/metadata/labels/x"
-            ]
-        );
+    fn the_report_keeps_its_json_field_names() {
+        let report = Report {
+            object: "cm/settings",
+            namespace: "production",
+            allowed: false,
+            verdict: "denied",
+            real_write_would: None,
+            message: Some("denied".into()),
+            warnings: vec!["w".into()],
+            drifted_paths: vec!["/data/A".into(), String::new()],
+            drifted_paths_complete: true,
+            next: "n".into(),
+        };
+        let json = serde_json::to_value(&report).unwrap();
+        let mut keys: Vec<&str> = json
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        keys.sort_unstable();
+        let mut want = [
+            "object",
+            "namespace",
+            "allowed",
+            "verdict",
+            "realWriteWould",
+            "message",
+            "warnings",
+            "driftedPaths",
+            "driftedPathsComplete",
+            "next",
+        ];
+        want.sort_unstable();
+        assert_eq!(keys, want);
+        assert_eq!(json["realWriteWould"], Value::Null);
+        assert_eq!(json["driftedPaths"], json!(["/data/A", ""]));
     }
 
     #[test]
