@@ -477,6 +477,7 @@ mod tests {
             let explained = explain::break_glass_report(&policy, &me, &inputs);
             let meta = serde_json::from_value(o["metadata"].clone()).unwrap();
             let listed = status::break_glass_entry(&resource, &meta, &policy, now);
+            let explained = serde_json::to_value(&explained).unwrap();
             if want == "none" {
                 assert!(explained["onObject"].is_null(), "{explained}");
                 assert!(listed.is_none(), "{listed:?}");
