@@ -291,11 +291,6 @@ fn split_target(target: &str) -> Result<(&str, &str), PluginError> {
         ))),
     }
 }
-/// A string read from the cluster, made safe to print on a terminal
-/// ([`printable`]); anything else prints as nothing.
-fn shown(v: &serde_json::Value) -> String {
-    printable(v.as_str().unwrap_or_default()).into_owned()
-}
 
 /// Writes `value` as JSON or YAML on stdout.
 fn print_structured(value: &impl serde::Serialize, output: Output) -> Result<(), PluginError> {
@@ -484,6 +479,7 @@ mod tests {
                 continue;
             }
             let (listed_state, entry) = listed.expect("status lists it");
+            let entry = serde_json::to_value(&entry).unwrap();
             assert_eq!(listed_state, state, "{o}");
             for report in [&explained["onObject"], &entry] {
                 assert_eq!(report["state"], want, "{report}");
