@@ -18,7 +18,8 @@ use jiff::{SignedDuration, Timestamp};
 use kube::Resource as _;
 use kube::api::{Patch, PatchParams};
 use kube::core::DynamicObject;
-use serde_json::{Value, json};
+use serde::Serialize;
+use serde_json::Value;
 
 use super::api::{Api, Identity, Refusal, Reply, Resource};
 use super::pause::{
@@ -56,7 +57,9 @@ pub struct Args {
     output: Output,
 }
 
-/// What was paused or resumed, for the report.
+/// What was paused or resumed, for the report (`pause` in JSON).
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
 struct PauseReport {
     tool: Option<&'static str>,
     /// The annotation that pauses, and where it is.
@@ -74,13 +77,34 @@ struct PauseReport {
     pause_by_hand: Option<String>,
 }
 
-impl PauseReport {
-    fn json(&self) -> Value {
-        json!({"tool": self.tool, "control": self.control, "target": self.target,
-               "state": self.state, "pausedFor": self.paused_for,
-               "applicationSet": self.application_set, "text": self.text,
-               "warning": self.warning, "pauseByHand": self.pause_by_hand})
-    }
+/// What `break-glass -o json|yaml` prints.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Report<'a> {
+    object: ObjectRef<'a>,
+    /// granted | refused | ended
+    action: &'static str,
+    user: &'a str,
+    reason: Option<&'a str>,
+    /// RFC 3339; null unless granted.
+    expires: Option<String>,
+    /// Why it was refused (the server's words, whole); absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    refusal: Option<String>,
+    /// After a denial by the server: what the policy's copy suggests (may be null).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    hint: Option<Option<String>>,
+    /// When granted or ended.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pause: Option<&'a PauseReport>,
+}
+
+#[derive(Debug, Serialize)]
+struct ObjectRef<'a> {
+    kind: &'a str,
+    name: &'a str,
+    /// Null for a cluster-scoped object.
+    namespace: Option<&'a str>,
 }
 
 /// A write's result: the apiserver's reply, or driftguard's denial.
@@ -116,19 +140,19 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
     } else {
         String::new()
     };
-    let result = |action: &str, expires: Option<String>, refused: Option<&str>| {
-        let mut r = json!({
-            "object": {"kind": resource.kind, "name": name,
-                       "namespace": resource.namespaced.then_some(&api.namespace)},
-            "action": action,
-            "user": me.username,
-            "reason": reason,
-            "expires": expires,
-        });
-        if let Some(why) = refused {
-            r["refusal"] = json!(why);
-        }
-        r
+    let result = |action: &'static str, expires: Option<String>, refused: Option<&str>| Report {
+        object: ObjectRef {
+            kind: &resource.kind,
+            name,
+            namespace: resource.namespaced.then_some(api.namespace.as_str()),
+        },
+        action,
+        user: &me.username,
+        reason,
+        expires,
+        refusal: refused.map(str::to_owned),
+        hint: None,
+        pause: None,
     };
     let target = Target {
         api,
@@ -166,7 +190,7 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
             }
             if args.output != Output::Text {
                 let mut r = result("refused", None, Some(&refusal.message));
-                r["hint"] = json!(hint);
+                r.hint = Some(hint);
                 print_structured(&r, args.output)?;
             }
             return Ok(ExitCode::from(1));
@@ -192,7 +216,7 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
             Some((at, _)) => result("granted", Some(at.to_string()), None),
             None => result("ended", None, None),
         };
-        r["pause"] = pause.json();
+        r.pause = Some(&pause);
         print_structured(&r, args.output)?;
         return Ok(ExitCode::SUCCESS);
     }
@@ -781,6 +805,79 @@ fn expiry(now: Timestamp, duration: SignedDuration) -> Result<Timestamp, PluginE
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_report_keeps_its_json_field_names() {
+        let keys = |r: &Report| {
+            let v = serde_json::to_value(r).unwrap();
+            let mut k: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
+            k.sort_unstable();
+            (k, v)
+        };
+        let pause = ended_report(Some("kustomize.toolkit.fluxcd.io/reconcile"), None, "cm/x");
+        let granted = Report {
+            object: ObjectRef {
+                kind: "ConfigMap",
+                name: "x",
+                namespace: Some("p"),
+            },
+            action: "granted",
+            user: "sam",
+            reason: Some("INC-1"),
+            expires: Some("2030-01-01T00:00:00Z".into()),
+            refusal: None,
+            hint: None,
+            pause: Some(&pause),
+        };
+        let (k, v) = keys(&granted);
+        assert_eq!(
+            k,
+            ["action", "expires", "object", "pause", "reason", "user"]
+        );
+        assert_eq!(
+            v["object"],
+            json!({"kind": "ConfigMap", "name": "x", "namespace": "p"})
+        );
+        let mut pause_keys: Vec<&str> = v["pause"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        pause_keys.sort_unstable();
+        assert_eq!(
+            pause_keys,
+            [
+                "applicationSet",
+                "control",
+                "pauseByHand",
+                "pausedFor",
+                "state",
+                "target",
+                "text",
+                "tool",
+                "warning"
+            ]
+        );
+        assert_eq!(v["pause"]["state"], "resumed");
+        let refused = Report {
+            action: "refused",
+            expires: None,
+            refusal: Some("denied".into()),
+            hint: Some(None),
+            pause: None,
+            ..granted
+        };
+        let (k, v) = keys(&refused);
+        assert_eq!(
+            k,
+            [
+                "action", "expires", "hint", "object", "reason", "refusal", "user"
+            ]
+        );
+        assert!(v["hint"].is_null() && v["expires"].is_null());
+    }
 
     fn loaded(yaml: &str) -> LoadedPolicy {
         LoadedPolicy {
@@ -855,8 +952,11 @@ mod tests {
             "{}",
             r.text
         );
-        assert_eq!(r.json()["pauseByHand"], cmd);
-        assert_eq!(r.json()["warning"], warning.as_str());
+        assert_eq!(serde_json::to_value(&r).unwrap()["pauseByHand"], cmd);
+        assert_eq!(
+            serde_json::to_value(&r).unwrap()["warning"],
+            warning.as_str()
+        );
         // A pause that holds warns of nothing.
         let held = Some(AppState::PausedFor(vec!["/ConfigMap:p/x".into()]));
         let r = armed_report(&argo, held, &SetCheck::NotGenerated, None, "x", "T");
@@ -980,7 +1080,7 @@ mod tests {
             "{}",
             r.text
         );
-        assert_eq!(r.json()["applicationSet"], "web");
+        assert_eq!(serde_json::to_value(&r).unwrap()["applicationSet"], "web");
 
         let drops = SetCheck::Drops {
             set: "web".into(),
