@@ -1,6 +1,8 @@
-//! The apiserver as the plugin's user sees it: their kubeconfig, raw requests
-//! (so that `Warning:` headers and the apiserver's own refusal messages are
-//! kept), discovery of KIND arguments and `SelfSubjectReview`.
+//! The apiserver as the plugin's user sees it: their kubeconfig, kube's typed
+//! client (k8s-openapi types, `DynamicObject` for KIND arguments and CRDs),
+//! aggregated discovery of KIND arguments, `SelfSubjectReview`, and raw
+//! requests only for the writes whose `Warning:` headers and refusal are
+//! shown as the apiserver sent them ([`Api::send`]).
 
 use std::fmt::Display;
 
