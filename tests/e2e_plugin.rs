@@ -1178,8 +1178,58 @@ fn preview_names_every_drifted_path_whole(e: &Env) -> Scenario {
             .is_some_and(|m| m.contains("(and 2 more)")),
         "the denial's message: {report}"
     );
+    // Warn mode: allowed, so no denial carries the paths; each is one
+    // warning line, and the long one is cut there: preview says the list is
+    // incomplete rather than report a cut path.
+    let out = e
+        .plane
+        .kubectl_as_stdin(ARGO, &["apply", "-f", "-"], Some(WARN_SETTINGS));
+    ensure!(out.ok, "{out}");
+    let preview = |patch: &str| -> Result<serde_json::Value, String> {
+        let out = e.plugin(
+            "alice",
+            &[
+                "preview",
+                "cm/warn-settings",
+                "-n",
+                "production",
+                "-p",
+                patch,
+                "-o",
+                "json",
+            ],
+        );
+        ensure!(out.code == 0, "a drifting patch in warn mode: {out}");
+        serde_json::from_str(&out.stdout).map_err(|err| format!("not JSON: {err}: {out}"))
+    };
+    let report = preview(r#"{"data":{"A":"x","B":"x"}}"#)?;
+    ensure!(
+        report["driftedPaths"] == serde_json::json!(["/data/A", "/data/B"])
+            && report["driftedPathsComplete"] == true,
+        "warn mode, two short paths: {report}"
+    );
+    let patch = serde_json::json!({"data": {"A": "y", &long: "x"}}).to_string();
+    let report = preview(&patch)?;
+    ensure!(
+        report["driftedPaths"] == serde_json::json!(["/data/A"])
+            && report["driftedPathsComplete"] == false,
+        "warn mode, a path longer than a warning line: {report}"
+    );
     Ok(())
 }
+
+/// A ConfigMap of the seed Application in warn mode.
+const WARN_SETTINGS: &str = r#"
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: warn-settings
+  namespace: production
+  annotations:
+    argocd.argoproj.io/tracking-id: "myapp:/ConfigMap:production/warn-settings"
+    driftguard.io/mode: warn
+data: {MODE: normal}
+"#;
 
 fn preview_allowed_and_denied(e: &Env) -> Scenario {
     let before = e.annotations();
