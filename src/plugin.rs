@@ -15,6 +15,7 @@ mod status;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use k8s_openapi::api::core::v1::ConfigMap;
 
 use crate::policy::Policy;
 use crate::text::printable;
@@ -185,7 +186,6 @@ impl PolicySource {
             })?,
             None => (self.namespace.as_str(), DEFAULT_CONFIGMAP),
         };
-        let path = format!("/api/v1/namespaces/{ns}/configmaps/{name}");
         let fallback = |why: String| {
             eprintln!(
                 "warning: cannot read the policy from ConfigMap {ns}/{name} ({}); using driftguard's embedded default policy, which may differ from the one in force (give --policy-configmap NAMESPACE/NAME)",
@@ -196,7 +196,8 @@ impl PolicySource {
                 origin: EMBEDDED.into(),
             })
         };
-        let found = match api.try_get(&path).await? {
+        let got = api.namespaced::<ConfigMap>(ns).get(name).await;
+        let found = match api::answer(got, format_args!("get configmap {ns}/{name}"))? {
             Ok(cm) => Some(cm),
             Err(refusal) if refusal.code == 404 && self.configmap.is_none() => {
                 match self.search(api).await? {
@@ -208,10 +209,10 @@ impl PolicySource {
         };
         let cm = found.unwrap_or_default();
         let (ns, name) = (
-            cm["metadata"]["namespace"].as_str().unwrap_or(ns),
-            cm["metadata"]["name"].as_str().unwrap_or(name),
+            cm.metadata.namespace.as_deref().unwrap_or(ns),
+            cm.metadata.name.as_deref().unwrap_or(name),
         );
-        let Some(text) = cm["data"][&self.key].as_str() else {
+        let Some(text) = cm.data.as_ref().and_then(|d| d.get(&self.key)) else {
             return fallback(format!("it has no key {}", self.key));
         };
         let origin = format!("ConfigMap {ns}/{name}");
@@ -224,25 +225,25 @@ impl PolicySource {
     /// and named `…-policy` and that has the key (a release with another
     /// name); `None` when there is none, more than one, or listing is not
     /// allowed.
-    async fn search(&self, api: &Api) -> Result<Option<serde_json::Value>, PluginError> {
-        let path = format!(
-            "/api/v1/namespaces/{}/configmaps?labelSelector=app.kubernetes.io%2Fname%3Ddriftguard",
-            self.namespace
-        );
-        let Ok(list) = api.try_get(&path).await? else {
+    async fn search(&self, api: &Api) -> Result<Option<ConfigMap>, PluginError> {
+        let params = kube::api::ListParams::default().labels("app.kubernetes.io/name=driftguard");
+        let listed = api
+            .namespaced::<ConfigMap>(&self.namespace)
+            .list(&params)
+            .await;
+        let Ok(list) = api::answer(listed, "list configmaps")? else {
             return Ok(None);
         };
-        let mut found: Vec<serde_json::Value> = list["items"]
-            .as_array()
+        let mut found: Vec<ConfigMap> = list
+            .items
             .into_iter()
-            .flatten()
             .filter(|cm| {
-                cm["metadata"]["name"]
-                    .as_str()
+                cm.metadata
+                    .name
+                    .as_deref()
                     .is_some_and(|n| n.ends_with("-policy"))
-                    && cm["data"][&self.key].is_string()
+                    && cm.data.as_ref().is_some_and(|d| d.contains_key(&self.key))
             })
-            .cloned()
             .collect();
         Ok(if found.len() == 1 { found.pop() } else { None })
     }
@@ -290,14 +291,9 @@ fn split_target(target: &str) -> Result<(&str, &str), PluginError> {
         ))),
     }
 }
-/// A string read from the cluster, made safe to print on a terminal
-/// ([`printable`]); anything else prints as nothing.
-fn shown(v: &serde_json::Value) -> String {
-    printable(v.as_str().unwrap_or_default()).into_owned()
-}
 
 /// Writes `value` as JSON or YAML on stdout.
-fn print_structured(value: &serde_json::Value, output: Output) -> Result<(), PluginError> {
+fn print_structured(value: &impl serde::Serialize, output: Output) -> Result<(), PluginError> {
     let text = match output {
         Output::Yaml => serde_saphyr::to_string(value)
             .map_err(|e| PluginError::Usage(format!("cannot write YAML: {e}")))?,
@@ -474,13 +470,16 @@ mod tests {
             }
             // explain and status.
             let explained = explain::break_glass_report(&policy, &me, &inputs);
-            let listed = status::break_glass_entry(&resource, &o, &policy, now);
+            let meta = serde_json::from_value(o["metadata"].clone()).unwrap();
+            let listed = status::break_glass_entry(&resource, &meta, &policy, now);
+            let explained = serde_json::to_value(&explained).unwrap();
             if want == "none" {
                 assert!(explained["onObject"].is_null(), "{explained}");
                 assert!(listed.is_none(), "{listed:?}");
                 continue;
             }
             let (listed_state, entry) = listed.expect("status lists it");
+            let entry = serde_json::to_value(&entry).unwrap();
             assert_eq!(listed_state, state, "{o}");
             for report in [&explained["onObject"], &entry] {
                 assert_eq!(report["state"], want, "{report}");

@@ -15,6 +15,8 @@ use crate::drift::{Decision, Finding, Operation, Request, Verdict};
 use crate::request::RawObject;
 use crate::text::ellipsize;
 
+pub mod drifted;
+
 /// Which webhook is answering. The validating webhook decides; the mutating one
 /// never denies and only records drift in warn mode, so `kubectl` shows each
 /// denial and warning once.
@@ -34,11 +36,16 @@ impl Endpoint {
     }
 }
 
-/// Paths named in a denial before "and N more".
+/// Paths named in a denial's message before "and N more" (all of them, up
+/// to a bound, are in its `details.causes`: [`drifted`]).
 const MAX_PATHS_SHOWN: usize = 5;
 const MAX_WARNING_CHARS: usize = 120;
 /// All warnings together stay under this many bytes.
 const MAX_WARNING_BYTES: usize = 4000;
+/// The last warning when the others would pass [`MAX_WARNING_BYTES`].
+const OMITTED_WARNINGS: &str = "driftguard: more warnings omitted";
+/// How a drifted path of `""` is named in text.
+const WHOLE_OBJECT: &str = "(whole object)";
 
 pub fn respond(
     req: &AdmissionRequest<RawObject>,
@@ -70,6 +77,12 @@ pub fn respond(
         resp.result.code = 403;
         resp.result.reason = "Forbidden".into();
         resp.result.status = Some(StatusSummary::Failure);
+        resp.result.details = Some(drifted::details(
+            view.resource_group,
+            view.resource,
+            view.name,
+            &d.drifted_paths,
+        ));
     }
     resp
 }
@@ -95,7 +108,7 @@ fn describe_object(view: &Request) -> String {
 }
 
 fn show_path(p: &str) -> &str {
-    if p.is_empty() { "(whole object)" } else { p }
+    if p.is_empty() { WHOLE_OBJECT } else { p }
 }
 
 fn path_list(paths: &[String]) -> String {
@@ -281,11 +294,7 @@ fn warnings(view: &Request, d: &Decision) -> Vec<String> {
                 "driftguard: drift on {obj}, managed by {}",
                 manager_text(d)
             ));
-            out.extend(
-                d.drifted_paths
-                    .iter()
-                    .map(|p| format!("driftguard: drifted {}", show_path(p))),
-            );
+            out.extend(drifted::warnings(&d.drifted_paths));
             out.push(format!(
                 "driftguard: {} will revert this; change it in Git",
                 d.manager.as_ref().map_or("GitOps", |m| m.tool())
@@ -313,13 +322,11 @@ fn warnings(view: &Request, d: &Decision) -> Vec<String> {
                     "driftguard: BREAK-GLASS by {} on {obj} until {}: {}",
                     bg.user, bg.expires, bg.reason
                 ));
+                out.extend(drifted::warnings(&d.drifted_paths));
                 out.push(if d.drifted_paths.is_empty() {
                     "driftguard: break-glass armed; this use is audited".to_owned()
                 } else {
-                    format!(
-                        "driftguard: drifted {}; this use is audited",
-                        path_list(&d.drifted_paths)
-                    )
+                    "driftguard: drift under break-glass; this use is audited".to_owned()
                 });
             }
         }
@@ -343,10 +350,7 @@ fn warnings(view: &Request, d: &Decision) -> Vec<String> {
             d.finding.code()
         ));
         if matches!(d.verdict, Verdict::Audit | Verdict::Deny) {
-            out.push(format!(
-                "driftguard: drifted {}",
-                path_list(&d.drifted_paths)
-            ));
+            out.extend(drifted::warnings(&d.drifted_paths));
         }
     }
     out.extend(d.rule_failures.iter().map(|f| {
@@ -369,13 +373,19 @@ fn limit(warnings: Vec<String>) -> Vec<String> {
             w = w.chars().take(MAX_WARNING_CHARS - 3).collect::<String>() + "...";
         }
         if total + w.len() > MAX_WARNING_BYTES {
-            out.push("driftguard: more warnings omitted".into());
+            out.push(OMITTED_WARNINGS.into());
             break;
         }
         total += w.len();
         out.push(w);
     }
     out
+}
+
+/// Whether `limit` may have cut `warning` (one of exactly the longest length
+/// ending in `...`: a whole one that happens to look so counts as cut).
+fn is_cut(warning: &str) -> bool {
+    warning.ends_with("...") && warning.chars().count() == MAX_WARNING_CHARS
 }
 
 /// Written into the apiserver's audit log next to the request (the apiserver
@@ -446,6 +456,6 @@ mod tests {
                 .all(|w| w.chars().count() <= MAX_WARNING_CHARS && !w.contains('\n'))
         );
         assert!(out.iter().map(String::len).sum::<usize>() < 4096);
-        assert_eq!(out.last().unwrap(), "driftguard: more warnings omitted");
+        assert_eq!(out.last().unwrap(), OMITTED_WARNINGS);
     }
 }

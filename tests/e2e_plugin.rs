@@ -1130,6 +1130,107 @@ fn the_sweeper_touches_only_what_driftguard_armed(e: &Env) -> Scenario {
     Ok(())
 }
 
+/// More drifted paths than the denial's message names (5), one longer than
+/// a warning line (120 characters): `preview -o json` returns every one
+/// whole, read from the denial's `details.causes` through the real apiserver.
+fn preview_names_every_drifted_path_whole(e: &Env) -> Scenario {
+    let long = format!("LONG_{}", "K".repeat(140));
+    let mut keys: Vec<String> = (0..6).map(|i| format!("KEY_{i}")).collect();
+    keys.push(long.clone());
+    let data: serde_json::Map<String, serde_json::Value> = keys
+        .iter()
+        .map(|k| (k.clone(), serde_json::json!("x")))
+        .collect();
+    let patch = serde_json::json!({ "data": data }).to_string();
+    let out = e.plugin(
+        "alice",
+        &[
+            "preview",
+            "cm/settings",
+            "-n",
+            "production",
+            "-p",
+            &patch,
+            "-o",
+            "json",
+        ],
+    );
+    ensure!(out.code == 1, "a drifting ConfigMap patch: {out}");
+    let report: serde_json::Value = serde_json::from_str(&out.stdout)
+        .map_err(|err| format!("-o json is not JSON: {err}: {out}"))?;
+    let mut got: Vec<String> = report["driftedPaths"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|p| p.as_str().map(str::to_owned))
+        .collect();
+    got.sort();
+    let mut want: Vec<String> = keys.iter().map(|k| format!("/data/{k}")).collect();
+    want.sort();
+    ensure!(
+        got == want && report["driftedPathsComplete"] == true,
+        "every drifted path, whole: want {want:?}, got {report}"
+    );
+    // The message itself stays short: five paths and a count.
+    ensure!(
+        report["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("(and 2 more)")),
+        "the denial's message: {report}"
+    );
+    // Warn mode: allowed, so no denial carries the paths; each is one
+    // warning line, and the long one is cut there: preview says the list is
+    // incomplete rather than report a cut path.
+    let out = e
+        .plane
+        .kubectl_as_stdin(ARGO, &["apply", "-f", "-"], Some(WARN_SETTINGS));
+    ensure!(out.ok, "{out}");
+    let preview = |patch: &str| -> Result<serde_json::Value, String> {
+        let out = e.plugin(
+            "alice",
+            &[
+                "preview",
+                "cm/warn-settings",
+                "-n",
+                "production",
+                "-p",
+                patch,
+                "-o",
+                "json",
+            ],
+        );
+        ensure!(out.code == 0, "a drifting patch in warn mode: {out}");
+        serde_json::from_str(&out.stdout).map_err(|err| format!("not JSON: {err}: {out}"))
+    };
+    let report = preview(r#"{"data":{"A":"x","B":"x"}}"#)?;
+    ensure!(
+        report["driftedPaths"] == serde_json::json!(["/data/A", "/data/B"])
+            && report["driftedPathsComplete"] == true,
+        "warn mode, two short paths: {report}"
+    );
+    let patch = serde_json::json!({"data": {"A": "y", &long: "x"}}).to_string();
+    let report = preview(&patch)?;
+    ensure!(
+        report["driftedPaths"] == serde_json::json!(["/data/A"])
+            && report["driftedPathsComplete"] == false,
+        "warn mode, a path longer than a warning line: {report}"
+    );
+    Ok(())
+}
+
+/// A ConfigMap of the seed Application in warn mode.
+const WARN_SETTINGS: &str = r#"
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: warn-settings
+  namespace: production
+  annotations:
+    argocd.argoproj.io/tracking-id: "myapp:/ConfigMap:production/warn-settings"
+    driftguard.io/mode: warn
+data: {MODE: normal}
+"#;
+
 fn preview_allowed_and_denied(e: &Env) -> Scenario {
     let before = e.annotations();
     // The seed Application ignores /spec/replicas of its Deployments.
@@ -2098,9 +2199,13 @@ fn usage_and_access_errors_exit_2(e: &Env) -> Scenario {
 #[test]
 fn kubectl_driftguard_against_a_real_control_plane() {
     let env = setup();
-    let scenarios: [Step; 17] = [
+    let scenarios: [Step; 18] = [
         ("plugin list", plugin_list_shows_it),
         ("preview", preview_allowed_and_denied),
+        (
+            "preview names every drifted path whole",
+            preview_names_every_drifted_path_whole,
+        ),
         ("explain", explain_an_argo_cd_object),
         ("explain flux", explain_a_flux_object),
         ("break-glass", break_glass_refused_granted_ended),

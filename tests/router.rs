@@ -179,6 +179,16 @@ async fn the_server_answers_like_check() {
         } else {
             assert_eq!(r["status"]["code"], json!(403), "{file}: {v}");
         }
+        // A drift denial carries its drifted paths whole, for clients
+        // (driftguard::response::drifted); the message names at most five.
+        if reason == "drift" {
+            assert_eq!(
+                r["status"]["details"]["causes"],
+                json!([{"reason": "FieldValueForbidden", "message": "drifts from Git",
+                        "field": "/spec/template/spec/containers/0/image"}]),
+                "{file}: {v}"
+            );
+        }
         let texts: Vec<&str> = std::iter::once(&r["status"]["message"])
             .chain(r["warnings"].as_array().into_iter().flatten())
             .filter_map(Value::as_str)

@@ -1,11 +1,20 @@
-//! The apiserver as the plugin's user sees it: their kubeconfig, raw requests
-//! (so that `Warning:` headers and the apiserver's own refusal messages are
-//! kept), discovery of KIND arguments and `SelfSubjectReview`.
+//! The apiserver as the plugin's user sees it: their kubeconfig, kube's typed
+//! client (k8s-openapi types, `DynamicObject` for KIND arguments and CRDs),
+//! aggregated discovery of KIND arguments, `SelfSubjectReview`, and raw
+//! requests only for the writes whose `Warning:` headers and refusal are
+//! shown as the apiserver sent them ([`Api::send`]).
+
+use std::fmt::Display;
 
 use http::{Method, Request};
 use http_body_util::BodyExt;
+use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::api::authentication::v1::SelfSubjectReview;
+use kube::api::{ListParams, ObjectMeta, PostParams};
 use kube::client::{APIGroupDiscoveryList, Body};
-use serde_json::{Value, json};
+use kube::core::response::StatusDetails;
+use kube::core::{ApiResource, DynamicObject, Status};
+use serde_json::Value;
 
 use super::PluginError;
 use crate::cluster::ending::warnings;
@@ -28,6 +37,9 @@ pub struct ConnectArgs {
 pub struct Api {
     client: kube::Client,
     pub namespace: String,
+    /// Aggregated discovery, walked once per command and shared by
+    /// [`Api::resolve`] and [`Api::listable`].
+    discovery: tokio::sync::OnceCell<Vec<APIGroupDiscoveryList>>,
 }
 
 /// An apiserver reply that was not 2xx.
@@ -36,6 +48,9 @@ pub struct Refusal {
     pub code: u16,
     pub message: String,
     pub warnings: Vec<String>,
+    /// The Status's `details`: a webhook's denial carries the drifted paths
+    /// there ([`crate::response::drifted`]).
+    pub details: Option<StatusDetails>,
 }
 
 impl Refusal {
@@ -45,9 +60,19 @@ impl Refusal {
     }
 }
 
-/// A 2xx reply: its body and the `Warning:` headers.
+impl From<Status> for Refusal {
+    fn from(status: Status) -> Self {
+        Refusal {
+            code: status.code,
+            message: status.message,
+            warnings: Vec::new(),
+            details: status.details,
+        }
+    }
+}
+
+/// A 2xx reply to a raw write: its `Warning:` headers.
 pub struct Reply {
-    pub body: Value,
     pub warnings: Vec<String>,
 }
 
@@ -71,8 +96,8 @@ impl Resource {
     }
 
     /// The same type for kube's typed client.
-    pub fn api_resource(&self) -> kube::core::ApiResource {
-        kube::core::ApiResource {
+    pub fn api_resource(&self) -> ApiResource {
+        ApiResource {
             group: self.group.clone(),
             version: self.version.clone(),
             api_version: self.api_version(),
@@ -81,27 +106,12 @@ impl Resource {
         }
     }
 
-    /// The URL path of this type in every namespace (cluster-scoped: all).
-    pub fn list_path(&self) -> String {
-        let base = if self.group.is_empty() {
-            format!("/api/{}", self.version)
+    /// `plural.group` (`plural` in the core group), as kubectl names a type.
+    pub fn qualified(&self) -> String {
+        if self.group.is_empty() {
+            self.plural.clone()
         } else {
-            format!("/apis/{}/{}", self.group, self.version)
-        };
-        format!("{base}/{}", self.plural)
-    }
-
-    /// The URL path of one object.
-    pub fn path(&self, namespace: &str, name: &str) -> String {
-        let base = if self.group.is_empty() {
-            format!("/api/{}", self.version)
-        } else {
-            format!("/apis/{}/{}", self.group, self.version)
-        };
-        if self.namespaced {
-            format!("{base}/namespaces/{namespace}/{}/{name}", self.plural)
-        } else {
-            format!("{base}/{}/{name}", self.plural)
+            format!("{}.{}", self.plural, self.group)
         }
     }
 }
@@ -111,6 +121,19 @@ impl Resource {
 pub struct Identity {
     pub username: String,
     pub groups: Vec<String>,
+}
+
+/// A typed request's result as the commands handle it: the apiserver's
+/// refusal (`Err(Refusal)`) is an answer, anything else an access error.
+pub fn answer<T>(
+    result: Result<T, kube::Error>,
+    what: impl Display,
+) -> Result<Result<T, Refusal>, PluginError> {
+    match result {
+        Ok(t) => Ok(Ok(t)),
+        Err(kube::Error::Api(status)) => Ok(Err(Refusal::from(*status))),
+        Err(e) => Err(PluginError::Access(format!("{what}: {e}"))),
+    }
 }
 
 impl Api {
@@ -152,7 +175,11 @@ impl Api {
         }
         let client = kube::Client::try_from(config)
             .map_err(|e| PluginError::Access(format!("cannot build a client: {e}")))?;
-        Ok(Api { client, namespace })
+        Ok(Api {
+            client,
+            namespace,
+            discovery: Default::default(),
+        })
     }
 
     /// The client underneath, for kube's typed requests.
@@ -160,55 +187,93 @@ impl Api {
         &self.client
     }
 
-    /// One request; `Err(Refusal)` for a non-2xx reply, `PluginError` when
-    /// the apiserver could not be reached.
-    pub async fn call(
-        &self,
-        method: Method,
-        path: &str,
-        content_type: Option<&str>,
-        body: Option<&Value>,
-    ) -> Result<Result<Reply, Refusal>, PluginError> {
-        self.request(method, path, "application/json", content_type, body)
-            .await
+    /// A namespaced built-in kind in `namespace`.
+    pub fn namespaced<K>(&self, namespace: &str) -> kube::Api<K>
+    where
+        K: kube::Resource<Scope = NamespaceResourceScope, DynamicType = ()>,
+    {
+        kube::Api::namespaced(self.client.clone(), namespace)
     }
 
-    async fn request(
-        &self,
-        method: Method,
-        path: &str,
-        accept: &str,
-        content_type: Option<&str>,
-        body: Option<&Value>,
-    ) -> Result<Result<Reply, Refusal>, PluginError> {
-        let mut builder = Request::builder()
-            .method(method.clone())
-            .uri(path)
-            .header(http::header::ACCEPT, accept);
-        if let Some(ct) = content_type {
-            builder = builder.header(http::header::CONTENT_TYPE, ct);
+    /// A built-in kind in every namespace, or a cluster-scoped one.
+    pub fn all<K>(&self) -> kube::Api<K>
+    where
+        K: kube::Resource<DynamicType = ()>,
+    {
+        kube::Api::all(self.client.clone())
+    }
+
+    /// Any kind, in `namespace` (`None`: every namespace, or cluster-scoped).
+    pub fn dynamic(&self, ar: &ApiResource, namespace: Option<&str>) -> kube::Api<DynamicObject> {
+        match namespace {
+            Some(ns) => kube::Api::namespaced_with(self.client.clone(), ns, ar),
+            None => kube::Api::all_with(self.client.clone(), ar),
         }
-        let bytes = body.map(|b| b.to_string().into_bytes()).unwrap_or_default();
-        let request = builder
-            .body(Body::from(bytes))
-            .map_err(|e| PluginError::Usage(format!("{method} {path}: {e}")))?;
-        let (status, warnings, bytes) = self.send(request, &method, path).await?;
+    }
+
+    /// One object of a kind with no Rust type (a CRD, or a KIND argument), as
+    /// JSON for the decision code that reads it.
+    pub async fn get_object(
+        &self,
+        ar: &ApiResource,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Result<Value, Refusal>, PluginError> {
+        let got = self.dynamic(ar, namespace).get(name).await;
+        Ok(answer(got, format_args!("get {} {name}", ar.plural))?.map(to_value))
+    }
+
+    /// The object `name` of `resource` in the command's namespace (when the
+    /// type is namespaced).
+    pub async fn get_target(
+        &self,
+        resource: &Resource,
+        name: &str,
+    ) -> Result<Result<Value, Refusal>, PluginError> {
+        let ns = resource.namespaced.then_some(self.namespace.as_str());
+        self.get_object(&resource.api_resource(), ns, name).await
+    }
+
+    /// Every object of a kind with no Rust type, as JSON; a refusal is the answer.
+    pub async fn list_objects(
+        &self,
+        ar: &ApiResource,
+        namespace: Option<&str>,
+    ) -> Result<Result<Vec<Value>, Refusal>, PluginError> {
+        let listed = self
+            .dynamic(ar, namespace)
+            .list(&ListParams::default())
+            .await;
+        Ok(answer(listed, format_args!("list {}", ar.plural))?
+            .map(|list| list.items.into_iter().map(to_value).collect()))
+    }
+
+    /// A write whose reply must be read as the apiserver sent it: its
+    /// `Warning:` headers (kube's typed calls drop them) and, when refused,
+    /// the apiserver's own Status (a webhook's message and `details`). Only
+    /// dry runs and break-glass writes need that: every other call is typed.
+    pub async fn send(
+        &self,
+        request: Request<Vec<u8>>,
+    ) -> Result<Result<Reply, Refusal>, PluginError> {
+        let (method, path) = (request.method().clone(), request.uri().to_string());
+        let (status, warnings, bytes) = self.exchange(request.map(Body::from)).await?;
         if status.is_success() {
-            let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-            return Ok(Ok(Reply { body, warnings }));
+            return Ok(Ok(Reply { warnings }));
         }
-        Ok(Err(refusal(&method, path, status, &bytes, warnings)))
+        Ok(Err(refusal(&method, &path, status, &bytes, warnings)))
     }
 
-    /// A GET of a text body (e.g. a Service's `/metrics` through the
-    /// apiserver's service proxy); a non-2xx reply is a refusal.
+    /// A GET of a text body through the apiserver's service proxy (a
+    /// Service's `/metrics`): kube has no typed call for the proxy
+    /// subresource, and the body is not a Kubernetes object.
     pub async fn get_text(&self, path: &str) -> Result<Result<String, Refusal>, PluginError> {
         let request = Request::builder()
             .method(Method::GET)
             .uri(path)
             .body(Body::from(Vec::new()))
             .map_err(|e| PluginError::Usage(format!("GET {path}: {e}")))?;
-        let (status, _, bytes) = self.send(request, &Method::GET, path).await?;
+        let (status, _, bytes) = self.exchange(request).await?;
         if status.is_success() {
             return Ok(Ok(String::from_utf8_lossy(&bytes).into_owned()));
         }
@@ -217,12 +282,11 @@ impl Api {
 
     /// Sends `request` and reads the whole reply: its status, the apiserver's
     /// `Warning:` headers (kube-rs exposes them only on a raw reply), and the body.
-    async fn send(
+    async fn exchange(
         &self,
         request: Request<Body>,
-        method: &Method,
-        path: &str,
     ) -> Result<(http::StatusCode, Vec<String>, hyper::body::Bytes), PluginError> {
+        let (method, path) = (request.method().clone(), request.uri().to_string());
         let response = self
             .client
             .send(request)
@@ -239,40 +303,24 @@ impl Api {
         Ok((status, warnings, bytes))
     }
 
-    /// A GET whose refusal the caller handles (an optional read).
-    pub async fn try_get(&self, path: &str) -> Result<Result<Value, Refusal>, PluginError> {
-        Ok(self
-            .call(Method::GET, path, None, None)
-            .await?
-            .map(|r| r.body))
-    }
-
-    /// Every object of `resource` in every namespace, metadata only
-    /// (`PartialObjectMetadataList`), all pages; a refusal of any page is
-    /// the answer.
+    /// Every object of `resource` in every namespace, metadata only, all
+    /// pages of 500; a refusal of any page is the answer.
     pub async fn list_metadata(
         &self,
         resource: &Resource,
-    ) -> Result<Result<Vec<Value>, Refusal>, PluginError> {
-        const ACCEPT: &str =
-            "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json";
+    ) -> Result<Result<Vec<ObjectMeta>, Refusal>, PluginError> {
+        let api = self.dynamic(&resource.api_resource(), None);
         let mut items = Vec::new();
-        let mut token = String::new();
+        let mut params = ListParams::default().limit(500);
         loop {
-            let mut path = format!("{}?limit=500", resource.list_path());
-            if !token.is_empty() {
-                path.push_str("&continue=");
-                path.push_str(&url_escape(&token));
-            }
-            let reply = match self.request(Method::GET, &path, ACCEPT, None, None).await? {
-                Ok(reply) => reply.body,
+            let page = api.list_metadata(&params).await;
+            let page = match answer(page, format_args!("list {}", resource.qualified()))? {
+                Ok(page) => page,
                 Err(refusal) => return Ok(Err(refusal)),
             };
-            if let Some(page) = reply["items"].as_array() {
-                items.extend(page.iter().cloned());
-            }
-            match reply["metadata"]["continue"].as_str() {
-                Some(next) if !next.is_empty() => token = next.to_owned(),
+            items.extend(page.items.into_iter().map(|o| o.metadata));
+            match page.metadata.continue_ {
+                Some(token) if !token.is_empty() => params = params.continue_token(&token),
                 _ => return Ok(Ok(items)),
             }
         }
@@ -284,7 +332,7 @@ impl Api {
     pub async fn listable(&self) -> Result<Vec<Resource>, PluginError> {
         use crate::cluster::rules::{EXCLUDED_GROUPS, EXCLUDED_RESOURCES};
         let mut out = Vec::new();
-        for list in &self.discovery().await? {
+        for list in self.discovery().await? {
             for g in &list.items {
                 let group_name = g
                     .metadata
@@ -324,22 +372,27 @@ impl Api {
         Ok(out)
     }
 
-    /// Aggregated discovery of `/api` and `/apis`.
-    async fn discovery(&self) -> Result<Vec<APIGroupDiscoveryList>, PluginError> {
-        let mut lists: Vec<APIGroupDiscoveryList> = Vec::new();
-        lists.push(
-            self.client
-                .list_core_api_versions_aggregated()
-                .await
-                .map_err(|e| PluginError::Access(format!("discovery of /api failed: {e}")))?,
-        );
-        lists.push(
-            self.client
-                .list_api_groups_aggregated()
-                .await
-                .map_err(|e| PluginError::Access(format!("discovery of /apis failed: {e}")))?,
-        );
-        Ok(lists)
+    /// Aggregated discovery of `/api` and `/apis`, fetched on first use.
+    /// kube's typed aggregated discovery (`Client::list_*_aggregated`, what
+    /// `kube::Discovery::run_aggregated` reads) rather than `kube::Discovery`
+    /// itself: its `ApiResource` drops the short and singular names that
+    /// KIND arguments use (`deploy`, `cm`).
+    async fn discovery(&self) -> Result<&Vec<APIGroupDiscoveryList>, PluginError> {
+        self.discovery
+            .get_or_try_init(|| async {
+                let core = self
+                    .client
+                    .list_core_api_versions_aggregated()
+                    .await
+                    .map_err(|e| PluginError::Access(format!("discovery of /api failed: {e}")))?;
+                let groups = self
+                    .client
+                    .list_api_groups_aggregated()
+                    .await
+                    .map_err(|e| PluginError::Access(format!("discovery of /apis failed: {e}")))?;
+                Ok(vec![core, groups])
+            })
+            .await
     }
 
     /// `KIND` as typed (kind, plural, singular, short name, `plural.group`),
@@ -350,7 +403,7 @@ impl Api {
             Some((n, g)) => (n.to_owned(), Some(g.to_owned())),
             None => (wanted.clone(), None),
         };
-        for list in &self.discovery().await? {
+        for list in self.discovery().await? {
             for g in &list.items {
                 let group_name = g
                     .metadata
@@ -394,13 +447,12 @@ impl Api {
 
     /// The caller's identity, from a `SelfSubjectReview` (authentication.k8s.io/v1).
     pub async fn whoami(&self) -> Result<Identity, PluginError> {
-        let review = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"});
-        let path = "/apis/authentication.k8s.io/v1/selfsubjectreviews";
-        let reply = match self
-            .call(Method::POST, path, Some("application/json"), Some(&review))
-            .await?
-        {
-            Ok(reply) => reply.body,
+        let created = self
+            .all::<SelfSubjectReview>()
+            .create(&PostParams::default(), &SelfSubjectReview::default())
+            .await;
+        let review = match answer(created, "create selfsubjectreviews.authentication.k8s.io")? {
+            Ok(review) => review,
             Err(refusal) => {
                 return Err(PluginError::Access(format!(
                     "cannot create selfsubjectreviews.authentication.k8s.io (who am I?): {}",
@@ -408,18 +460,10 @@ impl Api {
                 )));
             }
         };
-        let info = &reply["status"]["userInfo"];
+        let info = review.status.and_then(|s| s.user_info).unwrap_or_default();
         Ok(Identity {
-            username: info["username"].as_str().unwrap_or_default().to_owned(),
-            groups: info["groups"]
-                .as_array()
-                .map(|g| {
-                    g.iter()
-                        .filter_map(Value::as_str)
-                        .map(str::to_owned)
-                        .collect()
-                })
-                .unwrap_or_default(),
+            username: info.username.unwrap_or_default(),
+            groups: info.groups.unwrap_or_default(),
         })
     }
 }
@@ -431,21 +475,14 @@ impl Api {
         Api {
             client,
             namespace: namespace.to_owned(),
+            discovery: Default::default(),
         }
     }
 }
 
-/// A query parameter value, percent-encoded (continue tokens are base64).
-fn url_escape(value: &str) -> String {
-    value
-        .bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
+/// A JSON object as the decision code reads it.
+fn to_value(object: DynamicObject) -> Value {
+    serde_json::to_value(object).unwrap_or(Value::Null)
 }
 
 /// A non-2xx reply: the apiserver's own `message` when the body is a Status,
@@ -457,32 +494,27 @@ fn refusal(
     bytes: &[u8],
     warnings: Vec<String>,
 ) -> Refusal {
-    let message = serde_json::from_slice::<Value>(bytes)
+    let parsed = serde_json::from_slice::<Status>(bytes)
         .ok()
-        .and_then(|v| v.get("message").and_then(Value::as_str).map(str::to_owned))
-        .unwrap_or_else(|| {
-            format!(
-                "{method} {path}: HTTP {status}: {}",
-                String::from_utf8_lossy(bytes).trim()
-            )
-        });
+        .filter(|s| !s.message.is_empty());
+    let details = parsed.as_ref().and_then(|s| s.details.clone());
+    let message = parsed.map(|s| s.message).unwrap_or_else(|| {
+        format!(
+            "{method} {path}: HTTP {status}: {}",
+            String::from_utf8_lossy(bytes).trim()
+        )
+    });
     Refusal {
         code: status.as_u16(),
         message,
         warnings,
+        details,
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::url_escape;
     use crate::cluster::ending::warning_text;
-
-    #[test]
-    fn continue_tokens_are_percent_encoded() {
-        assert_eq!(url_escape("eyJ2Ijo+/=="), "eyJ2Ijo%2B%2F%3D%3D");
-        assert_eq!(url_escape("a-b_c.d~"), "a-b_c.d~");
-    }
 
     #[test]
     fn warning_headers_lose_code_agent_and_quotes() {

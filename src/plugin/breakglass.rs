@@ -14,9 +14,12 @@
 
 use std::process::ExitCode;
 
-use http::Method;
 use jiff::{SignedDuration, Timestamp};
-use serde_json::{Value, json};
+use kube::Resource as _;
+use kube::api::{Patch, PatchParams};
+use kube::core::DynamicObject;
+use serde::Serialize;
+use serde_json::Value;
 
 use super::api::{Api, Identity, Refusal, Reply, Resource};
 use super::pause::{
@@ -54,7 +57,9 @@ pub struct Args {
     output: Output,
 }
 
-/// What was paused or resumed, for the report.
+/// What was paused or resumed, for the report (`pause` in JSON).
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
 struct PauseReport {
     tool: Option<&'static str>,
     /// The annotation that pauses, and where it is.
@@ -72,13 +77,34 @@ struct PauseReport {
     pause_by_hand: Option<String>,
 }
 
-impl PauseReport {
-    fn json(&self) -> Value {
-        json!({"tool": self.tool, "control": self.control, "target": self.target,
-               "state": self.state, "pausedFor": self.paused_for,
-               "applicationSet": self.application_set, "text": self.text,
-               "warning": self.warning, "pauseByHand": self.pause_by_hand})
-    }
+/// What `break-glass -o json|yaml` prints.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Report<'a> {
+    object: ObjectRef<'a>,
+    /// granted | refused | ended
+    action: &'static str,
+    user: &'a str,
+    reason: Option<&'a str>,
+    /// RFC 3339; null unless granted.
+    expires: Option<String>,
+    /// Why it was refused (the server's words, whole); absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    refusal: Option<String>,
+    /// After a denial by the server: what the policy's copy suggests (may be null).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    hint: Option<Option<String>>,
+    /// When granted or ended.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pause: Option<&'a PauseReport>,
+}
+
+#[derive(Debug, Serialize)]
+struct ObjectRef<'a> {
+    kind: &'a str,
+    name: &'a str,
+    /// Null for a cluster-scoped object.
+    namespace: Option<&'a str>,
 }
 
 /// A write's result: the apiserver's reply, or driftguard's denial.
@@ -114,19 +140,19 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
     } else {
         String::new()
     };
-    let result = |action: &str, expires: Option<String>, refused: Option<&str>| {
-        let mut r = json!({
-            "object": {"kind": resource.kind, "name": name,
-                       "namespace": resource.namespaced.then_some(&api.namespace)},
-            "action": action,
-            "user": me.username,
-            "reason": reason,
-            "expires": expires,
-        });
-        if let Some(why) = refused {
-            r["refusal"] = json!(why);
-        }
-        r
+    let result = |action: &'static str, expires: Option<String>, refused: Option<&str>| Report {
+        object: ObjectRef {
+            kind: &resource.kind,
+            name,
+            namespace: resource.namespaced.then_some(api.namespace.as_str()),
+        },
+        action,
+        user: &me.username,
+        reason,
+        expires,
+        refusal: refused.map(str::to_owned),
+        hint: None,
+        pause: None,
     };
     let target = Target {
         api,
@@ -164,7 +190,7 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
             }
             if args.output != Output::Text {
                 let mut r = result("refused", None, Some(&refusal.message));
-                r["hint"] = json!(hint);
+                r.hint = Some(hint);
                 print_structured(&r, args.output)?;
             }
             return Ok(ExitCode::from(1));
@@ -190,7 +216,7 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
             Some((at, _)) => result("granted", Some(at.to_string()), None),
             None => result("ended", None, None),
         };
-        r["pause"] = pause.json();
+        r.pause = Some(&pause);
         print_structured(&r, args.output)?;
         return Ok(ExitCode::SUCCESS);
     }
@@ -249,12 +275,8 @@ enum Pausable {
 }
 
 impl Target<'_> {
-    fn path(&self) -> String {
-        self.resource.path(&self.api.namespace, self.name)
-    }
-
     async fn get(&self) -> Result<Value, PluginError> {
-        match self.api.try_get(&self.path()).await? {
+        match self.api.get_target(self.resource, self.name).await? {
             Ok(o) => Ok(o),
             Err(r) => Err(PluginError::from_refusal(r)),
         }
@@ -277,19 +299,21 @@ impl Target<'_> {
         body: &Value,
         dry_run: bool,
     ) -> Result<Option<Result<Reply, Refusal>>, PluginError> {
-        let mut path = self.path();
-        if dry_run {
-            path.push_str("?dryRun=All");
-        }
-        let reply = self
-            .api
-            .call(
-                Method::PATCH,
-                &path,
-                Some("application/merge-patch+json"),
-                Some(body),
-            )
-            .await?;
+        // Sent raw: the reply's `Warning:` headers and a webhook's refusal
+        // are shown to the user as the apiserver sent them.
+        let ns = self
+            .resource
+            .namespaced
+            .then_some(self.api.namespace.as_str());
+        let url = DynamicObject::url_path(&self.resource.api_resource(), ns);
+        let params = PatchParams {
+            dry_run,
+            ..Default::default()
+        };
+        let request = kube::core::Request::new(url)
+            .patch(self.name, &params, &Patch::Merge(body))
+            .map_err(|e| PluginError::Usage(format!("patch {}: {e}", self.shown)))?;
+        let reply = self.api.send(request).await?;
         Ok(match reply {
             Err(r) if r.code == 409 => None,
             other => Some(other),
@@ -483,10 +507,7 @@ impl Target<'_> {
                     warnings,
                 } => {
                     let app = self.lifted(application);
-                    let reply = Reply {
-                        body: Value::Null,
-                        warnings,
-                    };
+                    let reply = Reply { warnings };
                     Written::Done(reply, ended_report(marker, app, self.shown))
                 }
                 Ending::Changed => continue,
@@ -498,6 +519,7 @@ impl Target<'_> {
                     code,
                     message,
                     warnings,
+                    details: None,
                 }),
                 Ending::Application { application, error } => {
                     let (namespace, name) = application.split_once('/').unwrap_or_default();
@@ -512,6 +534,7 @@ impl Target<'_> {
                         code,
                         message,
                         warnings,
+                        details: None,
                     };
                     return Err(PluginError::from_refusal(refusal));
                 }
@@ -782,6 +805,79 @@ fn expiry(now: Timestamp, duration: SignedDuration) -> Result<Timestamp, PluginE
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_report_keeps_its_json_field_names() {
+        let keys = |r: &Report| {
+            let v = serde_json::to_value(r).unwrap();
+            let mut k: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
+            k.sort_unstable();
+            (k, v)
+        };
+        let pause = ended_report(Some("kustomize.toolkit.fluxcd.io/reconcile"), None, "cm/x");
+        let granted = Report {
+            object: ObjectRef {
+                kind: "ConfigMap",
+                name: "x",
+                namespace: Some("p"),
+            },
+            action: "granted",
+            user: "sam",
+            reason: Some("INC-1"),
+            expires: Some("2030-01-01T00:00:00Z".into()),
+            refusal: None,
+            hint: None,
+            pause: Some(&pause),
+        };
+        let (k, v) = keys(&granted);
+        assert_eq!(
+            k,
+            ["action", "expires", "object", "pause", "reason", "user"]
+        );
+        assert_eq!(
+            v["object"],
+            json!({"kind": "ConfigMap", "name": "x", "namespace": "p"})
+        );
+        let mut pause_keys: Vec<&str> = v["pause"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        pause_keys.sort_unstable();
+        assert_eq!(
+            pause_keys,
+            [
+                "applicationSet",
+                "control",
+                "pauseByHand",
+                "pausedFor",
+                "state",
+                "target",
+                "text",
+                "tool",
+                "warning"
+            ]
+        );
+        assert_eq!(v["pause"]["state"], "resumed");
+        let refused = Report {
+            action: "refused",
+            expires: None,
+            refusal: Some("denied".into()),
+            hint: Some(None),
+            pause: None,
+            ..granted
+        };
+        let (k, v) = keys(&refused);
+        assert_eq!(
+            k,
+            [
+                "action", "expires", "hint", "object", "reason", "refusal", "user"
+            ]
+        );
+        assert!(v["hint"].is_null() && v["expires"].is_null());
+    }
 
     fn loaded(yaml: &str) -> LoadedPolicy {
         LoadedPolicy {
@@ -856,8 +952,11 @@ mod tests {
             "{}",
             r.text
         );
-        assert_eq!(r.json()["pauseByHand"], cmd);
-        assert_eq!(r.json()["warning"], warning.as_str());
+        assert_eq!(serde_json::to_value(&r).unwrap()["pauseByHand"], cmd);
+        assert_eq!(
+            serde_json::to_value(&r).unwrap()["warning"],
+            warning.as_str()
+        );
         // A pause that holds warns of nothing.
         let held = Some(AppState::PausedFor(vec!["/ConfigMap:p/x".into()]));
         let r = armed_report(&argo, held, &SetCheck::NotGenerated, None, "x", "T");
@@ -981,7 +1080,7 @@ mod tests {
             "{}",
             r.text
         );
-        assert_eq!(r.json()["applicationSet"], "web");
+        assert_eq!(serde_json::to_value(&r).unwrap()["applicationSet"], "web");
 
         let drops = SetCheck::Drops {
             set: "web".into(),
@@ -1077,7 +1176,10 @@ mod tests {
                 let log = log.clone();
                 async move {
                     let method = request.method().to_string();
-                    let uri = request.uri().to_string();
+                    // kube's request builder writes `x?` for no query and
+                    // `x?&dryRun=All` for one: the apiserver reads both as usual.
+                    let uri = request.uri().to_string().replace("?&", "?");
+                    let uri = uri.trim_end_matches('?').to_owned();
                     let bytes = request
                         .into_body()
                         .collect()

@@ -8,9 +8,11 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use jiff::Timestamp;
-use serde_json::{Value, json};
+use k8s_openapi::api::core::v1::ConfigMap;
+use serde::Serialize;
+use serde_json::Value;
 
-use super::api::{Api, Identity, Resource};
+use super::api::{Api, Identity, Resource, answer};
 use super::{Output, PluginError, PolicySource, print_structured, split_target};
 use crate::drift::annotated::Annotated;
 use crate::drift::breakglass::{EXPIRES, REASON};
@@ -25,6 +27,7 @@ use crate::policy::flux::FluxKind;
 use crate::policy::ignore::IgnoreRule;
 use crate::policy::impersonation::{self, AppProject};
 use crate::policy::jq::JqInput;
+use crate::text::printable;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -39,10 +42,106 @@ pub struct Args {
     output: Output,
 }
 
+/// What `explain -o json|yaml` prints.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Report {
+    object: ObjectRef,
+    /// Where the policy was read (`ConfigMap NS/NAME` or the embedded default).
+    policy: String,
+    /// The GitOps object that manages it; null when none is known.
+    managed_by: Option<ManagedBy>,
+    scope: String,
+    /// Null only when the decision steps could not run.
+    mode: Option<ModeReport>,
+    ignore_rules: Vec<RuleReport>,
+    break_glass: BreakGlassReport,
+    notes: Vec<String>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ObjectRef {
+    api_version: String,
+    kind: String,
+    /// Empty for a cluster-scoped object.
+    namespace: String,
+    name: String,
+}
+
+/// The managing Argo CD Application or Flux object. A field that is absent
+/// was not read; `Some(None)` (null) was read and is unset.
+#[derive(Debug, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ManagedBy {
+    tool: &'static str,
+    kind: &'static str,
+    namespace: String,
+    name: String,
+    #[serde(rename = "repoURL", skip_serializing_if = "Option::is_none")]
+    repo_url: Option<Option<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    path: Option<Option<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    application_set: Option<String>,
+    /// Argo CD's diff: `three-way` or `server-side`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    diff: Option<&'static str>,
+    /// Flux's source (`GitRepository NS/NAME, path P`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    source: Option<Option<String>>,
+    /// The account the tool writes the object as, which driftguard trusts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    service_account: Option<Option<String>>,
+}
+
+#[derive(Debug, Serialize)]
+struct ModeReport {
+    mode: &'static str,
+    why: String,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct RuleReport {
+    from: String,
+    rule: String,
+    json_pointers: Vec<String>,
+    jq_path_expressions: Vec<String>,
+    managed_fields_managers: Vec<String>,
+    /// The paths it covers in the object now.
+    covers_now: Vec<String>,
+    errors: Vec<String>,
+}
+
+/// Whether the caller may break glass, and the object's own break-glass.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct BreakGlassReport {
+    you: Identity,
+    you_may_break_glass: bool,
+    allowed_users: Vec<String>,
+    allowed_groups: Vec<String>,
+    max_duration: String,
+    annotations: [&'static str; 2],
+    /// Null when the object has none.
+    pub on_object: Option<OnObject>,
+}
+
+/// A break-glass on the object, in any state but none.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub(crate) struct OnObject {
+    pub reason: Option<String>,
+    pub expires: Option<String>,
+    pub state: &'static str,
+    /// Why it grants nothing; null when it is active.
+    pub why: Option<String>,
+}
+
 pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCode, PluginError> {
     let (kind, name) = split_target(&args.target)?;
     let resource = api.resolve(kind).await?;
-    let object = match api.try_get(&resource.path(&api.namespace, name)).await? {
+    let object = match api.get_target(&resource, name).await? {
         Ok(o) => o,
         Err(r) => return Err(PluginError::from_refusal(r)),
     };
@@ -66,18 +165,21 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
     };
     let judged = judged(policy, &loaded.origin, &sources, &at);
     notes.extend(judged.notes);
-    let bg = break_glass_report(policy, &me, &inputs);
-    let report = json!({
-        "object": {"apiVersion": resource.api_version(), "kind": resource.kind,
-                   "namespace": namespace, "name": name},
-        "policy": loaded.origin,
-        "managedBy": managed_by,
-        "scope": judged.scope,
-        "mode": judged.mode,
-        "ignoreRules": judged.rules,
-        "breakGlass": bg,
-        "notes": notes,
-    });
+    let report = Report {
+        object: ObjectRef {
+            api_version: resource.api_version(),
+            kind: resource.kind.clone(),
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+        },
+        policy: loaded.origin.clone(),
+        managed_by,
+        scope: judged.scope,
+        mode: judged.mode,
+        ignore_rules: judged.rules,
+        break_glass: break_glass_report(policy, &me, &inputs),
+        notes,
+    };
     if args.output != Output::Text {
         print_structured(&report, args.output)?;
     } else {
@@ -94,7 +196,7 @@ async fn read_manager(
     args: &Args,
     manager: Option<&Manager>,
     notes: &mut Vec<String>,
-) -> Result<(Value, Sources), PluginError> {
+) -> Result<(Option<ManagedBy>, Sources), PluginError> {
     let mut sources = Sources {
         argocd_namespace: args.argocd_namespace.clone(),
         ..Sources::default()
@@ -107,12 +209,12 @@ async fn read_manager(
             let app_ns = application_namespace
                 .as_deref()
                 .unwrap_or(&args.argocd_namespace);
-            read_application(api, args, (app_ns, application), &mut sources, notes).await?
+            Some(read_application(api, args, (app_ns, application), &mut sources, notes).await?)
         }
         Some(m @ (Manager::FluxKustomization { .. } | Manager::FluxHelmRelease { .. })) => {
             read_flux(api, m, &mut sources, notes).await?
         }
-        None => Value::Null,
+        None => None,
     };
     Ok((entry, sources))
 }
@@ -124,20 +226,23 @@ async fn read_application(
     (app_ns, application): (&str, &str),
     sources: &mut Sources,
     notes: &mut Vec<String>,
-) -> Result<Value, PluginError> {
-    let path = format!("/apis/argoproj.io/v1alpha1/namespaces/{app_ns}/applications/{application}");
-    let mut entry = json!({"tool": "Argo CD", "kind": "Application",
-                           "namespace": app_ns, "name": application});
+) -> Result<ManagedBy, PluginError> {
+    let ar = crate::pause::application_resource();
+    let mut entry = ManagedBy {
+        tool: "Argo CD",
+        kind: "Application",
+        namespace: app_ns.to_owned(),
+        name: application.to_owned(),
+        ..ManagedBy::default()
+    };
     let mut found = None;
-    match api.try_get(&path).await? {
+    match api.get_object(&ar, Some(app_ns), application).await? {
         Ok(app) => match crate::policy::argocd::from_value(&app) {
             Ok(app) => {
-                entry["repoURL"] = json!(app.repo_url);
-                entry["path"] = json!(app.path);
-                if let Some(set) = &app.application_set {
-                    entry["applicationSet"] = json!(set);
-                }
-                entry["diff"] = json!(match app.diff {
+                entry.repo_url = Some(app.repo_url.clone());
+                entry.path = Some(app.path.clone());
+                entry.application_set = app.application_set.clone();
+                entry.diff = Some(match app.diff {
                     DiffMode::Legacy => "three-way",
                     DiffMode::ServerSide => "server-side",
                 });
@@ -150,18 +255,22 @@ async fn read_application(
             r.message
         )),
     }
-    let cm = format!(
-        "/api/v1/namespaces/{}/configmaps/argocd-cm",
-        args.argocd_namespace
-    );
     let mut impersonation = false;
-    match api.try_get(&cm).await? {
+    let got = api
+        .namespaced::<ConfigMap>(&args.argocd_namespace)
+        .get("argocd-cm")
+        .await;
+    match answer(got, "get configmap argocd-cm")? {
         Ok(cm) => {
-            if let Some(data) = cm["data"].as_object() {
-                let (set, errors) = crate::sources::argocd_overrides(data);
+            if let Some(data) = cm.data {
+                let data = data
+                    .into_iter()
+                    .map(|(k, v)| (k, Value::String(v)))
+                    .collect();
+                let (set, errors) = crate::sources::argocd_overrides(&data);
                 notes.extend(errors.iter().map(|e| format!("argocd-cm: {e}")));
                 sources.argocd_overrides = Arc::new(set);
-                impersonation = impersonation::enabled(data);
+                impersonation = impersonation::enabled(&data);
             }
         }
         Err(r) if r.code == 404 => {}
@@ -169,8 +278,8 @@ async fn read_application(
     }
     if let Some(app) = found {
         if impersonation {
-            entry["serviceAccount"] =
-                json!(sync_account(api, &app, &args.argocd_namespace, notes).await?);
+            entry.service_account =
+                Some(sync_account(api, &app, &args.argocd_namespace, notes).await?);
         }
         sources.applications.push(Arc::new(app));
     }
@@ -183,31 +292,29 @@ async fn read_flux(
     manager: &Manager,
     sources: &mut Sources,
     notes: &mut Vec<String>,
-) -> Result<Value, PluginError> {
-    let (kind, namespace, name, path) = match manager {
-        Manager::FluxKustomization { namespace, name } => (
-            FluxKind::Kustomization,
-            namespace,
-            name,
-            format!(
-                "/apis/kustomize.toolkit.fluxcd.io/v1/namespaces/{namespace}/kustomizations/{name}"
-            ),
-        ),
-        Manager::FluxHelmRelease { namespace, name } => (
-            FluxKind::HelmRelease,
-            namespace,
-            name,
-            format!("/apis/helm.toolkit.fluxcd.io/v2/namespaces/{namespace}/helmreleases/{name}"),
-        ),
-        Manager::ArgoCd { .. } => return Ok(Value::Null),
+) -> Result<Option<ManagedBy>, PluginError> {
+    let (kind, namespace, name) = match manager {
+        Manager::FluxKustomization { namespace, name } => {
+            (FluxKind::Kustomization, namespace, name)
+        }
+        Manager::FluxHelmRelease { namespace, name } => (FluxKind::HelmRelease, namespace, name),
+        Manager::ArgoCd { .. } => return Ok(None),
     };
-    let mut entry = json!({"tool": "Flux", "kind": kind.as_str(),
-                           "namespace": namespace, "name": name});
-    match api.try_get(&path).await? {
+    let mut entry = ManagedBy {
+        tool: "Flux",
+        kind: kind.as_str(),
+        namespace: namespace.clone(),
+        name: name.clone(),
+        ..ManagedBy::default()
+    };
+    match api
+        .get_object(&super::reach::flux_resource(kind), Some(namespace), name)
+        .await?
+    {
         Ok(value) => match crate::sources::flux_from_value(kind, &value) {
             Ok(src) => {
-                entry["source"] = json!(src.source);
-                entry["serviceAccount"] = json!(src.service_account);
+                entry.source = Some(src.source.clone());
+                entry.service_account = Some(src.service_account.clone());
                 sources.flux.push(Arc::new(src));
             }
             Err(e) => notes.push(format!("{} {namespace}/{name}: {e}", kind.as_str())),
@@ -218,7 +325,7 @@ async fn read_flux(
             r.message
         )),
     }
-    Ok(entry)
+    Ok(Some(entry))
 }
 
 /// The object explained, as a write of it names it.
@@ -233,8 +340,8 @@ struct Written<'a> {
 /// The report's scope, mode and ignore rules, and notes on them.
 struct Judged {
     scope: String,
-    mode: Value,
-    rules: Vec<Value>,
+    mode: Option<ModeReport>,
+    rules: Vec<RuleReport>,
     notes: Vec<String>,
 }
 
@@ -269,7 +376,7 @@ fn judged(policy: &Policy, origin: &str, sources: &Sources, at: &Written) -> Jud
         Err(e) => {
             return Judged {
                 scope: format!("unknown: {e}"),
-                mode: Value::Null,
+                mode: None,
                 rules: Vec::new(),
                 notes: Vec::new(),
             };
@@ -285,7 +392,7 @@ fn judged(policy: &Policy, origin: &str, sources: &Sources, at: &Written) -> Jud
     annotation_notes(&outline.rules.annotated, &mut notes);
     Judged {
         scope: scope_text(&outline.scope),
-        mode,
+        mode: Some(mode),
         rules,
         notes,
     }
@@ -308,7 +415,7 @@ fn mode_report(
     origin: &str,
     namespace: &str,
     notes: &mut Vec<String>,
-) -> Value {
+) -> ModeReport {
     let why = match &choice.from {
         ModeFrom::Policy => format!("the policy's default mode ({origin})"),
         ModeFrom::Namespace(patterns) => format!(
@@ -322,7 +429,10 @@ fn mode_report(
             "{MODE_ANNOTATION}={value} is ignored: not enforce, warn or audit"
         ));
     }
-    json!({"mode": choice.mode.as_str(), "why": why})
+    ModeReport {
+        mode: choice.mode.as_str(),
+        why,
+    }
 }
 
 /// Where a rule comes from, as the report names it.
@@ -364,11 +474,14 @@ async fn sync_account(
     argocd_namespace: &str,
     notes: &mut Vec<String>,
 ) -> Result<Option<String>, PluginError> {
-    let path = format!(
-        "/apis/argoproj.io/v1alpha1/namespaces/{argocd_namespace}/appprojects/{}",
-        app.project
-    );
-    let project = match api.try_get(&path).await? {
+    let project = match api
+        .get_object(
+            &super::reach::app_project_resource(),
+            Some(argocd_namespace),
+            &app.project,
+        )
+        .await?
+    {
         Ok(value) => AppProject::from_value(&value),
         Err(r) => {
             notes.push(format!(
@@ -390,7 +503,7 @@ async fn sync_account(
     }
 }
 
-fn rule_report(origin: &str, rule: &IgnoreRule, object: &Value) -> Value {
+fn rule_report(origin: &str, rule: &IgnoreRule, object: &Value) -> RuleReport {
     let input = JqInput::new(object);
     let mut covers: Vec<String> = rule
         .pointers
@@ -405,183 +518,157 @@ fn rule_report(origin: &str, rule: &IgnoreRule, object: &Value) -> Value {
             Err(e) => errors.push(format!("{}: {e}", jq.source())),
         }
     }
-    json!({
-        "from": origin,
-        "rule": rule.origin,
-        "jsonPointers": rule.pointers.iter().map(|p| p.to_pointer()).collect::<Vec<_>>(),
-        "jqPathExpressions": rule.jq.iter().map(|j| j.source()).collect::<Vec<_>>(),
-        "managedFieldsManagers": rule.managers,
-        "coversNow": covers,
-        "errors": errors,
-    })
+    RuleReport {
+        from: origin.to_owned(),
+        rule: rule.origin.clone(),
+        json_pointers: rule.pointers.iter().map(|p| p.to_pointer()).collect(),
+        jq_path_expressions: rule.jq.iter().map(|j| j.source().to_owned()).collect(),
+        managed_fields_managers: rule.managers.clone(),
+        covers_now: covers,
+        errors,
+    }
 }
 
 /// The object's break-glass as `explain` reports it: null when it has none.
-pub(crate) fn on_object(state: &crate::drift::breakglass::State, inputs: &Inputs) -> Value {
+pub(crate) fn on_object(
+    state: &crate::drift::breakglass::State,
+    inputs: &Inputs,
+) -> Option<OnObject> {
     if *state == crate::drift::breakglass::State::None {
-        return Value::Null;
+        return None;
     }
-    json!({"reason": inputs.text(Input::BreakGlassReason),
-           "expires": inputs.text(Input::BreakGlassExpires),
-           "state": state.name(), "why": state.why_not()})
+    Some(OnObject {
+        reason: inputs.text(Input::BreakGlassReason).map(str::to_owned),
+        expires: inputs.text(Input::BreakGlassExpires).map(str::to_owned),
+        state: state.name(),
+        why: state.why_not(),
+    })
 }
 
-pub(crate) fn break_glass_report(policy: &Policy, me: &Identity, inputs: &Inputs) -> Value {
+pub(crate) fn break_glass_report(
+    policy: &Policy,
+    me: &Identity,
+    inputs: &Inputs,
+) -> BreakGlassReport {
     let bg = &policy.break_glass;
     let allowed = bg.allowed.contains(&me.username, &me.groups);
     let (users, groups) = bg.allowed.patterns();
     let state = crate::drift::breakglass::state(inputs, policy, Timestamp::now());
-    let active = on_object(&state, inputs);
-    json!({
-        "you": me,
-        "youMayBreakGlass": allowed,
-        "allowedUsers": users,
-        "allowedGroups": groups,
-        "maxDuration": format!("{:#}", bg.max_duration),
-        "annotations": [REASON, EXPIRES],
-        "onObject": active,
-    })
+    BreakGlassReport {
+        you: me.clone(),
+        you_may_break_glass: allowed,
+        allowed_users: users.into_iter().map(str::to_owned).collect(),
+        allowed_groups: groups.into_iter().map(str::to_owned).collect(),
+        max_duration: format!("{:#}", bg.max_duration),
+        annotations: [REASON, EXPIRES],
+        on_object: on_object(&state, inputs),
+    }
 }
 
-fn print_text(r: &Value) {
-    let s = super::shown;
-    let o = &r["object"];
-    let ns = s(&o["namespace"]);
-    println!(
-        "Object:      {} {}{}",
-        s(&o["kind"]),
-        if ns.is_empty() {
-            String::new()
-        } else {
-            format!("{ns}/")
-        },
-        s(&o["name"])
-    );
-    println!("Policy:      {}", s(&r["policy"]));
-    let m = &r["managedBy"];
-    if m.is_null() {
-        println!("Managed by:  nothing driftguard knows of");
+fn print_text(r: &Report) {
+    let s = |text: &str| printable(text).into_owned();
+    let o = &r.object;
+    let ns = if o.namespace.is_empty() {
+        String::new()
     } else {
-        let mut line = format!(
-            "{} {} {}/{}",
-            s(&m["tool"]),
-            s(&m["kind"]),
-            s(&m["namespace"]),
-            s(&m["name"])
-        );
-        for (key, label) in [
-            ("applicationSet", "generated by ApplicationSet"),
-            ("repoURL", "repo"),
-            ("path", "path"),
-            ("source", "source"),
-            ("diff", "diff"),
-        ] {
-            if m[key].is_string() {
-                line.push_str(&format!(", {label} {}", s(&m[key])));
+        format!("{}/", s(&o.namespace))
+    };
+    println!("Object:      {} {ns}{}", s(&o.kind), s(&o.name));
+    println!("Policy:      {}", s(&r.policy));
+    match &r.managed_by {
+        None => println!("Managed by:  nothing driftguard knows of"),
+        Some(m) => {
+            let mut line = format!("{} {} {}/{}", m.tool, m.kind, s(&m.namespace), s(&m.name));
+            for (value, label) in [
+                (m.application_set.as_deref(), "generated by ApplicationSet"),
+                (m.repo_url.as_ref().and_then(Option::as_deref), "repo"),
+                (m.path.as_ref().and_then(Option::as_deref), "path"),
+                (m.source.as_ref().and_then(Option::as_deref), "source"),
+                (m.diff, "diff"),
+            ] {
+                if let Some(value) = value {
+                    line.push_str(&format!(", {label} {}", s(value)));
+                }
+            }
+            println!("Managed by:  {line}");
+            // The account the tool writes this object as, which driftguard trusts here.
+            if let Some(Some(sa)) = &m.service_account {
+                let how = if m.tool == "Argo CD" {
+                    "Argo CD sync"
+                } else {
+                    "Flux reconcile"
+                };
+                println!(
+                    "Identities:  allowed: {how} as {}, impersonated for {} {}/{}",
+                    s(sa),
+                    m.kind,
+                    s(&m.namespace),
+                    s(&m.name)
+                );
             }
         }
-        println!("Managed by:  {line}");
-        // The account the tool writes this object as, which driftguard trusts here.
-        if m["serviceAccount"].is_string() {
-            let sa = s(&m["serviceAccount"]);
-            let how = if s(&m["tool"]) == "Argo CD" {
-                "Argo CD sync"
-            } else {
-                "Flux reconcile"
-            };
-            println!(
-                "Identities:  allowed: {how} as {sa}, impersonated for {} {}/{}",
-                s(&m["kind"]),
-                s(&m["namespace"]),
-                s(&m["name"])
-            );
-        }
     }
-    println!("Scope:       {}", s(&r["scope"]));
-    println!(
-        "Mode:        {} (from {})",
-        s(&r["mode"]["mode"]),
-        s(&r["mode"]["why"])
-    );
-    let rules = r["ignoreRules"].as_array().cloned().unwrap_or_default();
-    if rules.is_empty() {
+    println!("Scope:       {}", s(&r.scope));
+    if let Some(mode) = &r.mode {
+        println!("Mode:        {} (from {})", mode.mode, s(&mode.why));
+    }
+    if r.ignore_rules.is_empty() {
         println!("Ignore rules: none; every field is compared");
     } else {
         println!("Ignore rules:");
-        for rule in &rules {
+        for rule in &r.ignore_rules {
             let mut what: Vec<String> = Vec::new();
-            for key in ["jsonPointers", "jqPathExpressions", "managedFieldsManagers"] {
-                for v in rule[key].as_array().into_iter().flatten() {
-                    what.push(format!("{key}: {}", s(v)));
-                }
+            for (key, values) in [
+                ("jsonPointers", &rule.json_pointers),
+                ("jqPathExpressions", &rule.jq_path_expressions),
+                ("managedFieldsManagers", &rule.managed_fields_managers),
+            ] {
+                what.extend(values.iter().map(|v| format!("{key}: {}", s(v))));
             }
             println!(
                 "  {} ({}): {}",
-                s(&rule["rule"]),
-                s(&rule["from"]),
+                s(&rule.rule),
+                s(&rule.from),
                 what.join("; ")
             );
-            let covers: Vec<String> = rule["coversNow"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .map(s)
-                .collect();
-            if covers.is_empty() {
+            if rule.covers_now.is_empty() {
                 println!("    covers now: nothing present in the object");
             } else {
+                let covers: Vec<String> = rule.covers_now.iter().map(|p| s(p)).collect();
                 println!("    covers now: {}", covers.join(", "));
             }
         }
     }
-    let bg = &r["breakGlass"];
-    let you = &bg["you"];
-    let groups: Vec<String> = you["groups"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(s)
-        .collect();
+    let bg = &r.break_glass;
+    let list = |items: &[String]| items.iter().map(|i| s(i)).collect::<Vec<_>>().join(", ");
     println!(
         "Break-glass: you are {} (groups: {}); you {} break glass (allowed users [{}], groups [{}], at most {})",
-        s(&you["username"]),
-        groups.join(", "),
-        if bg["youMayBreakGlass"] == true {
+        s(&bg.you.username),
+        list(&bg.you.groups),
+        if bg.you_may_break_glass {
             "may"
         } else {
             "may not"
         },
-        bg["allowedUsers"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(s)
-            .collect::<Vec<_>>()
-            .join(", "),
-        bg["allowedGroups"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(s)
-            .collect::<Vec<_>>()
-            .join(", "),
-        s(&bg["maxDuration"]),
+        list(&bg.allowed_users),
+        list(&bg.allowed_groups),
+        s(&bg.max_duration),
     );
-    let on = &bg["onObject"];
-    if on.is_null() {
-        println!("             none on this object");
-    } else {
-        println!(
-            "             on this object: {} (reason {:?}, expires {})",
-            s(&on["state"]),
-            s(&on["reason"]),
-            s(&on["expires"])
-        );
-        if !on["why"].is_null() {
-            println!("             grants nothing: {}", s(&on["why"]));
+    match &bg.on_object {
+        None => println!("             none on this object"),
+        Some(on) => {
+            println!(
+                "             on this object: {} (reason {:?}, expires {})",
+                on.state,
+                s(on.reason.as_deref().unwrap_or_default()),
+                s(on.expires.as_deref().unwrap_or_default())
+            );
+            if let Some(why) = &on.why {
+                println!("             grants nothing: {}", s(why));
+            }
         }
     }
-    for n in r["notes"].as_array().into_iter().flatten() {
+    for n in &r.notes {
         println!("Note:        {}", s(n));
     }
 }
@@ -591,6 +678,7 @@ mod tests {
     use super::*;
     use crate::drift::{Finding, decide};
     use crate::policy::path::is_under;
+    use serde_json::json;
 
     const IMAGE: &str = "/spec/template/spec/containers/0/image";
     /// Fields a write changes, one at a time: some ignored by a rule of the
@@ -747,13 +835,121 @@ ignoreDifferences:
 
     /// Whether explain says a rule covers `probe` in the object now.
     fn covered(judged: &Judged, probe: &str) -> bool {
-        judged.rules.iter().any(|rule| {
-            rule["coversNow"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .any(|p| is_under(probe, p.as_str().unwrap()))
-        })
+        judged
+            .rules
+            .iter()
+            .any(|rule| rule.covers_now.iter().any(|p| is_under(probe, p)))
+    }
+
+    /// The keys of a JSON object, sorted.
+    fn keys(v: &Value) -> Vec<&str> {
+        let mut k: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+        k.sort_unstable();
+        k
+    }
+
+    #[test]
+    fn the_report_keeps_its_json_field_names() {
+        let policy = Policy::embedded();
+        let me = Identity {
+            username: "alice".into(),
+            groups: vec!["dev".into()],
+        };
+        let object = json!({"kind": "ConfigMap", "metadata": {"name": "x", "annotations": {
+            REASON: "INC-1", EXPIRES: "2000-01-01T00:00:00Z"}}});
+        let report = Report {
+            object: ObjectRef {
+                api_version: "v1".into(),
+                kind: "ConfigMap".into(),
+                namespace: String::new(),
+                name: "x".into(),
+            },
+            policy: "embedded default".into(),
+            managed_by: Some(ManagedBy {
+                tool: "Argo CD",
+                kind: "Application",
+                namespace: "argocd".into(),
+                name: "myapp".into(),
+                repo_url: Some(Some("https://git".into())),
+                path: Some(None),
+                diff: Some("three-way"),
+                ..ManagedBy::default()
+            }),
+            scope: "judged".into(),
+            mode: Some(ModeReport {
+                mode: "enforce",
+                why: "policy".into(),
+            }),
+            ignore_rules: vec![rule_report(
+                "policy.yaml",
+                policies()[0].rules.iter().next().unwrap(),
+                &object,
+            )],
+            break_glass: break_glass_report(&policy, &me, &Inputs::read(&object, &policy)),
+            notes: vec![],
+        };
+        let v = serde_json::to_value(&report).unwrap();
+        let mut want = [
+            "object",
+            "policy",
+            "managedBy",
+            "scope",
+            "mode",
+            "ignoreRules",
+            "breakGlass",
+            "notes",
+        ];
+        want.sort_unstable();
+        assert_eq!(keys(&v), want);
+        assert_eq!(
+            keys(&v["object"]),
+            ["apiVersion", "kind", "name", "namespace"]
+        );
+        // Read and unset is null; not read is absent.
+        assert_eq!(
+            keys(&v["managedBy"]),
+            [
+                "diff",
+                "kind",
+                "name",
+                "namespace",
+                "path",
+                "repoURL",
+                "tool"
+            ]
+        );
+        assert!(v["managedBy"]["path"].is_null());
+        assert_eq!(keys(&v["mode"]), ["mode", "why"]);
+        assert_eq!(
+            keys(&v["ignoreRules"][0]),
+            [
+                "coversNow",
+                "errors",
+                "from",
+                "jqPathExpressions",
+                "jsonPointers",
+                "managedFieldsManagers",
+                "rule"
+            ]
+        );
+        assert_eq!(
+            keys(&v["breakGlass"]),
+            [
+                "allowedGroups",
+                "allowedUsers",
+                "annotations",
+                "maxDuration",
+                "onObject",
+                "you",
+                "youMayBreakGlass"
+            ]
+        );
+        assert_eq!(keys(&v["breakGlass"]["you"]), ["groups", "username"]);
+        assert_eq!(
+            keys(&v["breakGlass"]["onObject"]),
+            ["expires", "reason", "state", "why"]
+        );
+        assert_eq!(v["breakGlass"]["onObject"]["reason"], "INC-1");
     }
 
     #[test]
@@ -773,7 +969,7 @@ ignoreDifferences:
                     for probe in PROBES.iter().filter(|p| object.pointer(p).is_some()) {
                         let d = webhook(policy, sources, &at, probe);
                         let case = format!(
-                            "{probe} of {object}: explain {} {} {:?}; webhook {d:?}",
+                            "{probe} of {object}: explain {} {:?} {:?}; webhook {d:?}",
                             explained.scope, explained.mode, explained.rules
                         );
                         if let Finding::OutOfScope(why) = &d.finding {
@@ -786,7 +982,8 @@ ignoreDifferences:
                             continue;
                         }
                         assert!(explained.scope.starts_with("judged: "), "{case}");
-                        assert_eq!(explained.mode["mode"], d.mode.as_str(), "{case}");
+                        let mode = explained.mode.as_ref().map(|m| m.mode);
+                        assert_eq!(mode, Some(d.mode.as_str()), "{case}");
                         modes.insert(d.mode.as_str());
                         let webhook_ignores = !d.drifted_paths.iter().any(|p| p == probe);
                         assert_eq!(covered(&explained, probe), webhook_ignores, "{case}");

@@ -3,13 +3,12 @@
 //! resourceVersion it was computed from, so two break-glasses in one
 //! Application never overwrite each other's entry (a conflict reads again).
 
-use http::Method;
-use kube::Resource;
-use kube::core::DynamicObject;
+use kube::api::{Patch, PatchParams};
+use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::Value;
 
 use super::PluginError;
-use super::api::Api;
+use super::api::{Api, answer};
 use crate::pause::{AppChange, AppState, application_update};
 
 use crate::cluster::ending::ApplicationError;
@@ -29,12 +28,13 @@ pub async fn update_application(
     name: &str,
     change: AppChange<'_>,
 ) -> Result<AppOutcome, PluginError> {
-    let path = application_path(namespace, name);
+    let ar = crate::pause::application_resource();
+    let apps = api.dynamic(&ar, Some(namespace));
     let entry = match change {
         AppChange::Pause(e) | AppChange::Resume(e) => e,
     };
     for _ in 0..CONFLICT_RETRIES {
-        let app = match api.try_get(&path).await? {
+        let app = match api.get_object(&ar, Some(namespace), name).await? {
             Ok(app) => app,
             Err(r) if r.code == 404 => return Err(not_found(namespace, name)),
             Err(r) => return Err(refused(namespace, name, "get", r.message)),
@@ -44,15 +44,13 @@ pub async fn update_application(
         let Some(patch) = patch else {
             return Ok(AppOutcome { state, was_listed });
         };
-        match api
-            .call(
-                Method::PATCH,
-                &path,
-                Some("application/merge-patch+json"),
-                Some(&patch),
-            )
-            .await?
-        {
+        let patched = apps
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await;
+        match answer(
+            patched,
+            format_args!("patch application {namespace}/{name}"),
+        )? {
             Ok(_) => return Ok(AppOutcome { state, was_listed }),
             Err(r) if r.code == 409 => continue,
             Err(r) => return Err(refused(namespace, name, "patch", r.message)),
@@ -94,7 +92,8 @@ pub async fn application_set_check(
     namespace: &str,
     name: &str,
 ) -> Result<SetCheck, PluginError> {
-    let app = match api.try_get(&application_path(namespace, name)).await? {
+    let ar = crate::pause::application_resource();
+    let app = match api.get_object(&ar, Some(namespace), name).await? {
         Ok(app) => app,
         Err(r) if r.code == 404 => return Err(not_found(namespace, name)),
         Err(r) => return Err(refused(namespace, name, "get", r.message)),
@@ -103,8 +102,12 @@ pub async fn application_set_check(
         return Ok(SetCheck::NotGenerated);
     };
     let set = set.to_owned();
-    let path = format!("/apis/argoproj.io/v1alpha1/namespaces/{namespace}/applicationsets/{set}");
-    Ok(match api.try_get(&path).await? {
+    let sets = ApiResource::from_gvk(&GroupVersionKind::gvk(
+        "argoproj.io",
+        "v1alpha1",
+        "ApplicationSet",
+    ));
+    Ok(match api.get_object(&sets, Some(namespace), &set).await? {
         Ok(value) => {
             let dropped = crate::pause::application_set_drops(&value, name);
             if dropped.is_empty() {
@@ -118,11 +121,6 @@ pub async fn application_set_check(
             why: format!("HTTP {}: {}", r.code, r.message),
         },
     })
-}
-
-fn application_path(namespace: &str, name: &str) -> String {
-    let ar = crate::pause::application_resource();
-    format!("{}/{name}", DynamicObject::url_path(&ar, Some(namespace)))
 }
 
 fn not_found(namespace: &str, name: &str) -> PluginError {

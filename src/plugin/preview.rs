@@ -4,12 +4,19 @@
 
 use std::process::ExitCode;
 
-use http::Method;
+use kube::Resource as _;
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::core::DynamicObject;
+use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::api::Api;
 use super::{Color, Output, PluginError, paint, print_structured, split_target};
+use crate::response::drifted;
 use crate::text::printable;
+
+/// The field manager of preview's dry runs.
+const FIELD_MANAGER: &str = "kubectl-driftguard-preview";
 
 #[derive(Debug, clap::Args)]
 #[command(group(clap::ArgGroup::new("change").required(true).args(["patch", "set_image", "replicas", "filename"])))]
@@ -46,30 +53,64 @@ const CONTAINER_LISTS: [&str; 6] = [
     "/spec/initContainers",
 ];
 
+/// What `preview -o json|yaml` prints.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Report<'a> {
+    object: &'a str,
+    namespace: &'a str,
+    allowed: bool,
+    /// `allowed` or `denied`.
+    verdict: &'static str,
+    /// driftguard's dry-run warning: what the real write would get.
+    real_write_would: Option<String>,
+    /// The denial's message, as the apiserver sent it.
+    message: Option<String>,
+    warnings: Vec<String>,
+    /// RFC 6901 pointers, whole (`""`: the whole object), read from the
+    /// denial's `details.causes` or, for an allowed write, from one
+    /// `driftguard: drifted PATH` warning each ([`crate::response::drifted`]).
+    drifted_paths: Vec<String>,
+    /// False when the webhook named some paths only cut (a warning too
+    /// long) or counted them without naming them (its bounds).
+    drifted_paths_complete: bool,
+    next: String,
+}
+
 pub async fn run(api: &Api, args: Args) -> Result<ExitCode, PluginError> {
     let (kind, name) = split_target(&args.target)?;
     let resource = api.resolve(kind).await?;
-    let path = resource.path(&api.namespace, name);
-    let (method, content_type, patch) = if let Some(file) = &args.filename {
-        (
-            Method::PUT,
-            "application/json",
-            replacement(file, &resource.kind, name)?,
-        )
+    let ns = resource.namespaced.then_some(api.namespace.as_str());
+    let request = kube::core::Request::new(DynamicObject::url_path(&resource.api_resource(), ns));
+    let post = PostParams {
+        dry_run: true,
+        field_manager: Some(FIELD_MANAGER.into()),
+    };
+    let patch = PatchParams {
+        dry_run: true,
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    let built = if let Some(file) = &args.filename {
+        let object = replacement(file, &resource.kind, name)?;
+        request.replace(name, &post, object.to_string().into_bytes())
     } else if let Some(text) = &args.patch {
-        let patch: Value = serde_saphyr::from_str(text)
+        let body: Value = serde_saphyr::from_str(text)
             .map_err(|e| PluginError::Usage(format!("-p: not JSON or YAML: {e}")))?;
-        let ct = match args.patch_type.as_str() {
-            "json" => "application/json-patch+json",
-            "strategic" => "application/strategic-merge-patch+json",
-            _ => "application/merge-patch+json",
-        };
-        (Method::PATCH, ct, patch)
+        match args.patch_type.as_str() {
+            "json" => {
+                let ops: json_patch::Patch = serde_json::from_value(body)
+                    .map_err(|e| PluginError::Usage(format!("-p: not a JSON patch: {e}")))?;
+                request.patch(name, &patch, &Patch::<()>::Json(ops))
+            }
+            "strategic" => request.patch(name, &patch, &Patch::Strategic(body)),
+            _ => request.patch(name, &patch, &Patch::Merge(body)),
+        }
     } else if let Some(n) = args.replicas {
-        (
-            Method::PATCH,
-            "application/merge-patch+json",
-            json!({"spec": {"replicas": n}}),
+        request.patch(
+            name,
+            &patch,
+            &Patch::Merge(json!({"spec": {"replicas": n}})),
         )
     } else if let Some(spec) = &args.set_image {
         let (container, image) = spec
@@ -78,94 +119,89 @@ pub async fn run(api: &Api, args: Args) -> Result<ExitCode, PluginError> {
             .ok_or_else(|| {
                 PluginError::Usage(format!("--set-image {spec}: expected CONTAINER=IMAGE"))
             })?;
-        let object = match api.try_get(&path).await? {
+        let object = match api.get_target(&resource, name).await? {
             Ok(o) => o,
             Err(r) => return Err(PluginError::from_refusal(r)),
         };
-        (
-            Method::PATCH,
-            "application/json-patch+json",
-            image_patch(&object, container, image)?,
-        )
+        let ops = image_patch(&object, container, image)?;
+        request.patch(name, &patch, &Patch::<()>::Json(ops))
     } else {
         return Err(PluginError::Usage(
             "give -p PATCH, -f FILE, --set-image C=IMG or --replicas N".into(),
         ));
     };
-    let dry_run = format!("{path}?dryRun=All&fieldManager=kubectl-driftguard-preview");
-    let reply = api
-        .call(method, &dry_run, Some(content_type), Some(&patch))
-        .await?;
-    let (allowed, message, warnings) = match reply {
-        Ok(reply) => (true, None, reply.warnings),
+    let built = built.map_err(|e| PluginError::Usage(format!("{}: {e}", args.target)))?;
+    // Sent raw: the `Warning:` headers and the webhook's Status are the answer.
+    let (allowed, message, warnings, read) = match api.send(built).await? {
+        Ok(reply) => {
+            let read = drifted::from_warnings(&reply.warnings);
+            (true, None, reply.warnings, read)
+        }
         Err(refusal) if refusal.by_webhook() => {
-            (false, Some(refusal.message.clone()), refusal.warnings)
+            let read = drifted::from_details(refusal.details.as_ref());
+            (false, Some(refusal.message), refusal.warnings, read)
         }
         Err(refusal) => return Err(PluginError::from_refusal(refusal)),
     };
-    let mut paths = Vec::new();
-    for text in message.iter().chain(warnings.iter()) {
-        if text.contains("driftguard") {
-            for p in drifted_paths(text) {
-                if !paths.contains(&p) {
-                    paths.push(p);
-                }
-            }
-        }
-    }
     let verdict = warnings
         .iter()
         .find_map(|w| w.strip_prefix("driftguard: dry run: the real write would "))
         .map(str::to_owned);
-    let next = next_step(allowed, &paths, &args.target, &api.namespace);
+    let report = Report {
+        object: &args.target,
+        namespace: &api.namespace,
+        allowed,
+        verdict: if allowed { "allowed" } else { "denied" },
+        real_write_would: verdict,
+        message,
+        warnings,
+        next: next_step(allowed, &read.paths, &args.target, &api.namespace),
+        drifted_paths_complete: read.missing == 0,
+        drifted_paths: read.paths,
+    };
     if args.output != Output::Text {
-        print_structured(
-            &json!({
-                "object": args.target,
-                "namespace": api.namespace,
-                "allowed": allowed,
-                "verdict": if allowed { "allowed" } else { "denied" },
-                "realWriteWould": verdict,
-                "message": message,
-                "warnings": warnings,
-                "driftedPaths": paths,
-                "next": next,
-            }),
-            args.output,
-        )?;
+        print_structured(&report, args.output)?;
     } else {
-        match &message {
-            None => println!(
-                "verdict: {} (the real write would be allowed)",
-                paint("allowed", Color::Green)
-            ),
-            Some(m) => {
-                println!(
-                    "verdict: {} (the real write would be denied)",
-                    paint("denied", Color::Red)
-                );
-                println!("message: {}", printable(m));
-            }
-        }
-        if let Some(v) = &verdict {
-            println!("driftguard: the real write would {}", printable(v));
-        }
-        for w in &warnings {
-            println!("Warning: {}", printable(w));
-        }
-        if !paths.is_empty() {
-            println!("drifted paths:");
-            for p in &paths {
-                println!("  {}", printable(p));
-            }
-        }
-        println!("next: {}", printable(&next));
+        print_text(&report);
     }
     Ok(if allowed {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
     })
+}
+
+fn print_text(report: &Report) {
+    match &report.message {
+        None => println!(
+            "verdict: {} (the real write would be allowed)",
+            paint("allowed", Color::Green)
+        ),
+        Some(m) => {
+            println!(
+                "verdict: {} (the real write would be denied)",
+                paint("denied", Color::Red)
+            );
+            println!("message: {}", printable(m));
+        }
+    }
+    if let Some(v) = &report.real_write_would {
+        println!("driftguard: the real write would {}", printable(v));
+    }
+    for w in &report.warnings {
+        println!("Warning: {}", printable(w));
+    }
+    if !report.drifted_paths.is_empty() {
+        println!("drifted paths:");
+        for p in &report.drifted_paths {
+            let p = if p.is_empty() { "(whole object)" } else { p };
+            println!("  {}", printable(p));
+        }
+    }
+    if !report.drifted_paths_complete {
+        println!("  (more drifted paths than driftguard's answer names whole)");
+    }
+    println!("next: {}", printable(&report.next));
 }
 
 /// The object of `-f FILE`, which must be KIND/NAME.
@@ -197,7 +233,11 @@ fn replacement(file: &std::path::Path, kind: &str, name: &str) -> Result<Value, 
 
 /// A JSON patch replacing the image of `container`, guarded by a `test` of
 /// the current value so that a concurrent change fails instead of landing.
-fn image_patch(object: &Value, container: &str, image: &str) -> Result<Value, PluginError> {
+fn image_patch(
+    object: &Value,
+    container: &str,
+    image: &str,
+) -> Result<json_patch::Patch, PluginError> {
     for list in CONTAINER_LISTS {
         let Some(items) = object.pointer(list).and_then(Value::as_array) else {
             continue;
@@ -208,23 +248,17 @@ fn image_patch(object: &Value, container: &str, image: &str) -> Result<Value, Pl
         {
             let at = format!("{list}/{i}/image");
             let current = items[i].get("image").cloned().unwrap_or(Value::Null);
-            return Ok(json!([
+            let ops = json!([
                 {"op": "test", "path": at, "value": current},
                 {"op": "replace", "path": at, "value": image},
-            ]));
+            ]);
+            return serde_json::from_value(ops)
+                .map_err(|e| PluginError::Usage(format!("--set-image: {e}")));
         }
     }
     Err(PluginError::Usage(format!(
         "no container named {container} in the object"
     )))
-}
-
-/// RFC 6901 pointers named in a driftguard message or warning.
-fn drifted_paths(text: &str) -> Vec<String> {
-    text.split(|c: char| c.is_whitespace() || c == ',')
-        .filter(|t| t.starts_with('/') && t.len() > 1)
-        .map(|t| t.trim_end_matches(['.', ';', ')', ':']).to_owned())
-        .collect()
 }
 
 fn next_step(allowed: bool, paths: &[String], target: &str, namespace: &str) -> String {
@@ -244,22 +278,50 @@ mod tests {
     use super::*;
 
     #[test]
-    fn paths_are_read_from_messages() {
-        let m = "driftguard: Deployment production/myapp is managed by Argo CD application myapp; this UPDATE drifts from Git at /spec/template/spec/containers/0/image, /metadata/labels/x. Change it in Git";
-        assert_eq!(
-            drifted_paths(m),
-            vec![
-                "/spec/template/spec/containers/0/image",
-                "/metadata/labels/x"
-            ]
-        );
+    fn the_report_keeps_its_json_field_names() {
+        let report = Report {
+            object: "cm/settings",
+            namespace: "production",
+            allowed: false,
+            verdict: "denied",
+            real_write_would: None,
+            message: Some("denied".into()),
+            warnings: vec!["w".into()],
+            drifted_paths: vec!["/data/A".into(), String::new()],
+            drifted_paths_complete: true,
+            next: "n".into(),
+        };
+        let json = serde_json::to_value(&report).unwrap();
+        let mut keys: Vec<&str> = json
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        keys.sort_unstable();
+        let mut want = [
+            "object",
+            "namespace",
+            "allowed",
+            "verdict",
+            "realWriteWould",
+            "message",
+            "warnings",
+            "driftedPaths",
+            "driftedPathsComplete",
+            "next",
+        ];
+        want.sort_unstable();
+        assert_eq!(keys, want);
+        assert_eq!(json["realWriteWould"], Value::Null);
+        assert_eq!(json["driftedPaths"], json!(["/data/A", ""]));
     }
 
     #[test]
     fn set_image_finds_the_container_by_name() {
         let d = json!({"spec": {"template": {"spec": {"containers": [
             {"name": "a", "image": "x:1"}, {"name": "b", "image": "y:1"}]}}}});
-        let p = image_patch(&d, "b", "y:2").unwrap();
+        let p = serde_json::to_value(image_patch(&d, "b", "y:2").unwrap()).unwrap();
         assert_eq!(p[1]["path"], "/spec/template/spec/containers/1/image");
         assert_eq!(p[0]["value"], "y:1");
         assert!(image_patch(&d, "c", "z").is_err());

@@ -3,80 +3,152 @@
 //! impersonate, and runs [`crate::policy::reach`] over them. Nothing here
 //! fails `status`: what cannot be read is said.
 
-use kube::Resource;
-use kube::core::DynamicObject;
-use serde_json::{Value, json};
+use k8s_openapi::Resource as _;
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use kube::api::ListParams;
+use kube::core::{ApiResource, GroupVersionKind};
+use serde::Serialize;
+use serde_json::Value;
 
 use super::PluginError;
-use super::api::Api;
+use super::api::{Api, answer};
 use crate::policy::Policy;
 use crate::policy::flux::FluxKind;
 use crate::policy::impersonation::{self, AppProject};
-use crate::policy::reach::{Rbac, Reach, SyncTrust, reach};
+use crate::policy::reach::{Finding, Rbac, Reach, SyncTrust, reach};
+use crate::text::printable;
 
-const RBAC: &str = "/apis/rbac.authorization.k8s.io/v1";
+/// The `trustedIdentityReach` part of `status -o json`.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReachReport {
+    /// False when no RBAC object could be listed.
+    checked: bool,
+    /// Why not checked (the first refusal); absent when checked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    why: Option<String>,
+    /// `findings`, `clusterAdmins` and `missingRoles`, when checked.
+    #[serde(flatten)]
+    found: Option<Reach>,
+    /// Not checked: no findings (and no `clusterAdmins`, `missingRoles`:
+    /// unknown, not none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    findings: Option<[Finding; 0]>,
+    /// The derived accounts checked too; absent when not checked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sync_accounts: Option<Vec<SyncAccount>>,
+    /// What could not be listed, and why.
+    not_readable: Vec<String>,
+}
 
-/// The `trustedIdentityReach` part of `status -o json`: `checked` (false when
-/// no RBAC object could be listed, with `why`), `findings`, `clusterAdmins`,
-/// `missingRoles`, `syncAccounts` (the derived accounts checked too) and
-/// `notReadable` (what could not be listed, and why).
+impl ReachReport {
+    /// No RBAC object could be listed: `not_readable` says why.
+    pub fn not_checked(not_readable: Vec<String>) -> Self {
+        ReachReport {
+            checked: false,
+            why: not_readable.first().cloned(),
+            found: None,
+            findings: Some([]),
+            sync_accounts: None,
+            not_readable,
+        }
+    }
+}
+
+/// A service account a GitOps source makes driftguard trust.
+#[derive(Debug, Serialize)]
+pub struct SyncAccount {
+    username: String,
+    origin: String,
+}
+
+/// Who else may act as a trusted identity, from the cluster's RBAC.
 pub async fn report(
     api: &Api,
     policy: &Policy,
     argocd_namespace: &str,
-) -> Result<Value, PluginError> {
+) -> Result<ReachReport, PluginError> {
     let mut not_readable = Vec::new();
     let mut rbac = Rbac::default();
     let mut listed = 0;
     macro_rules! list_into {
-        ($field:ident, $plural:literal) => {
-            match list(api, &format!("{RBAC}/{}", $plural)).await? {
-                Ok(items) => {
+        ($field:ident, $kind:ty) => {
+            let listed_now = api.all::<$kind>().list(&ListParams::default()).await;
+            match answer(
+                listed_now,
+                format_args!("list {}", <$kind>::URL_PATH_SEGMENT),
+            )? {
+                Ok(list) => {
                     listed += 1;
-                    for item in items {
-                        match serde_json::from_value(item) {
-                            Ok(object) => rbac.$field.push(object),
-                            Err(e) => not_readable
-                                .push(format!("{}: an item does not parse: {e}", $plural)),
-                        }
-                    }
+                    rbac.$field = list.items;
                 }
                 // The apiserver's refusal names the verb and the resource.
-                Err(why) => not_readable.push(why),
+                Err(r) => not_readable.push(r.message),
             }
         };
     }
-    list_into!(cluster_roles, "clusterroles");
-    list_into!(roles, "roles");
-    list_into!(cluster_role_bindings, "clusterrolebindings");
-    list_into!(role_bindings, "rolebindings");
+    list_into!(cluster_roles, ClusterRole);
+    list_into!(roles, Role);
+    list_into!(cluster_role_bindings, ClusterRoleBinding);
+    list_into!(role_bindings, RoleBinding);
     if listed == 0 {
-        return Ok(json!({"checked": false, "why": not_readable.first(),
-                         "notReadable": not_readable, "findings": []}));
+        return Ok(ReachReport::not_checked(not_readable));
     }
     let sync = sync_accounts(api, policy, argocd_namespace, &mut not_readable).await?;
     let found: Reach = reach(&policy.controllers, &policy.trusted, &sync, &rbac);
-    let mut out = serde_json::to_value(&found).unwrap_or_default();
-    out["checked"] = json!(true);
-    out["syncAccounts"] = sync
-        .iter()
-        .map(|s| json!({"username": s.username, "origin": s.origin}))
-        .collect();
-    out["notReadable"] = json!(not_readable);
-    Ok(out)
+    Ok(ReachReport {
+        checked: true,
+        why: None,
+        found: Some(found),
+        findings: None,
+        sync_accounts: Some(
+            sync.into_iter()
+                .map(|s| SyncAccount {
+                    username: s.username,
+                    origin: s.origin,
+                })
+                .collect(),
+        ),
+        not_readable,
+    })
 }
 
-/// Every item of a list path, or why not (404: the type is not served, an
-/// empty list).
-async fn list(api: &Api, path: &str) -> Result<Result<Vec<Value>, String>, PluginError> {
-    Ok(match api.try_get(path).await? {
-        Ok(mut list) => Ok(match list["items"].take() {
-            Value::Array(items) => items,
-            _ => Vec::new(),
-        }),
+/// Every object of a kind (in `namespace`, else everywhere), or why not
+/// (404: the type is not served, an empty list).
+async fn list(
+    api: &Api,
+    ar: &ApiResource,
+    namespace: Option<&str>,
+) -> Result<Result<Vec<Value>, String>, PluginError> {
+    Ok(match api.list_objects(ar, namespace).await? {
+        Ok(items) => Ok(items),
         Err(r) if r.code == 404 => Ok(Vec::new()),
         Err(r) => Err(r.message),
     })
+}
+
+/// Where Flux's Kustomizations and HelmReleases are served (the versions
+/// driftguard's sources read).
+pub fn flux_resource(kind: FluxKind) -> ApiResource {
+    let gvk = match kind {
+        FluxKind::Kustomization => {
+            GroupVersionKind::gvk("kustomize.toolkit.fluxcd.io", "v1", "Kustomization")
+        }
+        FluxKind::HelmRelease => {
+            GroupVersionKind::gvk("helm.toolkit.fluxcd.io", "v2", "HelmRelease")
+        }
+    };
+    ApiResource::from_gvk(&gvk)
+}
+
+/// Argo CD's AppProjects.
+pub fn app_project_resource() -> ApiResource {
+    ApiResource::from_gvk(&GroupVersionKind::gvk(
+        "argoproj.io",
+        "v1alpha1",
+        "AppProject",
+    ))
 }
 
 /// The service accounts Flux Kustomizations and HelmReleases name in
@@ -91,17 +163,8 @@ async fn sync_accounts(
 ) -> Result<Vec<SyncTrust>, PluginError> {
     let mut out = Vec::new();
     if policy.flux {
-        for (kind, path) in [
-            (
-                FluxKind::Kustomization,
-                "/apis/kustomize.toolkit.fluxcd.io/v1/kustomizations",
-            ),
-            (
-                FluxKind::HelmRelease,
-                "/apis/helm.toolkit.fluxcd.io/v2/helmreleases",
-            ),
-        ] {
-            match list(api, path).await? {
+        for kind in [FluxKind::Kustomization, FluxKind::HelmRelease] {
+            match list(api, &flux_resource(kind), None).await? {
                 Ok(items) => out.extend(items.iter().filter_map(|item| {
                     let src = crate::sources::flux_from_value(kind, item).ok()?;
                     Some(SyncTrust {
@@ -114,9 +177,18 @@ async fn sync_accounts(
         }
     }
     if policy.argocd.is_some() {
-        let cm = format!("/api/v1/namespaces/{argocd_namespace}/configmaps/argocd-cm");
-        let enabled = match api.try_get(&cm).await? {
-            Ok(cm) => cm["data"].as_object().is_some_and(impersonation::enabled),
+        let got = api
+            .namespaced::<ConfigMap>(argocd_namespace)
+            .get("argocd-cm")
+            .await;
+        let enabled = match answer(got, "get configmap argocd-cm")? {
+            Ok(cm) => cm.data.is_some_and(|data| {
+                let data = data
+                    .into_iter()
+                    .map(|(k, v)| (k, Value::String(v)))
+                    .collect();
+                impersonation::enabled(&data)
+            }),
             Err(r) if r.code == 404 => false,
             Err(r) => {
                 not_readable.push(format!("argocd-cm: {}", r.message));
@@ -124,20 +196,19 @@ async fn sync_accounts(
             }
         };
         if enabled {
-            let projects =
-                format!("/apis/argoproj.io/v1alpha1/namespaces/{argocd_namespace}/appprojects");
-            let projects: Vec<AppProject> = match list(api, &projects).await? {
-                Ok(items) => items
-                    .iter()
-                    .filter_map(|p| AppProject::from_value(p).ok())
-                    .collect(),
-                Err(why) => {
-                    not_readable.push(format!("AppProjects: {why}"));
-                    Vec::new()
-                }
-            };
-            let all_apps = DynamicObject::url_path(&crate::pause::application_resource(), None);
-            let apps = match list(api, &all_apps).await? {
+            let projects = app_project_resource();
+            let projects: Vec<AppProject> =
+                match list(api, &projects, Some(argocd_namespace)).await? {
+                    Ok(items) => items
+                        .iter()
+                        .filter_map(|p| AppProject::from_value(p).ok())
+                        .collect(),
+                    Err(why) => {
+                        not_readable.push(format!("AppProjects: {why}"));
+                        Vec::new()
+                    }
+                };
+            let apps = match list(api, &crate::pause::application_resource(), None).await? {
                 Ok(items) => items
                     .iter()
                     .filter_map(|a| crate::policy::argocd::from_value(a).ok())
@@ -172,22 +243,21 @@ async fn sync_accounts(
 
 /// The text of the report: a warning per trusted identity and namespace,
 /// each binding that reaches it on its own line.
-pub fn print(r: &Value) {
-    let s = super::shown;
-    let list = |v: &Value| v.as_array().cloned().unwrap_or_default();
+pub fn print(r: &ReachReport) {
+    let s = |text: &str| printable(text).into_owned();
     const TITLE: &str = "Trusted identities others can act as";
-    if r["checked"] != true {
-        let more = list(&r["notReadable"]).len().saturating_sub(1);
+    let Some(found) = r.found.as_ref().filter(|_| r.checked) else {
+        let more = r.not_readable.len().saturating_sub(1);
         let more = if more > 0 {
             format!(" (and {more} more refused)")
         } else {
             String::new()
         };
-        println!("{TITLE}: not checked: {}{more}", s(&r["why"]));
+        let why = r.why.as_deref().unwrap_or_default();
+        println!("{TITLE}: not checked: {}{more}", s(why));
         return;
-    }
-    let findings = list(&r["findings"]);
-    let incomplete: Vec<String> = list(&r["notReadable"]).iter().map(s).collect();
+    };
+    let findings = &found.findings;
     if findings.is_empty() {
         println!("{TITLE}: none found");
     } else {
@@ -197,33 +267,34 @@ pub fn print(r: &Value) {
         );
     }
     let mut last = String::new();
-    for f in &findings {
-        let scope = match f["namespace"].as_str() {
-            Some(_) => format!("in namespace {}", s(&f["namespace"])),
+    for f in findings {
+        let scope = match &f.namespace {
+            Some(ns) => format!("in namespace {}", s(ns)),
             None => "in every namespace".to_owned(),
         };
-        let head = format!("  {} ({}), {scope}:", s(&f["identity"]), s(&f["trustedBy"]));
+        let head = format!("  {} ({}), {scope}:", s(&f.identity), s(&f.trusted_by));
         if head != last {
             println!("{head}");
             last = head;
         }
-        let ways: Vec<String> = list(&f["ways"])
+        let ways: Vec<String> = f
+            .ways
             .iter()
             .map(|w| {
-                let names: Vec<String> = list(&w["names"]).iter().map(s).collect();
+                let names: Vec<String> = w.names.iter().map(|n| s(n)).collect();
                 if names.is_empty() {
-                    s(&w["how"])
+                    w.how.as_str().to_owned()
                 } else {
-                    format!("{} ({})", s(&w["how"]), names.join(", "))
+                    format!("{} ({})", w.how.as_str(), names.join(", "))
                 }
             })
             .collect();
-        let subjects: Vec<String> = list(&f["subjects"]).iter().map(s).collect();
+        let subjects: Vec<String> = f.subjects.iter().map(|n| s(n)).collect();
         println!(
             "    {} through {} ({}): {}",
             subjects.join(", "),
-            s(&f["binding"]),
-            s(&f["role"]),
+            s(&f.binding),
+            s(&f.role),
             ways.join(", ")
         );
     }
@@ -232,15 +303,16 @@ pub fn print(r: &Value) {
             "  Place them out of reach: no edit, admin, impersonate or create pods for others in their namespaces, no trusted glob over tenants' namespaces (docs/gitops.md, Identities)."
         );
     }
-    for why in incomplete {
-        println!("  (not read: {})", crate::text::printable(&why));
+    for why in &r.not_readable {
+        println!("  (not read: {})", s(why));
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::reach::{Finding, How, Way};
+    use crate::policy::reach::{How, Way};
+    use serde_json::json;
 
     #[test]
     fn the_report_serializes_as_status_prints_it() {
@@ -268,5 +340,34 @@ mod tests {
         assert_eq!(v["findings"][0]["namespace"], "kube-system");
         assert_eq!(v["clusterAdmins"], json!([]));
         assert_eq!(v["missingRoles"], json!([]));
+
+        let report = |found: Option<Reach>| ReachReport {
+            checked: found.is_some(),
+            why: found.is_none().then(|| "forbidden".to_owned()),
+            findings: found.is_none().then_some([]),
+            found,
+            sync_accounts: None,
+            not_readable: vec!["forbidden".into()],
+        };
+        let keys = |r: &ReachReport| {
+            let v = serde_json::to_value(r).unwrap();
+            let mut k: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
+            k.sort_unstable();
+            k
+        };
+        assert_eq!(
+            keys(&report(Some(r))),
+            [
+                "checked",
+                "clusterAdmins",
+                "findings",
+                "missingRoles",
+                "notReadable"
+            ]
+        );
+        assert_eq!(
+            keys(&report(None)),
+            ["checked", "findings", "notReadable", "why"]
+        );
     }
 }

@@ -4,11 +4,22 @@
 
 use std::process::ExitCode;
 
+use k8s_openapi::ByteString;
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration, WebhookClientConfig,
+};
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{ListParams, ObjectMeta};
+use serde::Serialize;
 use serde_json::{Value, json};
 
-use super::api::{Api, Resource};
+use super::api::{Api, Resource, answer};
 use super::{Color, Output, PluginError, PolicySource, paint, print_structured};
 use crate::drift::breakglass;
+use crate::text::printable;
 
 /// How long `status` waits for `/metrics` through the apiserver's service proxy.
 const PROXY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
@@ -33,16 +44,194 @@ pub struct Args {
     argocd_namespace: String,
 }
 
-const KINDS: [(&str, &str); 2] = [
-    (
-        "ValidatingWebhookConfiguration",
-        "validatingwebhookconfigurations",
-    ),
-    (
-        "MutatingWebhookConfiguration",
-        "mutatingwebhookconfigurations",
-    ),
+/// One webhook of either configuration, as `status` reads it.
+struct Hook {
+    name: String,
+    failure_policy: Option<String>,
+    client: WebhookClientConfig,
+}
+
+/// The webhooks of configuration `kind` named `name`; `None` when it does
+/// not exist.
+async fn webhooks(api: &Api, kind: &str, name: &str) -> Result<Option<Vec<Hook>>, PluginError> {
+    let got = if kind == "ValidatingWebhookConfiguration" {
+        let got = api.all::<ValidatingWebhookConfiguration>().get(name).await;
+        answer(got, format_args!("get {kind} {name}"))?.map(|c| {
+            c.webhooks
+                .into_iter()
+                .flatten()
+                .map(|h| Hook {
+                    name: h.name,
+                    failure_policy: h.failure_policy,
+                    client: h.client_config,
+                })
+                .collect()
+        })
+    } else {
+        let got = api.all::<MutatingWebhookConfiguration>().get(name).await;
+        answer(got, format_args!("get {kind} {name}"))?.map(|c| {
+            c.webhooks
+                .into_iter()
+                .flatten()
+                .map(|h| Hook {
+                    name: h.name,
+                    failure_policy: h.failure_policy,
+                    client: h.client_config,
+                })
+                .collect()
+        })
+    };
+    match got {
+        Ok(hooks) => Ok(Some(hooks)),
+        Err(r) if r.code == 404 => Ok(None),
+        Err(r) => Err(PluginError::from_refusal(r)),
+    }
+}
+
+const KINDS: [&str; 2] = [
+    "ValidatingWebhookConfiguration",
+    "MutatingWebhookConfiguration",
 ];
+
+/// What `status -o json|yaml` prints.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Report {
+    healthy: bool,
+    configurations: Vec<Configuration>,
+    policy: PolicyReport,
+    metrics: MetricsReport,
+    recent_drift_blocked: Listing<EventEntry>,
+    active_break_glass: Listing<BreakGlassEntry>,
+    expired_break_glass: Vec<BreakGlassEntry>,
+    break_glass_scan: Scan,
+    trusted_identity_reach: super::reach::ReachReport,
+}
+
+/// A list, or why it could not be read (a string in JSON).
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+enum Listing<T> {
+    NotReadable(String),
+    Found(Vec<T>),
+}
+
+/// One webhook configuration.
+#[derive(Debug, Serialize)]
+struct Configuration {
+    kind: &'static str,
+    name: String,
+    present: bool,
+    /// Absent when the configuration is missing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    webhooks: Option<Vec<HookReport>>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct HookReport {
+    name: String,
+    failure_policy: Option<String>,
+    /// Whether the caBundle is set.
+    ca_bundle: bool,
+    /// The URL, or `service NS/NAME`.
+    calls: String,
+    /// A Service's ready endpoints; null for a URL, or when not readable.
+    ready_endpoints: Option<u64>,
+    /// A URL's TLS check from this machine; null for a Service.
+    tls_from_here: Option<TlsCheck>,
+    /// A Service's serving certificate against the caBundle; null for a URL.
+    serving_certificate: Option<ServingCheck>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct PolicyReport {
+    from: String,
+    mode: &'static str,
+    digest: String,
+    break_glass_enabled: bool,
+}
+
+/// driftguard's own metrics, or why they could not be read.
+#[derive(Debug, Serialize)]
+struct MetricsReport {
+    /// Where they were read (null: not tried).
+    from: Option<String>,
+    reachable: bool,
+    #[serde(flatten)]
+    counts: Option<Counts>,
+    /// One line for people.
+    text: String,
+}
+
+/// What a reachable `/metrics` says.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Counts {
+    policy_in_force: Option<PolicyInForce>,
+    policy_reloads: Reloads,
+    decision_timeouts: u64,
+    internal_errors: u64,
+}
+
+#[derive(Debug, Serialize)]
+struct Reloads {
+    success: u64,
+    failure: u64,
+}
+
+/// The labels of `driftguard_policy_info`: the policy the server has in force.
+#[derive(Debug, PartialEq, Eq, Serialize)]
+struct PolicyInForce {
+    digest: Option<String>,
+    source: Option<String>,
+    mode: Option<String>,
+}
+
+/// One driftguard Event.
+#[derive(Debug, Serialize)]
+struct EventEntry {
+    time: Option<String>,
+    /// `KIND NAMESPACE/NAME`.
+    object: String,
+    regarding: ObjectReference,
+    note: Option<String>,
+}
+
+/// An object carrying driftguard's break-glass annotations.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct BreakGlassEntry {
+    /// `KIND NAMESPACE/NAME`.
+    pub object: String,
+    pub api_version: String,
+    pub kind: String,
+    /// Null for a cluster-scoped object.
+    pub namespace: Option<String>,
+    pub name: String,
+    pub reason: Option<String>,
+    pub expires: Option<String>,
+    pub state: &'static str,
+    /// Why it grants nothing; null when active.
+    pub why: Option<String>,
+    /// What `kubectl driftguard break-glass` paused for it, if anything.
+    pub paused: Option<String>,
+}
+
+/// How far the break-glass search got.
+#[derive(Debug, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Scan {
+    types_listed: usize,
+    /// The fields below are absent when discovery itself failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    types_not_readable: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    not_readable: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    failed: Option<Vec<String>>,
+}
 
 pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCode, PluginError> {
     let name = match &args.name {
@@ -52,60 +241,65 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
     let mut healthy = true;
     let mut configurations = Vec::new();
     let mut service_target: Option<(String, String)> = None;
-    for (kind, plural) in KINDS {
-        let path = format!("/apis/admissionregistration.k8s.io/v1/{plural}/{}", name);
-        let config = match api.try_get(&path).await? {
-            Ok(c) => c,
-            Err(r) if r.code == 404 => {
-                healthy = false;
-                configurations.push(json!({"kind": kind, "name": name, "present": false}));
-                continue;
-            }
-            Err(r) => return Err(PluginError::from_refusal(r)),
+    for kind in KINDS {
+        let Some(config) = webhooks(api, kind, &name).await? else {
+            healthy = false;
+            configurations.push(Configuration {
+                kind,
+                name: name.clone(),
+                present: false,
+                webhooks: None,
+            });
+            continue;
         };
         let mut hooks = Vec::new();
-        for hook in config["webhooks"].as_array().into_iter().flatten() {
-            let cc = &hook["clientConfig"];
-            let ca = cc["caBundle"].as_str().is_some_and(|s| !s.is_empty());
+        for hook in config {
+            let cc = &hook.client;
+            let ca_bundle = cc.ca_bundle.as_ref().map(|b| b.0.as_slice());
+            let ca = ca_bundle.is_some_and(|b| !b.is_empty());
             healthy &= ca;
-            let (target, endpoints, reachable) =
-                match (cc["url"].as_str(), cc["service"].as_object()) {
-                    (Some(url), _) => {
-                        let tls = check_tls(url, &cc["caBundle"]).await;
-                        healthy &= tls.ok;
-                        (url.to_owned(), Value::Null, json!(tls))
+            let mut report = HookReport {
+                name: hook.name,
+                failure_policy: hook.failure_policy,
+                ca_bundle: ca,
+                calls: String::new(),
+                ready_endpoints: None,
+                tls_from_here: None,
+                serving_certificate: None,
+            };
+            match (cc.url.as_deref(), cc.service.as_ref()) {
+                (Some(url), _) => {
+                    let tls = check_tls(url, ca_bundle.unwrap_or_default()).await;
+                    healthy &= tls.ok;
+                    report.calls = url.to_owned();
+                    report.tls_from_here = Some(tls);
+                }
+                (None, Some(svc)) => {
+                    let (ns, name) = (svc.namespace.as_str(), svc.name.as_str());
+                    if service_target.is_none() {
+                        service_target = Some((ns.to_owned(), name.to_owned()));
                     }
-                    (None, Some(svc)) => {
-                        let ns = svc
-                            .get("namespace")
-                            .and_then(Value::as_str)
-                            .unwrap_or_default();
-                        let name = svc.get("name").and_then(Value::as_str).unwrap_or_default();
-                        if service_target.is_none() {
-                            service_target = Some((ns.to_owned(), name.to_owned()));
-                        }
-                        let ready = ready_endpoints(api, ns, name).await?;
-                        if ready == Some(0) {
-                            healthy = false;
-                        }
-                        let serving = check_serving_secret(api, ns, name, &cc["caBundle"]).await?;
-                        healthy &= serving.verifies != Some(false);
-                        (format!("service {ns}/{name}"), json!(ready), json!(serving))
+                    let ready = ready_endpoints(api, ns, name).await?;
+                    if ready == Some(0) {
+                        healthy = false;
                     }
-                    _ => (String::new(), Value::Null, Value::Null),
-                };
-            hooks.push(json!({
-                "name": hook["name"],
-                "failurePolicy": hook["failurePolicy"],
-                "caBundle": ca,
-                "calls": target,
-                "readyEndpoints": endpoints,
-                "tlsFromHere": if cc["url"].is_string() { reachable.clone() } else { Value::Null },
-                "servingCertificate": if cc["url"].is_string() { Value::Null } else { reachable },
-            }));
+                    let serving =
+                        check_serving_secret(api, ns, name, ca_bundle.unwrap_or_default()).await?;
+                    healthy &= serving.verifies != Some(false);
+                    report.calls = format!("service {ns}/{name}");
+                    report.ready_endpoints = ready;
+                    report.serving_certificate = Some(serving);
+                }
+                _ => {}
+            }
+            hooks.push(report);
         }
-        configurations
-            .push(json!({"kind": kind, "name": name, "present": true, "webhooks": hooks}));
+        configurations.push(Configuration {
+            kind,
+            name: name.clone(),
+            present: true,
+            webhooks: Some(hooks),
+        });
     }
     let metrics = match (&args.metrics_url, &service_target) {
         (Some(url), _) => metrics_report(url, fetch_url(url).await),
@@ -129,106 +323,38 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
             };
             metrics_report(&format!("service {ns}/{name} port probes"), text)
         }
-        (None, None) => json!({"from": Value::Null, "reachable": false,
-            "text": "not read: the webhooks call a URL; give --metrics-url http://HOST:PROBEPORT/metrics"}),
+        (None, None) => MetricsReport {
+            from: None,
+            reachable: false,
+            counts: None,
+            text: "not read: the webhooks call a URL; give --metrics-url http://HOST:PROBEPORT/metrics".into(),
+        },
     };
     let loaded = source.load(api).await?;
     let blocked = recent_events(api, "DriftBlocked").await?;
     let (break_glass, expired_break_glass, scan) = break_glass_scan(api, &loaded.policy).await?;
     // A warning, not a failure: the exit code stays what the webhooks decide.
     let reach = super::reach::report(api, &loaded.policy, &args.argocd_namespace).await?;
-    let report = json!({
-        "healthy": healthy,
-        "configurations": configurations,
-        "policy": {"from": loaded.origin, "mode": loaded.policy.mode.as_str(),
-                   "digest": loaded.policy.digest,
-                   "breakGlassEnabled": !loaded.policy.break_glass.allowed.is_empty()},
-        "metrics": metrics,
-        "recentDriftBlocked": blocked,
-        "activeBreakGlass": break_glass,
-        "expiredBreakGlass": expired_break_glass,
-        "breakGlassScan": scan,
-        "trustedIdentityReach": reach,
-    });
+    let report = Report {
+        healthy,
+        configurations,
+        policy: PolicyReport {
+            from: loaded.origin.clone(),
+            mode: loaded.policy.mode.as_str(),
+            digest: loaded.policy.digest.clone(),
+            break_glass_enabled: !loaded.policy.break_glass.allowed.is_empty(),
+        },
+        metrics,
+        recent_drift_blocked: blocked,
+        active_break_glass: break_glass,
+        expired_break_glass,
+        break_glass_scan: scan,
+        trusted_identity_reach: reach,
+    };
     if args.output != Output::Text {
         print_structured(&report, args.output)?;
     } else {
-        for c in &configurations {
-            let s = super::shown;
-            if c["present"] != true {
-                println!(
-                    "{} {}: {}",
-                    s(&c["kind"]),
-                    s(&c["name"]),
-                    paint("MISSING", Color::Red)
-                );
-                continue;
-            }
-            println!("{} {}: present", s(&c["kind"]), s(&c["name"]));
-            for h in c["webhooks"].as_array().into_iter().flatten() {
-                let ready = match (
-                    h["readyEndpoints"].as_u64(),
-                    h["tlsFromHere"]["text"].as_str(),
-                ) {
-                    (Some(n), _) => format!(", {n} ready endpoint(s)"),
-                    (None, Some(_)) => format!(", {}", s(&h["tlsFromHere"]["text"])),
-                    (None, None) => String::new(),
-                };
-                println!(
-                    "  {}: failurePolicy {}, caBundle {}, calls {}{ready}",
-                    s(&h["name"]),
-                    s(&h["failurePolicy"]),
-                    if h["caBundle"] == true {
-                        "present"
-                    } else {
-                        "MISSING"
-                    },
-                    s(&h["calls"]),
-                );
-                if h["servingCertificate"]["text"].is_string() {
-                    println!("    {}", s(&h["servingCertificate"]["text"]));
-                }
-            }
-        }
-        println!(
-            "Policy: {} (mode {}, break-glass {})",
-            crate::text::printable(&loaded.origin),
-            loaded.policy.mode.as_str(),
-            if loaded.policy.break_glass.allowed.is_empty() {
-                "disabled"
-            } else {
-                "enabled"
-            }
-        );
-        println!("Metrics: {}", super::shown(&report["metrics"]["text"]));
-        let server = &report["metrics"]["policyInForce"];
-        if server.is_object() {
-            let agrees = if report["policy"]["digest"] == server["digest"] {
-                format!("the same as {}", crate::text::printable(&loaded.origin))
-            } else {
-                format!(
-                    "{} {} (a reload is pending or was refused: see the policy reloads above)",
-                    paint("DIFFERS from", Color::Red),
-                    crate::text::printable(&loaded.origin)
-                )
-            };
-            println!(
-                "Policy in force (server): {} from {}, mode {}: {agrees}",
-                super::shown(&server["digest"]),
-                super::shown(&server["source"]),
-                super::shown(&server["mode"]),
-            );
-        }
-        print_events(&report);
-        super::reach::print(&report["trustedIdentityReach"]);
-        println!(
-            "status: {}",
-            if healthy {
-                paint("ok", Color::Green)
-            } else {
-                paint("NOT OK", Color::Red)
-            }
-        );
+        print_text(&report);
     }
     Ok(if healthy {
         ExitCode::SUCCESS
@@ -237,24 +363,101 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
     })
 }
 
+fn print_text(report: &Report) {
+    let s = |text: &str| printable(text).into_owned();
+    for c in &report.configurations {
+        let Some(hooks) = &c.webhooks else {
+            println!(
+                "{} {}: {}",
+                c.kind,
+                s(&c.name),
+                paint("MISSING", Color::Red)
+            );
+            continue;
+        };
+        println!("{} {}: present", c.kind, s(&c.name));
+        for h in hooks {
+            let ready = match (h.ready_endpoints, &h.tls_from_here) {
+                (Some(n), _) => format!(", {n} ready endpoint(s)"),
+                (None, Some(tls)) => format!(", {}", s(&tls.text)),
+                (None, None) => String::new(),
+            };
+            println!(
+                "  {}: failurePolicy {}, caBundle {}, calls {}{ready}",
+                s(&h.name),
+                s(h.failure_policy.as_deref().unwrap_or_default()),
+                if h.ca_bundle { "present" } else { "MISSING" },
+                s(&h.calls),
+            );
+            if let Some(serving) = &h.serving_certificate {
+                println!("    {}", s(&serving.text));
+            }
+        }
+    }
+    let policy = &report.policy;
+    println!(
+        "Policy: {} (mode {}, break-glass {})",
+        s(&policy.from),
+        policy.mode,
+        if policy.break_glass_enabled {
+            "enabled"
+        } else {
+            "disabled"
+        }
+    );
+    println!("Metrics: {}", s(&report.metrics.text));
+    let server = report
+        .metrics
+        .counts
+        .as_ref()
+        .and_then(|c| c.policy_in_force.as_ref());
+    if let Some(server) = server {
+        let agrees = if server.digest.as_deref() == Some(policy.digest.as_str()) {
+            format!("the same as {}", s(&policy.from))
+        } else {
+            format!(
+                "{} {} (a reload is pending or was refused: see the policy reloads above)",
+                paint("DIFFERS from", Color::Red),
+                s(&policy.from)
+            )
+        };
+        let label = |v: &Option<String>| s(v.as_deref().unwrap_or_default());
+        println!(
+            "Policy in force (server): {} from {}, mode {}: {agrees}",
+            label(&server.digest),
+            label(&server.source),
+            label(&server.mode),
+        );
+    }
+    print_events(report);
+    super::reach::print(&report.trusted_identity_reach);
+    println!(
+        "status: {}",
+        if report.healthy {
+            paint("ok", Color::Green)
+        } else {
+            paint("NOT OK", Color::Red)
+        }
+    );
+}
+
 /// `driftguard` when that configuration exists (or cannot be read: the
 /// refusal is reported by the caller), else the one the chart labelled.
 async fn default_name(api: &Api) -> Result<String, PluginError> {
     const DEFAULT: &str = "driftguard";
-    let base = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations";
-    match api.try_get(&format!("{base}/{DEFAULT}")).await? {
+    let configs = api.all::<ValidatingWebhookConfiguration>();
+    match answer(configs.get_metadata(DEFAULT).await, DEFAULT)? {
         Err(r) if r.code == 404 => {}
         _ => return Ok(DEFAULT.to_owned()),
     }
-    let selector = "labelSelector=app.kubernetes.io%2Fname%3Ddriftguard";
-    let Ok(list) = api.try_get(&format!("{base}?{selector}")).await? else {
+    let params = ListParams::default().labels("app.kubernetes.io/name=driftguard");
+    let Ok(list) = answer(configs.list_metadata(&params).await, "list")? else {
         return Ok(DEFAULT.to_owned());
     };
-    let names: Vec<&str> = list["items"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|c| c["metadata"]["name"].as_str())
+    let names: Vec<&str> = list
+        .items
+        .iter()
+        .filter_map(|c| c.metadata.name.as_deref())
         .collect();
     Ok(match names.as_slice() {
         [one] => (*one).to_owned(),
@@ -275,7 +478,7 @@ struct TlsCheck {
 /// Connects to a webhook URL (2 s) and verifies its certificate against the
 /// configuration's caBundle, as the apiserver will. A hint: the apiserver
 /// may see the network differently from this machine.
-async fn check_tls(url: &str, ca_bundle: &Value) -> TlsCheck {
+async fn check_tls(url: &str, ca: &[u8]) -> TlsCheck {
     let fail = |reachable, verifies, text: String| TlsCheck {
         ok: false,
         reachable,
@@ -303,13 +506,9 @@ async fn check_tls(url: &str, ca_bundle: &Value) -> TlsCheck {
         Ok(Err(e)) => return fail(false, None, format!("NOT REACHABLE from here: {e}")),
         Err(_) => return fail(false, None, "NOT REACHABLE from here: timed out".into()),
     };
-    let ca: Vec<u8> = match serde_json::from_value::<k8s_openapi::ByteString>(ca_bundle.clone()) {
-        Ok(b) => b.0,
-        Err(e) => return fail(true, Some(false), format!("caBundle is not base64: {e}")),
-    };
     let mut roots = rustls::RootCertStore::empty();
     use rustls_pki_types::pem::PemObject;
-    for cert in rustls_pki_types::CertificateDer::pem_slice_iter(&ca).flatten() {
+    for cert in rustls_pki_types::CertificateDer::pem_slice_iter(ca).flatten() {
         let _ = roots.add(cert);
     }
     if roots.is_empty() {
@@ -397,31 +596,37 @@ fn sample_sum(text: &str, name: &str, label: &str) -> u64 {
 }
 
 /// The labels of `driftguard_policy_info ... 1`: the policy the server has
-/// in force (digest, source file, mode); `null` from a server without it.
-fn policy_in_force(text: &str) -> Value {
-    let Some(labels) = text.lines().find_map(|l| {
+/// in force (digest, source file, mode); `None` from a server without it.
+fn policy_in_force(text: &str) -> Option<PolicyInForce> {
+    let labels = text.lines().find_map(|l| {
         let rest = l.strip_prefix("driftguard_policy_info{")?;
         let (labels, value) = rest.rsplit_once("} ")?;
         (value.trim() == "1").then_some(labels)
-    }) else {
-        return Value::Null;
-    };
+    })?;
     let label = |name: &str| {
         let start = labels.find(&format!("{name}=\""))? + name.len() + 2;
         let end = labels[start..].find('"')?;
         Some(labels[start..start + end].to_owned())
     };
-    json!({"digest": label("digest"), "source": label("source"), "mode": label("mode")})
+    Some(PolicyInForce {
+        digest: label("digest"),
+        source: label("source"),
+        mode: label("mode"),
+    })
 }
 
 /// The policy reload counters, decision timeouts and internal errors from
 /// driftguard's OpenMetrics, or why they could not be read (not a failure).
-fn metrics_report(from: &str, text: Result<String, String>) -> Value {
+fn metrics_report(from: &str, text: Result<String, String>) -> MetricsReport {
     let text = match text {
         Ok(text) => text,
         Err(why) => {
-            return json!({"from": from, "reachable": false,
-                          "text": format!("not reachable ({from}): {why}")});
+            return MetricsReport {
+                from: Some(from.to_owned()),
+                reachable: false,
+                counts: None,
+                text: format!("not reachable ({from}): {why}"),
+            };
         }
     };
     let ok = sample_sum(
@@ -436,15 +641,22 @@ fn metrics_report(from: &str, text: Result<String, String>) -> Value {
     );
     let timeouts = sample_sum(&text, "driftguard_decision_timeouts_total", "");
     let errors = sample_sum(&text, "driftguard_internal_errors_total", "");
-    json!({
-        "from": from,
-        "reachable": true,
-        "policyInForce": policy_in_force(&text),
-        "policyReloads": {"success": ok, "failure": failed},
-        "decisionTimeouts": timeouts,
-        "internalErrors": errors,
-        "text": format!("({from}) policy reloads {ok} ok, {failed} failed; decision timeouts {timeouts}; internal errors {errors}"),
-    })
+    MetricsReport {
+        from: Some(from.to_owned()),
+        reachable: true,
+        counts: Some(Counts {
+            policy_in_force: policy_in_force(&text),
+            policy_reloads: Reloads {
+                success: ok,
+                failure: failed,
+            },
+            decision_timeouts: timeouts,
+            internal_errors: errors,
+        }),
+        text: format!(
+            "({from}) policy reloads {ok} ok, {failed} failed; decision timeouts {timeouts}; internal errors {errors}"
+        ),
+    }
 }
 
 /// What the serving certificate the chart mounts says about a caBundle.
@@ -465,16 +677,19 @@ async fn check_serving_secret(
     api: &Api,
     ns: &str,
     name: &str,
-    ca_bundle: &Value,
+    ca: &[u8],
 ) -> Result<ServingCheck, PluginError> {
     let secret = format!("{ns}/{name}-tls");
-    let path = format!("/api/v1/namespaces/{ns}/secrets/{name}-tls");
     let not_checked = |text: String| ServingCheck {
         secret: secret.clone(),
         verifies: None,
         text: format!("caBundle not checked: {text}"),
     };
-    let object = match api.try_get(&path).await? {
+    let got = api
+        .namespaced::<Secret>(ns)
+        .get(&format!("{name}-tls"))
+        .await;
+    let object = match answer(got, format_args!("get secret {secret}"))? {
         Ok(o) => o,
         Err(r) if r.code == 403 => {
             return Ok(not_checked(format!(
@@ -489,32 +704,20 @@ async fn check_serving_secret(
         }
         Err(r) => return Ok(not_checked(format!("Secret {secret}: {}", r.message))),
     };
-    let decode = |v: &Value| {
-        serde_json::from_value::<k8s_openapi::ByteString>(v.clone())
-            .map(|b| b.0)
-            .map_err(|e| e.to_string())
-    };
-    let Ok(leaf) = decode(&object["data"]["tls.crt"]) else {
+    let Some(ByteString(leaf)) = object.data.and_then(|mut d| d.remove("tls.crt")) else {
         return Ok(not_checked(format!("Secret {secret} has no tls.crt")));
     };
     let dns = format!("{name}.{ns}.svc");
-    Ok(match decode(ca_bundle) {
+    Ok(match verify_chain(&leaf, ca, &dns) {
+        Ok(()) => ServingCheck {
+            secret: secret.clone(),
+            verifies: Some(true),
+            text: format!("caBundle verifies tls.crt of Secret {secret} for {dns}"),
+        },
         Err(e) => ServingCheck {
             secret: secret.clone(),
             verifies: Some(false),
-            text: format!("caBundle is not base64: {e}"),
-        },
-        Ok(ca) => match verify_chain(&leaf, &ca, &dns) {
-            Ok(()) => ServingCheck {
-                secret: secret.clone(),
-                verifies: Some(true),
-                text: format!("caBundle verifies tls.crt of Secret {secret} for {dns}"),
-            },
-            Err(e) => ServingCheck {
-                secret: secret.clone(),
-                verifies: Some(false),
-                text: format!("caBundle does NOT verify tls.crt of Secret {secret} for {dns}: {e}"),
-            },
+            text: format!("caBundle does NOT verify tls.crt of Secret {secret} for {dns}: {e}"),
         },
     })
 }
@@ -551,96 +754,113 @@ fn verify_chain(leaf_pem: &[u8], ca_pem: &[u8], dns: &str) -> Result<(), String>
         .map_err(|e| e.to_string())
 }
 
-fn print_events(report: &Value) {
-    let list = |v: &Value| v.as_array().cloned().unwrap_or_default();
-    let s = super::shown;
-    match &report["recentDriftBlocked"] {
-        v @ Value::String(_) => println!("Recent DriftBlocked Events: not readable: {}", s(v)),
-        v if list(v).is_empty() => println!("Recent DriftBlocked Events: none"),
-        v => {
+fn print_events(report: &Report) {
+    let s = |text: &str| printable(text).into_owned();
+    let o = |text: &Option<String>| s(text.as_deref().unwrap_or_default());
+    match &report.recent_drift_blocked {
+        Listing::NotReadable(why) => {
+            println!("Recent DriftBlocked Events: not readable: {}", s(why))
+        }
+        Listing::Found(list) if list.is_empty() => println!("Recent DriftBlocked Events: none"),
+        Listing::Found(list) => {
             println!("Recent DriftBlocked Events:");
-            for e in list(v) {
-                println!("  {} {}: {}", s(&e["time"]), s(&e["object"]), s(&e["note"]));
+            for e in list {
+                println!("  {} {}: {}", o(&e.time), s(&e.object), o(&e.note));
             }
         }
     }
-    match &report["activeBreakGlass"] {
-        v @ Value::String(_) => println!("Active break-glass: not readable: {}", s(v)),
-        v if list(v).is_empty() => println!("Active break-glass: none"),
-        v => {
+    match &report.active_break_glass {
+        Listing::NotReadable(why) => println!("Active break-glass: not readable: {}", s(why)),
+        Listing::Found(list) if list.is_empty() => println!("Active break-glass: none"),
+        Listing::Found(list) => {
             println!("Active break-glass:");
-            for e in list(v) {
-                let paused = match e["paused"].as_str() {
-                    Some(_) => format!(" (paused: {})", s(&e["paused"])),
+            for e in list {
+                let paused = match &e.paused {
+                    Some(p) => format!(" (paused: {})", s(p)),
                     None => " (nothing paused: the GitOps tool may revert it)".to_owned(),
                 };
                 println!(
                     "  {} until {}: {}{paused}",
-                    s(&e["object"]),
-                    s(&e["expires"]),
-                    s(&e["reason"])
+                    s(&e.object),
+                    o(&e.expires),
+                    o(&e.reason)
                 );
             }
         }
     }
-    let expired = list(&report["expiredBreakGlass"]);
-    if !expired.is_empty() {
+    if !report.expired_break_glass.is_empty() {
         println!("Break-glass that grants nothing, left on objects (the sweeper removes it):");
-        for e in expired {
-            let why = if e["state"] == "ended" {
+        for e in &report.expired_break_glass {
+            let why = if e.state == "ended" {
                 "ended, driftguard's pause marker left".to_owned()
             } else {
-                s(&e["why"])
+                o(&e.why)
             };
-            println!("  {} {why}: {}", s(&e["object"]), s(&e["reason"]));
+            println!("  {} {why}: {}", s(&e.object), o(&e.reason));
         }
     }
-    let scan = &report["breakGlassScan"];
-    let unreadable = scan["typesNotReadable"].as_u64().unwrap_or(0);
-    if unreadable > 0 {
-        let names: Vec<String> = list(&scan["notReadable"]).iter().map(s).collect();
+    let scan = &report.break_glass_scan;
+    let names = scan.not_readable.as_deref().unwrap_or_default();
+    if !names.is_empty() {
+        let shown: Vec<String> = names.iter().take(5).map(|n| s(n)).collect();
         let more = if names.len() > 5 { ", ..." } else { "" };
         println!(
-            "  ({unreadable} types not readable, not searched: {}{more})",
-            names[..names.len().min(5)].join(", ")
+            "  ({} types not readable, not searched: {}{more})",
+            names.len(),
+            shown.join(", ")
         );
     }
-    for f in list(&scan["failed"]) {
-        println!("  (not listed: {})", s(&f));
+    for f in scan.failed.as_deref().unwrap_or_default() {
+        println!("  (not listed: {})", s(f));
     }
 }
 
 /// The 10 most recent driftguard Events with `reason` in every namespace, or
 /// why they cannot be read (a string; not fatal).
-async fn recent_events(api: &Api, reason: &str) -> Result<Value, PluginError> {
-    let path = format!("/apis/events.k8s.io/v1/events?fieldSelector=reason%3D{reason}");
-    let list = match api.try_get(&path).await? {
+async fn recent_events(api: &Api, reason: &str) -> Result<Listing<EventEntry>, PluginError> {
+    let params = ListParams::default().fields(&format!("reason={reason}"));
+    let list = match answer(api.all::<Event>().list(&params).await, "list events")? {
         Ok(list) => list,
-        Err(r) => return Ok(json!(r.message)),
+        Err(r) => return Ok(Listing::NotReadable(r.message)),
     };
-    let mut events: Vec<Value> = list["items"]
-        .as_array()
+    let mut events: Vec<EventEntry> = list
+        .items
         .into_iter()
-        .flatten()
-        .filter(|e| e["reportingController"] == "driftguard")
+        .filter(|e| e.reporting_controller.as_deref() == Some("driftguard"))
         .map(|e| {
-            let time = e["series"]["lastObservedTime"]
-                .as_str()
-                .or(e["eventTime"].as_str())
-                .or(e["metadata"]["creationTimestamp"].as_str());
-            let r = &e["regarding"];
-            let ns = r["namespace"].as_str().map(|n| format!("{n}/")).unwrap_or_default();
-            json!({
-                "time": time,
-                "object": format!("{} {ns}{}", r["kind"].as_str().unwrap_or_default(), r["name"].as_str().unwrap_or_default()),
-                "regarding": r,
-                "note": e["note"],
-            })
+            // As the apiserver writes it (RFC 3339), so that times sort as text.
+            let wire = |t: Value| t.as_str().map(str::to_owned);
+            let time = e
+                .series
+                .as_ref()
+                .and_then(|s| wire(json!(s.last_observed_time)))
+                .or(e.event_time.as_ref().and_then(|t| wire(json!(t))))
+                .or(e
+                    .metadata
+                    .creation_timestamp
+                    .as_ref()
+                    .and_then(|t| wire(json!(t))));
+            let r = e.regarding.unwrap_or_default();
+            let ns = r
+                .namespace
+                .as_deref()
+                .map(|n| format!("{n}/"))
+                .unwrap_or_default();
+            EventEntry {
+                time,
+                object: format!(
+                    "{} {ns}{}",
+                    r.kind.as_deref().unwrap_or_default(),
+                    r.name.as_deref().unwrap_or_default()
+                ),
+                regarding: r,
+                note: e.note,
+            }
         })
         .collect();
-    events.sort_by(|a, b| b["time"].as_str().cmp(&a["time"].as_str()));
+    events.sort_by(|a, b| b.time.cmp(&a.time));
     events.truncate(10);
-    Ok(Value::Array(events))
+    Ok(Listing::Found(events))
 }
 
 /// Every object in the cluster that carries driftguard's break-glass
@@ -653,12 +873,12 @@ async fn recent_events(api: &Api, reason: &str) -> Result<Value, PluginError> {
 async fn break_glass_scan(
     api: &Api,
     policy: &crate::policy::Policy,
-) -> Result<(Value, Value, Value), PluginError> {
+) -> Result<(Listing<BreakGlassEntry>, Vec<BreakGlassEntry>, Scan), PluginError> {
     use futures_util::stream::{self, StreamExt};
     let types = match api.listable().await {
         Ok(types) => types,
         Err(PluginError::Access(why)) => {
-            return Ok((json!(why), json!([]), json!({"typesListed": 0})));
+            return Ok((Listing::NotReadable(why), Vec::new(), Scan::default()));
         }
         Err(e) => return Err(e),
     };
@@ -675,19 +895,15 @@ async fn break_glass_scan(
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut listed = 0;
     for (resource, list) in lists {
-        let name = if resource.group.is_empty() {
-            resource.plural.clone()
-        } else {
-            format!("{}.{}", resource.plural, resource.group)
-        };
+        let name = resource.qualified();
         let items = match list? {
             Ok(items) => items,
             Err(r) if r.code == 403 => {
-                forbidden.push(json!(name));
+                forbidden.push(name);
                 continue;
             }
             Err(r) => {
-                failed.push(json!(format!("{name}: {}", r.message)));
+                failed.push(format!("{name}: {}", r.message));
                 continue;
             }
         };
@@ -702,28 +918,28 @@ async fn break_glass_scan(
             }
         }
     }
-    let key = |e: &Value| e["object"].as_str().unwrap_or_default().to_owned();
+    let key = |e: &BreakGlassEntry| e.object.clone();
     active.sort_by_key(key);
     expired.sort_by_key(key);
-    forbidden.sort_by_key(|v| v.as_str().unwrap_or_default().to_owned());
-    let scan = json!({
-        "typesListed": listed,
-        "typesNotReadable": forbidden.len(),
-        "notReadable": forbidden,
-        "failed": failed,
-    });
-    Ok((Value::Array(active), Value::Array(expired), scan))
+    forbidden.sort();
+    let scan = Scan {
+        types_listed: listed,
+        types_not_readable: Some(forbidden.len()),
+        not_readable: Some(forbidden),
+        failed: Some(failed),
+    };
+    Ok((Listing::Found(active), expired, scan))
 }
 
 /// One listed object's break-glass state and its entry, unless it has none.
 pub(crate) fn break_glass_entry(
     resource: &Resource,
-    item: &Value,
+    meta: &ObjectMeta,
     policy: &crate::policy::Policy,
     now: jiff::Timestamp,
-) -> Option<(breakglass::State, Value)> {
+) -> Option<(breakglass::State, BreakGlassEntry)> {
     use crate::drift::breakglass::{EXPIRES, PAUSED, REASON};
-    let object = json!({"kind": resource.kind, "metadata": item["metadata"]});
+    let object = json!({"kind": resource.kind, "metadata": meta});
     let state = breakglass::state(
         &crate::drift::inputs::Inputs::read(&object, policy),
         policy,
@@ -732,44 +948,36 @@ pub(crate) fn break_glass_entry(
     if state == breakglass::State::None {
         return None;
     }
-    let meta = &item["metadata"];
-    let name = meta["name"].as_str().unwrap_or_default();
-    let ns = meta["namespace"].as_str().unwrap_or_default();
-    let shown_ns = if ns.is_empty() {
-        String::new()
-    } else {
-        format!("{ns}/")
+    let name = meta.name.clone().unwrap_or_default();
+    let ns = meta.namespace.clone().filter(|ns| !ns.is_empty());
+    let shown_ns = ns.as_deref().map(|ns| format!("{ns}/")).unwrap_or_default();
+    let annotation = |key: &str| meta.annotations.as_ref().and_then(|a| a.get(key)).cloned();
+    let entry = BreakGlassEntry {
+        object: format!("{} {shown_ns}{name}", resource.kind),
+        api_version: resource.api_version(),
+        kind: resource.kind.clone(),
+        namespace: ns,
+        name,
+        reason: annotation(REASON),
+        expires: annotation(EXPIRES),
+        state: state.name(),
+        why: state.why_not(),
+        paused: annotation(PAUSED),
     };
-    let entry = json!({
-        "object": format!("{} {shown_ns}{name}", resource.kind),
-        "apiVersion": resource.api_version(),
-        "kind": resource.kind,
-        "namespace": if ns.is_empty() { Value::Null } else { json!(ns) },
-        "name": name,
-        "reason": meta["annotations"][REASON],
-        "expires": meta["annotations"][EXPIRES],
-        "state": state.name(),
-        "why": state.why_not(),
-        // What `kubectl driftguard break-glass` paused for it, if anything.
-        "paused": meta["annotations"][PAUSED],
-    });
     Some((state, entry))
 }
 
 /// Ready endpoints of a Service, from its EndpointSlices; `None` when they
 /// cannot be read (reported, not fatal).
 async fn ready_endpoints(api: &Api, ns: &str, name: &str) -> Result<Option<u64>, PluginError> {
-    let path = format!(
-        "/apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices?labelSelector=kubernetes.io%2Fservice-name%3D{name}"
-    );
-    Ok(match api.try_get(&path).await? {
+    let params = ListParams::default().labels(&format!("kubernetes.io/service-name={name}"));
+    let listed = api.namespaced::<EndpointSlice>(ns).list(&params).await;
+    Ok(match answer(listed, "list endpointslices")? {
         Ok(list) => Some(
-            list["items"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .flat_map(|s| s["endpoints"].as_array().into_iter().flatten())
-                .filter(|e| e["conditions"]["ready"] != false)
+            list.items
+                .iter()
+                .flat_map(|s| s.endpoints.iter().flatten())
+                .filter(|e| e.conditions.as_ref().and_then(|c| c.ready) != Some(false))
                 .count() as u64,
         ),
         Err(r) => {
@@ -784,7 +992,7 @@ async fn ready_endpoints(api: &Api, ns: &str, name: &str) -> Result<Option<u64>,
 
 #[cfg(test)]
 mod tests {
-    use super::{break_glass_entry, metrics_report, verify_chain};
+    use super::*;
     use crate::plugin::api::Resource;
     use serde_json::json;
 
@@ -804,26 +1012,50 @@ mod tests {
                 "annotations": {"driftguard.io/break-glass": "INC-1",
                                 "driftguard.io/break-glass-expires": expires}}})
         };
+        let meta = |v: serde_json::Value| -> ObjectMeta {
+            serde_json::from_value(v["metadata"].clone()).unwrap()
+        };
         let (state, e) =
-            break_glass_entry(&cm, &item("2030-01-01T15:59:00Z"), &policy, now).unwrap();
+            break_glass_entry(&cm, &meta(item("2030-01-01T15:59:00Z")), &policy, now).unwrap();
         assert_eq!(state.name(), "active");
-        assert_eq!(e["object"], "ConfigMap production/settings");
-        assert_eq!(e["apiVersion"], "v1");
-        assert_eq!(e["reason"], "INC-1");
-        assert_eq!(e["expires"], "2030-01-01T15:59:00Z");
-        assert_eq!(e["paused"], serde_json::Value::Null);
+        assert_eq!(e.object, "ConfigMap production/settings");
+        assert_eq!(e.api_version, "v1");
+        assert_eq!(e.reason.as_deref(), Some("INC-1"));
+        assert_eq!(e.expires.as_deref(), Some("2030-01-01T15:59:00Z"));
+        assert_eq!(e.paused, None);
+        let v = serde_json::to_value(&e).unwrap();
+        let mut keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+        keys.sort_unstable();
+        assert_eq!(
+            keys,
+            [
+                "apiVersion",
+                "expires",
+                "kind",
+                "name",
+                "namespace",
+                "object",
+                "paused",
+                "reason",
+                "state",
+                "why"
+            ]
+        );
         let mut paused = item("2030-01-01T15:59:00Z");
         paused["metadata"]["annotations"]["driftguard.io/break-glass-paused"] =
             json!("kustomize.toolkit.fluxcd.io/reconcile");
-        let (_, e) = break_glass_entry(&cm, &paused, &policy, now).unwrap();
-        assert_eq!(e["paused"], "kustomize.toolkit.fluxcd.io/reconcile");
+        let (_, e) = break_glass_entry(&cm, &meta(paused), &policy, now).unwrap();
+        assert_eq!(
+            e.paused.as_deref(),
+            Some("kustomize.toolkit.fluxcd.io/reconcile")
+        );
         let (state, _) =
-            break_glass_entry(&cm, &item("2030-01-01T11:00:00Z"), &policy, now).unwrap();
+            break_glass_entry(&cm, &meta(item("2030-01-01T11:00:00Z")), &policy, now).unwrap();
         assert_eq!(state.name(), "expired");
-        let (state, _) = break_glass_entry(&cm, &item("tomorrow"), &policy, now).unwrap();
+        let (state, _) = break_glass_entry(&cm, &meta(item("tomorrow")), &policy, now).unwrap();
         assert_eq!(state.name(), "invalid");
         let plain = json!({"metadata": {"name": "x", "namespace": "production"}});
-        assert!(break_glass_entry(&cm, &plain, &policy, now).is_none());
+        assert!(break_glass_entry(&cm, &meta(plain), &policy, now).is_none());
 
         let ns = Resource {
             group: String::new(),
@@ -834,10 +1066,107 @@ mod tests {
         };
         let item = json!({"metadata": {"name": "production",
             "annotations": {"driftguard.io/break-glass-expires": "2030-01-01T13:00:00Z"}}});
-        let (_, e) = break_glass_entry(&ns, &item, &policy, now).unwrap();
-        assert_eq!(e["object"], "Namespace production");
-        assert_eq!(e["namespace"], serde_json::Value::Null);
-        assert_eq!(ns.list_path(), "/api/v1/namespaces");
+        let (_, e) = break_glass_entry(&ns, &meta(item), &policy, now).unwrap();
+        assert_eq!(e.object, "Namespace production");
+        assert_eq!(serde_json::to_value(&e).unwrap()["namespace"], json!(null));
+        assert_eq!(ns.qualified(), "namespaces");
+    }
+
+    fn keys(v: &serde_json::Value) -> Vec<&str> {
+        let mut k: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+        k.sort_unstable();
+        k
+    }
+
+    #[test]
+    fn the_report_keeps_its_json_field_names() {
+        let hook = HookReport {
+            name: "validate.driftguard.io".into(),
+            failure_policy: Some("Fail".into()),
+            ca_bundle: true,
+            calls: "service driftguard/driftguard".into(),
+            ready_endpoints: Some(2),
+            tls_from_here: None,
+            serving_certificate: Some(ServingCheck {
+                secret: "driftguard/driftguard-tls".into(),
+                verifies: Some(true),
+                text: "ok".into(),
+            }),
+        };
+        let report = Report {
+            healthy: true,
+            configurations: vec![
+                Configuration {
+                    kind: KINDS[0],
+                    name: "driftguard".into(),
+                    present: true,
+                    webhooks: Some(vec![hook]),
+                },
+                Configuration {
+                    kind: KINDS[1],
+                    name: "driftguard".into(),
+                    present: false,
+                    webhooks: None,
+                },
+            ],
+            policy: PolicyReport {
+                from: "ConfigMap driftguard/driftguard-policy".into(),
+                mode: "enforce",
+                digest: "sha256:ab".into(),
+                break_glass_enabled: false,
+            },
+            metrics: metrics_report("here", Err("refused".into())),
+            recent_drift_blocked: Listing::NotReadable("forbidden".into()),
+            active_break_glass: Listing::Found(vec![]),
+            expired_break_glass: vec![],
+            break_glass_scan: Scan::default(),
+            trusted_identity_reach: crate::plugin::reach::ReachReport::not_checked(vec![
+                "forbidden".into(),
+            ]),
+        };
+        let v = serde_json::to_value(&report).unwrap();
+        assert_eq!(
+            keys(&v),
+            [
+                "activeBreakGlass",
+                "breakGlassScan",
+                "configurations",
+                "expiredBreakGlass",
+                "healthy",
+                "metrics",
+                "policy",
+                "recentDriftBlocked",
+                "trustedIdentityReach"
+            ]
+        );
+        assert_eq!(
+            keys(&v["configurations"][0]),
+            ["kind", "name", "present", "webhooks"]
+        );
+        assert_eq!(keys(&v["configurations"][1]), ["kind", "name", "present"]);
+        assert_eq!(
+            keys(&v["configurations"][0]["webhooks"][0]),
+            [
+                "caBundle",
+                "calls",
+                "failurePolicy",
+                "name",
+                "readyEndpoints",
+                "servingCertificate",
+                "tlsFromHere"
+            ]
+        );
+        assert_eq!(
+            keys(&v["configurations"][0]["webhooks"][0]["servingCertificate"]),
+            ["caBundleVerifies", "secret", "text"]
+        );
+        assert_eq!(
+            keys(&v["policy"]),
+            ["breakGlassEnabled", "digest", "from", "mode"]
+        );
+        assert_eq!(v["recentDriftBlocked"], "forbidden");
+        assert_eq!(v["activeBreakGlass"], json!([]));
+        assert_eq!(v["breakGlassScan"], json!({"typesListed": 0}));
     }
 
     #[test]
@@ -848,7 +1177,7 @@ mod tests {
             driftguard_decision_timeouts_total 2\n\
             driftguard_internal_errors_total 0\n\
             driftguard_policy_info{digest=\"sha256:ab\",source=\"/etc/driftguard/policy.yaml\",mode=\"warn\"} 1\n# EOF\n";
-        let r = metrics_report("here", Ok(text.into()));
+        let r = serde_json::to_value(metrics_report("here", Ok(text.into()))).unwrap();
         assert_eq!(
             r["policyInForce"],
             json!({"digest": "sha256:ab", "source": "/etc/driftguard/policy.yaml", "mode": "warn"})
@@ -857,8 +1186,10 @@ mod tests {
         assert_eq!(r["policyReloads"]["failure"], 1);
         assert_eq!(r["decisionTimeouts"], 2);
         assert_eq!(r["internalErrors"], 0);
-        let r = metrics_report("here", Err("connection refused".into()));
+        let r =
+            serde_json::to_value(metrics_report("here", Err("connection refused".into()))).unwrap();
         assert_eq!(r["reachable"], false);
+        assert!(r.get("policyReloads").is_none(), "{r}");
         assert!(r["text"].as_str().unwrap().contains("not reachable"));
     }
     use crate::certs::Authority;
