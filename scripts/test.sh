@@ -17,15 +17,32 @@ unset DRIFTGUARD_KUBE_VERSION
 # disagreement one finds becomes a fix and a unit test (docs/oracle.md).
 export ORACLE_SEED="${ORACLE_SEED:-7}"
 cargo fmt --all -- --check
+# On a fresh machine the Go tools are most of a run: every one of them is
+# built in the background from here on, one at a time, in the order the tests
+# first need them, so their builds use the cores that the Rust build and the
+# end-to-end tests (mostly waiting on control planes) leave idle. A test that
+# needs a tool waits for its build (build-tools.sh locks each tool) or builds
+# it itself. With the tools cached this ends in seconds. What it built and how
+# long each took: target/build-tools.log.
+prebuild_pid=""
+fuzz_pid=""
+# A failure below leaves no build or fuzzer running after the script.
+trap 'for pid in ${prebuild_pid} ${fuzz_pid}; do pkill -P "${pid}" 2>/dev/null; kill "${pid}" 2>/dev/null; done; true' EXIT
+mkdir -p target
+(
+  scripts/build-tools.sh etcd kube-apiserver kubectl helm
+  scripts/build-tools.sh gitops
+  for version in $(scripts/build-tools.sh kube-versions | tail -n +2); do
+    DRIFTGUARD_KUBE_VERSION="${version}" scripts/build-tools.sh kube-apiserver kubectl
+  done
+) >/dev/null 2>target/build-tools.log &
+prebuild_pid=$!
 cargo clippy --locked --all-targets -- -D warnings
 cargo test --locked --all-targets
 # Every fuzz target for 60 s, where the nightly toolchain is (fuzz.sh installs
 # cargo-fuzz from crates.io if it is missing): CI has nightly, so there a
 # missing one fails rather than skips. Fuzzing takes one core; it runs beside
 # the older-version pass below, which mostly waits on its control planes.
-fuzz_pid=""
-# A failure below leaves no fuzzer running after the script.
-trap 'if [ -n "${fuzz_pid}" ]; then pkill -P "${fuzz_pid}" 2>/dev/null; kill "${fuzz_pid}" 2>/dev/null; fi; true' EXIT
 if rustup toolchain list 2>/dev/null | grep -q '^nightly'; then
   scripts/fuzz.sh 60 &
   fuzz_pid=$!
