@@ -358,6 +358,15 @@ fn the_chart_lints_renders_and_is_accepted_by_the_apiserver() {
         ),
         ("guard off", vec!["guard.enabled=false"]),
         (
+            "fleet spoke (docs/fleets.md)",
+            vec![
+                "watch.flux=true",
+                "watch.hub.argocdKubeconfigSecret=argocd-hub",
+                "watch.hub.fluxKubeconfigSecret=flux-hub",
+                "watch.hub.clusterNames={https://spoke-1.example.com:6443,spoke-1}",
+            ],
+        ),
+        (
             "narrow break-glass sweeper",
             vec![
                 "policy.breakGlass.allowedGroups={sre-oncall}",
