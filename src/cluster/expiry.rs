@@ -46,6 +46,13 @@ pub struct Options {
     /// The Lease (namespace, name) that elects the one replica that sweeps;
     /// `None`: this process sweeps alone (one replica, or outside a cluster).
     pub lease: Option<(String, String)>,
+    /// `--argocd-kubeconfig`: the hub holding the Applications, where their
+    /// pauses are lifted (lifting needs `patch` on applications there);
+    /// `None`: this cluster.
+    pub argocd_hub: Option<kube::Client>,
+    /// `--cluster-name`: with a hub, only the pauses of Applications that
+    /// deploy here are this sweeper's to find left behind.
+    pub cluster_names: Vec<String>,
 }
 
 /// How long a sweeper's lease lasts without renewal before another replica
@@ -432,7 +439,7 @@ impl Sweeper {
     /// the armed objects alone.
     async fn lift_orphaned_pauses(&mut self, armed: &BTreeSet<String>, listed: &BTreeSet<String>) {
         let api =
-            Api::<DynamicObject>::all_with(self.client.clone(), &pause::application_resource());
+            Api::<DynamicObject>::all_with(self.argocd().clone(), &pause::application_resource());
         let apps = match api.list_metadata(&ListParams::default()).await {
             Ok(apps) => apps.items,
             // No Application CRD: nothing paused.
@@ -455,21 +462,59 @@ impl Sweeper {
                 orphans.insert(key, since);
             }
         }
+        let mut elsewhere = BTreeSet::new();
         for ((namespace, name, entry), since) in &orphans {
             if since.elapsed() < ORPHAN_GRACE {
                 continue;
             }
-            match ending::lift(&self.client, namespace, name, entry).await {
+            // A hub's Application that deploys to another cluster lists that
+            // cluster's armed objects, not ours: never lifted from here.
+            let app = (namespace.clone(), name.clone());
+            if elsewhere.contains(&app) || self.deploys_elsewhere(&api, namespace, name).await {
+                elsewhere.insert(app);
+                continue;
+            }
+            match ending::lift(self.argocd(), namespace, name, entry).await {
                 Ok(state) => {
                     let state = state.unwrap_or(AppState::NotListed);
                     tracing::info!(application = %format!("{namespace}/{name}"), object = %entry, ?state, "break-glass ended without lifting its pause: lifted")
                 }
                 Err(e) => {
-                    tracing::warn!(application = %format!("{namespace}/{name}"), object = %entry, error = %e, "break-glass sweeper: cannot lift a pause left behind; trying again next tick")
+                    self.metrics.break_glass_lift_failures.inc();
+                    tracing::warn!(application = %format!("{namespace}/{name}"), object = %entry, error = %e, hub = self.options.argocd_hub.is_some(), "break-glass sweeper: cannot lift a pause left behind; trying again next tick")
                 }
             }
         }
         self.orphans = orphans;
+    }
+
+    /// With a hub: whether Application `namespace/name` deploys to a cluster
+    /// other than this one (`--cluster-name`), or cannot be read to tell.
+    /// Without a hub, every Application's pause may be this cluster's.
+    async fn deploys_elsewhere(
+        &self,
+        api: &Api<DynamicObject>,
+        namespace: &str,
+        name: &str,
+    ) -> bool {
+        if self.options.argocd_hub.is_none() {
+            return false;
+        }
+        let this = crate::policy::argocd::ThisCluster::named(&self.options.cluster_names);
+        let api = Api::<DynamicObject>::namespaced_with(
+            api.clone().into_client(),
+            namespace,
+            &pause::application_resource(),
+        );
+        match api.get(name).await {
+            Ok(app) => this.deploys_elsewhere(&serde_json::to_value(app).unwrap_or_default()),
+            Err(_) => true,
+        }
+    }
+
+    /// The client for Argo CD Applications: the hub's, or this cluster's.
+    fn argocd(&self) -> &kube::Client {
+        self.options.argocd_hub.as_ref().unwrap_or(&self.client)
     }
 
     /// Ends the break-glass on the object ([`ending::end_break_glass`]);
@@ -485,6 +530,7 @@ impl Sweeper {
         let policy = self.policy.current();
         let ending = ending::end_break_glass(
             &self.client,
+            self.argocd(),
             ar,
             object,
             &policy,
@@ -522,7 +568,12 @@ impl Sweeper {
                 true
             }
             Ending::Application { application, error } => {
-                tracing::warn!(object = %shown, %application, %error, "break-glass sweeper: cannot lift the Application's pause; trying again next tick");
+                // The object keeps its break-glass annotations and marker (the
+                // record of which Application to resume) until the lift
+                // succeeds; being expired, it already grants nothing.
+                self.metrics.break_glass_lift_failures.inc();
+                let what = lift_failed(&shown, &application, self.options.argocd_hub.is_some());
+                tracing::warn!(object = %shown, %application, %error, "{what}");
                 false
             }
             Ending::Refused { message, .. } => {
@@ -585,6 +636,25 @@ fn type_name(ar: &ApiResource) -> String {
         ar.plural.clone()
     } else {
         format!("{}.{}", ar.plural, ar.group)
+    }
+}
+
+/// What the sweeper says when an expired break-glass's Application pause
+/// cannot be lifted: the object stays as it is (it grants nothing any
+/// more), the Application stays paused, and what mends it.
+fn lift_failed(object: &str, application: &str, hub: bool) -> String {
+    let skip = pause::SKIP_RECONCILE;
+    let (namespace, name) = application
+        .split_once('/')
+        .unwrap_or(("argocd", application));
+    if hub {
+        format!(
+            "break-glass sweeper: cannot lift Argo CD Application {application}'s pause in the hub (--argocd-kubeconfig): it stays paused and Git is not restored to {object}; trying again next sweep. Grant driftguard's hub identity patch on applications.argoproj.io there, or end it with the hub credentials of someone who may: `kubectl driftguard break-glass <kind/name> --end --argocd-kubeconfig <hub kubeconfig>` (by hand in the hub: `kubectl --context <hub> annotate applications.argoproj.io -n {namespace} {name} {skip}-`, once no other break-glass holds it)"
+        )
+    } else {
+        format!(
+            "break-glass sweeper: cannot lift Argo CD Application {application}'s pause: it stays paused and Git is not restored to {object}; trying again next sweep (driftguard needs get and patch on applications.argoproj.io)"
+        )
     }
 }
 
