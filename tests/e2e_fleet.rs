@@ -187,15 +187,15 @@ fn plugin(spoke: &ControlPlane, bin: &Path, user: &str, args: &[&str]) -> Kubect
     }
 }
 
-/// The annotations of the hub's Application `web`.
-fn hub_application(hub: &ControlPlane) -> serde_json::Value {
+/// The annotations of the hub's Application `name`.
+fn hub_application(hub: &ControlPlane, name: &str) -> serde_json::Value {
     let out = hub.kubectl(
         "admin",
         &[
             "-n",
             "argocd",
             "get",
-            "application/web",
+            &format!("application/{name}"),
             "-o",
             "jsonpath={.metadata.annotations}",
         ],
@@ -477,6 +477,21 @@ subjects: [{kind: User, name: driftguard}]
 /// refused by its read-only hub credential (counted, both left as they are),
 /// then, once it may patch Applications, lifted in the hub and ended.
 fn break_glass_in_the_spoke(hub: &ControlPlane, spoke: &ControlPlane, dg: &Driftguard) {
+    // Another spoke's break-glass holds the pause of its own Application:
+    // never this sweeper's to find left behind, whatever it may patch.
+    let other = hub.kubectl(
+        "admin",
+        &[
+            "-n",
+            "argocd",
+            "annotate",
+            "application/spoke-2-web",
+            &format!("{SKIP}=true"),
+            &format!("{PAUSED_FOR}=apps/Deployment:production/shop"),
+        ],
+    );
+    assert!(other.ok, "{other}");
+    let since = std::time::Instant::now();
     let bin: PathBuf = spoke.dir.join("bin");
     std::fs::create_dir_all(&bin).unwrap();
     std::os::unix::fs::symlink(
@@ -511,7 +526,7 @@ fn break_glass_in_the_spoke(hub: &ControlPlane, spoke: &ControlPlane, dg: &Drift
     ] {
         assert!(out.stderr.contains(said), "{said:?} not said: {out}");
     }
-    assert!(hub_application(hub).get(SKIP).is_none());
+    assert!(hub_application(hub, "web").get(SKIP).is_none());
     let out = plugin(
         spoke,
         &bin,
@@ -530,7 +545,7 @@ fn break_glass_in_the_spoke(hub: &ControlPlane, spoke: &ControlPlane, dg: &Drift
             .contains("Argo CD Application argocd/web is paused"),
         "{out}"
     );
-    let app = hub_application(hub);
+    let app = hub_application(hub, "web");
     assert_eq!(app[SKIP], "true", "{app}");
     assert_eq!(app[PAUSED_FOR], "apps/Deployment:production/web", "{app}");
 
@@ -543,7 +558,7 @@ fn break_glass_in_the_spoke(hub: &ControlPlane, spoke: &ControlPlane, dg: &Drift
             n => Err(format!("{failures} {n}")),
         }
     });
-    let app = hub_application(hub);
+    let app = hub_application(hub, "web");
     assert_eq!(app[SKIP], "true", "{app}");
     assert!(
         break_glass_keys(spoke).contains(&"driftguard.io/break-glass-paused".to_owned()),
@@ -554,7 +569,7 @@ fn break_glass_in_the_spoke(hub: &ControlPlane, spoke: &ControlPlane, dg: &Drift
     // Granted patch in the hub: lifted there, and the break-glass ended here.
     hub.apply_admin(HUB_LIFTER_RBAC);
     eventually("the hub's pause lifted and the break-glass ended", || {
-        let (app, keys) = (hub_application(hub), break_glass_keys(spoke));
+        let (app, keys) = (hub_application(hub, "web"), break_glass_keys(spoke));
         if app.get(SKIP).is_none() && app.get(PAUSED_FOR).is_none() && keys.is_empty() {
             Ok(())
         } else {
@@ -562,6 +577,13 @@ fn break_glass_in_the_spoke(hub: &ControlPlane, spoke: &ControlPlane, dg: &Drift
         }
     });
     assert!(metric(dg, "driftguard_break_glass_expired_total") >= 1.0);
+
+    // Past the sweeper's grace for pauses left behind (20 s, counted from its
+    // first orphan check) and two sweeps of 2 s.
+    std::thread::sleep(Duration::from_secs(27).saturating_sub(since.elapsed()));
+    let app = hub_application(hub, "spoke-2-web");
+    assert_eq!(app[PAUSED_FOR], "apps/Deployment:production/shop", "{app}");
+    assert_eq!(app[SKIP], "true", "{app}");
 }
 
 const SKIP: &str = "argocd.argoproj.io/skip-reconcile";

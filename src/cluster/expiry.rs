@@ -470,7 +470,7 @@ impl Sweeper {
             // A hub's Application that deploys to another cluster lists that
             // cluster's armed objects, not ours: never lifted from here.
             let app = (namespace.clone(), name.clone());
-            if elsewhere.contains(&app) || self.deploys_elsewhere(&api, namespace, name).await {
+            if elsewhere.contains(&app) || self.deploys_elsewhere(namespace, name).await {
                 elsewhere.insert(app);
                 continue;
             }
@@ -491,18 +491,13 @@ impl Sweeper {
     /// With a hub: whether Application `namespace/name` deploys to a cluster
     /// other than this one (`--cluster-name`), or cannot be read to tell.
     /// Without a hub, every Application's pause may be this cluster's.
-    async fn deploys_elsewhere(
-        &self,
-        api: &Api<DynamicObject>,
-        namespace: &str,
-        name: &str,
-    ) -> bool {
+    async fn deploys_elsewhere(&self, namespace: &str, name: &str) -> bool {
         if self.options.argocd_hub.is_none() {
             return false;
         }
         let this = crate::policy::argocd::ThisCluster::named(&self.options.cluster_names);
         let api = Api::<DynamicObject>::namespaced_with(
-            api.clone().into_client(),
+            self.argocd().clone(),
             namespace,
             &pause::application_resource(),
         );
@@ -572,7 +567,13 @@ impl Sweeper {
                 // record of which Application to resume) until the lift
                 // succeeds; being expired, it already grants nothing.
                 self.metrics.break_glass_lift_failures.inc();
-                let what = lift_failed(&shown, &application, self.options.argocd_hub.is_some());
+                let target = format!(
+                    "{}/{name}{}",
+                    ar.kind.to_ascii_lowercase(),
+                    ns_flag(namespace)
+                );
+                let hub = self.options.argocd_hub.is_some();
+                let what = lift_failed(&shown, &target, &application, hub);
                 tracing::warn!(object = %shown, %application, %error, "{what}");
                 false
             }
@@ -641,20 +642,33 @@ fn type_name(ar: &ApiResource) -> String {
 
 /// What the sweeper says when an expired break-glass's Application pause
 /// cannot be lifted: the object stays as it is (it grants nothing any
-/// more), the Application stays paused, and what mends it.
-fn lift_failed(object: &str, application: &str, hub: bool) -> String {
-    let skip = pause::SKIP_RECONCILE;
-    let (namespace, name) = application
-        .split_once('/')
-        .unwrap_or(("argocd", application));
-    if hub {
-        format!(
-            "break-glass sweeper: cannot lift Argo CD Application {application}'s pause in the hub (--argocd-kubeconfig): it stays paused and Git is not restored to {object}; trying again next sweep. Grant driftguard's hub identity patch on applications.argoproj.io there, or end it with the hub credentials of someone who may: `kubectl driftguard break-glass <kind/name> --end --argocd-kubeconfig <hub kubeconfig>` (by hand in the hub: `kubectl --context <hub> annotate applications.argoproj.io -n {namespace} {name} {skip}-`, once no other break-glass holds it)"
+/// more), the Application stays paused, and what mends it. `target` is the
+/// object as the plugin takes it (`deployment/web -n production`).
+fn lift_failed(object: &str, target: &str, application: &str, hub: bool) -> String {
+    let (where_, flag, grant) = if hub {
+        (
+            " in the hub (--argocd-kubeconfig)",
+            " --argocd-kubeconfig <hub kubeconfig>",
+            "driftguard's hub identity needs patch on applications.argoproj.io there",
         )
     } else {
-        format!(
-            "break-glass sweeper: cannot lift Argo CD Application {application}'s pause: it stays paused and Git is not restored to {object}; trying again next sweep (driftguard needs get and patch on applications.argoproj.io)"
+        (
+            "",
+            "",
+            "driftguard needs get and patch on applications.argoproj.io",
         )
+    };
+    format!(
+        "break-glass sweeper: cannot lift Argo CD Application {application}'s pause{where_}: it stays paused, so Git is not restored to {object}, whose expired break-glass grants nothing; trying again next sweep. {grant}; or end it now with the credentials of someone who may patch the Application: `kubectl driftguard break-glass {target} --end{flag}`"
+    )
+}
+
+/// ` -n NAMESPACE`, or nothing for a cluster-scoped object.
+fn ns_flag(namespace: &str) -> String {
+    if namespace.is_empty() {
+        String::new()
+    } else {
+        format!(" -n {namespace}")
     }
 }
 
@@ -679,4 +693,29 @@ pub(crate) fn sweep(
         return Err(why);
     }
     Ok(!breakglass::state(&Inputs::read(object, policy), policy, now).grants())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_lift_says_where_and_how_to_end_it() {
+        let target = format!("deployment/web{}", ns_flag("production"));
+        let hub = lift_failed("Deployment production/web", &target, "argocd/web", true);
+        for said in [
+            "Application argocd/web's pause in the hub",
+            "hub identity needs patch on applications.argoproj.io",
+            "`kubectl driftguard break-glass deployment/web -n production --end --argocd-kubeconfig <hub kubeconfig>`",
+        ] {
+            assert!(hub.contains(said), "{said:?} not in {hub}");
+        }
+        let here = lift_failed("Deployment production/web", &target, "argocd/web", false);
+        assert!(!here.contains("hub"), "{here}");
+        assert!(
+            here.ends_with("`kubectl driftguard break-glass deployment/web -n production --end`"),
+            "{here}"
+        );
+        assert_eq!(ns_flag(""), "");
+    }
 }

@@ -291,9 +291,9 @@ struct Unpaused {
     why: String,
     /// kubectl's flags that reach the hub holding the Applications, if given.
     hub: Option<String>,
-    /// It could not be read (not found, or forbidden): without a hub given,
-    /// it may well be in a hub, where the user's credentials here mean nothing.
-    unread: bool,
+    /// No hub was given and this cluster does not serve Applications: they
+    /// are in a hub that deploys here (a fleet's spoke).
+    elsewhere: bool,
 }
 
 impl Target<'_> {
@@ -363,18 +363,31 @@ impl Target<'_> {
         Ok(
             match application_set_check(self.apps, namespace, name).await {
                 Ok(set) => Pausable::Application(set),
-                Err(PluginError::Access(why)) => Pausable::Unreadable(self.unpaused(why, true)),
+                Err(PluginError::Access(why)) => {
+                    let elsewhere = self.hub.is_none() && !self.serves_applications().await;
+                    Pausable::Unreadable(self.unpaused(why, elsewhere))
+                }
                 Err(e) => return Err(e),
             },
         )
     }
 
-    fn unpaused(&self, why: String, unread: bool) -> Unpaused {
+    fn unpaused(&self, why: String, elsewhere: bool) -> Unpaused {
         Unpaused {
             why,
             hub: self.hub.clone(),
-            unread,
+            elsewhere,
         }
+    }
+
+    /// Whether this cluster serves Argo CD's Application type (discovery,
+    /// already read to resolve the object's kind). A spoke usually does not:
+    /// its Applications are in the hub. Unknown (discovery failed) counts as served.
+    async fn serves_applications(&self) -> bool {
+        !matches!(
+            self.api.resolve("applications.argoproj.io").await,
+            Err(PluginError::Usage(_))
+        )
     }
 
     /// Asks the server with a dry run of the arming write; when it allows
@@ -670,17 +683,19 @@ fn armed_report(
             let risk = format!(
                 "self-heal may revert the hotfix: with selfHeal, Argo CD may revert changes to {shown} at any time, though driftguard allows them until {until}"
             );
-            if let Some(Unpaused { why, hub, unread }) = failed {
+            if let Some(Unpaused {
+                why,
+                hub,
+                elsewhere,
+            }) = failed
+            {
                 let app = format!("applications.argoproj.io -n {namespace} {name}");
                 let skip = crate::pause::SKIP_RECONCILE;
-                // Not readable here and no hub given: Argo CD may well run in
-                // a hub that deploys here, the usual fleet (a spoke's
-                // apiserver answers 403 before it would answer 404).
-                let (kubectl, there, flag) = match (hub, unread) {
+                let (kubectl, there, flag) = match (hub, elsewhere) {
                     (Some(flags), _) => (format!("kubectl {flags}"), " in the hub", ""),
                     (None, true) => (
                         "kubectl --context <hub>".to_owned(),
-                        " where Argo CD runs (this cluster, or the hub that deploys here)",
+                        " in the hub whose Argo CD deploys here (this cluster has no Applications)",
                         "; or give --argocd-kubeconfig (or --argocd-context) with your credentials for the hub, and break-glass pauses it there and driftguard lifts it at expiry",
                     ),
                     (None, false) => ("kubectl".to_owned(), "", ""),
@@ -977,7 +992,7 @@ mod tests {
         let refused = Unpaused {
             why: why.into(),
             hub: None,
-            unread: false,
+            elsewhere: false,
         };
         let r = armed_report(
             &argo,
@@ -1010,7 +1025,7 @@ mod tests {
         let missing = Unpaused {
             why: "Argo CD Application argocd/ghost not found".into(),
             hub: None,
-            unread: true,
+            elsewhere: true,
         };
         let r = armed_report(
             &argo,
@@ -1035,7 +1050,7 @@ mod tests {
         let hub = Unpaused {
             why: why.into(),
             hub: Some("--kubeconfig /hub.yaml --context ops".into()),
-            unread: false,
+            elsewhere: false,
         };
         let r = armed_report(&argo, None, &SetCheck::NotGenerated, Some(&hub), "x", "T");
         let cmd = "kubectl --kubeconfig /hub.yaml --context ops annotate applications.argoproj.io -n argocd ghost argocd.argoproj.io/skip-reconcile=true";
@@ -1359,8 +1374,10 @@ mod tests {
         } else {
             target.end().await.unwrap()
         };
-        let log = log.lock().unwrap().clone();
-        let (requests, bodies) = log.into_iter().unzip();
+        // Discovery (whether Applications are served here) is not the object's story.
+        let log = log.lock().unwrap().clone().into_iter();
+        let log = log.filter(|(r, _)| r != "GET /api" && r != "GET /apis");
+        let (requests, bodies) = log.unzip();
         (written, requests, bodies)
     }
 
@@ -1506,7 +1523,7 @@ mod tests {
         assert_eq!(
             report.pause_by_hand.as_deref(),
             Some(
-                "kubectl --context <hub> annotate applications.argoproj.io -n argocd myapp argocd.argoproj.io/skip-reconcile=true"
+                "kubectl annotate applications.argoproj.io -n argocd myapp argocd.argoproj.io/skip-reconcile=true"
             )
         );
 
