@@ -536,8 +536,35 @@ fn break_glass_in_the_spoke(hub: &ControlPlane, spoke: &ControlPlane, dg: &Drift
     assert!(out.ok, "{out}");
     assert_eq!(break_glass_keys(spoke), Vec::<String>::new());
 
-    // With oncall's hub kubeconfig: the hub's Application is paused for it.
+    // explain reads the Application in the hub when told where it is.
+    let explain = |extra: &[&str]| {
+        let mut args = vec![
+            "explain",
+            "deployment/web",
+            "-n",
+            "production",
+            "-o",
+            "json",
+        ];
+        args.extend_from_slice(extra);
+        let out = plugin(spoke, &bin, "oncall", &args);
+        assert!(out.ok, "{out}");
+        serde_json::from_str::<serde_json::Value>(&out.stdout).unwrap()
+    };
     let oncall_hub = hub.kubeconfig("oncall").display().to_string();
+    let r = explain(&["--argocd-kubeconfig", &oncall_hub]);
+    assert_eq!(
+        r["managedBy"]["repoURL"], "https://git.example.com/web.git",
+        "{r}"
+    );
+    let r = explain(&[]);
+    assert!(r["managedBy"]["repoURL"].is_null(), "{r}");
+    assert!(
+        r["notes"].to_string().contains("--argocd-kubeconfig"),
+        "{r}"
+    );
+
+    // With oncall's hub kubeconfig: the hub's Application is paused for it.
     let out = arm(&["--argocd-kubeconfig", &oncall_hub], "6s");
     assert!(out.ok, "{out}");
     assert!(

@@ -269,8 +269,13 @@ async fn read_application(
             Err(e) => notes.push(format!("Application {app_ns}/{application}: {e}")),
         },
         Err(r) => {
-            // Not here: in a fleet, Argo CD and its Applications are in a hub.
-            let hint = if r.code == 404 && !hub {
+            // No Applications here: in a fleet, Argo CD and its Applications are in a hub.
+            let served = hub
+                || !matches!(
+                    api.resolve("applications.argoproj.io").await,
+                    Err(PluginError::Usage(_))
+                );
+            let hint = if !served {
                 " (if Argo CD runs in a hub that deploys here, give --argocd-kubeconfig or --argocd-context to read it there)"
             } else {
                 ""
