@@ -575,6 +575,22 @@ fn break_glass_in_the_spoke(hub: &ControlPlane, spoke: &ControlPlane, dg: &Drift
     let app = hub_application(hub, "web");
     assert_eq!(app[SKIP], "true", "{app}");
     assert_eq!(app[PAUSED_FOR], "apps/Deployment:production/web", "{app}");
+    // --end without the hub would drop the record of the hub's pause: refused.
+    let out = plugin(
+        spoke,
+        &bin,
+        "oncall",
+        &["break-glass", "deployment/web", "-n", "production", "--end"],
+    );
+    assert!(
+        !out.ok && out.stderr.contains("give --argocd-kubeconfig"),
+        "{out}"
+    );
+    assert!(
+        break_glass_keys(spoke).contains(&"driftguard.io/break-glass-paused".to_owned()),
+        "{:?}",
+        break_glass_keys(spoke)
+    );
 
     // At expiry the hub refuses driftguard's read-only credential: counted,
     // retried, and the object keeps the record of what to lift.

@@ -530,6 +530,17 @@ impl Target<'_> {
             let rv = meta["resourceVersion"].as_str().unwrap_or_default();
             let annotations = &meta["annotations"];
             let marker = annotations[crate::drift::breakglass::PAUSED].as_str();
+            // The marker is the record of the Application to resume: never
+            // dropped while that Application is out of reach (in a hub).
+            if marker == Some(crate::pause::SKIP_RECONCILE)
+                && self.hub.is_none()
+                && !self.serves_applications().await
+            {
+                return Err(PluginError::Usage(format!(
+                    "{} paused its Argo CD Application, and this cluster has no Applications: they are in a hub; give --argocd-kubeconfig (or --argocd-context) with your credentials for it, so that --end lifts the pause there (nothing was written)",
+                    self.shown
+                )));
+            }
             let body = crate::pause::end_patch(annotations, rv);
             match self.ask(&body).await? {
                 Err(()) => continue,
