@@ -41,6 +41,7 @@ pub struct Metrics {
     pub decision_seconds: Histogram,
     pub break_glass: Counter,
     pub break_glass_expired: Counter,
+    pub break_glass_lift_failures: Counter,
     /// 1 on the replica whose expiry sweeper runs (it holds the Lease).
     pub break_glass_sweeper_leader: Gauge,
     pub internal_errors: Counter,
@@ -115,6 +116,12 @@ impl Default for Metrics {
             "break_glass_expired",
             "Expired break-glasses the sweeper ended, handing the object back to Git",
             break_glass_expired.clone(),
+        );
+        let break_glass_lift_failures = Counter::default();
+        registry.register(
+            "break_glass_lift_failures",
+            "Times the expiry sweeper could not lift an Argo CD Application's pause (in the hub with --argocd-kubeconfig); retried at the next sweep",
+            break_glass_lift_failures.clone(),
         );
         let break_glass_sweeper_leader = Gauge::default();
         registry.register(
@@ -283,6 +290,7 @@ impl Default for Metrics {
             decision_seconds,
             break_glass,
             break_glass_expired,
+            break_glass_lift_failures,
             break_glass_sweeper_leader,
             internal_errors,
             decision_timeouts,

@@ -335,25 +335,31 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let events = client
         .clone()
         .map(|c| crate::cluster::events::EventRecorder::new(c, Duration::from_secs(60)));
+    let hub = |path: &Option<PathBuf>, what: &'static str| {
+        let path = path.clone();
+        async move {
+            match path {
+                Some(path) => crate::cluster::client(Some(&path))
+                    .await
+                    .map(Some)
+                    .with_context(|| format!("{what}: {}", path.display())),
+                None => Ok(None),
+            }
+        }
+    };
+    // One client for the hub's Argo CD: its watches read it, and the
+    // sweeper lifts break-glass pauses there.
+    let argocd_hub = match &client {
+        Some(_) => hub(&config.argocd_kubeconfig, "--argocd-kubeconfig").await?,
+        None => None,
+    };
     let sources = match (&client, config.watch_argocd || config.watch_flux) {
         (Some(client), true) => {
-            let hub = |path: &Option<PathBuf>, what: &'static str| {
-                let path = path.clone();
-                async move {
-                    match path {
-                        Some(path) => crate::cluster::client(Some(&path))
-                            .await
-                            .map(Some)
-                            .with_context(|| format!("{what}: {}", path.display())),
-                        None => Ok(None),
-                    }
-                }
-            };
             let options = crate::cluster::watch::WatchOptions {
                 argocd: config.watch_argocd,
                 argocd_namespace: config.argocd_namespace.clone(),
                 flux: config.watch_flux,
-                argocd_hub: hub(&config.argocd_kubeconfig, "--argocd-kubeconfig").await?,
+                argocd_hub: argocd_hub.clone(),
                 flux_hub: hub(&config.flux_kubeconfig, "--flux-kubeconfig").await?,
                 cluster_names: config.cluster_names.clone(),
             };
@@ -389,6 +395,8 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
                 interval: config.break_glass_sweep_interval,
                 argocd_namespace: config.argocd_namespace.clone(),
                 lease: config.break_glass_sweeper_lease.clone(),
+                argocd_hub: argocd_hub.clone(),
+                cluster_names: config.cluster_names.clone(),
             },
         );
     }

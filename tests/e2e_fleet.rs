@@ -7,10 +7,17 @@
 //! read-only credentials (`--argocd-kubeconfig`), knowing the spoke by the
 //! name the hub's Applications give it (`--cluster-name`). The real Argo CD
 //! in the hub is not run here yet.
+//!
+//! Break-glass in the spoke: `kubectl driftguard break-glass` with the
+//! on-call engineer's hub kubeconfig pauses the hub's Application, and the
+//! sweeper lifts it there at expiry once driftguard's hub identity may patch
+//! Applications (until then it counts the refusal and leaves both as they are).
 
 #[path = "support/control_plane.rs"]
 mod control_plane;
 
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
 use std::time::Duration;
 
 use control_plane::*;
@@ -56,6 +63,41 @@ kind: RoleBinding
 metadata: {name: driftguard-hub-reader, namespace: argocd}
 roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: driftguard-hub-reader}
 subjects: [{kind: User, name: spoke-1-driftguard}]
+"#;
+
+/// The one grant driftguard's sweeper needs in the hub to lift a
+/// break-glass pause: patch on Applications (in the namespaces it pauses).
+const HUB_LIFTER_RBAC: &str = r#"
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: driftguard-hub-lifter, namespace: argocd}
+rules:
+  - apiGroups: [argoproj.io]
+    resources: [applications]
+    verbs: [patch]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: driftguard-hub-lifter, namespace: argocd}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: driftguard-hub-lifter}
+subjects: [{kind: User, name: spoke-1-driftguard}]
+"#;
+
+/// The on-call engineer's own grant in the hub: read and patch Applications.
+const HUB_ONCALL_RBAC: &str = r#"
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: application-pauser, namespace: argocd}
+rules:
+  - apiGroups: [argoproj.io]
+    resources: [applications]
+    verbs: [get, patch]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: application-pauser, namespace: argocd}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: application-pauser}
+subjects: [{kind: User, name: oncall}]
 "#;
 
 /// What `argocd cluster add` grants the hub's Argo CD in the spoke.
@@ -115,6 +157,77 @@ fn allowed(out: &Kubectl) -> Result<(), String> {
     if out.ok { Ok(()) } else { Err(out.to_string()) }
 }
 
+/// A counter or gauge of driftguard's `/metrics`, summed over its labels.
+fn metric(dg: &Driftguard, name: &str) -> f64 {
+    let (_, body) = probe_get(dg.probe, "/metrics");
+    body.lines()
+        .filter_map(|l| l.strip_prefix(name)?.trim().parse::<f64>().ok())
+        .sum()
+}
+
+/// `kubectl driftguard ARGS` as `user` of the spoke, the plugin found on PATH.
+fn plugin(spoke: &ControlPlane, bin: &Path, user: &str, args: &[&str]) -> Kubectl {
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = kubectl_command()
+        .env("PATH", path)
+        .env("KUBECONFIG", spoke.kubeconfig(user))
+        .arg("driftguard")
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("kubectl runs");
+    Kubectl {
+        ok: out.status.success(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// The annotations of the hub's Application `name`.
+fn hub_application(hub: &ControlPlane, name: &str) -> serde_json::Value {
+    let out = hub.kubectl(
+        "admin",
+        &[
+            "-n",
+            "argocd",
+            "get",
+            &format!("application/{name}"),
+            "-o",
+            "jsonpath={.metadata.annotations}",
+        ],
+    );
+    assert!(out.ok, "{out}");
+    serde_json::from_str(&out.stdout).unwrap_or_default()
+}
+
+/// The spoke's deployment/web's annotations and labels driftguard writes.
+fn break_glass_keys(spoke: &ControlPlane) -> Vec<String> {
+    let out = spoke.kubectl(
+        "admin",
+        &[
+            "-n",
+            "production",
+            "get",
+            "deployment/web",
+            "-o",
+            "jsonpath={.metadata}",
+        ],
+    );
+    assert!(out.ok, "{out}");
+    let meta: serde_json::Value = serde_json::from_str(&out.stdout).unwrap_or_default();
+    ["annotations", "labels"]
+        .iter()
+        .filter_map(|k| meta[k].as_object())
+        .flat_map(|m| m.keys())
+        .filter(|k| k.starts_with("driftguard.io/"))
+        .cloned()
+        .collect()
+}
+
 /// `driftguard_sources_failing_seconds` of the Application watch.
 fn failing_seconds(dg: &Driftguard) -> Option<f64> {
     let (_, body) = probe_get(dg.probe, "/metrics");
@@ -161,10 +274,17 @@ fn a_spoke_is_judged_by_its_hubs_applications() {
         &[],
     ));
 
+    hub.add_user("oncall", &[]);
+    hub.apply_admin(HUB_ONCALL_RBAC);
+
     let mut spoke = ControlPlane::start("spoke");
     // (The harness's RBAC for driftguard names the argocd namespace.)
     spoke.prepare(&["production", "argocd"]);
     spoke.apply_admin(ARGOCD_MANAGER_RBAC);
+    // The sweeper lists, watches and ends armed Deployments here.
+    spoke.apply_admin(SWEEPER_RBAC);
+    // oncall edits workloads (group sre-oncall) and may break glass.
+    spoke.add_user("oncall", &["sre-oncall"]);
     for (name, tracking) in [
         (
             "web",
@@ -181,9 +301,21 @@ fn a_spoke_is_judged_by_its_hubs_applications() {
     }
 
     let hub_kubeconfig = hub.kubeconfig("spoke-1-driftguard").display().to_string();
+    let default =
+        std::fs::read_to_string(format!("{ROOT}/src/policy/default-policy.yaml")).unwrap();
+    let policy = spoke.dir.join("policy.yaml");
+    let with_oncall = default.replacen("allowedUsers: []", "allowedUsers: [oncall]", 1);
+    assert_ne!(
+        with_oncall, default,
+        "the default policy's breakGlass.allowedUsers moved"
+    );
+    std::fs::write(&policy, with_oncall).unwrap();
+    let policy = policy.display().to_string();
     let dg = Driftguard::start(
         &spoke,
         &[
+            &format!("--policy={policy}"),
+            "--break-glass-sweep-interval=2s",
             "--watch-argocd",
             "--watch-flux",
             &spoke.driftguard_kubeconfig_flag(),
@@ -192,7 +324,7 @@ fn a_spoke_is_judged_by_its_hubs_applications() {
             &format!("--cluster-name={SPOKE},spoke-1-kubeconfig"),
         ],
     );
-    dg.register(&spoke, &format!("{ROOT}/src/policy/default-policy.yaml"));
+    dg.register(&spoke, &policy);
 
     // The hub Application's ignore rule: alice may scale.
     eventually("scale allowed by the hub Application's rule", || {
@@ -318,4 +450,184 @@ fn a_spoke_is_judged_by_its_hubs_applications() {
         !out.ok && out.stderr.contains("Argo CD application web"),
         "{out}"
     );
+
+    break_glass_in_the_spoke(&hub, &spoke, &dg);
 }
+
+/// The sweeper's grant in the spoke: list, watch and patch Deployments.
+const SWEEPER_RBAC: &str = r#"
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: driftguard-break-glass-sweeper}
+rules:
+  - apiGroups: [apps]
+    resources: [deployments]
+    verbs: [list, watch, patch]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: driftguard-break-glass-sweeper}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: driftguard-break-glass-sweeper}
+subjects: [{kind: User, name: driftguard}]
+"#;
+
+/// Break-glass on deployment/web, whose Application is in the hub: without
+/// the hub, armed with the command to run there; with oncall's hub
+/// kubeconfig, the hub's Application paused; at expiry, the sweeper's lift
+/// refused by its read-only hub credential (counted, both left as they are),
+/// then, once it may patch Applications, lifted in the hub and ended.
+fn break_glass_in_the_spoke(hub: &ControlPlane, spoke: &ControlPlane, dg: &Driftguard) {
+    // Another spoke's break-glass holds the pause of its own Application:
+    // never this sweeper's to find left behind, whatever it may patch.
+    let other = hub.kubectl(
+        "admin",
+        &[
+            "-n",
+            "argocd",
+            "annotate",
+            "application/spoke-2-web",
+            &format!("{SKIP}=true"),
+            &format!("{PAUSED_FOR}=apps/Deployment:production/shop"),
+        ],
+    );
+    assert!(other.ok, "{other}");
+    let since = std::time::Instant::now();
+    let bin: PathBuf = spoke.dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::os::unix::fs::symlink(
+        env!("CARGO_BIN_EXE_kubectl-driftguard"),
+        bin.join("kubectl-driftguard"),
+    )
+    .unwrap();
+    let arm = |extra: &[&str], duration: &str| {
+        let mut args = vec![
+            "break-glass",
+            "deployment/web",
+            "-n",
+            "production",
+            "--reason",
+            "INC-24 hotfix",
+            "--for",
+            duration,
+        ];
+        args.extend_from_slice(extra);
+        plugin(spoke, &bin, "oncall", &args)
+    };
+
+    // No hub given: armed, saying Argo CD is not paused and what to run in the hub.
+    let out = arm(&[], "1h");
+    assert!(out.ok, "{out}");
+    let hub_command = "kubectl --context <hub> annotate applications.argoproj.io -n argocd web argocd.argoproj.io/skip-reconcile=true";
+    for said in [
+        "Argo CD is NOT paused for deployment/web",
+        "self-heal may revert the hotfix",
+        hub_command,
+        "--argocd-kubeconfig",
+    ] {
+        assert!(out.stderr.contains(said), "{said:?} not said: {out}");
+    }
+    assert!(hub_application(hub, "web").get(SKIP).is_none());
+    let out = plugin(
+        spoke,
+        &bin,
+        "oncall",
+        &["break-glass", "deployment/web", "-n", "production", "--end"],
+    );
+    assert!(out.ok, "{out}");
+    assert_eq!(break_glass_keys(spoke), Vec::<String>::new());
+
+    // explain reads the Application in the hub when told where it is.
+    let explain = |extra: &[&str]| {
+        let mut args = vec![
+            "explain",
+            "deployment/web",
+            "-n",
+            "production",
+            "-o",
+            "json",
+        ];
+        args.extend_from_slice(extra);
+        let out = plugin(spoke, &bin, "oncall", &args);
+        assert!(out.ok, "{out}");
+        serde_json::from_str::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    let oncall_hub = hub.kubeconfig("oncall").display().to_string();
+    let r = explain(&["--argocd-kubeconfig", &oncall_hub]);
+    assert_eq!(
+        r["managedBy"]["repoURL"], "https://git.example.com/web.git",
+        "{r}"
+    );
+    let r = explain(&[]);
+    assert!(r["managedBy"]["repoURL"].is_null(), "{r}");
+    assert!(
+        r["notes"].to_string().contains("--argocd-kubeconfig"),
+        "{r}"
+    );
+
+    // With oncall's hub kubeconfig: the hub's Application is paused for it.
+    let out = arm(&["--argocd-kubeconfig", &oncall_hub], "6s");
+    assert!(out.ok, "{out}");
+    assert!(
+        out.stdout
+            .contains("Argo CD Application argocd/web is paused"),
+        "{out}"
+    );
+    let app = hub_application(hub, "web");
+    assert_eq!(app[SKIP], "true", "{app}");
+    assert_eq!(app[PAUSED_FOR], "apps/Deployment:production/web", "{app}");
+    // --end without the hub would drop the record of the hub's pause: refused.
+    let out = plugin(
+        spoke,
+        &bin,
+        "oncall",
+        &["break-glass", "deployment/web", "-n", "production", "--end"],
+    );
+    assert!(
+        !out.ok && out.stderr.contains("give --argocd-kubeconfig"),
+        "{out}"
+    );
+    assert!(
+        break_glass_keys(spoke).contains(&"driftguard.io/break-glass-paused".to_owned()),
+        "{:?}",
+        break_glass_keys(spoke)
+    );
+
+    // At expiry the hub refuses driftguard's read-only credential: counted,
+    // retried, and the object keeps the record of what to lift.
+    let failures = "driftguard_break_glass_lift_failures_total";
+    eventually("the sweeper's lift refused by the hub", || {
+        match metric(dg, failures) {
+            n if n >= 1.0 => Ok(()),
+            n => Err(format!("{failures} {n}")),
+        }
+    });
+    let app = hub_application(hub, "web");
+    assert_eq!(app[SKIP], "true", "{app}");
+    assert!(
+        break_glass_keys(spoke).contains(&"driftguard.io/break-glass-paused".to_owned()),
+        "{:?}",
+        break_glass_keys(spoke)
+    );
+
+    // Granted patch in the hub: lifted there, and the break-glass ended here.
+    hub.apply_admin(HUB_LIFTER_RBAC);
+    eventually("the hub's pause lifted and the break-glass ended", || {
+        let (app, keys) = (hub_application(hub, "web"), break_glass_keys(spoke));
+        if app.get(SKIP).is_none() && app.get(PAUSED_FOR).is_none() && keys.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("application {app}; spoke keys {keys:?}"))
+        }
+    });
+    assert!(metric(dg, "driftguard_break_glass_expired_total") >= 1.0);
+
+    // Past the sweeper's grace for pauses left behind (20 s, counted from its
+    // first orphan check) and two sweeps of 2 s.
+    std::thread::sleep(Duration::from_secs(27).saturating_sub(since.elapsed()));
+    let app = hub_application(hub, "spoke-2-web");
+    assert_eq!(app[PAUSED_FOR], "apps/Deployment:production/shop", "{app}");
+    assert_eq!(app[SKIP], "true", "{app}");
+}
+
+const SKIP: &str = "argocd.argoproj.io/skip-reconcile";
+const PAUSED_FOR: &str = "driftguard.io/break-glass-paused-for";

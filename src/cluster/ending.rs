@@ -82,9 +82,11 @@ pub enum ApplicationError {
 
 /// Ends the break-glass on `object` (as read, with its `kind` and
 /// `resourceVersion`), of type `ar`: lifts the Application's pause the
-/// marker records, then sends the ending write.
+/// marker records, through `argocd` (the cluster holding the Applications:
+/// this one, or a hub), then sends the ending write through `client`.
 pub async fn end_break_glass(
     client: &kube::Client,
+    argocd: &kube::Client,
     ar: &ApiResource,
     object: &Value,
     policy: &Policy,
@@ -101,7 +103,7 @@ pub async fn end_break_glass(
                 entry,
             } => {
                 let shown = format!("{namespace}/{name}");
-                match lift(client, &namespace, &name, &entry).await {
+                match lift(argocd, &namespace, &name, &entry).await {
                     Ok(Some(state)) => Lift::Lifted(shown, state),
                     Ok(None) => Lift::Gone(shown),
                     Err(error) => {
@@ -319,14 +321,8 @@ mod tests {
         let log = Log::default();
         let ar = ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&());
         let policy = Policy::embedded();
-        let ending = end_break_glass(
-            &client(cluster, log.clone()),
-            &ar,
-            &armed(),
-            &policy,
-            "argocd",
-        )
-        .await;
+        let client = client(cluster, log.clone());
+        let ending = end_break_glass(&client, &client, &ar, &armed(), &policy, "argocd").await;
         let log = log.lock().unwrap().clone();
         (ending, log)
     }
@@ -397,6 +393,63 @@ mod tests {
             ),
             "{ending:?}"
         );
+    }
+
+    /// In a spoke the Application is lifted in the hub, the object in the spoke.
+    #[tokio::test]
+    async fn a_hubs_application_is_lifted_in_the_hub_and_a_refusal_there_leaves_the_object() {
+        let ar = ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&());
+        let policy = Policy::embedded();
+        for (hub_patch, lifted) in [(200, true), (403, false)] {
+            let (spoke_log, hub_log) = (Log::default(), Log::default());
+            // The spoke has no such Application: a lift sent there finds none.
+            let spoke = client(
+                Cluster {
+                    app_patch: None,
+                    object_patch: ok(),
+                },
+                spoke_log.clone(),
+            );
+            let hub = client(
+                Cluster {
+                    app_patch: Some(hub_patch),
+                    object_patch: (404, Value::Null),
+                },
+                hub_log.clone(),
+            );
+            let ending = end_break_glass(&spoke, &hub, &ar, &armed(), &policy, "argocd").await;
+            let requests = |log: &Log| -> Vec<String> {
+                log.lock().unwrap().iter().map(|(r, _)| r.clone()).collect()
+            };
+            assert_eq!(
+                requests(&hub_log),
+                [format!("GET {APP}"), format!("PATCH {APP}")]
+            );
+            if lifted {
+                assert_eq!(requests(&spoke_log), [format!("PATCH {OBJECT}")]);
+                assert!(
+                    matches!(&ending, Ending::Ended { application: Lift::Lifted(app, AppState::Resumed), .. } if app == "argocd/myapp"),
+                    "{ending:?}"
+                );
+            } else {
+                // The object keeps its marker, the record of what to lift: retried.
+                assert!(requests(&spoke_log).is_empty());
+                assert!(
+                    matches!(
+                        &ending,
+                        Ending::Application {
+                            error: ApplicationError::Refused {
+                                code: 403,
+                                verb: "patch",
+                                ..
+                            },
+                            ..
+                        }
+                    ),
+                    "{ending:?}"
+                );
+            }
+        }
     }
 
     #[tokio::test]

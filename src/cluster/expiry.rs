@@ -46,6 +46,13 @@ pub struct Options {
     /// The Lease (namespace, name) that elects the one replica that sweeps;
     /// `None`: this process sweeps alone (one replica, or outside a cluster).
     pub lease: Option<(String, String)>,
+    /// `--argocd-kubeconfig`: the hub holding the Applications, where their
+    /// pauses are lifted (lifting needs `patch` on applications there);
+    /// `None`: this cluster.
+    pub argocd_hub: Option<kube::Client>,
+    /// `--cluster-name`: with a hub, only the pauses of Applications that
+    /// deploy here are this sweeper's to find left behind.
+    pub cluster_names: Vec<String>,
 }
 
 /// How long a sweeper's lease lasts without renewal before another replica
@@ -432,7 +439,7 @@ impl Sweeper {
     /// the armed objects alone.
     async fn lift_orphaned_pauses(&mut self, armed: &BTreeSet<String>, listed: &BTreeSet<String>) {
         let api =
-            Api::<DynamicObject>::all_with(self.client.clone(), &pause::application_resource());
+            Api::<DynamicObject>::all_with(self.argocd().clone(), &pause::application_resource());
         let apps = match api.list_metadata(&ListParams::default()).await {
             Ok(apps) => apps.items,
             // No Application CRD: nothing paused.
@@ -455,21 +462,54 @@ impl Sweeper {
                 orphans.insert(key, since);
             }
         }
+        let mut elsewhere = BTreeSet::new();
         for ((namespace, name, entry), since) in &orphans {
             if since.elapsed() < ORPHAN_GRACE {
                 continue;
             }
-            match ending::lift(&self.client, namespace, name, entry).await {
+            // A hub's Application that deploys to another cluster lists that
+            // cluster's armed objects, not ours: never lifted from here.
+            let app = (namespace.clone(), name.clone());
+            if elsewhere.contains(&app) || self.deploys_elsewhere(namespace, name).await {
+                elsewhere.insert(app);
+                continue;
+            }
+            match ending::lift(self.argocd(), namespace, name, entry).await {
                 Ok(state) => {
                     let state = state.unwrap_or(AppState::NotListed);
                     tracing::info!(application = %format!("{namespace}/{name}"), object = %entry, ?state, "break-glass ended without lifting its pause: lifted")
                 }
                 Err(e) => {
-                    tracing::warn!(application = %format!("{namespace}/{name}"), object = %entry, error = %e, "break-glass sweeper: cannot lift a pause left behind; trying again next tick")
+                    self.metrics.break_glass_lift_failures.inc();
+                    tracing::warn!(application = %format!("{namespace}/{name}"), object = %entry, error = %e, hub = self.options.argocd_hub.is_some(), "break-glass sweeper: cannot lift a pause left behind; trying again next tick")
                 }
             }
         }
         self.orphans = orphans;
+    }
+
+    /// With a hub: whether Application `namespace/name` deploys to a cluster
+    /// other than this one (`--cluster-name`), or cannot be read to tell.
+    /// Without a hub, every Application's pause may be this cluster's.
+    async fn deploys_elsewhere(&self, namespace: &str, name: &str) -> bool {
+        if self.options.argocd_hub.is_none() {
+            return false;
+        }
+        let this = crate::policy::argocd::ThisCluster::named(&self.options.cluster_names);
+        let api = Api::<DynamicObject>::namespaced_with(
+            self.argocd().clone(),
+            namespace,
+            &pause::application_resource(),
+        );
+        match api.get(name).await {
+            Ok(app) => this.deploys_elsewhere(&serde_json::to_value(app).unwrap_or_default()),
+            Err(_) => true,
+        }
+    }
+
+    /// The client for Argo CD Applications: the hub's, or this cluster's.
+    fn argocd(&self) -> &kube::Client {
+        self.options.argocd_hub.as_ref().unwrap_or(&self.client)
     }
 
     /// Ends the break-glass on the object ([`ending::end_break_glass`]);
@@ -485,6 +525,7 @@ impl Sweeper {
         let policy = self.policy.current();
         let ending = ending::end_break_glass(
             &self.client,
+            self.argocd(),
             ar,
             object,
             &policy,
@@ -522,7 +563,18 @@ impl Sweeper {
                 true
             }
             Ending::Application { application, error } => {
-                tracing::warn!(object = %shown, %application, %error, "break-glass sweeper: cannot lift the Application's pause; trying again next tick");
+                // The object keeps its break-glass annotations and marker (the
+                // record of which Application to resume) until the lift
+                // succeeds; being expired, it already grants nothing.
+                self.metrics.break_glass_lift_failures.inc();
+                let target = format!(
+                    "{}/{name}{}",
+                    ar.kind.to_ascii_lowercase(),
+                    ns_flag(namespace)
+                );
+                let hub = self.options.argocd_hub.is_some();
+                let what = lift_failed(&shown, &target, &application, hub);
+                tracing::warn!(object = %shown, %application, %error, "{what}");
                 false
             }
             Ending::Refused { message, .. } => {
@@ -588,6 +640,38 @@ fn type_name(ar: &ApiResource) -> String {
     }
 }
 
+/// What the sweeper says when an expired break-glass's Application pause
+/// cannot be lifted: the object stays as it is (it grants nothing any
+/// more), the Application stays paused, and what mends it. `target` is the
+/// object as the plugin takes it (`deployment/web -n production`).
+fn lift_failed(object: &str, target: &str, application: &str, hub: bool) -> String {
+    let (where_, flag, grant) = if hub {
+        (
+            " in the hub (--argocd-kubeconfig)",
+            " --argocd-kubeconfig <hub kubeconfig>",
+            "driftguard's hub identity needs patch on applications.argoproj.io there",
+        )
+    } else {
+        (
+            "",
+            "",
+            "driftguard needs get and patch on applications.argoproj.io",
+        )
+    };
+    format!(
+        "break-glass sweeper: cannot lift Argo CD Application {application}'s pause{where_}: it stays paused, so Git is not restored to {object}, whose expired break-glass grants nothing; trying again next sweep. {grant}; or end it now with the credentials of someone who may patch the Application: `kubectl driftguard break-glass {target} --end{flag}`"
+    )
+}
+
+/// ` -n NAMESPACE`, or nothing for a cluster-scoped object.
+fn ns_flag(namespace: &str) -> String {
+    if namespace.is_empty() {
+        String::new()
+    } else {
+        format!(" -n {namespace}")
+    }
+}
+
 fn ns_prefix(namespace: &str) -> String {
     if namespace.is_empty() {
         String::new()
@@ -609,4 +693,29 @@ pub(crate) fn sweep(
         return Err(why);
     }
     Ok(!breakglass::state(&Inputs::read(object, policy), policy, now).grants())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_lift_says_where_and_how_to_end_it() {
+        let target = format!("deployment/web{}", ns_flag("production"));
+        let hub = lift_failed("Deployment production/web", &target, "argocd/web", true);
+        for said in [
+            "Application argocd/web's pause in the hub",
+            "hub identity needs patch on applications.argoproj.io",
+            "`kubectl driftguard break-glass deployment/web -n production --end --argocd-kubeconfig <hub kubeconfig>`",
+        ] {
+            assert!(hub.contains(said), "{said:?} not in {hub}");
+        }
+        let here = lift_failed("Deployment production/web", &target, "argocd/web", false);
+        assert!(!here.contains("hub"), "{here}");
+        assert!(
+            here.ends_with("`kubectl driftguard break-glass deployment/web -n production --end`"),
+            "{here}"
+        );
+        assert_eq!(ns_flag(""), "");
+    }
 }

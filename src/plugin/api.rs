@@ -33,6 +33,61 @@ pub struct ConnectArgs {
     pub namespace: Option<String>,
 }
 
+/// Where Argo CD's Applications are when they are not in this cluster: a
+/// hub whose Argo CD deploys here. The user's own credentials there.
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct ArgoCdArgs {
+    /// Kubeconfig for the cluster holding the Argo CD Applications (a hub
+    /// that deploys here); default: this cluster.
+    #[arg(long, env = "DRIFTGUARD_ARGOCD_KUBECONFIG")]
+    pub argocd_kubeconfig: Option<std::path::PathBuf>,
+    /// The kubeconfig context of the cluster holding the Argo CD Applications.
+    #[arg(long, env = "DRIFTGUARD_ARGOCD_CONTEXT")]
+    pub argocd_context: Option<String>,
+}
+
+impl ArgoCdArgs {
+    /// A client for the hub, when one was given.
+    pub async fn connect(&self, api: &Api) -> Result<Option<Api>, PluginError> {
+        if self.argocd_kubeconfig.is_none() && self.argocd_context.is_none() {
+            return Ok(None);
+        }
+        let args = ConnectArgs {
+            kubeconfig: self.argocd_kubeconfig.clone(),
+            context: self.argocd_context.clone(),
+            namespace: Some(api.namespace.clone()),
+        };
+        Api::connect(&args)
+            .await
+            .map(Some)
+            .map_err(|e| PluginError::Access(format!("Argo CD's cluster ({}): {e}", self.shown())))
+    }
+
+    /// The flags as given, for messages (`--argocd-kubeconfig PATH --argocd-context NAME`).
+    pub fn shown(&self) -> String {
+        let mut flags = Vec::new();
+        if let Some(path) = &self.argocd_kubeconfig {
+            flags.push(format!("--argocd-kubeconfig {}", path.display()));
+        }
+        if let Some(context) = &self.argocd_context {
+            flags.push(format!("--argocd-context {context}"));
+        }
+        flags.join(" ")
+    }
+
+    /// kubectl's flags that reach the same cluster.
+    pub fn kubectl_flags(&self) -> String {
+        let mut flags = Vec::new();
+        if let Some(path) = &self.argocd_kubeconfig {
+            flags.push(format!("--kubeconfig {}", path.display()));
+        }
+        if let Some(context) = &self.argocd_context {
+            flags.push(format!("--context {context}"));
+        }
+        flags.join(" ")
+    }
+}
+
 /// A client with the user's own credentials, and the namespace to use.
 pub struct Api {
     client: kube::Client,

@@ -21,7 +21,7 @@ use kube::core::DynamicObject;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::api::{Api, Identity, Refusal, Reply, Resource};
+use super::api::{Api, ArgoCdArgs, Identity, Refusal, Reply, Resource};
 use super::pause::{
     CONFLICT_RETRIES, SetCheck, application_error, application_set_check, update_application,
 };
@@ -51,6 +51,8 @@ pub struct Args {
     /// Where Argo CD Applications live when the tracking id names none.
     #[arg(long, default_value = "argocd")]
     argocd_namespace: String,
+    #[command(flatten)]
+    argocd: ArgoCdArgs,
     /// Output format: text, or json or yaml (object, action granted, refused
     /// or ended, user, reason, expires, pause).
     #[arg(short = 'o', long, value_enum, default_value_t = Output::Text)]
@@ -154,8 +156,13 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
         hint: None,
         pause: None,
     };
+    // In a spoke, the Applications are in the hub: paused and resumed there
+    // with the user's own credentials for it.
+    let hub = args.argocd.connect(api).await?;
     let target = Target {
         api,
+        apps: hub.as_ref().unwrap_or(api),
+        hub: hub.is_some().then(|| args.argocd.kubectl_flags()),
         resource: &resource,
         name,
         shown: &shown,
@@ -255,6 +262,10 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
 /// The object under break-glass and what is needed to pause its tool.
 struct Target<'a> {
     api: &'a Api,
+    /// Where the Argo CD Applications are: `api`, or a hub's.
+    apps: &'a Api,
+    /// kubectl's flags that reach the hub, when the Applications are there.
+    hub: Option<String>,
     resource: &'a Resource,
     name: &'a str,
     shown: &'a str,
@@ -270,8 +281,19 @@ enum Pausable {
     NotArgoCd,
     /// The Application was read; whether an ApplicationSet keeps the pause.
     Application(SetCheck),
-    /// The Application could not be read: why.
-    Unreadable(String),
+    /// The Application could not be read.
+    Unreadable(Unpaused),
+}
+
+/// Why an Argo CD Application was not paused, and where it was looked for.
+#[derive(Clone, Debug)]
+struct Unpaused {
+    why: String,
+    /// kubectl's flags that reach the hub holding the Applications, if given.
+    hub: Option<String>,
+    /// No hub was given and this cluster does not serve Applications: they
+    /// are in a hub that deploys here (a fleet's spoke).
+    elsewhere: bool,
 }
 
 impl Target<'_> {
@@ -339,11 +361,32 @@ impl Target<'_> {
             return Ok(Pausable::NotArgoCd);
         };
         Ok(
-            match application_set_check(self.api, namespace, name).await {
+            match application_set_check(self.apps, namespace, name).await {
                 Ok(set) => Pausable::Application(set),
-                Err(PluginError::Access(why)) => Pausable::Unreadable(why),
+                Err(PluginError::Access(why)) => {
+                    let elsewhere = self.hub.is_none() && !self.serves_applications().await;
+                    Pausable::Unreadable(self.unpaused(why, elsewhere))
+                }
                 Err(e) => return Err(e),
             },
+        )
+    }
+
+    fn unpaused(&self, why: String, elsewhere: bool) -> Unpaused {
+        Unpaused {
+            why,
+            hub: self.hub.clone(),
+            elsewhere,
+        }
+    }
+
+    /// Whether this cluster serves Argo CD's Application type (discovery,
+    /// already read to resolve the object's kind). A spoke usually does not:
+    /// its Applications are in the hub. Unknown (discovery failed) counts as served.
+    async fn serves_applications(&self) -> bool {
+        !matches!(
+            self.api.resolve("applications.argoproj.io").await,
+            Err(PluginError::Usage(_))
         )
     }
 
@@ -393,7 +436,7 @@ impl Target<'_> {
             }
             let mut app = None;
             let mut failed = match &pausable {
-                Pausable::Unreadable(why) => Some(why.clone()),
+                Pausable::Unreadable(unpaused) => Some(unpaused.clone()),
                 _ => None,
             };
             if let (
@@ -406,14 +449,14 @@ impl Target<'_> {
             ) = (pauses, &plan)
             {
                 let change = AppChange::Pause(entry);
-                match update_application(self.api, namespace, name, change).await {
+                match update_application(self.apps, namespace, name, change).await {
                     Ok(outcome) => {
                         added |=
                             !outcome.was_listed && matches!(outcome.state, AppState::PausedFor(_));
                         app = Some(outcome.state);
                     }
                     Err(PluginError::Access(why)) => {
-                        failed = Some(why);
+                        failed = Some(self.unpaused(why, false));
                         // No pause: the write carries no marker of one.
                         body = crate::pause::arm_patch_unpaused(reason, &expires, rv);
                     }
@@ -424,7 +467,7 @@ impl Target<'_> {
                 Pausable::Application(set) => set.clone(),
                 _ => SetCheck::NotGenerated,
             };
-            let report = armed_report(&plan, app, &set, failed.as_deref(), self.shown, &expires);
+            let report = armed_report(&plan, app, &set, failed.as_ref(), self.shown, &expires);
             if self.require_pause && report.state == "not-paused" && report.tool.is_some() {
                 if added {
                     self.undo_pause(&plan).await;
@@ -463,7 +506,7 @@ impl Target<'_> {
             return;
         };
         if let Err(e) =
-            update_application(self.api, namespace, name, AppChange::Resume(entry)).await
+            update_application(self.apps, namespace, name, AppChange::Resume(entry)).await
         {
             eprintln!(
                 "warning: Argo CD Application {} stays paused for {}: {}; remove it with `kubectl driftguard break-glass {} --end`",
@@ -487,6 +530,17 @@ impl Target<'_> {
             let rv = meta["resourceVersion"].as_str().unwrap_or_default();
             let annotations = &meta["annotations"];
             let marker = annotations[crate::drift::breakglass::PAUSED].as_str();
+            // The marker is the record of the Application to resume: never
+            // dropped while that Application is out of reach (in a hub).
+            if marker == Some(crate::pause::SKIP_RECONCILE)
+                && self.hub.is_none()
+                && !self.serves_applications().await
+            {
+                return Err(PluginError::Usage(format!(
+                    "{} paused its Argo CD Application, and this cluster has no Applications: they are in a hub; give --argocd-kubeconfig (or --argocd-context) with your credentials for it, so that --end lifts the pause there (nothing was written)",
+                    self.shown
+                )));
+            }
             let body = crate::pause::end_patch(annotations, rv);
             match self.ask(&body).await? {
                 Err(()) => continue,
@@ -495,6 +549,7 @@ impl Target<'_> {
             }
             let ending = ending::end_break_glass(
                 self.api.client(),
+                self.apps.client(),
                 &ar,
                 &object,
                 self.policy,
@@ -584,7 +639,7 @@ fn armed_report(
     plan: &Plan,
     app: Option<AppState>,
     set: &SetCheck,
-    failed: Option<&str>,
+    failed: Option<&Unpaused>,
     shown: &str,
     until: &str,
 ) -> PauseReport {
@@ -639,15 +694,29 @@ fn armed_report(
             let risk = format!(
                 "self-heal may revert the hotfix: with selfHeal, Argo CD may revert changes to {shown} at any time, though driftguard allows them until {until}"
             );
-            if let Some(why) = failed {
+            if let Some(Unpaused {
+                why,
+                hub,
+                elsewhere,
+            }) = failed
+            {
                 let app = format!("applications.argoproj.io -n {namespace} {name}");
                 let skip = crate::pause::SKIP_RECONCILE;
-                let cmd = format!("kubectl annotate {app} {skip}=true");
+                let (kubectl, there, flag) = match (hub, elsewhere) {
+                    (Some(flags), _) => (format!("kubectl {flags}"), " in the hub", ""),
+                    (None, true) => (
+                        "kubectl --context <hub>".to_owned(),
+                        " in the hub whose Argo CD deploys here (this cluster has no Applications)",
+                        "; or give --argocd-kubeconfig (or --argocd-context) with your credentials for the hub, and break-glass pauses it there and driftguard lifts it at expiry",
+                    ),
+                    (None, false) => ("kubectl".to_owned(), "", ""),
+                };
+                let cmd = format!("{kubectl} annotate {app} {skip}=true");
                 r.text = format!(
-                    "Argo CD is NOT paused for {shown}: {why}; {risk}; pause it by hand with `{cmd}` (driftguard does not lift that pause: resume it when done with `kubectl annotate {app} {skip}-`)"
+                    "Argo CD is NOT paused for {shown}: {why}; {risk}; pause it by hand{there} with `{cmd}` (driftguard does not lift that pause: resume it when done with `{kubectl} annotate {app} {skip}-`){flag}"
                 );
                 r.warning = Some(format!(
-                    "Argo CD is NOT paused for {shown}: self-heal may revert the hotfix at any time; pause Application {namespace}/{name} by hand: `{cmd}`"
+                    "Argo CD is NOT paused for {shown}: self-heal may revert the hotfix at any time; pause Application {namespace}/{name} by hand{there}: `{cmd}`{flag}"
                 ));
                 r.pause_by_hand = Some(cmd);
                 return r;
@@ -930,12 +999,17 @@ mod tests {
             name: "ghost".into(),
             entry: "/ConfigMap:p/x".into(),
         };
-        let why = "Argo CD Application argocd/ghost not found";
+        let why = "cannot patch Argo CD Application argocd/ghost: forbidden";
+        let refused = Unpaused {
+            why: why.into(),
+            hub: None,
+            elsewhere: false,
+        };
         let r = armed_report(
             &argo,
             None,
             &SetCheck::NotGenerated,
-            Some(why),
+            Some(&refused),
             "configmap/x",
             "T",
         );
@@ -957,6 +1031,42 @@ mod tests {
             serde_json::to_value(&r).unwrap()["warning"],
             warning.as_str()
         );
+        assert!(!r.text.contains("--argocd-kubeconfig"), "{}", r.text);
+        // Not readable here and no hub given: the command for the hub, and the flag.
+        let missing = Unpaused {
+            why: "Argo CD Application argocd/ghost not found".into(),
+            hub: None,
+            elsewhere: true,
+        };
+        let r = armed_report(
+            &argo,
+            None,
+            &SetCheck::NotGenerated,
+            Some(&missing),
+            "x",
+            "T",
+        );
+        let cmd = "kubectl --context <hub> annotate applications.argoproj.io -n argocd ghost argocd.argoproj.io/skip-reconcile=true";
+        assert_eq!(r.pause_by_hand.as_deref(), Some(cmd));
+        let warning = r.warning.clone().unwrap();
+        for text in [&warning, &r.text] {
+            assert!(
+                text.contains("self-heal may revert the hotfix")
+                    && text.contains(cmd)
+                    && text.contains("--argocd-kubeconfig"),
+                "{text}"
+            );
+        }
+        // A hub given that refuses: the command with the same flags.
+        let hub = Unpaused {
+            why: why.into(),
+            hub: Some("--kubeconfig /hub.yaml --context ops".into()),
+            elsewhere: false,
+        };
+        let r = armed_report(&argo, None, &SetCheck::NotGenerated, Some(&hub), "x", "T");
+        let cmd = "kubectl --kubeconfig /hub.yaml --context ops annotate applications.argoproj.io -n argocd ghost argocd.argoproj.io/skip-reconcile=true";
+        assert_eq!(r.pause_by_hand.as_deref(), Some(cmd));
+        assert!(r.text.contains("in the hub"), "{}", r.text);
         // A pause that holds warns of nothing.
         let held = Some(AppState::PausedFor(vec!["/ConfigMap:p/x".into()]));
         let r = armed_report(&argo, held, &SetCheck::NotGenerated, None, "x", "T");
@@ -1260,6 +1370,8 @@ mod tests {
         let policy = crate::policy::Policy::embedded();
         let target = Target {
             api: &api,
+            apps: &api,
+            hub: None,
             resource: &resource,
             name: "x",
             shown: "configmap/x",
@@ -1273,8 +1385,10 @@ mod tests {
         } else {
             target.end().await.unwrap()
         };
-        let log = log.lock().unwrap().clone();
-        let (requests, bodies) = log.into_iter().unzip();
+        // Discovery (whether Applications are served here) is not the object's story.
+        let log = log.lock().unwrap().clone().into_iter();
+        let log = log.filter(|(r, _)| r != "GET /api" && r != "GET /apis");
+        let (requests, bodies) = log.unzip();
         (written, requests, bodies)
     }
 
@@ -1435,6 +1549,73 @@ mod tests {
             !requests.contains(&format!("PATCH {}", fake::OBJECT)),
             "{requests:?}"
         );
+    }
+
+    /// In a spoke (`--argocd-kubeconfig`): the object is read, asked about
+    /// and written in the spoke; the Application is read, paused and resumed
+    /// in the hub.
+    #[tokio::test]
+    async fn in_a_spoke_the_hubs_application_is_paused_and_resumed_there() {
+        let resource = Resource {
+            group: String::new(),
+            version: "v1".into(),
+            kind: "ConfigMap".into(),
+            plural: "configmaps".into(),
+            namespaced: true,
+        };
+        let policy = crate::policy::Policy::embedded();
+        for arm in [true, false] {
+            let (spoke_log, hub_log) = (fake::Log::default(), fake::Log::default());
+            let cluster = |application| fake::Cluster {
+                deny: false,
+                application,
+                armed: !arm,
+            };
+            let spoke = fake::api(cluster(false), spoke_log.clone());
+            let hub = fake::api(cluster(true), hub_log.clone());
+            let target = Target {
+                api: &spoke,
+                apps: &hub,
+                hub: Some("--kubeconfig hub.yaml".into()),
+                resource: &resource,
+                name: "x",
+                shown: "configmap/x",
+                policy: &policy,
+                argocd_namespace: "argocd",
+                require_pause: true,
+            };
+            let written = if arm {
+                let at = Timestamp::now() + SignedDuration::from_mins(30);
+                target.arm("INC-1", at).await.unwrap()
+            } else {
+                target.end().await.unwrap()
+            };
+            let requests = |log: &fake::Log| -> Vec<String> {
+                log.lock().unwrap().iter().map(|(r, _)| r.clone()).collect()
+            };
+            let Written::Done(_, report) = written else {
+                panic!(
+                    "not done: {:?} {:?}",
+                    requests(&spoke_log),
+                    requests(&hub_log)
+                );
+            };
+            assert_eq!(report.state, if arm { "paused" } else { "resumed" });
+            let (spoke, hub) = (requests(&spoke_log), requests(&hub_log));
+            assert!(spoke.iter().all(|r| !r.contains(fake::APP)), "{spoke:?}");
+            assert_eq!(
+                spoke.last().map(String::as_str),
+                Some(format!("PATCH {}", fake::OBJECT).as_str())
+            );
+            assert_eq!(
+                hub.iter()
+                    .filter(|r| *r == &format!("PATCH {}", fake::APP))
+                    .count(),
+                1,
+                "{hub:?}"
+            );
+            assert!(hub.iter().all(|r| r.contains(fake::APP)), "{hub:?}");
+        }
     }
 
     #[test]

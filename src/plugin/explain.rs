@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::api::{Api, Identity, Resource, answer};
+use super::api::{Api, ArgoCdArgs, Identity, Resource, answer};
 use super::{Output, PluginError, PolicySource, print_structured, split_target};
 use crate::drift::annotated::Annotated;
 use crate::drift::breakglass::{EXPIRES, REASON};
@@ -37,6 +37,8 @@ pub struct Args {
     /// argocd-cm and the AppProjects).
     #[arg(long, default_value = "argocd")]
     argocd_namespace: String,
+    #[command(flatten)]
+    argocd: ArgoCdArgs,
     /// Output format: text, json or yaml.
     #[arg(short = 'o', long, value_enum, default_value_t = Output::Text)]
     output: Output,
@@ -156,7 +158,14 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
     let inputs = Inputs::read(&object, policy);
     let mut notes: Vec<String> = Vec::new();
     let manager = ownership::detect(&inputs);
-    let (managed_by, sources) = read_manager(api, &args, manager.as_ref(), &mut notes).await?;
+    // In a spoke, the Application, argocd-cm and the AppProjects are in the hub.
+    let hub = args.argocd.connect(api).await?;
+    let argocd = Argo {
+        api: hub.as_ref().unwrap_or(api),
+        hub: hub.is_some(),
+    };
+    let (managed_by, sources) =
+        read_manager(api, argocd, &args, manager.as_ref(), &mut notes).await?;
     let at = Written {
         resource: &resource,
         namespace,
@@ -193,6 +202,7 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
 /// webhook decides with. What cannot be read is a note.
 async fn read_manager(
     api: &Api,
+    argocd: Argo<'_>,
     args: &Args,
     manager: Option<&Manager>,
     notes: &mut Vec<String>,
@@ -209,7 +219,8 @@ async fn read_manager(
             let app_ns = application_namespace
                 .as_deref()
                 .unwrap_or(&args.argocd_namespace);
-            Some(read_application(api, args, (app_ns, application), &mut sources, notes).await?)
+            let at = (app_ns, application.as_str());
+            Some(read_application(argocd, args, at, &mut sources, notes).await?)
         }
         Some(m @ (Manager::FluxKustomization { .. } | Manager::FluxHelmRelease { .. })) => {
             read_flux(api, m, &mut sources, notes).await?
@@ -219,9 +230,16 @@ async fn read_manager(
     Ok((entry, sources))
 }
 
+/// Where Argo CD's objects are read: this cluster, or a hub (`--argocd-kubeconfig`).
+#[derive(Clone, Copy)]
+struct Argo<'a> {
+    api: &'a Api,
+    hub: bool,
+}
+
 /// The Application, argocd-cm's rules and the account Argo CD syncs as.
 async fn read_application(
-    api: &Api,
+    Argo { api, hub }: Argo<'_>,
     args: &Args,
     (app_ns, application): (&str, &str),
     sources: &mut Sources,
@@ -250,10 +268,23 @@ async fn read_application(
             }
             Err(e) => notes.push(format!("Application {app_ns}/{application}: {e}")),
         },
-        Err(r) => notes.push(format!(
-            "cannot read Application {app_ns}/{application}: {}",
-            r.message
-        )),
+        Err(r) => {
+            // No Applications here: in a fleet, Argo CD and its Applications are in a hub.
+            let served = hub
+                || !matches!(
+                    api.resolve("applications.argoproj.io").await,
+                    Err(PluginError::Usage(_))
+                );
+            let hint = if !served {
+                " (if Argo CD runs in a hub that deploys here, give --argocd-kubeconfig or --argocd-context to read it there)"
+            } else {
+                ""
+            };
+            notes.push(format!(
+                "cannot read Application {app_ns}/{application}: {}{hint}",
+                r.message
+            ));
+        }
     }
     let mut impersonation = false;
     let got = api
