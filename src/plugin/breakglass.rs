@@ -1353,6 +1353,17 @@ mod tests {
         run_on(cluster, false, false).await
     }
 
+    /// The type of every object the fake-cluster tests arm.
+    fn config_maps() -> Resource {
+        Resource {
+            group: String::new(),
+            version: "v1".into(),
+            kind: "ConfigMap".into(),
+            plural: "configmaps".into(),
+            namespaced: true,
+        }
+    }
+
     async fn run_on(
         cluster: fake::Cluster,
         require_pause: bool,
@@ -1360,13 +1371,7 @@ mod tests {
     ) -> (Written, Vec<String>, Vec<Value>) {
         let log = fake::Log::default();
         let api = fake::api(cluster, log.clone());
-        let resource = Resource {
-            group: String::new(),
-            version: "v1".into(),
-            kind: "ConfigMap".into(),
-            plural: "configmaps".into(),
-            namespaced: true,
-        };
+        let resource = config_maps();
         let policy = crate::policy::Policy::embedded();
         let target = Target {
             api: &api,
@@ -1556,13 +1561,7 @@ mod tests {
     /// in the hub.
     #[tokio::test]
     async fn in_a_spoke_the_hubs_application_is_paused_and_resumed_there() {
-        let resource = Resource {
-            group: String::new(),
-            version: "v1".into(),
-            kind: "ConfigMap".into(),
-            plural: "configmaps".into(),
-            namespaced: true,
-        };
+        let resource = config_maps();
         let policy = crate::policy::Policy::embedded();
         for arm in [true, false] {
             let (spoke_log, hub_log) = (fake::Log::default(), fake::Log::default());
