@@ -26,8 +26,10 @@ cargo fmt --all -- --check
 # long each took: target/build-tools.log.
 prebuild_pid=""
 fuzz_pid=""
-# A failure below leaves no build or fuzzer running after the script.
-trap 'for pid in ${prebuild_pid} ${fuzz_pid}; do pkill -P "${pid}" 2>/dev/null; kill "${pid}" 2>/dev/null; done; true' EXIT
+# A failure below leaves no build or fuzzer running after the script. Each
+# kill may find its process gone: `|| true`, or errexit, which holds inside
+# the trap too, would turn a passing run's exit status into 1.
+trap 'for pid in ${prebuild_pid} ${fuzz_pid}; do pkill -P "${pid}" 2>/dev/null || true; kill "${pid}" 2>/dev/null || true; done' EXIT
 mkdir -p target
 (
   scripts/build-tools.sh etcd kube-apiserver kubectl helm
