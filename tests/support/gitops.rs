@@ -146,10 +146,18 @@ pub fn service_account_kubeconfig(plane: &ControlPlane, namespace: &str, name: &
 /// Starts a long-running tool and fails the test at once if it exits within
 /// the first seconds (a bad flag), with its log.
 fn spawn(name: &str, cmd: &mut Command) -> Proc {
+    try_spawn(name, cmd).unwrap_or_else(|log| panic!("{name} exited: {log}"))
+}
+
+/// [`spawn`], or the log of a tool that exited.
+fn try_spawn(name: &str, cmd: &mut Command) -> Result<Proc, String> {
     let mut proc = Proc::spawn(name, cmd);
     std::thread::sleep(Duration::from_millis(300));
-    assert!(proc.alive(), "{name} exited: {}", proc.stderr_tail(40));
-    proc
+    if proc.alive() {
+        Ok(proc)
+    } else {
+        Err(proc.stderr_tail(40))
+    }
 }
 
 /// kube-controller-manager with each controller writing as its own service
@@ -425,8 +433,24 @@ struct ControllerSetup {
 }
 
 impl ControllerSetup {
+    /// The metrics port is free when picked, not always when the controller
+    /// binds it: a parallel test's process can take it in between (seen
+    /// once in CI). The controller then exits at once, and another port is
+    /// tried.
     fn spawn(&self) -> Proc {
-        spawn(
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            match self.try_spawn() {
+                Ok(proc) => return proc,
+                Err(log) if tries < 3 && log.contains("address already in use") => {}
+                Err(log) => panic!("argocd-application-controller exited: {log}"),
+            }
+        }
+    }
+
+    fn try_spawn(&self) -> Result<Proc, String> {
+        try_spawn(
             "argocd-application-controller",
             Command::new(&self.argocd)
                 .env("ARGOCD_BINARY_NAME", "argocd-application-controller")
