@@ -187,6 +187,19 @@ fn edit_replicas(plane: &ControlPlane, user: &str, mode: Mode, name: &str, to: u
 /// `kubectl get -o json`, `replicas` set, `kubectl replace -f -` as `user`
 /// (a service account: by impersonation).
 fn replace_replicas(plane: &ControlPlane, user: &str, mode: Mode, name: &str, to: u32) -> Kubectl {
+    // A controller's status write between the read and the replace is a
+    // conflict, not driftguard's answer: read again, as a person would.
+    let mut out = replace_once(plane, user, mode, name, to);
+    for _ in 0..5 {
+        if !out.stderr.contains("the object has been modified") {
+            break;
+        }
+        out = replace_once(plane, user, mode, name, to);
+    }
+    out
+}
+
+fn replace_once(plane: &ControlPlane, user: &str, mode: Mode, name: &str, to: u32) -> Kubectl {
     let mut live = deployment(plane, mode, name);
     live["spec"]["replicas"] = to.into();
     // As `kubectl get -o json` prints it.
