@@ -54,32 +54,27 @@ struct Hook {
 /// The webhooks of configuration `kind` named `name`; `None` when it does
 /// not exist.
 async fn webhooks(api: &Api, kind: &str, name: &str) -> Result<Option<Vec<Hook>>, PluginError> {
+    // The two configuration types share these fields but no trait.
+    macro_rules! hooks_of {
+        ($config:ty) => {{
+            let got = api.all::<$config>().get(name).await;
+            answer(got, format_args!("get {kind} {name}"))?.map(|c| {
+                c.webhooks
+                    .into_iter()
+                    .flatten()
+                    .map(|h| Hook {
+                        name: h.name,
+                        failure_policy: h.failure_policy,
+                        client: h.client_config,
+                    })
+                    .collect()
+            })
+        }};
+    }
     let got = if kind == "ValidatingWebhookConfiguration" {
-        let got = api.all::<ValidatingWebhookConfiguration>().get(name).await;
-        answer(got, format_args!("get {kind} {name}"))?.map(|c| {
-            c.webhooks
-                .into_iter()
-                .flatten()
-                .map(|h| Hook {
-                    name: h.name,
-                    failure_policy: h.failure_policy,
-                    client: h.client_config,
-                })
-                .collect()
-        })
+        hooks_of!(ValidatingWebhookConfiguration)
     } else {
-        let got = api.all::<MutatingWebhookConfiguration>().get(name).await;
-        answer(got, format_args!("get {kind} {name}"))?.map(|c| {
-            c.webhooks
-                .into_iter()
-                .flatten()
-                .map(|h| Hook {
-                    name: h.name,
-                    failure_policy: h.failure_policy,
-                    client: h.client_config,
-                })
-                .collect()
-        })
+        hooks_of!(MutatingWebhookConfiguration)
     };
     match got {
         Ok(hooks) => Ok(Some(hooks)),
