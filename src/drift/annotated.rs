@@ -29,7 +29,8 @@ pub enum Annotated {
 /// The annotation's rule for `object` (the stored object, for a write).
 pub fn rule(object: &Value) -> Annotated {
     let Some(value) = object
-        .pointer("/metadata/annotations")
+        .get("metadata")
+        .and_then(|m| m.get("annotations"))
         .and_then(|a| a.get(ARGO_IGNORE_DIFFERENCES))
     else {
         return Annotated::Absent;

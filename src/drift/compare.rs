@@ -231,7 +231,8 @@ pub(super) fn check_drift_record(
     d: &mut Decision,
 ) {
     fn stored(o: &Value) -> Option<&Value> {
-        o.pointer("/metadata/annotations")?
+        o.get("metadata")?
+            .get("annotations")?
             .get(normalize::DRIFT_ANNOTATION)
     }
     let written = stored(new);

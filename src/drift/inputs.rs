@@ -291,16 +291,28 @@ pub struct Inputs<'a> {
 
 impl<'a> Inputs<'a> {
     pub fn read(obj: &'a Value, policy: &Policy) -> Self {
+        // Every input sits in one of three places: look each up once.
+        let meta = obj.get("metadata");
+        let (labels, annotations, owners) = (
+            meta.and_then(|m| m.get("labels")),
+            meta.and_then(|m| m.get("annotations")),
+            meta.and_then(|m| m.get("ownerReferences")),
+        );
         let mut values = [None; Input::ALL.len()];
         for input in Input::ALL {
-            values[input.index()] = input.location(policy).and_then(|at| locate(obj, at));
+            values[input.index()] = match input.location(policy) {
+                None => None,
+                Some(Location::Label(key)) => labels.and_then(|l| l.get(key)),
+                Some(Location::Annotation(key)) => annotations.and_then(|a| a.get(key)),
+                Some(Location::ControllerOwnerReference) => controller_owner(owners),
+            };
         }
-        let text = |p: &str| obj.pointer(p).and_then(Value::as_str).unwrap_or_default();
+        let text = |v: Option<&'a Value>| v.and_then(Value::as_str).unwrap_or_default();
         Self {
             values,
-            kind: text("/kind"),
-            name: text("/metadata/name"),
-            namespace: text("/metadata/namespace"),
+            kind: text(obj.get("kind")),
+            name: text(meta.and_then(|m| m.get("name"))),
+            namespace: text(meta.and_then(|m| m.get("namespace"))),
         }
     }
 
@@ -320,17 +332,11 @@ impl<'a> Inputs<'a> {
     }
 }
 
-fn locate<'a>(obj: &'a Value, at: Location) -> Option<&'a Value> {
-    let meta = obj.get("metadata")?;
-    match at {
-        Location::Label(key) => meta.get("labels")?.get(key),
-        Location::Annotation(key) => meta.get("annotations")?.get(key),
-        Location::ControllerOwnerReference => meta
-            .get("ownerReferences")?
-            .as_array()?
-            .iter()
-            .find(|r| r.get("controller").and_then(Value::as_bool) == Some(true)),
-    }
+fn controller_owner(owners: Option<&Value>) -> Option<&Value> {
+    owners?
+        .as_array()?
+        .iter()
+        .find(|r| r.get("controller").and_then(Value::as_bool) == Some(true))
 }
 
 /// Pointers of the inputs that differ between the stored and the incoming

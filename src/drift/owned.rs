@@ -32,7 +32,8 @@ pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration
 pub fn tool_ownership_grown(old: &Value, new: &Value) -> bool {
     // Most writes leave the tools' entries as they were: skip the leaf sets.
     fn tool_entries(o: &Value) -> Vec<Option<&Value>> {
-        o.pointer("/metadata/managedFields")
+        o.get("metadata")
+            .and_then(|m| m.get("managedFields"))
             .and_then(Value::as_array)
             .into_iter()
             .flatten()
@@ -56,8 +57,16 @@ pub fn tool_ownership_grown(old: &Value, new: &Value) -> bool {
 /// The last-applied annotation's pointer, when this write changes what it
 /// says (parsed: re-serializing it the same way is no change).
 pub fn last_applied_changed(old: &Value, new: &Value) -> Option<String> {
-    let read = |o: &Value| {
-        let text = o.pointer("/metadata/annotations")?.get(LAST_APPLIED)?;
+    fn raw(o: &Value) -> Option<&Value> {
+        o.get("metadata")?.get("annotations")?.get(LAST_APPLIED)
+    }
+    let (old, new) = (raw(old), raw(new));
+    // Most writes leave it as it was: the same text needs no parse.
+    if old == new {
+        return None;
+    }
+    let read = |text: Option<&Value>| {
+        let text = text?;
         Some(
             text.as_str()
                 .and_then(|t| serde_json::from_str::<Value>(t).ok())

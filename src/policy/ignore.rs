@@ -351,7 +351,8 @@ pub fn owned_leaves<M: AsRef<str>>(obj: &Value, managers: &[M]) -> FieldSet {
 pub fn leaves_where(obj: &Value, keep: impl Fn(&Value) -> bool) -> FieldSet {
     let mut out = FieldSet::new();
     let entries = obj
-        .pointer("/metadata/managedFields")
+        .get("metadata")
+        .and_then(|m| m.get("managedFields"))
         .and_then(Value::as_array);
     for entry in entries.into_iter().flatten().filter(|e| keep(e)) {
         if let Some(fields) = entry.get("fieldsV1") {

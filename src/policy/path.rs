@@ -72,6 +72,10 @@ fn has_bad_escape(token: &str) -> bool {
 }
 
 pub fn escape(token: &str) -> String {
+    // Nearly every key has neither: one scan instead of two replaces.
+    if !token.contains(['~', '/']) {
+        return token.to_owned();
+    }
     token.replace('~', "~0").replace('/', "~1")
 }
 
