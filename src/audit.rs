@@ -34,6 +34,9 @@ pub struct AuditRecord<'a> {
     pub break_glass: Option<BreakGlassRecord<'a>>,
     pub dry_run: bool,
     pub latency_micros: u64,
+    /// Of `latency_micros`, reading the review's JSON: the yardstick for the
+    /// rest, measured in the same process at the same moment.
+    pub parse_micros: u64,
     pub error: Option<String>,
 }
 
@@ -188,6 +191,7 @@ impl<'a> AuditRecord<'a> {
             break_glass: None,
             dry_run: false,
             latency_micros,
+            parse_micros: 0,
             error: None,
         }
     }
@@ -253,7 +257,7 @@ mod tests {
         assert!(time.starts_with(r#"{"time":""#), "{line}");
         assert_eq!(
             rest,
-            r#""endpoint":"validate","uid":"u-1","user":"alice","groups":["sre"],"operation":"UPDATE","group":"apps","version":"v1","kind":"Deployment","resource":"deployments","subResource":"","namespace":"shop","name":"web","manager":"Argo CD application shop","mode":"enforce","verdict":"allow","reason":"break-glass","driftedPaths":["/spec/replicas"],"breakGlass":{"user":"alice","reason":"incident 42","expires":"2030-01-01T00:00:00Z"},"dryRun":false,"latencyMicros":7,"error":null}"#
+            r#""endpoint":"validate","uid":"u-1","user":"alice","groups":["sre"],"operation":"UPDATE","group":"apps","version":"v1","kind":"Deployment","resource":"deployments","subResource":"","namespace":"shop","name":"web","manager":"Argo CD application shop","mode":"enforce","verdict":"allow","reason":"break-glass","driftedPaths":["/spec/replicas"],"breakGlass":{"user":"alice","reason":"incident 42","expires":"2030-01-01T00:00:00Z"},"dryRun":false,"latencyMicros":7,"parseMicros":0,"error":null}"#
         );
     }
 }

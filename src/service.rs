@@ -97,6 +97,7 @@ impl Reviewer {
         let started = Instant::now();
         let here = body.as_ref().len() <= self.decide_here_max_bytes;
         let parsed = request::parse(body.as_ref());
+        let parse_micros = started.elapsed().as_micros() as u64;
         drop(body);
         let parsed = match parsed {
             Ok(req) => Arc::new(req),
@@ -118,7 +119,13 @@ impl Reviewer {
             operation = ?parsed.operation,
         );
         Ok(self
-            .decide_and_record(endpoint, parsed, here, started, Arc::new(hold))
+            .decide_and_record(
+                endpoint,
+                parsed,
+                here,
+                (started, parse_micros),
+                Arc::new(hold),
+            )
             .instrument(span)
             .await)
     }
@@ -128,7 +135,7 @@ impl Reviewer {
         endpoint: Endpoint,
         parsed: Arc<AdmissionRequest<RawObject>>,
         here: bool,
-        started: Instant,
+        (started, parse_micros): (Instant, u64),
         hold: Arc<Box<dyn std::any::Any + Send + Sync>>,
     ) -> Vec<u8> {
         let policy = self.policy.current();
@@ -163,15 +170,16 @@ impl Reviewer {
                 if endpoint == Endpoint::Validate && !parsed.dry_run {
                     self.emit_event(&parsed, parent.as_deref(), &judged);
                 }
-                AuditRecord::decided(
+                let mut record = AuditRecord::decided(
                     endpoint.as_str(),
                     &parsed.uid,
                     &parsed.kind.version,
                     &view,
                     &judged.decision,
                     micros,
-                )
-                .emit();
+                );
+                record.parse_micros = parse_micros;
+                record.emit();
                 self.metrics
                     .decision_seconds
                     .observe(started.elapsed().as_secs_f64());

@@ -684,6 +684,7 @@ async fn one_audit_line_per_decided_review() {
         "breakGlass",
         "dryRun",
         "latencyMicros",
+        "parseMicros",
         "error",
     ];
     for line in &lines {
@@ -692,6 +693,11 @@ async fn one_audit_line_per_decided_review() {
             assert!(record.get(f).is_some(), "{f} missing in {line}");
         }
         assert_eq!(record["user"], "alice");
+        // The parse is part of the whole.
+        assert!(
+            record["parseMicros"].as_u64() <= record["latencyMicros"].as_u64(),
+            "{line}"
+        );
     }
     let endpoint = |e: &str| {
         lines
