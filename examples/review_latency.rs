@@ -4,7 +4,8 @@
 //! server's own path (`Reviewer::answer`: parse, the decision pool's hand-off
 //! and back, metrics, the audit record). Writes are spaced as a single
 //! `kubectl` writer spaces them, so the decision threads are asleep when a
-//! review arrives, as they are in a cluster. The server's path runs twice:
+//! review arrives, as they are in a cluster. The server's logging is on, its
+//! audit lines written to a sink. The server's path runs twice:
 //! as configured (decided on the thread that read the review) and with
 //! `--decide-here-max-bytes 0` (every decision handed to the pool).
 //!
@@ -109,6 +110,9 @@ async fn main() {
         (None, false) => policy::pointer_rules(),
     };
     let policy = Policy::from_yaml(&yaml, "latency").unwrap();
+    // As the server logs: its span, diagnostics on stderr (RUST_LOG), and the
+    // audit record through its queue and writer thread (to a sink here).
+    driftguard::logging::init_to(driftguard::logging::LogFormat::Json, std::io::sink());
     let reviewer = |decide_here_max_bytes| Reviewer {
         policy: PolicyHandle::new(Policy::from_yaml(&yaml, "latency").unwrap()),
         sources: None,

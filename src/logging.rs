@@ -48,6 +48,11 @@ impl<S: Subscriber> Layer<S> for AuditLayer {
 }
 
 pub fn init(format: LogFormat) {
+    init_to(format, std::io::stdout());
+}
+
+/// [`init`], with audit lines written to `audit` instead of stdout.
+pub fn init_to(format: LogFormat, audit: impl std::io::Write + Send + 'static) {
     let is_audit = filter::filter_fn(|meta| meta.target() == audit::TARGET);
     let not_audit = filter::filter_fn(|meta| meta.target() != audit::TARGET);
     let env = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
@@ -58,7 +63,7 @@ pub fn init(format: LogFormat) {
         LogFormat::Json => diagnostics.json().with_current_span(true).boxed(),
         LogFormat::Text => diagnostics.boxed(),
     };
-    audit_writer::start();
+    audit_writer::start_to(audit);
     let _ = tracing_subscriber::registry()
         .with(AuditLayer.with_filter(is_audit))
         .with(diagnostics.with_filter(not_audit).with_filter(env))
