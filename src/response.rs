@@ -87,22 +87,12 @@ pub fn respond(
     resp
 }
 
-/// The reply as sent on the wire, the same bytes for the same review
-/// (`check` and the server agree byte for byte). kube keeps
-/// `auditAnnotations` in a `HashMap`, whose order varies: with more than one,
-/// going through `Value` sorts them; otherwise the review is written
-/// directly, without building a tree first.
+/// The reply as sent on the wire. kube keeps `auditAnnotations` in a
+/// `HashMap`; going through `Value` sorts every map, so the same review always
+/// yields the same bytes (`check` and the server agree byte for byte).
 pub fn to_bytes(review: &AdmissionReview<DynamicObject>) -> Vec<u8> {
-    let unordered = review
-        .response
-        .as_ref()
-        .is_some_and(|r| r.audit_annotations.len() > 1);
-    if unordered {
-        let value = serde_json::to_value(review).expect("a review serializes");
-        serde_json::to_vec(&value).expect("a value serializes")
-    } else {
-        serde_json::to_vec(review).expect("a review serializes")
-    }
+    let value = serde_json::to_value(review).expect("a review serializes");
+    serde_json::to_vec(&value).expect("a value serializes")
 }
 
 fn describe_object(view: &Request) -> String {
