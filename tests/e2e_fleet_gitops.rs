@@ -20,6 +20,7 @@ mod gitops;
 #[path = "support/gitops_e2e.rs"]
 mod gitops_e2e;
 
+use std::path::Path;
 use std::time::Duration;
 
 use serde_json::json;
@@ -340,6 +341,29 @@ fn the_hubs_real_argo_cd_and_flux_deploy_to_a_spoke_judged_by_their_rules() {
     denied(&out, "Flux Kustomization flux-system/apps").unwrap();
     denied(&out, "GitRepository flux-system/repo").unwrap();
 
+    // explain reads the Kustomization in the hub when told where it is
+    // (oncall's own hub credentials), or says how to.
+    let bin = spoke.dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::os::unix::fs::symlink(
+        env!("CARGO_BIN_EXE_kubectl-driftguard"),
+        bin.join("kubectl-driftguard"),
+    )
+    .unwrap();
+    let oncall_hub = hub.kubeconfig("oncall").display().to_string();
+    let r = explain_api(&spoke, &bin, &["--flux-kubeconfig", &oncall_hub]);
+    assert_eq!(
+        r["managedBy"]["source"], "GitRepository flux-system/repo, path ./flux",
+        "{r}"
+    );
+    assert!(
+        r["ignoreRules"].to_string().contains("/spec/replicas"),
+        "{r}"
+    );
+    let r = explain_api(&spoke, &bin, &[]);
+    assert!(r["managedBy"]["source"].is_null(), "{r}");
+    assert!(r["notes"].to_string().contains("--flux-kubeconfig"), "{r}");
+
     // The namespaces the hub's tools deploy to here are guarded, found by
     // each of the three --cluster-name values.
     for (namespace, tool) in [
@@ -393,7 +417,7 @@ fn the_hubs_real_argo_cd_and_flux_deploy_to_a_spoke_judged_by_their_rules() {
     // 5. Break-glass on both: Argo CD paused in the hub with oncall's hub
     // kubeconfig, Flux on the object; the hotfixes hold against self-heal
     // and forced reconciles, end at expiry, and then Git wins again.
-    break_glass(&hub, &spoke, &argo);
+    break_glass(&hub, &spoke, &bin, &argo);
 
     // 6. The hub goes away: decisions go on from the last good rules, and
     // /metrics says for how long; then it comes back.
@@ -433,15 +457,18 @@ fn the_hubs_real_argo_cd_and_flux_deploy_to_a_spoke_judged_by_their_rules() {
     drop(flux);
 }
 
+/// `kubectl driftguard explain deployment/api -o json` as oncall in the
+/// spoke, with `extra` flags.
+fn explain_api(spoke: &ControlPlane, bin: &Path, extra: &[&str]) -> serde_json::Value {
+    let mut args = vec!["explain", "deployment/api", "-n", "apps", "-o", "json"];
+    args.extend_from_slice(extra);
+    let out = plugin(spoke, bin, "oncall", &args);
+    assert!(out.ok, "{out}");
+    serde_json::from_str(&out.stdout).unwrap()
+}
+
 /// Break-glass in the spoke on web (Argo CD) and api (Flux) at once.
-fn break_glass(hub: &ControlPlane, spoke: &ControlPlane, argo: &ArgoCd) {
-    let bin = spoke.dir.join("bin");
-    std::fs::create_dir_all(&bin).unwrap();
-    std::os::unix::fs::symlink(
-        env!("CARGO_BIN_EXE_kubectl-driftguard"),
-        bin.join("kubectl-driftguard"),
-    )
-    .unwrap();
+fn break_glass(hub: &ControlPlane, spoke: &ControlPlane, bin: &Path, argo: &ArgoCd) {
     let oncall_hub = hub.kubeconfig("oncall").display().to_string();
     let arm = |deploy: &str, extra: &[&str]| {
         let target = format!("deployment/{deploy}");
@@ -456,7 +483,7 @@ fn break_glass(hub: &ControlPlane, spoke: &ControlPlane, argo: &ArgoCd) {
             "50s",
         ];
         args.extend_from_slice(extra);
-        let out = plugin(spoke, &bin, "oncall", &args);
+        let out = plugin(spoke, bin, "oncall", &args);
         assert!(out.ok, "break-glass {deploy}: {out}");
         out
     };

@@ -65,7 +65,8 @@ roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: driftguard-hub-
 subjects: [{kind: User, name: spoke-1-driftguard}]
 "#;
 
-/// The on-call engineer's own grant in the hub: read and patch Applications.
+/// The on-call engineer's own grant in the hub: read and patch Applications,
+/// and read the Kustomizations (what `explain` reads).
 pub const HUB_ONCALL_RBAC: &str = r#"
 apiVersion: rbac.authorization.k8s.io/v1
 kind: Role
@@ -79,6 +80,20 @@ apiVersion: rbac.authorization.k8s.io/v1
 kind: RoleBinding
 metadata: {name: application-pauser, namespace: argocd}
 roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: application-pauser}
+subjects: [{kind: User, name: oncall}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: kustomization-reader, namespace: flux-system}
+rules:
+  - apiGroups: [kustomize.toolkit.fluxcd.io]
+    resources: [kustomizations]
+    verbs: [get]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: kustomization-reader, namespace: flux-system}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: kustomization-reader}
 subjects: [{kind: User, name: oncall}]
 "#;
 
