@@ -40,6 +40,8 @@ const SPOKE_KUBECONFIG: &str = "spoke-1-kubeconfig";
 /// kubeConfig Secret. kustomize-controller v1.9.6 impersonates no one unless
 /// the Kustomization names `spec.serviceAccountName`
 /// (fluxcd/pkg/runtime/client/impersonator.go).
+/// Who the hub's Argo CD is in the spoke (`argocd cluster add`).
+const ARGOCD_MANAGER: &str = "system:serviceaccount:kube-system:argocd-manager";
 const FLUX_IN_SPOKE: &str = "system:serviceaccount:flux-system:hub-kustomize-controller";
 
 /// The namespace of each Deployment in the spoke: web's is the
@@ -223,6 +225,25 @@ fn sync_status(hub: &ControlPlane, app: &str) -> Option<String> {
         .and_then(|a| field(&a, "/status/sync/status"))
 }
 
+/// Who wrote Deployment `deploy` in the spoke so far (the apiserver's audit
+/// log: creates, patches and updates that succeeded).
+fn writers(spoke: &ControlPlane, deploy: &str) -> std::collections::BTreeSet<String> {
+    spoke
+        .audit_events()
+        .iter()
+        .filter(|e| {
+            e["objectRef"]["resource"] == "deployments"
+                && e["objectRef"]["name"] == deploy
+                && e["objectRef"]["subresource"].is_null()
+                && ["create", "patch", "update"].contains(&e["verb"].as_str().unwrap_or(""))
+                && e["responseStatus"]["code"]
+                    .as_u64()
+                    .is_some_and(|c| c < 300)
+        })
+        .filter_map(|e| e["user"]["username"].as_str().map(str::to_owned))
+        .collect()
+}
+
 /// `deploy`'s image is `want` in the spoke, or what it is.
 fn image_is(spoke: &ControlPlane, deploy: &str, want: &str) -> Result<(), String> {
     match image(spoke, ns(deploy), deploy) {
@@ -237,7 +258,8 @@ fn the_hubs_real_argo_cd_and_flux_deploy_to_a_spoke_judged_by_their_rules() {
 
     // The spoke: what `argocd cluster add` creates (argocd-manager with
     // cluster-admin and a token), and the identity the hub's Flux uses.
-    let mut spoke = ControlPlane::start("fleet-real-spoke");
+    // Audited: who wrote the tools' objects.
+    let mut spoke = ControlPlane::start_audited("fleet-real-spoke");
     // (The harness's RBAC for driftguard names the argocd namespace.)
     spoke.prepare(&["production", "shop", "apps", "argocd", "flux-system"]);
     spoke.apply_admin(SWEEPER_RBAC);
@@ -328,6 +350,19 @@ fn the_hubs_real_argo_cd_and_flux_deploy_to_a_spoke_judged_by_their_rules() {
         Some("apps"),
         "{api}"
     );
+
+    // They wrote as the spoke's identities in the hub's Secrets.
+    for (deploy, user) in [
+        ("web", ARGOCD_MANAGER),
+        ("shop", ARGOCD_MANAGER),
+        ("api", FLUX_IN_SPOKE),
+    ] {
+        let writers = writers(&spoke, deploy);
+        assert!(
+            writers.len() == 1 && writers.contains(user),
+            "{deploy} written by {writers:?}, not {user}"
+        );
+    }
 
     // 2. A person's edit is denied, naming the hub's Application (either
     // spelling of the destination) or Kustomization, and the source.
