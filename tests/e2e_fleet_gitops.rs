@@ -365,16 +365,31 @@ fn the_hubs_real_argo_cd_and_flux_deploy_to_a_spoke_judged_by_their_rules() {
     }
 
     // 2. A person's edit is denied, naming the hub's Application (either
-    // spelling of the destination) or Kustomization, and the source.
-    let out = set_image(&spoke, "alice", "web", "nginx:1.28");
-    denied(&out, "Argo CD application web").unwrap();
-    denied(&out, &format!("{url}, path web")).unwrap();
-    let out = set_image(&spoke, "alice", "shop", "nginx:1.28");
-    denied(&out, "Argo CD application shop").unwrap();
-    denied(&out, &format!("{url}, path shop")).unwrap();
-    let out = set_image(&spoke, "alice", "api", "nginx:1.28");
-    denied(&out, "Flux Kustomization flux-system/apps").unwrap();
-    denied(&out, "GitRepository flux-system/repo").unwrap();
+    // spelling of the destination) or Kustomization, and the source (once
+    // driftguard's watch of the hub has delivered them).
+    for (deploy, manager, source) in [
+        ("web", "Argo CD application web", format!("{url}, path web")),
+        (
+            "shop",
+            "Argo CD application shop",
+            format!("{url}, path shop"),
+        ),
+        (
+            "api",
+            "Flux Kustomization flux-system/apps",
+            "GitRepository flux-system/repo, path ./flux".to_owned(),
+        ),
+    ] {
+        wait_for(
+            &format!("{deploy}'s denial to name {source}"),
+            Duration::from_secs(30),
+            || {
+                let out = set_image(&spoke, "alice", deploy, "nginx:1.28");
+                denied(&out, manager)?;
+                denied(&out, &source)
+            },
+        );
+    }
 
     // explain reads the Kustomization in the hub when told where it is
     // (oncall's own hub credentials), or says how to.
@@ -531,7 +546,12 @@ fn break_glass(hub: &ControlPlane, spoke: &ControlPlane, bin: &Path, argo: &Argo
     let app = hub_application(hub, "web");
     assert_eq!(app[SKIP], "true", "{app}");
     assert_eq!(app[PAUSED_FOR], "apps/Deployment:production/web", "{app}");
-    arm("api", &[]);
+    // Flux needs nothing in the hub: its pause is on the object here.
+    let out = arm("api", &[]);
+    assert!(
+        format!("{}{}", out.stdout, out.stderr).contains("Flux will not reconcile deployment/api"),
+        "{out}"
+    );
     let api = get_json(spoke, &["-n", "apps", "deployment", "api"]).unwrap();
     assert_eq!(
         field(
