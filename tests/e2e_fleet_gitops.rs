@@ -8,7 +8,7 @@
 //! spoke through a Kustomization's `spec.kubeConfig` Secret. driftguard runs
 //! against the spoke and reads both tools' objects from the hub with
 //! read-only credentials. Every scenario asserts what the real tools then do
-//! in the spoke. `tests/e2e_fleet.rs` is the fast variant, with the tools'
+//! in the spoke, Argo CD's sync impersonation there included. `tests/e2e_fleet.rs` is the fast variant, with the tools'
 //! writes played by the test.
 
 #[path = "support/control_plane.rs"]
@@ -44,17 +44,57 @@ const SPOKE_KUBECONFIG: &str = "spoke-1-kubeconfig";
 const ARGOCD_MANAGER: &str = "system:serviceaccount:kube-system:argocd-manager";
 const FLUX_IN_SPOKE: &str = "system:serviceaccount:flux-system:hub-kustomize-controller";
 
-/// The namespace of each Deployment in the spoke: web's is the
-/// destination of Application web (`name: spoke-1`), shop's that of
-/// Application shop (`server: <the spoke's URL>`), apps that of the
-/// Kustomization's api.
-fn ns(deploy: &str) -> &'static str {
-    match deploy {
+/// The namespace of each object in the spoke: web's is the destination of
+/// Application web (`name: spoke-1`), shop's that of Application shop
+/// (`server: <the spoke's URL>`), team's that of Application team, apps that
+/// of the Kustomization's api.
+fn ns(name: &str) -> &'static str {
+    match name {
         "web" => "production",
         "shop" => "shop",
+        "team" => "team",
         _ => "apps",
     }
 }
+
+/// Application team's ConfigMap, owned by `owner`.
+fn team_config(owner: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: team-config, namespace: team}}\ndata: {{owner: {owner}}}\n"
+    )
+}
+
+/// Project fleet syncs team's namespace in the spoke as service account
+/// team/deployer (Argo CD's sync impersonation): the entry names the spoke
+/// by its server URL, as Argo CD matches it against the cluster Secret's.
+fn fleet_project(spoke_url: &str) -> String {
+    format!(
+        "apiVersion: argoproj.io/v1alpha1\nkind: AppProject\nmetadata: {{name: fleet, namespace: argocd}}\n\
+         spec:\n  sourceRepos: ['*']\n  destinations: [{{server: '*', namespace: team}}]\n\
+         \x20 destinationServiceAccounts:\n    - {{server: '{spoke_url}', namespace: team, defaultServiceAccount: deployer}}\n"
+    )
+}
+
+/// In the spoke, deployer may edit ConfigMaps in team, and nothing else.
+const DEPLOYER_RBAC: &str = r#"apiVersion: v1
+kind: ServiceAccount
+metadata: {name: deployer, namespace: team}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: configmap-editor, namespace: team}
+rules:
+  - apiGroups: [""]
+    resources: [configmaps]
+    verbs: [get, list, watch, create, update, patch, delete]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: deployer, namespace: team}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: configmap-editor}
+subjects: [{kind: ServiceAccount, name: deployer, namespace: team}]
+"#;
+const DEPLOYER: &str = "system:serviceaccount:team:deployer";
 
 /// Deployment `name` as Git has it: one replica, `image`.
 fn deployment(name: &str, image: &str) -> String {
@@ -225,22 +265,29 @@ fn sync_status(hub: &ControlPlane, app: &str) -> Option<String> {
         .and_then(|a| field(&a, "/status/sync/status"))
 }
 
-/// Who wrote Deployment `deploy` in the spoke so far (the apiserver's audit
-/// log: creates, patches and updates that succeeded).
-fn writers(spoke: &ControlPlane, deploy: &str) -> std::collections::BTreeSet<String> {
+/// Who wrote `resource` `name` in the spoke so far (the apiserver's audit
+/// log: creates, patches and updates that succeeded, dry runs included), as
+/// admission sees them: the impersonated user where there is one.
+fn writers(spoke: &ControlPlane, resource: &str, name: &str) -> std::collections::BTreeSet<String> {
     spoke
         .audit_events()
         .iter()
         .filter(|e| {
-            e["objectRef"]["resource"] == "deployments"
-                && e["objectRef"]["name"] == deploy
+            e["objectRef"]["resource"] == resource
+                && e["objectRef"]["name"] == name
                 && e["objectRef"]["subresource"].is_null()
                 && ["create", "patch", "update"].contains(&e["verb"].as_str().unwrap_or(""))
                 && e["responseStatus"]["code"]
                     .as_u64()
                     .is_some_and(|c| c < 300)
         })
-        .filter_map(|e| e["user"]["username"].as_str().map(str::to_owned))
+        // As admission sees it: the impersonated user, if any.
+        .filter_map(|e| {
+            let user = &e["impersonatedUser"]["username"];
+            user.as_str()
+                .or(e["user"]["username"].as_str())
+                .map(str::to_owned)
+        })
         .collect()
 }
 
@@ -261,7 +308,15 @@ fn the_hubs_real_argo_cd_and_flux_deploy_to_a_spoke_judged_by_their_rules() {
     // Audited: who wrote the tools' objects.
     let mut spoke = ControlPlane::start_audited("fleet-real-spoke");
     // (The harness's RBAC for driftguard names the argocd namespace.)
-    spoke.prepare(&["production", "shop", "apps", "argocd", "flux-system"]);
+    spoke.prepare(&[
+        "production",
+        "shop",
+        "apps",
+        "team",
+        "argocd",
+        "flux-system",
+    ]);
+    spoke.apply_admin(DEPLOYER_RBAC);
     spoke.apply_admin(SWEEPER_RBAC);
     spoke.add_user("oncall", &["sre-oncall"]);
     let argocd_manager = service_account_token(&spoke, "kube-system", "argocd-manager");
@@ -283,9 +338,16 @@ fn the_hubs_real_argo_cd_and_flux_deploy_to_a_spoke_judged_by_their_rules() {
             ("web/web.yaml", Some(&deployment("web", "nginx:1.27"))),
             ("shop/shop.yaml", Some(&deployment("shop", "nginx:1.27"))),
             ("flux/api.yaml", Some(&deployment("api", "nginx:1.27"))),
+            ("team/config.yaml", Some(&team_config("team"))),
         ],
     );
-    let argo = ArgoCd::start(&hub, &tools, "");
+    // Sync impersonation on, for project fleet; other projects' Applications
+    // sync with the cluster Secret's credential (not enforced).
+    let argo = ArgoCd::start(
+        &hub,
+        &tools,
+        "  application.sync.impersonation.enabled: \"true\"\n  application.sync.impersonation.enforced: \"false\"\n",
+    );
     let flux = Flux::start(&hub, &tools);
     // driftguard's --watch-flux also lists HelmReleases (no helm-controller runs).
     hub.apply_crds(&["flux-helmrelease"]);
@@ -357,7 +419,7 @@ fn the_hubs_real_argo_cd_and_flux_deploy_to_a_spoke_judged_by_their_rules() {
         ("shop", ARGOCD_MANAGER),
         ("api", FLUX_IN_SPOKE),
     ] {
-        let writers = writers(&spoke, deploy);
+        let writers = writers(&spoke, "deployments", deploy);
         assert!(
             writers.len() == 1 && writers.contains(user),
             "{deploy} written by {writers:?}, not {user}"
@@ -463,6 +525,52 @@ fn the_hubs_real_argo_cd_and_flux_deploy_to_a_spoke_judged_by_their_rules() {
         Duration::from_secs(30),
         || allowed(annotate(&spoke, "b")),
     );
+
+    // Sync impersonation in the spoke: Argo CD writes team's objects as
+    // team/deployer there (the Application names the spoke by name; the
+    // project's entry by server URL), and driftguard trusts deployer for
+    // them, as Argo CD derives it.
+    hub.apply_admin(&fleet_project(&spoke_url));
+    hub.apply_admin(
+        &application("team", &url, &format!("name: {SPOKE}"), &[])
+            .replace("project: default", "project: fleet"),
+    );
+    wait_synced(&hub, &argo, "team", &first);
+    let owner = repo.commit(
+        "team owns it",
+        &[("team/config.yaml", Some(&team_config("team-c")))],
+    );
+    ArgoCd::hard_refresh(&hub, "team");
+    wait_synced(&hub, &argo, "team", &owner);
+    let cm = get_json(&spoke, &["-n", "team", "configmap", "team-config"]).unwrap();
+    assert_eq!(field(&cm, "/data/owner").as_deref(), Some("team-c"), "{cm}");
+    let writers = writers(&spoke, "configmaps", "team-config");
+    assert!(
+        writers.len() == 1 && writers.contains(DEPLOYER),
+        "team-config written by {writers:?}"
+    );
+    let updates: Vec<_> = dg
+        .audit()
+        .into_iter()
+        .filter(|r| r["user"] == DEPLOYER && r["operation"] == "UPDATE")
+        .collect();
+    assert!(
+        !updates.is_empty() && updates.iter().all(|r| r["verdict"] == "allow"),
+        "deployer's updates reach driftguard and are allowed: {updates:?}"
+    );
+    let out = spoke.kubectl(
+        "alice",
+        &[
+            "-n",
+            "team",
+            "patch",
+            "configmap",
+            "team-config",
+            "-p",
+            r#"{"data":{"owner":"me"}}"#,
+        ],
+    );
+    denied(&out, "Argo CD application team").unwrap();
 
     // 5. Break-glass on both: Argo CD paused in the hub with oncall's hub
     // kubeconfig, Flux on the object; the hotfixes hold against self-heal
