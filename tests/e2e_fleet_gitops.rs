@@ -20,7 +20,7 @@ mod gitops;
 #[path = "support/gitops_e2e.rs"]
 mod gitops_e2e;
 
-use std::path::Path;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde_json::json;
@@ -301,409 +301,485 @@ fn image_is(spoke: &ControlPlane, deploy: &str, want: &str) -> Result<(), String
 
 #[test]
 fn the_hubs_real_argo_cd_and_flux_deploy_to_a_spoke_judged_by_their_rules() {
-    let tools = Tools::build();
+    let mut fleet = Fleet::start();
+    fleet.first_syncs();
+    fleet.denials();
+    fleet.explain_in_the_spoke();
+    fleet.guarded_namespaces();
+    fleet.ignored_fields_kept();
+    fleet.a_new_hub_rule();
+    fleet.sync_impersonation();
+    fleet.break_glass();
+    fleet.hub_outage();
+}
 
-    // The spoke: what `argocd cluster add` creates (argocd-manager with
-    // cluster-admin and a token), and the identity the hub's Flux uses.
-    // Audited: who wrote the tools' objects.
-    let mut spoke = ControlPlane::start_audited("fleet-real-spoke");
-    // (The harness's RBAC for driftguard names the argocd namespace.)
-    spoke.prepare(&[
-        "production",
-        "shop",
-        "apps",
-        "team",
-        "argocd",
-        "flux-system",
-    ]);
-    spoke.apply_admin(DEPLOYER_RBAC);
-    spoke.apply_admin(SWEEPER_RBAC);
-    spoke.add_user("oncall", &["sre-oncall"]);
-    let argocd_manager = service_account_token(&spoke, "kube-system", "argocd-manager");
-    let flux_in_spoke = service_account_token(
-        &spoke,
-        "flux-system",
-        FLUX_IN_SPOKE.rsplit(':').next().unwrap(),
-    );
-    let spoke_url = format!("https://127.0.0.1:{}", spoke.port);
+/// The two clusters, the hub's tools, and driftguard in the spoke (fields
+/// drop in this order: driftguard and the tools before the clusters).
+struct Fleet {
+    dg: Driftguard,
+    flux: Flux,
+    argo: ArgoCd,
+    repo: GitRepo,
+    hub: ControlPlane,
+    spoke: ControlPlane,
+    /// The repository as Argo CD reads it.
+    url: String,
+    spoke_url: String,
+    /// Where `kubectl driftguard` is found.
+    bin: PathBuf,
+    /// The first commit: every tool's first sync.
+    first: String,
+}
 
-    // The hub: Argo CD and Flux, and Git.
-    let mut hub = ControlPlane::start("fleet-real-hub");
-    hub.create_namespaces(&["argocd", "flux-system"]);
-    let repo = GitRepo::new(&hub, &tools);
-    let url = repo.file_url();
-    let first = repo.commit(
-        "web, shop and api",
-        &[
-            ("web/web.yaml", Some(&deployment("web", "nginx:1.27"))),
-            ("shop/shop.yaml", Some(&deployment("shop", "nginx:1.27"))),
-            ("flux/api.yaml", Some(&deployment("api", "nginx:1.27"))),
-            ("team/config.yaml", Some(&team_config("team"))),
-        ],
-    );
-    // Sync impersonation on, for project fleet; other projects' Applications
-    // sync with the cluster Secret's credential (not enforced).
-    let argo = ArgoCd::start(
-        &hub,
-        &tools,
-        "  application.sync.impersonation.enabled: \"true\"\n  application.sync.impersonation.enforced: \"false\"\n",
-    );
-    let flux = Flux::start(&hub, &tools);
-    // driftguard's --watch-flux also lists HelmReleases (no helm-controller runs).
-    hub.apply_crds(&["flux-helmrelease"]);
-    hub.add_user("spoke-1-driftguard", &[]);
-    hub.apply_admin(HUB_READER_RBAC);
-    hub.apply_admin(HUB_LIFTER_RBAC);
-    hub.add_user("oncall", &[]);
-    hub.apply_admin(HUB_ONCALL_RBAC);
-
-    let hub_reader = hub.kubeconfig("spoke-1-driftguard").display().to_string();
-    let policy = policy(&spoke);
-    let dg = Driftguard::start(
-        &spoke,
-        &[
-            &format!("--policy={policy}"),
-            "--break-glass-sweep-interval=2s",
-            "--watch-argocd",
-            "--watch-flux",
-            &spoke.driftguard_kubeconfig_flag(),
-            &format!("--argocd-kubeconfig={hub_reader}"),
-            &format!("--flux-kubeconfig={hub_reader}"),
-            // Both spellings of the spoke in Argo CD, and the Flux Secret.
-            &format!("--cluster-name={SPOKE},{spoke_url},{SPOKE_KUBECONFIG}"),
-        ],
-    );
-    dg.register(&spoke, &policy);
-
-    // 1. The tools' first syncs land in the spoke, through driftguard.
-    hub.apply_admin(&cluster_secret(&spoke, &spoke_url, &argocd_manager));
-    hub.apply_admin(&application("web", &url, &format!("name: {SPOKE}"), &[]));
-    hub.apply_admin(&application(
-        "shop",
-        &url,
-        &format!("server: '{spoke_url}'"),
-        &[],
-    ));
-    hub.apply_admin(&flux_objects(
-        &spoke,
-        &spoke_url,
-        &flux_in_spoke,
-        &repo.http_url,
-    ));
-    wait_synced(&hub, &argo, "web", &first);
-    wait_synced(&hub, &argo, "shop", &first);
-    Flux::reconcile(&hub, "flux-system", "apps", Some(&first));
-    for deploy in ["web", "shop", "api"] {
-        image_is(&spoke, deploy, "nginx:1.27").unwrap();
-    }
-    let web = get_json(&spoke, &["-n", "production", "deployment", "web"]).unwrap();
-    assert_eq!(
-        field(
-            &web,
-            "/metadata/annotations/argocd.argoproj.io~1tracking-id"
-        )
-        .as_deref(),
-        Some("web:apps/Deployment:production/web"),
-        "{web}"
-    );
-    let api = get_json(&spoke, &["-n", "apps", "deployment", "api"]).unwrap();
-    assert_eq!(
-        field(&api, "/metadata/labels/kustomize.toolkit.fluxcd.io~1name").as_deref(),
-        Some("apps"),
-        "{api}"
-    );
-
-    // They wrote as the spoke's identities in the hub's Secrets.
-    for (deploy, user) in [
-        ("web", ARGOCD_MANAGER),
-        ("shop", ARGOCD_MANAGER),
-        ("api", FLUX_IN_SPOKE),
-    ] {
-        let writers = writers(&spoke, "deployments", deploy);
-        assert!(
-            writers.len() == 1 && writers.contains(user),
-            "{deploy} written by {writers:?}, not {user}"
-        );
-    }
-
-    // 2. A person's edit is denied, naming the hub's Application (either
-    // spelling of the destination) or Kustomization, and the source (once
-    // driftguard's watch of the hub has delivered them).
-    for (deploy, manager, source) in [
-        ("web", "Argo CD application web", format!("{url}, path web")),
-        (
+impl Fleet {
+    /// The spoke as `argocd cluster add` leaves it (argocd-manager with
+    /// cluster-admin and a token) with the identity the hub's Flux uses; the
+    /// hub with Argo CD, Flux and Git; driftguard serving the spoke with the
+    /// hub reader's kubeconfig; then the cluster Secret, the Applications
+    /// and the Flux objects.
+    fn start() -> Fleet {
+        let tools = Tools::build();
+        // Audited: who wrote the tools' objects.
+        let mut spoke = ControlPlane::start_audited("fleet-real-spoke");
+        // (The harness's RBAC for driftguard names the argocd namespace.)
+        spoke.prepare(&[
+            "production",
             "shop",
-            "Argo CD application shop",
-            format!("{url}, path shop"),
-        ),
-        (
-            "api",
-            "Flux Kustomization flux-system/apps",
-            "GitRepository flux-system/repo, path ./flux".to_owned(),
-        ),
-    ] {
-        wait_for(
-            &format!("{deploy}'s denial to name {source}"),
-            Duration::from_secs(30),
+            "apps",
+            "team",
+            "argocd",
+            "flux-system",
+        ]);
+        spoke.apply_admin(DEPLOYER_RBAC);
+        spoke.apply_admin(SWEEPER_RBAC);
+        spoke.add_user("oncall", &["sre-oncall"]);
+        let argocd_manager = service_account_token(&spoke, "kube-system", "argocd-manager");
+        let flux_in_spoke = service_account_token(
+            &spoke,
+            "flux-system",
+            FLUX_IN_SPOKE.rsplit(':').next().unwrap(),
+        );
+        let spoke_url = format!("https://127.0.0.1:{}", spoke.port);
+        let bin = spoke.dir.join("bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        std::os::unix::fs::symlink(
+            env!("CARGO_BIN_EXE_kubectl-driftguard"),
+            bin.join("kubectl-driftguard"),
+        )
+        .unwrap();
+
+        let mut hub = ControlPlane::start("fleet-real-hub");
+        hub.create_namespaces(&["argocd", "flux-system"]);
+        let repo = GitRepo::new(&hub, &tools);
+        let url = repo.file_url();
+        let first = repo.commit(
+            "web, shop, api and team",
+            &[
+                ("web/web.yaml", Some(&deployment("web", "nginx:1.27"))),
+                ("shop/shop.yaml", Some(&deployment("shop", "nginx:1.27"))),
+                ("flux/api.yaml", Some(&deployment("api", "nginx:1.27"))),
+                ("team/config.yaml", Some(&team_config("team"))),
+            ],
+        );
+        // Sync impersonation on, for project fleet; other projects'
+        // Applications sync with the cluster Secret's credential (not enforced).
+        let argo = ArgoCd::start(
+            &hub,
+            &tools,
+            "  application.sync.impersonation.enabled: \"true\"\n  application.sync.impersonation.enforced: \"false\"\n",
+        );
+        let flux = Flux::start(&hub, &tools);
+        // driftguard's --watch-flux also lists HelmReleases (no helm-controller runs).
+        hub.apply_crds(&["flux-helmrelease"]);
+        hub.add_user("spoke-1-driftguard", &[]);
+        hub.apply_admin(HUB_READER_RBAC);
+        hub.apply_admin(HUB_LIFTER_RBAC);
+        hub.add_user("oncall", &[]);
+        hub.apply_admin(HUB_ONCALL_RBAC);
+
+        let hub_reader = hub.kubeconfig("spoke-1-driftguard").display().to_string();
+        let policy = policy(&spoke);
+        let dg = Driftguard::start(
+            &spoke,
+            &[
+                &format!("--policy={policy}"),
+                "--break-glass-sweep-interval=2s",
+                "--watch-argocd",
+                "--watch-flux",
+                &spoke.driftguard_kubeconfig_flag(),
+                &format!("--argocd-kubeconfig={hub_reader}"),
+                &format!("--flux-kubeconfig={hub_reader}"),
+                // Both spellings of the spoke in Argo CD, and the Flux Secret.
+                &format!("--cluster-name={SPOKE},{spoke_url},{SPOKE_KUBECONFIG}"),
+            ],
+        );
+        dg.register(&spoke, &policy);
+
+        hub.apply_admin(&cluster_secret(&spoke, &spoke_url, &argocd_manager));
+        hub.apply_admin(&application("web", &url, &format!("name: {SPOKE}"), &[]));
+        hub.apply_admin(&application(
+            "shop",
+            &url,
+            &format!("server: '{spoke_url}'"),
+            &[],
+        ));
+        hub.apply_admin(&flux_objects(
+            &spoke,
+            &spoke_url,
+            &flux_in_spoke,
+            &repo.http_url,
+        ));
+        Fleet {
+            dg,
+            flux,
+            argo,
+            repo,
+            hub,
+            spoke,
+            url,
+            spoke_url,
+            bin,
+            first,
+        }
+    }
+
+    /// (1) The tools' first syncs land in the spoke, through driftguard, as
+    /// the spoke's identities in the hub's Secrets.
+    fn first_syncs(&self) {
+        let (hub, spoke, first) = (&self.hub, &self.spoke, &self.first);
+        wait_synced(hub, &self.argo, "web", first);
+        wait_synced(hub, &self.argo, "shop", first);
+        Flux::reconcile(hub, "flux-system", "apps", Some(first));
+        for deploy in ["web", "shop", "api"] {
+            image_is(spoke, deploy, "nginx:1.27").unwrap();
+        }
+        let web = get_json(spoke, &["-n", "production", "deployment", "web"]).unwrap();
+        assert_eq!(
+            field(
+                &web,
+                "/metadata/annotations/argocd.argoproj.io~1tracking-id"
+            )
+            .as_deref(),
+            Some("web:apps/Deployment:production/web"),
+            "{web}"
+        );
+        let api = get_json(spoke, &["-n", "apps", "deployment", "api"]).unwrap();
+        assert_eq!(
+            field(&api, "/metadata/labels/kustomize.toolkit.fluxcd.io~1name").as_deref(),
+            Some("apps"),
+            "{api}"
+        );
+        for (deploy, user) in [
+            ("web", ARGOCD_MANAGER),
+            ("shop", ARGOCD_MANAGER),
+            ("api", FLUX_IN_SPOKE),
+        ] {
+            let writers = writers(spoke, "deployments", deploy);
+            assert!(
+                writers.len() == 1 && writers.contains(user),
+                "{deploy} written by {writers:?}, not {user}"
+            );
+        }
+    }
+
+    /// (2) A person's edit is denied, naming the hub's Application (either
+    /// spelling of the destination) or Kustomization, and the source (once
+    /// driftguard's watch of the hub has delivered them).
+    fn denials(&self) {
+        let url = &self.url;
+        for (deploy, manager, source) in [
+            ("web", "Argo CD application web", format!("{url}, path web")),
+            (
+                "shop",
+                "Argo CD application shop",
+                format!("{url}, path shop"),
+            ),
+            (
+                "api",
+                "Flux Kustomization flux-system/apps",
+                "GitRepository flux-system/repo, path ./flux".to_owned(),
+            ),
+        ] {
+            wait_for(
+                &format!("{deploy}'s denial to name {source}"),
+                Duration::from_secs(30),
+                || {
+                    let out = set_image(&self.spoke, "alice", deploy, "nginx:1.28");
+                    denied(&out, manager)?;
+                    denied(&out, &source)
+                },
+            );
+        }
+    }
+
+    /// explain reads the Kustomization in the hub when told where it is
+    /// (oncall's own hub credentials), or says how to.
+    fn explain_in_the_spoke(&self) {
+        let oncall_hub = self.hub.kubeconfig("oncall").display().to_string();
+        let r = self.explain_api(&["--flux-kubeconfig", &oncall_hub]);
+        assert_eq!(
+            r["managedBy"]["source"], "GitRepository flux-system/repo, path ./flux",
+            "{r}"
+        );
+        assert!(
+            r["ignoreRules"].to_string().contains("/spec/replicas"),
+            "{r}"
+        );
+        let r = self.explain_api(&[]);
+        assert!(r["managedBy"]["source"].is_null(), "{r}");
+        assert!(r["notes"].to_string().contains("--flux-kubeconfig"), "{r}");
+    }
+
+    /// `kubectl driftguard explain deployment/api -o json` as oncall in the
+    /// spoke, with `extra` flags.
+    fn explain_api(&self, extra: &[&str]) -> serde_json::Value {
+        let mut args = vec!["explain", "deployment/api", "-n", "apps", "-o", "json"];
+        args.extend_from_slice(extra);
+        let out = plugin(&self.spoke, &self.bin, "oncall", &args);
+        assert!(out.ok, "{out}");
+        serde_json::from_str(&out.stdout).unwrap()
+    }
+
+    /// The namespaces the hub's tools deploy to here are guarded, found by
+    /// each of the three --cluster-name values.
+    fn guarded_namespaces(&self) {
+        for (namespace, tool) in [
+            ("production", "Argo CD application web"),
+            ("shop", "Argo CD application shop"),
+            ("apps", "Flux Kustomization flux-system/apps"),
+        ] {
+            let out = self
+                .spoke
+                .kubectl("admin", &["delete", "namespace", namespace, "--wait=false"]);
+            denied(&out, tool).unwrap();
+        }
+    }
+
+    /// (3) The hub's ignore rules allow a scale, and the real tools keep it
+    /// through reconciles (Argo CD's --app-resync is 10 s).
+    fn ignored_fields_kept(&self) {
+        let (hub, spoke) = (&self.hub, &self.spoke);
+        for deploy in ["web", "shop", "api"] {
+            allowed(scale(spoke, deploy, 3)).unwrap();
+        }
+        ArgoCd::hard_refresh(hub, "web");
+        Flux::reconcile(hub, "flux-system", "apps", None);
+        holds(
+            "the scaled replicas, Synced",
+            Duration::from_secs(25),
             || {
-                let out = set_image(&spoke, "alice", deploy, "nginx:1.28");
-                denied(&out, manager)?;
-                denied(&out, &source)
+                let now = (
+                    replicas(spoke, "web"),
+                    replicas(spoke, "api"),
+                    sync_status(hub, "web"),
+                );
+                match &now {
+                    (Some(w), Some(a), Some(s)) if w == "3" && a == "3" && s == "Synced" => Ok(()),
+                    _ => Err(format!("web, api replicas and web's sync: {now:?}")),
+                }
             },
         );
+        Flux::reconcile(hub, "flux-system", "apps", None);
+        assert_eq!(replicas(spoke, "api").as_deref(), Some("3"));
     }
 
-    // explain reads the Kustomization in the hub when told where it is
-    // (oncall's own hub credentials), or says how to.
-    let bin = spoke.dir.join("bin");
-    std::fs::create_dir_all(&bin).unwrap();
-    std::os::unix::fs::symlink(
-        env!("CARGO_BIN_EXE_kubectl-driftguard"),
-        bin.join("kubectl-driftguard"),
-    )
-    .unwrap();
-    let oncall_hub = hub.kubeconfig("oncall").display().to_string();
-    let r = explain_api(&spoke, &bin, &["--flux-kubeconfig", &oncall_hub]);
-    assert_eq!(
-        r["managedBy"]["source"], "GitRepository flux-system/repo, path ./flux",
-        "{r}"
-    );
-    assert!(
-        r["ignoreRules"].to_string().contains("/spec/replicas"),
-        "{r}"
-    );
-    let r = explain_api(&spoke, &bin, &[]);
-    assert!(r["managedBy"]["source"].is_null(), "{r}");
-    assert!(r["notes"].to_string().contains("--flux-kubeconfig"), "{r}");
-
-    // The namespaces the hub's tools deploy to here are guarded, found by
-    // each of the three --cluster-name values.
-    for (namespace, tool) in [
-        ("production", "Argo CD application web"),
-        ("shop", "Argo CD application shop"),
-        ("apps", "Flux Kustomization flux-system/apps"),
-    ] {
-        let out = spoke.kubectl("admin", &["delete", "namespace", namespace, "--wait=false"]);
-        denied(&out, tool).unwrap();
+    /// (4) A rule added to the hub's Application is followed without a restart.
+    fn a_new_hub_rule(&self) {
+        denied(&annotate(&self.spoke, "a"), "Argo CD application web").unwrap();
+        self.hub.apply_admin(&application(
+            "web",
+            &self.url,
+            &format!("name: {SPOKE}"),
+            &["/metadata/annotations/example.com~1note"],
+        ));
+        wait_for(
+            "an annotation allowed by the hub's new rule",
+            Duration::from_secs(30),
+            || allowed(annotate(&self.spoke, "b")),
+        );
     }
 
-    // 3. The hub's ignore rules allow a scale, and the real tools keep it
-    // through reconciles (Argo CD's --app-resync is 10 s).
-    for deploy in ["web", "shop", "api"] {
-        allowed(scale(&spoke, deploy, 3)).unwrap();
+    /// Sync impersonation in the spoke: Argo CD writes team's objects as
+    /// team/deployer there (the Application names the spoke by name; the
+    /// project's entry by server URL), and driftguard trusts deployer for
+    /// them, as Argo CD derives it.
+    fn sync_impersonation(&self) {
+        let (hub, spoke) = (&self.hub, &self.spoke);
+        hub.apply_admin(&fleet_project(&self.spoke_url));
+        hub.apply_admin(
+            &application("team", &self.url, &format!("name: {SPOKE}"), &[])
+                .replace("project: default", "project: fleet"),
+        );
+        wait_synced(hub, &self.argo, "team", &self.first);
+        let owner = self.repo.commit(
+            "team owns it",
+            &[("team/config.yaml", Some(&team_config("team-c")))],
+        );
+        ArgoCd::hard_refresh(hub, "team");
+        wait_synced(hub, &self.argo, "team", &owner);
+        let cm = get_json(spoke, &["-n", "team", "configmap", "team-config"]).unwrap();
+        assert_eq!(field(&cm, "/data/owner").as_deref(), Some("team-c"), "{cm}");
+        let writers = writers(spoke, "configmaps", "team-config");
+        assert!(
+            writers.len() == 1 && writers.contains(DEPLOYER),
+            "team-config written by {writers:?}"
+        );
+        let updates: Vec<_> = self
+            .dg
+            .audit()
+            .into_iter()
+            .filter(|r| r["user"] == DEPLOYER && r["operation"] == "UPDATE")
+            .collect();
+        assert!(
+            !updates.is_empty() && updates.iter().all(|r| r["verdict"] == "allow"),
+            "deployer's updates reach driftguard and are allowed: {updates:?}"
+        );
+        let out = spoke.kubectl(
+            "alice",
+            &[
+                "-n",
+                "team",
+                "patch",
+                "configmap",
+                "team-config",
+                "-p",
+                r#"{"data":{"owner":"me"}}"#,
+            ],
+        );
+        denied(&out, "Argo CD application team").unwrap();
     }
-    ArgoCd::hard_refresh(&hub, "web");
-    Flux::reconcile(&hub, "flux-system", "apps", None);
-    holds(
-        "the scaled replicas, Synced",
-        Duration::from_secs(25),
-        || {
-            let now = (
-                replicas(&spoke, "web"),
-                replicas(&spoke, "api"),
-                sync_status(&hub, "web"),
-            );
-            match &now {
-                (Some(w), Some(a), Some(s)) if w == "3" && a == "3" && s == "Synced" => Ok(()),
-                _ => Err(format!("web, api replicas and web's sync: {now:?}")),
-            }
-        },
-    );
-    Flux::reconcile(&hub, "flux-system", "apps", None);
-    assert_eq!(replicas(&spoke, "api").as_deref(), Some("3"));
 
-    // 4. A rule added to the hub's Application is followed without a restart.
-    denied(&annotate(&spoke, "a"), "Argo CD application web").unwrap();
-    hub.apply_admin(&application(
-        "web",
-        &url,
-        &format!("name: {SPOKE}"),
-        &["/metadata/annotations/example.com~1note"],
-    ));
-    wait_for(
-        "an annotation allowed by the hub's new rule",
-        Duration::from_secs(30),
-        || allowed(annotate(&spoke, "b")),
-    );
+    /// (5) Break-glass in the spoke on web (Argo CD, paused in the hub with
+    /// oncall's hub kubeconfig) and api (Flux, paused on the object) at
+    /// once: the hotfixes hold against self-heal and forced reconciles, end
+    /// at expiry, and then Git wins again.
+    fn break_glass(&self) {
+        let (hub, spoke) = (&self.hub, &self.spoke);
+        let oncall_hub = hub.kubeconfig("oncall").display().to_string();
+        let arm = |deploy: &str, extra: &[&str]| {
+            let target = format!("deployment/{deploy}");
+            let mut args = vec![
+                "break-glass",
+                &target,
+                "-n",
+                ns(deploy),
+                "--reason",
+                "INC-24 hotfix",
+                "--for",
+                "50s",
+            ];
+            args.extend_from_slice(extra);
+            let out = plugin(spoke, &self.bin, "oncall", &args);
+            assert!(out.ok, "break-glass {deploy}: {out}");
+            out
+        };
+        let out = arm("web", &["--argocd-kubeconfig", &oncall_hub]);
+        assert!(
+            out.stdout
+                .contains("Argo CD Application argocd/web is paused"),
+            "{out}"
+        );
+        let app = hub_application(hub, "web");
+        assert_eq!(app[SKIP], "true", "{app}");
+        assert_eq!(app[PAUSED_FOR], "apps/Deployment:production/web", "{app}");
+        // Flux needs nothing in the hub: its pause is on the object here.
+        let out = arm("api", &[]);
+        assert!(
+            format!("{}{}", out.stdout, out.stderr)
+                .contains("Flux will not reconcile deployment/api"),
+            "{out}"
+        );
+        let api = get_json(spoke, &["-n", "apps", "deployment", "api"]).unwrap();
+        assert_eq!(
+            field(
+                &api,
+                "/metadata/annotations/kustomize.toolkit.fluxcd.io~1reconcile"
+            )
+            .as_deref(),
+            Some("disabled"),
+            "{api}"
+        );
 
-    // Sync impersonation in the spoke: Argo CD writes team's objects as
-    // team/deployer there (the Application names the spoke by name; the
-    // project's entry by server URL), and driftguard trusts deployer for
-    // them, as Argo CD derives it.
-    hub.apply_admin(&fleet_project(&spoke_url));
-    hub.apply_admin(
-        &application("team", &url, &format!("name: {SPOKE}"), &[])
-            .replace("project: default", "project: fleet"),
-    );
-    wait_synced(&hub, &argo, "team", &first);
-    let owner = repo.commit(
-        "team owns it",
-        &[("team/config.yaml", Some(&team_config("team-c")))],
-    );
-    ArgoCd::hard_refresh(&hub, "team");
-    wait_synced(&hub, &argo, "team", &owner);
-    let cm = get_json(&spoke, &["-n", "team", "configmap", "team-config"]).unwrap();
-    assert_eq!(field(&cm, "/data/owner").as_deref(), Some("team-c"), "{cm}");
-    let writers = writers(&spoke, "configmaps", "team-config");
-    assert!(
-        writers.len() == 1 && writers.contains(DEPLOYER),
-        "team-config written by {writers:?}"
-    );
-    let updates: Vec<_> = dg
-        .audit()
-        .into_iter()
-        .filter(|r| r["user"] == DEPLOYER && r["operation"] == "UPDATE")
-        .collect();
-    assert!(
-        !updates.is_empty() && updates.iter().all(|r| r["verdict"] == "allow"),
-        "deployer's updates reach driftguard and are allowed: {updates:?}"
-    );
-    let out = spoke.kubectl(
-        "alice",
-        &[
-            "-n",
-            "team",
-            "patch",
-            "configmap",
-            "team-config",
-            "-p",
-            r#"{"data":{"owner":"me"}}"#,
-        ],
-    );
-    denied(&out, "Argo CD application team").unwrap();
-
-    // 5. Break-glass on both: Argo CD paused in the hub with oncall's hub
-    // kubeconfig, Flux on the object; the hotfixes hold against self-heal
-    // and forced reconciles, end at expiry, and then Git wins again.
-    break_glass(&hub, &spoke, &bin, &argo);
-
-    // 6. The hub goes away: decisions go on from the last good rules, and
-    // /metrics says for how long; then it comes back.
-    hub.stop_apiserver();
-    for source in ["Application", "Kustomization"] {
-        wait_failing(&dg, source, "the hub's watch to fail", |s| s > 0.0);
-    }
-    allowed(scale(&spoke, "web", 2)).unwrap();
-    allowed(scale(&spoke, "api", 2)).unwrap();
-    allowed(annotate(&spoke, "c")).unwrap();
-    let out = set_image(&spoke, "alice", "web", "nginx:1.28");
-    denied(&out, "Argo CD application web").unwrap();
-    denied(&out, &url).unwrap();
-    denied(
-        &set_image(&spoke, "alice", "api", "nginx:1.28"),
-        "Flux Kustomization flux-system/apps",
-    )
-    .unwrap();
-    hub.start_apiserver();
-    for source in ["Application", "Kustomization"] {
-        wait_failing(&dg, source, "the hub's watch to work again", |s| s == 0.0);
-    }
-    // The tools outlived their hub's outage, and still deploy to the spoke.
-    let second = repo.commit(
-        "nginx 1.29",
-        &[
-            ("web/web.yaml", Some(&deployment("web", "nginx:1.29"))),
-            ("flux/api.yaml", Some(&deployment("api", "nginx:1.29"))),
-        ],
-    );
-    ArgoCd::hard_refresh(&hub, "web");
-    wait_synced(&hub, &argo, "web", &second);
-    Flux::reconcile(&hub, "flux-system", "apps", Some(&second));
-    image_is(&spoke, "web", "nginx:1.29").unwrap();
-    image_is(&spoke, "api", "nginx:1.29").unwrap();
-    assert_eq!(replicas(&spoke, "web").as_deref(), Some("2"));
-    drop(flux);
-}
-
-/// `kubectl driftguard explain deployment/api -o json` as oncall in the
-/// spoke, with `extra` flags.
-fn explain_api(spoke: &ControlPlane, bin: &Path, extra: &[&str]) -> serde_json::Value {
-    let mut args = vec!["explain", "deployment/api", "-n", "apps", "-o", "json"];
-    args.extend_from_slice(extra);
-    let out = plugin(spoke, bin, "oncall", &args);
-    assert!(out.ok, "{out}");
-    serde_json::from_str(&out.stdout).unwrap()
-}
-
-/// Break-glass in the spoke on web (Argo CD) and api (Flux) at once.
-fn break_glass(hub: &ControlPlane, spoke: &ControlPlane, bin: &Path, argo: &ArgoCd) {
-    let oncall_hub = hub.kubeconfig("oncall").display().to_string();
-    let arm = |deploy: &str, extra: &[&str]| {
-        let target = format!("deployment/{deploy}");
-        let mut args = vec![
-            "break-glass",
-            &target,
-            "-n",
-            ns(deploy),
-            "--reason",
-            "INC-24 hotfix",
-            "--for",
-            "50s",
-        ];
-        args.extend_from_slice(extra);
-        let out = plugin(spoke, bin, "oncall", &args);
-        assert!(out.ok, "break-glass {deploy}: {out}");
-        out
-    };
-    let out = arm("web", &["--argocd-kubeconfig", &oncall_hub]);
-    assert!(
-        out.stdout
-            .contains("Argo CD Application argocd/web is paused"),
-        "{out}"
-    );
-    let app = hub_application(hub, "web");
-    assert_eq!(app[SKIP], "true", "{app}");
-    assert_eq!(app[PAUSED_FOR], "apps/Deployment:production/web", "{app}");
-    // Flux needs nothing in the hub: its pause is on the object here.
-    let out = arm("api", &[]);
-    assert!(
-        format!("{}{}", out.stdout, out.stderr).contains("Flux will not reconcile deployment/api"),
-        "{out}"
-    );
-    let api = get_json(spoke, &["-n", "apps", "deployment", "api"]).unwrap();
-    assert_eq!(
-        field(
-            &api,
-            "/metadata/annotations/kustomize.toolkit.fluxcd.io~1reconcile"
+        for deploy in ["web", "api"] {
+            allowed(set_image(spoke, "oncall", deploy, "nginx:hotfix")).unwrap();
+        }
+        denied(
+            &set_image(spoke, "alice", "web", "nginx:alice"),
+            "Argo CD application web",
         )
-        .as_deref(),
-        Some("disabled"),
-        "{api}"
-    );
+        .unwrap();
+        // Self-heal reverts a change within seconds of a reconcile; the
+        // hotfixes hold for over two of Argo CD's reconcile periods, and a
+        // forced Flux reconcile before and after.
+        Flux::reconcile(hub, "flux-system", "apps", None);
+        holds("the hotfixes", Duration::from_secs(25), || {
+            image_is(spoke, "web", "nginx:hotfix")?;
+            image_is(spoke, "api", "nginx:hotfix")
+        });
+        Flux::reconcile(hub, "flux-system", "apps", None);
+        image_is(spoke, "api", "nginx:hotfix").unwrap();
 
-    for deploy in ["web", "api"] {
-        allowed(set_image(spoke, "oncall", deploy, "nginx:hotfix")).unwrap();
+        // At expiry the sweeper lifts the hub's pause and ends both; the real
+        // tools then put Git's image back.
+        wait_break_glass_ended(spoke, "production", "web");
+        wait_break_glass_ended(spoke, "apps", "api");
+        let app = hub_application(hub, "web");
+        assert!(
+            app.get(SKIP).is_none() && app.get(PAUSED_FOR).is_none(),
+            "{app}"
+        );
+        wait_for(
+            "Argo CD's self-heal to revert the hotfix",
+            Duration::from_secs(60),
+            || {
+                image_is(spoke, "web", "nginx:1.27")
+                    .map_err(|e| format!("{e}\n{}", self.argo.logs()))
+            },
+        );
+        Flux::reconcile(hub, "flux-system", "apps", None);
+        image_is(spoke, "api", "nginx:1.27")
+            .map_err(|e| format!("{e}\n{}", self.flux.logs()))
+            .unwrap();
     }
-    denied(
-        &set_image(spoke, "alice", "web", "nginx:alice"),
-        "Argo CD application web",
-    )
-    .unwrap();
-    // Self-heal reverts a change within seconds of a reconcile; the
-    // hotfixes hold for over two of Argo CD's reconcile periods, and a
-    // forced Flux reconcile before and after.
-    Flux::reconcile(hub, "flux-system", "apps", None);
-    holds("the hotfixes", Duration::from_secs(25), || {
-        image_is(spoke, "web", "nginx:hotfix")?;
-        image_is(spoke, "api", "nginx:hotfix")
-    });
-    Flux::reconcile(hub, "flux-system", "apps", None);
-    image_is(spoke, "api", "nginx:hotfix").unwrap();
 
-    // At expiry the sweeper lifts the hub's pause and ends both; the real
-    // tools then put Git's image back.
-    wait_break_glass_ended(spoke, "production", "web");
-    wait_break_glass_ended(spoke, "apps", "api");
-    let app = hub_application(hub, "web");
-    assert!(
-        app.get(SKIP).is_none() && app.get(PAUSED_FOR).is_none(),
-        "{app}"
-    );
-    wait_for(
-        "Argo CD's self-heal to revert the hotfix",
-        Duration::from_secs(60),
-        || image_is(spoke, "web", "nginx:1.27").map_err(|e| format!("{e}\n{}", argo.logs())),
-    );
-    Flux::reconcile(hub, "flux-system", "apps", None);
-    image_is(spoke, "api", "nginx:1.27").unwrap();
+    /// (6) The hub goes away: decisions go on from the last good rules, and
+    /// /metrics says for how long; then it comes back, and the tools, which
+    /// outlived the outage, still deploy to the spoke.
+    fn hub_outage(&mut self) {
+        self.hub.stop_apiserver();
+        let (dg, spoke, url) = (&self.dg, &self.spoke, &self.url);
+        for source in ["Application", "Kustomization"] {
+            wait_failing(dg, source, "the hub's watch to fail", |s| s > 0.0);
+        }
+        allowed(scale(spoke, "web", 2)).unwrap();
+        allowed(scale(spoke, "api", 2)).unwrap();
+        allowed(annotate(spoke, "c")).unwrap();
+        let out = set_image(spoke, "alice", "web", "nginx:1.28");
+        denied(&out, "Argo CD application web").unwrap();
+        denied(&out, url).unwrap();
+        denied(
+            &set_image(spoke, "alice", "api", "nginx:1.28"),
+            "Flux Kustomization flux-system/apps",
+        )
+        .unwrap();
+        self.hub.start_apiserver();
+        for source in ["Application", "Kustomization"] {
+            wait_failing(&self.dg, source, "the hub's watch to work again", |s| {
+                s == 0.0
+            });
+        }
+        let second = self.repo.commit(
+            "nginx 1.29",
+            &[
+                ("web/web.yaml", Some(&deployment("web", "nginx:1.29"))),
+                ("flux/api.yaml", Some(&deployment("api", "nginx:1.29"))),
+            ],
+        );
+        ArgoCd::hard_refresh(&self.hub, "web");
+        wait_synced(&self.hub, &self.argo, "web", &second);
+        Flux::reconcile(&self.hub, "flux-system", "apps", Some(&second));
+        image_is(&self.spoke, "web", "nginx:1.29").unwrap();
+        image_is(&self.spoke, "api", "nginx:1.29").unwrap();
+        assert_eq!(replicas(&self.spoke, "web").as_deref(), Some("2"));
+    }
 }
