@@ -378,6 +378,19 @@ mod tests {
             "c",
         ])
         .unwrap();
+        // In a spoke, explain reads each tool where it runs.
+        Cli::try_parse_from([
+            "kubectl-driftguard",
+            "explain",
+            "deploy/x",
+            "--argocd-kubeconfig",
+            "hub.yaml",
+            "--flux-kubeconfig",
+            "hub.yaml",
+            "--flux-context",
+            "hub",
+        ])
+        .unwrap();
     }
 
     /// One break-glass state, five readers: the webhook, the sweeper,

@@ -15,90 +15,19 @@
 
 #[path = "support/control_plane.rs"]
 mod control_plane;
+#[path = "support/fleet.rs"]
+mod fleet;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
 use control_plane::*;
+use fleet::*;
 
 /// What the hub's Applications call the spoke (its cluster Secret's server).
 const SPOKE: &str = "https://spoke-1.example.com:6443";
 const ARGOCD_MANAGER: &str = "system:serviceaccount:kube-system:argocd-manager";
-
-/// What driftguard may do in the hub: read Applications and AppProjects, and
-/// argocd-cm by name. Nothing else, no writes.
-const HUB_READER_RBAC: &str = r#"
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {name: driftguard-hub-reader}
-rules:
-  - apiGroups: [argoproj.io]
-    resources: [applications, appprojects]
-    verbs: [get, list, watch]
-  - apiGroups: [kustomize.toolkit.fluxcd.io]
-    resources: [kustomizations]
-    verbs: [get, list, watch]
-  - apiGroups: [helm.toolkit.fluxcd.io]
-    resources: [helmreleases]
-    verbs: [get, list, watch]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: driftguard-hub-reader}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: driftguard-hub-reader}
-subjects: [{kind: User, name: spoke-1-driftguard}]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: Role
-metadata: {name: driftguard-hub-reader, namespace: argocd}
-rules:
-  - apiGroups: [""]
-    resources: [configmaps]
-    resourceNames: [argocd-cm]
-    verbs: [get, list, watch]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata: {name: driftguard-hub-reader, namespace: argocd}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: driftguard-hub-reader}
-subjects: [{kind: User, name: spoke-1-driftguard}]
-"#;
-
-/// The one grant driftguard's sweeper needs in the hub to lift a
-/// break-glass pause: patch on Applications (in the namespaces it pauses).
-const HUB_LIFTER_RBAC: &str = r#"
-apiVersion: rbac.authorization.k8s.io/v1
-kind: Role
-metadata: {name: driftguard-hub-lifter, namespace: argocd}
-rules:
-  - apiGroups: [argoproj.io]
-    resources: [applications]
-    verbs: [patch]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata: {name: driftguard-hub-lifter, namespace: argocd}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: driftguard-hub-lifter}
-subjects: [{kind: User, name: spoke-1-driftguard}]
-"#;
-
-/// The on-call engineer's own grant in the hub: read and patch Applications.
-const HUB_ONCALL_RBAC: &str = r#"
-apiVersion: rbac.authorization.k8s.io/v1
-kind: Role
-metadata: {name: application-pauser, namespace: argocd}
-rules:
-  - apiGroups: [argoproj.io]
-    resources: [applications]
-    verbs: [get, patch]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata: {name: application-pauser, namespace: argocd}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: application-pauser}
-subjects: [{kind: User, name: oncall}]
-"#;
 
 /// What `argocd cluster add` grants the hub's Argo CD in the spoke.
 const ARGOCD_MANAGER_RBAC: &str = r#"
@@ -157,14 +86,6 @@ fn allowed(out: &Kubectl) -> Result<(), String> {
     if out.ok { Ok(()) } else { Err(out.to_string()) }
 }
 
-/// A counter or gauge of driftguard's `/metrics`, summed over its labels.
-fn metric(dg: &Driftguard, name: &str) -> f64 {
-    let (_, body) = probe_get(dg.probe, "/metrics");
-    body.lines()
-        .filter_map(|l| l.strip_prefix(name)?.trim().parse::<f64>().ok())
-        .sum()
-}
-
 /// `kubectl driftguard ARGS` as `user` of the spoke, the plugin found on PATH.
 fn plugin(spoke: &ControlPlane, bin: &Path, user: &str, args: &[&str]) -> Kubectl {
     let path = format!(
@@ -185,23 +106,6 @@ fn plugin(spoke: &ControlPlane, bin: &Path, user: &str, args: &[&str]) -> Kubect
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
     }
-}
-
-/// The annotations of the hub's Application `name`.
-fn hub_application(hub: &ControlPlane, name: &str) -> serde_json::Value {
-    let out = hub.kubectl(
-        "admin",
-        &[
-            "-n",
-            "argocd",
-            "get",
-            &format!("application/{name}"),
-            "-o",
-            "jsonpath={.metadata.annotations}",
-        ],
-    );
-    assert!(out.ok, "{out}");
-    serde_json::from_str(&out.stdout).unwrap_or_default()
 }
 
 /// The spoke's deployment/web's annotations and labels driftguard writes.
@@ -226,25 +130,6 @@ fn break_glass_keys(spoke: &ControlPlane) -> Vec<String> {
         .filter(|k| k.starts_with("driftguard.io/"))
         .cloned()
         .collect()
-}
-
-/// `driftguard_sources_failing_seconds` of the Application watch.
-fn failing_seconds(dg: &Driftguard) -> Option<f64> {
-    let (_, body) = probe_get(dg.probe, "/metrics");
-    body.lines().find_map(|l| {
-        l.strip_prefix("driftguard_sources_failing_seconds{source=\"Application\"} ")?
-            .trim()
-            .parse()
-            .ok()
-    })
-}
-
-/// Waits until the Application watch's failing seconds satisfy `want`.
-fn wait_failing(dg: &Driftguard, what: &str, want: impl Fn(f64) -> bool) {
-    eventually(what, || match failing_seconds(dg) {
-        Some(s) if want(s) => Ok(()),
-        other => Err(format!("{other:?}")),
-    });
 }
 
 #[test]
@@ -415,11 +300,11 @@ fn a_spoke_is_judged_by_its_hubs_applications() {
     eventually("an annotation allowed by the hub's new rule", || {
         allowed(&annotate(&spoke, "b"))
     });
-    assert_eq!(failing_seconds(&dg), Some(0.0));
+    assert_eq!(failing_seconds(&dg, "Application"), Some(0.0));
 
     // The hub goes away: the last good rules serve, and /metrics says for how long.
     hub.stop_apiserver();
-    wait_failing(&dg, "the hub's watch to fail", |s| s > 0.0);
+    wait_failing(&dg, "Application", "the hub's watch to fail", |s| s > 0.0);
     allowed(&spoke.kubectl(
         "alice",
         &[
@@ -438,7 +323,9 @@ fn a_spoke_is_judged_by_its_hubs_applications() {
         "{out}"
     );
     hub.start_apiserver();
-    wait_failing(&dg, "the hub's watch to work again", |s| s == 0.0);
+    wait_failing(&dg, "Application", "the hub's watch to work again", |s| {
+        s == 0.0
+    });
 
     // The namespace the spoke's Application deploys to is guarded here; the
     // hub's own Application of the same name guards nothing here.
@@ -453,23 +340,6 @@ fn a_spoke_is_judged_by_its_hubs_applications() {
 
     break_glass_in_the_spoke(&hub, &spoke, &dg);
 }
-
-/// The sweeper's grant in the spoke: list, watch and patch Deployments.
-const SWEEPER_RBAC: &str = r#"
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {name: driftguard-break-glass-sweeper}
-rules:
-  - apiGroups: [apps]
-    resources: [deployments]
-    verbs: [list, watch, patch]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: driftguard-break-glass-sweeper}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: driftguard-break-glass-sweeper}
-subjects: [{kind: User, name: driftguard}]
-"#;
 
 /// Break-glass on deployment/web, whose Application is in the hub: without
 /// the hub, armed with the command to run there; with oncall's hub
@@ -628,6 +498,3 @@ fn break_glass_in_the_spoke(hub: &ControlPlane, spoke: &ControlPlane, dg: &Drift
     assert_eq!(app[PAUSED_FOR], "apps/Deployment:production/shop", "{app}");
     assert_eq!(app[SKIP], "true", "{app}");
 }
-
-const SKIP: &str = "argocd.argoproj.io/skip-reconcile";
-const PAUSED_FOR: &str = "driftguard.io/break-glass-paused-for";

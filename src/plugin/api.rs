@@ -49,30 +49,13 @@ pub struct ArgoCdArgs {
 impl ArgoCdArgs {
     /// A client for the hub, when one was given.
     pub async fn connect(&self, api: &Api) -> Result<Option<Api>, PluginError> {
-        if self.argocd_kubeconfig.is_none() && self.argocd_context.is_none() {
-            return Ok(None);
-        }
-        let args = ConnectArgs {
-            kubeconfig: self.argocd_kubeconfig.clone(),
-            context: self.argocd_context.clone(),
-            namespace: Some(api.namespace.clone()),
-        };
-        Api::connect(&args)
-            .await
-            .map(Some)
-            .map_err(|e| PluginError::Access(format!("Argo CD's cluster ({}): {e}", self.shown())))
+        let (kubeconfig, context) = (&self.argocd_kubeconfig, &self.argocd_context);
+        connect_hub(api, kubeconfig, context, "Argo CD's cluster", &self.shown()).await
     }
 
     /// The flags as given, for messages (`--argocd-kubeconfig PATH --argocd-context NAME`).
     pub fn shown(&self) -> String {
-        let mut flags = Vec::new();
-        if let Some(path) = &self.argocd_kubeconfig {
-            flags.push(format!("--argocd-kubeconfig {}", path.display()));
-        }
-        if let Some(context) = &self.argocd_context {
-            flags.push(format!("--argocd-context {context}"));
-        }
-        flags.join(" ")
+        shown("argocd", &self.argocd_kubeconfig, &self.argocd_context)
     }
 
     /// kubectl's flags that reach the same cluster.
@@ -86,6 +69,70 @@ impl ArgoCdArgs {
         }
         flags.join(" ")
     }
+}
+
+/// Where Flux's Kustomizations and HelmReleases are when they are not in
+/// this cluster: a hub whose Flux applies here through `spec.kubeConfig`.
+/// The user's own credentials there.
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct FluxArgs {
+    /// Kubeconfig for the cluster holding the Flux Kustomizations and
+    /// HelmReleases (a hub that applies here); default: this cluster.
+    #[arg(long, env = "DRIFTGUARD_FLUX_KUBECONFIG")]
+    pub flux_kubeconfig: Option<std::path::PathBuf>,
+    /// The kubeconfig context of the cluster holding the Flux Kustomizations
+    /// and HelmReleases.
+    #[arg(long, env = "DRIFTGUARD_FLUX_CONTEXT")]
+    pub flux_context: Option<String>,
+}
+
+impl FluxArgs {
+    /// A client for the hub, when one was given.
+    pub async fn connect(&self, api: &Api) -> Result<Option<Api>, PluginError> {
+        let (kubeconfig, context) = (&self.flux_kubeconfig, &self.flux_context);
+        connect_hub(api, kubeconfig, context, "Flux's cluster", &self.shown()).await
+    }
+
+    /// The flags as given, for messages (`--flux-kubeconfig PATH --flux-context NAME`).
+    pub fn shown(&self) -> String {
+        shown("flux", &self.flux_kubeconfig, &self.flux_context)
+    }
+}
+
+/// A client for a hub given by `kubeconfig` and `context`, with `api`'s
+/// namespace; `None` when neither was given. `what` and `flags` name it in
+/// an error.
+async fn connect_hub(
+    api: &Api,
+    kubeconfig: &Option<std::path::PathBuf>,
+    context: &Option<String>,
+    what: &str,
+    flags: &str,
+) -> Result<Option<Api>, PluginError> {
+    if kubeconfig.is_none() && context.is_none() {
+        return Ok(None);
+    }
+    let args = ConnectArgs {
+        kubeconfig: kubeconfig.clone(),
+        context: context.clone(),
+        namespace: Some(api.namespace.clone()),
+    };
+    Api::connect(&args)
+        .await
+        .map(Some)
+        .map_err(|e| PluginError::Access(format!("{what} ({flags}): {e}")))
+}
+
+/// `--TOOL-kubeconfig PATH --TOOL-context NAME`, as given.
+fn shown(tool: &str, kubeconfig: &Option<std::path::PathBuf>, context: &Option<String>) -> String {
+    let mut flags = Vec::new();
+    if let Some(path) = kubeconfig {
+        flags.push(format!("--{tool}-kubeconfig {}", path.display()));
+    }
+    if let Some(context) = context {
+        flags.push(format!("--{tool}-context {context}"));
+    }
+    flags.join(" ")
 }
 
 /// A client with the user's own credentials, and the namespace to use.

@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::api::{Api, ArgoCdArgs, Identity, Resource, answer};
+use super::api::{Api, ArgoCdArgs, FluxArgs, Identity, Resource, answer};
 use super::{Output, PluginError, PolicySource, print_structured, split_target};
 use crate::drift::annotated::Annotated;
 use crate::drift::breakglass::{EXPIRES, REASON};
@@ -39,6 +39,9 @@ pub struct Args {
     argocd_namespace: String,
     #[command(flatten)]
     argocd: ArgoCdArgs,
+    /// Where the Kustomizations and HelmReleases are (a hub).
+    #[command(flatten)]
+    flux: FluxArgs,
     /// Output format: text, json or yaml.
     #[arg(short = 'o', long, value_enum, default_value_t = Output::Text)]
     output: Output,
@@ -160,12 +163,18 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
     let manager = ownership::detect(&inputs);
     // In a spoke, the Application, argocd-cm and the AppProjects are in the hub.
     let hub = args.argocd.connect(api).await?;
-    let argocd = Argo {
+    let argocd = Tool {
         api: hub.as_ref().unwrap_or(api),
         hub: hub.is_some(),
     };
-    let (managed_by, sources) =
-        read_manager(api, argocd, &args, manager.as_ref(), &mut notes).await?;
+    // And the Kustomizations and HelmReleases, in Flux's hub.
+    let flux_hub = args.flux.connect(api).await?;
+    let flux = Tool {
+        api: flux_hub.as_ref().unwrap_or(api),
+        hub: flux_hub.is_some(),
+    };
+    let tools = Tools { argocd, flux };
+    let (managed_by, sources) = read_manager(tools, &args, manager.as_ref(), &mut notes).await?;
     let at = Written {
         resource: &resource,
         namespace,
@@ -201,8 +210,7 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
 /// watches read it: the report's `managedBy`, and the same [`Sources`] the
 /// webhook decides with. What cannot be read is a note.
 async fn read_manager(
-    api: &Api,
-    argocd: Argo<'_>,
+    Tools { argocd, flux }: Tools<'_>,
     args: &Args,
     manager: Option<&Manager>,
     notes: &mut Vec<String>,
@@ -223,23 +231,31 @@ async fn read_manager(
             Some(read_application(argocd, args, at, &mut sources, notes).await?)
         }
         Some(m @ (Manager::FluxKustomization { .. } | Manager::FluxHelmRelease { .. })) => {
-            read_flux(api, m, &mut sources, notes).await?
+            read_flux(flux, m, &mut sources, notes).await?
         }
         None => None,
     };
     Ok((entry, sources))
 }
 
-/// Where Argo CD's objects are read: this cluster, or a hub (`--argocd-kubeconfig`).
+/// Where a tool's objects are read: this cluster, or a hub
+/// (`--argocd-kubeconfig`, `--flux-kubeconfig`).
 #[derive(Clone, Copy)]
-struct Argo<'a> {
+struct Tool<'a> {
     api: &'a Api,
     hub: bool,
 }
 
+/// Where Argo CD's and Flux's objects are read.
+#[derive(Clone, Copy)]
+struct Tools<'a> {
+    argocd: Tool<'a>,
+    flux: Tool<'a>,
+}
+
 /// The Application, argocd-cm's rules and the account Argo CD syncs as.
 async fn read_application(
-    Argo { api, hub }: Argo<'_>,
+    Tool { api, hub }: Tool<'_>,
     args: &Args,
     (app_ns, application): (&str, &str),
     sources: &mut Sources,
@@ -319,7 +335,7 @@ async fn read_application(
 
 /// The Kustomization or HelmRelease: its source, account and ignore rules.
 async fn read_flux(
-    api: &Api,
+    Tool { api, hub }: Tool<'_>,
     manager: &Manager,
     sources: &mut Sources,
     notes: &mut Vec<String>,
@@ -350,13 +366,34 @@ async fn read_flux(
             }
             Err(e) => notes.push(format!("{} {namespace}/{name}: {e}", kind.as_str())),
         },
-        Err(r) => notes.push(format!(
-            "cannot read {} {namespace}/{name}: {}",
-            kind.as_str(),
-            r.message
-        )),
+        Err(r) => {
+            // None here: in a fleet, Flux and its Kustomizations are in a hub.
+            let resource = super::reach::flux_resource(kind);
+            let served = hub
+                || !matches!(
+                    api.resolve(&format!("{}.{}", resource.plural, resource.group))
+                        .await,
+                    Err(PluginError::Usage(_))
+                );
+            notes.push(flux_unread(kind, namespace, name, &r.message, served));
+        }
     }
     Ok(Some(entry))
+}
+
+/// The note for a Kustomization or HelmRelease that could not be read;
+/// when this cluster does not serve the kind (`served` false), where to
+/// read it instead.
+fn flux_unread(kind: FluxKind, namespace: &str, name: &str, why: &str, served: bool) -> String {
+    let hint = if served {
+        ""
+    } else {
+        " (if Flux runs in a hub that applies here, give --flux-kubeconfig or --flux-context to read it there)"
+    };
+    format!(
+        "cannot read {} {namespace}/{name}: {why}{hint}",
+        kind.as_str()
+    )
 }
 
 /// The object explained, as a write of it names it.
@@ -725,6 +762,25 @@ mod tests {
         "/data/size",
         "/message",
     ];
+
+    /// A Kustomization this cluster does not serve is in a hub: the note
+    /// says how to read it there, and only then.
+    #[test]
+    fn an_unread_kustomization_points_to_the_hub_only_where_none_is_served() {
+        let here = flux_unread(
+            FluxKind::Kustomization,
+            "flux-system",
+            "apps",
+            "NotFound",
+            false,
+        );
+        assert_eq!(
+            here,
+            "cannot read Kustomization flux-system/apps: NotFound (if Flux runs in a hub that applies here, give --flux-kubeconfig or --flux-context to read it there)"
+        );
+        let served = flux_unread(FluxKind::HelmRelease, "web", "web", "forbidden", true);
+        assert_eq!(served, "cannot read HelmRelease web/web: forbidden");
+    }
 
     fn policies() -> Vec<Policy> {
         let base = r#"

@@ -92,6 +92,14 @@ pub struct Application {
     /// resolves the destination to this cluster; `None` for another cluster or
     /// a destination it refuses. What sync impersonation is derived from.
     pub sync_destination: Option<String>,
+    /// The server URL Argo CD resolves that destination to
+    /// (`destCluster.Server`, which AppProject `destinationServiceAccounts`
+    /// server globs are matched against): the `server` as written, without a
+    /// trailing `/`; for a `name`, this cluster's server URLs (its cluster
+    /// Secret holds one; driftguard knows those `--cluster-name` gives, or
+    /// `https://kubernetes.default.svc` without a hub). Empty when the
+    /// destination is not this cluster.
+    pub sync_servers: Vec<String>,
     /// The ApplicationSet that generated it (its controller owner, in the
     /// same namespace), which rewrites it to the set's template.
     pub application_set: Option<String>,
@@ -240,6 +248,18 @@ impl Destination {
         let name = self.name.as_deref().filter(|s| !s.is_empty());
         this.is(server, name)
             .then(|| self.namespace.clone().unwrap_or_default())
+    }
+
+    /// The server URLs Argo CD may resolve the destination to, when it is
+    /// this cluster ([`Application::sync_servers`]).
+    fn servers_here(&self, this: &ThisCluster) -> Vec<String> {
+        if self.in_cluster(this).is_none() {
+            return Vec::new();
+        }
+        match self.server.as_deref().filter(|s| !s.is_empty()) {
+            Some(server) => vec![server.trim_end_matches('/').to_owned()],
+            None => this.servers.clone(),
+        }
     }
 
     /// The namespace, when the Application deploys to the cluster driftguard
@@ -400,6 +420,11 @@ fn from_document<E>(
         repo_url: source.as_ref().and_then(|s| s.repo_url.clone()),
         path: source.and_then(|s| s.path),
         sync_destination: spec.destination.as_ref().and_then(|d| d.in_cluster(this)),
+        sync_servers: spec
+            .destination
+            .as_ref()
+            .map(|d| d.servers_here(this))
+            .unwrap_or_default(),
         destination_namespace: spec.destination.and_then(|d| d.local_namespace(this)),
         project,
         name,

@@ -9,7 +9,7 @@ use regex::Regex;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::argocd::{Application, IN_CLUSTER_SERVER};
+use super::argocd::Application;
 use super::pattern::Pattern;
 
 /// The argocd-cm key that turns sync impersonation on (exactly `"true"`).
@@ -118,7 +118,7 @@ pub fn sync_account(
     app: &Application,
     argocd_namespace: &str,
 ) -> Option<String> {
-    // Argo CD resolves `in-cluster` to this server; other clusters are not ours.
+    // Other clusters are not ours.
     let destination = app.sync_destination.as_deref()?;
     let app_namespace = app.namespace.as_deref().unwrap_or_default();
     if !admits(project, app_namespace, argocd_namespace) {
@@ -133,7 +133,12 @@ pub fn sync_account(
         // Argo CD fails the sync on a pattern that does not compile.
         let server = Pattern::new(&item.server).ok()?;
         let namespace = Pattern::new(&item.namespace).ok()?;
-        if !(server.is_match(IN_CLUSTER_SERVER) && namespace.is_match(destination)) {
+        // Argo CD matches the server URL it resolved the destination to. For
+        // a destination `name` known here by several URLs, it is one of them:
+        // the entry must match them all.
+        let servers = &app.sync_servers;
+        let server_matches = !servers.is_empty() && servers.iter().all(|s| server.is_match(s));
+        if !(server_matches && namespace.is_match(destination)) {
             continue;
         }
         let sa = item.default_service_account.as_str();
@@ -246,6 +251,58 @@ mod tests {
             json!({"server": "https://kubernetes.default.svc", "name": "in-cluster", "namespace": "shop"}),
         );
         assert_eq!(derive(accounts, &both), None);
+    }
+
+    /// In a spoke, Argo CD matches an entry's `server` against the URL of
+    /// the spoke's cluster Secret (`destCluster.Server`), whether the
+    /// Application names the spoke by `server` or by `name`; the hub's
+    /// in-cluster URL is the hub.
+    #[test]
+    fn in_a_spoke_the_entry_matches_the_spokes_own_server() {
+        use crate::policy::argocd::{ThisCluster, from_value_for};
+        const SPOKE: &str = "https://spoke-1.example:6443";
+        let spoke = |names: &[&str], destination: Value| {
+            let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+            from_value_for(
+                &json!({
+                    "apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
+                    "metadata": {"name": "web", "namespace": "argocd"},
+                    "spec": {"project": "shop", "destination": destination}
+                }),
+                &ThisCluster::named(&names),
+            )
+            .unwrap()
+        };
+        let to_spoke =
+            json!([{"server": SPOKE, "namespace": "shop", "defaultServiceAccount": "deployer"}]);
+        let to_hub = json!([{"server": "https://kubernetes.default.svc", "namespace": "*", "defaultServiceAccount": "deployer"}]);
+        let want = Some("system:serviceaccount:shop:deployer".to_owned());
+        let by_server = spoke(
+            &[SPOKE],
+            json!({"server": format!("{SPOKE}/"), "namespace": "shop"}),
+        );
+        assert_eq!(derive(to_spoke.clone(), &by_server), want);
+        assert_eq!(derive(to_hub.clone(), &by_server), None);
+        let by_name = spoke(
+            &["spoke-1", SPOKE],
+            json!({"name": "spoke-1", "namespace": "shop"}),
+        );
+        assert_eq!(derive(to_spoke.clone(), &by_name), want);
+        assert_eq!(derive(to_hub, &by_name), None);
+        // Known by name alone, or by URLs the entry does not all match: which
+        // URL Argo CD resolved is unknown here, so no trust.
+        let name_only = spoke(
+            &["spoke-1"],
+            json!({"name": "spoke-1", "namespace": "shop"}),
+        );
+        assert_eq!(derive(to_spoke.clone(), &name_only), None);
+        let two = spoke(
+            &["spoke-1", SPOKE, "https://10.0.0.9:6443"],
+            json!({"name": "spoke-1", "namespace": "shop"}),
+        );
+        assert_eq!(derive(to_spoke, &two), None);
+        let any = json!([{"server": "https://*", "namespace": "shop", "defaultServiceAccount": "deployer"}]);
+        assert_eq!(derive(any, &two), want);
     }
 
     #[test]

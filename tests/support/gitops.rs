@@ -120,6 +120,24 @@ pub fn field(obj: &Value, pointer: &str) -> Option<String> {
 /// A service account with cluster-admin and a kubeconfig holding its token,
 /// as the tools run in a real cluster. `namespace` is the kubeconfig's default.
 pub fn service_account_kubeconfig(plane: &ControlPlane, namespace: &str, name: &str) -> PathBuf {
+    let token = service_account_token(plane, namespace, name);
+    let path = plane.dir.join(format!("sa-{namespace}-{name}.kubeconfig"));
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: e2e\n  cluster:\n    server: https://127.0.0.1:{}\n    certificate-authority: {}\nusers:\n- name: {name}\n  user:\n    token: {token}\ncontexts:\n- name: {name}\n  context: {{cluster: e2e, user: {name}, namespace: {namespace}}}\ncurrent-context: {name}\n",
+            plane.port,
+            plane.dir.join("ca.crt").display(),
+        ),
+    )
+    .unwrap();
+    path
+}
+
+/// A service account `namespace/name` bound to cluster-admin, and a token
+/// for it from the TokenRequest API (`kubectl create token`, 24 h), as
+/// `argocd cluster add` and a Flux kubeConfig Secret set one up.
+pub fn service_account_token(plane: &ControlPlane, namespace: &str, name: &str) -> String {
     let sa = format!(
         "apiVersion: v1\nkind: ServiceAccount\nmetadata: {{name: {name}, namespace: {namespace}}}\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {{name: {namespace}-{name}-admin}}\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}}\nsubjects: [{{kind: ServiceAccount, name: {name}, namespace: {namespace}}}]\n"
     );
@@ -129,18 +147,7 @@ pub fn service_account_kubeconfig(plane: &ControlPlane, namespace: &str, name: &
         &["create", "token", name, "-n", namespace, "--duration=24h"],
     );
     assert!(token.ok, "token for {namespace}/{name}: {token}");
-    let path = plane.dir.join(format!("sa-{namespace}-{name}.kubeconfig"));
-    std::fs::write(
-        &path,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: e2e\n  cluster:\n    server: https://127.0.0.1:{}\n    certificate-authority: {}\nusers:\n- name: {name}\n  user:\n    token: {}\ncontexts:\n- name: {name}\n  context: {{cluster: e2e, user: {name}, namespace: {namespace}}}\ncurrent-context: {name}\n",
-            plane.port,
-            plane.dir.join("ca.crt").display(),
-            token.stdout.trim(),
-        ),
-    )
-    .unwrap();
-    path
+    token.stdout.trim().to_owned()
 }
 
 /// Starts a long-running tool and fails the test at once if it exits within

@@ -1,0 +1,785 @@
+//! End to end, a fleet with the real tools (issue 24, item 4): two real
+//! kube-apiservers, each with its own etcd. The hub runs the real Argo CD
+//! application-controller, repo-server and Redis, and the real Flux
+//! source-controller and kustomize-controller (`scripts/build-tools.sh
+//! gitops`). Argo CD manages the spoke through a cluster Secret, as `argocd
+//! cluster add` sets it up (service account `kube-system:argocd-manager` in
+//! the spoke, its token and the spoke's CA in the hub); Flux applies to the
+//! spoke through a Kustomization's `spec.kubeConfig` Secret. driftguard runs
+//! against the spoke and reads both tools' objects from the hub with
+//! read-only credentials. Every scenario asserts what the real tools then do
+//! in the spoke, Argo CD's sync impersonation there included. `tests/e2e_fleet.rs` is the fast variant, with the tools'
+//! writes played by the test.
+
+#[path = "support/control_plane.rs"]
+mod control_plane;
+#[path = "support/fleet.rs"]
+mod fleet;
+#[path = "support/gitops.rs"]
+mod gitops;
+#[path = "support/gitops_e2e.rs"]
+mod gitops_e2e;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde_json::json;
+
+use control_plane::*;
+use fleet::*;
+use gitops::*;
+use gitops_e2e::{denied, image, plugin, wait_break_glass_ended, wait_synced};
+
+/// The spoke's name in the hub: its Argo CD cluster Secret's `name`.
+const SPOKE: &str = "spoke-1";
+/// The Secret in the hub whose kubeconfig reaches the spoke, which the hub's
+/// Kustomization names in `spec.kubeConfig.secretRef` (and driftguard's
+/// `--cluster-name`, for Flux).
+const SPOKE_KUBECONFIG: &str = "spoke-1-kubeconfig";
+/// Who the hub's kustomize-controller is in the spoke: the identity of the
+/// kubeConfig Secret. kustomize-controller v1.9.6 impersonates no one unless
+/// the Kustomization names `spec.serviceAccountName`
+/// (fluxcd/pkg/runtime/client/impersonator.go).
+/// Who the hub's Argo CD is in the spoke (`argocd cluster add`).
+const ARGOCD_MANAGER: &str = "system:serviceaccount:kube-system:argocd-manager";
+const FLUX_IN_SPOKE: &str = "system:serviceaccount:flux-system:hub-kustomize-controller";
+
+/// The namespace of each object in the spoke: web's is the destination of
+/// Application web (`name: spoke-1`), shop's that of Application shop
+/// (`server: <the spoke's URL>`), team's that of Application team, apps that
+/// of the Kustomization's api.
+fn ns(name: &str) -> &'static str {
+    match name {
+        "web" => "production",
+        "shop" => "shop",
+        "team" => "team",
+        _ => "apps",
+    }
+}
+
+/// Application team's ConfigMap, owned by `owner`.
+fn team_config(owner: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: team-config, namespace: team}}\ndata: {{owner: {owner}}}\n"
+    )
+}
+
+/// Project fleet syncs team's namespace in the spoke as service account
+/// team/deployer (Argo CD's sync impersonation): the entry names the spoke
+/// by its server URL, as Argo CD matches it against the cluster Secret's.
+fn fleet_project(spoke_url: &str) -> String {
+    format!(
+        "apiVersion: argoproj.io/v1alpha1\nkind: AppProject\nmetadata: {{name: fleet, namespace: argocd}}\n\
+         spec:\n  sourceRepos: ['*']\n  destinations: [{{server: '*', namespace: team}}]\n\
+         \x20 destinationServiceAccounts:\n    - {{server: '{spoke_url}', namespace: team, defaultServiceAccount: deployer}}\n"
+    )
+}
+
+/// In the spoke, deployer may edit ConfigMaps in team, and nothing else.
+const DEPLOYER_RBAC: &str = r#"apiVersion: v1
+kind: ServiceAccount
+metadata: {name: deployer, namespace: team}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: configmap-editor, namespace: team}
+rules:
+  - apiGroups: [""]
+    resources: [configmaps]
+    verbs: [get, list, watch, create, update, patch, delete]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: deployer, namespace: team}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: configmap-editor}
+subjects: [{kind: ServiceAccount, name: deployer, namespace: team}]
+"#;
+const DEPLOYER: &str = "system:serviceaccount:team:deployer";
+
+/// Deployment `name` as Git has it: one replica, `image`.
+fn deployment(name: &str, image: &str) -> String {
+    let namespace = ns(name);
+    format!(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: {name}, namespace: {namespace}}}\n\
+         spec:\n  replicas: 1\n  selector: {{matchLabels: {{app: {name}}}}}\n\
+         \x20 template:\n    metadata: {{labels: {{app: {name}}}}}\n\
+         \x20   spec: {{containers: [{{name: {name}, image: '{image}'}}]}}\n"
+    )
+}
+
+/// A hub Application deploying path `name` of `url` to the spoke's
+/// namespace for Deployment `name`, the spoke given as `destination`
+/// (`name: spoke-1` or `server: URL`),
+/// self-healing, and keeping the live values of Deployments' replicas and
+/// `ignored` pointers.
+fn application(name: &str, url: &str, destination: &str, ignored: &[&str]) -> String {
+    let namespace = ns(name);
+    let pointers: Vec<String> = ["/spec/replicas"]
+        .iter()
+        .chain(ignored)
+        .map(|p| format!("'{p}'"))
+        .collect();
+    format!(
+        "apiVersion: argoproj.io/v1alpha1\nkind: Application\nmetadata: {{name: {name}, namespace: argocd}}\n\
+         spec:\n  project: default\n  source: {{repoURL: '{url}', targetRevision: main, path: {name}}}\n\
+         \x20 destination: {{{destination}, namespace: {namespace}}}\n\
+         \x20 syncPolicy:\n    automated: {{prune: true, selfHeal: true}}\n    syncOptions: [RespectIgnoreDifferences=true]\n\
+         \x20 ignoreDifferences:\n    - {{group: apps, kind: Deployment, jsonPointers: [{}]}}\n",
+        pointers.join(", ")
+    )
+}
+
+/// The spoke as `argocd cluster add` registers it in the hub
+/// (util/db/cluster.go, `SecretToCluster`: `name`, `server` and `config`, a
+/// JSON ClusterConfig whose `caData` is base64, as a `[]byte`).
+fn cluster_secret(spoke: &ControlPlane, server: &str, token: &str) -> String {
+    let ca = std::fs::read(spoke.dir.join("ca.crt")).unwrap();
+    let config = json!({
+        "bearerToken": token,
+        "tlsClientConfig": {"insecure": false, "caData": k8s_openapi::ByteString(ca)},
+    });
+    json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "cluster-spoke-1", "namespace": "argocd",
+                     "labels": {"argocd.argoproj.io/secret-type": "cluster"}},
+        "stringData": {"name": SPOKE, "server": server, "config": config.to_string()},
+    })
+    .to_string()
+}
+
+/// The hub's Flux objects: the Secret whose `value` (the key
+/// kustomize-controller reads first) is a self-contained kubeconfig for the
+/// spoke as `token`'s identity, the GitRepository, and Kustomization
+/// flux-system/apps applying `./flux` to the spoke through it, keeping the
+/// live value of Deployments' replicas (`spec.ignore`).
+fn flux_objects(spoke: &ControlPlane, server: &str, token: &str, url: &str) -> String {
+    let ca = std::fs::read(spoke.dir.join("ca.crt")).unwrap();
+    let kubeconfig = json!({
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{"name": SPOKE, "cluster": {"server": server,
+            "certificate-authority-data": k8s_openapi::ByteString(ca)}}],
+        "users": [{"name": "flux", "user": {"token": token}}],
+        "contexts": [{"name": SPOKE, "context": {"cluster": SPOKE, "user": "flux"}}],
+        "current-context": SPOKE,
+    });
+    let secret = json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": SPOKE_KUBECONFIG, "namespace": "flux-system"},
+        "stringData": {"value": kubeconfig.to_string()},
+    });
+    format!(
+        "{secret}\n---\napiVersion: source.toolkit.fluxcd.io/v1\nkind: GitRepository\n\
+         metadata: {{name: repo, namespace: flux-system}}\nspec: {{interval: 1m, url: '{url}', ref: {{branch: main}}}}\n\
+         ---\napiVersion: kustomize.toolkit.fluxcd.io/v1\nkind: Kustomization\n\
+         metadata: {{name: apps, namespace: flux-system}}\n\
+         spec:\n  interval: 1m\n  path: ./flux\n  prune: true\n  wait: false\n  timeout: 1m\n\
+         \x20 sourceRef: {{kind: GitRepository, name: repo}}\n\
+         \x20 kubeConfig: {{secretRef: {{name: {SPOKE_KUBECONFIG}}}}}\n\
+         \x20 ignore:\n    - {{paths: [/spec/replicas], target: {{kind: Deployment}}}}\n"
+    )
+}
+
+/// driftguard's policy in the spoke: the default one, with oncall allowed
+/// to break glass and the hub's kustomize-controller among the controllers.
+/// In a fleet the hub's tools write in each spoke as the identity of the
+/// credential the hub holds for it, made for that and used by nothing else:
+/// it is the tool itself, so it belongs in `controllers` (the webhooks'
+/// matchConditions skip it, so the hub's syncs never wait on driftguard, and
+/// it is audited as the controller), named exactly rather than by a glob,
+/// and not in `trusted`, which is for identities that are not the GitOps
+/// tool. Argo CD's `kube-system:argocd-manager` is already trusted by the
+/// default policy's `system:serviceaccount:kube-system:*`.
+fn policy(spoke: &ControlPlane) -> String {
+    let default =
+        std::fs::read_to_string(format!("{ROOT}/src/policy/default-policy.yaml")).unwrap();
+    let controllers = "\"system:serviceaccount:flux-system:helm-controller\"]";
+    let policy = default
+        .replacen("allowedUsers: []", "allowedUsers: [oncall]", 1)
+        .replacen(
+            controllers,
+            &format!("\"system:serviceaccount:flux-system:helm-controller\", \"{FLUX_IN_SPOKE}\"]"),
+            1,
+        );
+    assert_eq!(
+        policy.len(),
+        default.len() + "oncall".len() + FLUX_IN_SPOKE.len() + 4,
+        "the default policy's allowedUsers or controllers moved"
+    );
+    let path = spoke.dir.join("policy.yaml");
+    std::fs::write(&path, policy).unwrap();
+    path.display().to_string()
+}
+
+fn allowed(out: Kubectl) -> Result<(), String> {
+    if out.ok { Ok(()) } else { Err(out.to_string()) }
+}
+
+fn set_image(spoke: &ControlPlane, user: &str, deploy: &str, image: &str) -> Kubectl {
+    spoke.kubectl(
+        user,
+        &[
+            "-n",
+            ns(deploy),
+            "set",
+            "image",
+            &format!("deployment/{deploy}"),
+            &format!("{deploy}={image}"),
+        ],
+    )
+}
+
+fn scale(spoke: &ControlPlane, deploy: &str, replicas: u32) -> Kubectl {
+    spoke.kubectl(
+        "alice",
+        &[
+            "-n",
+            ns(deploy),
+            "scale",
+            &format!("deployment/{deploy}"),
+            &format!("--replicas={replicas}"),
+        ],
+    )
+}
+
+fn annotate(spoke: &ControlPlane, value: &str) -> Kubectl {
+    spoke.kubectl(
+        "alice",
+        &[
+            "-n",
+            "production",
+            "annotate",
+            "--overwrite",
+            "deployment/web",
+            &format!("example.com/note={value}"),
+        ],
+    )
+}
+
+fn replicas(spoke: &ControlPlane, deploy: &str) -> Option<String> {
+    get_json(spoke, &["-n", ns(deploy), "deployment", deploy])
+        .and_then(|d| field(&d, "/spec/replicas"))
+}
+
+fn sync_status(hub: &ControlPlane, app: &str) -> Option<String> {
+    get_json(hub, &["-n", "argocd", "application", app])
+        .and_then(|a| field(&a, "/status/sync/status"))
+}
+
+/// Who wrote `resource` `name` in the spoke so far (the apiserver's audit
+/// log: creates, patches and updates that succeeded, dry runs included), as
+/// admission sees them: the impersonated user where there is one.
+fn writers(spoke: &ControlPlane, resource: &str, name: &str) -> std::collections::BTreeSet<String> {
+    spoke
+        .audit_events()
+        .iter()
+        .filter(|e| {
+            e["objectRef"]["resource"] == resource
+                && e["objectRef"]["name"] == name
+                && e["objectRef"]["subresource"].is_null()
+                && ["create", "patch", "update"].contains(&e["verb"].as_str().unwrap_or(""))
+                && e["responseStatus"]["code"]
+                    .as_u64()
+                    .is_some_and(|c| c < 300)
+        })
+        // As admission sees it: the impersonated user, if any.
+        .filter_map(|e| {
+            let user = &e["impersonatedUser"]["username"];
+            user.as_str()
+                .or(e["user"]["username"].as_str())
+                .map(str::to_owned)
+        })
+        .collect()
+}
+
+/// `deploy`'s image is `want` in the spoke, or what it is.
+fn image_is(spoke: &ControlPlane, deploy: &str, want: &str) -> Result<(), String> {
+    match image(spoke, ns(deploy), deploy) {
+        Some(i) if i == want => Ok(()),
+        other => Err(format!("{deploy}: {other:?}, not {want}")),
+    }
+}
+
+#[test]
+fn the_hubs_real_argo_cd_and_flux_deploy_to_a_spoke_judged_by_their_rules() {
+    let mut fleet = Fleet::start();
+    fleet.first_syncs();
+    fleet.denials();
+    fleet.explain_in_the_spoke();
+    fleet.guarded_namespaces();
+    fleet.ignored_fields_kept();
+    fleet.a_new_hub_rule();
+    fleet.sync_impersonation();
+    fleet.break_glass();
+    fleet.hub_outage();
+}
+
+/// The two clusters, the hub's tools, and driftguard in the spoke (fields
+/// drop in this order: driftguard and the tools before the clusters).
+struct Fleet {
+    dg: Driftguard,
+    flux: Flux,
+    argo: ArgoCd,
+    repo: GitRepo,
+    hub: ControlPlane,
+    spoke: ControlPlane,
+    /// The repository as Argo CD reads it.
+    url: String,
+    spoke_url: String,
+    /// Where `kubectl driftguard` is found.
+    bin: PathBuf,
+    /// The first commit: every tool's first sync.
+    first: String,
+}
+
+impl Fleet {
+    /// The spoke as `argocd cluster add` leaves it (argocd-manager with
+    /// cluster-admin and a token) with the identity the hub's Flux uses; the
+    /// hub with Argo CD, Flux and Git; driftguard serving the spoke with the
+    /// hub reader's kubeconfig; then the cluster Secret, the Applications
+    /// and the Flux objects.
+    fn start() -> Fleet {
+        let tools = Tools::build();
+        // Audited: who wrote the tools' objects.
+        let mut spoke = ControlPlane::start_audited("fleet-real-spoke");
+        // (The harness's RBAC for driftguard names the argocd namespace.)
+        spoke.prepare(&[
+            "production",
+            "shop",
+            "apps",
+            "team",
+            "argocd",
+            "flux-system",
+        ]);
+        spoke.apply_admin(DEPLOYER_RBAC);
+        spoke.apply_admin(SWEEPER_RBAC);
+        spoke.add_user("oncall", &["sre-oncall"]);
+        let argocd_manager = service_account_token(&spoke, "kube-system", "argocd-manager");
+        let flux_in_spoke = service_account_token(
+            &spoke,
+            "flux-system",
+            FLUX_IN_SPOKE.rsplit(':').next().unwrap(),
+        );
+        let spoke_url = format!("https://127.0.0.1:{}", spoke.port);
+        let bin = spoke.dir.join("bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        std::os::unix::fs::symlink(
+            env!("CARGO_BIN_EXE_kubectl-driftguard"),
+            bin.join("kubectl-driftguard"),
+        )
+        .unwrap();
+
+        let mut hub = ControlPlane::start("fleet-real-hub");
+        hub.create_namespaces(&["argocd", "flux-system"]);
+        let repo = GitRepo::new(&hub, &tools);
+        let url = repo.file_url();
+        let first = repo.commit(
+            "web, shop, api and team",
+            &[
+                ("web/web.yaml", Some(&deployment("web", "nginx:1.27"))),
+                ("shop/shop.yaml", Some(&deployment("shop", "nginx:1.27"))),
+                ("flux/api.yaml", Some(&deployment("api", "nginx:1.27"))),
+                ("team/config.yaml", Some(&team_config("team"))),
+            ],
+        );
+        // Sync impersonation on, for project fleet; other projects'
+        // Applications sync with the cluster Secret's credential (not enforced).
+        let argo = ArgoCd::start(
+            &hub,
+            &tools,
+            "  application.sync.impersonation.enabled: \"true\"\n  application.sync.impersonation.enforced: \"false\"\n",
+        );
+        let flux = Flux::start(&hub, &tools);
+        // driftguard's --watch-flux also lists HelmReleases (no helm-controller runs).
+        hub.apply_crds(&["flux-helmrelease"]);
+        hub.add_user("spoke-1-driftguard", &[]);
+        hub.apply_admin(HUB_READER_RBAC);
+        hub.apply_admin(HUB_LIFTER_RBAC);
+        hub.add_user("oncall", &[]);
+        hub.apply_admin(HUB_ONCALL_RBAC);
+
+        let hub_reader = hub.kubeconfig("spoke-1-driftguard").display().to_string();
+        let policy = policy(&spoke);
+        let dg = Driftguard::start(
+            &spoke,
+            &[
+                &format!("--policy={policy}"),
+                "--break-glass-sweep-interval=2s",
+                "--watch-argocd",
+                "--watch-flux",
+                &spoke.driftguard_kubeconfig_flag(),
+                &format!("--argocd-kubeconfig={hub_reader}"),
+                &format!("--flux-kubeconfig={hub_reader}"),
+                // Both spellings of the spoke in Argo CD, and the Flux Secret.
+                &format!("--cluster-name={SPOKE},{spoke_url},{SPOKE_KUBECONFIG}"),
+            ],
+        );
+        dg.register(&spoke, &policy);
+
+        hub.apply_admin(&cluster_secret(&spoke, &spoke_url, &argocd_manager));
+        hub.apply_admin(&application("web", &url, &format!("name: {SPOKE}"), &[]));
+        hub.apply_admin(&application(
+            "shop",
+            &url,
+            &format!("server: '{spoke_url}'"),
+            &[],
+        ));
+        hub.apply_admin(&flux_objects(
+            &spoke,
+            &spoke_url,
+            &flux_in_spoke,
+            &repo.http_url,
+        ));
+        Fleet {
+            dg,
+            flux,
+            argo,
+            repo,
+            hub,
+            spoke,
+            url,
+            spoke_url,
+            bin,
+            first,
+        }
+    }
+
+    /// (1) The tools' first syncs land in the spoke, through driftguard, as
+    /// the spoke's identities in the hub's Secrets.
+    fn first_syncs(&self) {
+        let (hub, spoke, first) = (&self.hub, &self.spoke, &self.first);
+        wait_synced(hub, &self.argo, "web", first);
+        wait_synced(hub, &self.argo, "shop", first);
+        Flux::reconcile(hub, "flux-system", "apps", Some(first));
+        for deploy in ["web", "shop", "api"] {
+            image_is(spoke, deploy, "nginx:1.27").unwrap();
+        }
+        let web = get_json(spoke, &["-n", "production", "deployment", "web"]).unwrap();
+        assert_eq!(
+            field(
+                &web,
+                "/metadata/annotations/argocd.argoproj.io~1tracking-id"
+            )
+            .as_deref(),
+            Some("web:apps/Deployment:production/web"),
+            "{web}"
+        );
+        let api = get_json(spoke, &["-n", "apps", "deployment", "api"]).unwrap();
+        assert_eq!(
+            field(&api, "/metadata/labels/kustomize.toolkit.fluxcd.io~1name").as_deref(),
+            Some("apps"),
+            "{api}"
+        );
+        for (deploy, user) in [
+            ("web", ARGOCD_MANAGER),
+            ("shop", ARGOCD_MANAGER),
+            ("api", FLUX_IN_SPOKE),
+        ] {
+            let writers = writers(spoke, "deployments", deploy);
+            assert!(
+                writers.len() == 1 && writers.contains(user),
+                "{deploy} written by {writers:?}, not {user}"
+            );
+        }
+    }
+
+    /// (2) A person's edit is denied, naming the hub's Application (either
+    /// spelling of the destination) or Kustomization, and the source (once
+    /// driftguard's watch of the hub has delivered them).
+    fn denials(&self) {
+        let url = &self.url;
+        for (deploy, manager, source) in [
+            ("web", "Argo CD application web", format!("{url}, path web")),
+            (
+                "shop",
+                "Argo CD application shop",
+                format!("{url}, path shop"),
+            ),
+            (
+                "api",
+                "Flux Kustomization flux-system/apps",
+                "GitRepository flux-system/repo, path ./flux".to_owned(),
+            ),
+        ] {
+            wait_for(
+                &format!("{deploy}'s denial to name {source}"),
+                Duration::from_secs(30),
+                || {
+                    let out = set_image(&self.spoke, "alice", deploy, "nginx:1.28");
+                    denied(&out, manager)?;
+                    denied(&out, &source)
+                },
+            );
+        }
+    }
+
+    /// explain reads the Kustomization in the hub when told where it is
+    /// (oncall's own hub credentials), or says how to.
+    fn explain_in_the_spoke(&self) {
+        let oncall_hub = self.hub.kubeconfig("oncall").display().to_string();
+        let r = self.explain_api(&["--flux-kubeconfig", &oncall_hub]);
+        assert_eq!(
+            r["managedBy"]["source"], "GitRepository flux-system/repo, path ./flux",
+            "{r}"
+        );
+        assert!(
+            r["ignoreRules"].to_string().contains("/spec/replicas"),
+            "{r}"
+        );
+        let r = self.explain_api(&[]);
+        assert!(r["managedBy"]["source"].is_null(), "{r}");
+        assert!(r["notes"].to_string().contains("--flux-kubeconfig"), "{r}");
+    }
+
+    /// `kubectl driftguard explain deployment/api -o json` as oncall in the
+    /// spoke, with `extra` flags.
+    fn explain_api(&self, extra: &[&str]) -> serde_json::Value {
+        let mut args = vec!["explain", "deployment/api", "-n", "apps", "-o", "json"];
+        args.extend_from_slice(extra);
+        let out = plugin(&self.spoke, &self.bin, "oncall", &args);
+        assert!(out.ok, "{out}");
+        serde_json::from_str(&out.stdout).unwrap()
+    }
+
+    /// The namespaces the hub's tools deploy to here are guarded, found by
+    /// each of the three --cluster-name values.
+    fn guarded_namespaces(&self) {
+        for (namespace, tool) in [
+            ("production", "Argo CD application web"),
+            ("shop", "Argo CD application shop"),
+            ("apps", "Flux Kustomization flux-system/apps"),
+        ] {
+            let out = self
+                .spoke
+                .kubectl("admin", &["delete", "namespace", namespace, "--wait=false"]);
+            denied(&out, tool).unwrap();
+        }
+    }
+
+    /// (3) The hub's ignore rules allow a scale, and the real tools keep it
+    /// through reconciles (Argo CD's --app-resync is 10 s).
+    fn ignored_fields_kept(&self) {
+        let (hub, spoke) = (&self.hub, &self.spoke);
+        for deploy in ["web", "shop", "api"] {
+            allowed(scale(spoke, deploy, 3)).unwrap();
+        }
+        ArgoCd::hard_refresh(hub, "web");
+        Flux::reconcile(hub, "flux-system", "apps", None);
+        holds(
+            "the scaled replicas, Synced",
+            Duration::from_secs(25),
+            || {
+                let now = (
+                    replicas(spoke, "web"),
+                    replicas(spoke, "api"),
+                    sync_status(hub, "web"),
+                );
+                match &now {
+                    (Some(w), Some(a), Some(s)) if w == "3" && a == "3" && s == "Synced" => Ok(()),
+                    _ => Err(format!("web, api replicas and web's sync: {now:?}")),
+                }
+            },
+        );
+        Flux::reconcile(hub, "flux-system", "apps", None);
+        assert_eq!(replicas(spoke, "api").as_deref(), Some("3"));
+    }
+
+    /// (4) A rule added to the hub's Application is followed without a restart.
+    fn a_new_hub_rule(&self) {
+        denied(&annotate(&self.spoke, "a"), "Argo CD application web").unwrap();
+        self.hub.apply_admin(&application(
+            "web",
+            &self.url,
+            &format!("name: {SPOKE}"),
+            &["/metadata/annotations/example.com~1note"],
+        ));
+        wait_for(
+            "an annotation allowed by the hub's new rule",
+            Duration::from_secs(30),
+            || allowed(annotate(&self.spoke, "b")),
+        );
+    }
+
+    /// Sync impersonation in the spoke: Argo CD writes team's objects as
+    /// team/deployer there (the Application names the spoke by name; the
+    /// project's entry by server URL), and driftguard trusts deployer for
+    /// them, as Argo CD derives it.
+    fn sync_impersonation(&self) {
+        let (hub, spoke) = (&self.hub, &self.spoke);
+        hub.apply_admin(&fleet_project(&self.spoke_url));
+        hub.apply_admin(
+            &application("team", &self.url, &format!("name: {SPOKE}"), &[])
+                .replace("project: default", "project: fleet"),
+        );
+        wait_synced(hub, &self.argo, "team", &self.first);
+        let owner = self.repo.commit(
+            "team owns it",
+            &[("team/config.yaml", Some(&team_config("team-c")))],
+        );
+        ArgoCd::hard_refresh(hub, "team");
+        wait_synced(hub, &self.argo, "team", &owner);
+        let cm = get_json(spoke, &["-n", "team", "configmap", "team-config"]).unwrap();
+        assert_eq!(field(&cm, "/data/owner").as_deref(), Some("team-c"), "{cm}");
+        let writers = writers(spoke, "configmaps", "team-config");
+        assert!(
+            writers.len() == 1 && writers.contains(DEPLOYER),
+            "team-config written by {writers:?}"
+        );
+        let updates: Vec<_> = self
+            .dg
+            .audit()
+            .into_iter()
+            .filter(|r| r["user"] == DEPLOYER && r["operation"] == "UPDATE")
+            .collect();
+        assert!(
+            !updates.is_empty() && updates.iter().all(|r| r["verdict"] == "allow"),
+            "deployer's updates reach driftguard and are allowed: {updates:?}"
+        );
+        let out = spoke.kubectl(
+            "alice",
+            &[
+                "-n",
+                "team",
+                "patch",
+                "configmap",
+                "team-config",
+                "-p",
+                r#"{"data":{"owner":"me"}}"#,
+            ],
+        );
+        denied(&out, "Argo CD application team").unwrap();
+    }
+
+    /// (5) Break-glass in the spoke on web (Argo CD, paused in the hub with
+    /// oncall's hub kubeconfig) and api (Flux, paused on the object) at
+    /// once: the hotfixes hold against self-heal and forced reconciles, end
+    /// at expiry, and then Git wins again.
+    fn break_glass(&self) {
+        let (hub, spoke) = (&self.hub, &self.spoke);
+        let oncall_hub = hub.kubeconfig("oncall").display().to_string();
+        let arm = |deploy: &str, extra: &[&str]| {
+            let target = format!("deployment/{deploy}");
+            let mut args = vec![
+                "break-glass",
+                &target,
+                "-n",
+                ns(deploy),
+                "--reason",
+                "INC-24 hotfix",
+                "--for",
+                "50s",
+            ];
+            args.extend_from_slice(extra);
+            let out = plugin(spoke, &self.bin, "oncall", &args);
+            assert!(out.ok, "break-glass {deploy}: {out}");
+            out
+        };
+        let out = arm("web", &["--argocd-kubeconfig", &oncall_hub]);
+        assert!(
+            out.stdout
+                .contains("Argo CD Application argocd/web is paused"),
+            "{out}"
+        );
+        let app = hub_application(hub, "web");
+        assert_eq!(app[SKIP], "true", "{app}");
+        assert_eq!(app[PAUSED_FOR], "apps/Deployment:production/web", "{app}");
+        // Flux needs nothing in the hub: its pause is on the object here.
+        let out = arm("api", &[]);
+        assert!(
+            format!("{}{}", out.stdout, out.stderr)
+                .contains("Flux will not reconcile deployment/api"),
+            "{out}"
+        );
+        let api = get_json(spoke, &["-n", "apps", "deployment", "api"]).unwrap();
+        assert_eq!(
+            field(
+                &api,
+                "/metadata/annotations/kustomize.toolkit.fluxcd.io~1reconcile"
+            )
+            .as_deref(),
+            Some("disabled"),
+            "{api}"
+        );
+
+        for deploy in ["web", "api"] {
+            allowed(set_image(spoke, "oncall", deploy, "nginx:hotfix")).unwrap();
+        }
+        denied(
+            &set_image(spoke, "alice", "web", "nginx:alice"),
+            "Argo CD application web",
+        )
+        .unwrap();
+        // Self-heal reverts a change within seconds of a reconcile; the
+        // hotfixes hold for over two of Argo CD's reconcile periods, and a
+        // forced Flux reconcile before and after.
+        Flux::reconcile(hub, "flux-system", "apps", None);
+        holds("the hotfixes", Duration::from_secs(25), || {
+            image_is(spoke, "web", "nginx:hotfix")?;
+            image_is(spoke, "api", "nginx:hotfix")
+        });
+        Flux::reconcile(hub, "flux-system", "apps", None);
+        image_is(spoke, "api", "nginx:hotfix").unwrap();
+
+        // At expiry the sweeper lifts the hub's pause and ends both; the real
+        // tools then put Git's image back.
+        wait_break_glass_ended(spoke, "production", "web");
+        wait_break_glass_ended(spoke, "apps", "api");
+        let app = hub_application(hub, "web");
+        assert!(
+            app.get(SKIP).is_none() && app.get(PAUSED_FOR).is_none(),
+            "{app}"
+        );
+        wait_for(
+            "Argo CD's self-heal to revert the hotfix",
+            Duration::from_secs(60),
+            || {
+                image_is(spoke, "web", "nginx:1.27")
+                    .map_err(|e| format!("{e}\n{}", self.argo.logs()))
+            },
+        );
+        Flux::reconcile(hub, "flux-system", "apps", None);
+        image_is(spoke, "api", "nginx:1.27")
+            .map_err(|e| format!("{e}\n{}", self.flux.logs()))
+            .unwrap();
+    }
+
+    /// (6) The hub goes away: decisions go on from the last good rules, and
+    /// /metrics says for how long; then it comes back, and the tools, which
+    /// outlived the outage, still deploy to the spoke.
+    fn hub_outage(&mut self) {
+        self.hub.stop_apiserver();
+        let (dg, spoke, url) = (&self.dg, &self.spoke, &self.url);
+        for source in ["Application", "Kustomization"] {
+            wait_failing(dg, source, "the hub's watch to fail", |s| s > 0.0);
+        }
+        allowed(scale(spoke, "web", 2)).unwrap();
+        allowed(scale(spoke, "api", 2)).unwrap();
+        allowed(annotate(spoke, "c")).unwrap();
+        let out = set_image(spoke, "alice", "web", "nginx:1.28");
+        denied(&out, "Argo CD application web").unwrap();
+        denied(&out, url).unwrap();
+        denied(
+            &set_image(spoke, "alice", "api", "nginx:1.28"),
+            "Flux Kustomization flux-system/apps",
+        )
+        .unwrap();
+        self.hub.start_apiserver();
+        for source in ["Application", "Kustomization"] {
+            wait_failing(&self.dg, source, "the hub's watch to work again", |s| {
+                s == 0.0
+            });
+        }
+        let second = self.repo.commit(
+            "nginx 1.29",
+            &[
+                ("web/web.yaml", Some(&deployment("web", "nginx:1.29"))),
+                ("flux/api.yaml", Some(&deployment("api", "nginx:1.29"))),
+            ],
+        );
+        ArgoCd::hard_refresh(&self.hub, "web");
+        wait_synced(&self.hub, &self.argo, "web", &second);
+        Flux::reconcile(&self.hub, "flux-system", "apps", Some(&second));
+        image_is(&self.spoke, "web", "nginx:1.29").unwrap();
+        image_is(&self.spoke, "api", "nginx:1.29").unwrap();
+        assert_eq!(replicas(&self.spoke, "web").as_deref(), Some("2"));
+    }
+}
