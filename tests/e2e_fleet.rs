@@ -5,8 +5,12 @@
 //! hub Flux Kustomization applying to the spoke through `spec.kubeConfig`.
 //! driftguard runs against the spoke and reads the hub's Applications with
 //! read-only credentials (`--argocd-kubeconfig`), knowing the spoke by the
-//! name the hub's Applications give it (`--cluster-name`). The real Argo CD
-//! in the hub is not run here yet.
+//! name the hub's Applications give it (`--cluster-name`). The tools are
+//! stood in for here, which keeps this test fast; tests/e2e_fleet_gitops.rs
+//! runs the real Argo CD and Flux in the hub.
+//!
+//! At the end, the spoke's own Flux beside the hub's Argo CD: local
+//! Kustomizations and hub Applications at once.
 //!
 //! Break-glass in the spoke: `kubectl driftguard break-glass` with the
 //! on-call engineer's hub kubeconfig pauses the hub's Application, and the
@@ -196,7 +200,7 @@ fn a_spoke_is_judged_by_its_hubs_applications() {
     );
     std::fs::write(&policy, with_oncall).unwrap();
     let policy = policy.display().to_string();
-    let dg = Driftguard::start(
+    let mut dg = Driftguard::start(
         &spoke,
         &[
             &format!("--policy={policy}"),
@@ -339,6 +343,55 @@ fn a_spoke_is_judged_by_its_hubs_applications() {
     );
 
     break_glass_in_the_spoke(&hub, &spoke, &dg);
+    local_flux_beside_the_hubs_argocd(&spoke, &mut dg);
+}
+
+/// The spoke's own Flux beside the hub's Argo CD: driftguard restarted with
+/// the hub for Applications only (no `--flux-kubeconfig`) reads this
+/// cluster's Kustomizations, and both judge their own objects at once.
+fn local_flux_beside_the_hubs_argocd(spoke: &ControlPlane, dg: &mut Driftguard) {
+    spoke.create_namespaces(&["flux-system"]);
+    spoke.apply_crds(&["flux-kustomization"]);
+    spoke.apply_admin(
+        "apiVersion: kustomize.toolkit.fluxcd.io/v1\nkind: Kustomization\n\
+         metadata: {name: addons, namespace: flux-system}\n\
+         spec:\n  interval: 5m\n  prune: true\n  path: ./addons\n\
+         \x20 sourceRef: {kind: GitRepository, name: addons}\n\
+         \x20 ignore:\n    - {paths: [/spec/replicas], target: {kind: Deployment}}\n",
+    );
+    let yaml = deployment(
+        "addon",
+        "labels: {kustomize.toolkit.fluxcd.io/name: addons, kustomize.toolkit.fluxcd.io/namespace: flux-system}",
+    );
+    let out = spoke.kubectl_as_stdin(ARGOCD_MANAGER, &["apply", "-f", "-"], Some(&yaml));
+    assert!(out.ok, "{out}");
+    dg.restart_with(&["--flux-kubeconfig"], &[]);
+    let alice = |args: &[&str]| {
+        let mut all = vec!["-n", "production"];
+        all.extend_from_slice(args);
+        spoke.kubectl("alice", &all)
+    };
+    eventually("scale allowed by the local Kustomization's rule", || {
+        allowed(&alice(&["scale", "deployment/addon", "--replicas=3"]))
+    });
+    let out = alice(&["set", "image", "deployment/addon", "addon=nginx:1.28"]);
+    assert!(
+        !out.ok && out.stderr.contains("Flux Kustomization flux-system/addons"),
+        "{out}"
+    );
+    // The hub's Application still judges its object, from the hub.
+    eventually(
+        "scale allowed by the hub Application's rule, after the restart",
+        || allowed(&alice(&["scale", "deployment/web", "--replicas=4"])),
+    );
+    let out = alice(&["set", "image", "deployment/web", "web=nginx:1.28"]);
+    assert!(
+        !out.ok
+            && out
+                .stderr
+                .contains("Argo CD application web (https://git.example.com/web.git"),
+        "{out}"
+    );
 }
 
 /// Break-glass on deployment/web, whose Application is in the hub: without

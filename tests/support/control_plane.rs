@@ -679,19 +679,23 @@ impl Driftguard {
     /// Starts again on the same port with the same flags, or with the policy
     /// flags replaced by `replace_policy_args`.
     pub fn restart(&mut self, replace_policy_args: Option<&[&str]>) {
+        match replace_policy_args {
+            None => self.restart_with(&[], &[]),
+            Some(extra) => self.restart_with(&["--policy", "--argocd-application"], extra),
+        }
+    }
+
+    /// Restarts driftguard on the same port without the flags that start
+    /// with any of `drop`, and with `add`.
+    pub fn restart_with(&mut self, drop: &[&str], add: &[&str]) {
         self.proc.stop();
         let mut args: Vec<String> = self
             .args
             .iter()
-            .filter(|a| {
-                replace_policy_args.is_none()
-                    || !(a.starts_with("--policy") || a.starts_with("--argocd-application"))
-            })
+            .filter(|a| !drop.iter().any(|d| a.starts_with(d)))
             .cloned()
             .collect();
-        if let Some(extra) = replace_policy_args {
-            args.extend(extra.iter().map(|a| a.to_string()));
-        }
+        args.extend(add.iter().map(|a| a.to_string()));
         let served = serve_driftguard(&Self::binary(), self.port, &args);
         assert_eq!(served.port, self.port, "restarted on another port");
         (self.proc, self.probe) = (served.proc, served.probe);
