@@ -281,20 +281,7 @@ fn a_spoke_is_judged_by_its_hubs_applications() {
     );
 
     // A rule added in the hub is followed without a restart.
-    let annotate = |spoke: &ControlPlane, value: &str| {
-        spoke.kubectl(
-            "alice",
-            &[
-                "-n",
-                "production",
-                "annotate",
-                "--overwrite",
-                "deployment/web",
-                &format!("example.com/note={value}"),
-            ],
-        )
-    };
-    let out = annotate(&spoke, "a");
+    let out = annotate_web(&spoke, "a");
     assert!(!out.ok, "{out}");
     hub.apply_admin(&application(
         "web",
@@ -302,7 +289,7 @@ fn a_spoke_is_judged_by_its_hubs_applications() {
         &["/spec/replicas", "/metadata/annotations"],
     ));
     eventually("an annotation allowed by the hub's new rule", || {
-        allowed(&annotate(&spoke, "b"))
+        allowed(&annotate_web(&spoke, "b"))
     });
     assert_eq!(failing_seconds(&dg, "Application"), Some(0.0));
 
@@ -320,7 +307,7 @@ fn a_spoke_is_judged_by_its_hubs_applications() {
         ],
     ))
     .unwrap();
-    allowed(&annotate(&spoke, "c")).unwrap();
+    allowed(&annotate_web(&spoke, "c")).unwrap();
     let out = set_image(&spoke);
     assert!(
         !out.ok && out.stderr.contains("Argo CD application web"),

@@ -241,20 +241,6 @@ fn scale(spoke: &ControlPlane, deploy: &str, replicas: u32) -> Kubectl {
     )
 }
 
-fn annotate(spoke: &ControlPlane, value: &str) -> Kubectl {
-    spoke.kubectl(
-        "alice",
-        &[
-            "-n",
-            "production",
-            "annotate",
-            "--overwrite",
-            "deployment/web",
-            &format!("example.com/note={value}"),
-        ],
-    )
-}
-
 fn replicas(spoke: &ControlPlane, deploy: &str) -> Option<String> {
     get_json(spoke, &["-n", ns(deploy), "deployment", deploy])
         .and_then(|d| field(&d, "/spec/replicas"))
@@ -585,7 +571,7 @@ impl Fleet {
 
     /// (4) A rule added to the hub's Application is followed without a restart.
     fn a_new_hub_rule(&self) {
-        denied(&annotate(&self.spoke, "a"), "Argo CD application web").unwrap();
+        denied(&annotate_web(&self.spoke, "a"), "Argo CD application web").unwrap();
         self.hub.apply_admin(&application(
             "web",
             &self.url,
@@ -595,7 +581,7 @@ impl Fleet {
         wait_for(
             "an annotation allowed by the hub's new rule",
             Duration::from_secs(30),
-            || allowed(annotate(&self.spoke, "b")),
+            || allowed(annotate_web(&self.spoke, "b")),
         );
     }
 
@@ -753,7 +739,7 @@ impl Fleet {
         }
         allowed(scale(spoke, "web", 2)).unwrap();
         allowed(scale(spoke, "api", 2)).unwrap();
-        allowed(annotate(spoke, "c")).unwrap();
+        allowed(annotate_web(spoke, "c")).unwrap();
         let out = set_image(spoke, "alice", "web", "nginx:1.28");
         denied(&out, "Argo CD application web").unwrap();
         denied(&out, url).unwrap();

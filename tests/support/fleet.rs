@@ -161,3 +161,19 @@ pub fn hub_application(hub: &ControlPlane, name: &str) -> serde_json::Value {
 /// Argo CD's pause of an Application, and driftguard's record of who holds it.
 pub const SKIP: &str = "argocd.argoproj.io/skip-reconcile";
 pub const PAUSED_FOR: &str = "driftguard.io/break-glass-paused-for";
+
+/// alice annotates deployment/web in the spoke's `production`: a change
+/// only a rule ignoring annotations allows.
+pub fn annotate_web(spoke: &ControlPlane, value: &str) -> Kubectl {
+    spoke.kubectl(
+        "alice",
+        &[
+            "-n",
+            "production",
+            "annotate",
+            "--overwrite",
+            "deployment/web",
+            &format!("example.com/note={value}"),
+        ],
+    )
+}
