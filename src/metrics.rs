@@ -12,7 +12,7 @@ use std::sync::atomic::AtomicU64;
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
     pub endpoint: &'static str,
-    pub operation: String,
+    pub operation: &'static str,
     pub verdict: &'static str,
 }
 

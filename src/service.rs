@@ -260,7 +260,7 @@ impl Reviewer {
             .requests
             .get_or_create(&RequestLabels {
                 endpoint: endpoint.as_str(),
-                operation: format!("{:?}", parsed.operation).to_uppercase(),
+                operation: request::view(parsed).operation.as_str(),
                 verdict: d.verdict.as_str(),
             })
             .inc();

@@ -194,9 +194,20 @@ fn diff_into(old: &Value, new: &Value, at: &mut String, out: &mut Vec<String>) {
     }
 }
 
+/// Appends `/key`, escaped as RFC 6901 wants, without a String per key.
 fn push_token(at: &mut String, key: &str) {
     at.push('/');
-    at.push_str(&path::escape(key));
+    if !key.contains(['~', '/']) {
+        at.push_str(key);
+        return;
+    }
+    for c in key.chars() {
+        match c {
+            '~' => at.push_str("~0"),
+            '/' => at.push_str("~1"),
+            c => at.push(c),
+        }
+    }
 }
 
 #[cfg(test)]
