@@ -26,10 +26,11 @@ cargo fmt --all -- --check
 # long each took: target/build-tools.log.
 prebuild_pid=""
 fuzz_pid=""
-# A failure below leaves no build or fuzzer running after the script. Each
+image_pid=""
+# A failure below leaves no build, fuzzer or image build running after the script. Each
 # kill may find its process gone: `|| true`, or errexit, which holds inside
 # the trap too, would turn a passing run's exit status into 1.
-trap 'for pid in ${prebuild_pid} ${fuzz_pid}; do pkill -P "${pid}" 2>/dev/null || true; kill "${pid}" 2>/dev/null || true; done' EXIT
+trap 'for pid in ${prebuild_pid} ${fuzz_pid} ${image_pid}; do pkill -P "${pid}" 2>/dev/null || true; kill "${pid}" 2>/dev/null || true; done' EXIT
 mkdir -p target
 (
   scripts/build-tools.sh etcd kube-apiserver kubectl helm
@@ -63,8 +64,13 @@ for version in $(tail -n +2 <<<"${versions}"); do
   echo "== Kubernetes ${version}: e2e_kubectl, chart, e2e_schema" >&2
   DRIFTGUARD_KUBE_VERSION="${version}" cargo test --locked --test e2e_kubectl --test chart --test e2e_schema
 done
+# The image's release build (one core once LTO links) runs beside the
+# fuzzers' last minutes (one core) instead of after them.
+scripts/test-image.sh &
+image_pid=$!
 if [ -n "${fuzz_pid}" ]; then
   wait "${fuzz_pid}"
   fuzz_pid=""
 fi
-scripts/test-image.sh
+wait "${image_pid}"
+image_pid=""
