@@ -194,20 +194,10 @@ fn diff_into(old: &Value, new: &Value, at: &mut String, out: &mut Vec<String>) {
     }
 }
 
-/// Appends `/key`, escaped as RFC 6901 wants, without a String per key.
+/// Appends `/key`, escaped as RFC 6901 wants.
 fn push_token(at: &mut String, key: &str) {
     at.push('/');
-    if !key.contains(['~', '/']) {
-        at.push_str(key);
-        return;
-    }
-    for c in key.chars() {
-        match c {
-            '~' => at.push_str("~0"),
-            '/' => at.push_str("~1"),
-            c => at.push(c),
-        }
-    }
+    path::escape_into(at, key);
 }
 
 #[cfg(test)]

@@ -72,11 +72,25 @@ fn has_bad_escape(token: &str) -> bool {
 }
 
 pub fn escape(token: &str) -> String {
-    // Nearly every key has neither: one scan instead of two replaces.
+    let mut out = String::with_capacity(token.len());
+    escape_into(&mut out, token);
+    out
+}
+
+/// [`escape`], appended to `out` (no String per token on the diff's path).
+pub fn escape_into(out: &mut String, token: &str) {
+    // Nearly every key has neither: copied whole.
     if !token.contains(['~', '/']) {
-        return token.to_owned();
+        out.push_str(token);
+        return;
     }
-    token.replace('~', "~0").replace('/', "~1")
+    for c in token.chars() {
+        match c {
+            '~' => out.push_str("~0"),
+            '/' => out.push_str("~1"),
+            c => out.push(c),
+        }
+    }
 }
 
 /// Removes every path in `paths` from `doc`, then drops every object member or
