@@ -18,6 +18,18 @@ pub const HELM_RELEASE_ANNOTATION: &str = "meta.helm.sh/release-name";
 /// Flux's per-object opt-outs (label or annotation, value `disabled`).
 pub const FLUX_RECONCILE: &str = "kustomize.toolkit.fluxcd.io/reconcile";
 pub const HELM_DRIFT_DETECTION: &str = "helm.toolkit.fluxcd.io/driftDetection";
+/// Which Argo CD installation tracks an object (`common.AnnotationInstallationID`).
+pub const ARGOCD_INSTALLATION_ID: &str = "argocd.argoproj.io/installation-id";
+/// argocd-cm's key for an installation's id.
+pub const ARGOCD_CM_INSTALLATION_ID: &str = "installationID";
+
+/// Argo CD's own rule (`getAppInstanceValue` in `util/argo/resource_tracking.go`):
+/// an installation whose id is `installation` (none: empty) tracks an object
+/// only when the object's [`ARGOCD_INSTALLATION_ID`] annotation (`object`,
+/// absent reading as empty) equals it exactly.
+pub fn installation_tracks(installation: Option<&str>, object: Option<&str>) -> bool {
+    installation.unwrap_or_default() == object.unwrap_or_default()
+}
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Manager {
@@ -181,6 +193,18 @@ mod tests {
     fn obj(labels: Value, annotations: Value) -> Value {
         json!({"apiVersion": "apps/v1", "kind": "Deployment",
                "metadata": {"name": "web", "namespace": "prod", "labels": labels, "annotations": annotations}})
+    }
+
+    #[test]
+    fn an_installation_tracks_only_objects_with_exactly_its_id() {
+        assert!(installation_tracks(None, None));
+        assert!(installation_tracks(Some("hub"), Some("hub")));
+        // Empty and absent are the same, on either side.
+        assert!(installation_tracks(Some(""), None));
+        assert!(installation_tracks(None, Some("")));
+        assert!(!installation_tracks(None, Some("hub")));
+        assert!(!installation_tracks(Some("hub"), None));
+        assert!(!installation_tracks(Some("hub"), Some("spoke")));
     }
 
     #[test]
