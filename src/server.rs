@@ -144,6 +144,12 @@ pub struct Config {
     /// `spec.kubeConfig`, instead of from this cluster. Needs --cluster-name.
     #[arg(long, env = "DRIFTGUARD_FLUX_KUBECONFIG", requires_all = ["watch_flux", "cluster_names"])]
     pub flux_kubeconfig: Option<PathBuf>,
+    /// With --argocd-kubeconfig, also read the Argo CD that runs in this
+    /// cluster, in this namespace, beside the hub's. Each installation's
+    /// objects are told apart by argocd-cm's `installationID`, which must
+    /// differ between the two (docs/fleets.md).
+    #[arg(long, env = "DRIFTGUARD_LOCAL_ARGOCD_NAMESPACE", requires = "argocd_kubeconfig")]
+    pub local_argocd_namespace: Option<String>,
     /// A name the hub knows this cluster by (repeatable, or comma-separated):
     /// an Argo CD destination `server` URL (with `://`) or `name`, and the
     /// Secret a Flux Kustomization's `spec.kubeConfig.secretRef` names.
