@@ -421,8 +421,11 @@ impl Flux {
 
 /// Argo CD's application-controller and repo-server with an in-memory Redis,
 /// as upstream's Procfile runs them; the controller writes as
-/// `system:serviceaccount:argocd:argocd-application-controller`.
+/// `system:serviceaccount:<namespace>:argocd-application-controller`.
 pub struct ArgoCd {
+    /// Where its Applications, AppProjects and argocd-cm are (`argocd`
+    /// unless started with [`ArgoCd::start_in`]).
+    pub namespace: String,
     pub controller: Proc,
     pub repo_server: Proc,
     pub redis: Proc,
@@ -434,6 +437,7 @@ pub struct ArgoCd {
 
 struct ControllerSetup {
     argocd: PathBuf,
+    namespace: String,
     kubeconfig: PathBuf,
     redis_addr: String,
     repo_port: u16,
@@ -467,11 +471,8 @@ impl ControllerSetup {
                 .arg(format!("--repo-server=127.0.0.1:{}", self.repo_port))
                 .args(["--repo-server-plaintext", "--hydrator-enabled=false"])
                 .arg(format!("--metrics-port={}", unused_port()))
-                .args([
-                    "--namespace=argocd",
-                    "--app-resync=10",
-                    "--self-heal-timeout-seconds=1",
-                ])
+                .arg(format!("--namespace={}", self.namespace))
+                .args(["--app-resync=10", "--self-heal-timeout-seconds=1"])
                 .arg("--loglevel=info"),
         )
     }
@@ -480,21 +481,26 @@ impl ControllerSetup {
 /// argocd-cm, argocd-secret and the `default` AppProject, which only
 /// argocd-server would otherwise create.
 pub fn argocd_settings(extra_cm: &str) -> String {
+    argocd_settings_in("argocd", extra_cm)
+}
+
+/// [`argocd_settings`] for an Argo CD whose namespace is `ns`.
+pub fn argocd_settings_in(ns: &str, extra_cm: &str) -> String {
     format!(
         r#"apiVersion: v1
 kind: ConfigMap
-metadata: {{name: argocd-cm, namespace: argocd, labels: {{app.kubernetes.io/part-of: argocd}}}}
+metadata: {{name: argocd-cm, namespace: {ns}, labels: {{app.kubernetes.io/part-of: argocd}}}}
 data:
   timeout.reconciliation: 10s
 {extra_cm}---
 apiVersion: v1
 kind: Secret
-metadata: {{name: argocd-secret, namespace: argocd, labels: {{app.kubernetes.io/part-of: argocd}}}}
+metadata: {{name: argocd-secret, namespace: {ns}, labels: {{app.kubernetes.io/part-of: argocd}}}}
 stringData: {{server.secretkey: e2e-{}}}
 ---
 apiVersion: argoproj.io/v1alpha1
 kind: AppProject
-metadata: {{name: default, namespace: argocd}}
+metadata: {{name: default, namespace: {ns}}}
 spec:
   sourceRepos: ['*']
   destinations: [{{server: '*', namespace: '*'}}]
@@ -508,12 +514,20 @@ impl ArgoCd {
     /// Installs the CRDs and settings (`extra_cm`: more argocd-cm data lines,
     /// indented two spaces) and starts the three processes.
     pub fn start(plane: &ControlPlane, tools: &Tools, extra_cm: &str) -> ArgoCd {
+        Self::start_in(plane, tools, "argocd", extra_cm)
+    }
+
+    /// [`ArgoCd::start`] for an installation in namespace `ns` of `plane`
+    /// (its Applications, argocd-cm and the controller's service account
+    /// there; the namespace exists). Its in-cluster destination,
+    /// `https://kubernetes.default.svc`, is `plane`.
+    pub fn start_in(plane: &ControlPlane, tools: &Tools, ns: &str, extra_cm: &str) -> ArgoCd {
         install_crds(plane, &tools.assets.join("argocd"));
-        plane.apply_admin(&argocd_settings(extra_cm));
+        plane.apply_admin(&argocd_settings_in(ns, extra_cm));
         let redis_addr = format!("127.0.0.1:{}", unused_port());
         let redis = spawn("redis", Command::new(&tools.redis).arg(&redis_addr));
         let repo_port = unused_port();
-        let data = plane.dir.join("argocd");
+        let data = plane.dir.join(ns);
         for sub in ["tls", "ssh", "tmp"] {
             std::fs::create_dir_all(data.join(sub)).unwrap();
         }
@@ -541,15 +555,13 @@ impl ArgoCd {
         );
         let controller_setup = ControllerSetup {
             argocd: tools.argocd.clone(),
-            kubeconfig: service_account_kubeconfig(
-                plane,
-                "argocd",
-                "argocd-application-controller",
-            ),
+            namespace: ns.to_owned(),
+            kubeconfig: service_account_kubeconfig(plane, ns, "argocd-application-controller"),
             redis_addr: redis_addr.clone(),
             repo_port,
         };
         ArgoCd {
+            namespace: ns.to_owned(),
             controller: controller_setup.spawn(),
             repo_server,
             redis,
@@ -632,7 +644,12 @@ impl ArgoCd {
     /// controller has compared again (the refresh annotation is gone and
     /// `status.reconciledAt` moved).
     pub fn hard_refresh(plane: &ControlPlane, name: &str) -> Value {
-        let before = get_json(plane, &["-n", "argocd", "application", name])
+        Self::hard_refresh_in(plane, "argocd", name)
+    }
+
+    /// [`ArgoCd::hard_refresh`] of Application `ns/name`.
+    pub fn hard_refresh_in(plane: &ControlPlane, ns: &str, name: &str) -> Value {
+        let before = get_json(plane, &["-n", ns, "application", name])
             .and_then(|a| field(&a, "/status/reconciledAt"));
         // reconciledAt has a resolution of one second.
         std::thread::sleep(Duration::from_millis(1100));
@@ -640,7 +657,7 @@ impl ArgoCd {
             "admin",
             &[
                 "-n",
-                "argocd",
+                ns,
                 "annotate",
                 "--overwrite",
                 &format!("application/{name}"),
@@ -649,11 +666,11 @@ impl ArgoCd {
         );
         assert!(out.ok, "refresh {name}: {out}");
         eventually(
-            &format!("Application {name} to be refreshed"),
+            &format!("Application {ns}/{name} to be refreshed"),
             Duration::from_secs(90),
             || {
-                let app = get_json(plane, &["-n", "argocd", "application", name])
-                    .ok_or("no Application")?;
+                let app =
+                    get_json(plane, &["-n", ns, "application", name]).ok_or("no Application")?;
                 let pending = app["metadata"]["annotations"]
                     .get("argocd.argoproj.io/refresh")
                     .is_some();

@@ -198,7 +198,7 @@ spec:
     )
 }
 
-/// Waits until the Application is Synced and Healthy-or-Progressing at `revision`,
+/// Waits until `argo`'s Application `name` is Synced and Healthy-or-Progressing at `revision`,
 /// playing the kubelet for hook Jobs: their Pods are marked Succeeded.
 pub fn wait_synced(
     plane: &ControlPlane,
@@ -207,12 +207,12 @@ pub fn wait_synced(
     revision: &str,
 ) -> serde_json::Value {
     eventually(
-        &format!("Application {name} synced at {revision}"),
+        &format!("Application {}/{name} synced at {revision}", argo.namespace),
         Duration::from_secs(180),
         || {
             finish_hook_pods(plane);
-            let app =
-                get_json(plane, &["-n", "argocd", "application", name]).ok_or("no Application")?;
+            let app = get_json(plane, &["-n", &argo.namespace, "application", name])
+                .ok_or("no Application")?;
             let sync = field(&app, "/status/sync/status").unwrap_or_default();
             let at = field(&app, "/status/sync/revision").unwrap_or_default();
             let op = field(&app, "/status/operationState/phase").unwrap_or_default();
