@@ -10,6 +10,11 @@
 //! read-only credentials. Every scenario asserts what the real tools then do
 //! in the spoke, Argo CD's sync impersonation there included. `tests/e2e_fleet.rs` is the fast variant, with the tools'
 //! writes played by the test.
+//!
+//! The spoke also runs its own real Argo CD (a team's, in `team-argocd`,
+//! `installationID: team`; the hub's is `hub`) with an Application of the
+//! same name as one of the hub's, `web`, and other rules; driftguard reads it
+//! with `--local-argocd-namespace` beside the hub's.
 
 #[path = "support/control_plane.rs"]
 mod control_plane;
@@ -44,15 +49,25 @@ const SPOKE_KUBECONFIG: &str = "spoke-1-kubeconfig";
 const ARGOCD_MANAGER: &str = "system:serviceaccount:kube-system:argocd-manager";
 const FLUX_IN_SPOKE: &str = "system:serviceaccount:flux-system:hub-kustomize-controller";
 
+/// The spoke's own Argo CD: its namespace there, and who its
+/// application-controller is (it writes as its own service account).
+const TEAM_ARGOCD: &str = "team-argocd";
+const TEAM_CONTROLLER: &str = "system:serviceaccount:team-argocd:argocd-application-controller";
+/// Which installation tracks an object: argocd-cm's `installationID`,
+/// written by Argo CD on every object it applies.
+const INSTALLATION_ID: &str = "argocd.argoproj.io/installation-id";
+
 /// The namespace of each object in the spoke: web's is the destination of
 /// Application web (`name: spoke-1`), shop's that of Application shop
 /// (`server: <the spoke's URL>`), team's that of Application team, apps that
-/// of the Kustomization's api.
+/// of the Kustomization's api, team-apps that of the spoke's own Application
+/// web (team-web).
 fn ns(name: &str) -> &'static str {
     match name {
         "web" => "production",
         "shop" => "shop",
         "team" => "team",
+        "team-web" => "team-apps",
         _ => "apps",
     }
 }
@@ -129,6 +144,46 @@ fn application(name: &str, url: &str, destination: &str, ignored: &[&str]) -> St
     )
 }
 
+/// The spoke's own Argo CD's Application, named `web` as the hub's is:
+/// team-web from the team's repository into team-apps, self-healing. Its
+/// rules differ from the hub's web: replicas are not ignored, every
+/// annotation is. So an object judged by the wrong `web` shows, either way,
+/// and this one is the looser of the two for annotations (what a person
+/// rewriting an object's installation id would be after).
+fn team_application(url: &str) -> String {
+    format!(
+        "apiVersion: argoproj.io/v1alpha1\nkind: Application\nmetadata: {{name: web, namespace: {TEAM_ARGOCD}}}\n\
+         spec:\n  project: default\n  source: {{repoURL: '{url}', targetRevision: main, path: team-web}}\n\
+         \x20 destination: {{server: 'https://kubernetes.default.svc', namespace: {}}}\n\
+         \x20 syncPolicy:\n    automated: {{prune: true, selfHeal: true}}\n    syncOptions: [RespectIgnoreDifferences=true]\n\
+         \x20 ignoreDifferences:\n    - {{group: apps, kind: Deployment, jsonPointers: [/metadata/annotations]}}\n",
+        ns("team-web")
+    )
+}
+
+/// What driftguard reads of the spoke's own Argo CD in its namespace
+/// (argocd-cm, the AppProjects), as the chart's Role grants it there with
+/// `watch.hub.localArgocdNamespace`; Applications it lists cluster-wide
+/// already ([`DRIFTGUARD_RBAC`]).
+const LOCAL_ARGOCD_RBAC: &str = r#"apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: driftguard-argocd-cm, namespace: team-argocd}
+rules:
+  - apiGroups: [""]
+    resources: [configmaps]
+    resourceNames: [argocd-cm]
+    verbs: [list, watch]
+  - apiGroups: [argoproj.io]
+    resources: [appprojects]
+    verbs: [list, watch]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: driftguard-argocd-cm, namespace: team-argocd}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: driftguard-argocd-cm}
+subjects: [{kind: User, name: driftguard, apiGroup: rbac.authorization.k8s.io}]
+"#;
+
 /// The spoke as `argocd cluster add` registers it in the hub
 /// (util/db/cluster.go, `SecretToCluster`: `name`, `server` and `config`, a
 /// JSON ClusterConfig whose `caData` is base64, as a `[]byte`).
@@ -189,21 +244,31 @@ fn flux_objects(spoke: &ControlPlane, server: &str, token: &str, url: &str) -> S
 /// and not in `trusted`, which is for identities that are not the GitOps
 /// tool. Argo CD's `kube-system:argocd-manager` is already trusted by the
 /// default policy's `system:serviceaccount:kube-system:*`.
+///
+/// The spoke's own Argo CD writes as its controller's service account in
+/// its own namespace, which the default policy does not name (it names
+/// `argocd`'s). It is trusted as argocd-manager is, the other Argo CD's
+/// writer here: what it writes is Git's state, applied by the tool, never a
+/// person's change (and, trusted, the matchConditions skip it, so its syncs
+/// never wait on driftguard). Named exactly, not `team-argocd:*`: other
+/// accounts there (argocd-server) write for people.
 fn policy(spoke: &ControlPlane) -> String {
     let default =
         std::fs::read_to_string(format!("{ROOT}/src/policy/default-policy.yaml")).unwrap();
     let controllers = "\"system:serviceaccount:flux-system:helm-controller\"]";
+    let trusted = "\"system:serviceaccount:kube-system:*\"";
     let policy = default
         .replacen("allowedUsers: []", "allowedUsers: [oncall]", 1)
         .replacen(
             controllers,
             &format!("\"system:serviceaccount:flux-system:helm-controller\", \"{FLUX_IN_SPOKE}\"]"),
             1,
-        );
+        )
+        .replacen(trusted, &format!("{trusted}, \"{TEAM_CONTROLLER}\""), 1);
     assert_eq!(
         policy.len(),
-        default.len() + "oncall".len() + FLUX_IN_SPOKE.len() + 4,
-        "the default policy's allowedUsers or controllers moved"
+        default.len() + "oncall".len() + FLUX_IN_SPOKE.len() + 4 + TEAM_CONTROLLER.len() + 4,
+        "the default policy's allowedUsers, controllers or trusted moved"
     );
     let path = spoke.dir.join("policy.yaml");
     std::fs::write(&path, policy).unwrap();
@@ -290,6 +355,8 @@ fn the_hubs_real_argo_cd_and_flux_deploy_to_a_spoke_judged_by_their_rules() {
     let mut fleet = Fleet::start();
     fleet.first_syncs();
     fleet.denials();
+    fleet.each_installations_rules();
+    fleet.installation_id_kept();
     fleet.explain_in_the_spoke();
     fleet.guarded_namespaces();
     fleet.ignored_fields_kept();
@@ -305,16 +372,24 @@ struct Fleet {
     dg: Driftguard,
     flux: Flux,
     argo: ArgoCd,
+    /// The spoke's own Argo CD, and its team's repository (held for its
+    /// server's lifetime; Argo CD reads it as `file://`).
+    team_argo: ArgoCd,
+    _team_repo: GitRepo,
     repo: GitRepo,
     hub: ControlPlane,
     spoke: ControlPlane,
     /// The repository as Argo CD reads it.
     url: String,
+    /// The team's repository as the spoke's Argo CD reads it.
+    team_url: String,
     spoke_url: String,
     /// Where `kubectl driftguard` is found.
     bin: PathBuf,
     /// The first commit: every tool's first sync.
     first: String,
+    /// The team repository's first commit.
+    team_first: String,
 }
 
 impl Fleet {
@@ -335,8 +410,11 @@ impl Fleet {
             "team",
             "argocd",
             "flux-system",
+            TEAM_ARGOCD,
+            ns("team-web"),
         ]);
         spoke.apply_admin(DEPLOYER_RBAC);
+        spoke.apply_admin(LOCAL_ARGOCD_RBAC);
         spoke.apply_admin(SWEEPER_RBAC);
         spoke.add_user("oncall", &["sre-oncall"]);
         let argocd_manager = service_account_token(&spoke, "kube-system", "argocd-manager");
@@ -372,8 +450,20 @@ impl Fleet {
         let argo = ArgoCd::start(
             &hub,
             &tools,
-            "  application.sync.impersonation.enabled: \"true\"\n  application.sync.impersonation.enforced: \"false\"\n",
+            "  application.sync.impersonation.enabled: \"true\"\n  application.sync.impersonation.enforced: \"false\"\n  installationID: hub\n",
         );
+        // The spoke's own Argo CD and its team's repository, started before
+        // driftguard, which lists its Applications at start.
+        let team_repo = GitRepo::new(&spoke, &tools);
+        let team_url = team_repo.file_url();
+        let team_first = team_repo.commit(
+            "team-web",
+            &[(
+                "team-web/team-web.yaml",
+                Some(&deployment("team-web", "nginx:1.27")),
+            )],
+        );
+        let team_argo = ArgoCd::start_in(&spoke, &tools, TEAM_ARGOCD, "  installationID: team\n");
         let flux = Flux::start(&hub, &tools);
         // driftguard's --watch-flux also lists HelmReleases (no helm-controller runs).
         hub.apply_crds(&["flux-helmrelease"]);
@@ -391,6 +481,7 @@ impl Fleet {
                 &format!("--policy={policy}"),
                 "--break-glass-sweep-interval=2s",
                 "--watch-argocd",
+                &format!("--local-argocd-namespace={TEAM_ARGOCD}"),
                 "--watch-flux",
                 &spoke.driftguard_kubeconfig_flag(),
                 &format!("--argocd-kubeconfig={hub_reader}"),
@@ -415,40 +506,63 @@ impl Fleet {
             &flux_in_spoke,
             &repo.http_url,
         ));
+        spoke.apply_admin(&team_application(&team_url));
         Fleet {
             dg,
             flux,
             argo,
+            team_argo,
+            _team_repo: team_repo,
             repo,
             hub,
             spoke,
             url,
+            team_url,
             spoke_url,
             bin,
             first,
+            team_first,
         }
     }
 
     /// (1) The tools' first syncs land in the spoke, through driftguard, as
-    /// the spoke's identities in the hub's Secrets.
+    /// the spoke's identities in the hub's Secrets, and the spoke's own Argo
+    /// CD's as its controller; each Argo CD marks its objects with its
+    /// installation id (both Applications are `web`: the tracking ids alone
+    /// do not tell them apart).
     fn first_syncs(&self) {
         let (hub, spoke, first) = (&self.hub, &self.spoke, &self.first);
         wait_synced(hub, &self.argo, "web", first);
         wait_synced(hub, &self.argo, "shop", first);
+        wait_synced(spoke, &self.team_argo, "web", &self.team_first);
         Flux::reconcile(hub, "flux-system", "apps", Some(first));
-        for deploy in ["web", "shop", "api"] {
+        for deploy in ["web", "shop", "api", "team-web"] {
             image_is(spoke, deploy, "nginx:1.27").unwrap();
         }
-        let web = get_json(spoke, &["-n", "production", "deployment", "web"]).unwrap();
-        assert_eq!(
-            field(
-                &web,
-                "/metadata/annotations/argocd.argoproj.io~1tracking-id"
-            )
-            .as_deref(),
-            Some("web:apps/Deployment:production/web"),
-            "{web}"
-        );
+        for (deploy, installation) in [("web", "hub"), ("shop", "hub"), ("team-web", "team")] {
+            let d = get_json(spoke, &["-n", ns(deploy), "deployment", deploy]).unwrap();
+            let annotation = |key: &str| {
+                field(
+                    &d,
+                    &format!("/metadata/annotations/{}", key.replace('/', "~1")),
+                )
+            };
+            assert_eq!(
+                (
+                    annotation("argocd.argoproj.io/tracking-id"),
+                    annotation(INSTALLATION_ID)
+                ),
+                (
+                    Some(format!(
+                        "{}:apps/Deployment:{}/{deploy}",
+                        if deploy == "shop" { "shop" } else { "web" },
+                        ns(deploy)
+                    )),
+                    Some(installation.to_owned())
+                ),
+                "{d}"
+            );
+        }
         let api = get_json(spoke, &["-n", "apps", "deployment", "api"]).unwrap();
         assert_eq!(
             field(&api, "/metadata/labels/kustomize.toolkit.fluxcd.io~1name").as_deref(),
@@ -459,6 +573,7 @@ impl Fleet {
             ("web", ARGOCD_MANAGER),
             ("shop", ARGOCD_MANAGER),
             ("api", FLUX_IN_SPOKE),
+            ("team-web", TEAM_CONTROLLER),
         ] {
             let writers = writers(spoke, "deployments", deploy);
             assert!(
@@ -498,6 +613,71 @@ impl Fleet {
         }
     }
 
+    /// (2) Each Argo CD's objects are judged by its own Application `web`:
+    /// a scale of the hub's web is allowed (the hub's web ignores replicas)
+    /// and stays; one of the team's is denied, naming the team's Application
+    /// and repository, not the hub's, and is not made.
+    fn each_installations_rules(&self) {
+        let spoke = &self.spoke;
+        allowed(scale(spoke, "web", 2)).unwrap();
+        assert_eq!(replicas(spoke, "web").as_deref(), Some("2"));
+        let team_source = format!("{}, path team-web", self.team_url);
+        wait_for(
+            "team-web's denial to name the team's Application",
+            Duration::from_secs(30),
+            || {
+                let out = scale(spoke, "team-web", 2);
+                denied(&out, "Argo CD application web")?;
+                denied(&out, &team_source)?;
+                if out.stderr.contains(&self.url) {
+                    return Err(format!("names the hub's repository: {out}"));
+                }
+                Ok(())
+            },
+        );
+        assert_eq!(replicas(spoke, "team-web").as_deref(), Some("1"));
+    }
+
+    /// (3) An attacker test: a person rewrites the hub's web's installation
+    /// id to the team's (whose `web` ignores every annotation, so the object
+    /// would pass as the team's), or removes it (then neither Argo CD would
+    /// claim it, and nothing would guard it). Both are denied as drift of the
+    /// hub's web, and the object keeps `hub`.
+    fn installation_id_kept(&self) {
+        let spoke = &self.spoke;
+        for change in [
+            format!("{INSTALLATION_ID}=team"),
+            format!("{INSTALLATION_ID}-"),
+        ] {
+            let out = spoke.kubectl(
+                "alice",
+                &[
+                    "-n",
+                    "production",
+                    "annotate",
+                    "--overwrite",
+                    "deployment/web",
+                    &change,
+                ],
+            );
+            denied(&out, "Argo CD application web").unwrap();
+            denied(&out, &self.url).unwrap();
+        }
+        let web = get_json(spoke, &["-n", "production", "deployment", "web"]).unwrap();
+        assert_eq!(
+            field(
+                &web,
+                &format!(
+                    "/metadata/annotations/{}",
+                    INSTALLATION_ID.replace('/', "~1")
+                )
+            )
+            .as_deref(),
+            Some("hub"),
+            "{web}"
+        );
+    }
+
     /// explain reads the Kustomization in the hub when told where it is
     /// (oncall's own hub credentials), or says how to.
     fn explain_in_the_spoke(&self) {
@@ -526,18 +706,26 @@ impl Fleet {
         serde_json::from_str(&out.stdout).unwrap()
     }
 
-    /// The namespaces the hub's tools deploy to here are guarded, found by
-    /// each of the three --cluster-name values.
+    /// (4) The namespaces the hub's tools deploy to here are guarded, found
+    /// by each of the three --cluster-name values, and the one the spoke's
+    /// own Argo CD deploys to; none of them is deleted.
     fn guarded_namespaces(&self) {
         for (namespace, tool) in [
             ("production", "Argo CD application web"),
             ("shop", "Argo CD application shop"),
             ("apps", "Flux Kustomization flux-system/apps"),
+            (ns("team-web"), "Argo CD application web"),
         ] {
             let out = self
                 .spoke
                 .kubectl("admin", &["delete", "namespace", namespace, "--wait=false"]);
             denied(&out, tool).unwrap();
+            let left = get_json(&self.spoke, &["namespace", namespace]).unwrap();
+            assert_eq!(
+                field(&left, "/status/phase").as_deref(),
+                Some("Active"),
+                "{left}"
+            );
         }
     }
 
