@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicIsize, AtomicUsize, Ordering};
 use std::time::Instant;
 
 use driftguard::cluster::source_cache::{Kind, SourceCache, strip};
+use driftguard::drift::ArgoCdSources;
 use driftguard::sources::{self, Sources};
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::reflector::store::Writer;
@@ -109,14 +110,13 @@ fn old_rebuild(store: &kube::runtime::reflector::Store<DynamicObject>) -> Source
     let (applications, _errors) = sources::applications(&values);
     let (overrides, _) = sources::argocd_overrides(&Default::default());
     let accounts = sources::sync_accounts(&applications, &[], false, "argocd");
-    Sources {
+    Sources::of_argocd(ArgoCdSources {
         applications: applications.into_iter().map(Arc::new).collect(),
-        argocd_overrides: Arc::new(overrides),
-        flux: Vec::new(),
-        argocd_sync_accounts: accounts.into_iter().map(Arc::new).collect(),
-        argocd_namespace: "argocd".into(),
-        planned: Default::default(),
-    }
+        overrides: Arc::new(overrides),
+        sync_accounts: accounts.into_iter().map(Arc::new).collect(),
+        namespace: "argocd".into(),
+        installation_id: None,
+    })
 }
 
 /// Mean microseconds of `f` over `n` calls: single-threaded CPU work, so
@@ -207,7 +207,7 @@ fn main() {
             published = Arc::new(cache.snapshot());
         }
     });
-    assert_eq!(published.applications.len(), apps);
+    assert_eq!(published.applications().count(), apps);
     // What building an event object alone costs, included in every row.
     let floor = per_event(events, |n| {
         let mut o = application(n % apps, rules, n + 2, 0);

@@ -229,35 +229,72 @@ pub enum DecideError {
 /// by [`crate::sources`] (`--watch-argocd`, `--watch-flux`), or built by tests.
 #[derive(Debug, Default)]
 pub struct Sources {
-    /// Shared with the watch cache: a new snapshot copies pointers, not rules.
-    pub applications: Vec<Arc<Application>>,
-    /// `resource.customizations.ignoreDifferences.*` of `argocd-cm`: for every
-    /// Argo CD-managed object.
-    pub argocd_overrides: Arc<RuleSet>,
+    /// The Argo CD installations watched: this cluster's, a hub's, or both
+    /// (`--local-argocd-namespace`), each with its own rules.
+    pub argocd: Vec<ArgoCdSources>,
     pub flux: Vec<Arc<FluxSource>>,
-    /// Argo CD sync impersonation (argocd-cm `application.sync.impersonation.enabled`):
-    /// the service account each watched Application is synced as.
-    pub argocd_sync_accounts: Vec<Arc<SyncAccount>>,
-    /// Argo CD's control-plane namespace (`--argocd-namespace`), where a bare
-    /// tracking name resolves; empty reads as [`DEFAULT_ARGOCD_NAMESPACE`].
-    pub argocd_namespace: String,
     /// The objects the tools' records list ([`crate::policy::planned`]), as
     /// `group/Kind:namespace/name`, with who lists them: a manual CREATE of
     /// one is refused whatever it carries.
     pub planned: Arc<std::collections::HashMap<String, Manager>>,
 }
 
+/// One Argo CD installation's own rules.
+#[derive(Debug, Default)]
+pub struct ArgoCdSources {
+    /// Shared with the watch cache: a new snapshot copies pointers, not rules.
+    pub applications: Vec<Arc<Application>>,
+    /// `resource.customizations.ignoreDifferences.*` of `argocd-cm`: for every
+    /// object this installation tracks.
+    pub overrides: Arc<RuleSet>,
+    /// Argo CD sync impersonation (argocd-cm `application.sync.impersonation.enabled`):
+    /// the service account each watched Application is synced as.
+    pub sync_accounts: Vec<Arc<SyncAccount>>,
+    /// Argo CD's control-plane namespace (`--argocd-namespace`), where a bare
+    /// tracking name resolves; empty reads as [`DEFAULT_ARGOCD_NAMESPACE`].
+    pub namespace: String,
+    /// argocd-cm's `installationID`: this installation tracks only the
+    /// objects that carry it ([`ownership::installation_tracks`]).
+    pub installation_id: Option<String>,
+}
+
 /// Where Argo CD runs unless `--argocd-namespace` says otherwise.
 pub const DEFAULT_ARGOCD_NAMESPACE: &str = "argocd";
 
-impl Sources {
+impl ArgoCdSources {
     /// Argo CD's control-plane namespace.
-    pub fn argocd_namespace(&self) -> &str {
-        if self.argocd_namespace.is_empty() {
+    pub fn namespace(&self) -> &str {
+        if self.namespace.is_empty() {
             DEFAULT_ARGOCD_NAMESPACE
         } else {
-            &self.argocd_namespace
+            &self.namespace
         }
+    }
+
+    /// The account this installation syncs Application `application` as,
+    /// when it impersonates one.
+    fn sync_account(&self, application: &str, namespace: Option<&str>) -> Option<&SyncAccount> {
+        self.sync_accounts
+            .iter()
+            .find(|a| a.is_for(application, namespace))
+            .map(|a| &**a)
+    }
+}
+
+impl Sources {
+    /// Sources of one Argo CD installation, as tests and tools build them.
+    pub fn of_argocd(argocd: ArgoCdSources) -> Self {
+        Self {
+            argocd: vec![argocd],
+            ..Self::default()
+        }
+    }
+
+    /// Every watched Application, of every installation.
+    pub fn applications(&self) -> impl Iterator<Item = &Application> {
+        self.argocd
+            .iter()
+            .flat_map(|a| a.applications.iter().map(|app| &**app))
     }
 
     /// The Kustomization or HelmRelease that manages the object, when known.
@@ -277,8 +314,15 @@ impl Sources {
             .map(|s| &**s)
     }
 
-    /// The account Argo CD syncs the managing Application as, when it impersonates one.
-    pub fn argocd_sync_account(&self, manager: &Manager) -> Option<&SyncAccount> {
+    /// The account Argo CD syncs the managing Application as, when it
+    /// impersonates one: in the installation that tracks the object; before
+    /// that is worked out, only when one installation alone has an account
+    /// for that name (never a guess between two).
+    pub fn argocd_sync_account(
+        &self,
+        manager: &Manager,
+        installation: Installation<'_>,
+    ) -> Option<&SyncAccount> {
         let Manager::ArgoCd {
             application,
             application_namespace,
@@ -286,11 +330,37 @@ impl Sources {
         else {
             return None;
         };
-        self.argocd_sync_accounts
+        let namespace = application_namespace.as_deref();
+        let mut found = self
+            .argocd
             .iter()
-            .find(|a| a.is_for(application, application_namespace.as_deref()))
-            .map(|a| &**a)
+            .filter(|a| match installation {
+                Installation::Known { watched, .. } => watched.is_some_and(|w| std::ptr::eq(w, *a)),
+                Installation::Other => false,
+                Installation::Unresolved => true,
+            })
+            .filter_map(|a| a.sync_account(application, namespace));
+        found.next().filter(|_| found.next().is_none())
     }
+}
+
+/// Which Argo CD installation's rules apply to the object: worked out by the
+/// decision's first step ([`steps::installation`]) from the stored object's
+/// `installation-id`.
+#[derive(Clone, Copy, Debug, Default)]
+pub enum Installation<'a> {
+    /// Not worked out yet (what callers pass): every source counts.
+    #[default]
+    Unresolved,
+    /// Tracked by an installation driftguard knows: the watched one, if any,
+    /// and whether the policy's `--argocd-application` files count.
+    Known {
+        watched: Option<&'a ArgoCdSources>,
+        files: bool,
+    },
+    /// Tracked by no installation driftguard knows, or by two it cannot tell
+    /// apart: only the policy's own rules apply.
+    Other,
 }
 
 /// Inputs that are not part of the request.
@@ -301,11 +371,38 @@ pub struct Context<'a> {
     pub parent: Option<&'a Value>,
     /// What Argo CD and Flux know, read from the cluster (`--watch-argocd`, `--watch-flux`).
     pub sources: Option<&'a Sources>,
-    /// The object is tracked by another Argo CD installation than the
-    /// policy's (`gitops.argocd.installationID`): this instance's
-    /// Applications, argocd-cm rules and sync accounts do not apply to it.
-    /// Set by the decision itself; callers pass `false`.
-    pub other_installation: bool,
+    /// Which Argo CD installation tracks the object. Set by the decision
+    /// itself; callers pass `Installation::Unresolved`.
+    pub installation: Installation<'a>,
+}
+
+impl<'a> Context<'a> {
+    /// The watched Argo CD installation whose rules apply: the one that
+    /// tracks the object; before that is worked out, the only one watched.
+    pub fn argocd(&self) -> Option<&'a ArgoCdSources> {
+        match self.installation {
+            Installation::Known { watched, .. } => watched,
+            Installation::Other => None,
+            Installation::Unresolved => match &self.sources?.argocd[..] {
+                [one] => Some(one),
+                _ => None,
+            },
+        }
+    }
+
+    /// Whether the policy's `--argocd-application` files apply.
+    pub fn files_apply(&self) -> bool {
+        match self.installation {
+            Installation::Known { files, .. } => files,
+            Installation::Other => false,
+            Installation::Unresolved => true,
+        }
+    }
+
+    /// Tracked by an Argo CD installation driftguard does not know.
+    pub fn other_installation(&self) -> bool {
+        matches!(self.installation, Installation::Other)
+    }
 }
 
 pub fn decide(policy: &Policy, req: &Request, ctx: &Context) -> Result<Decision, DecideError> {

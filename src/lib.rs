@@ -77,7 +77,7 @@ pub fn judge_request(
         now,
         parent,
         sources,
-        other_installation: false,
+        installation: Default::default(),
     };
     let decision = drift::decide(policy, &view, &ctx)?;
     let response = response::respond(req, &view, &decision, endpoint, now).into_review();

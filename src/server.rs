@@ -148,7 +148,11 @@ pub struct Config {
     /// cluster, in this namespace, beside the hub's. Each installation's
     /// objects are told apart by argocd-cm's `installationID`, which must
     /// differ between the two (docs/fleets.md).
-    #[arg(long, env = "DRIFTGUARD_LOCAL_ARGOCD_NAMESPACE", requires = "argocd_kubeconfig")]
+    #[arg(
+        long,
+        env = "DRIFTGUARD_LOCAL_ARGOCD_NAMESPACE",
+        requires = "argocd_kubeconfig"
+    )]
     pub local_argocd_namespace: Option<String>,
     /// A name the hub knows this cluster by (repeatable, or comma-separated):
     /// an Argo CD destination `server` URL (with `://`) or `name`, and the
@@ -364,6 +368,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             let options = crate::cluster::watch::WatchOptions {
                 argocd: config.watch_argocd,
                 argocd_namespace: config.argocd_namespace.clone(),
+                local_argocd_namespace: config.local_argocd_namespace.clone(),
                 flux: config.watch_flux,
                 argocd_hub: argocd_hub.clone(),
                 flux_hub: hub(&config.flux_kubeconfig, "--flux-kubeconfig").await?,

@@ -307,7 +307,16 @@ impl Reviewer {
         // controller and trusted identities can be checked here; a Flux
         // tenant's service account is recognised by the decision itself,
         // which runs the same check once the parent names its manager.
-        if drift::exemption(policy, None, None, user, groups).is_some() {
+        if drift::exemption(
+            policy,
+            None,
+            drift::Installation::Unresolved,
+            None,
+            user,
+            groups,
+        )
+        .is_some()
+        {
             return None;
         }
         let reader = self.parents.as_ref()?;

@@ -289,7 +289,7 @@ fn the_chart_lints_renders_and_is_accepted_by_the_apiserver() {
 
     let mut plane = ControlPlane::start("chart");
     plane.add_user("driftguard", &[]);
-    plane.create_namespaces(&["driftguard", "argocd"]);
+    plane.create_namespaces(&["driftguard", "argocd", "team-argocd"]);
     plane.apply_crds(&["cert-manager", "monitoring"]);
 
     let pem = std::fs::read_to_string(plane.dir.join("ca.crt")).unwrap();
@@ -364,6 +364,7 @@ fn the_chart_lints_renders_and_is_accepted_by_the_apiserver() {
                 "watch.hub.argocdKubeconfigSecret=argocd-hub",
                 "watch.hub.fluxKubeconfigSecret=flux-hub",
                 "watch.hub.clusterNames={https://spoke-1.example.com:6443,spoke-1}",
+                "watch.hub.localArgocdNamespace=team-argocd",
             ],
         ),
         (
@@ -1074,11 +1075,26 @@ fn the_hub_options_render_as_flags_and_a_mounted_secret() {
             "watch.hub.argocdKubeconfigSecret=argocd-hub",
             "watch.hub.fluxKubeconfigSecret=flux-hub",
             "watch.hub.clusterNames={https://spoke-1.example.com:6443,spoke-1}",
+            "watch.hub.localArgocdNamespace=team-argocd",
         ],
         &[],
     );
     assert!(out.ok, "{}", out.stderr);
     let docs = documents(&out.yaml);
+    // This cluster's own Argo CD beside the hub's: read where it runs.
+    let argocd_cm_grants: Vec<&Value> = docs
+        .iter()
+        .filter(|d| d["kind"] == "Role" || d["kind"] == "RoleBinding")
+        .filter(|d| {
+            d["metadata"]["name"]
+                .as_str()
+                .is_some_and(|n| n.ends_with("-argocd-cm"))
+        })
+        .collect();
+    assert_eq!(argocd_cm_grants.len(), 2, "a Role and its binding");
+    for grant in argocd_cm_grants {
+        assert_eq!(grant["metadata"]["namespace"], "team-argocd", "{grant}");
+    }
     let pod = &find(&docs, "Deployment")["spec"]["template"]["spec"];
     let args: Vec<&str> = pod["containers"][0]["args"]
         .as_array()
@@ -1091,6 +1107,7 @@ fn the_hub_options_render_as_flags_and_a_mounted_secret() {
         "--flux-kubeconfig=/hub/flux/kubeconfig",
         "--cluster-name=https://spoke-1.example.com:6443",
         "--cluster-name=spoke-1",
+        "--local-argocd-namespace=team-argocd",
     ] {
         assert!(args.contains(&flag), "{flag} in {args:?}");
     }
@@ -1122,6 +1139,15 @@ fn the_hub_options_render_as_flags_and_a_mounted_secret() {
     );
     assert!(
         !refused.ok && refused.stderr.contains("needs watch.flux"),
+        "{}",
+        refused.stderr
+    );
+    let refused = template(&helm, &["watch.hub.localArgocdNamespace=team-argocd"], &[]);
+    assert!(
+        !refused.ok
+            && refused
+                .stderr
+                .contains("needs watch.hub.argocdKubeconfigSecret"),
         "{}",
         refused.stderr
     );

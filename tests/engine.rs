@@ -1245,18 +1245,13 @@ fn argo_cd_sync_impersonation_trusts_the_account_for_its_application_only() {
             {"server": "https://kubernetes.default.svc", "namespace": "production", "defaultServiceAccount": "deployer"}]}}))
     .unwrap();
     let judge = |enabled: bool, old: &Value, user: &str| {
-        let sources = Sources {
-            argocd_sync_accounts: sync_accounts(
-                &apps,
-                std::slice::from_ref(&project),
-                enabled,
-                "argocd",
-            )
-            .into_iter()
-            .map(std::sync::Arc::new)
-            .collect(),
+        let sources = Sources::of_argocd(driftguard::drift::ArgoCdSources {
+            sync_accounts: sync_accounts(&apps, std::slice::from_ref(&project), enabled, "argocd")
+                .into_iter()
+                .map(std::sync::Arc::new)
+                .collect(),
             ..Default::default()
-        };
+        });
         let new = with(old, IMAGE, json!("web:2"));
         let review = Review::update(old.clone(), new).by(user, &["system:serviceaccounts"]);
         let body = serde_json::to_vec(&review.body()).unwrap();

@@ -15,7 +15,8 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::DynamicObject;
 use serde_json::Value;
 
-use crate::drift::Manager;
+use crate::drift::ownership::ARGOCD_CM_INSTALLATION_ID;
+use crate::drift::{ArgoCdSources, Manager};
 use crate::policy::argocd::ThisCluster;
 use crate::policy::ignore::RuleSet;
 use crate::policy::impersonation::{self, AppProject, SyncAccount};
@@ -58,7 +59,12 @@ struct AppEntry {
 
 #[derive(Default)]
 pub struct SourceCache {
+    /// Whether this cache holds an Argo CD installation (its snapshot then
+    /// has one); a cache of Flux alone does not.
+    argocd_watched: bool,
     argocd_namespace: String,
+    /// argocd-cm's `installationID`.
+    installation_id: Option<String>,
     /// What Argo CD calls the cluster driftguard guards.
     this_cluster: ThisCluster,
     /// For a hub's Flux, the names of the kubeconfig Secrets its
@@ -113,6 +119,7 @@ fn cm_data(cm: Option<&ConfigMap>) -> serde_json::Map<String, Value> {
         .filter(|(k, _)| {
             k.starts_with("resource.customizations.ignoreDifferences.")
                 || k.as_str() == impersonation::ENABLED_KEY
+                || k.as_str() == ARGOCD_CM_INSTALLATION_ID
         })
         .map(|(k, v)| (k.clone(), Value::String(v.clone())))
         .collect()
@@ -158,10 +165,17 @@ impl SourceCache {
     /// hub's, in a fleet).
     pub fn for_cluster(argocd_namespace: &str, this_cluster: ThisCluster) -> Self {
         Self {
+            argocd_watched: true,
             argocd_namespace: argocd_namespace.to_owned(),
             this_cluster,
             ..Self::default()
         }
+    }
+
+    /// A cache of Flux alone: its snapshot holds no Argo CD installation.
+    pub fn without_argocd(mut self) -> Self {
+        self.argocd_watched = false;
+        self
     }
 
     /// Reads Flux from a hub that reaches this cluster through the kubeconfig
@@ -373,6 +387,11 @@ impl SourceCache {
         let (overrides, errors) = sources::argocd_overrides(&data);
         report(errors);
         self.overrides = Arc::new(overrides);
+        self.installation_id = data
+            .get(ARGOCD_CM_INSTALLATION_ID)
+            .and_then(Value::as_str)
+            .filter(|id| !id.is_empty())
+            .map(str::to_owned);
         let enabled = impersonation::enabled(&data);
         if enabled != self.impersonation {
             self.impersonation = enabled;
@@ -390,20 +409,24 @@ impl SourceCache {
         };
         let mut all_flux = flux(&self.kustomizations);
         all_flux.extend(flux(&self.helmreleases));
-        Sources {
+        let argocd = self.argocd_watched.then(|| ArgoCdSources {
             applications: self
                 .applications
                 .values()
                 .filter_map(|e| e.app.clone())
                 .collect(),
-            argocd_overrides: self.overrides.clone(),
-            flux: all_flux,
-            argocd_sync_accounts: self
+            overrides: self.overrides.clone(),
+            sync_accounts: self
                 .applications
                 .values()
                 .filter_map(|e| e.account.clone())
                 .collect(),
-            argocd_namespace: self.argocd_namespace.clone(),
+            namespace: self.argocd_namespace.clone(),
+            installation_id: self.installation_id.clone(),
+        });
+        Sources {
+            argocd: argocd.into_iter().collect(),
+            flux: all_flux,
             planned: self.planned_index.clone(),
         }
     }
@@ -551,7 +574,7 @@ mod tests {
         assert!(!snapshot.planned.contains_key("apps/Deployment:shop/hub"));
         assert!(!snapshot.planned.contains_key("apps/Deployment:shop/other"));
         let destination = |name: &str| {
-            let a = snapshot
+            let a = snapshot.argocd[0]
                 .applications
                 .iter()
                 .find(|a| a.name == name)
@@ -585,14 +608,17 @@ mod tests {
         assert!(!cache.apply(Kind::Application, &app("u1", "shop", true, "OutOfSync")));
         let after = cache.snapshot();
         // The same compiled Application, not a copy.
-        assert!(Arc::ptr_eq(&before.applications[0], &after.applications[0]));
+        assert!(Arc::ptr_eq(
+            &before.argocd[0].applications[0],
+            &after.argocd[0].applications[0]
+        ));
         assert!(cache.apply(Kind::Application, &app("u1", "shop", false, "OutOfSync")));
         let changed = cache.snapshot();
         assert!(!Arc::ptr_eq(
-            &before.applications[0],
-            &changed.applications[0]
+            &before.argocd[0].applications[0],
+            &changed.argocd[0].applications[0]
         ));
-        assert!(changed.applications[0].rules.is_empty());
+        assert!(changed.argocd[0].applications[0].rules.is_empty());
     }
 
     #[test]
@@ -600,7 +626,10 @@ mod tests {
         let mut cache = SourceCache::new("argocd");
         let mut a = app("u1", "shop-prod", true, "Synced");
         assert!(cache.apply(Kind::Application, &a));
-        assert_eq!(cache.snapshot().applications[0].application_set, None);
+        assert_eq!(
+            cache.snapshot().argocd[0].applications[0].application_set,
+            None
+        );
         // Not the controller owner: not the set that generated it.
         a.metadata.owner_references =
             serde_json::from_value(json!([{"apiVersion": "argoproj.io/v1alpha1",
@@ -610,7 +639,7 @@ mod tests {
         a.metadata.owner_references.as_mut().unwrap()[0].controller = Some(true);
         assert!(cache.apply(Kind::Application, &a));
         assert_eq!(
-            cache.snapshot().applications[0]
+            cache.snapshot().argocd[0].applications[0]
                 .describe_source()
                 .as_deref(),
             Some("generated by ApplicationSet argocd/shop")
@@ -662,10 +691,13 @@ mod tests {
         let before = cache.snapshot();
         cache.apply(Kind::Application, &app("u2", "b", false, "x"));
         let after = cache.snapshot();
-        assert!(Arc::ptr_eq(&before.applications[0], &after.applications[0]));
+        assert!(Arc::ptr_eq(
+            &before.argocd[0].applications[0],
+            &after.argocd[0].applications[0]
+        ));
         assert!(!Arc::ptr_eq(
-            &before.applications[1],
-            &after.applications[1]
+            &before.argocd[0].applications[1],
+            &after.argocd[0].applications[1]
         ));
     }
 
@@ -677,10 +709,10 @@ mod tests {
             &[app("u1", "a", true, "x"), app("u2", "b", true, "x")],
         );
         assert!(cache.relist(Kind::Application, &[app("u2", "b", true, "x")]));
-        assert_eq!(cache.snapshot().applications.len(), 1);
+        assert_eq!(cache.snapshot().argocd[0].applications.len(), 1);
         assert!(!cache.relist(Kind::Application, &[app("u2", "b", true, "y")]));
         assert!(cache.delete(Kind::Application, &app("u2", "b", true, "x")));
-        assert!(cache.snapshot().applications.is_empty());
+        assert!(cache.snapshot().argocd[0].applications.is_empty());
     }
 
     #[test]
@@ -694,9 +726,33 @@ mod tests {
         let mut cache = SourceCache::new("argocd");
         assert!(cache.apply_cm(Some(&cm("a"))));
         assert!(!cache.apply_cm(Some(&cm("b"))), "a key never read");
-        assert_eq!(cache.snapshot().argocd_overrides.len(), 1);
+        assert_eq!(cache.snapshot().argocd[0].overrides.len(), 1);
         assert!(cache.apply_cm(None));
-        assert_eq!(cache.snapshot().argocd_overrides.len(), 0);
+        assert_eq!(cache.snapshot().argocd[0].overrides.len(), 0);
+    }
+
+    /// Two Argo CDs in one cluster are told apart by argocd-cm's
+    /// `installationID`: a change of it alone is a change of the sources.
+    #[test]
+    fn argocd_cm_gives_the_installation_its_id() {
+        let cm = |id: &str| -> ConfigMap {
+            serde_json::from_value(
+                json!({"metadata": {"name": "argocd-cm"}, "data": {"installationID": id}}),
+            )
+            .unwrap()
+        };
+        let mut cache = SourceCache::new("argocd");
+        assert_eq!(cache.snapshot().argocd[0].installation_id, None);
+        assert!(cache.apply_cm(Some(&cm("hub"))));
+        assert_eq!(
+            cache.snapshot().argocd[0].installation_id.as_deref(),
+            Some("hub")
+        );
+        assert!(cache.apply_cm(Some(&cm(""))), "emptied");
+        assert_eq!(cache.snapshot().argocd[0].installation_id, None);
+        // A cache of Flux alone lends no Argo CD installation.
+        let flux = SourceCache::new("argocd").without_argocd();
+        assert!(flux.snapshot().argocd.is_empty());
     }
 
     #[test]

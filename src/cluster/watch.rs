@@ -42,8 +42,11 @@ impl SourcesHandle {
 
 pub struct Watches {
     pub handle: SourcesHandle,
-    /// Taken by the watch tasks only, one event at a time; readers use `handle`.
-    cache: Mutex<SourceCache>,
+    /// Taken by the watch tasks only, one event at a time; readers use
+    /// `handle`. The first holds Flux and the Argo CD read first (the hub's
+    /// when there is one); the second, this cluster's own Argo CD beside a
+    /// hub's (`--local-argocd-namespace`).
+    caches: Mutex<Vec<SourceCache>>,
     /// Watches whose first list has not completed yet.
     pending: AtomicUsize,
     /// When a watch last reported: the sources were current then.
@@ -59,11 +62,8 @@ impl Watches {
         self.pending.load(Ordering::SeqCst) == 0
     }
 
-    fn count(&self, kind: Kind) -> usize {
-        self.cache
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .count(kind)
+    fn count(&self, at: usize, kind: Kind) -> usize {
+        self.caches.lock().unwrap_or_else(|e| e.into_inner())[at].count(kind)
     }
 
     /// Watched kinds served at another version only, described.
@@ -92,20 +92,41 @@ impl Watches {
             .as_secs_f64()
     }
 
-    /// Applies one event to the cache; publishes a snapshot only if the
+    /// Applies one event to cache `at`; publishes a snapshot only if the
     /// sources changed.
-    fn update(&self, change: impl FnOnce(&mut SourceCache) -> bool) {
-        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
-        if change(&mut cache) {
-            self.handle.replace(cache.snapshot());
+    fn update(&self, at: usize, change: impl FnOnce(&mut SourceCache) -> bool) {
+        let mut caches = self.caches.lock().unwrap_or_else(|e| e.into_inner());
+        if change(&mut caches[at]) {
+            self.handle.replace(snapshot(&caches));
         }
         *self.last_change.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
     }
 }
 
+/// All caches' sources as one: each Argo CD installation apart, the listed
+/// objects merged (the first lister named, as within one cache).
+fn snapshot(caches: &[SourceCache]) -> Sources {
+    let mut parts = caches.iter().map(SourceCache::snapshot);
+    let mut all = parts.next().unwrap_or_default();
+    for part in parts {
+        all.argocd.extend(part.argocd);
+        all.flux.extend(part.flux);
+        if !part.planned.is_empty() {
+            let mut merged = (*all.planned).clone();
+            for (key, by) in part.planned.iter() {
+                merged.entry(key.clone()).or_insert_with(|| by.clone());
+            }
+            all.planned = Arc::new(merged);
+        }
+    }
+    all
+}
+
 pub struct WatchOptions {
     pub argocd: bool,
     pub argocd_namespace: String,
+    /// Beside a hub's Argo CD, this cluster's own, in this namespace.
+    pub local_argocd_namespace: Option<String>,
     pub flux: bool,
     /// A hub's Argo CD (its Applications, AppProjects and argocd-cm live
     /// there), instead of this cluster's.
@@ -127,9 +148,18 @@ pub fn spawn(client: kube::Client, options: &WatchOptions, metrics: Arc<Metrics>
     if options.flux_hub.is_some() {
         cache = cache.with_hub_flux(options.cluster_names.clone());
     }
+    if !options.argocd {
+        cache = cache.without_argocd();
+    }
+    let local_argocd = options
+        .local_argocd_namespace
+        .as_ref()
+        .filter(|_| options.argocd && options.argocd_hub.is_some());
+    let mut caches = vec![cache];
+    caches.extend(local_argocd.map(|ns| SourceCache::new(ns)));
     let watches = Arc::new(Watches {
         handle: SourcesHandle::default(),
-        cache: Mutex::new(cache),
+        caches: Mutex::new(caches),
         pending: AtomicUsize::new(0),
         last_change: Mutex::new(Instant::now()),
         mismatched: Mutex::new(BTreeMap::new()),
@@ -138,50 +168,88 @@ pub fn spawn(client: kube::Client, options: &WatchOptions, metrics: Arc<Metrics>
         ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind))
     };
     if options.argocd {
-        let client = options.argocd_hub.as_ref().unwrap_or(&client);
-        let ar = crate::pause::application_resource();
-        let api = Api::<DynamicObject>::all_with(client.clone(), &ar);
-        let served = Served::new(client, &ar);
-        watch_dynamic(&watches, api, served, Kind::Application, metrics.clone());
-        // Argo CD reads an Application's project from its own namespace only.
-        let ar = dynamic("argoproj.io", "v1alpha1", "AppProject");
-        let api =
-            Api::<DynamicObject>::namespaced_with(client.clone(), &options.argocd_namespace, &ar);
-        let served = Served::new(client, &ar);
-        watch_dynamic(&watches, api, served, Kind::AppProject, metrics.clone());
-        let api = Api::<ConfigMap>::namespaced(client.clone(), &options.argocd_namespace);
-        let config = watcher::Config::default().fields("metadata.name=argocd-cm");
-        let stream = watcher(api, config)
-            .modify(|cm: &mut ConfigMap| cm.metadata.managed_fields = None)
-            .default_backoff();
-        let mut listed: Option<ConfigMap> = None;
-        run(
+        let first = options.argocd_hub.as_ref().unwrap_or(&client);
+        let labels = ["Application", "AppProject", "argocd-cm"];
+        watch_argocd(
             &watches,
-            stream,
-            None,
-            "argocd-cm",
-            metrics.clone(),
-            move |w, event| match event {
-                Event::Init => listed = None,
-                Event::InitApply(cm) => listed = Some(cm),
-                Event::InitDone => w.update(|c| c.apply_cm(listed.take().as_ref())),
-                Event::Apply(cm) => w.update(|c| c.apply_cm(Some(&cm))),
-                Event::Delete(_) => w.update(|c| c.apply_cm(None)),
-            },
+            first,
+            &options.argocd_namespace,
+            (0, labels),
+            &metrics,
         );
+    }
+    if let Some(namespace) = local_argocd {
+        let labels = ["local Application", "local AppProject", "local argocd-cm"];
+        watch_argocd(&watches, &client, namespace, (1, labels), &metrics);
     }
     if options.flux {
         let client = options.flux_hub.as_ref().unwrap_or(&client);
         let ar = dynamic("kustomize.toolkit.fluxcd.io", "v1", "Kustomization");
         let api = Api::<DynamicObject>::all_with(client.clone(), &ar);
         let served = Served::new(client, &ar);
-        watch_dynamic(&watches, api, served, Kind::Kustomization, metrics.clone());
+        let at = (0, Kind::Kustomization.as_str());
+        watch_dynamic(
+            &watches,
+            api,
+            served,
+            Kind::Kustomization,
+            at,
+            metrics.clone(),
+        );
         let ar = dynamic("helm.toolkit.fluxcd.io", "v2", "HelmRelease");
         let api = Api::<DynamicObject>::all_with(client.clone(), &ar);
         let served = Served::new(client, &ar);
-        watch_dynamic(&watches, api, served, Kind::HelmRelease, metrics);
+        let at = (0, Kind::HelmRelease.as_str());
+        watch_dynamic(&watches, api, served, Kind::HelmRelease, at, metrics);
     }
     watches
+}
+
+/// The watches over one Argo CD installation, in `namespace` of the cluster
+/// `client` reaches, into cache `at`; `labels` name its Applications,
+/// AppProjects and argocd-cm in metrics and logs.
+fn watch_argocd(
+    watches: &Arc<Watches>,
+    client: &kube::Client,
+    namespace: &str,
+    (at, labels): (usize, [&'static str; 3]),
+    metrics: &Arc<Metrics>,
+) {
+    let ar = crate::pause::application_resource();
+    let api = Api::<DynamicObject>::all_with(client.clone(), &ar);
+    let served = Served::new(client, &ar);
+    let kind = Kind::Application;
+    watch_dynamic(watches, api, served, kind, (at, labels[0]), metrics.clone());
+    // Argo CD reads an Application's project from its own namespace only.
+    let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(
+        "argoproj.io",
+        "v1alpha1",
+        "AppProject",
+    ));
+    let api = Api::<DynamicObject>::namespaced_with(client.clone(), namespace, &ar);
+    let served = Served::new(client, &ar);
+    let kind = Kind::AppProject;
+    watch_dynamic(watches, api, served, kind, (at, labels[1]), metrics.clone());
+    let api = Api::<ConfigMap>::namespaced(client.clone(), namespace);
+    let config = watcher::Config::default().fields("metadata.name=argocd-cm");
+    let stream = watcher(api, config)
+        .modify(|cm: &mut ConfigMap| cm.metadata.managed_fields = None)
+        .default_backoff();
+    let mut listed: Option<ConfigMap> = None;
+    run(
+        watches,
+        stream,
+        None,
+        labels[2],
+        metrics.clone(),
+        move |w, event| match event {
+            Event::Init => listed = None,
+            Event::InitApply(cm) => listed = Some(cm),
+            Event::InitDone => w.update(at, |c| c.apply_cm(listed.take().as_ref())),
+            Event::Apply(cm) => w.update(at, |c| c.apply_cm(Some(&cm))),
+            Event::Delete(_) => w.update(at, |c| c.apply_cm(None)),
+        },
+    );
 }
 
 /// A watch over one dynamic kind. kube's `predicate_filter` is not used: it
@@ -192,6 +260,7 @@ fn watch_dynamic(
     api: Api<DynamicObject>,
     served: Served,
     kind: Kind,
+    (at, label): (usize, &'static str),
     metrics: Arc<Metrics>,
 ) {
     let stream = watcher(api, watcher::Config::default())
@@ -201,15 +270,13 @@ fn watch_dynamic(
     let mut listed = Vec::new();
     let cached = metrics
         .sources_objects
-        .get_or_create(&SourceLabels {
-            source: kind.as_str(),
-        })
+        .get_or_create(&SourceLabels { source: label })
         .clone();
     run(
         watches,
         stream,
         Some(served),
-        kind.as_str(),
+        label,
         metrics,
         move |w, event| {
             match event {
@@ -217,12 +284,12 @@ fn watch_dynamic(
                 Event::InitApply(o) => listed.push(o),
                 Event::InitDone => {
                     let objects = std::mem::take(&mut listed);
-                    w.update(|c| c.relist(kind, &objects));
+                    w.update(at, |c| c.relist(kind, &objects));
                 }
-                Event::Apply(o) => w.update(|c| c.apply(kind, &o)),
-                Event::Delete(o) => w.update(|c| c.delete(kind, &o)),
+                Event::Apply(o) => w.update(at, |c| c.apply(kind, &o)),
+                Event::Delete(o) => w.update(at, |c| c.delete(kind, &o)),
             }
-            cached.set(w.count(kind) as i64);
+            cached.set(w.count(at, kind) as i64);
         },
     );
 }
@@ -401,6 +468,42 @@ fn not_installed(e: &watcher::Error) -> bool {
 mod tests {
     use super::*;
     use kube::core::Status;
+
+    /// A hub's Argo CD and this cluster's own stay two installations in the
+    /// published sources; what each lists is merged, the first lister kept.
+    #[test]
+    fn the_caches_publish_one_installation_each() {
+        let app = |uid: &str, ns: &str, listed: &str| -> DynamicObject {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
+                "metadata": {"name": "web", "namespace": ns, "uid": uid},
+                "spec": {"destination": {"server": "https://kubernetes.default.svc", "namespace": "shop"}},
+                "status": {"resources": [{"group": "apps", "kind": "Deployment", "namespace": "shop", "name": listed}]}
+            }))
+            .unwrap()
+        };
+        let mut hub = SourceCache::new("argocd");
+        let mut here = SourceCache::new("team-argocd");
+        hub.apply(Kind::Application, &app("u1", "argocd", "a"));
+        here.apply(Kind::Application, &app("u2", "team-argocd", "a"));
+        here.apply(Kind::Application, &app("u3", "team-argocd", "b"));
+        let all = snapshot(&[hub, here]);
+        let namespaces: Vec<_> = all.argocd.iter().map(|a| a.namespace()).collect();
+        assert_eq!(namespaces, ["argocd", "team-argocd"]);
+        assert_eq!(all.argocd[1].applications.len(), 2);
+        let lister = |key: &str| match all.planned.get(key) {
+            Some(crate::drift::Manager::ArgoCd {
+                application_namespace,
+                ..
+            }) => application_namespace.clone(),
+            _ => None,
+        };
+        assert_eq!(lister("apps/Deployment:shop/a").as_deref(), Some("argocd"));
+        assert_eq!(
+            lister("apps/Deployment:shop/b").as_deref(),
+            Some("team-argocd")
+        );
+    }
 
     #[test]
     fn only_a_404_means_not_installed() {

@@ -14,7 +14,10 @@
 use serde_json::Value;
 
 use super::steps::{apply_break_glass, detects, exemption, set_manager, verdict_for};
-use super::{Context, Decision, Finding, Inputs, Manager, Operation, Request, Sources, breakglass};
+use super::{
+    Context, Decision, Finding, Inputs, Installation, Manager, Operation, Request, Sources,
+    breakglass,
+};
 use crate::policy::{Mode, Policy};
 
 /// At most this many lost objects are named in a denial; the rest are counted.
@@ -92,8 +95,16 @@ pub(super) fn guard(policy: &Policy, req: &Request, ctx: &Context, d: Decision) 
         .unwrap_or(Mode::Enforce);
     // Exempt only for every manager: a Flux tenant's account may delete its
     // own objects, never another tool's or tenant's along with them.
-    let exempt_for =
-        |m: &Manager| exemption(policy, ctx.sources, Some(m), req.username, req.groups);
+    let exempt_for = |m: &Manager| {
+        exemption(
+            policy,
+            ctx.sources,
+            Installation::Unresolved,
+            Some(m),
+            req.username,
+            req.groups,
+        )
+    };
     let unexempt = cascade.managers.iter().find(|m| exempt_for(m).is_none());
     let Some(manager) = unexempt.or(cascade.managers.first()) else {
         return d;

@@ -11,8 +11,8 @@ use super::breakglass::{self, BreakGlass};
 use super::inputs::{Input, Inputs};
 use super::ownership::{self, Manager};
 use super::{
-    Context, DEFAULT_ARGOCD_NAMESPACE, Decision, Finding, Operation, OutOfScope, Request, Sources,
-    Verdict,
+    ArgoCdSources, Context, DEFAULT_ARGOCD_NAMESPACE, Decision, Finding, Installation, Operation,
+    OutOfScope, Request, Sources, Verdict,
 };
 use super::{compare, restore};
 use crate::policy::flux::FluxSource;
@@ -31,36 +31,71 @@ pub enum Owner<'p> {
     Destination(&'p Application),
 }
 
-/// With `gitops.argocd.installationID` set, whether an Argo CD-tracked
-/// object carries another installation's id (or none): Argo CD tracks an
-/// object only with its own id, so this instance's Applications say nothing
-/// about it. It stays judged, by the policy's own rules; the id is an input.
-/// The context for the rest of the decision: `ctx`, marked
-/// `other_installation` when that holds for `stored` (noted in `notes`).
+/// Which Argo CD installation tracks `stored`, by Argo CD's own rule: the
+/// one whose `installationID` (argocd-cm's; else the policy's
+/// `gitops.argocd.installationID`) equals the object's `installation-id`
+/// exactly, absent reading as empty. Two Argo CDs in one cluster must set
+/// different ids; an object that two watched installations would both claim,
+/// or none, gets only the policy's own rules. The id read is the stored
+/// object's, which a person cannot change without it being a drift itself.
+/// The context for the rest of the decision, with a note in `notes` when no
+/// installation applies to an Argo CD-tracked object.
 pub fn installation<'a>(
     policy: &Policy,
     ctx: &Context<'a>,
     stored: &Inputs,
     notes: &mut Vec<String>,
 ) -> Context<'a> {
-    let Some(id) = policy
+    let theirs = stored.text(Input::ArgoInstallationId);
+    let policy_id = policy
         .argocd
         .as_ref()
-        .and_then(|a| a.installation_id.as_deref())
-    else {
-        return *ctx;
+        .and_then(|a| a.installation_id.as_deref());
+    let watched = ctx.sources.map_or(&[][..], |s| &s.argocd[..]);
+    let mut claiming = watched.iter().filter(|w| {
+        let id = w.installation_id.as_deref().or(policy_id);
+        ownership::installation_tracks(id, theirs)
+    });
+    let (first, second) = (claiming.next(), claiming.next());
+    // The policy's own installation (its `--argocd-application` files): the
+    // only one without watches, and one beside them when it has files.
+    let files_id = match watched {
+        [one] => policy_id.or(one.installation_id.as_deref()),
+        _ => policy_id,
     };
-    let theirs = stored.text(Input::ArgoInstallationId);
-    let other =
-        theirs != Some(id) && matches!(ownership::detect(stored), Some(Manager::ArgoCd { .. }));
-    if other {
-        notes.push(format!(
-            "tracked by another Argo CD installation ({}): this installation's Applications do not apply",
-            theirs.unwrap_or("no installation id")
-        ));
+    let files = (watched.is_empty() || !policy.applications.is_empty())
+        && ownership::installation_tracks(files_id, theirs);
+    let installation = match (first, second) {
+        (Some(_), Some(_)) => None,
+        (Some(one), None) => Some(Installation::Known {
+            watched: Some(one),
+            files,
+        }),
+        (None, _) => files.then_some(Installation::Known {
+            watched: None,
+            files,
+        }),
+    };
+    if let Some(installation) = installation {
+        return Context {
+            installation,
+            ..*ctx
+        };
     }
+    if !matches!(ownership::detect(stored), Some(Manager::ArgoCd { .. })) {
+        return *ctx;
+    }
+    let id = theirs.unwrap_or("no installation id");
+    notes.push(match second {
+        Some(_) => format!(
+            "tracked by Argo CD installation {id}, an id two watched installations share (give each argocd-cm its own installationID): neither's Applications apply"
+        ),
+        None => format!(
+            "tracked by another Argo CD installation ({id}): this installation's Applications do not apply"
+        ),
+    });
     Context {
-        other_installation: other,
+        installation: Installation::Other,
         ..*ctx
     }
 }
@@ -181,11 +216,12 @@ fn destination_application<'p>(
     {
         return None;
     }
-    let watched = ctx.sources.map_or(&[][..], |s| &s.applications[..]);
+    // Every installation's: a namespace any of them deploys into is guarded.
+    let watched = ctx.sources.into_iter().flat_map(Sources::applications);
     policy
         .applications
         .iter()
-        .chain(watched.iter().map(|a| &**a))
+        .chain(watched)
         .find(|a| a.destination_namespace.as_deref() == Some(req.name))
 }
 
@@ -196,18 +232,31 @@ pub(super) fn find_application<'p>(
     name: &str,
     namespace: Option<&str>,
 ) -> Option<&'p Application> {
-    if ctx.other_installation {
-        return None;
+    let files = ctx.files_apply().then_some(&policy.applications[..]);
+    let in_files = |control_plane: &str| {
+        files
+            .into_iter()
+            .flatten()
+            .find(|a| a.tracks(name, namespace, control_plane))
+    };
+    let in_watched = |w: &'p ArgoCdSources| {
+        w.applications
+            .iter()
+            .map(|a| &**a)
+            .find(|a| a.tracks(name, namespace, w.namespace()))
+    };
+    match ctx.installation {
+        Installation::Other => None,
+        Installation::Known { watched, .. } => {
+            in_files(watched.map_or(DEFAULT_ARGOCD_NAMESPACE, ArgoCdSources::namespace))
+                .or_else(|| watched.and_then(in_watched))
+        }
+        Installation::Unresolved => in_files(
+            ctx.argocd()
+                .map_or(DEFAULT_ARGOCD_NAMESPACE, ArgoCdSources::namespace),
+        )
+        .or_else(|| ctx.sources?.argocd.iter().find_map(in_watched)),
     }
-    let watched = ctx.sources.map_or(&[][..], |s| &s.applications[..]);
-    let control_plane = ctx
-        .sources
-        .map_or(DEFAULT_ARGOCD_NAMESPACE, Sources::argocd_namespace);
-    policy
-        .applications
-        .iter()
-        .chain(watched.iter().map(|a| &**a))
-        .find(|a| a.tracks(name, namespace, control_plane))
 }
 
 // === mode ===
@@ -272,12 +321,15 @@ pub fn mode<'a>(
 pub fn exemption(
     policy: &Policy,
     sources: Option<&Sources>,
+    installation: Installation<'_>,
     manager: Option<&Manager>,
     username: &str,
     groups: &[String],
 ) -> Option<Finding> {
     let impersonated = manager.zip(sources).and_then(|(m, s)| match m {
-        Manager::ArgoCd { .. } => s.argocd_sync_account(m).map(|a| &a.service_account),
+        Manager::ArgoCd { .. } => s
+            .argocd_sync_account(m, installation)
+            .map(|a| &a.service_account),
         flux => s.flux_source(flux).and_then(|f| f.service_account.as_ref()),
     });
     if policy.controllers.contains(username, groups)
@@ -300,7 +352,8 @@ pub(super) fn identity_allows(
 ) -> bool {
     match exemption(
         policy,
-        ctx.sources.filter(|_| !ctx.other_installation),
+        ctx.sources,
+        ctx.installation,
         d.manager.as_ref(),
         req.username,
         req.groups,
@@ -371,8 +424,8 @@ pub fn rules<'p>(
             application,
             application_namespace,
         }) => {
-            if let Some(sources) = ctx.sources.filter(|_| !ctx.other_installation) {
-                let overrides = sources.argocd_overrides.matching(target).into_iter();
+            if let Some(argocd) = ctx.argocd() {
+                let overrides = argocd.overrides.matching(target).into_iter();
                 listed.extend(overrides.map(|r| (RuleFrom::ArgoCdOverrides, r)));
             }
             if let Some(app) =
@@ -381,7 +434,7 @@ pub fn rules<'p>(
                 let own = app.rules.matching(target).into_iter();
                 listed.extend(own.map(|r| (RuleFrom::Application(app), r)));
             }
-            if !ctx.other_installation {
+            if !ctx.other_installation() {
                 annotated = annotated::rule(stored);
             }
         }

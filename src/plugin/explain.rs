@@ -20,7 +20,9 @@ use crate::drift::inputs::{ARGO_IGNORE_DIFFERENCES, Input, Inputs, MODE_ANNOTATI
 use crate::drift::ownership::{self, Manager};
 use crate::drift::pipeline;
 use crate::drift::steps::{ModeChoice, ModeFrom, Owner, RuleFrom};
-use crate::drift::{Context, Operation, OutOfScope, Request, Sources};
+use crate::drift::{
+    ArgoCdSources, Context, DEFAULT_ARGOCD_NAMESPACE, Operation, OutOfScope, Request, Sources,
+};
 use crate::policy::Policy;
 use crate::policy::argocd::{Application, DiffMode};
 use crate::policy::flux::FluxKind;
@@ -215,10 +217,7 @@ async fn read_manager(
     manager: Option<&Manager>,
     notes: &mut Vec<String>,
 ) -> Result<(Option<ManagedBy>, Sources), PluginError> {
-    let mut sources = Sources {
-        argocd_namespace: args.argocd_namespace.clone(),
-        ..Sources::default()
-    };
+    let mut sources = Sources::default();
     let entry = match manager {
         Some(Manager::ArgoCd {
             application,
@@ -228,7 +227,13 @@ async fn read_manager(
                 .as_deref()
                 .unwrap_or(&args.argocd_namespace);
             let at = (app_ns, application.as_str());
-            Some(read_application(argocd, args, at, &mut sources, notes).await?)
+            let mut installation = ArgoCdSources {
+                namespace: args.argocd_namespace.clone(),
+                ..ArgoCdSources::default()
+            };
+            let entry = read_application(argocd, args, at, &mut installation, notes).await?;
+            sources.argocd.push(installation);
+            Some(entry)
         }
         Some(m @ (Manager::FluxKustomization { .. } | Manager::FluxHelmRelease { .. })) => {
             read_flux(flux, m, &mut sources, notes).await?
@@ -258,7 +263,7 @@ async fn read_application(
     Tool { api, hub }: Tool<'_>,
     args: &Args,
     (app_ns, application): (&str, &str),
-    sources: &mut Sources,
+    sources: &mut ArgoCdSources,
     notes: &mut Vec<String>,
 ) -> Result<ManagedBy, PluginError> {
     let ar = crate::pause::application_resource();
@@ -316,7 +321,12 @@ async fn read_application(
                     .collect();
                 let (set, errors) = crate::sources::argocd_overrides(&data);
                 notes.extend(errors.iter().map(|e| format!("argocd-cm: {e}")));
-                sources.argocd_overrides = Arc::new(set);
+                sources.overrides = Arc::new(set);
+                sources.installation_id = data
+                    .get(ownership::ARGOCD_CM_INSTALLATION_ID)
+                    .and_then(Value::as_str)
+                    .filter(|id| !id.is_empty())
+                    .map(str::to_owned);
                 impersonation = impersonation::enabled(&data);
             }
         }
@@ -421,7 +431,7 @@ fn judged(policy: &Policy, origin: &str, sources: &Sources, at: &Written) -> Jud
         now: Timestamp::now(),
         parent: None,
         sources: Some(sources),
-        other_installation: false,
+        installation: Default::default(),
     };
     let req = Request {
         operation: Operation::Update,
@@ -505,14 +515,16 @@ fn mode_report(
 
 /// Where a rule comes from, as the report names it.
 fn rule_origin(from: RuleFrom, policy_origin: &str, sources: &Sources) -> String {
+    let control_plane = sources
+        .argocd
+        .first()
+        .map_or(DEFAULT_ARGOCD_NAMESPACE, ArgoCdSources::namespace);
     match from {
         RuleFrom::Policy => policy_origin.to_owned(),
-        RuleFrom::ArgoCdOverrides => format!("ConfigMap {}/argocd-cm", sources.argocd_namespace()),
+        RuleFrom::ArgoCdOverrides => format!("ConfigMap {control_plane}/argocd-cm"),
         RuleFrom::Application(app) => format!(
             "Application {}/{}",
-            app.namespace
-                .as_deref()
-                .unwrap_or(sources.argocd_namespace()),
+            app.namespace.as_deref().unwrap_or(control_plane),
             app.name
         ),
         RuleFrom::Flux(_) => "Flux".to_owned(),
@@ -812,8 +824,11 @@ ignoreDifferences:
         let kustomization = json!({"metadata": {"name": "apps", "namespace": "flux-system"},
             "spec": {"ignore": [{"paths": ["/data/LOG_LEVEL"], "target": {"kind": "ConfigMap"}}]}});
         let known = Sources {
-            applications: vec![Arc::new(crate::policy::argocd::from_value(&app).unwrap())],
-            argocd_overrides: Arc::new(crate::sources::argocd_overrides(cm.as_object().unwrap()).0),
+            argocd: vec![ArgoCdSources {
+                applications: vec![Arc::new(crate::policy::argocd::from_value(&app).unwrap())],
+                overrides: Arc::new(crate::sources::argocd_overrides(cm.as_object().unwrap()).0),
+                ..ArgoCdSources::default()
+            }],
             flux: vec![Arc::new(
                 crate::sources::flux_from_value(FluxKind::Kustomization, &kustomization).unwrap(),
             )],
@@ -915,7 +930,7 @@ ignoreDifferences:
             now: Timestamp::now(),
             parent: None,
             sources: Some(sources),
-            other_installation: false,
+            installation: Default::default(),
         };
         decide(policy, &req, &ctx).unwrap()
     }
