@@ -419,6 +419,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
                 lease: config.break_glass_sweeper_lease.clone(),
                 argocd_hub: argocd_hub.clone(),
                 cluster_names: config.cluster_names.clone(),
+                local_argocd_namespace: config.local_argocd_namespace.clone(),
             },
         );
     }

@@ -547,15 +547,14 @@ impl Target<'_> {
                 Ok(Some(refusal)) => return Ok(Written::Denied(refusal)),
                 Ok(None) => {}
             }
-            let ending = ending::end_break_glass(
-                self.api.client(),
-                self.apps.client(),
-                &ar,
-                &object,
-                self.policy,
-                self.argocd_namespace,
-            )
-            .await;
+            let at = ending::Installation {
+                client: self.apps.client(),
+                namespace: self.argocd_namespace,
+                hub: self.hub.is_some(),
+                deploys_here: None,
+            };
+            let ending =
+                ending::end_break_glass(self.api.client(), &[at], &ar, &object, self.policy).await;
             return Ok(match ending {
                 Ending::Ended {
                     application,
@@ -576,7 +575,9 @@ impl Target<'_> {
                     warnings,
                     details: None,
                 }),
-                Ending::Application { application, error } => {
+                Ending::Application {
+                    application, error, ..
+                } => {
                     let (namespace, name) = application.split_once('/').unwrap_or_default();
                     return Err(application_error(namespace, name, error));
                 }
