@@ -74,17 +74,7 @@ pub fn spawn(client: kube::Client, policy: PolicyHandle, metrics: Arc<Metrics>, 
             Arc::new(AtomicBool::new(true))
         }
     };
-    let this_cluster = ThisCluster::named(&options.cluster_names);
-    let mut sweeper = Sweeper {
-        this_cluster,
-        client,
-        policy,
-        metrics,
-        options,
-        watched: BTreeMap::new(),
-        unlistable: BTreeSet::new(),
-        orphans: BTreeMap::new(),
-    };
+    let mut sweeper = Sweeper::new(client, policy, metrics, options);
     tokio::spawn(async move {
         loop {
             if leading.load(Ordering::SeqCst) {
@@ -187,6 +177,24 @@ type Update = (
 );
 
 impl Sweeper {
+    fn new(
+        client: kube::Client,
+        policy: PolicyHandle,
+        metrics: Arc<Metrics>,
+        options: Options,
+    ) -> Self {
+        Sweeper {
+            this_cluster: ThisCluster::named(&options.cluster_names),
+            client,
+            policy,
+            metrics,
+            options,
+            watched: BTreeMap::new(),
+            unlistable: BTreeSet::new(),
+            orphans: BTreeMap::new(),
+        }
+    }
+
     /// Sweeps while this replica leads: one metadata watch per type selected
     /// by the break-glass label (each type costs the apiserver a watch, not
     /// a list every interval), a check when an armed object changes or the
@@ -527,6 +535,18 @@ impl Sweeper {
         }
     }
 
+    /// For an Application of this cluster's own Argo CD beside a hub's, the
+    /// plugin flag that finds it without hub flags (its namespace).
+    fn local_flag(&self, hub: bool) -> String {
+        match (
+            &self.options.argocd_hub,
+            &self.options.local_argocd_namespace,
+        ) {
+            (Some(_), Some(namespace)) if !hub => format!(" --argocd-namespace {namespace}"),
+            _ => String::new(),
+        }
+    }
+
     /// Where Applications are: this cluster's own Argo CD (with
     /// `--local-argocd-namespace`) first, since it answers while a hub is
     /// down, then the hub's, or the one cluster that holds them. With two,
@@ -605,11 +625,12 @@ impl Sweeper {
                 // record of which Application to resume) until the lift
                 // succeeds; being expired, it already grants nothing.
                 self.metrics.break_glass_lift_failures.inc();
-                let target = format!(
+                let mut target = format!(
                     "{}/{name}{}",
                     ar.kind.to_ascii_lowercase(),
                     ns_flag(namespace)
                 );
+                target.push_str(&self.local_flag(hub));
                 let what = lift_failed(&shown, &target, &application, hub);
                 tracing::warn!(object = %shown, %application, %error, "{what}");
                 false
@@ -748,7 +769,146 @@ pub(crate) fn sweep(
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Mutex;
+
+    use http::{Request, Response};
+    use http_body_util::BodyExt;
+    use kube::client::Body;
+
     use super::*;
+    use crate::pause::{PAUSED_FOR, SKIP_RECONCILE};
+
+    const SPOKE: &str = "https://spoke-1.example:6443";
+    const APPS: &str = "/apis/argoproj.io/v1alpha1";
+
+    /// `METHOD path` of every request, in order.
+    type Log = Arc<Mutex<Vec<String>>>;
+
+    /// An Application paused by driftguard for `entry`, deploying to `server`.
+    fn app(namespace: &str, name: &str, entry: &str, server: &str) -> Value {
+        json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
+            "metadata": {"name": name, "namespace": namespace, "resourceVersion": "3",
+                "annotations": {SKIP_RECONCILE: "true", PAUSED_FOR: entry}},
+            "spec": {"destination": {"server": server, "namespace": "prod"}}})
+    }
+
+    /// A fake apiserver holding `apps`: listed, read and patched.
+    fn cluster(apps: Vec<Value>, log: Log) -> kube::Client {
+        let service = tower::service_fn(move |request: Request<Body>| {
+            let (apps, log) = (apps.clone(), log.clone());
+            async move {
+                let (method, path) = (
+                    request.method().to_string(),
+                    request.uri().path().to_owned(),
+                );
+                let _ = request.into_body().collect().await;
+                log.lock().unwrap().push(format!("{method} {path}"));
+                let named = |a: &&Value| {
+                    let m = &a["metadata"];
+                    path == format!(
+                        "{APPS}/namespaces/{}/applications/{}",
+                        m["namespace"].as_str().unwrap(),
+                        m["name"].as_str().unwrap()
+                    )
+                };
+                let (code, body) = if path == format!("{APPS}/applications") {
+                    (
+                        200,
+                        json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "ApplicationList", "metadata": {}, "items": apps}),
+                    )
+                } else if let Some(app) = apps.iter().find(named) {
+                    (200, app.clone())
+                } else {
+                    (
+                        404,
+                        json!({"kind": "Status", "code": 404, "message": "not found"}),
+                    )
+                };
+                let response = Response::builder()
+                    .status(code)
+                    .body(Body::from(body.to_string().into_bytes()))
+                    .unwrap();
+                Ok::<_, std::convert::Infallible>(response)
+            }
+        });
+        kube::Client::new(service, "default")
+    }
+
+    /// A hub's Argo CD and this cluster's own: pauses no armed object holds
+    /// any more are lifted in both, but in the hub only on Applications that
+    /// deploy here; without --local-argocd-namespace, only the hub is asked.
+    #[tokio::test]
+    async fn pauses_left_behind_are_lifted_in_both_clusters_never_another_clusters() {
+        let entry = "apps/Deployment:prod/web";
+        for local in [true, false] {
+            let (here_log, hub_log) = (Log::default(), Log::default());
+            let here = cluster(
+                vec![app(
+                    "gitops",
+                    "web",
+                    entry,
+                    "https://kubernetes.default.svc",
+                )],
+                here_log.clone(),
+            );
+            // Another cluster's web holds the same entry, for its own Deployment.
+            let hub = cluster(
+                vec![
+                    app("argocd", "web", entry, "https://spoke-2.example:6443"),
+                    app("argocd", "api", entry, SPOKE),
+                ],
+                hub_log.clone(),
+            );
+            let options = Options {
+                interval: Duration::from_secs(60),
+                argocd_namespace: "argocd".into(),
+                lease: None,
+                argocd_hub: Some(hub),
+                cluster_names: vec![SPOKE.into()],
+                local_argocd_namespace: local.then(|| "gitops".into()),
+            };
+            let policy = PolicyHandle::new(crate::policy::Policy::embedded());
+            let mut sweeper = Sweeper::new(here, policy, Arc::new(Metrics::default()), options);
+            let (armed, listed) = (
+                BTreeSet::new(),
+                BTreeSet::from(["apps/Deployment".to_owned()]),
+            );
+            // A refused lift here names the namespace for the plugin's --end.
+            let flag = if local {
+                " --argocd-namespace gitops"
+            } else {
+                ""
+            };
+            assert_eq!(sweeper.local_flag(false), flag);
+            assert_eq!(sweeper.local_flag(true), "");
+            sweeper.lift_orphaned_pauses(&armed, &listed).await;
+            // Past the grace: lifted at the next look.
+            for since in sweeper.orphans.values_mut() {
+                *since -= ORPHAN_GRACE * 2;
+            }
+            sweeper.lift_orphaned_pauses(&armed, &listed).await;
+            let patched = |log: &Log| -> Vec<String> {
+                log.lock()
+                    .unwrap()
+                    .iter()
+                    .filter(|r| r.starts_with("PATCH"))
+                    .cloned()
+                    .collect()
+            };
+            let here_patched: &[String] = if local {
+                &[format!("PATCH {APPS}/namespaces/gitops/applications/web")]
+            } else {
+                assert!(here_log.lock().unwrap().is_empty(), "{here_log:?}");
+                &[]
+            };
+            assert_eq!(patched(&here_log), here_patched, "local {local}");
+            assert_eq!(
+                patched(&hub_log),
+                [format!("PATCH {APPS}/namespaces/argocd/applications/api")],
+                "local {local}"
+            );
+        }
+    }
 
     #[test]
     fn a_refused_lift_says_where_and_how_to_end_it() {
