@@ -775,6 +775,63 @@ mod tests {
     use crate::policy::path::is_under;
     use serde_json::json;
 
+    /// With this cluster's own Argo CD chosen beside a hub's
+    /// (`--local-argocd-namespace gitops`), the Application of a tracking id
+    /// naming no namespace, and argocd-cm, are read in that namespace.
+    #[tokio::test]
+    async fn argo_cd_is_read_in_the_chosen_installations_namespace() {
+        use std::sync::Mutex;
+        let log: Arc<Mutex<Vec<String>>> = Arc::default();
+        let seen = log.clone();
+        let service = tower::service_fn(move |request: http::Request<kube::client::Body>| {
+            let seen = seen.clone();
+            async move {
+                let path = request.uri().path().to_owned();
+                seen.lock()
+                    .unwrap()
+                    .push(format!("{} {path}", request.method()));
+                let status = json!({"kind": "Status", "code": 404, "message": "not found"});
+                let reply = http::Response::builder()
+                    .status(404)
+                    .body(kube::client::Body::from(status.to_string().into_bytes()))
+                    .unwrap();
+                Ok::<_, std::convert::Infallible>(reply)
+            }
+        });
+        let api = Api::with_client(kube::Client::new(service, "p"), "p");
+        let here = Tool {
+            api: &api,
+            hub: false,
+        };
+        let tools = Tools {
+            argocd: here,
+            flux: here,
+            argocd_namespace: "gitops",
+        };
+        let manager = Manager::ArgoCd {
+            application: "myapp".into(),
+            application_namespace: None,
+        };
+        let mut notes = Vec::new();
+        let (managed, sources) = read_manager(tools, Some(&manager), &mut notes)
+            .await
+            .unwrap();
+        assert_eq!(managed.map(|m| m.namespace).as_deref(), Some("gitops"));
+        let namespaces: Vec<&str> = sources
+            .argocd
+            .iter()
+            .map(ArgoCdSources::namespace)
+            .collect();
+        assert_eq!(namespaces, ["gitops"]);
+        let log = log.lock().unwrap();
+        for read in [
+            "GET /apis/argoproj.io/v1alpha1/namespaces/gitops/applications/myapp",
+            "GET /api/v1/namespaces/gitops/configmaps/argocd-cm",
+        ] {
+            assert!(log.iter().any(|r| r == read), "{read} not in {log:?}");
+        }
+    }
+
     const IMAGE: &str = "/spec/template/spec/containers/0/image";
     /// Fields a write changes, one at a time: some ignored by a rule of the
     /// policy, the Application, argocd-cm, Flux or the object's annotation.
