@@ -161,18 +161,10 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
     // with the user's own credentials for it; with this cluster's own Argo
     // CD too, in the one whose installation id the object carries.
     let hub = args.argocd.connect(api).await?;
-    let routed = match (&hub, &args.argocd.local_argocd_namespace) {
-        (Some(_), Some(_)) => match api.get_target(&resource, name).await? {
-            Ok(object) => Some(object),
-            Err(r) => return Err(PluginError::from_refusal(r)),
-        },
-        _ => None,
-    };
-    let tracked = routed
-        .as_ref()
-        .and_then(|o| installation::tracked(o, &loaded.policy));
     let (argocd, argocd_namespace) = (&args.argocd, args.argocd_namespace.as_str());
-    let chosen = installation::choose(api, hub.as_ref(), argocd, argocd_namespace, tracked).await?;
+    let object = (&resource, name, &loaded.policy);
+    let chosen =
+        installation::choose_for(api, hub.as_ref(), argocd, argocd_namespace, object).await?;
     if let Some(why) = &chosen.unsure {
         eprintln!("warning: {}", printable(why));
     }
@@ -1735,9 +1727,8 @@ mod tests {
             };
             let spoke = fake::api(cluster(spoke_cm), spoke_log.clone());
             let hub = fake::api(cluster(hub_cm), hub_log.clone());
-            let object = spoke.get_target(&resource, "x").await.unwrap().unwrap();
-            let tracked = installation::tracked(&object, &policy);
-            let chosen = installation::choose(&spoke, Some(&hub), &args, "argocd", tracked)
+            let object = (&resource, "x", &policy);
+            let chosen = installation::choose_for(&spoke, Some(&hub), &args, "argocd", object)
                 .await
                 .unwrap();
             assert_eq!(

@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use serde_json::Value;
 
 use super::PluginError;
-use super::api::{Api, ArgoCdArgs, answer};
+use super::api::{Api, ArgoCdArgs, Resource, answer};
 use crate::drift::inputs::Inputs;
 use crate::drift::ownership::{self, ARGOCD_CM_INSTALLATION_ID, ARGOCD_INSTALLATION_ID, Manager};
 use crate::policy::Policy;
@@ -96,6 +96,26 @@ pub async fn choose<'a>(
             hub_excluded: true,
         } => chosen(api, None, local, Some(why), true),
     })
+}
+
+/// [`choose`] for the object `name` of `resource` (in `api`'s namespace),
+/// read only when there are two Argo CDs to choose between.
+pub async fn choose_for<'a>(
+    api: &'a Api,
+    hub: Option<&'a Api>,
+    args: &'a ArgoCdArgs,
+    argocd_namespace: &'a str,
+    (resource, name, policy): (&Resource, &str, &Policy),
+) -> Result<Chosen<'a>, PluginError> {
+    let object = match (hub, &args.local_argocd_namespace) {
+        (Some(_), Some(_)) => match api.get_target(resource, name).await? {
+            Ok(object) => Some(object),
+            Err(r) => return Err(PluginError::from_refusal(r)),
+        },
+        _ => None,
+    };
+    let tracked = object.as_ref().and_then(|o| tracked(o, policy));
+    choose(api, hub, args, argocd_namespace, tracked).await
 }
 
 /// `object` when Argo CD tracks it under `policy`'s detectors: only then
