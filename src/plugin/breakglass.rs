@@ -1797,9 +1797,29 @@ mod tests {
                 );
             }
         }
+        // An argocd-cm that sets no id: the policy's installationID stands
+        // for it, as in the decision.
+        let yaml = "gitops:\n  argocd: {installationID: spoke}\n";
+        let with_id = crate::policy::Policy::from_yaml(yaml, "p.yaml").unwrap();
+        let cluster = |object_id, argocd_cm| fake::Cluster {
+            application: true,
+            object_id,
+            argocd_cm,
+            ..Default::default()
+        };
+        let spoke = fake::api(cluster(Some("spoke"), Some(None)), fake::Log::default());
+        let hub = fake::api(cluster(None, Some(Some("hub"))), fake::Log::default());
+        let object = (&resource, "x", &with_id);
+        let chosen = installation::choose_for(&spoke, Some(&hub), &args, "argocd", object)
+            .await
+            .unwrap();
+        assert_eq!(
+            (chosen.namespace, chosen.hub, chosen.unsure),
+            ("gitops", None, None)
+        );
         // Without a hub, the flag has nothing to choose between.
         let spoke = fake::api(fake::Cluster::default(), fake::Log::default());
-        let chosen = installation::choose(&spoke, None, &args, "argocd", None).await;
+        let chosen = installation::choose(&spoke, None, &args, "argocd", None, &policy).await;
         assert!(matches!(chosen, Err(PluginError::Usage(_))));
     }
 

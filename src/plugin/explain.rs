@@ -167,10 +167,10 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
     // hub; with this cluster's own Argo CD too, in the one whose installation
     // id the object carries.
     let hub = args.argocd.connect(api).await?;
-    let tracked = super::installation::tracked(&object, policy);
     let (argocd_args, hub_ns) = (&args.argocd, args.argocd_namespace.as_str());
+    let it = Some(&object);
     let chosen =
-        super::installation::choose(api, hub.as_ref(), argocd_args, hub_ns, tracked).await?;
+        super::installation::choose(api, hub.as_ref(), argocd_args, hub_ns, it, policy).await?;
     notes.extend(chosen.unsure.clone());
     let argocd = Tool {
         api: chosen.api,

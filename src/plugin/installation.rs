@@ -48,15 +48,18 @@ pub struct Chosen<'a> {
     pub no_pause: bool,
 }
 
-/// Where the Application of `object` (`None`: not tracked by Argo CD) is,
-/// for the hub `hub` given by `args` (`None`: this cluster holds it) and
-/// `argocd_namespace`, the hub's Argo CD namespace.
+/// Where the Application of `object` (`None`: not read) is, for the hub
+/// `hub` given by `args` (`None`: this cluster holds it) and
+/// `argocd_namespace`, the hub's Argo CD namespace. `policy` detects Argo
+/// CD, and its `gitops.argocd.installationID` stands for an argocd-cm that
+/// sets none, as in the decision.
 pub async fn choose<'a>(
     api: &'a Api,
     hub: Option<&'a Api>,
     args: &'a ArgoCdArgs,
     argocd_namespace: &'a str,
     object: Option<&Value>,
+    policy: &Policy,
 ) -> Result<Chosen<'a>, PluginError> {
     let local = args.local_argocd_namespace.as_deref();
     let chosen = |api, hub, namespace, unsure, no_pause| Chosen {
@@ -75,11 +78,16 @@ pub async fn choose<'a>(
         return Ok(chosen(api, None, argocd_namespace, None, false));
     };
     let flags = Some(args.kubectl_flags());
-    let (Some(local), Some(object)) = (local, object) else {
+    let tracked = object.and_then(|o| tracked(o, policy));
+    let (Some(local), Some(object)) = (local, tracked) else {
         return Ok(chosen(hub_api, flags, argocd_namespace, None, false));
     };
-    let hub_id = installation_id(hub_api, argocd_namespace, " in the hub").await;
-    let local_id = installation_id(api, local, " in this cluster").await;
+    let fallback = policy
+        .argocd
+        .as_ref()
+        .and_then(|a| a.installation_id.as_deref());
+    let hub_id = installation_id(hub_api, argocd_namespace, " in the hub", fallback).await;
+    let local_id = installation_id(api, local, " in this cluster", fallback).await;
     let object_id = object["metadata"]["annotations"][ARGOCD_INSTALLATION_ID].as_str();
     Ok(match pick(object_id, &hub_id, &local_id) {
         Route::Hub => chosen(hub_api, flags, argocd_namespace, None, false),
@@ -114,20 +122,19 @@ pub async fn choose_for<'a>(
         },
         _ => None,
     };
-    let tracked = object.as_ref().and_then(|o| tracked(o, policy));
-    choose(api, hub, args, argocd_namespace, tracked).await
+    choose(api, hub, args, argocd_namespace, object.as_ref(), policy).await
 }
 
 /// `object` when Argo CD tracks it under `policy`'s detectors: only then
 /// has it an Application to look for.
-pub fn tracked<'v>(object: &'v Value, policy: &Policy) -> Option<&'v Value> {
+fn tracked<'v>(object: &'v Value, policy: &Policy) -> Option<&'v Value> {
     let manager = ownership::detect(&Inputs::read(object, policy));
     matches!(manager, Some(Manager::ArgoCd { .. })).then_some(object)
 }
 
-/// argocd-cm's `installationID` in `namespace` of `api`'s cluster (`at`
-/// says which, in a message).
-async fn installation_id(api: &Api, namespace: &str, at: &str) -> Id {
+/// argocd-cm's `installationID` in `namespace` of `api`'s cluster, or
+/// `fallback` where it sets none (`at` says which cluster, in a message).
+async fn installation_id(api: &Api, namespace: &str, at: &str, fallback: Option<&str>) -> Id {
     let got = api
         .namespaced::<ConfigMap>(namespace)
         .get("argocd-cm")
@@ -135,7 +142,9 @@ async fn installation_id(api: &Api, namespace: &str, at: &str) -> Id {
     match answer(got, "get configmap argocd-cm") {
         Ok(Ok(cm)) => Ok(cm
             .data
-            .and_then(|mut data| data.remove(ARGOCD_CM_INSTALLATION_ID))),
+            .and_then(|mut data| data.remove(ARGOCD_CM_INSTALLATION_ID))
+            .filter(|id| !id.is_empty())
+            .or(fallback.map(str::to_owned))),
         Ok(Err(refusal)) => Err(format!(
             "cannot read ConfigMap {namespace}/argocd-cm{at}: {}",
             refusal.message
