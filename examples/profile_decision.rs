@@ -1,4 +1,7 @@
-//! Runs the benchmark's decision in a loop, for profilers (callgrind, perf).
+//! Runs the benchmark's decision in a loop, for profilers (callgrind, perf):
+//! `profile_decision [N] [parse]`; `perf stat -e instructions:u` of both
+//! gives the decision's instructions per review against a bare parse's,
+//! a count the machine's load does not change.
 #[path = "../benches/support/policy.rs"]
 mod policy;
 
@@ -9,13 +12,21 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use serde_json::Value;
 
 fn main() {
-    let body = std::fs::read(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/data/deployment-update-image.json"
-    ))
+    // PROFILE_BODY / PROFILE_POLICY: another review and policy (the
+    // apiserver benchmark's are in benches/data).
+    let body = std::fs::read(std::env::var("PROFILE_BODY").unwrap_or_else(|_| {
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/data/deployment-update-image.json"
+        )
+        .to_owned()
+    }))
     .unwrap();
     let body = serde_json::to_vec(&serde_json::from_slice::<Value>(&body).unwrap()).unwrap();
-    let yaml = policy::twenty_rules();
+    let yaml = match std::env::var("PROFILE_POLICY") {
+        Ok(path) => std::fs::read_to_string(path).unwrap(),
+        Err(_) => policy::twenty_rules(),
+    };
     let policy = Policy::from_yaml(&yaml, "profile").unwrap();
     let n: usize = std::env::args()
         .nth(1)

@@ -7,6 +7,7 @@
 mod api;
 mod breakglass;
 mod explain;
+mod installation;
 mod pause;
 mod preview;
 mod reach;

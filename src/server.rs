@@ -144,6 +144,16 @@ pub struct Config {
     /// `spec.kubeConfig`, instead of from this cluster. Needs --cluster-name.
     #[arg(long, env = "DRIFTGUARD_FLUX_KUBECONFIG", requires_all = ["watch_flux", "cluster_names"])]
     pub flux_kubeconfig: Option<PathBuf>,
+    /// Flux's `--default-service-account` (kustomize-controller and
+    /// helm-controller, multi-tenancy lockdown): a Kustomization or
+    /// HelmRelease without `spec.serviceAccountName` is applied as this
+    /// account of its own namespace, which is then trusted for its objects.
+    #[arg(
+        long,
+        env = "DRIFTGUARD_FLUX_DEFAULT_SERVICE_ACCOUNT",
+        requires = "watch_flux"
+    )]
+    pub flux_default_service_account: Option<String>,
     /// With --argocd-kubeconfig, also read the Argo CD that runs in this
     /// cluster, in this namespace, beside the hub's. Each installation's
     /// objects are told apart by argocd-cm's `installationID`, which must
@@ -373,6 +383,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
                 argocd_hub: argocd_hub.clone(),
                 flux_hub: hub(&config.flux_kubeconfig, "--flux-kubeconfig").await?,
                 cluster_names: config.cluster_names.clone(),
+                flux_default_service_account: config.flux_default_service_account.clone(),
             };
             let watches = crate::cluster::watch::spawn(client.clone(), &options, metrics.clone());
             health.sources_filled.store(false, Ordering::SeqCst);
@@ -408,6 +419,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
                 lease: config.break_glass_sweeper_lease.clone(),
                 argocd_hub: argocd_hub.clone(),
                 cluster_names: config.cluster_names.clone(),
+                local_argocd_namespace: config.local_argocd_namespace.clone(),
             },
         );
     }

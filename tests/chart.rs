@@ -330,6 +330,13 @@ fn the_chart_lints_renders_and_is_accepted_by_the_apiserver() {
         ),
         ("flux", vec!["watch.flux=true"]),
         (
+            "flux multi-tenancy lockdown",
+            vec![
+                "watch.flux=true",
+                "watch.fluxDefaultServiceAccount=reconciler",
+            ],
+        ),
+        (
             "break-glass on",
             vec!["policy.breakGlass.allowedGroups={sre-oncall}"],
         ),
@@ -1137,6 +1144,27 @@ fn the_hub_options_render_as_flags_and_a_mounted_secret() {
         ],
         &[],
     );
+    assert!(
+        !refused.ok && refused.stderr.contains("needs watch.flux"),
+        "{}",
+        refused.stderr
+    );
+    let lockdown = template(
+        &helm,
+        &[
+            "watch.flux=true",
+            "watch.fluxDefaultServiceAccount=reconciler",
+        ],
+        &[],
+    );
+    assert!(
+        lockdown
+            .yaml
+            .contains("- --flux-default-service-account=reconciler"),
+        "{}",
+        lockdown.stderr
+    );
+    let refused = template(&helm, &["watch.fluxDefaultServiceAccount=reconciler"], &[]);
     assert!(
         !refused.ok && refused.stderr.contains("needs watch.flux"),
         "{}",

@@ -143,6 +143,32 @@ spec:
     )
 }
 
+/// Flux's multi-tenancy lockdown: the tenant's Kustomization names no
+/// account, and kustomize-controller runs with `--default-service-account`.
+fn lockdown_objects(url: &str) -> String {
+    format!(
+        r#"apiVersion: source.toolkit.fluxcd.io/v1
+kind: GitRepository
+metadata: {{name: repo, namespace: flux-system}}
+spec:
+  interval: 1m
+  url: {url}
+  ref: {{branch: main}}
+---
+apiVersion: kustomize.toolkit.fluxcd.io/v1
+kind: Kustomization
+metadata: {{name: tenant, namespace: tenant-a}}
+spec:
+  interval: 1m
+  path: ./tenant
+  prune: true
+  wait: false
+  timeout: 1m
+  sourceRef: {{kind: GitRepository, name: repo, namespace: flux-system}}
+"#
+    )
+}
+
 /// sam, on call, runs `kubectl driftguard break-glass deployment/web` in
 /// production (the plugin installed as the chart would have it).
 fn break_glass_web(plane: &ControlPlane, reason: &str, duration: &str) -> Kubectl {
@@ -689,4 +715,80 @@ fn argocd_syncs_through_driftguard_and_agrees_on_what_is_drift() {
         ],
     );
     denied(&out, "Argo CD application myapp").unwrap();
+}
+
+/// Under Flux's multi-tenancy lockdown (`--default-service-account`),
+/// kustomize-controller applies a Kustomization that names no account as
+/// the default account of the Kustomization's namespace. driftguard trusts
+/// it for that Kustomization's objects only when told the same name
+/// (`--flux-default-service-account`); without it the writes are a
+/// person's, and denied.
+#[test]
+fn flux_lockdown_applies_as_the_default_account_driftguard_is_told_of() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let (tools, plane, _kcm, repo) =
+        start("gitops-lockdown", &["argocd", "flux-system", "tenant-a"]);
+    plane.apply_admin(TENANT_RBAC);
+    let first = repo.commit("tenant", &[("tenant/config.yaml", Some(TENANT_CONFIG))]);
+    let flux = Flux::start_with(&plane, &tools, &["--default-service-account=reconciler"]);
+    let mut dg = Driftguard::start(
+        &plane,
+        &[
+            &format!("--policy={ROOT}/{POLICY}"),
+            &plane.driftguard_kubeconfig_flag(),
+            "--watch-flux",
+        ],
+    );
+    dg.register(&plane, &format!("{ROOT}/{POLICY}"));
+    plane.apply_admin(&lockdown_objects(&repo.http_url));
+
+    // Not told: the reconciler's apply is judged as a person's write.
+    eventually(
+        "the tenant's apply to be refused by driftguard",
+        Duration::from_secs(90),
+        || {
+            let k = get_json(&plane, &["-n", "tenant-a", "kustomization", "tenant"])
+                .ok_or("no Kustomization")?;
+            let text = k["status"]["conditions"].to_string();
+            if text.contains("denied the request") {
+                Ok(())
+            } else {
+                Err(format!("conditions: {text}"))
+            }
+        },
+    );
+    assert!(get_json(&plane, &["-n", "tenant-a", "configmap", "tenant-config"]).is_none());
+    let refused = dg.audit();
+    assert!(
+        refused
+            .iter()
+            .any(|r| r["user"] == "system:serviceaccount:tenant-a:reconciler"
+                && r["verdict"] == "deny"),
+        "the default account's write reached driftguard and was denied: {refused:?}"
+    );
+
+    // Told: the same writes are the tenant's Kustomization's own.
+    dg.restart_with(&[], &["--flux-default-service-account=reconciler"]);
+    Flux::reconcile(&plane, "tenant-a", "tenant", Some(&first));
+    let cm = get_json(&plane, &["-n", "tenant-a", "configmap", "tenant-config"]);
+    assert_eq!(
+        cm.as_ref().and_then(|c| field(c, "/data/color")).as_deref(),
+        Some("blue"),
+        "{}",
+        flux.logs()
+    );
+    // Only for what the Kustomization applies: a person is still refused.
+    let out = plane.kubectl(
+        "alice",
+        &[
+            "-n",
+            "tenant-a",
+            "patch",
+            "configmap",
+            "tenant-config",
+            "-p",
+            r#"{"data":{"color":"red"}}"#,
+        ],
+    );
+    denied(&out, "Flux Kustomization tenant-a/tenant").unwrap();
 }

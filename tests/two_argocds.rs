@@ -215,3 +215,17 @@ fn a_sync_account_is_trusted_only_for_its_own_installation() {
     let image = changed(&tracked_by(Some("hub")), IMAGE, json!("x")).by(DEPLOYER, &[]);
     assert_eq!(judged(&image, &sources).verdict, Verdict::Deny);
 }
+
+/// What a person may not do to a tracked object by hand, they may not do
+/// by naming the installation that ignores more: create it or delete it.
+#[test]
+fn naming_an_installation_does_not_open_a_create_or_a_delete() {
+    let sources = both(Some("hub"), Some("team"));
+    for id in ["hub", "team"] {
+        let object = tracked_by(Some(id));
+        let created = judged(&Review::create(object.clone()), &sources);
+        assert_eq!(created.verdict, Verdict::Deny, "{id}: {}", said(&created));
+        let deleted = judged(&Review::delete(object), &sources);
+        assert_eq!(deleted.verdict, Verdict::Deny, "{id}: {}", said(&deleted));
+    }
+}

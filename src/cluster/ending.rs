@@ -14,6 +14,7 @@ use serde_json::Value;
 
 use crate::pause::{self, AppChange, AppState, Plan, application_resource};
 use crate::policy::Policy;
+use crate::policy::argocd::ThisCluster;
 
 /// Conflicting writes to one Application before giving up: whoever else
 /// writes it (another break-glass, Argo CD itself) settles within a few
@@ -41,6 +42,8 @@ pub enum Ending {
     /// The Application's pause could not be lifted: the object is untouched.
     Application {
         application: String,
+        /// Whether the Application is in a hub (`--argocd-kubeconfig`).
+        hub: bool,
         error: ApplicationError,
     },
     /// The ending write failed otherwise: the apiserver's code and message
@@ -80,41 +83,48 @@ pub enum ApplicationError {
     Unreachable(String),
 }
 
+/// One Argo CD installation, as ending looks for an object's Application.
+#[derive(Clone, Copy)]
+pub struct Installation<'a> {
+    /// The cluster holding its Applications: this one, or a hub.
+    pub client: &'a kube::Client,
+    /// Where its Applications live when a tracking id names no namespace.
+    pub namespace: &'a str,
+    /// Whether that cluster is a hub (`--argocd-kubeconfig`), for messages.
+    pub hub: bool,
+    /// Only an Application that deploys to this cluster may hold the
+    /// object's pause: a hub's Application of the same name deploying to
+    /// another cluster lists that cluster's objects, whose entries can be
+    /// the same as ours. `None`: whichever Application the object names.
+    pub deploys_here: Option<&'a ThisCluster>,
+}
+
 /// Ends the break-glass on `object` (as read, with its `kind` and
 /// `resourceVersion`), of type `ar`: lifts the Application's pause the
-/// marker records, through `argocd` (the cluster holding the Applications:
-/// this one, or a hub), then sends the ending write through `client`.
+/// marker records, looking in each of `installations` in turn until one
+/// holds it for this object (a hub's and this cluster's own Argo CD can
+/// both have an Application of that name), then sends the ending write
+/// through `client`.
 pub async fn end_break_glass(
     client: &kube::Client,
-    argocd: &kube::Client,
+    installations: &[Installation<'_>],
     ar: &ApiResource,
     object: &Value,
     policy: &Policy,
-    argocd_namespace: &str,
 ) -> Ending {
     let meta = &object["metadata"];
     let annotations = &meta["annotations"];
     let mut application = Lift::NotPaused;
     if pause::paused_application(annotations) {
-        application = match pause::plan(object, &ar.group, policy, argocd_namespace) {
-            Plan::ArgoCd {
-                namespace,
-                name,
-                entry,
-            } => {
-                let shown = format!("{namespace}/{name}");
-                match lift(argocd, &namespace, &name, &entry).await {
-                    Ok(Some(state)) => Lift::Lifted(shown, state),
-                    Ok(None) => Lift::Gone(shown),
-                    Err(error) => {
-                        return Ending::Application {
-                            application: shown,
-                            error,
-                        };
-                    }
-                }
+        application = match lift_named(installations, object, &ar.group, policy).await {
+            Ok(lifted) => lifted,
+            Err((application, hub, error)) => {
+                return Ending::Application {
+                    application,
+                    hub,
+                    error,
+                };
             }
-            _ => Lift::Unnamed,
         };
     }
     let rv = meta["resourceVersion"].as_str().unwrap_or_default();
@@ -146,14 +156,64 @@ pub async fn end_break_glass(
     }
 }
 
+/// Takes the object out of the pause of the Application it names, in the
+/// first installation whose Application lists it. None listing it: the
+/// first Application found (not driftguard's pause), else `Gone`. An
+/// installation that could not be asked fails the lift (the object keeps
+/// its marker) unless another one held the pause: that one is lifted, and
+/// a stale entry elsewhere is left to [`pause::orphaned`]'s sweep.
+async fn lift_named(
+    installations: &[Installation<'_>],
+    object: &Value,
+    group: &str,
+    policy: &Policy,
+) -> Result<Lift, (String, bool, ApplicationError)> {
+    let (mut found, mut failed) = (None, None);
+    for at in installations {
+        let Plan::ArgoCd {
+            namespace,
+            name,
+            entry,
+        } = pause::plan(object, group, policy, at.namespace)
+        else {
+            return Ok(Lift::Unnamed);
+        };
+        let app = format!("{namespace}/{name}");
+        let shown = match installations.len() {
+            1 => app.clone(),
+            _ if at.hub => format!("{app} in the hub"),
+            _ => format!("{app} in this cluster"),
+        };
+        match lift(at.client, &namespace, &name, &entry, at.deploys_here).await {
+            Ok(Some(AppState::NotListed)) => {
+                found.get_or_insert(Lift::Lifted(shown, AppState::NotListed));
+            }
+            Ok(Some(state)) => return Ok(Lift::Lifted(shown, state)),
+            Ok(None) => {
+                found.get_or_insert(Lift::Gone(shown));
+            }
+            Err(error) => {
+                failed.get_or_insert((app, at.hub, error));
+            }
+        }
+    }
+    match (failed, found) {
+        (Some(failed), _) => Err(failed),
+        (None, Some(found)) => Ok(found),
+        (None, None) => Ok(Lift::Unnamed),
+    }
+}
+
 /// Takes `entry` out of Application `namespace/name`'s pause, with the
 /// Application's resourceVersion as precondition; `None`: no such
-/// Application, nothing to lift.
+/// Application, nothing to lift. With `deploys_here`, an Application that
+/// deploys to another cluster holds no pause of ours (`NotListed`).
 pub async fn lift(
     client: &kube::Client,
     namespace: &str,
     name: &str,
     entry: &str,
+    deploys_here: Option<&ThisCluster>,
 ) -> Result<Option<AppState>, ApplicationError> {
     let api =
         Api::<DynamicObject>::namespaced_with(client.clone(), namespace, &application_resource());
@@ -171,6 +231,9 @@ pub async fn lift(
             Err(kube::Error::Api(s)) if s.code == 404 => return Ok(None),
             Err(e) => return Err(refused("get", e)),
         };
+        if deploys_here.is_some_and(|this| this.deploys_elsewhere(&app)) {
+            return Ok(Some(AppState::NotListed));
+        }
         let (patch, state) = pause::application_update(&app, AppChange::Resume(entry));
         let Some(patch) = patch else {
             return Ok(Some(state));
@@ -262,11 +325,25 @@ mod tests {
 
     /// A fake apiserver's answers: for the Application, `None` when it does
     /// not exist, else the status of its PATCH; for the object's PATCH, a
-    /// status and body.
+    /// status and body. Its Application lists the object unless `unlisted`,
+    /// and deploys to `destination` (a server URL; none: unset).
     #[derive(Clone)]
     struct Cluster {
         app_patch: Option<u16>,
         object_patch: (u16, Value),
+        unlisted: bool,
+        destination: Option<&'static str>,
+    }
+
+    impl Cluster {
+        fn new(app_patch: Option<u16>, object_patch: (u16, Value)) -> Self {
+            Cluster {
+                app_patch,
+                object_patch,
+                unlisted: false,
+                destination: None,
+            }
+        }
     }
 
     /// `METHOD path` and the body of every request, in order.
@@ -281,14 +358,28 @@ mod tests {
                 let bytes = request.into_body().collect().await.unwrap().to_bytes();
                 let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
                 log.lock().unwrap().push((format!("{method} {path}"), body));
-                let app = json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
+                let listed = if cluster.unlisted {
+                    "apps/Deployment:p/other"
+                } else {
+                    "/ConfigMap:p/x"
+                };
+                let mut app = json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
                     "metadata": {"name": "myapp", "namespace": "argocd", "resourceVersion": "3",
-                        "annotations": {SKIP_RECONCILE: "true", PAUSED_FOR: "/ConfigMap:p/x"}}});
+                        "annotations": {SKIP_RECONCILE: "true", PAUSED_FOR: listed}}});
+                if let Some(server) = cluster.destination {
+                    app["spec"] = json!({"destination": {"server": server, "namespace": "p"}});
+                }
                 let status = |code: u16| json!({"kind": "Status", "code": code, "message": "no"});
-                let (code, body) = match (method.as_str(), path.as_str(), cluster.app_patch) {
-                    (_, APP, None) => (404, status(404)),
-                    ("GET", APP, Some(_)) => (200, app),
-                    ("PATCH", APP, Some(code)) => {
+                // Application myapp, in whichever namespace it is asked for.
+                let at = if path.starts_with("/apis/argoproj.io/") && path.ends_with("/myapp") {
+                    "app"
+                } else {
+                    path.as_str()
+                };
+                let (code, body) = match (method.as_str(), at, cluster.app_patch) {
+                    (_, "app", None) => (404, status(404)),
+                    ("GET", "app", Some(_)) => (200, app),
+                    ("PATCH", "app", Some(code)) => {
                         (code, if code == 200 { app } else { status(code) })
                     }
                     ("PATCH", OBJECT, _) => cluster.object_patch.clone(),
@@ -322,7 +413,7 @@ mod tests {
         let ar = ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&());
         let policy = Policy::embedded();
         let client = client(cluster, log.clone());
-        let ending = end_break_glass(&client, &client, &ar, &armed(), &policy, "argocd").await;
+        let ending = end_break_glass(&client, &[here(&client)], &ar, &armed(), &policy).await;
         let log = log.lock().unwrap().clone();
         (ending, log)
     }
@@ -331,13 +422,19 @@ mod tests {
         (200, armed())
     }
 
+    /// This cluster's Argo CD, as a lone installation.
+    fn here(client: &kube::Client) -> Installation<'_> {
+        Installation {
+            client,
+            namespace: "argocd",
+            hub: false,
+            deploys_here: None,
+        }
+    }
+
     #[tokio::test]
     async fn the_application_resumes_first_then_the_object_is_ended_with_preconditions() {
-        let (ending, log) = end_on(Cluster {
-            app_patch: Some(200),
-            object_patch: ok(),
-        })
-        .await;
+        let (ending, log) = end_on(Cluster::new(Some(200), ok())).await;
         let requests: Vec<&str> = log.iter().map(|(r, _)| r.as_str()).collect();
         assert_eq!(
             requests,
@@ -375,11 +472,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_application_that_keeps_changing_leaves_the_object_untouched() {
-        let (ending, log) = end_on(Cluster {
-            app_patch: Some(409),
-            object_patch: ok(),
-        })
-        .await;
+        let (ending, log) = end_on(Cluster::new(Some(409), ok())).await;
         let patches = log.iter().filter(|(r, _)| *r == format!("PATCH {APP}"));
         assert_eq!(patches.count(), CONFLICT_RETRIES);
         assert!(log.iter().all(|(r, _)| !r.contains(OBJECT)), "{log:?}");
@@ -403,21 +496,16 @@ mod tests {
         for (hub_patch, lifted) in [(200, true), (403, false)] {
             let (spoke_log, hub_log) = (Log::default(), Log::default());
             // The spoke has no such Application: a lift sent there finds none.
-            let spoke = client(
-                Cluster {
-                    app_patch: None,
-                    object_patch: ok(),
-                },
-                spoke_log.clone(),
-            );
+            let spoke = client(Cluster::new(None, ok()), spoke_log.clone());
             let hub = client(
-                Cluster {
-                    app_patch: Some(hub_patch),
-                    object_patch: (404, Value::Null),
-                },
+                Cluster::new(Some(hub_patch), (404, Value::Null)),
                 hub_log.clone(),
             );
-            let ending = end_break_glass(&spoke, &hub, &ar, &armed(), &policy, "argocd").await;
+            let at = Installation {
+                hub: true,
+                ..here(&hub)
+            };
+            let ending = end_break_glass(&spoke, &[at], &ar, &armed(), &policy).await;
             let requests = |log: &Log| -> Vec<String> {
                 log.lock().unwrap().iter().map(|(r, _)| r.clone()).collect()
             };
@@ -452,13 +540,126 @@ mod tests {
         }
     }
 
+    /// A hub's Argo CD and this cluster's own (in `gitops`) each have an
+    /// Application `myapp`: only the one listing the object is lifted.
+    #[tokio::test]
+    async fn with_two_argo_cds_only_the_application_listing_the_object_is_lifted() {
+        const LOCAL_APP: &str = "/apis/argoproj.io/v1alpha1/namespaces/gitops/applications/myapp";
+        const SPOKE: &str = "https://spoke-1.example:6443";
+        let ar = ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&());
+        let policy = Policy::embedded();
+        let this = ThisCluster::named(&[SPOKE.to_owned()]);
+        let requests = |log: &Log| -> Vec<String> {
+            log.lock().unwrap().iter().map(|(r, _)| r.clone()).collect()
+        };
+        // (this cluster's lists it, the hub's lists it, where the hub's deploys,
+        // the hub's PATCH status): the requests each cluster sees, and the outcome.
+        type Case = (
+            bool,
+            bool,
+            &'static str,
+            u16,
+            &'static [&'static str],
+            &'static [&'static str],
+            &'static str,
+        );
+        let cases: [Case; 4] = [
+            (
+                true,
+                false,
+                SPOKE,
+                200,
+                &["GET local", "PATCH local", "PATCH object"],
+                &[],
+                "Lifted(\"gitops/myapp in this cluster\", Resumed)",
+            ),
+            (
+                false,
+                true,
+                SPOKE,
+                200,
+                &["GET local", "PATCH object"],
+                &["GET hub", "PATCH hub"],
+                "Lifted(\"argocd/myapp in the hub\", Resumed)",
+            ),
+            // The hub's deploys to another cluster, where an object of the
+            // same kind and name holds its pause: not ours to lift.
+            (
+                false,
+                true,
+                "https://spoke-2.example:6443",
+                200,
+                &["GET local", "PATCH object"],
+                &["GET hub"],
+                "Lifted(\"gitops/myapp in this cluster\", NotListed)",
+            ),
+            // The hub refuses: the object keeps its marker, to be ended again.
+            (
+                false,
+                true,
+                SPOKE,
+                403,
+                &["GET local"],
+                &["GET hub", "PATCH hub"],
+                "Application argocd/myapp hub=true",
+            ),
+        ];
+        for (local_lists, hub_lists, destination, hub_patch, want_local, want_hub, want) in cases {
+            let (spoke_log, hub_log) = (Log::default(), Log::default());
+            let spoke = client(
+                Cluster {
+                    unlisted: !local_lists,
+                    ..Cluster::new(Some(200), ok())
+                },
+                spoke_log.clone(),
+            );
+            let hub = client(
+                Cluster {
+                    unlisted: !hub_lists,
+                    destination: Some(destination),
+                    ..Cluster::new(Some(hub_patch), (404, Value::Null))
+                },
+                hub_log.clone(),
+            );
+            let installations = [
+                Installation {
+                    namespace: "gitops",
+                    ..here(&spoke)
+                },
+                Installation {
+                    hub: true,
+                    deploys_here: Some(&this),
+                    ..here(&hub)
+                },
+            ];
+            let ending = end_break_glass(&spoke, &installations, &ar, &armed(), &policy).await;
+            let named = |log: &Log| -> Vec<String> {
+                requests(log)
+                    .iter()
+                    .map(|r| {
+                        r.replace(LOCAL_APP, "local")
+                            .replace(APP, "hub")
+                            .replace(OBJECT, "object")
+                    })
+                    .collect()
+            };
+            let got = match &ending {
+                Ending::Ended { application, .. } => format!("{application:?}"),
+                Ending::Application {
+                    application, hub, ..
+                } => format!("Application {application} hub={hub}"),
+                other => format!("{other:?}"),
+            };
+            let case = format!("local {local_lists}, hub {hub_lists} to {destination}");
+            assert_eq!(named(&spoke_log), want_local, "{case}");
+            assert_eq!(named(&hub_log), want_hub, "{case}");
+            assert_eq!(got, want, "{case}");
+        }
+    }
+
     #[tokio::test]
     async fn a_missing_application_has_nothing_to_lift_and_the_object_is_ended() {
-        let (ending, log) = end_on(Cluster {
-            app_patch: None,
-            object_patch: ok(),
-        })
-        .await;
+        let (ending, log) = end_on(Cluster::new(None, ok())).await;
         assert_eq!(log.last().unwrap().0, format!("PATCH {OBJECT}"));
         assert!(
             matches!(&ending, Ending::Ended { application: Lift::Gone(app), .. } if app == "argocd/myapp"),
@@ -477,11 +678,7 @@ mod tests {
         ];
         for (code, message, want) in cases {
             let status = json!({"kind": "Status", "code": code, "message": message});
-            let (ending, _) = end_on(Cluster {
-                app_patch: Some(200),
-                object_patch: (code, status),
-            })
-            .await;
+            let (ending, _) = end_on(Cluster::new(Some(200), (code, status))).await;
             let got = match &ending {
                 Ending::Changed => "changed",
                 Ending::Refused { message: m, .. } if m == denied => "refused",

@@ -21,13 +21,14 @@ use kube::discovery::{Discovery, verbs};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::{Value, json};
 
-use crate::cluster::ending::{self, Ending, Lift};
+use crate::cluster::ending::{self, Ending, Installation, Lift};
 use crate::cluster::lease::{self, Holder, Lease};
 use crate::cluster::rules::{EXCLUDED_GROUPS, EXCLUDED_RESOURCES};
 use crate::drift::breakglass::{self, EXPIRES, LABEL};
 use crate::drift::inputs::Inputs;
 use crate::metrics::Metrics;
 use crate::pause::{self, AppState};
+use crate::policy::argocd::ThisCluster;
 use crate::service::PolicyHandle;
 
 /// Types are discovered again this often (a new CRD is swept within it).
@@ -53,6 +54,10 @@ pub struct Options {
     /// `--cluster-name`: with a hub, only the pauses of Applications that
     /// deploy here are this sweeper's to find left behind.
     pub cluster_names: Vec<String>,
+    /// `--local-argocd-namespace`: with a hub, this cluster runs its own
+    /// Argo CD too, its Applications here in this namespace (when a
+    /// tracking id names none): pauses are looked for in both clusters.
+    pub local_argocd_namespace: Option<String>,
 }
 
 /// How long a sweeper's lease lasts without renewal before another replica
@@ -69,15 +74,7 @@ pub fn spawn(client: kube::Client, policy: PolicyHandle, metrics: Arc<Metrics>, 
             Arc::new(AtomicBool::new(true))
         }
     };
-    let mut sweeper = Sweeper {
-        client,
-        policy,
-        metrics,
-        options,
-        watched: BTreeMap::new(),
-        unlistable: BTreeSet::new(),
-        orphans: BTreeMap::new(),
-    };
+    let mut sweeper = Sweeper::new(client, policy, metrics, options);
     tokio::spawn(async move {
         loop {
             if leading.load(Ordering::SeqCst) {
@@ -136,6 +133,8 @@ fn elect(
 
 struct Sweeper {
     client: kube::Client,
+    /// `--cluster-name`, read once.
+    this_cluster: ThisCluster,
     policy: PolicyHandle,
     metrics: Arc<Metrics>,
     options: Options,
@@ -144,12 +143,12 @@ struct Sweeper {
     watched: BTreeMap<String, Watched>,
     /// Types whose watch fails (logged when the set changes).
     unlistable: BTreeSet<String>,
-    /// Application pauses no armed object holds, as (namespace, name,
-    /// entry), with when they were first seen so: lifted once they have been
+    /// Application pauses no armed object holds, as (in the hub, namespace,
+    /// name, entry), with when they were first seen so: lifted once they have been
     /// orphaned for [`ORPHAN_GRACE`], so that the moment between pausing an
     /// Application and arming the object (the plugin does both, in that
     /// order), and a watch event still on its way, are never mistaken for one.
-    orphans: BTreeMap<(String, String, String), Instant>,
+    orphans: BTreeMap<Orphan, Instant>,
 }
 
 /// One type's watch and what it has seen.
@@ -169,12 +168,33 @@ struct Watched {
     retry: Option<(Instant, Duration)>,
 }
 
+/// An Application's pause entry: (in the hub, namespace, name, entry).
+type Orphan = (bool, String, String, String);
+
 type Update = (
     String,
     Result<watcher::Event<PartialObjectMeta<DynamicObject>>, watcher::Error>,
 );
 
 impl Sweeper {
+    fn new(
+        client: kube::Client,
+        policy: PolicyHandle,
+        metrics: Arc<Metrics>,
+        options: Options,
+    ) -> Self {
+        Sweeper {
+            this_cluster: ThisCluster::named(&options.cluster_names),
+            client,
+            policy,
+            metrics,
+            options,
+            watched: BTreeMap::new(),
+            unlistable: BTreeSet::new(),
+            orphans: BTreeMap::new(),
+        }
+    }
+
     /// Sweeps while this replica leads: one metadata watch per type selected
     /// by the break-glass label (each type costs the apiserver a watch, not
     /// a list every interval), a check when an armed object changes or the
@@ -436,80 +456,120 @@ impl Sweeper {
     /// However a break-glass ended (its keys removed by hand, its object
     /// deleted, a restart in between), the Application pause it held is
     /// lifted: found from the Applications' own `PAUSED_FOR` lists, not from
-    /// the armed objects alone.
+    /// the armed objects alone, in every cluster holding Applications.
     async fn lift_orphaned_pauses(&mut self, armed: &BTreeSet<String>, listed: &BTreeSet<String>) {
-        let api =
-            Api::<DynamicObject>::all_with(self.argocd().clone(), &pause::application_resource());
-        let apps = match api.list_metadata(&ListParams::default()).await {
-            Ok(apps) => apps.items,
-            // No Application CRD: nothing paused.
-            Err(kube::Error::Api(s)) if s.code == 404 => Vec::new(),
-            Err(e) => {
-                tracing::warn!(error = %e, "break-glass sweeper: cannot list Applications to find pauses left behind");
-                return;
-            }
-        };
-        let mut orphans = BTreeMap::new();
-        for app in apps {
-            let meta = serde_json::to_value(&app.metadata).unwrap_or_default();
-            let (namespace, name) = (
-                app.metadata.namespace.unwrap_or_default(),
-                app.metadata.name.unwrap_or_default(),
-            );
-            for entry in pause::orphaned(&meta["annotations"], armed, |gk| listed.contains(gk)) {
-                let key = (namespace.clone(), name.clone(), entry);
-                let since = self.orphans.get(&key).copied().unwrap_or_else(Instant::now);
-                orphans.insert(key, since);
+        let (mut orphans, mut unlisted) = (BTreeMap::new(), BTreeSet::new());
+        for at in self.installations() {
+            let Some(apps) = list_applications(at.client).await else {
+                // Not listed now: what was seen there waits, untouched.
+                let kept = self.orphans.iter().filter(|(key, _)| key.0 == at.hub);
+                orphans.extend(kept.map(|(key, since)| (key.clone(), *since)));
+                unlisted.insert(at.hub);
+                continue;
+            };
+            for app in apps {
+                let meta = serde_json::to_value(&app.metadata).unwrap_or_default();
+                let (namespace, name) = (
+                    app.metadata.namespace.unwrap_or_default(),
+                    app.metadata.name.unwrap_or_default(),
+                );
+                for entry in pause::orphaned(&meta["annotations"], armed, |gk| listed.contains(gk))
+                {
+                    let key = (at.hub, namespace.clone(), name.clone(), entry);
+                    let since = self.orphans.get(&key).copied().unwrap_or_else(Instant::now);
+                    orphans.insert(key, since);
+                }
             }
         }
         let mut elsewhere = BTreeSet::new();
-        for ((namespace, name, entry), since) in &orphans {
-            if since.elapsed() < ORPHAN_GRACE {
+        for ((hub, namespace, name, entry), since) in &orphans {
+            if since.elapsed() < ORPHAN_GRACE || unlisted.contains(hub) {
                 continue;
             }
             // A hub's Application that deploys to another cluster lists that
             // cluster's armed objects, not ours: never lifted from here.
-            let app = (namespace.clone(), name.clone());
-            if elsewhere.contains(&app) || self.deploys_elsewhere(namespace, name).await {
+            let app = (*hub, namespace.clone(), name.clone());
+            if elsewhere.contains(&app) || self.deploys_elsewhere(*hub, namespace, name).await {
                 elsewhere.insert(app);
                 continue;
             }
-            match ending::lift(self.argocd(), namespace, name, entry).await {
+            match ending::lift(self.argocd(*hub), namespace, name, entry, None).await {
                 Ok(state) => {
                     let state = state.unwrap_or(AppState::NotListed);
-                    tracing::info!(application = %format!("{namespace}/{name}"), object = %entry, ?state, "break-glass ended without lifting its pause: lifted")
+                    tracing::info!(application = %format!("{namespace}/{name}"), object = %entry, ?state, hub, "break-glass ended without lifting its pause: lifted")
                 }
                 Err(e) => {
                     self.metrics.break_glass_lift_failures.inc();
-                    tracing::warn!(application = %format!("{namespace}/{name}"), object = %entry, error = %e, hub = self.options.argocd_hub.is_some(), "break-glass sweeper: cannot lift a pause left behind; trying again next tick")
+                    tracing::warn!(application = %format!("{namespace}/{name}"), object = %entry, error = %e, hub, "break-glass sweeper: cannot lift a pause left behind; trying again next tick")
                 }
             }
         }
         self.orphans = orphans;
     }
 
-    /// With a hub: whether Application `namespace/name` deploys to a cluster
-    /// other than this one (`--cluster-name`), or cannot be read to tell.
-    /// Without a hub, every Application's pause may be this cluster's.
-    async fn deploys_elsewhere(&self, namespace: &str, name: &str) -> bool {
-        if self.options.argocd_hub.is_none() {
+    /// Whether Application `namespace/name` of the hub (`hub`) deploys to a
+    /// cluster other than this one (`--cluster-name`), or cannot be read to
+    /// tell. This cluster's own Applications may all hold its pauses.
+    async fn deploys_elsewhere(&self, hub: bool, namespace: &str, name: &str) -> bool {
+        if !hub {
             return false;
         }
-        let this = crate::policy::argocd::ThisCluster::named(&self.options.cluster_names);
         let api = Api::<DynamicObject>::namespaced_with(
-            self.argocd().clone(),
+            self.argocd(hub).clone(),
             namespace,
             &pause::application_resource(),
         );
         match api.get(name).await {
-            Ok(app) => this.deploys_elsewhere(&serde_json::to_value(app).unwrap_or_default()),
+            Ok(app) => self
+                .this_cluster
+                .deploys_elsewhere(&serde_json::to_value(app).unwrap_or_default()),
             Err(_) => true,
         }
     }
 
-    /// The client for Argo CD Applications: the hub's, or this cluster's.
-    fn argocd(&self) -> &kube::Client {
-        self.options.argocd_hub.as_ref().unwrap_or(&self.client)
+    /// The client for Argo CD Applications: the hub's (`hub`), or this cluster's.
+    fn argocd(&self, hub: bool) -> &kube::Client {
+        match &self.options.argocd_hub {
+            Some(client) if hub => client,
+            _ => &self.client,
+        }
+    }
+
+    /// For an Application of this cluster's own Argo CD beside a hub's, the
+    /// plugin flag that finds it without hub flags (its namespace).
+    fn local_flag(&self, hub: bool) -> String {
+        match (
+            &self.options.argocd_hub,
+            &self.options.local_argocd_namespace,
+        ) {
+            (Some(_), Some(namespace)) if !hub => format!(" --argocd-namespace {namespace}"),
+            _ => String::new(),
+        }
+    }
+
+    /// Where Applications are: this cluster's own Argo CD (with
+    /// `--local-argocd-namespace`) first, since it answers while a hub is
+    /// down, then the hub's, or the one cluster that holds them. With two,
+    /// only a hub Application deploying here may hold a pause of ours.
+    fn installations(&self) -> Vec<Installation<'_>> {
+        let hub = self.options.argocd_hub.as_ref();
+        let mut out = Vec::new();
+        if let (Some(_), Some(namespace)) = (hub, &self.options.local_argocd_namespace) {
+            out.push(Installation {
+                client: &self.client,
+                namespace,
+                hub: false,
+                deploys_here: None,
+            });
+        }
+        let both = !out.is_empty();
+        out.push(Installation {
+            client: hub.unwrap_or(&self.client),
+            namespace: &self.options.argocd_namespace,
+            hub: hub.is_some(),
+            deploys_here: both.then_some(&self.this_cluster),
+        });
+        out
     }
 
     /// Ends the break-glass on the object ([`ending::end_break_glass`]);
@@ -523,15 +583,9 @@ impl Sweeper {
         let annotations = &meta["annotations"];
         let shown = format!("{} {}{name}", ar.kind, ns_prefix(namespace));
         let policy = self.policy.current();
-        let ending = ending::end_break_glass(
-            &self.client,
-            self.argocd(),
-            ar,
-            object,
-            &policy,
-            &self.options.argocd_namespace,
-        )
-        .await;
+        let installations = self.installations();
+        let ending =
+            ending::end_break_glass(&self.client, &installations, ar, object, &policy).await;
         match ending {
             Ending::Ended { application, .. } => {
                 self.metrics.break_glass_expired.inc();
@@ -562,17 +616,21 @@ impl Sweeper {
                 tracing::debug!(object = %shown, "break-glass sweeper: object changed; next tick");
                 true
             }
-            Ending::Application { application, error } => {
+            Ending::Application {
+                application,
+                hub,
+                error,
+            } => {
                 // The object keeps its break-glass annotations and marker (the
                 // record of which Application to resume) until the lift
                 // succeeds; being expired, it already grants nothing.
                 self.metrics.break_glass_lift_failures.inc();
-                let target = format!(
+                let mut target = format!(
                     "{}/{name}{}",
                     ar.kind.to_ascii_lowercase(),
                     ns_flag(namespace)
                 );
-                let hub = self.options.argocd_hub.is_some();
+                target.push_str(&self.local_flag(hub));
                 let what = lift_failed(&shown, &target, &application, hub);
                 tracing::warn!(object = %shown, %application, %error, "{what}");
                 false
@@ -585,6 +643,20 @@ impl Sweeper {
                 tracing::warn!(object = %shown, ?code, error = %message, "break-glass sweeper: cannot end the break-glass; trying again next tick");
                 false
             }
+        }
+    }
+}
+
+/// Every Application's metadata in the cluster of `client`; `None` (logged)
+/// when they cannot be listed. No Application type: none.
+async fn list_applications(client: &kube::Client) -> Option<Vec<PartialObjectMeta<DynamicObject>>> {
+    let api = Api::<DynamicObject>::all_with(client.clone(), &pause::application_resource());
+    match api.list_metadata(&ListParams::default()).await {
+        Ok(apps) => Some(apps.items),
+        Err(kube::Error::Api(s)) if s.code == 404 => Some(Vec::new()),
+        Err(e) => {
+            tracing::warn!(error = %e, "break-glass sweeper: cannot list Applications to find pauses left behind");
+            None
         }
     }
 }
@@ -697,7 +769,146 @@ pub(crate) fn sweep(
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Mutex;
+
+    use http::{Request, Response};
+    use http_body_util::BodyExt;
+    use kube::client::Body;
+
     use super::*;
+    use crate::pause::{PAUSED_FOR, SKIP_RECONCILE};
+
+    const SPOKE: &str = "https://spoke-1.example:6443";
+    const APPS: &str = "/apis/argoproj.io/v1alpha1";
+
+    /// `METHOD path` of every request, in order.
+    type Log = Arc<Mutex<Vec<String>>>;
+
+    /// An Application paused by driftguard for `entry`, deploying to `server`.
+    fn app(namespace: &str, name: &str, entry: &str, server: &str) -> Value {
+        json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
+            "metadata": {"name": name, "namespace": namespace, "resourceVersion": "3",
+                "annotations": {SKIP_RECONCILE: "true", PAUSED_FOR: entry}},
+            "spec": {"destination": {"server": server, "namespace": "prod"}}})
+    }
+
+    /// A fake apiserver holding `apps`: listed, read and patched.
+    fn cluster(apps: Vec<Value>, log: Log) -> kube::Client {
+        let service = tower::service_fn(move |request: Request<Body>| {
+            let (apps, log) = (apps.clone(), log.clone());
+            async move {
+                let (method, path) = (
+                    request.method().to_string(),
+                    request.uri().path().to_owned(),
+                );
+                let _ = request.into_body().collect().await;
+                log.lock().unwrap().push(format!("{method} {path}"));
+                let named = |a: &&Value| {
+                    let m = &a["metadata"];
+                    path == format!(
+                        "{APPS}/namespaces/{}/applications/{}",
+                        m["namespace"].as_str().unwrap(),
+                        m["name"].as_str().unwrap()
+                    )
+                };
+                let (code, body) = if path == format!("{APPS}/applications") {
+                    (
+                        200,
+                        json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "ApplicationList", "metadata": {}, "items": apps}),
+                    )
+                } else if let Some(app) = apps.iter().find(named) {
+                    (200, app.clone())
+                } else {
+                    (
+                        404,
+                        json!({"kind": "Status", "code": 404, "message": "not found"}),
+                    )
+                };
+                let response = Response::builder()
+                    .status(code)
+                    .body(Body::from(body.to_string().into_bytes()))
+                    .unwrap();
+                Ok::<_, std::convert::Infallible>(response)
+            }
+        });
+        kube::Client::new(service, "default")
+    }
+
+    /// A hub's Argo CD and this cluster's own: pauses no armed object holds
+    /// any more are lifted in both, but in the hub only on Applications that
+    /// deploy here; without --local-argocd-namespace, only the hub is asked.
+    #[tokio::test]
+    async fn pauses_left_behind_are_lifted_in_both_clusters_never_another_clusters() {
+        let entry = "apps/Deployment:prod/web";
+        for local in [true, false] {
+            let (here_log, hub_log) = (Log::default(), Log::default());
+            let here = cluster(
+                vec![app(
+                    "gitops",
+                    "web",
+                    entry,
+                    "https://kubernetes.default.svc",
+                )],
+                here_log.clone(),
+            );
+            // Another cluster's web holds the same entry, for its own Deployment.
+            let hub = cluster(
+                vec![
+                    app("argocd", "web", entry, "https://spoke-2.example:6443"),
+                    app("argocd", "api", entry, SPOKE),
+                ],
+                hub_log.clone(),
+            );
+            let options = Options {
+                interval: Duration::from_secs(60),
+                argocd_namespace: "argocd".into(),
+                lease: None,
+                argocd_hub: Some(hub),
+                cluster_names: vec![SPOKE.into()],
+                local_argocd_namespace: local.then(|| "gitops".into()),
+            };
+            let policy = PolicyHandle::new(crate::policy::Policy::embedded());
+            let mut sweeper = Sweeper::new(here, policy, Arc::new(Metrics::default()), options);
+            let (armed, listed) = (
+                BTreeSet::new(),
+                BTreeSet::from(["apps/Deployment".to_owned()]),
+            );
+            // A refused lift here names the namespace for the plugin's --end.
+            let flag = if local {
+                " --argocd-namespace gitops"
+            } else {
+                ""
+            };
+            assert_eq!(sweeper.local_flag(false), flag);
+            assert_eq!(sweeper.local_flag(true), "");
+            sweeper.lift_orphaned_pauses(&armed, &listed).await;
+            // Past the grace: lifted at the next look.
+            for since in sweeper.orphans.values_mut() {
+                *since -= ORPHAN_GRACE * 2;
+            }
+            sweeper.lift_orphaned_pauses(&armed, &listed).await;
+            let patched = |log: &Log| -> Vec<String> {
+                log.lock()
+                    .unwrap()
+                    .iter()
+                    .filter(|r| r.starts_with("PATCH"))
+                    .cloned()
+                    .collect()
+            };
+            let here_patched: &[String] = if local {
+                &[format!("PATCH {APPS}/namespaces/gitops/applications/web")]
+            } else {
+                assert!(here_log.lock().unwrap().is_empty(), "{here_log:?}");
+                &[]
+            };
+            assert_eq!(patched(&here_log), here_patched, "local {local}");
+            assert_eq!(
+                patched(&hub_log),
+                [format!("PATCH {APPS}/namespaces/argocd/applications/api")],
+                "local {local}"
+            );
+        }
+    }
 
     #[test]
     fn a_refused_lift_says_where_and_how_to_end_it() {

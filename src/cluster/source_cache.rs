@@ -71,6 +71,10 @@ pub struct SourceCache {
     /// Kustomizations reach this cluster through (`spec.kubeConfig`); `None`
     /// when Flux runs here, where a Kustomization without one applies here.
     flux_secrets: Option<Vec<String>>,
+    /// Flux's `--default-service-account`: the account a Kustomization or
+    /// HelmRelease without `spec.serviceAccountName` is applied as, in its
+    /// own namespace.
+    flux_default_account: Option<String>,
     applications: BTreeMap<String, AppEntry>,
     projects: BTreeMap<String, Entry<AppProject>>,
     /// The projects as a list, what sync-account derivation reads; rebuilt
@@ -182,6 +186,14 @@ impl SourceCache {
     /// Secrets named `secrets`.
     pub fn with_hub_flux(mut self, secrets: Vec<String>) -> Self {
         self.flux_secrets = Some(secrets);
+        self
+    }
+
+    /// Flux runs with `--default-service-account=name` (multi-tenancy
+    /// lockdown): what a Kustomization or HelmRelease without its own
+    /// account impersonates.
+    pub fn with_flux_default_service_account(mut self, name: Option<String>) -> Self {
+        self.flux_default_account = name.filter(|n| !n.is_empty());
         self
     }
 
@@ -302,6 +314,7 @@ impl SourceCache {
                 } else {
                     FluxKind::HelmRelease
                 };
+                let default_account = self.flux_default_account.clone();
                 let map = self.flux_map(kind);
                 if map.get(uid).is_some_and(|e| e.hash == hash) {
                     return false;
@@ -310,7 +323,7 @@ impl SourceCache {
                     sources::flux_from_value(flux_kind, &v)
                         .map_err(|e| report([e]))
                         .ok()
-                        .map(Arc::new)
+                        .map(|s| Arc::new(s.with_default_account(default_account.as_deref())))
                 });
                 map.insert(uid.to_owned(), Entry { hash, value });
             }
@@ -753,6 +766,49 @@ mod tests {
         // A cache of Flux alone lends no Argo CD installation.
         let flux = SourceCache::new("argocd").without_argocd();
         assert!(flux.snapshot().argocd.is_empty());
+    }
+
+    /// Flux's multi-tenancy lockdown: a source without its own account is
+    /// applied as the default one of its namespace; its own account wins.
+    #[test]
+    fn flux_default_service_account_is_the_account_of_a_source_without_one() {
+        let kustomization = |uid: &str, ns: &str, account: Option<&str>| -> DynamicObject {
+            serde_json::from_value(json!({
+                "apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
+                "metadata": {"name": "apps", "namespace": ns, "uid": uid},
+                "spec": {"serviceAccountName": account, "path": "./apps",
+                         "sourceRef": {"kind": "GitRepository", "name": "repo"}}
+            }))
+            .unwrap()
+        };
+        let accounts = |default: Option<&str>| {
+            let mut cache = SourceCache::new("argocd")
+                .with_flux_default_service_account(default.map(str::to_owned));
+            cache.apply(Kind::Kustomization, &kustomization("u1", "tenant-a", None));
+            cache.apply(
+                Kind::Kustomization,
+                &kustomization("u2", "tenant-b", Some("own")),
+            );
+            let mut accounts: Vec<_> = cache
+                .snapshot()
+                .flux
+                .iter()
+                .map(|s| s.service_account.clone())
+                .collect();
+            accounts.sort();
+            accounts
+        };
+        assert_eq!(
+            accounts(Some("reconciler")),
+            [
+                Some("system:serviceaccount:tenant-a:reconciler".to_owned()),
+                Some("system:serviceaccount:tenant-b:own".to_owned()),
+            ]
+        );
+        assert_eq!(
+            accounts(None),
+            [None, Some("system:serviceaccount:tenant-b:own".to_owned())]
+        );
     }
 
     #[test]

@@ -136,6 +136,8 @@ pub struct WatchOptions {
     pub flux_hub: Option<kube::Client>,
     /// The names a hub knows this cluster by (`--cluster-name`).
     pub cluster_names: Vec<String>,
+    /// Flux's `--default-service-account` (`--flux-default-service-account`).
+    pub flux_default_service_account: Option<String>,
 }
 
 /// Starts the watches and returns the shared state they keep current.
@@ -151,6 +153,7 @@ pub fn spawn(client: kube::Client, options: &WatchOptions, metrics: Arc<Metrics>
     if !options.argocd {
         cache = cache.without_argocd();
     }
+    cache = cache.with_flux_default_service_account(options.flux_default_service_account.clone());
     let local_argocd = options
         .local_argocd_namespace
         .as_ref()

@@ -44,6 +44,11 @@ pub struct ArgoCdArgs {
     /// The kubeconfig context of the cluster holding the Argo CD Applications.
     #[arg(long, env = "DRIFTGUARD_ARGOCD_CONTEXT")]
     pub argocd_context: Option<String>,
+    /// With a hub: this cluster runs its own Argo CD too, in this namespace.
+    /// The object's Application is looked for in the one whose argocd-cm
+    /// `installationID` the object carries.
+    #[arg(long, env = "DRIFTGUARD_LOCAL_ARGOCD_NAMESPACE")]
+    pub local_argocd_namespace: Option<String>,
 }
 
 impl ArgoCdArgs {

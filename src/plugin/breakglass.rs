@@ -22,6 +22,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::api::{Api, ArgoCdArgs, Identity, Refusal, Reply, Resource};
+use super::installation;
 use super::pause::{
     CONFLICT_RETRIES, SetCheck, application_error, application_set_check, update_application,
 };
@@ -157,19 +158,29 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
         pause: None,
     };
     // In a spoke, the Applications are in the hub: paused and resumed there
-    // with the user's own credentials for it.
+    // with the user's own credentials for it; with this cluster's own Argo
+    // CD too, in the one whose installation id the object carries.
     let hub = args.argocd.connect(api).await?;
+    let (argocd, argocd_namespace) = (&args.argocd, args.argocd_namespace.as_str());
+    let object = (&resource, name, &loaded.policy);
+    let chosen =
+        installation::choose_for(api, hub.as_ref(), argocd, argocd_namespace, object).await?;
+    if let Some(why) = &chosen.unsure {
+        eprintln!("warning: {}", printable(why));
+    }
     let target = Target {
         api,
-        apps: hub.as_ref().unwrap_or(api),
-        hub: hub.is_some().then(|| args.argocd.kubectl_flags()),
+        apps: api,
+        hub: None,
         resource: &resource,
         name,
         shown: &shown,
         policy: &loaded.policy,
         argocd_namespace: &args.argocd_namespace,
         require_pause: args.require_pause,
-    };
+        no_pause: None,
+    }
+    .at(chosen);
     let (written, expires) = match (args.end, reason, duration) {
         (true, _, _) => (target.end().await?, None),
         (false, Some(reason), Some(duration)) => {
@@ -272,6 +283,9 @@ struct Target<'a> {
     policy: &'a crate::policy::Policy,
     argocd_namespace: &'a str,
     require_pause: bool,
+    /// Why no Argo CD Application may be paused for the object (neither
+    /// Argo CD is known to track it), if so.
+    no_pause: Option<String>,
 }
 
 /// Whether the Argo CD Application of an object can be paused, read before
@@ -296,7 +310,18 @@ struct Unpaused {
     elsewhere: bool,
 }
 
-impl Target<'_> {
+impl<'a> Target<'a> {
+    /// The same object, its Application read and paused where `chosen` says.
+    fn at(self, chosen: installation::Chosen<'a>) -> Self {
+        Target {
+            apps: chosen.api,
+            hub: chosen.hub,
+            argocd_namespace: chosen.namespace,
+            no_pause: chosen.unsure.filter(|_| chosen.no_pause),
+            ..self
+        }
+    }
+
     async fn get(&self) -> Result<Value, PluginError> {
         match self.api.get_target(self.resource, self.name).await? {
             Ok(o) => Ok(o),
@@ -360,6 +385,9 @@ impl Target<'_> {
         else {
             return Ok(Pausable::NotArgoCd);
         };
+        if let Some(why) = &self.no_pause {
+            return Ok(Pausable::Unreadable(self.unpaused(why.clone(), false)));
+        }
         Ok(
             match application_set_check(self.apps, namespace, name).await {
                 Ok(set) => Pausable::Application(set),
@@ -547,15 +575,14 @@ impl Target<'_> {
                 Ok(Some(refusal)) => return Ok(Written::Denied(refusal)),
                 Ok(None) => {}
             }
-            let ending = ending::end_break_glass(
-                self.api.client(),
-                self.apps.client(),
-                &ar,
-                &object,
-                self.policy,
-                self.argocd_namespace,
-            )
-            .await;
+            let at = ending::Installation {
+                client: self.apps.client(),
+                namespace: self.argocd_namespace,
+                hub: self.hub.is_some(),
+                deploys_here: None,
+            };
+            let ending =
+                ending::end_break_glass(self.api.client(), &[at], &ar, &object, self.policy).await;
             return Ok(match ending {
                 Ending::Ended {
                     application,
@@ -576,7 +603,9 @@ impl Target<'_> {
                     warnings,
                     details: None,
                 }),
-                Ending::Application { application, error } => {
+                Ending::Application {
+                    application, error, ..
+                } => {
                     let (namespace, name) = application.split_once('/').unwrap_or_default();
                     return Err(application_error(namespace, name, error));
                 }
@@ -1261,14 +1290,19 @@ mod tests {
         pub const OBJECT: &str = "/api/v1/namespaces/p/configmaps/x";
         pub const APP: &str = "/apis/argoproj.io/v1alpha1/namespaces/argocd/applications/myapp";
 
-        #[derive(Clone, Copy)]
+        #[derive(Clone, Copy, Default)]
         pub struct Cluster {
             /// driftguard denies writes to the object.
             pub deny: bool,
-            /// The Application exists.
+            /// The Application exists (`myapp`, in any namespace asked).
             pub application: bool,
             /// The object is under break-glass, its Application paused for it.
             pub armed: bool,
+            /// The object's `argocd.argoproj.io/installation-id`.
+            pub object_id: Option<&'static str>,
+            /// argocd-cm (any namespace): `None` forbidden, else its
+            /// `installationID`, if any.
+            pub argocd_cm: Option<Option<&'static str>>,
         }
 
         /// `METHOD path?query` and the body of every request, in order.
@@ -1320,8 +1354,31 @@ mod tests {
                     }
                     let denied = json!({"kind": "Status", "code": 403,
                         "message": "admission webhook \"validate.driftguard.io\" denied the request: driftguard: bob is not authorized to break glass on ConfigMap p/x"});
+                    if let Some(id) = cluster.object_id {
+                        object["metadata"]["annotations"]
+                            [crate::drift::ownership::ARGOCD_INSTALLATION_ID] = json!(id);
+                    }
                     let path = uri.split('?').next().unwrap_or_default().to_owned();
-                    Ok::<_, std::convert::Infallible>(match (method.as_str(), path.as_str()) {
+                    let at = if path.starts_with("/apis/argoproj.io/") && path.ends_with("/myapp") {
+                        APP
+                    } else if path.ends_with("/configmaps/argocd-cm") {
+                        "argocd-cm"
+                    } else {
+                        path.as_str()
+                    };
+                    let cm = |id: Option<&str>| {
+                        let data = id.map(|id| json!({"installationID": id}));
+                        json!({"apiVersion": "v1", "kind": "ConfigMap",
+                            "metadata": {"name": "argocd-cm"}, "data": data.unwrap_or(json!({}))})
+                    };
+                    Ok::<_, std::convert::Infallible>(match (method.as_str(), at) {
+                        ("GET", "argocd-cm") => match cluster.argocd_cm {
+                            Some(id) => reply(200, cm(id)),
+                            None => reply(
+                                403,
+                                json!({"kind": "Status", "code": 403, "message": "forbidden"}),
+                            ),
+                        },
                         ("GET", OBJECT) => reply(200, object),
                         ("PATCH", OBJECT) if cluster.deny => reply(403, denied),
                         ("PATCH", OBJECT) => reply(200, object),
@@ -1383,6 +1440,7 @@ mod tests {
             policy: &policy,
             argocd_namespace: "argocd",
             require_pause,
+            no_pause: None,
         };
         let written = if arm {
             let at = Timestamp::now() + SignedDuration::from_mins(30);
@@ -1407,6 +1465,7 @@ mod tests {
             deny: true,
             application: true,
             armed: false,
+            ..Default::default()
         };
         let (written, requests, _) = arm_on(cluster, false).await;
         let Written::Denied(refusal) = written else {
@@ -1435,6 +1494,7 @@ mod tests {
             deny: false,
             application: true,
             armed: false,
+            ..Default::default()
         };
         let (written, requests, bodies) = arm_on(cluster, false).await;
         let Written::Done(_, report) = written else {
@@ -1466,6 +1526,7 @@ mod tests {
             deny: false,
             application: true,
             armed: true,
+            ..Default::default()
         };
         let (written, requests, bodies) = end_on(cluster).await;
         let Written::Done(_, report) = written else {
@@ -1494,6 +1555,7 @@ mod tests {
             deny: true,
             application: true,
             armed: true,
+            ..Default::default()
         };
         let (written, requests, _) = end_on(cluster).await;
         assert!(matches!(written, Written::Denied(_)), "{requests:?}");
@@ -1506,6 +1568,7 @@ mod tests {
             deny: false,
             application: false,
             armed: false,
+            ..Default::default()
         };
         let (written, requests, bodies) = arm_on(cluster, false).await;
         let Written::Done(_, report) = written else {
@@ -1569,6 +1632,7 @@ mod tests {
                 deny: false,
                 application,
                 armed: !arm,
+                ..Default::default()
             };
             let spoke = fake::api(cluster(false), spoke_log.clone());
             let hub = fake::api(cluster(true), hub_log.clone());
@@ -1582,6 +1646,7 @@ mod tests {
                 policy: &policy,
                 argocd_namespace: "argocd",
                 require_pause: true,
+                no_pause: None,
             };
             let written = if arm {
                 let at = Timestamp::now() + SignedDuration::from_mins(30);
@@ -1615,6 +1680,147 @@ mod tests {
             );
             assert!(hub.iter().all(|r| r.contains(fake::APP)), "{hub:?}");
         }
+    }
+
+    /// With a hub's Argo CD and this cluster's own (in `gitops`), each with
+    /// an Application `myapp`: the one of the installation whose id the
+    /// object carries is paused and resumed, in its cluster. Ids that cannot
+    /// tell fall back to the hub, said; ids that rule the hub out pause nothing.
+    #[tokio::test]
+    async fn with_two_argo_cds_the_application_of_the_objects_installation_is_paused() {
+        let resource = config_maps();
+        let policy = crate::policy::Policy::embedded();
+        let args = ArgoCdArgs {
+            argocd_kubeconfig: Some("hub.yaml".into()),
+            argocd_context: None,
+            local_argocd_namespace: Some("gitops".into()),
+        };
+        let (hub_id, spoke_id) = (Some(Some("hub")), Some(Some("spoke")));
+        type Case = (
+            Option<&'static str>,
+            Option<Option<&'static str>>,
+            Option<Option<&'static str>>,
+        );
+        // (the object's id, the hub's argocd-cm, this cluster's; None:
+        // forbidden): where the Application is paused, and whether the
+        // user is told the ids could not tell.
+        let cases: [(Case, &str, bool); 6] = [
+            ((Some("spoke"), hub_id, spoke_id), "here", false),
+            ((Some("hub"), hub_id, spoke_id), "hub", false),
+            ((None, hub_id, Some(None)), "here", false),
+            ((Some("spoke"), None, spoke_id), "here", false),
+            ((Some("spoke"), None, None), "hub", true),
+            ((Some("other"), hub_id, spoke_id), "nowhere", true),
+        ];
+        for (arm, ((object_id, hub_cm, spoke_cm), want, unsure)) in [true, false]
+            .into_iter()
+            .flat_map(|arm| cases.map(|c| (arm, c)))
+        {
+            let case = format!("{object_id:?} {hub_cm:?} {spoke_cm:?}, arm {arm}");
+            let (spoke_log, hub_log) = (fake::Log::default(), fake::Log::default());
+            let cluster = |argocd_cm| fake::Cluster {
+                application: true,
+                armed: !arm,
+                object_id,
+                argocd_cm,
+                ..Default::default()
+            };
+            let spoke = fake::api(cluster(spoke_cm), spoke_log.clone());
+            let hub = fake::api(cluster(hub_cm), hub_log.clone());
+            let object = (&resource, "x", &policy);
+            let chosen = installation::choose_for(&spoke, Some(&hub), &args, "argocd", object)
+                .await
+                .unwrap();
+            assert_eq!(
+                chosen.unsure.is_some(),
+                unsure,
+                "{case}: {:?}",
+                chosen.unsure
+            );
+            let target = Target {
+                api: &spoke,
+                apps: &spoke,
+                hub: None,
+                resource: &resource,
+                name: "x",
+                shown: "configmap/x",
+                policy: &policy,
+                argocd_namespace: "argocd",
+                require_pause: false,
+                no_pause: None,
+            }
+            .at(chosen);
+            let written = if arm {
+                let at = Timestamp::now() + SignedDuration::from_mins(30);
+                target.arm("INC-1", at).await.unwrap()
+            } else {
+                target.end().await.unwrap()
+            };
+            let Written::Done(_, report) = written else {
+                panic!("{case}: not done");
+            };
+            let patched = |log: &fake::Log| -> Vec<String> {
+                let log = log.lock().unwrap();
+                let apps = log.iter().map(|(r, _)| r.clone());
+                apps.filter(|r| r.starts_with("PATCH /apis/argoproj.io/"))
+                    .collect()
+            };
+            let (here, there) = (patched(&spoke_log), patched(&hub_log));
+            let got = match (here.len(), there.len()) {
+                (1, 0) if here[0].contains("/namespaces/gitops/") => "here",
+                (0, 1) if there[0].contains("/namespaces/argocd/") => "hub",
+                (0, 0) => "nowhere",
+                _ => "wrong",
+            };
+            // Ending lifts only a pause that lists the object: with the hub
+            // ruled out, this cluster's is the one to look in.
+            let want = if arm || want != "nowhere" {
+                want
+            } else {
+                "here"
+            };
+            assert_eq!(got, want, "{case}: {here:?} {there:?}");
+            let state = match (want, arm) {
+                ("nowhere", _) => "not-paused",
+                (_, true) => "paused",
+                (_, false) => "resumed",
+            };
+            assert_eq!(report.state, state, "{case}: {}", report.text);
+            if want == "nowhere" && arm {
+                // The by-hand command is for this cluster, with why.
+                let cmd = "kubectl annotate applications.argoproj.io -n gitops myapp argocd.argoproj.io/skip-reconcile=true";
+                assert_eq!(report.pause_by_hand.as_deref(), Some(cmd), "{case}");
+                assert!(
+                    report.text.contains("neither has its id"),
+                    "{}",
+                    report.text
+                );
+            }
+        }
+        // An argocd-cm that sets no id: the policy's installationID stands
+        // for it, as in the decision.
+        let yaml = "gitops:\n  argocd: {installationID: spoke}\n";
+        let with_id = crate::policy::Policy::from_yaml(yaml, "p.yaml").unwrap();
+        let cluster = |object_id, argocd_cm| fake::Cluster {
+            application: true,
+            object_id,
+            argocd_cm,
+            ..Default::default()
+        };
+        let spoke = fake::api(cluster(Some("spoke"), Some(None)), fake::Log::default());
+        let hub = fake::api(cluster(None, Some(Some("hub"))), fake::Log::default());
+        let object = (&resource, "x", &with_id);
+        let chosen = installation::choose_for(&spoke, Some(&hub), &args, "argocd", object)
+            .await
+            .unwrap();
+        assert_eq!(
+            (chosen.namespace, chosen.hub, chosen.unsure),
+            ("gitops", None, None)
+        );
+        // Without a hub, the flag has nothing to choose between.
+        let spoke = fake::api(fake::Cluster::default(), fake::Log::default());
+        let chosen = installation::choose(&spoke, None, &args, "argocd", None, &policy).await;
+        assert!(matches!(chosen, Err(PluginError::Usage(_))));
     }
 
     #[test]

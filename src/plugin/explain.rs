@@ -163,11 +163,18 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
     let inputs = Inputs::read(&object, policy);
     let mut notes: Vec<String> = Vec::new();
     let manager = ownership::detect(&inputs);
-    // In a spoke, the Application, argocd-cm and the AppProjects are in the hub.
+    // In a spoke, the Application, argocd-cm and the AppProjects are in the
+    // hub; with this cluster's own Argo CD too, in the one whose installation
+    // id the object carries.
     let hub = args.argocd.connect(api).await?;
+    let (argocd_args, hub_ns) = (&args.argocd, args.argocd_namespace.as_str());
+    let it = Some(&object);
+    let chosen =
+        super::installation::choose(api, hub.as_ref(), argocd_args, hub_ns, it, policy).await?;
+    notes.extend(chosen.unsure.clone());
     let argocd = Tool {
-        api: hub.as_ref().unwrap_or(api),
-        hub: hub.is_some(),
+        api: chosen.api,
+        hub: chosen.hub.is_some(),
     };
     // And the Kustomizations and HelmReleases, in Flux's hub.
     let flux_hub = args.flux.connect(api).await?;
@@ -175,8 +182,12 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
         api: flux_hub.as_ref().unwrap_or(api),
         hub: flux_hub.is_some(),
     };
-    let tools = Tools { argocd, flux };
-    let (managed_by, sources) = read_manager(tools, &args, manager.as_ref(), &mut notes).await?;
+    let tools = Tools {
+        argocd,
+        flux,
+        argocd_namespace: chosen.namespace,
+    };
+    let (managed_by, sources) = read_manager(tools, manager.as_ref(), &mut notes).await?;
     let at = Written {
         resource: &resource,
         namespace,
@@ -212,8 +223,11 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
 /// watches read it: the report's `managedBy`, and the same [`Sources`] the
 /// webhook decides with. What cannot be read is a note.
 async fn read_manager(
-    Tools { argocd, flux }: Tools<'_>,
-    args: &Args,
+    Tools {
+        argocd,
+        flux,
+        argocd_namespace,
+    }: Tools<'_>,
     manager: Option<&Manager>,
     notes: &mut Vec<String>,
 ) -> Result<(Option<ManagedBy>, Sources), PluginError> {
@@ -223,15 +237,14 @@ async fn read_manager(
             application,
             application_namespace,
         }) => {
-            let app_ns = application_namespace
-                .as_deref()
-                .unwrap_or(&args.argocd_namespace);
+            let app_ns = application_namespace.as_deref().unwrap_or(argocd_namespace);
             let at = (app_ns, application.as_str());
             let mut installation = ArgoCdSources {
-                namespace: args.argocd_namespace.clone(),
+                namespace: argocd_namespace.to_owned(),
                 ..ArgoCdSources::default()
             };
-            let entry = read_application(argocd, args, at, &mut installation, notes).await?;
+            let entry =
+                read_application(argocd, argocd_namespace, at, &mut installation, notes).await?;
             sources.argocd.push(installation);
             Some(entry)
         }
@@ -256,12 +269,15 @@ struct Tool<'a> {
 struct Tools<'a> {
     argocd: Tool<'a>,
     flux: Tool<'a>,
+    /// Argo CD's namespace there (argocd-cm, the AppProjects, and the
+    /// Applications when a tracking id names none).
+    argocd_namespace: &'a str,
 }
 
 /// The Application, argocd-cm's rules and the account Argo CD syncs as.
 async fn read_application(
     Tool { api, hub }: Tool<'_>,
-    args: &Args,
+    argocd_namespace: &str,
     (app_ns, application): (&str, &str),
     sources: &mut ArgoCdSources,
     notes: &mut Vec<String>,
@@ -309,7 +325,7 @@ async fn read_application(
     }
     let mut impersonation = false;
     let got = api
-        .namespaced::<ConfigMap>(&args.argocd_namespace)
+        .namespaced::<ConfigMap>(argocd_namespace)
         .get("argocd-cm")
         .await;
     match answer(got, "get configmap argocd-cm")? {
@@ -335,8 +351,7 @@ async fn read_application(
     }
     if let Some(app) = found {
         if impersonation {
-            entry.service_account =
-                Some(sync_account(api, &app, &args.argocd_namespace, notes).await?);
+            entry.service_account = Some(sync_account(api, &app, argocd_namespace, notes).await?);
         }
         sources.applications.push(Arc::new(app));
     }
@@ -759,6 +774,63 @@ mod tests {
     use crate::drift::{Finding, decide};
     use crate::policy::path::is_under;
     use serde_json::json;
+
+    /// With this cluster's own Argo CD chosen beside a hub's
+    /// (`--local-argocd-namespace gitops`), the Application of a tracking id
+    /// naming no namespace, and argocd-cm, are read in that namespace.
+    #[tokio::test]
+    async fn argo_cd_is_read_in_the_chosen_installations_namespace() {
+        use std::sync::Mutex;
+        let log: Arc<Mutex<Vec<String>>> = Arc::default();
+        let seen = log.clone();
+        let service = tower::service_fn(move |request: http::Request<kube::client::Body>| {
+            let seen = seen.clone();
+            async move {
+                let path = request.uri().path().to_owned();
+                seen.lock()
+                    .unwrap()
+                    .push(format!("{} {path}", request.method()));
+                let status = json!({"kind": "Status", "code": 404, "message": "not found"});
+                let reply = http::Response::builder()
+                    .status(404)
+                    .body(kube::client::Body::from(status.to_string().into_bytes()))
+                    .unwrap();
+                Ok::<_, std::convert::Infallible>(reply)
+            }
+        });
+        let api = Api::with_client(kube::Client::new(service, "p"), "p");
+        let here = Tool {
+            api: &api,
+            hub: false,
+        };
+        let tools = Tools {
+            argocd: here,
+            flux: here,
+            argocd_namespace: "gitops",
+        };
+        let manager = Manager::ArgoCd {
+            application: "myapp".into(),
+            application_namespace: None,
+        };
+        let mut notes = Vec::new();
+        let (managed, sources) = read_manager(tools, Some(&manager), &mut notes)
+            .await
+            .unwrap();
+        assert_eq!(managed.map(|m| m.namespace).as_deref(), Some("gitops"));
+        let namespaces: Vec<&str> = sources
+            .argocd
+            .iter()
+            .map(ArgoCdSources::namespace)
+            .collect();
+        assert_eq!(namespaces, ["gitops"]);
+        let log = log.lock().unwrap();
+        for read in [
+            "GET /apis/argoproj.io/v1alpha1/namespaces/gitops/applications/myapp",
+            "GET /api/v1/namespaces/gitops/configmaps/argocd-cm",
+        ] {
+            assert!(log.iter().any(|r| r == read), "{read} not in {log:?}");
+        }
+    }
 
     const IMAGE: &str = "/spec/template/spec/containers/0/image";
     /// Fields a write changes, one at a time: some ignored by a rule of the

@@ -55,6 +55,20 @@ pub struct FluxRule {
 }
 
 impl FluxSource {
+    /// With the controller's `--default-service-account` (`default`), the
+    /// account a source without `spec.serviceAccountName` is applied as:
+    /// Flux impersonates it in the source's own namespace
+    /// (`WithServiceAccount(r.DefaultServiceAccount, obj.Spec.ServiceAccountName, obj.GetNamespace())`
+    /// in kustomize-controller and helm-controller).
+    pub fn with_default_account(mut self, default: Option<&str>) -> Self {
+        if self.service_account.is_none()
+            && let Some(name) = default.filter(|n| !n.is_empty())
+        {
+            self.service_account = Some(format!("system:serviceaccount:{}:{name}", self.namespace));
+        }
+        self
+    }
+
     /// Pointers of the labels and annotations its ignore targets select on
     /// that differ between `old` and `new`: they decide whether a rule applies,
     /// so they are decision inputs (see [`crate::drift::inputs`]). Every key an

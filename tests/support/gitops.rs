@@ -323,6 +323,11 @@ pub struct Flux {
 impl Flux {
     /// Installs the CRDs and starts both controllers.
     pub fn start(plane: &ControlPlane, tools: &Tools) -> Flux {
+        Self::start_with(plane, tools, &[])
+    }
+
+    /// [`Flux::start`], kustomize-controller with `kustomize_args` too.
+    pub fn start_with(plane: &ControlPlane, tools: &Tools, kustomize_args: &[&str]) -> Flux {
         install_crds(plane, &tools.assets.join("flux"));
         let storage = plane.dir.join("flux-storage");
         std::fs::create_dir_all(&storage).unwrap();
@@ -351,7 +356,8 @@ impl Flux {
                 .arg(format!("--metrics-addr=127.0.0.1:{}", unused_port()))
                 .arg(format!("--health-addr=127.0.0.1:{}", unused_port()))
                 .arg("--no-remote-bases=true")
-                .arg("--log-level=info"),
+                .arg("--log-level=info")
+                .args(kustomize_args),
         );
         Flux { source, kustomize }
     }
