@@ -184,6 +184,65 @@ roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: driftguard-argo
 subjects: [{kind: User, name: driftguard, apiGroup: rbac.authorization.k8s.io}]
 "#;
 
+/// Break-glass with both Argo CDs. In the spoke, driftguard's sweeper lifts
+/// a pause of the spoke's own Applications (`get, list, patch`, as the chart
+/// grants it), and the on-call engineer reads the team's argocd-cm (its
+/// `installationID`, which the plugin routes by) and pauses its
+/// Applications; in the hub the engineer reads the hub's argocd-cm too.
+const LOCAL_BREAK_GLASS_RBAC: &str = r#"apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: driftguard-application-lifter}
+rules:
+  - apiGroups: [argoproj.io]
+    resources: [applications]
+    verbs: [get, list, patch]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: driftguard-application-lifter}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: driftguard-application-lifter}
+subjects: [{kind: User, name: driftguard, apiGroup: rbac.authorization.k8s.io}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: break-glass-pause, namespace: team-argocd}
+rules:
+  - apiGroups: [argoproj.io]
+    resources: [applications]
+    verbs: [get, patch]
+  - apiGroups: [""]
+    resources: [configmaps]
+    resourceNames: [argocd-cm]
+    verbs: [get]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: break-glass-pause, namespace: team-argocd}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: break-glass-pause}
+subjects: [{kind: Group, name: sre-oncall, apiGroup: rbac.authorization.k8s.io}]
+"#;
+const HUB_ONCALL_ARGOCD_CM_RBAC: &str = r#"apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: argocd-cm-reader, namespace: argocd}
+rules:
+  - apiGroups: [""]
+    resources: [configmaps]
+    resourceNames: [argocd-cm]
+    verbs: [get]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: argocd-cm-reader, namespace: argocd}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: argocd-cm-reader}
+subjects: [{kind: User, name: oncall}]
+"#;
+
+/// The annotations of Application `ns/name` in `plane`.
+fn application_annotations(plane: &ControlPlane, ns: &str, name: &str) -> serde_json::Value {
+    let app = get_json(plane, &["-n", ns, "application", name]).unwrap();
+    app["metadata"]["annotations"].clone()
+}
+
 /// The spoke as `argocd cluster add` registers it in the hub
 /// (util/db/cluster.go, `SecretToCluster`: `name`, `server` and `config`, a
 /// JSON ClusterConfig whose `caData` is base64, as a `[]byte`).
@@ -415,6 +474,7 @@ impl Fleet {
         ]);
         spoke.apply_admin(DEPLOYER_RBAC);
         spoke.apply_admin(LOCAL_ARGOCD_RBAC);
+        spoke.apply_admin(LOCAL_BREAK_GLASS_RBAC);
         spoke.apply_admin(SWEEPER_RBAC);
         spoke.add_user("oncall", &["sre-oncall"]);
         let argocd_manager = service_account_token(&spoke, "kube-system", "argocd-manager");
@@ -472,6 +532,7 @@ impl Fleet {
         hub.apply_admin(HUB_LIFTER_RBAC);
         hub.add_user("oncall", &[]);
         hub.apply_admin(HUB_ONCALL_RBAC);
+        hub.apply_admin(HUB_ONCALL_ARGOCD_CM_RBAC);
 
         let hub_reader = hub.kubeconfig("spoke-1-driftguard").display().to_string();
         let policy = policy(&spoke);
@@ -824,9 +885,10 @@ impl Fleet {
     }
 
     /// (5) Break-glass in the spoke on web (Argo CD, paused in the hub with
-    /// oncall's hub kubeconfig) and api (Flux, paused on the object) at
-    /// once: the hotfixes hold against self-heal and forced reconciles, end
-    /// at expiry, and then Git wins again.
+    /// oncall's hub kubeconfig), team-web (the spoke's own Argo CD, whose
+    /// Application of the same name is paused in the spoke) and api (Flux,
+    /// paused on the object) at once: the hotfixes hold against self-heal
+    /// and forced reconciles, end at expiry, and then Git wins again.
     fn break_glass(&self) {
         let (hub, spoke) = (&self.hub, &self.spoke);
         let oncall_hub = hub.kubeconfig("oncall").display().to_string();
@@ -847,15 +909,32 @@ impl Fleet {
             assert!(out.ok, "break-glass {deploy}: {out}");
             out
         };
-        let out = arm("web", &["--argocd-kubeconfig", &oncall_hub]);
-        assert!(
-            out.stdout
-                .contains("Argo CD Application argocd/web is paused"),
-            "{out}"
-        );
+        // Both Argo CDs given, for both objects: each is paused in the
+        // installation whose id it carries, the team's `web` in the spoke and
+        // the hub's `web` in the hub, each holding only its own object.
+        let both = [
+            "--argocd-kubeconfig",
+            &oncall_hub,
+            "--local-argocd-namespace",
+            TEAM_ARGOCD,
+        ];
+        for (deploy, app) in [("web", "argocd/web"), ("team-web", "team-argocd/web")] {
+            let out = arm(deploy, &both);
+            assert!(
+                out.stdout
+                    .contains(&format!("Argo CD Application {app} is paused")),
+                "{out}"
+            );
+        }
         let app = hub_application(hub, "web");
         assert_eq!(app[SKIP], "true", "{app}");
         assert_eq!(app[PAUSED_FOR], "apps/Deployment:production/web", "{app}");
+        let app = application_annotations(spoke, TEAM_ARGOCD, "web");
+        assert_eq!(app[SKIP], "true", "{app}");
+        assert_eq!(
+            app[PAUSED_FOR], "apps/Deployment:team-apps/team-web",
+            "{app}"
+        );
         // Flux needs nothing in the hub: its pause is on the object here.
         let out = arm("api", &[]);
         assert!(
@@ -874,7 +953,7 @@ impl Fleet {
             "{api}"
         );
 
-        for deploy in ["web", "api"] {
+        for deploy in ["web", "api", "team-web"] {
             allowed(set_image(spoke, "oncall", deploy, "nginx:hotfix")).unwrap();
         }
         denied(
@@ -882,34 +961,47 @@ impl Fleet {
             "Argo CD application web",
         )
         .unwrap();
+        denied(
+            &set_image(spoke, "alice", "team-web", "nginx:alice"),
+            &format!("{}, path team-web", self.team_url),
+        )
+        .unwrap();
         // Self-heal reverts a change within seconds of a reconcile; the
-        // hotfixes hold for over two of Argo CD's reconcile periods, and a
-        // forced Flux reconcile before and after.
+        // hotfixes hold for over two of each Argo CD's reconcile periods,
+        // and a forced Flux reconcile before and after.
         Flux::reconcile(hub, "flux-system", "apps", None);
         holds("the hotfixes", Duration::from_secs(25), || {
             image_is(spoke, "web", "nginx:hotfix")?;
+            image_is(spoke, "team-web", "nginx:hotfix")?;
             image_is(spoke, "api", "nginx:hotfix")
         });
         Flux::reconcile(hub, "flux-system", "apps", None);
         image_is(spoke, "api", "nginx:hotfix").unwrap();
 
-        // At expiry the sweeper lifts the hub's pause and ends both; the real
-        // tools then put Git's image back.
+        // At expiry the sweeper lifts the hub's pause and the team's (in the
+        // spoke) and ends all three; the real tools then put Git's image back.
         wait_break_glass_ended(spoke, "production", "web");
         wait_break_glass_ended(spoke, "apps", "api");
-        let app = hub_application(hub, "web");
-        assert!(
-            app.get(SKIP).is_none() && app.get(PAUSED_FOR).is_none(),
-            "{app}"
-        );
-        wait_for(
-            "Argo CD's self-heal to revert the hotfix",
-            Duration::from_secs(60),
-            || {
-                image_is(spoke, "web", "nginx:1.27")
-                    .map_err(|e| format!("{e}\n{}", self.argo.logs()))
-            },
-        );
+        wait_break_glass_ended(spoke, ns("team-web"), "team-web");
+        for app in [
+            hub_application(hub, "web"),
+            application_annotations(spoke, TEAM_ARGOCD, "web"),
+        ] {
+            assert!(
+                app.get(SKIP).is_none() && app.get(PAUSED_FOR).is_none(),
+                "{app}"
+            );
+        }
+        for (deploy, argo) in [("web", &self.argo), ("team-web", &self.team_argo)] {
+            wait_for(
+                &format!("Argo CD's self-heal to revert {deploy}'s hotfix"),
+                Duration::from_secs(60),
+                || {
+                    image_is(spoke, deploy, "nginx:1.27")
+                        .map_err(|e| format!("{e}\n{}", argo.logs()))
+                },
+            );
+        }
         Flux::reconcile(hub, "flux-system", "apps", None);
         image_is(spoke, "api", "nginx:1.27")
             .map_err(|e| format!("{e}\n{}", self.flux.logs()))
