@@ -676,8 +676,9 @@ impl Fleet {
 
     /// (2) Each Argo CD's objects are judged by its own Application `web`:
     /// a scale of the hub's web is allowed (the hub's web ignores replicas)
-    /// and stays; one of the team's is denied, naming the team's Application
-    /// and repository, not the hub's, and is not made.
+    /// and made; one of the team's is denied, naming the team's Application
+    /// and repository, not the hub's, and is not made. Judged by the other
+    /// `web`, either would go the other way.
     fn each_installations_rules(&self) {
         let spoke = &self.spoke;
         allowed(scale(spoke, "web", 2)).unwrap();
