@@ -150,12 +150,20 @@ fn application(name: &str, url: &str, destination: &str, ignored: &[&str]) -> St
 /// annotation is. So an object judged by the wrong `web` shows, either way,
 /// and this one is the looser of the two for annotations (what a person
 /// rewriting an object's installation id would be after).
+///
+/// Without `RespectIgnoreDifferences`: with it, a sync applies the live
+/// values of ignored fields as Argo CD's cache holds them
+/// (`normalizeTargetResources`, controller/sync.go), and at a break-glass's
+/// expiry the sweeper lifts the pause before it removes the object's
+/// break-glass annotations; a self-heal that compared in between wrote them
+/// back (seen once in three runs: the object kept `driftguard.io/break-glass`,
+/// `-expires` and `-paused` without the label, so no sweep found it again).
 fn team_application(url: &str) -> String {
     format!(
         "apiVersion: argoproj.io/v1alpha1\nkind: Application\nmetadata: {{name: web, namespace: {TEAM_ARGOCD}}}\n\
          spec:\n  project: default\n  source: {{repoURL: '{url}', targetRevision: main, path: team-web}}\n\
          \x20 destination: {{server: 'https://kubernetes.default.svc', namespace: {}}}\n\
-         \x20 syncPolicy:\n    automated: {{prune: true, selfHeal: true}}\n    syncOptions: [RespectIgnoreDifferences=true]\n\
+         \x20 syncPolicy:\n    automated: {{prune: true, selfHeal: true}}\n\
          \x20 ignoreDifferences:\n    - {{group: apps, kind: Deployment, jsonPointers: [/metadata/annotations]}}\n",
         ns("team-web")
     )
