@@ -155,11 +155,16 @@ fn an_object_neither_installation_claims_gets_neither_rules() {
 }
 
 /// Two installations with one id cannot be told apart: the union of their
-/// rules would be the looser reading, so neither applies.
+/// rules would be the looser reading, so neither applies. One without an id
+/// tracks every object (Argo CD v3.6.1), also those with the other's id.
 #[test]
 fn two_installations_sharing_an_id_lend_neither_their_rules() {
-    for id in [None, Some("same")] {
-        let sources = both(id, id);
+    for (hub, team, object) in [
+        (None, None, None),
+        (Some("same"), Some("same"), Some("same")),
+        (Some("hub"), None, Some("hub")),
+    ] {
+        let (sources, id) = (both(hub, team), object);
         let old = tracked_by(id);
         for pointer in [REPLICAS, IMAGE] {
             let d = judged(&changed(&old, pointer, json!("x")), &sources);

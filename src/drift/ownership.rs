@@ -23,12 +23,15 @@ pub const ARGOCD_INSTALLATION_ID: &str = "argocd.argoproj.io/installation-id";
 /// argocd-cm's key for an installation's id.
 pub const ARGOCD_CM_INSTALLATION_ID: &str = "installationID";
 
-/// Argo CD's own rule (`getAppInstanceValue` in `util/argo/resource_tracking.go`):
-/// an installation whose id is `installation` (none: empty) tracks an object
-/// only when the object's [`ARGOCD_INSTALLATION_ID`] annotation (`object`,
-/// absent reading as empty) equals it exactly.
+/// Argo CD's own rule (`getAppInstanceValue` in `util/argo/resource_tracking.go`,
+/// v3.6.1): an installation with an id (`installation`) tracks an object only
+/// when the object's [`ARGOCD_INSTALLATION_ID`] annotation (`object`) equals
+/// it; one without an id tracks every object, whatever id the object carries.
 pub fn installation_tracks(installation: Option<&str>, object: Option<&str>) -> bool {
-    installation.unwrap_or_default() == object.unwrap_or_default()
+    match installation.filter(|id| !id.is_empty()) {
+        None => true,
+        Some(id) => object == Some(id),
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -196,15 +199,18 @@ mod tests {
     }
 
     #[test]
-    fn an_installation_tracks_only_objects_with_exactly_its_id() {
-        assert!(installation_tracks(None, None));
+    fn an_installation_with_an_id_tracks_only_objects_with_it() {
         assert!(installation_tracks(Some("hub"), Some("hub")));
-        // Empty and absent are the same, on either side.
-        assert!(installation_tracks(Some(""), None));
-        assert!(installation_tracks(None, Some("")));
-        assert!(!installation_tracks(None, Some("hub")));
         assert!(!installation_tracks(Some("hub"), None));
+        assert!(!installation_tracks(Some("hub"), Some("")));
         assert!(!installation_tracks(Some("hub"), Some("spoke")));
+        // Without an id (absent or empty), every object, as Argo CD v3.6.1
+        // does: seen pruning another installation's object in the fleet e2e.
+        for none in [None, Some("")] {
+            for object in [None, Some(""), Some("hub")] {
+                assert!(installation_tracks(none, object), "{none:?} {object:?}");
+            }
+        }
     }
 
     #[test]

@@ -31,12 +31,13 @@ pub enum Owner<'p> {
     Destination(&'p Application),
 }
 
-/// Which Argo CD installation tracks `stored`, by Argo CD's own rule: the
-/// one whose `installationID` (argocd-cm's; else the policy's
-/// `gitops.argocd.installationID`) equals the object's `installation-id`
-/// exactly, absent reading as empty. Two Argo CDs in one cluster must set
-/// different ids; an object that two watched installations would both claim,
-/// or none, gets only the policy's own rules. The id read is the stored
+/// Which Argo CD installation tracks `stored`, by Argo CD's own rule
+/// ([`ownership::installation_tracks`]): one whose `installationID`
+/// (argocd-cm's; else the policy's `gitops.argocd.installationID`) is the
+/// object's `installation-id`, or one without an id, which tracks every
+/// object. Two Argo CDs in one cluster must set different ids; an object
+/// that two watched installations would both claim, or none, gets only the
+/// policy's own rules. The id read is the stored
 /// object's, which a person cannot change without it being a drift itself.
 /// The context for the rest of the decision, with a note in `notes` when no
 /// installation applies to an Argo CD-tracked object.

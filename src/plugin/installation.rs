@@ -155,15 +155,35 @@ async fn installation_id(api: &Api, namespace: &str, at: &str, fallback: Option<
     }
 }
 
+/// How an installation whose id was read stands to an object.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Claim {
+    /// Its id is the object's.
+    Id,
+    /// It has no id, so it tracks every object (Argo CD v3.6.1).
+    Every,
+    /// Its id is not the object's.
+    No,
+}
+
 /// Which installation tracks an object whose installation-id annotation is
-/// `object`, given the hub's and this cluster's ids. A read id that tracks
-/// it decides (two installations tracking one cluster must have different
-/// ids); an unreadable one never does.
+/// `object`, given the hub's and this cluster's ids. The installation whose
+/// id the object carries decides, and one without an id when the other's
+/// id was read and is not the object's; an unreadable id never decides, and
+/// two that both track it (two Argo CDs in one cluster must have different
+/// ids) are said, not chosen between.
 pub fn pick(object: Option<&str>, hub: &Id, local: &Id) -> Route {
     let tracks = |id: &Id| {
-        id.as_ref()
-            .ok()
-            .map(|id| ownership::installation_tracks(id.as_deref(), object))
+        id.as_ref().ok().map(|id| {
+            match (
+                id.as_deref().filter(|id| !id.is_empty()),
+                ownership::installation_tracks(id.as_deref(), object),
+            ) {
+                (None, _) => Claim::Every,
+                (Some(_), true) => Claim::Id,
+                (Some(_), false) => Claim::No,
+            }
+        })
     };
     let shown = |id: Option<&str>| match id.unwrap_or_default() {
         "" => "none".to_owned(),
@@ -179,14 +199,17 @@ pub fn pick(object: Option<&str>, hub: &Id, local: &Id) -> Route {
         why: format!("cannot tell which Argo CD tracks it ({what}): {ids}"),
         hub_excluded,
     };
+    use Claim::{Every, Id as Own, No};
+    let both = "both track it: an Argo CD without an installationID tracks every object, and two must differ";
     match (tracks(hub), tracks(local)) {
-        (Some(true), Some(false) | None) => Route::Hub,
-        (Some(false) | None, Some(true)) => Route::Local,
-        (Some(true), Some(true)) => unsure("both have its id; they must differ", false),
-        (Some(false), Some(false)) => unsure("neither has its id", true),
-        (Some(false), None) | (None, Some(false)) | (None, None) => {
-            unsure("an installationID could not be read", tracks(hub).is_some())
-        }
+        (Some(Own), Some(No) | None) | (Some(Every), Some(No)) => Route::Hub,
+        (Some(No) | None, Some(Own)) | (Some(No), Some(Every)) => Route::Local,
+        (Some(Own | Every), Some(Own | Every)) => unsure(both, false),
+        (Some(No), Some(No)) => unsure("neither has its id", true),
+        (Some(No), None) | (None, Some(No | Every)) | (None, None) | (Some(Every), None) => unsure(
+            "an installationID could not be read",
+            tracks(hub) == Some(No),
+        ),
     }
 }
 
@@ -205,11 +228,16 @@ mod tests {
     #[test]
     fn the_installation_whose_id_the_object_carries_tracks_it() {
         let (hub, spoke): (Id, Id) = (Ok(Some("hub".into())), Ok(None));
-        assert_eq!(pick(Some("hub"), &hub, &spoke), Route::Hub);
-        // Absent and empty are the same id.
+        // Without an id, this cluster's Argo CD tracks what the hub's does not.
         assert_eq!(pick(None, &hub, &spoke), Route::Local);
         assert_eq!(pick(Some(""), &hub, &spoke), Route::Local);
+        assert_eq!(pick(Some("other"), &hub, &spoke), Route::Local);
+        assert_eq!(
+            pick(Some("hub"), &Ok(None), &Ok(Some("spoke".into()))),
+            Route::Hub
+        );
         let spoke: Id = Ok(Some("spoke".into()));
+        assert_eq!(pick(Some("hub"), &hub, &spoke), Route::Hub);
         assert_eq!(pick(Some("spoke"), &hub, &spoke), Route::Local);
         // One id read and tracking it decides, the other unknown.
         let unknown: Id = Err("forbidden".into());
@@ -233,6 +261,13 @@ mod tests {
             why.contains("could not be read") && why.contains("forbidden"),
             "{why}"
         );
+        // The hub without an id tracks every object: unknown here, not chosen.
+        let (why, excluded) = unsure(pick(Some("hub"), &Ok(None), &unknown));
+        assert!(!excluded);
+        assert!(
+            why.contains("could not be read") && why.contains("forbidden"),
+            "{why}"
+        );
         let (_, excluded) = unsure(pick(None, &unknown, &unknown));
         assert!(!excluded);
         // The hub's id read and not the object's: never the hub's Application.
@@ -244,8 +279,16 @@ mod tests {
         );
         let (_, excluded) = unsure(pick(Some("spoke"), &hub, &unknown));
         assert!(excluded);
-        // The same id on both: a misconfiguration, said.
+        // The same id on both, or one without an id that tracks it too: a
+        // misconfiguration, said.
         let (why, excluded) = unsure(pick(Some("hub"), &hub, &hub));
         assert!(!excluded && why.contains("must differ"), "{why}");
+        let (why, excluded) = unsure(pick(Some("hub"), &hub, &Ok(None)));
+        assert!(
+            !excluded && why.contains("without an installationID"),
+            "{why}"
+        );
+        let (_, excluded) = unsure(pick(None, &Ok(None), &Ok(None)));
+        assert!(!excluded);
     }
 }
