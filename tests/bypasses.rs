@@ -611,11 +611,7 @@ fn judged_with(
     review: &Review,
     sources: &driftguard::sources::Sources,
 ) -> driftguard::drift::Decision {
-    let body = serde_json::to_vec(&review.body()).unwrap();
-    let req = driftguard::request::parse(&body).unwrap();
-    driftguard::judge_request(policy, &req, Endpoint::Validate, None, Some(sources), now())
-        .unwrap()
-        .decision
+    decided_with(policy, review, sources)
 }
 
 fn outcome_with(

@@ -107,7 +107,8 @@ roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: reconciler}
 subjects: [{kind: ServiceAccount, name: reconciler, namespace: tenant-a}]
 "#;
 
-fn flux_objects(url: &str) -> String {
+/// The repository every Kustomization here reads.
+fn git_repository(url: &str) -> String {
     format!(
         r#"apiVersion: source.toolkit.fluxcd.io/v1
 kind: GitRepository
@@ -116,7 +117,36 @@ spec:
   interval: 1m
   url: {url}
   ref: {{branch: main}}
----
+"#
+    )
+}
+
+/// Kustomization tenant-a/tenant, applied as `account` (none: the
+/// controller's default).
+fn tenant_kustomization(account: Option<&str>) -> String {
+    let account = account.map_or(String::new(), |a| format!("  serviceAccountName: {a}\n"));
+    format!(
+        r#"apiVersion: kustomize.toolkit.fluxcd.io/v1
+kind: Kustomization
+metadata: {{name: tenant, namespace: tenant-a}}
+spec:
+  interval: 1m
+  path: ./tenant
+  prune: true
+  wait: false
+  timeout: 1m
+{account}  sourceRef: {{kind: GitRepository, name: repo, namespace: flux-system}}
+"#
+    )
+}
+
+fn flux_objects(url: &str) -> String {
+    let (repository, tenant) = (
+        git_repository(url),
+        tenant_kustomization(Some("reconciler")),
+    );
+    format!(
+        r#"{repository}---
 apiVersion: kustomize.toolkit.fluxcd.io/v1
 kind: Kustomization
 metadata: {{name: apps, namespace: flux-system}}
@@ -128,45 +158,14 @@ spec:
   timeout: 1m
   sourceRef: {{kind: GitRepository, name: repo}}
 ---
-apiVersion: kustomize.toolkit.fluxcd.io/v1
-kind: Kustomization
-metadata: {{name: tenant, namespace: tenant-a}}
-spec:
-  interval: 1m
-  path: ./tenant
-  prune: true
-  wait: false
-  timeout: 1m
-  serviceAccountName: reconciler
-  sourceRef: {{kind: GitRepository, name: repo, namespace: flux-system}}
-"#
+{tenant}"#
     )
 }
 
 /// Flux's multi-tenancy lockdown: the tenant's Kustomization names no
 /// account, and kustomize-controller runs with `--default-service-account`.
 fn lockdown_objects(url: &str) -> String {
-    format!(
-        r#"apiVersion: source.toolkit.fluxcd.io/v1
-kind: GitRepository
-metadata: {{name: repo, namespace: flux-system}}
-spec:
-  interval: 1m
-  url: {url}
-  ref: {{branch: main}}
----
-apiVersion: kustomize.toolkit.fluxcd.io/v1
-kind: Kustomization
-metadata: {{name: tenant, namespace: tenant-a}}
-spec:
-  interval: 1m
-  path: ./tenant
-  prune: true
-  wait: false
-  timeout: 1m
-  sourceRef: {{kind: GitRepository, name: repo, namespace: flux-system}}
-"#
-    )
+    format!("{}---\n{}", git_repository(url), tenant_kustomization(None))
 }
 
 /// sam, on call, runs `kubectl driftguard break-glass deployment/web` in

@@ -1254,18 +1254,7 @@ fn argo_cd_sync_impersonation_trusts_the_account_for_its_application_only() {
         });
         let new = with(old, IMAGE, json!("web:2"));
         let review = Review::update(old.clone(), new).by(user, &["system:serviceaccounts"]);
-        let body = serde_json::to_vec(&review.body()).unwrap();
-        let req = driftguard::request::parse(&body).unwrap();
-        driftguard::judge_request(
-            &Policy::embedded(),
-            &req,
-            Endpoint::Validate,
-            None,
-            Some(&sources),
-            now(),
-        )
-        .unwrap()
-        .decision
+        decided_with(&Policy::embedded(), &review, &sources)
     };
     let mine = deployment();
     let d = judge(true, &mine, SA);

@@ -11,7 +11,7 @@ use common::*;
 use driftguard::drift::{ArgoCdSources, Decision, Finding, Verdict};
 use driftguard::policy::impersonation::AppProject;
 use driftguard::sources::{Sources, applications, sync_accounts};
-use driftguard::{Endpoint, Policy};
+use driftguard::Policy;
 use serde_json::{Value, json};
 
 const IMAGE: &str = "/spec/template/spec/containers/0/image";
@@ -75,18 +75,7 @@ fn both(hub_id: Option<&str>, team_id: Option<&str>) -> Sources {
 }
 
 fn judged(review: &Review, sources: &Sources) -> Decision {
-    let body = serde_json::to_vec(&review.body()).unwrap();
-    let req = driftguard::request::parse(&body).unwrap();
-    driftguard::judge_request(
-        &Policy::embedded(),
-        &req,
-        Endpoint::Validate,
-        None,
-        Some(sources),
-        now(),
-    )
-    .unwrap()
-    .decision
+    decided_with(&Policy::embedded(), review, sources)
 }
 
 fn tracked_by(id: Option<&str>) -> Value {

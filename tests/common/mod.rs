@@ -301,6 +301,20 @@ pub fn run(policy: &Policy, review: &Review) -> Outcome {
     run_with(policy, review, Endpoint::Validate, None)
 }
 
+/// The decision on `review` under `policy`, with what the watches read
+/// from the cluster (`sources`).
+pub fn decided_with(
+    policy: &Policy,
+    review: &Review,
+    sources: &driftguard::sources::Sources,
+) -> driftguard::drift::Decision {
+    let body = serde_json::to_vec(&review.body()).unwrap();
+    let req = driftguard::request::parse(&body).unwrap();
+    driftguard::judge_request(policy, &req, Endpoint::Validate, None, Some(sources), now())
+        .unwrap()
+        .decision
+}
+
 /// `obj` with `value` written at RFC 6901 `pointer` (parents created as objects).
 pub fn with(obj: &Value, pointer: &str, value: Value) -> Value {
     let mut out = obj.clone();
