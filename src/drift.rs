@@ -297,7 +297,10 @@ impl Sources {
             .flat_map(|a| a.applications.iter().map(|app| &**app))
     }
 
-    /// The Kustomization or HelmRelease that manages the object, when known.
+    /// The Kustomization or HelmRelease that manages the object, when known:
+    /// a hub's Flux and this cluster's own can both have one of that
+    /// namespace and name, and Flux's labels on the object do not say which
+    /// applied it, so two are not guessed between.
     pub fn flux_source(&self, manager: &Manager) -> Option<&FluxSource> {
         let (kind, namespace, name) = match manager {
             Manager::FluxKustomization { namespace, name } => {
@@ -308,10 +311,12 @@ impl Sources {
             }
             Manager::ArgoCd { .. } => return None,
         };
-        self.flux
+        let mut found = self
+            .flux
             .iter()
-            .find(|s| s.kind == kind && &s.namespace == namespace && &s.name == name)
-            .map(|s| &**s)
+            .filter(|s| s.kind == kind && &s.namespace == namespace && &s.name == name);
+        let first = found.next()?;
+        found.next().is_none().then_some(&**first)
     }
 
     /// The account Argo CD syncs the managing Application as, when it

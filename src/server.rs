@@ -154,6 +154,12 @@ pub struct Config {
         requires = "watch_flux"
     )]
     pub flux_default_service_account: Option<String>,
+    /// With --flux-kubeconfig, also read the Flux that runs in this
+    /// cluster, beside the hub's. A Kustomization or HelmRelease of the same
+    /// namespace and name in both cannot be told apart on the objects they
+    /// apply: neither's rules apply to those (docs/fleets.md).
+    #[arg(long, env = "DRIFTGUARD_LOCAL_FLUX", requires = "flux_kubeconfig")]
+    pub local_flux: bool,
     /// With --argocd-kubeconfig, also read the Argo CD that runs in this
     /// cluster, in this namespace, beside the hub's. Each installation's
     /// objects are told apart by argocd-cm's `installationID`, which must
@@ -384,6 +390,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
                 flux_hub: hub(&config.flux_kubeconfig, "--flux-kubeconfig").await?,
                 cluster_names: config.cluster_names.clone(),
                 flux_default_service_account: config.flux_default_service_account.clone(),
+                local_flux: config.local_flux,
             };
             let watches = crate::cluster::watch::spawn(client.clone(), &options, metrics.clone());
             health.sources_filled.store(false, Ordering::SeqCst);

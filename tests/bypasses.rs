@@ -1376,3 +1376,49 @@ fn deleting_a_helm_releases_target_namespace_is_refused() {
         assert_eq!(d.verdict == Verdict::Deny, refused, "{namespace}: {d:?}");
     }
 }
+
+/// A hub's Flux and this cluster's own (`--local-flux`) can both have a
+/// Kustomization `flux-system/apps`, and the labels on what each applies are
+/// the same: neither's ignore rules nor account are lent to such an object.
+#[test]
+fn a_kustomization_named_alike_in_the_hub_and_here_lends_neither_its_rules() {
+    use driftguard::sources::{FluxKind, flux_from_value};
+    let kustomization = |account: &str, ignored: &str| {
+        let k = json!({"metadata": {"name": "apps", "namespace": "flux-system"},
+            "spec": {"serviceAccountName": account,
+                     "ignore": [{"paths": [ignored], "target": {"kind": "Deployment"}}]}});
+        std::sync::Arc::new(flux_from_value(FluxKind::Kustomization, &k).unwrap())
+    };
+    let mut applied = without(
+        &deployment(),
+        "/metadata/annotations/argocd.argoproj.io~1tracking-id",
+    );
+    applied["metadata"]["labels"] = json!({"kustomize.toolkit.fluxcd.io/name": "apps",
+                                           "kustomize.toolkit.fluxcd.io/namespace": "flux-system"});
+    let scaled = with(&applied, "/spec/replicas", json!(5));
+    let hub = kustomization("hub-applier", "/spec/replicas");
+    let here = kustomization("local-applier", "/spec/template");
+    let sources = |flux| driftguard::sources::Sources {
+        flux,
+        ..Default::default()
+    };
+    let person = Review::update(applied.clone(), scaled.clone());
+    let account = |name: &str| {
+        Review::update(applied.clone(), scaled.clone())
+            .by(&format!("system:serviceaccount:flux-system:{name}"), &[])
+    };
+    // One of them: its rule and its account hold.
+    let one = sources(vec![hub.clone()]);
+    assert_eq!(
+        judged_with(&Policy::embedded(), &person, &one).verdict,
+        Verdict::Allow
+    );
+    // Both: neither.
+    let both = sources(vec![hub, here]);
+    let d = judged_with(&Policy::embedded(), &person, &both);
+    assert_eq!(d.verdict, Verdict::Deny, "{d:?}");
+    for name in ["hub-applier", "local-applier"] {
+        let d = judged_with(&Policy::embedded(), &account(name), &both);
+        assert_ne!(d.finding, Finding::Controller, "{name}: {d:?}");
+    }
+}

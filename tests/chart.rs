@@ -372,6 +372,7 @@ fn the_chart_lints_renders_and_is_accepted_by_the_apiserver() {
                 "watch.hub.fluxKubeconfigSecret=flux-hub",
                 "watch.hub.clusterNames={https://spoke-1.example.com:6443,spoke-1}",
                 "watch.hub.localArgocdNamespace=team-argocd",
+                "watch.hub.localFlux=true",
             ],
         ),
         (
@@ -1083,6 +1084,7 @@ fn the_hub_options_render_as_flags_and_a_mounted_secret() {
             "watch.hub.fluxKubeconfigSecret=flux-hub",
             "watch.hub.clusterNames={https://spoke-1.example.com:6443,spoke-1}",
             "watch.hub.localArgocdNamespace=team-argocd",
+            "watch.hub.localFlux=true",
         ],
         &[],
     );
@@ -1115,6 +1117,7 @@ fn the_hub_options_render_as_flags_and_a_mounted_secret() {
         "--cluster-name=https://spoke-1.example.com:6443",
         "--cluster-name=spoke-1",
         "--local-argocd-namespace=team-argocd",
+        "--local-flux",
     ] {
         assert!(args.contains(&flag), "{flag} in {args:?}");
     }
@@ -1167,6 +1170,12 @@ fn the_hub_options_render_as_flags_and_a_mounted_secret() {
     let refused = template(&helm, &["watch.fluxDefaultServiceAccount=reconciler"], &[]);
     assert!(
         !refused.ok && refused.stderr.contains("needs watch.flux"),
+        "{}",
+        refused.stderr
+    );
+    let refused = template(&helm, &["watch.flux=true", "watch.hub.localFlux=true"], &[]);
+    assert!(
+        !refused.ok && refused.stderr.contains("needs watch.hub.fluxKubeconfigSecret"),
         "{}",
         refused.stderr
     );

@@ -8,10 +8,10 @@ mod common;
 use std::sync::Arc;
 
 use common::*;
+use driftguard::Policy;
 use driftguard::drift::{ArgoCdSources, Decision, Finding, Verdict};
 use driftguard::policy::impersonation::AppProject;
 use driftguard::sources::{Sources, applications, sync_accounts};
-use driftguard::Policy;
 use serde_json::{Value, json};
 
 const IMAGE: &str = "/spec/template/spec/containers/0/image";

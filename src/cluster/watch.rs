@@ -138,6 +138,8 @@ pub struct WatchOptions {
     pub cluster_names: Vec<String>,
     /// Flux's `--default-service-account` (`--flux-default-service-account`).
     pub flux_default_service_account: Option<String>,
+    /// Beside a hub's Flux, this cluster's own (`--local-flux`).
+    pub local_flux: bool,
 }
 
 /// Starts the watches and returns the shared state they keep current.
@@ -160,6 +162,16 @@ pub fn spawn(client: kube::Client, options: &WatchOptions, metrics: Arc<Metrics>
         .filter(|_| options.argocd && options.argocd_hub.is_some());
     let mut caches = vec![cache];
     caches.extend(local_argocd.map(|ns| SourceCache::new(ns)));
+    // This cluster's own Flux beside a hub's, in a cache of its own: a
+    // Kustomization with `spec.kubeConfig` applies elsewhere from here.
+    let local_flux =
+        (options.local_flux && options.flux && options.flux_hub.is_some()).then(|| {
+            let flux = SourceCache::new(&options.argocd_namespace)
+                .without_argocd()
+                .with_flux_default_service_account(options.flux_default_service_account.clone());
+            caches.push(flux);
+            caches.len() - 1
+        });
     let watches = Arc::new(Watches {
         handle: SourcesHandle::default(),
         caches: Mutex::new(caches),
@@ -167,9 +179,6 @@ pub fn spawn(client: kube::Client, options: &WatchOptions, metrics: Arc<Metrics>
         last_change: Mutex::new(Instant::now()),
         mismatched: Mutex::new(BTreeMap::new()),
     });
-    let dynamic = |group: &str, version: &str, kind: &str| {
-        ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind))
-    };
     if options.argocd {
         let first = options.argocd_hub.as_ref().unwrap_or(&client);
         let labels = ["Application", "AppProject", "argocd-cm"];
@@ -186,26 +195,44 @@ pub fn spawn(client: kube::Client, options: &WatchOptions, metrics: Arc<Metrics>
         watch_argocd(&watches, &client, namespace, (1, labels), &metrics);
     }
     if options.flux {
-        let client = options.flux_hub.as_ref().unwrap_or(&client);
-        let ar = dynamic("kustomize.toolkit.fluxcd.io", "v1", "Kustomization");
-        let api = Api::<DynamicObject>::all_with(client.clone(), &ar);
-        let served = Served::new(client, &ar);
-        let at = (0, Kind::Kustomization.as_str());
-        watch_dynamic(
-            &watches,
-            api,
-            served,
-            Kind::Kustomization,
-            at,
-            metrics.clone(),
-        );
-        let ar = dynamic("helm.toolkit.fluxcd.io", "v2", "HelmRelease");
-        let api = Api::<DynamicObject>::all_with(client.clone(), &ar);
-        let served = Served::new(client, &ar);
-        let at = (0, Kind::HelmRelease.as_str());
-        watch_dynamic(&watches, api, served, Kind::HelmRelease, at, metrics);
+        let first = options.flux_hub.as_ref().unwrap_or(&client);
+        let labels = ["Kustomization", "HelmRelease"];
+        watch_flux(&watches, first, (0, labels), &metrics);
+    }
+    if let Some(at) = local_flux {
+        let labels = ["local Kustomization", "local HelmRelease"];
+        watch_flux(&watches, &client, (at, labels), &metrics);
     }
     watches
+}
+
+/// The watches over one Flux, the Kustomizations and HelmReleases of the
+/// cluster `client` reaches, into cache `at`; `labels` name them in metrics
+/// and logs.
+fn watch_flux(
+    watches: &Arc<Watches>,
+    client: &kube::Client,
+    (at, labels): (usize, [&'static str; 2]),
+    metrics: &Arc<Metrics>,
+) {
+    let dynamic = |group: &str, version: &str, kind: &str| {
+        ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind))
+    };
+    let kinds = [
+        (
+            Kind::Kustomization,
+            dynamic("kustomize.toolkit.fluxcd.io", "v1", "Kustomization"),
+        ),
+        (
+            Kind::HelmRelease,
+            dynamic("helm.toolkit.fluxcd.io", "v2", "HelmRelease"),
+        ),
+    ];
+    for ((kind, ar), label) in kinds.into_iter().zip(labels) {
+        let api = Api::<DynamicObject>::all_with(client.clone(), &ar);
+        let served = Served::new(client, &ar);
+        watch_dynamic(watches, api, served, kind, (at, label), metrics.clone());
+    }
 }
 
 /// The watches over one Argo CD installation, in `namespace` of the cluster
@@ -505,6 +532,48 @@ mod tests {
         assert_eq!(
             lister("apps/Deployment:shop/b").as_deref(),
             Some("team-argocd")
+        );
+    }
+
+    /// A hub's Flux and this cluster's own: both Kustomizations published,
+    /// each cache reading `spec.kubeConfig` from where its Flux runs.
+    #[test]
+    fn a_hubs_flux_and_this_clusters_own_are_both_published() {
+        let kustomization = |uid: &str, kube_config: Option<&str>| -> DynamicObject {
+            let mut spec = serde_json::json!({"path": "./apps"});
+            if let Some(secret) = kube_config {
+                spec["kubeConfig"] = serde_json::json!({"secretRef": {"name": secret}});
+            }
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
+                "metadata": {"name": uid, "namespace": "flux-system", "uid": uid},
+                "spec": spec,
+                "status": {"inventory": {"entries": [{"id": format!("shop_{uid}_apps_Deployment"), "v": "v1"}]}}
+            }))
+            .unwrap()
+        };
+        let mut hub = SourceCache::new("argocd")
+            .without_argocd()
+            .with_hub_flux(vec!["spoke-1".into()]);
+        let mut here = SourceCache::new("argocd").without_argocd();
+        hub.apply(Kind::Kustomization, &kustomization("hub", Some("spoke-1")));
+        here.apply(Kind::Kustomization, &kustomization("here", None));
+        here.apply(
+            Kind::Kustomization,
+            &kustomization("remote", Some("spoke-2")),
+        );
+        let all = snapshot(&[hub, here]);
+        let mut names: Vec<_> = all.flux.iter().map(|s| s.name.as_str()).collect();
+        names.sort_unstable();
+        assert_eq!(names, ["here", "hub", "remote"]);
+        assert!(all.argocd.is_empty());
+        // What each lists counts only where it applies: here.
+        let listed: Vec<_> = all.planned.keys().map(String::as_str).collect();
+        assert!(listed.contains(&"apps/Deployment:shop/hub"), "{listed:?}");
+        assert!(listed.contains(&"apps/Deployment:shop/here"), "{listed:?}");
+        assert!(
+            !listed.contains(&"apps/Deployment:shop/remote"),
+            "{listed:?}"
         );
     }
 
