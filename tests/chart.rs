@@ -1175,7 +1175,10 @@ fn the_hub_options_render_as_flags_and_a_mounted_secret() {
     );
     let refused = template(&helm, &["watch.flux=true", "watch.hub.localFlux=true"], &[]);
     assert!(
-        !refused.ok && refused.stderr.contains("needs watch.hub.fluxKubeconfigSecret"),
+        !refused.ok
+            && refused
+                .stderr
+                .contains("needs watch.hub.fluxKubeconfigSecret"),
         "{}",
         refused.stderr
     );
