@@ -22,6 +22,7 @@ pub mod reapplied;
 pub mod record;
 pub mod restore;
 pub mod steps;
+mod view;
 
 use std::sync::Arc;
 

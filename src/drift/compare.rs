@@ -34,8 +34,7 @@ pub(super) fn diff(
     note_annotation(&applying.annotated, d);
     let rules: Vec<&IgnoreRule> = applying.iter().map(|(_, r)| r).collect();
     let mut failures = Vec::new();
-    let (old_n, new_n) = normalize::normalize_pair(old, new, &rules, &mut failures);
-    let mut paths = normalize::drifted_paths(&old_n, &new_n);
+    let mut paths = normalize::drifted_paths_under(old, new, &rules, &mut failures);
     // Named even when a broader path covers it: it says what the change broke.
     let inputs_changed = input_changes(policy, ctx, d.manager.as_ref(), &rules, (old, new), read);
     let mut listed: HashSet<String> = paths.iter().cloned().collect();

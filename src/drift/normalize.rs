@@ -2,17 +2,17 @@
 
 use serde_json::Value;
 
-use super::breakglass;
+use super::{breakglass, view};
 use crate::deadline::checkpoint;
 use crate::policy::jq::JqInput;
-use crate::policy::path;
+use crate::policy::path::{self, Path};
 use crate::policy::{IgnoreRule, RuleFailure};
 
 /// The annotation the mutating webhook writes in warn mode.
 pub const DRIFT_ANNOTATION: &str = "driftguard.io/drift";
 
 /// Set by the apiserver, or by driftguard itself: never a user's change.
-const SERVER_METADATA: [&str; 7] = [
+pub(super) const SERVER_METADATA: [&str; 7] = [
     "resourceVersion",
     "generation",
     "managedFields",
@@ -24,12 +24,44 @@ const SERVER_METADATA: [&str; 7] = [
 /// Records of a write, not state: `last-applied-configuration` only mirrors the
 /// fields that are diffed directly, and driftguard's own annotations are its
 /// bookkeeping (break-glass is judged on its own).
-const BOOKKEEPING_ANNOTATIONS: [&str; 4] = [
+pub(super) const BOOKKEEPING_ANNOTATIONS: [&str; 4] = [
     "kubectl.kubernetes.io/last-applied-configuration",
     DRIFT_ANNOTATION,
     breakglass::REASON,
     breakglass::EXPIRES,
 ];
+
+/// The drifted paths between `old` and `new` once both are normalized under
+/// `rules` ([`normalize_pair`], then [`drifted_paths`]), read off the
+/// originals where the rules' paths allow it ([`view::without_copies`]):
+/// jq programs read a copy, and so does a removal the objects differ in.
+pub fn drifted_paths_under(
+    old: &Value,
+    new: &Value,
+    rules: &[&IgnoreRule],
+    failures: &mut Vec<RuleFailure>,
+) -> Vec<String> {
+    if rules.iter().any(|r| !r.jq.is_empty()) {
+        let (old_n, new_n) = normalize_pair(old, new, rules, failures);
+        return drifted_paths(&old_n, &new_n);
+    }
+    let (old_in, new_in) = (JqInput::new(old), JqInput::new(new));
+    let (mut old_paths, mut new_paths) = (Vec::new(), Vec::new());
+    for rule in rules {
+        // Pointers and managed fields only: what they name outside the
+        // view (status, managedFields) the view leaves out.
+        let (o, n) = rule.paths_pair(&old_in, &new_in, Some((old, new)), failures);
+        old_paths.extend(o);
+        new_paths.extend(n);
+    }
+    match view::without_copies((old, new), (old_paths, new_paths)) {
+        Ok(paths) => paths,
+        Err(paths) => {
+            let (old_n, new_n) = copies_without(old, new, paths);
+            drifted_paths(&old_n, &new_n)
+        }
+    }
+}
 
 /// Both objects without server-managed fields and ignored paths. Rules see the objects already without status, managedFields and the
 /// other server fields: driftguard never diffs them, and jq's input is half the
@@ -40,8 +72,8 @@ pub fn normalize_pair(
     rules: &[&IgnoreRule],
     failures: &mut Vec<RuleFailure>,
 ) -> (Value, Value) {
-    let mut old_n = normalized_copy(old);
-    let mut new_n = normalized_copy(new);
+    let old_n = normalized_copy(old);
+    let new_n = normalized_copy(new);
     let (mut old_paths, mut new_paths) = (Vec::new(), Vec::new());
     {
         let (old_in, new_in) = (JqInput::new(&old_n), JqInput::new(&new_n));
@@ -52,6 +84,18 @@ pub fn normalize_pair(
             new_paths.extend(n);
         }
     }
+    prune_pair((old_n, new_n), (old_paths, new_paths))
+}
+
+/// Normalized copies of `old` and `new` without the rules' `paths` in each.
+fn copies_without(old: &Value, new: &Value, paths: (Vec<Path>, Vec<Path>)) -> (Value, Value) {
+    prune_pair((normalized_copy(old), normalized_copy(new)), paths)
+}
+
+fn prune_pair(
+    (mut old_n, mut new_n): (Value, Value),
+    (old_paths, new_paths): (Vec<Path>, Vec<Path>),
+) -> (Value, Value) {
     let mut removed = path::remove_all_pruning(&mut old_n, old_paths);
     removed.extend(path::remove_all_pruning(&mut new_n, new_paths));
     path::prune_like(&mut old_n, &mut new_n, &removed);
@@ -148,56 +192,73 @@ pub fn is_empty(v: &Value) -> bool {
 /// value), and with deadline checkpoints.
 pub fn drifted_paths(old: &Value, new: &Value) -> Vec<String> {
     let mut out = Vec::new();
-    diff_into(old, new, &mut String::new(), &mut out);
+    diff_into(old, new, &mut Vec::new(), &mut out);
     out
 }
 
-fn diff_into(old: &Value, new: &Value, at: &mut String, out: &mut Vec<String>) {
+/// A step of the path the diff is at. The pointer is written only for a
+/// difference: most members are equal, and escaping every key (and writing
+/// every index) on the way down was most of the walk.
+#[derive(Clone, Copy)]
+pub(super) enum Token<'a> {
+    Key(&'a str),
+    Index(usize),
+}
+
+/// The RFC 6901 pointer of `at`.
+pub(super) fn pointer(at: &[Token]) -> String {
+    let mut out = String::new();
+    for token in at {
+        out.push('/');
+        match token {
+            Token::Key(key) => path::escape_into(&mut out, key),
+            Token::Index(i) => out.push_str(&i.to_string()),
+        }
+    }
+    out
+}
+
+pub(super) fn diff_into<'a>(
+    old: &'a Value,
+    new: &'a Value,
+    at: &mut Vec<Token<'a>>,
+    out: &mut Vec<String>,
+) {
     checkpoint();
     match (old, new) {
         (Value::Object(a), Value::Object(b)) => {
-            let len = at.len();
             for (key, after) in b {
-                push_token(at, key);
+                at.push(Token::Key(key));
                 match a.get(key) {
                     Some(before) => diff_into(before, after, at, out),
-                    None => out.push(at.clone()),
+                    None => out.push(pointer(at)),
                 }
-                at.truncate(len);
+                at.pop();
             }
             for key in a.keys().filter(|k| !b.contains_key(*k)) {
                 checkpoint();
-                push_token(at, key);
-                out.push(at.clone());
-                at.truncate(len);
+                at.push(Token::Key(key));
+                out.push(pointer(at));
+                at.pop();
             }
         }
         (Value::Array(a), Value::Array(b)) => {
-            let len = at.len();
             for i in 0..a.len().min(b.len()) {
-                at.push('/');
-                at.push_str(&i.to_string());
+                at.push(Token::Index(i));
                 diff_into(&a[i], &b[i], at, out);
-                at.truncate(len);
+                at.pop();
             }
             // json_patch removes surplus items one by one at the same index.
             for i in (b.len()..a.len()).map(|_| b.len()).chain(a.len()..b.len()) {
                 checkpoint();
-                at.push('/');
-                at.push_str(&i.to_string());
-                out.push(at.clone());
-                at.truncate(len);
+                at.push(Token::Index(i));
+                out.push(pointer(at));
+                at.pop();
             }
         }
         _ if old == new => {}
-        _ => out.push(at.clone()),
+        _ => out.push(pointer(at)),
     }
-}
-
-/// Appends `/key`, escaped as RFC 6901 wants.
-fn push_token(at: &mut String, key: &str) {
-    at.push('/');
-    path::escape_into(at, key);
 }
 
 #[cfg(test)]

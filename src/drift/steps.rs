@@ -515,12 +515,13 @@ pub(super) fn ends_break_glass(
 }
 
 pub(super) fn apply_break_glass(d: &mut Decision, bg: BreakGlass) {
-    let annotation_paths = [breakglass::REASON, breakglass::EXPIRES]
-        .map(|k| format!("/metadata/annotations/{}", crate::policy::path::escape(k)));
     match bg {
         BreakGlass::Unauthorized => {
             d.finding = Finding::BreakGlassUnauthorized;
-            d.drifted_paths.extend(annotation_paths);
+            d.drifted_paths.extend(
+                [breakglass::REASON, breakglass::EXPIRES]
+                    .map(|k| format!("/metadata/annotations/{}", crate::policy::path::escape(k))),
+            );
         }
         BreakGlass::Invalid { why, changed } if changed || d.finding.is_drift() => {
             d.finding = Finding::BreakGlassInvalid(why);

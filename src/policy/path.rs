@@ -102,19 +102,25 @@ pub fn remove_all_pruning(doc: &mut Value, mut paths: Vec<Path>) -> Vec<Path> {
     // Most ignore pointers name fields an object does not have: drop those
     // before sorting.
     paths.retain(|p| exists(doc, &p.0));
-    paths.sort_by(|a, b| compare(b, a));
-    paths.dedup();
+    sort_for_removal(&mut paths);
     for path in &paths {
         remove_pruning(doc, &path.0);
     }
     paths
 }
 
+/// Deeper and higher-indexed paths first, without repeats: the order in
+/// which removing them never shifts an element a later path means.
+pub fn sort_for_removal(paths: &mut Vec<Path>) {
+    paths.sort_by(|a, b| compare(b, a));
+    paths.dedup();
+}
+
 fn exists(doc: &Value, path: &[Segment]) -> bool {
     get(doc, path).is_some()
 }
 
-fn get<'a>(doc: &'a Value, path: &[Segment]) -> Option<&'a Value> {
+pub fn get<'a>(doc: &'a Value, path: &[Segment]) -> Option<&'a Value> {
     let mut node = doc;
     for seg in path {
         node = match node {
@@ -221,7 +227,7 @@ fn index_of(seg: &Segment) -> Option<i64> {
     }
 }
 
-fn key_str(seg: &Segment) -> std::borrow::Cow<'_, str> {
+pub fn key_str(seg: &Segment) -> std::borrow::Cow<'_, str> {
     match seg {
         Segment::Key(k) => k.as_str().into(),
         Segment::Index(i) => i.to_string().into(),
