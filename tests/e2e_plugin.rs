@@ -1891,6 +1891,27 @@ fn explain_a_flux_object(e: &Env) -> Scenario {
             "explain lacks {needle:?}: {out}"
         );
     }
+    // The Kustomization names no account: applied as the controller's own,
+    // unless Flux runs with --default-service-account.
+    ensure!(
+        !out.stdout.contains("Flux reconcile as"),
+        "explain names an account the Kustomization does not: {out}"
+    );
+    let out = e.plugin(
+        "alice",
+        &[
+            "explain",
+            "configmap/flux-settings",
+            "-n",
+            "production",
+            "--flux-default-service-account=flux-applier",
+        ],
+    );
+    let account = "Flux reconcile as system:serviceaccount:flux-system:flux-applier";
+    ensure!(
+        out.code == 0 && out.stdout.contains(account),
+        "explain lacks {account:?}: {out}"
+    );
     Ok(())
 }
 

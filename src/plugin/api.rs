@@ -89,6 +89,12 @@ pub struct FluxArgs {
     /// and HelmReleases.
     #[arg(long, env = "DRIFTGUARD_FLUX_CONTEXT")]
     pub flux_context: Option<String>,
+    /// The service account Flux applies a Kustomization or HelmRelease
+    /// without `spec.serviceAccountName` as (kustomize- and helm-controller's
+    /// `--default-service-account`; driftguard serve's
+    /// `--flux-default-service-account`, chart `watch.fluxDefaultServiceAccount`).
+    #[arg(long, env = "DRIFTGUARD_FLUX_DEFAULT_SERVICE_ACCOUNT")]
+    pub flux_default_service_account: Option<String>,
 }
 
 impl FluxArgs {

@@ -186,6 +186,7 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
         argocd,
         flux,
         argocd_namespace: chosen.namespace,
+        flux_default_account: args.flux.flux_default_service_account.as_deref(),
     };
     let (managed_by, sources) = read_manager(tools, manager.as_ref(), &mut notes).await?;
     let at = Written {
@@ -227,6 +228,7 @@ async fn read_manager(
         argocd,
         flux,
         argocd_namespace,
+        flux_default_account,
     }: Tools<'_>,
     manager: Option<&Manager>,
     notes: &mut Vec<String>,
@@ -249,7 +251,7 @@ async fn read_manager(
             Some(entry)
         }
         Some(m @ (Manager::FluxKustomization { .. } | Manager::FluxHelmRelease { .. })) => {
-            read_flux(flux, m, &mut sources, notes).await?
+            read_flux((flux, flux_default_account), m, &mut sources, notes).await?
         }
         None => None,
     };
@@ -272,6 +274,8 @@ struct Tools<'a> {
     /// Argo CD's namespace there (argocd-cm, the AppProjects, and the
     /// Applications when a tracking id names none).
     argocd_namespace: &'a str,
+    /// Flux's `--default-service-account`, for a source that names none.
+    flux_default_account: Option<&'a str>,
 }
 
 /// The Application, argocd-cm's rules and the account Argo CD syncs as.
@@ -360,7 +364,7 @@ async fn read_application(
 
 /// The Kustomization or HelmRelease: its source, account and ignore rules.
 async fn read_flux(
-    Tool { api, hub }: Tool<'_>,
+    (Tool { api, hub }, default_account): (Tool<'_>, Option<&str>),
     manager: &Manager,
     sources: &mut Sources,
     notes: &mut Vec<String>,
@@ -385,6 +389,7 @@ async fn read_flux(
     {
         Ok(value) => match crate::sources::flux_from_value(kind, &value) {
             Ok(src) => {
+                let src = src.with_default_account(default_account);
                 entry.source = Some(src.source.clone());
                 entry.service_account = Some(src.service_account.clone());
                 sources.flux.push(Arc::new(src));
