@@ -305,6 +305,32 @@ pub fn orphaned(
         .collect()
 }
 
+/// The command that takes `entry` out of Application `namespace/name`'s
+/// pause by hand, as [`application_update`] would, run with `kubectl`
+/// (`kubectl`, or with a hub's flags): from `app` as read, or, when it
+/// could not be read, as if `entry` were the last one listed. `None`: `app`
+/// does not list it, nothing to lift.
+pub fn lift_by_hand(
+    kubectl: &str,
+    namespace: &str,
+    name: &str,
+    entry: &str,
+    app: Option<&Value>,
+) -> Option<String> {
+    let target = format!("applications.argoproj.io -n {namespace} {name}");
+    let state = app.map(|app| application_update(app, AppChange::Resume(entry)).1);
+    match state {
+        Some(AppState::NotListed) => None,
+        Some(AppState::PausedFor(rest)) => Some(format!(
+            "{kubectl} annotate --overwrite {target} {PAUSED_FOR}={}",
+            rest.join(",")
+        )),
+        _ => Some(format!(
+            "{kubectl} annotate {target} {SKIP_RECONCILE}- {PAUSED_FOR}-"
+        )),
+    }
+}
+
 /// Whether the object's marker says its Argo CD Application was paused for it.
 pub fn paused_application(annotations: &Value) -> bool {
     annotations.get(PAUSED).and_then(Value::as_str) == Some(SKIP_RECONCILE)
@@ -386,6 +412,26 @@ pub fn application_update(app: &Value, change: AppChange) -> (Option<Value>, App
 mod tests {
     use super::*;
     use crate::drift::ownership::{FLUX_RECONCILE, HELM_DRIFT_DETECTION};
+
+    #[test]
+    fn a_pause_is_lifted_by_hand_as_driftguard_would_lift_it() {
+        let entry = "/ConfigMap:p/x";
+        let app = |listed: &str| {
+            json!({"metadata": {"resourceVersion": "3",
+                "annotations": {SKIP_RECONCILE: "true", PAUSED_FOR: listed}}})
+        };
+        let last = "kubectl annotate applications.argoproj.io -n argocd web argocd.argoproj.io/skip-reconcile- driftguard.io/break-glass-paused-for-";
+        let by_hand = |app: Option<&Value>| lift_by_hand("kubectl", "argocd", "web", entry, app);
+        assert_eq!(by_hand(None).as_deref(), Some(last));
+        assert_eq!(by_hand(Some(&app(entry))).as_deref(), Some(last));
+        assert_eq!(
+            by_hand(Some(&app("/ConfigMap:p/a,/ConfigMap:p/x"))).as_deref(),
+            Some(
+                "kubectl annotate --overwrite applications.argoproj.io -n argocd web driftguard.io/break-glass-paused-for=/ConfigMap:p/a"
+            )
+        );
+        assert_eq!(by_hand(Some(&app("/ConfigMap:p/a"))), None);
+    }
 
     #[test]
     fn a_pause_no_armed_object_holds_is_orphaned() {

@@ -151,19 +151,19 @@ fn application(name: &str, url: &str, destination: &str, ignored: &[&str]) -> St
 /// and this one is the looser of the two for annotations (what a person
 /// rewriting an object's installation id would be after).
 ///
-/// Without `RespectIgnoreDifferences`: with it, a sync applies the live
-/// values of ignored fields as Argo CD's cache holds them
-/// (`normalizeTargetResources`, controller/sync.go), and at a break-glass's
-/// expiry the sweeper lifts the pause before it removes the object's
-/// break-glass annotations; a self-heal that compared in between wrote them
-/// back (seen once in three runs: the object kept `driftguard.io/break-glass`,
-/// `-expires` and `-paused` without the label, so no sweep found it again).
+/// With `RespectIgnoreDifferences`, a sync applies the live values of
+/// ignored fields as Argo CD's cache holds them (`normalizeTargetResources`,
+/// controller/sync.go): when the sweeper lifted the pause before it removed
+/// the object's break-glass annotations, a self-heal that compared in
+/// between wrote them back without the label, out of every sweep's sight
+/// (seen once in three runs). Ending now removes them first, while the
+/// Application is paused; [`Fleet::break_glass`] checks none come back.
 fn team_application(url: &str) -> String {
     format!(
         "apiVersion: argoproj.io/v1alpha1\nkind: Application\nmetadata: {{name: web, namespace: {TEAM_ARGOCD}}}\n\
          spec:\n  project: default\n  source: {{repoURL: '{url}', targetRevision: main, path: team-web}}\n\
          \x20 destination: {{server: 'https://kubernetes.default.svc', namespace: {}}}\n\
-         \x20 syncPolicy:\n    automated: {{prune: true, selfHeal: true}}\n\
+         \x20 syncPolicy:\n    automated: {{prune: true, selfHeal: true}}\n    syncOptions: [RespectIgnoreDifferences=true]\n\
          \x20 ignoreDifferences:\n    - {{group: apps, kind: Deployment, jsonPointers: [/metadata/annotations]}}\n",
         ns("team-web")
     )
@@ -1015,6 +1015,21 @@ impl Fleet {
         image_is(spoke, "api", "nginx:1.27")
             .map_err(|e| format!("{e}\n{}", self.flux.logs()))
             .unwrap();
+        // team-web's Application ignores /metadata/annotations and respects
+        // it when syncing: its self-heal, just done, wrote back none of the
+        // break-glass annotations (it did when ending lifted the pause first).
+        let team_web = get_json(spoke, &["-n", ns("team-web"), "deployment", "team-web"]).unwrap();
+        let annotations = &team_web["metadata"]["annotations"];
+        for key in [
+            "driftguard.io/break-glass",
+            "driftguard.io/break-glass-expires",
+            "driftguard.io/break-glass-paused",
+        ] {
+            assert!(
+                annotations.get(key).is_none(),
+                "{key} came back: {team_web}"
+            );
+        }
     }
 
     /// (6) The hub goes away: decisions go on from the last good rules, and

@@ -1,12 +1,16 @@
 //! Ending a break-glass on one object, the one way both the expiry sweeper
-//! and `kubectl driftguard break-glass --end` do it: the Argo CD
-//! Application's pause, if the object's marker records one, is lifted first,
-//! then the ending write ([`pause::end_patch`]) removes what arming added,
-//! with the object's resourceVersion as precondition. The marker is the
-//! record of which Application to resume, so it goes last: a lift that
-//! fails leaves the object as it was, to be ended again. The caller reads
-//! the object; what it does with the outcome (log and retry at the next
-//! sweep, or report to the user) is its own.
+//! and `kubectl driftguard break-glass --end` do it: the ending write
+//! ([`pause::end_patch`]) removes what arming added, with the object's
+//! resourceVersion as precondition, and only then is the Argo CD
+//! Application's pause, if the marker records one, lifted. In that order,
+//! Argo CD is still paused while the object's keys go: a self-heal that
+//! starts with the lift applies a cached copy with none of them (with
+//! `RespectIgnoreDifferences=true` and the annotations ignored, a lift
+//! first let it write them back without the label, out of the sweeper's
+//! sight). A lift that fails leaves the pause with no record on the object:
+//! the sweeper's pass over pauses no armed object holds
+//! ([`pause::orphaned`]) lifts it later. The caller reads the object; what
+//! it does with the outcome (log and retry, or report to the user) is its own.
 
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
 use kube::client::Body;
@@ -24,49 +28,55 @@ pub const CONFLICT_RETRIES: usize = 5;
 /// What ending did.
 #[derive(Debug)]
 pub enum Ending {
-    /// The break-glass is off the object.
+    /// The break-glass is off the object; what became of the Application's
+    /// pause after, a failed lift included ([`Lift::Failed`]).
     Ended {
         application: Lift,
         /// The apiserver's `Warning:` headers on the ending write.
         warnings: Vec<String>,
     },
     /// The object changed since it was read (409), or is gone (404): read
-    /// it again. The Application's pause may already be lifted.
+    /// it again. Nothing was written, the Application's pause included.
     Changed,
     /// An admission webhook refused the ending write: its message, whole.
+    /// Nothing was written.
     Refused {
         code: u16,
         message: String,
         warnings: Vec<String>,
     },
-    /// The Application's pause could not be lifted: the object is untouched.
-    Application {
-        application: String,
-        /// Whether the Application is in a hub (`--argocd-kubeconfig`).
-        hub: bool,
-        error: ApplicationError,
-    },
     /// The ending write failed otherwise: the apiserver's code and message
-    /// (RBAC, validation), or no code when it could not be asked.
+    /// (RBAC, validation), or no code when it could not be asked. Nothing
+    /// was written.
     Failed { code: Option<u16>, message: String },
 }
 
-/// What happened to the Argo CD Application on the way.
+/// What happened to the Argo CD Application once the object was ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Lift {
-    /// The marker records no Application pause.
+    /// The marker recorded no Application pause.
     NotPaused,
-    /// The marker records one, but the object names no Application any more.
+    /// The marker recorded one, but the object names no Application any more.
     Unnamed,
     /// The Application `namespace/name` does not exist: nothing to lift.
     Gone(String),
     /// The object's entry is out of Application `namespace/name`'s pause;
     /// where the Application stands now.
     Lifted(String, AppState),
+    /// The pause could not be lifted: Application `namespace/name` stays
+    /// paused for `entry`, which nothing on the (ended) object records any
+    /// more; the sweeper lifts it as left behind.
+    Failed {
+        application: String,
+        /// Whether the Application is in a hub (`--argocd-kubeconfig`).
+        hub: bool,
+        entry: String,
+        error: ApplicationError,
+    },
 }
 
 /// Why an Application's pause could not be lifted.
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ApplicationError {
     /// The apiserver refused the read or the write.
     #[error("cannot {verb} it: {message}")]
@@ -100,11 +110,11 @@ pub struct Installation<'a> {
 }
 
 /// Ends the break-glass on `object` (as read, with its `kind` and
-/// `resourceVersion`), of type `ar`: lifts the Application's pause the
-/// marker records, looking in each of `installations` in turn until one
-/// holds it for this object (a hub's and this cluster's own Argo CD can
-/// both have an Application of that name), then sends the ending write
-/// through `client`.
+/// `resourceVersion`), of type `ar`: sends the ending write through
+/// `client`, then lifts the Application's pause the marker recorded,
+/// looking in each of `installations` in turn until one holds it for this
+/// object (a hub's and this cluster's own Argo CD can both have an
+/// Application of that name). Nothing is lifted unless the write succeeded.
 pub async fn end_break_glass(
     client: &kube::Client,
     installations: &[Installation<'_>],
@@ -114,19 +124,6 @@ pub async fn end_break_glass(
 ) -> Ending {
     let meta = &object["metadata"];
     let annotations = &meta["annotations"];
-    let mut application = Lift::NotPaused;
-    if pause::paused_application(annotations) {
-        application = match lift_named(installations, object, &ar.group, policy).await {
-            Ok(lifted) => lifted,
-            Err((application, hub, error)) => {
-                return Ending::Application {
-                    application,
-                    hub,
-                    error,
-                };
-            }
-        };
-    }
     let rv = meta["resourceVersion"].as_str().unwrap_or_default();
     let body = pause::end_patch(annotations, rv);
     let (status, warnings, message) = match patch_with_warnings(client, ar, meta, &body).await {
@@ -139,35 +136,45 @@ pub async fn end_break_glass(
         }
     };
     match status {
-        200..=299 => Ending::Ended {
-            application,
-            warnings,
-        },
-        404 | 409 => Ending::Changed,
-        code if message.contains("admission webhook") => Ending::Refused {
-            code,
-            message,
-            warnings,
-        },
-        code => Ending::Failed {
-            code: Some(code),
-            message,
-        },
+        200..=299 => {}
+        404 | 409 => return Ending::Changed,
+        code if message.contains("admission webhook") => {
+            return Ending::Refused {
+                code,
+                message,
+                warnings,
+            };
+        }
+        code => {
+            return Ending::Failed {
+                code: Some(code),
+                message,
+            };
+        }
+    }
+    let application = if pause::paused_application(annotations) {
+        lift_named(installations, object, &ar.group, policy).await
+    } else {
+        Lift::NotPaused
+    };
+    Ending::Ended {
+        application,
+        warnings,
     }
 }
 
 /// Takes the object out of the pause of the Application it names, in the
 /// first installation whose Application lists it. None listing it: the
 /// first Application found (not driftguard's pause), else `Gone`. An
-/// installation that could not be asked fails the lift (the object keeps
-/// its marker) unless another one held the pause: that one is lifted, and
-/// a stale entry elsewhere is left to [`pause::orphaned`]'s sweep.
+/// installation that could not be asked fails the lift unless another one
+/// held the pause: that one is lifted, and a stale entry elsewhere is left
+/// to [`pause::orphaned`]'s sweep, as a failed lift is.
 async fn lift_named(
     installations: &[Installation<'_>],
     object: &Value,
     group: &str,
     policy: &Policy,
-) -> Result<Lift, (String, bool, ApplicationError)> {
+) -> Lift {
     let (mut found, mut failed) = (None, None);
     for at in installations {
         let Plan::ArgoCd {
@@ -176,7 +183,7 @@ async fn lift_named(
             entry,
         } = pause::plan(object, group, policy, at.namespace)
         else {
-            return Ok(Lift::Unnamed);
+            return Lift::Unnamed;
         };
         let app = format!("{namespace}/{name}");
         let shown = match installations.len() {
@@ -188,20 +195,21 @@ async fn lift_named(
             Ok(Some(AppState::NotListed)) => {
                 found.get_or_insert(Lift::Lifted(shown, AppState::NotListed));
             }
-            Ok(Some(state)) => return Ok(Lift::Lifted(shown, state)),
+            Ok(Some(state)) => return Lift::Lifted(shown, state),
             Ok(None) => {
                 found.get_or_insert(Lift::Gone(shown));
             }
             Err(error) => {
-                failed.get_or_insert((app, at.hub, error));
+                failed.get_or_insert(Lift::Failed {
+                    application: app,
+                    hub: at.hub,
+                    entry,
+                    error,
+                });
             }
         }
     }
-    match (failed, found) {
-        (Some(failed), _) => Err(failed),
-        (None, Some(found)) => Ok(found),
-        (None, None) => Ok(Lift::Unnamed),
-    }
+    failed.or(found).unwrap_or(Lift::Unnamed)
 }
 
 /// Takes `entry` out of Application `namespace/name`'s pause, with the
@@ -432,29 +440,33 @@ mod tests {
         }
     }
 
+    /// The object first, while Argo CD is still paused, then the
+    /// Application: a self-heal that starts with the lift finds no
+    /// break-glass key to write back (the race of lifting first, with
+    /// `RespectIgnoreDifferences=true`).
     #[tokio::test]
-    async fn the_application_resumes_first_then_the_object_is_ended_with_preconditions() {
+    async fn the_object_is_ended_with_preconditions_then_the_application_resumes() {
         let (ending, log) = end_on(Cluster::new(Some(200), ok())).await;
         let requests: Vec<&str> = log.iter().map(|(r, _)| r.as_str()).collect();
         assert_eq!(
             requests,
             [
+                format!("PATCH {OBJECT}"),
                 format!("GET {APP}"),
                 format!("PATCH {APP}"),
-                format!("PATCH {OBJECT}")
             ]
         );
-        assert_eq!(log[1].1["metadata"]["resourceVersion"], "3");
-        assert_eq!(
-            log[1].1["metadata"]["annotations"][SKIP_RECONCILE],
-            Value::Null
-        );
-        let object = &log[2].1["metadata"];
+        let object = &log[0].1["metadata"];
         assert_eq!(object["resourceVersion"], "7");
         for key in [EXPIRES, REASON, PAUSED] {
             assert!(object["annotations"][key].is_null(), "{key} kept: {object}");
         }
         assert!(object["labels"][LABEL].is_null(), "label kept: {object}");
+        assert_eq!(log[2].1["metadata"]["resourceVersion"], "3");
+        assert_eq!(
+            log[2].1["metadata"]["annotations"][SKIP_RECONCILE],
+            Value::Null
+        );
         match ending {
             Ending::Ended {
                 application,
@@ -470,27 +482,53 @@ mod tests {
         }
     }
 
+    /// The lift comes after the ending write: an object that changed, or
+    /// whose ending is refused, leaves the Application paused for it.
     #[tokio::test]
-    async fn an_application_that_keeps_changing_leaves_the_object_untouched() {
+    async fn an_ending_write_that_fails_lifts_nothing() {
+        let denied = json!({"kind": "Status", "code": 403,
+            "message": "admission webhook \"validate.driftguard.io\" denied the request: no"});
+        let conflict = json!({"kind": "Status", "code": 409, "message": "changed"});
+        for reply in [(409, conflict), (403, denied)] {
+            let (ending, log) = end_on(Cluster::new(Some(200), reply)).await;
+            let requests: Vec<&str> = log.iter().map(|(r, _)| r.as_str()).collect();
+            assert_eq!(requests, [format!("PATCH {OBJECT}")], "{ending:?}");
+            assert!(
+                matches!(ending, Ending::Changed | Ending::Refused { .. }),
+                "{ending:?}"
+            );
+        }
+    }
+
+    /// A lift that fails leaves the object ended and says so: the pause is
+    /// left behind, for the sweeper's pass over those.
+    #[tokio::test]
+    async fn an_application_that_keeps_changing_stays_paused_after_the_object_is_ended() {
         let (ending, log) = end_on(Cluster::new(Some(409), ok())).await;
+        assert_eq!(log[0].0, format!("PATCH {OBJECT}"));
         let patches = log.iter().filter(|(r, _)| *r == format!("PATCH {APP}"));
         assert_eq!(patches.count(), CONFLICT_RETRIES);
-        assert!(log.iter().all(|(r, _)| !r.contains(OBJECT)), "{log:?}");
         assert!(
             matches!(
-                ending,
-                Ending::Application {
-                    error: ApplicationError::KeptChanging,
+                &ending,
+                Ending::Ended {
+                    application: Lift::Failed {
+                        application,
+                        hub: false,
+                        entry,
+                        error: ApplicationError::KeptChanging,
+                    },
                     ..
-                }
+                } if application == "argocd/myapp" && entry == "/ConfigMap:p/x"
             ),
             "{ending:?}"
         );
     }
 
-    /// In a spoke the Application is lifted in the hub, the object in the spoke.
+    /// In a spoke the Application is lifted in the hub, the object ended in
+    /// the spoke first; a refusal in the hub leaves the object ended.
     #[tokio::test]
-    async fn a_hubs_application_is_lifted_in_the_hub_and_a_refusal_there_leaves_the_object() {
+    async fn a_hubs_application_is_lifted_in_the_hub_and_a_refusal_there_is_reported() {
         let ar = ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&());
         let policy = Policy::embedded();
         for (hub_patch, lifted) in [(200, true), (403, false)] {
@@ -513,22 +551,24 @@ mod tests {
                 requests(&hub_log),
                 [format!("GET {APP}"), format!("PATCH {APP}")]
             );
+            assert_eq!(requests(&spoke_log), [format!("PATCH {OBJECT}")]);
             if lifted {
-                assert_eq!(requests(&spoke_log), [format!("PATCH {OBJECT}")]);
                 assert!(
                     matches!(&ending, Ending::Ended { application: Lift::Lifted(app, AppState::Resumed), .. } if app == "argocd/myapp"),
                     "{ending:?}"
                 );
             } else {
-                // The object keeps its marker, the record of what to lift: retried.
-                assert!(requests(&spoke_log).is_empty());
                 assert!(
                     matches!(
                         &ending,
-                        Ending::Application {
-                            error: ApplicationError::Refused {
-                                code: 403,
-                                verb: "patch",
+                        Ending::Ended {
+                            application: Lift::Failed {
+                                hub: true,
+                                error: ApplicationError::Refused {
+                                    code: 403,
+                                    verb: "patch",
+                                    ..
+                                },
                                 ..
                             },
                             ..
@@ -569,7 +609,7 @@ mod tests {
                 false,
                 SPOKE,
                 200,
-                &["GET local", "PATCH local", "PATCH object"],
+                &["PATCH object", "GET local", "PATCH local"],
                 &[],
                 "Lifted(\"gitops/myapp in this cluster\", Resumed)",
             ),
@@ -578,7 +618,7 @@ mod tests {
                 true,
                 SPOKE,
                 200,
-                &["GET local", "PATCH object"],
+                &["PATCH object", "GET local"],
                 &["GET hub", "PATCH hub"],
                 "Lifted(\"argocd/myapp in the hub\", Resumed)",
             ),
@@ -589,19 +629,19 @@ mod tests {
                 true,
                 "https://spoke-2.example:6443",
                 200,
-                &["GET local", "PATCH object"],
+                &["PATCH object", "GET local"],
                 &["GET hub"],
                 "Lifted(\"gitops/myapp in this cluster\", NotListed)",
             ),
-            // The hub refuses: the object keeps its marker, to be ended again.
+            // The hub refuses: the object is ended, the pause left behind.
             (
                 false,
                 true,
                 SPOKE,
                 403,
-                &["GET local"],
+                &["PATCH object", "GET local"],
                 &["GET hub", "PATCH hub"],
-                "Application argocd/myapp hub=true",
+                "Failed argocd/myapp hub=true",
             ),
         ];
         for (local_lists, hub_lists, destination, hub_patch, want_local, want_hub, want) in cases {
@@ -644,10 +684,14 @@ mod tests {
                     .collect()
             };
             let got = match &ending {
+                Ending::Ended {
+                    application:
+                        Lift::Failed {
+                            application, hub, ..
+                        },
+                    ..
+                } => format!("Failed {application} hub={hub}"),
                 Ending::Ended { application, .. } => format!("{application:?}"),
-                Ending::Application {
-                    application, hub, ..
-                } => format!("Application {application} hub={hub}"),
                 other => format!("{other:?}"),
             };
             let case = format!("local {local_lists}, hub {hub_lists} to {destination}");
@@ -660,7 +704,7 @@ mod tests {
     #[tokio::test]
     async fn a_missing_application_has_nothing_to_lift_and_the_object_is_ended() {
         let (ending, log) = end_on(Cluster::new(None, ok())).await;
-        assert_eq!(log.last().unwrap().0, format!("PATCH {OBJECT}"));
+        assert_eq!(log[0].0, format!("PATCH {OBJECT}"));
         assert!(
             matches!(&ending, Ending::Ended { application: Lift::Gone(app), .. } if app == "argocd/myapp"),
             "{ending:?}"

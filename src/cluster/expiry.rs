@@ -5,8 +5,9 @@
 //! (the label alone is not enough, see [`pause::not_armable`]), and checks
 //! the armed objects when one changes and when the earliest expiry comes: for
 //! each whose break-glass grants nothing any more ([`breakglass::state`]) it
-//! lifts the pause the marker records and removes what arming added
-//! ([`crate::pause`]). The webhook allows that write whoever sends it
+//! removes what arming added, then lifts the pause the marker recorded
+//! ([`ending`]); a lift that fails is retried by the pass over pauses left
+//! behind ([`Sweeper::lift_orphaned_pauses`]). The webhook allows that write whoever sends it
 //! (`break-glass-ended`), so the sweeper needs no special identity. Errors
 //! are logged and retried at the next check; nothing here can fail a review.
 
@@ -500,7 +501,9 @@ impl Sweeper {
                 }
                 Err(e) => {
                     self.metrics.break_glass_lift_failures.inc();
-                    tracing::warn!(application = %format!("{namespace}/{name}"), object = %entry, error = %e, hub, "break-glass sweeper: cannot lift a pause left behind; trying again next tick")
+                    let application = format!("{namespace}/{name}");
+                    let what = lift_failed(&application, entry, *hub);
+                    tracing::warn!(%application, object = %entry, error = %e, hub, "break-glass sweeper: a pause left behind: {what}")
                 }
             }
         }
@@ -532,18 +535,6 @@ impl Sweeper {
         match &self.options.argocd_hub {
             Some(client) if hub => client,
             _ => &self.client,
-        }
-    }
-
-    /// For an Application of this cluster's own Argo CD beside a hub's, the
-    /// plugin flag that finds it without hub flags (its namespace).
-    fn local_flag(&self, hub: bool) -> String {
-        match (
-            &self.options.argocd_hub,
-            &self.options.local_argocd_namespace,
-        ) {
-            (Some(_), Some(namespace)) if !hub => format!(" --argocd-namespace {namespace}"),
-            _ => String::new(),
         }
     }
 
@@ -601,6 +592,20 @@ impl Sweeper {
                         format!("{app} still paused for {}", l.join(","))
                     }
                     Lift::Lifted(app, _) => format!("{app} not paused by driftguard"),
+                    Lift::Failed {
+                        application,
+                        hub,
+                        entry,
+                        error,
+                    } => {
+                        // The object is ended: its pause is left behind, and
+                        // the pass over those lifts it (retried and counted
+                        // there) once it may.
+                        self.metrics.break_glass_lift_failures.inc();
+                        let what = lift_failed(&application, &entry, hub);
+                        tracing::warn!(object = %shown, %application, %error, "break-glass sweeper: ended the expired break-glass on {shown}, but {what}");
+                        format!("{application} NOT resumed")
+                    }
                 };
                 tracing::info!(
                     object = %shown,
@@ -615,25 +620,6 @@ impl Sweeper {
             Ending::Changed => {
                 tracing::debug!(object = %shown, "break-glass sweeper: object changed; next tick");
                 true
-            }
-            Ending::Application {
-                application,
-                hub,
-                error,
-            } => {
-                // The object keeps its break-glass annotations and marker (the
-                // record of which Application to resume) until the lift
-                // succeeds; being expired, it already grants nothing.
-                self.metrics.break_glass_lift_failures.inc();
-                let mut target = format!(
-                    "{}/{name}{}",
-                    ar.kind.to_ascii_lowercase(),
-                    ns_flag(namespace)
-                );
-                target.push_str(&self.local_flag(hub));
-                let what = lift_failed(&shown, &target, &application, hub);
-                tracing::warn!(object = %shown, %application, %error, "{what}");
-                false
             }
             Ending::Refused { message, .. } => {
                 tracing::warn!(object = %shown, error = %message, "break-glass sweeper: a webhook refused ending the break-glass; trying again next tick");
@@ -712,36 +698,29 @@ fn type_name(ar: &ApiResource) -> String {
     }
 }
 
-/// What the sweeper says when an expired break-glass's Application pause
-/// cannot be lifted: the object stays as it is (it grants nothing any
-/// more), the Application stays paused, and what mends it. `target` is the
-/// object as the plugin takes it (`deployment/web -n production`).
-fn lift_failed(object: &str, target: &str, application: &str, hub: bool) -> String {
-    let (where_, flag, grant) = if hub {
+/// What the sweeper says when it cannot lift Application `application`'s
+/// pause for `entry` (its break-glass ended): it stays paused, the sweeper
+/// tries again at each sweep as a pause left behind, and what mends it now.
+fn lift_failed(application: &str, entry: &str, hub: bool) -> String {
+    let (namespace, name) = application.split_once('/').unwrap_or_default();
+    let (where_, kubectl, grant) = if hub {
         (
             " in the hub (--argocd-kubeconfig)",
-            " --argocd-kubeconfig <hub kubeconfig>",
+            "kubectl --kubeconfig <hub kubeconfig>",
             "driftguard's hub identity needs patch on applications.argoproj.io there",
         )
     } else {
         (
             "",
-            "",
-            "driftguard needs get and patch on applications.argoproj.io",
+            "kubectl",
+            "driftguard needs get, list and patch on applications.argoproj.io",
         )
     };
+    let by_hand = pause::lift_by_hand(kubectl, namespace, name, entry, None).unwrap_or_default();
     format!(
-        "break-glass sweeper: cannot lift Argo CD Application {application}'s pause{where_}: it stays paused, so Git is not restored to {object}, whose expired break-glass grants nothing; trying again next sweep. {grant}; or end it now with the credentials of someone who may patch the Application: `kubectl driftguard break-glass {target} --end{flag}`"
+        "cannot lift Argo CD Application {application}'s pause{where_} for {entry}: it stays paused, so Git is not restored; the sweeper tries again at each sweep, as a pause left behind ({grant}); or lift it now with the credentials of someone who may patch the Application: `{by_hand}` (if {} lists other objects too, remove only {entry} from it)",
+        pause::PAUSED_FOR
     )
-}
-
-/// ` -n NAMESPACE`, or nothing for a cluster-scoped object.
-fn ns_flag(namespace: &str) -> String {
-    if namespace.is_empty() {
-        String::new()
-    } else {
-        format!(" -n {namespace}")
-    }
 }
 
 fn ns_prefix(namespace: &str) -> String {
@@ -873,14 +852,6 @@ mod tests {
                 BTreeSet::new(),
                 BTreeSet::from(["apps/Deployment".to_owned()]),
             );
-            // A refused lift here names the namespace for the plugin's --end.
-            let flag = if local {
-                " --argocd-namespace gitops"
-            } else {
-                ""
-            };
-            assert_eq!(sweeper.local_flag(false), flag);
-            assert_eq!(sweeper.local_flag(true), "");
             sweeper.lift_orphaned_pauses(&armed, &listed).await;
             // Past the grace: lifted at the next look.
             for since in sweeper.orphans.values_mut() {
@@ -911,22 +882,23 @@ mod tests {
     }
 
     #[test]
-    fn a_refused_lift_says_where_and_how_to_end_it() {
-        let target = format!("deployment/web{}", ns_flag("production"));
-        let hub = lift_failed("Deployment production/web", &target, "argocd/web", true);
+    fn a_refused_lift_says_where_and_how_to_lift_it_by_hand() {
+        let entry = "apps/Deployment:production/web";
+        let hub = lift_failed("argocd/web", entry, true);
         for said in [
-            "Application argocd/web's pause in the hub",
+            "Application argocd/web's pause in the hub (--argocd-kubeconfig) for apps/Deployment:production/web",
+            "tries again at each sweep, as a pause left behind",
             "hub identity needs patch on applications.argoproj.io",
-            "`kubectl driftguard break-glass deployment/web -n production --end --argocd-kubeconfig <hub kubeconfig>`",
+            "`kubectl --kubeconfig <hub kubeconfig> annotate applications.argoproj.io -n argocd web argocd.argoproj.io/skip-reconcile- driftguard.io/break-glass-paused-for-`",
+            "remove only apps/Deployment:production/web",
         ] {
             assert!(hub.contains(said), "{said:?} not in {hub}");
         }
-        let here = lift_failed("Deployment production/web", &target, "argocd/web", false);
+        let here = lift_failed("argocd/web", entry, false);
         assert!(!here.contains("hub"), "{here}");
         assert!(
-            here.ends_with("`kubectl driftguard break-glass deployment/web -n production --end`"),
+            here.contains("`kubectl annotate applications.argoproj.io -n argocd web "),
             "{here}"
         );
-        assert_eq!(ns_flag(""), "");
     }
 }

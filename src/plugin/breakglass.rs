@@ -68,7 +68,7 @@ struct PauseReport {
     /// The annotation that pauses, and where it is.
     control: Option<&'static str>,
     target: Option<String>,
-    /// paused | already-paused | resumed | still-paused | not-paused
+    /// paused | already-paused | resumed | still-paused | not-paused | lift-failed
     state: &'static str,
     paused_for: Vec<String>,
     /// The ApplicationSet that generated the paused Application, if one did.
@@ -78,6 +78,9 @@ struct PauseReport {
     warning: Option<String>,
     /// The command that pauses the tool by hand, where one would hold.
     pause_by_hand: Option<String>,
+    /// Ending: the command that lifts the Application's pause by hand, when
+    /// the object was ended but the lift failed (state `lift-failed`).
+    lift_by_hand: Option<String>,
 }
 
 /// What `break-glass -o json|yaml` prints.
@@ -236,7 +239,7 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
         };
         r.pause = Some(&pause);
         print_structured(&r, args.output)?;
-        return Ok(ExitCode::SUCCESS);
+        return Ok(exit_code(&pause));
     }
     match expires {
         Some((at, duration)) => {
@@ -267,7 +270,17 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
             println!("changes to it by hand are judged as drift again");
         }
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(exit_code(&pause))
+}
+
+/// 0, or 2 (an access error) when the object was ended but its
+/// Application's pause could not be lifted: left for the user to finish.
+fn exit_code(pause: &PauseReport) -> ExitCode {
+    if pause.state == "lift-failed" {
+        ExitCode::from(2)
+    } else {
+        ExitCode::SUCCESS
+    }
 }
 
 /// The object under break-glass and what is needed to pause its tool.
@@ -548,8 +561,8 @@ impl<'a> Target<'a> {
 
     /// Asks the server with a dry run of the ending write; when it allows
     /// it, ends the break-glass as the sweeper does
-    /// ([`ending::end_break_glass`]: the Argo CD Application resumed first,
-    /// then everything arming added removed from the object).
+    /// ([`ending::end_break_glass`]: everything arming added removed from
+    /// the object, then the Argo CD Application resumed).
     async fn end(&self) -> Result<Written, PluginError> {
         let ar = self.resource.api_resource();
         for _ in 0..CONFLICT_RETRIES {
@@ -559,7 +572,8 @@ impl<'a> Target<'a> {
             let annotations = &meta["annotations"];
             let marker = annotations[crate::drift::breakglass::PAUSED].as_str();
             // The marker is the record of the Application to resume: never
-            // dropped while that Application is out of reach (in a hub).
+            // dropped while that Application is known to be out of reach
+            // (in a hub), since ending goes first and the lift after.
             if marker == Some(crate::pause::SKIP_RECONCILE)
                 && self.hub.is_none()
                 && !self.serves_applications().await
@@ -588,9 +602,17 @@ impl<'a> Target<'a> {
                     application,
                     warnings,
                 } => {
-                    let app = self.lifted(application);
                     let reply = Reply { warnings };
-                    Written::Done(reply, ended_report(marker, app, self.shown))
+                    let report = match application {
+                        Lift::Failed {
+                            application,
+                            entry,
+                            error,
+                            ..
+                        } => self.lift_failed(marker, &application, &entry, error).await,
+                        lift => ended_report(marker, self.lifted(lift), self.shown),
+                    };
+                    Written::Done(reply, report)
                 }
                 Ending::Changed => continue,
                 Ending::Refused {
@@ -603,12 +625,6 @@ impl<'a> Target<'a> {
                     warnings,
                     details: None,
                 }),
-                Ending::Application {
-                    application, error, ..
-                } => {
-                    let (namespace, name) = application.split_once('/').unwrap_or_default();
-                    return Err(application_error(namespace, name, error));
-                }
                 Ending::Failed {
                     code: Some(code),
                     message,
@@ -652,7 +668,70 @@ impl<'a> Target<'a> {
                 Some((app, AppState::NotListed))
             }
             Lift::Lifted(app, state) => Some((app, state)),
+            // Reported by `lift_failed` instead.
+            Lift::Failed { .. } => None,
         }
+    }
+
+    /// The report when the object was ended but Application `application`'s
+    /// pause could not be lifted: it stays paused, with nothing on the
+    /// object recording it any more. The command to lift it by hand comes
+    /// from a fresh read of the Application where one is possible.
+    async fn lift_failed(
+        &self,
+        marker: Option<&str>,
+        application: &str,
+        entry: &str,
+        error: ending::ApplicationError,
+    ) -> PauseReport {
+        let (namespace, name) = application.split_once('/').unwrap_or_default();
+        let read = self
+            .apps
+            .get_object(&crate::pause::application_resource(), Some(namespace), name)
+            .await;
+        let app = match read {
+            Ok(Ok(app)) => Some(app),
+            _ => None,
+        };
+        let kubectl = match &self.hub {
+            Some(flags) => format!("kubectl {flags}"),
+            None => "kubectl".to_owned(),
+        };
+        let Some(cmd) = crate::pause::lift_by_hand(&kubectl, namespace, name, entry, app.as_ref())
+        else {
+            // Lifted meanwhile (the sweeper, say): nothing left of ours.
+            let lifted = Some((application.to_owned(), AppState::NotListed));
+            return ended_report(marker, lifted, self.shown);
+        };
+        let mut r = ended_report(marker, None, self.shown);
+        let there = if self.hub.is_some() {
+            " in the hub"
+        } else {
+            ""
+        };
+        let others = if app.is_none() {
+            format!(
+                " (if {} lists other objects too, remove only {entry} from it)",
+                crate::pause::PAUSED_FOR
+            )
+        } else {
+            String::new()
+        };
+        let why = application_error(namespace, name, error);
+        r.tool = Some("Argo CD");
+        r.control = Some(crate::pause::SKIP_RECONCILE);
+        r.target = Some(format!("Application {application}"));
+        r.state = "lift-failed";
+        r.text = format!(
+            "Argo CD Application {application} is NOT resumed{there}: {why}; it stays paused for {}, so Git is not restored",
+            self.shown
+        );
+        r.warning = Some(format!(
+            "the break-glass on {} is ended, but Argo CD Application {application}{there} stays paused: lift it by hand with `{cmd}`{others}; driftguard's expiry sweeper, if it runs for this cluster, also lifts it as a pause left behind at a later sweep, once it may patch the Application",
+            self.shown
+        ));
+        r.lift_by_hand = Some(cmd);
+        r
     }
 
     fn kept_changing(&self) -> PluginError {
@@ -682,6 +761,7 @@ fn armed_report(
         text: String::new(),
         warning: None,
         pause_by_hand: None,
+        lift_by_hand: None,
     };
     match plan {
         Plan::Unmanaged => {
@@ -821,6 +901,7 @@ fn ended_report(marker: Option<&str>, app: Option<(String, AppState)>, shown: &s
         text: String::new(),
         warning: None,
         pause_by_hand: None,
+        lift_by_hand: None,
     };
     if let Some(key) = marker.and_then(crate::drift::restore::paused_annotation) {
         r.tool = Some("Flux");
@@ -949,6 +1030,7 @@ mod tests {
             [
                 "applicationSet",
                 "control",
+                "liftByHand",
                 "pauseByHand",
                 "pausedFor",
                 "state",
@@ -1303,6 +1385,8 @@ mod tests {
             /// argocd-cm (any namespace): `None` forbidden, else its
             /// `installationID`, if any.
             pub argocd_cm: Option<Option<&'static str>>,
+            /// Writes to the Application are forbidden (RBAC).
+            pub app_read_only: bool,
         }
 
         /// `METHOD path?query` and the body of every request, in order.
@@ -1385,6 +1469,10 @@ mod tests {
                         (_, APP) if !cluster.application => reply(
                             404,
                             json!({"kind": "Status", "code": 404, "message": "not found"}),
+                        ),
+                        ("PATCH", APP) if cluster.app_read_only => reply(
+                            403,
+                            json!({"kind": "Status", "code": 403, "message": "applications.argoproj.io \"myapp\" is forbidden"}),
                         ),
                         ("GET", APP) | ("PATCH", APP) => reply(200, app),
                         _ => reply(404, json!({"kind": "Status", "code": 404, "message": uri})),
@@ -1521,7 +1609,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn ending_asks_first_then_resumes_the_application_then_sends_the_same_write() {
+    async fn ending_asks_first_then_sends_the_same_write_then_resumes_the_application() {
         let cluster = fake::Cluster {
             deny: false,
             application: true,
@@ -1540,13 +1628,56 @@ mod tests {
             [
                 format!("GET {}", fake::OBJECT),
                 dry_run(),
+                format!("PATCH {}", fake::OBJECT),
                 format!("GET {}", fake::APP),
                 format!("PATCH {}", fake::APP),
-                format!("PATCH {}", fake::OBJECT),
             ]
         );
         // The write asked about is the write made.
-        assert_eq!(bodies[1], bodies[4]);
+        assert_eq!(bodies[1], bodies[2]);
+        assert_eq!(report.lift_by_hand, None);
+    }
+
+    /// The object is ended first; a lift refused after leaves the
+    /// Application paused: said, with the command that lifts it by hand,
+    /// and an exit status of 2.
+    #[tokio::test]
+    async fn a_lift_refused_after_the_ending_says_how_to_lift_it_by_hand() {
+        let cluster = fake::Cluster {
+            application: true,
+            armed: true,
+            app_read_only: true,
+            ..Default::default()
+        };
+        let (written, requests, _) = end_on(cluster).await;
+        let Written::Done(_, report) = written else {
+            panic!("not ended: {requests:?}");
+        };
+        assert_eq!(
+            requests,
+            [
+                format!("GET {}", fake::OBJECT),
+                dry_run(),
+                format!("PATCH {}", fake::OBJECT),
+                format!("GET {}", fake::APP),
+                format!("PATCH {}", fake::APP),
+                // Read again for the command by hand.
+                format!("GET {}", fake::APP),
+            ]
+        );
+        assert_eq!(report.state, "lift-failed");
+        let cmd = "kubectl annotate applications.argoproj.io -n argocd myapp argocd.argoproj.io/skip-reconcile- driftguard.io/break-glass-paused-for-";
+        assert_eq!(report.lift_by_hand.as_deref(), Some(cmd));
+        assert!(report.text.contains("cannot patch"), "{}", report.text);
+        let warning = report.warning.as_deref().unwrap_or_default();
+        for said in [
+            "the break-glass on configmap/x is ended",
+            cmd,
+            "expiry sweeper, if it runs for this cluster, also lifts it",
+        ] {
+            assert!(warning.contains(said), "{said:?} not in {warning}");
+        }
+        assert_eq!(exit_code(&report), ExitCode::from(2));
     }
 
     #[tokio::test]
