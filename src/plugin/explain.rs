@@ -780,6 +780,54 @@ mod tests {
     use crate::policy::path::is_under;
     use serde_json::json;
 
+    /// Under Flux's lockdown (`--flux-default-service-account`), a
+    /// Kustomization naming no account is applied as the default one in its
+    /// own namespace: explain shows that account, as the server trusts it.
+    #[tokio::test]
+    async fn a_kustomization_without_an_account_is_applied_as_the_default_one() {
+        let service = tower::service_fn(|_: http::Request<kube::client::Body>| async {
+            let kustomization = json!({"apiVersion": "kustomize.toolkit.fluxcd.io/v1",
+                "kind": "Kustomization", "metadata": {"name": "apps", "namespace": "tenants"},
+                "spec": {"sourceRef": {"kind": "GitRepository", "name": "fleet"}}});
+            let reply = http::Response::builder()
+                .status(200)
+                .body(kube::client::Body::from(
+                    kustomization.to_string().into_bytes(),
+                ))
+                .unwrap();
+            Ok::<_, std::convert::Infallible>(reply)
+        });
+        let api = Api::with_client(kube::Client::new(service, "p"), "p");
+        let flux = Tool {
+            api: &api,
+            hub: false,
+        };
+        let manager = Manager::FluxKustomization {
+            namespace: "tenants".into(),
+            name: "apps".into(),
+        };
+        let mut accounts = Vec::new();
+        for default in [None, Some("flux-applier")] {
+            let mut sources = Sources::default();
+            let entry = read_flux((flux, default), &manager, &mut sources, &mut Vec::new())
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!(
+                sources.flux[0].service_account,
+                entry.service_account.flatten()
+            );
+            accounts.push(sources.flux[0].service_account.clone());
+        }
+        assert_eq!(
+            accounts,
+            [
+                None,
+                Some("system:serviceaccount:tenants:flux-applier".into())
+            ]
+        );
+    }
+
     /// With this cluster's own Argo CD chosen beside a hub's
     /// (`--local-argocd-namespace gitops`), the Application of a tracking id
     /// naming no namespace, and argocd-cm, are read in that namespace.
@@ -812,6 +860,7 @@ mod tests {
             argocd: here,
             flux: here,
             argocd_namespace: "gitops",
+            flux_default_account: None,
         };
         let manager = Manager::ArgoCd {
             application: "myapp".into(),
