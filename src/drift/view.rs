@@ -138,8 +138,8 @@ fn removed(view: &Node, mut paths: Vec<Path>) -> Vec<Path> {
 }
 
 /// The drifted paths of `normalize::normalize_pair`'s two copies, when
-/// they follow from the views alone: `rule_paths` (the rules' paths in each
-/// object) remove nothing from either, or remove the same paths from both
+/// they follow from the views alone: the rules' paths in each object
+/// (`old_paths`, `new_paths`) remove nothing from either, or remove the same paths from both
 /// and every difference lies under one of them (the copies are then equal:
 /// outside those paths the two objects have the same members, and removing
 /// the same paths from both prunes the same containers). Otherwise the
