@@ -3,11 +3,12 @@
 //! ([`pause::end_patch`]) removes what arming added, with the object's
 //! resourceVersion as precondition, and only then is the Argo CD
 //! Application's pause, if the marker records one, lifted. In that order,
-//! Argo CD is still paused while the object's keys go: a self-heal that
-//! starts with the lift applies a cached copy with none of them (with
-//! `RespectIgnoreDifferences=true` and the annotations ignored, a lift
-//! first let it write them back without the label, out of the sweeper's
-//! sight). A lift that fails leaves the pause with no record on the object:
+//! Argo CD is still paused while the object's keys go, so a self-heal that
+//! starts with the lift applies a cached copy with none of them once Argo
+//! CD's cache has the ended object (with `RespectIgnoreDifferences=true`
+//! and the annotations ignored, a lift first let it write them back
+//! without the label, out of the sweeper's sight; a lagging cache still
+//! can: docs/break-glass.md, Limits). A lift that fails leaves the pause with no record on the object:
 //! the sweeper's pass over pauses no armed object holds
 //! ([`pause::orphaned`]) lifts it later. The caller reads the object; what
 //! it does with the outcome (log and retry, or report to the user) is its own.
