@@ -115,7 +115,7 @@ fn old_rebuild(store: &kube::runtime::reflector::Store<DynamicObject>) -> Source
         overrides: Arc::new(overrides),
         sync_accounts: accounts.into_iter().map(Arc::new).collect(),
         namespace: "argocd".into(),
-        installation_id: None,
+        ..ArgoCdSources::default()
     })
 }
 

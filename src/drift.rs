@@ -257,6 +257,9 @@ pub struct ArgoCdSources {
     /// argocd-cm's `installationID`: this installation tracks only the
     /// objects that carry it ([`ownership::installation_tracks`]).
     pub installation_id: Option<String>,
+    /// The label argocd-cm makes Argo CD track objects by
+    /// (`application.instanceLabelKey` under label tracking), when it does.
+    pub instance_label: Option<String>,
 }
 
 /// Where Argo CD runs unless `--argocd-namespace` says otherwise.
@@ -394,6 +397,16 @@ impl<'a> Context<'a> {
                 _ => None,
             },
         }
+    }
+
+    /// The instance labels watched argocd-cms make Argo CD track objects by:
+    /// each is a claim ([`ownership::claims`]).
+    pub fn instance_labels(&self) -> Vec<&'a str> {
+        self.sources
+            .into_iter()
+            .flat_map(|s| &s.argocd)
+            .filter_map(|a| a.instance_label.as_deref())
+            .collect()
     }
 
     /// Whether the policy's `--argocd-application` files apply.

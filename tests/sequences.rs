@@ -1,6 +1,8 @@
 //! Sequences of writes: no allowed first write turns a denied second write into
 //! an allowed one (see tests/support/two_step.rs for the invariant and oracle).
 
+#[path = "support/loosening.rs"]
+mod loosening;
 #[path = "support/two_step.rs"]
 mod two_step;
 
@@ -14,6 +16,18 @@ proptest! {
     fn an_allowed_write_never_unlocks_a_denied_one(bytes in prop::collection::vec(any::<u8>(), 0..40)) {
         let scenario = Scenario::from_bytes(&bytes);
         prop_assert!(scenario.check().is_ok(), "{:?}\n{}", scenario, scenario.check().unwrap_err());
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(1500))]
+
+    /// No sequence of writes by persons, authorized break-glass included and
+    /// ended, judges a later write more loosely; no claim added loosens one.
+    #[test]
+    fn no_sequence_loosens_a_later_write(bytes in prop::collection::vec(any::<u8>(), 0..80)) {
+        let sequence = loosening::Sequence::from_bytes(&bytes);
+        prop_assert!(sequence.check().is_ok(), "{:?}\n{}", sequence, sequence.check().unwrap_err());
     }
 }
 
@@ -207,10 +221,20 @@ fn set_location(obj: &mut Value, at: Location, value: Option<Value>) {
     let (section, key) = match at {
         Location::Label(k) => ("labels", k.to_owned()),
         Location::Annotation(k) => ("annotations", k.to_owned()),
-        Location::ControllerOwnerReference => {
+        Location::Finalizers => {
+            match value {
+                Some(v) => meta["finalizers"] = json!([v]),
+                None => {
+                    meta.as_object_mut().unwrap().remove("finalizers");
+                }
+            }
+            return;
+        }
+        Location::ControllerOwnerReference | Location::OwnerReferences => {
+            let controller = matches!(at, Location::ControllerOwnerReference);
             match value {
                 Some(v) => {
-                    meta["ownerReferences"] = json!([{"apiVersion": "v1", "kind": "X", "name": v, "uid": "u", "controller": true}])
+                    meta["ownerReferences"] = json!([{"apiVersion": "v1", "kind": "X", "name": v, "uid": "u", "controller": controller}])
                 }
                 None => {
                     meta.as_object_mut().unwrap().remove("ownerReferences");

@@ -436,6 +436,7 @@ impl SourceCache {
                 .collect(),
             namespace: self.argocd_namespace.clone(),
             installation_id: self.installation_id.clone(),
+            instance_label: None,
         });
         Sources {
             argocd: argocd.into_iter().collect(),

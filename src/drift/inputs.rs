@@ -58,6 +58,11 @@ pub enum Input {
     BreakGlassLabel,
     /// The ownerReference with `controller: true`: its object is a child.
     ControllerOwner,
+    /// Every ownerReference: the garbage collector deletes an object whose
+    /// owners are gone, so adding one hands the object to a deputy.
+    OwnerReferences,
+    /// `metadata.finalizers`: what blocks the tool's prune and delete.
+    Finalizers,
     /// Per-object knobs the GitOps tools read from the live object, which
     /// driftguard does not read but protects: a manual change to one changes
     /// what the tool applies, prunes or compares (README, "The tools' knobs").
@@ -95,6 +100,8 @@ pub enum Location<'p> {
     Label(&'p str),
     Annotation(&'p str),
     ControllerOwnerReference,
+    OwnerReferences,
+    Finalizers,
 }
 
 impl Location<'_> {
@@ -103,7 +110,10 @@ impl Location<'_> {
         match self {
             Location::Label(k) => format!("/metadata/labels/{}", escape(k)),
             Location::Annotation(k) => format!("/metadata/annotations/{}", escape(k)),
-            Location::ControllerOwnerReference => "/metadata/ownerReferences".to_owned(),
+            Location::ControllerOwnerReference | Location::OwnerReferences => {
+                "/metadata/ownerReferences".to_owned()
+            }
+            Location::Finalizers => "/metadata/finalizers".to_owned(),
         }
     }
 }
@@ -111,7 +121,7 @@ impl Location<'_> {
 impl Input {
     /// Every input. [`Input::index`] is an exhaustive match, so a new variant
     /// does not compile until it is placed here too (a test checks the order).
-    pub const ALL: [Input; 31] = [
+    pub const ALL: [Input; 33] = [
         Input::ArgoTrackingAnnotation,
         Input::ArgoInstanceLabel,
         Input::HelmReleaseAnnotation,
@@ -129,6 +139,8 @@ impl Input {
         Input::BreakGlassPaused,
         Input::BreakGlassLabel,
         Input::ControllerOwner,
+        Input::OwnerReferences,
+        Input::Finalizers,
         Input::ArgoSyncOptions,
         Input::ArgoCompareOptions,
         Input::ArgoIgnoreDifferences,
@@ -164,20 +176,22 @@ impl Input {
             Input::BreakGlassPaused => 14,
             Input::BreakGlassLabel => 15,
             Input::ControllerOwner => 16,
-            Input::ArgoSyncOptions => 17,
-            Input::ArgoCompareOptions => 18,
-            Input::ArgoIgnoreDifferences => 19,
-            Input::ArgoHook => 20,
-            Input::ArgoHookDeletePolicy => 21,
-            Input::ArgoSyncWave => 22,
-            Input::ArgoInstallationId => 23,
-            Input::ArgoCsaMigrationManager => 24,
-            Input::FluxSsaLabel => 25,
-            Input::FluxSsaAnnotation => 26,
-            Input::FluxPruneLabel => 27,
-            Input::FluxPruneAnnotation => 28,
-            Input::FluxForceLabel => 29,
-            Input::FluxForceAnnotation => 30,
+            Input::OwnerReferences => 17,
+            Input::Finalizers => 18,
+            Input::ArgoSyncOptions => 19,
+            Input::ArgoCompareOptions => 20,
+            Input::ArgoIgnoreDifferences => 21,
+            Input::ArgoHook => 22,
+            Input::ArgoHookDeletePolicy => 23,
+            Input::ArgoSyncWave => 24,
+            Input::ArgoInstallationId => 25,
+            Input::ArgoCsaMigrationManager => 26,
+            Input::FluxSsaLabel => 27,
+            Input::FluxSsaAnnotation => 28,
+            Input::FluxPruneLabel => 29,
+            Input::FluxPruneAnnotation => 30,
+            Input::FluxForceLabel => 31,
+            Input::FluxForceAnnotation => 32,
         }
     }
 
@@ -190,8 +204,9 @@ impl Input {
                 Location::Annotation(argo?.tracking_annotation.as_str())
             }
             Input::ArgoInstanceLabel => Location::Label(argo?.instance_label.as_deref()?),
+            // Read whenever Argo CD is: argocd-cm may name an instance label.
             Input::HelmReleaseAnnotation => {
-                argo?.instance_label.as_ref()?;
+                argo?;
                 Location::Annotation(ownership::HELM_RELEASE_ANNOTATION)
             }
             Input::Mode => Location::Annotation(MODE_ANNOTATION),
@@ -200,6 +215,8 @@ impl Input {
             Input::BreakGlassPaused => Location::Annotation(breakglass::PAUSED),
             Input::BreakGlassLabel => Location::Label(breakglass::LABEL),
             Input::ControllerOwner => Location::ControllerOwnerReference,
+            Input::OwnerReferences => Location::OwnerReferences,
+            Input::Finalizers => Location::Finalizers,
             Input::ArgoSyncOptions
             | Input::ArgoCompareOptions
             | Input::ArgoIgnoreDifferences
@@ -271,6 +288,21 @@ impl Input {
         })
     }
 
+    /// What says who manages the object (and which Argo CD installation):
+    /// what a CREATE under break-glass may carry.
+    pub fn is_claim(self) -> bool {
+        matches!(
+            self,
+            Input::ArgoTrackingAnnotation
+                | Input::ArgoInstanceLabel
+                | Input::ArgoInstallationId
+                | Input::FluxKustomizeName
+                | Input::FluxKustomizeNamespace
+                | Input::FluxHelmName
+                | Input::FluxHelmNamespace
+        )
+    }
+
     /// Break-glass inputs are changed by authorized users on purpose; they
     /// are judged by [`breakglass::evaluate`], which makes any other change drift.
     pub fn is_break_glass(self) -> bool {
@@ -287,6 +319,12 @@ pub struct Inputs<'a> {
     pub kind: &'a str,
     pub name: &'a str,
     pub namespace: &'a str,
+    /// The object's labels, for a claim by a label key the policy does not
+    /// name (argocd-cm's `application.instanceLabelKey`).
+    labels: Option<&'a Value>,
+    /// It has a `deletionTimestamp`: taking a finalizer off only lets a
+    /// deletion already under way finish.
+    deleting: bool,
 }
 
 impl<'a> Inputs<'a> {
@@ -305,6 +343,8 @@ impl<'a> Inputs<'a> {
                 Some(Location::Label(key)) => labels.and_then(|l| l.get(key)),
                 Some(Location::Annotation(key)) => annotations.and_then(|a| a.get(key)),
                 Some(Location::ControllerOwnerReference) => controller_owner(owners),
+                Some(Location::OwnerReferences) => owners,
+                Some(Location::Finalizers) => meta.and_then(|m| m.get("finalizers")),
             };
         }
         let text = |v: Option<&'a Value>| v.and_then(Value::as_str).unwrap_or_default();
@@ -313,7 +353,14 @@ impl<'a> Inputs<'a> {
             kind: text(obj.get("kind")),
             name: text(meta.and_then(|m| m.get("name"))),
             namespace: text(meta.and_then(|m| m.get("namespace"))),
+            labels,
+            deleting: meta.is_some_and(|m| !m["deletionTimestamp"].is_null()),
         }
+    }
+
+    /// The value of label `key`, whatever the policy reads.
+    pub fn label(&self, key: &str) -> Option<&'a str> {
+        self.labels?.get(key)?.as_str().filter(|s| !s.is_empty())
     }
 
     /// The raw value of `input`.
@@ -343,11 +390,31 @@ fn controller_owner(owners: Option<&Value>) -> Option<&Value> {
 /// object: adding, changing or removing one. Break-glass inputs are left to
 /// [`breakglass::evaluate`].
 pub fn changes(old: &Inputs, new: &Inputs, policy: &Policy) -> Vec<String> {
-    Input::ALL
-        .into_iter()
-        .filter(|i| !i.is_break_glass() && old.get(*i) != new.get(*i))
-        .filter_map(|i| i.location(policy).map(|at| at.pointer()))
-        .collect()
+    let mut out: Vec<String> = Vec::new();
+    for input in Input::ALL {
+        if input.is_break_glass() || old.get(input) == new.get(input) {
+            continue;
+        }
+        if input == Input::Finalizers && old.deleting && only_removed(old, new, input) {
+            continue;
+        }
+        if let Some(pointer) = input.location(policy).map(|at| at.pointer())
+            && !out.contains(&pointer)
+        {
+            out.push(pointer);
+        }
+    }
+    out
+}
+
+/// Whether `new`'s list under `input` only drops entries of `old`'s.
+fn only_removed(old: &Inputs, new: &Inputs, input: Input) -> bool {
+    let list = |i: &Inputs| i.get(input).and_then(Value::as_array).cloned();
+    match (list(old), new.get(input)) {
+        (_, None) => true,
+        (Some(old), Some(Value::Array(new))) => new.iter().all(|v| old.contains(v)),
+        _ => false,
+    }
 }
 
 /// Every input location under `policy`, for the README's list and the tests.

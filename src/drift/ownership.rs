@@ -86,32 +86,100 @@ pub fn controller_owner(inputs: &Inputs) -> Option<String> {
     })
 }
 
-/// Detects the GitOps manager, in order: Argo CD tracking annotation, Flux
-/// Kustomization labels, Flux HelmRelease labels, Argo CD instance label.
-/// Inputs of a detector that the policy turns off are never read (absent).
+/// Which detector made a [`Claim`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Detector {
+    TrackingAnnotation,
+    /// The policy's `gitops.argocd.instanceLabel`.
+    InstanceLabel,
+    /// A watched argocd-cm's `application.instanceLabelKey`, under label tracking.
+    ArgoCdInstanceLabel,
+    FluxKustomizeLabels,
+    FluxHelmLabels,
+}
+
+impl Detector {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Detector::TrackingAnnotation => "tracking annotation",
+            Detector::InstanceLabel => "instance label",
+            Detector::ArgoCdInstanceLabel => "argocd-cm instance label",
+            Detector::FluxKustomizeLabels => "Flux Kustomization labels",
+            Detector::FluxHelmLabels => "Flux HelmRelease labels",
+        }
+    }
+}
+
+/// One detector's word that `manager` manages the object.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Claim {
+    pub manager: Manager,
+    pub by: Detector,
+}
+
+/// Every claim on the object, one per manager, in the order: Argo CD
+/// tracking annotation, Flux Kustomization labels, Flux HelmRelease labels,
+/// Argo CD instance label (the policy's key, then `instance_labels`, the
+/// keys watched argocd-cms configure). The object is managed when any
+/// detector claims it: a detector that finds no claim (a tracking id naming
+/// another object, an instance label beside Helm's release annotation) never
+/// turns another's off. Inputs of a detector the policy turns off are never
+/// read (absent).
+pub fn claims(inputs: &Inputs, instance_labels: &[&str]) -> Vec<Claim> {
+    let mut out: Vec<Claim> = Vec::new();
+    let mut add = |manager: Manager, by| {
+        if !out.iter().any(|c| c.manager == manager) {
+            out.push(Claim { manager, by });
+        }
+    };
+    if let Some(manager) = inputs
+        .non_empty(Input::ArgoTrackingAnnotation)
+        .and_then(|id| tracking_id_manager(id, inputs))
+    {
+        add(manager, Detector::TrackingAnnotation);
+    }
+    for (name, namespace, by) in [
+        (
+            Input::FluxKustomizeName,
+            Input::FluxKustomizeNamespace,
+            Detector::FluxKustomizeLabels,
+        ),
+        (
+            Input::FluxHelmName,
+            Input::FluxHelmNamespace,
+            Detector::FluxHelmLabels,
+        ),
+    ] {
+        if let Some(name) = inputs.non_empty(name) {
+            let (namespace, name) = (
+                inputs.non_empty(namespace).unwrap_or_default().to_owned(),
+                name.to_owned(),
+            );
+            let manager = if by == Detector::FluxKustomizeLabels {
+                Manager::FluxKustomization { namespace, name }
+            } else {
+                Manager::FluxHelmRelease { namespace, name }
+            };
+            add(manager, by);
+        }
+    }
+    // Helm sets this annotation, never `helm template` (which Argo CD runs):
+    // beside it, an instance label names a Helm release.
+    if inputs.non_empty(Input::HelmReleaseAnnotation).is_none() {
+        if let Some(app) = inputs.non_empty(Input::ArgoInstanceLabel) {
+            add(argo_app(app), Detector::InstanceLabel);
+        }
+        for app in instance_labels.iter().filter_map(|k| inputs.label(k)) {
+            add(argo_app(app), Detector::ArgoCdInstanceLabel);
+        }
+    }
+    out
+}
+
+/// The first of [`claims`] under the policy's detectors alone: which tool
+/// the plugin pauses and the sweeper looks after.
 pub fn detect(inputs: &Inputs) -> Option<Manager> {
-    if let Some(id) = inputs.non_empty(Input::ArgoTrackingAnnotation) {
-        return tracking_id_manager(id, inputs);
-    }
-    if let Some(name) = inputs.non_empty(Input::FluxKustomizeName) {
-        let namespace = inputs.non_empty(Input::FluxKustomizeNamespace);
-        return Some(Manager::FluxKustomization {
-            namespace: namespace.unwrap_or_default().to_owned(),
-            name: name.to_owned(),
-        });
-    }
-    if let Some(name) = inputs.non_empty(Input::FluxHelmName) {
-        let namespace = inputs.non_empty(Input::FluxHelmNamespace);
-        return Some(Manager::FluxHelmRelease {
-            namespace: namespace.unwrap_or_default().to_owned(),
-            name: name.to_owned(),
-        });
-    }
-    let app = inputs.non_empty(Input::ArgoInstanceLabel)?;
-    if inputs.non_empty(Input::HelmReleaseAnnotation).is_some() {
-        return None;
-    }
-    Some(argo_app(app))
+    claims(inputs, &[]).into_iter().next().map(|c| c.manager)
 }
 
 /// Argo CD's tracking id is `<app>:<group>/<kind>:<namespace>/<name>`. Like
@@ -276,6 +344,36 @@ mod tests {
             json!({"argocd.argoproj.io/tracking-id": "myapp:apps/Deployment:prod/other"}),
         );
         assert_eq!(detect(&Inputs::read(&o, &p)), None);
+    }
+
+    #[test]
+    fn a_claim_one_detector_rejects_leaves_the_others() {
+        let p = Policy::embedded();
+        let o = obj(
+            json!({"kustomize.toolkit.fluxcd.io/name": "apps", "kustomize.toolkit.fluxcd.io/namespace": "flux-system",
+                   "app.kubernetes.io/instance": "web", "team.io/app": "shop"}),
+            json!({"argocd.argoproj.io/tracking-id": "myapp:apps/Deployment:prod/other"}),
+        );
+        let got: Vec<String> = claims(&Inputs::read(&o, &p), &["team.io/app"])
+            .iter()
+            .map(|c| format!("{} by {}", c.manager, c.by.as_str()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                "Flux Kustomization flux-system/apps by Flux Kustomization labels",
+                "Argo CD application web by instance label",
+                "Argo CD application shop by argocd-cm instance label"
+            ]
+        );
+        // One manager claimed twice is one claim, by the first detector.
+        let twice = obj(
+            json!({"app.kubernetes.io/instance": "myapp"}),
+            json!({"argocd.argoproj.io/tracking-id": "myapp:apps/Deployment:prod/web"}),
+        );
+        let got = claims(&Inputs::read(&twice, &p), &[]);
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].by, Detector::TrackingAnnotation);
     }
 
     #[test]

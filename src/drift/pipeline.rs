@@ -7,10 +7,11 @@
 use serde_json::Value;
 
 use super::inputs::{Inputs, MODE_ANNOTATION};
+use super::ownership;
 use super::steps::{self, ModeChoice, Owner, Rules};
 use super::{
-    Change, Context, DecideError, Decision, Finding, Manager, OutOfScope, Request, breakglass,
-    compare,
+    Change, Context, DecideError, Decision, Finding, Manager, OutOfScope, Request, Verdict,
+    breakglass, compare,
 };
 use crate::policy::Policy;
 use crate::policy::Target;
@@ -79,7 +80,8 @@ pub(super) fn judge_change(
 }
 
 /// The steps in order, on `object`: the stored object (the new one for a
-/// CREATE, a scale write's parent), which ownership is judged on.
+/// CREATE, a scale write's parent), which ownership is judged on. An object
+/// several tools claim is judged by each, and the strictest decision stands.
 fn run(
     policy: &Policy,
     req: &Request,
@@ -90,14 +92,63 @@ fn run(
 ) -> Decision {
     let stored = Inputs::read(object, policy);
     let ctx = &steps::installation(policy, ctx, &stored, &mut d.notes);
-    let owner = match steps::owner(policy, ctx, req, &stored) {
-        Ok(owner) => owner,
+    let owners = match steps::owners(policy, ctx, req, &stored) {
+        Ok(owners) => owners,
         Err(why) => return d.out_of_scope(why),
     };
-    steps::set_owner(policy, ctx, &mut d, &owner);
     if !matches!(change, Change::Create { .. }) {
         set_mode(steps::mode(policy, req.namespace, Some(&stored)), &mut d);
     }
+    let judge = |owner: &Owner, d| judge_as(policy, req, ctx, (change, object), &stored, owner, d);
+    let Some((last, others)) = owners.split_last() else {
+        return d.out_of_scope(OutOfScope::NotManaged);
+    };
+    let others: Vec<Decision> = others.iter().map(|o| judge(o, d.clone())).collect();
+    strictest(judge(last, d), others)
+}
+
+/// Of the decisions of every tool that claims the object (`others`, then
+/// `last`, in claim order), the one that allows least, the first among
+/// equals, noting the claims.
+fn strictest(last: Decision, others: Vec<Decision>) -> Decision {
+    let rank = |d: &Decision| match d.verdict {
+        Verdict::Allow => 0,
+        Verdict::Audit => 1,
+        Verdict::Warn => 2,
+        Verdict::Deny => 3,
+    };
+    if others.is_empty() {
+        return last;
+    }
+    let claimed: Vec<String> = others
+        .iter()
+        .chain([&last])
+        .filter_map(|d| d.manager.as_ref().map(ToString::to_string))
+        .collect();
+    let mut best = last;
+    for d in others.into_iter().rev() {
+        if rank(&d) >= rank(&best) {
+            best = d;
+        }
+    }
+    best.notes.push(format!(
+        "claimed by {}: judged by each, the strictest decision stands",
+        claimed.join(" and ")
+    ));
+    best
+}
+
+/// The steps after ownership, for one of the object's owners.
+fn judge_as(
+    policy: &Policy,
+    req: &Request,
+    ctx: &Context,
+    (change, object): (Change, &Value),
+    stored: &Inputs,
+    owner: &Owner,
+    mut d: Decision,
+) -> Decision {
+    steps::set_owner(policy, ctx, &mut d, owner);
     if steps::identity_allows(policy, ctx, req, &mut d) {
         return d;
     }
@@ -107,27 +158,27 @@ fn run(
         _ => None,
     };
     if let (Change::Update { old, new }, Some(incoming)) = (change, &incoming)
-        && steps::ends_break_glass(policy, ctx, req, (old, new), (&stored, incoming), &mut d)
+        && steps::ends_break_glass(policy, ctx, req, (old, new), (stored, incoming), &mut d)
     {
         return d;
     }
     // Break-glass is carried by the new object (the stored one for a DELETE
     // and a scale write), and changed against the stored one.
-    let carrier = incoming.as_ref().unwrap_or(&stored);
+    let carrier = incoming.as_ref().unwrap_or(stored);
     what_changed(
         policy,
         ctx,
         req,
         (change, object),
-        (&stored, carrier),
-        &owner,
+        (stored, carrier),
+        owner,
         &mut d,
     );
-    let previous =
-        matches!(change, Change::Update { .. } | Change::Scale { .. }).then_some(&stored);
+    let previous = matches!(change, Change::Update { .. } | Change::Scale { .. }).then_some(stored);
     let (user, groups) = (req.username, req.groups);
     let bg = breakglass::evaluate(carrier, previous, user, groups, policy, ctx.now);
-    steps::apply_break_glass(&mut d, bg);
+    let creating = matches!(change, Change::Create { .. });
+    steps::apply_break_glass(policy, &mut d, bg, carrier, creating);
     if d.finding == Finding::BreakGlass {
         breakglass::warn_unpaused(carrier, d.manager.as_ref(), &mut d.notes);
     }
@@ -361,6 +412,9 @@ pub struct Outline<'a> {
     pub rules: Rules<'a>,
     /// What the steps noted (another Argo CD installation tracks it).
     pub notes: Vec<String>,
+    /// Every detector's claim on the object; each claiming tool judges a
+    /// write, and the strictest decision stands.
+    pub claims: Vec<ownership::Claim>,
 }
 
 /// [`Outline`] of `req`, an UPDATE of a stored object (`explain`: one that
@@ -376,8 +430,9 @@ pub fn outline<'a>(
     let stored = Inputs::read(object, policy);
     let mut notes = Vec::new();
     let ctx = &steps::installation(policy, ctx, &stored, &mut notes);
+    let claims = ownership::claims(&stored, &ctx.instance_labels());
     let scope = match Change::of(req)? {
-        Ok(_) => steps::owner(policy, ctx, req, &stored),
+        Ok(_) => steps::owners(policy, ctx, req, &stored).map(|mut owners| owners.swap_remove(0)),
         Err(why) => Err(why),
     };
     let manager = scope.as_ref().ok().map(Owner::manager);
@@ -387,5 +442,6 @@ pub fn outline<'a>(
         mode: steps::mode(policy, req.namespace, Some(&stored)),
         scope,
         notes,
+        claims,
     })
 }

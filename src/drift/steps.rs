@@ -83,7 +83,11 @@ pub fn installation<'a>(
             ..*ctx
         };
     }
-    if !matches!(ownership::detect(stored), Some(Manager::ArgoCd { .. })) {
+    let claims = ownership::claims(stored, &ctx.instance_labels());
+    if !claims
+        .iter()
+        .any(|c| matches!(c.manager, Manager::ArgoCd { .. }))
+    {
         return *ctx;
     }
     let id = theirs.unwrap_or("no installation id");
@@ -102,36 +106,47 @@ pub fn installation<'a>(
 }
 
 /// Who manages `stored` (the stored object, the new one for a CREATE, a
-/// scale write's parent), or why the write is out of scope: a child, an
-/// object its tool leaves alone, or one no tool manages.
-pub fn owner<'p>(
+/// scale write's parent): every manager a detector claims it for
+/// ([`ownership::claims`]) that has not opted it out, each of which judges
+/// the write; or why the write is out of scope: a child, an object every
+/// claiming tool leaves alone, or one no tool manages.
+pub fn owners<'p>(
     policy: &'p Policy,
     ctx: &Context<'p>,
     req: &Request,
     stored: &Inputs,
-) -> Result<Owner<'p>, OutOfScope> {
-    let manager = ownership::detect(stored);
+) -> Result<Vec<Owner<'p>>, OutOfScope> {
+    let claims = ownership::claims(stored, &ctx.instance_labels());
     // A CREATE's ownerReference is only its own claim: an object whose Argo
     // CD tracking id names itself stays in scope whatever owner it claims
     // (children copy labels from their parent, never a tracking id that
     // names the child).
     let claims_itself = req.operation == Operation::Create
-        && stored.non_empty(Input::ArgoTrackingAnnotation).is_some()
-        && matches!(manager, Some(Manager::ArgoCd { .. }));
+        && claims
+            .iter()
+            .any(|c| c.by == ownership::Detector::TrackingAnnotation);
     if let Some(owner) = ownership::controller_owner(stored)
         && !claims_itself
     {
         return Err(OutOfScope::ChildOf(owner));
     }
-    match manager {
-        Some(manager) => match ownership::opted_out(stored, &manager) {
-            Some(why) => Err(OutOfScope::OptedOut(why)),
-            None => Ok(Owner::Tracked(manager)),
-        },
-        None => destination_application(policy, ctx, req)
-            .map(Owner::Destination)
-            .ok_or(OutOfScope::NotManaged),
+    let mut opted_out = None;
+    let mut owners = Vec::with_capacity(claims.len());
+    for claim in claims {
+        match ownership::opted_out(stored, &claim.manager) {
+            Some(why) => opted_out = opted_out.or(Some(why)),
+            None => owners.push(Owner::Tracked(claim.manager)),
+        }
     }
+    if !owners.is_empty() {
+        return Ok(owners);
+    }
+    if let Some(why) = opted_out {
+        return Err(OutOfScope::OptedOut(why));
+    }
+    destination_application(policy, ctx, req)
+        .map(|app| vec![Owner::Destination(app)])
+        .ok_or(OutOfScope::NotManaged)
 }
 
 impl Owner<'_> {
@@ -514,7 +529,18 @@ pub(super) fn ends_break_glass(
     true
 }
 
-pub(super) fn apply_break_glass(d: &mut Decision, bg: BreakGlass) {
+/// Records break-glass in `d`. A valid one grants a write only if it leaves
+/// every decision input as it was, but for the bookkeeping that ending the
+/// break-glass removes ([`restore::annotations`]): a break-glass changes the
+/// object, never what later writes are judged by, so nothing it allowed
+/// outlives it. A CREATE under break-glass may carry no input but the claims.
+pub(super) fn apply_break_glass(
+    policy: &Policy,
+    d: &mut Decision,
+    bg: BreakGlass,
+    carrier: &Inputs,
+    creating: bool,
+) {
     match bg {
         BreakGlass::Unauthorized => {
             d.finding = Finding::BreakGlassUnauthorized;
@@ -528,11 +554,51 @@ pub(super) fn apply_break_glass(d: &mut Decision, bg: BreakGlass) {
         }
         // Arming it (setting the annotations) is itself a recorded use.
         BreakGlass::Valid { used, changed } if changed || d.finding.is_drift() => {
-            d.finding = Finding::BreakGlass;
-            d.break_glass = Some(used);
+            let uncovered = uncovered_inputs(policy, d, carrier, creating);
+            if uncovered.is_empty() {
+                d.finding = Finding::BreakGlass;
+                d.break_glass = Some(used);
+            } else {
+                d.notes.push(format!(
+                    "break-glass does not cover decision inputs ({}): they would outlive it; change them in Git",
+                    uncovered.join(", ")
+                ));
+                d.finding = Finding::Drift;
+            }
         }
         _ => {}
     }
+}
+
+/// The inputs a break-glass write changes (for a CREATE: carries) other
+/// than what its ending removes: the pause marker, the label and the Flux
+/// opt-out the new marker names.
+fn uncovered_inputs(
+    policy: &Policy,
+    d: &Decision,
+    carrier: &Inputs,
+    creating: bool,
+) -> Vec<String> {
+    let marker = carrier.text(Input::BreakGlassPaused);
+    let ended: Vec<String> = [Input::BreakGlassPaused, Input::BreakGlassLabel]
+        .into_iter()
+        .filter_map(|i| i.location(policy).map(|at| at.pointer()))
+        .chain(
+            marker
+                .and_then(restore::paused_annotation)
+                .map(|k| format!("/metadata/annotations/{}", crate::policy::path::escape(k))),
+        )
+        .collect();
+    let changed: Vec<String> = if creating {
+        Input::ALL
+            .into_iter()
+            .filter(|i| !i.is_break_glass() && !i.is_claim() && carrier.get(*i).is_some())
+            .filter_map(|i| i.location(policy).map(|at| at.pointer()))
+            .collect()
+    } else {
+        d.inputs_changed.clone()
+    };
+    changed.into_iter().filter(|p| !ended.contains(p)).collect()
 }
 
 // === verdict ===

@@ -18,7 +18,7 @@ const USER: &str = "alice";
 const GROUPS: [&str; 2] = ["developers", "system:authenticated"];
 
 /// Ignore rules a policy may combine; the metadata ones are the dangerous ones.
-const RULES: [&str; 12] = [
+pub const RULES: [&str; 12] = [
     "{group: '*', kind: '*', jsonPointers: [/metadata]}",
     "{group: '*', kind: '*', jsonPointers: [/metadata/annotations]}",
     "{group: '*', kind: '*', jsonPointers: [/metadata/labels]}",
@@ -74,7 +74,7 @@ const VALUES: [&str; 12] = [
 ];
 
 /// Spec fields a denied second write changes, per kind.
-fn judged_fields(kind: Kind) -> &'static [&'static str] {
+pub fn judged_fields(kind: Kind) -> &'static [&'static str] {
     match kind {
         Kind::Deployment => &[
             "/spec/replicas",
@@ -107,6 +107,8 @@ pub enum Edit {
     Annotation(&'static str, Option<&'static str>),
     ControllerOwner(bool),
     ClearOwners,
+    /// A finalizer added (what blocks the tool's prune).
+    Finalizer,
     /// A manager named in managedFields takes a field (client-chosen fieldManager).
     Claim(&'static str, &'static str),
     /// A manager's managedFields entry is removed.
@@ -475,7 +477,7 @@ fn move_ownership(obj: &mut Value, field: &str) {
     entries.push(entry("kubectl-edit", "Update", &[field]));
 }
 
-fn set(obj: &mut Value, pointer: &str, value: Value) {
+pub fn set(obj: &mut Value, pointer: &str, value: Value) {
     let tokens: Vec<&str> = pointer[1..].split('/').collect();
     let mut node = obj;
     for t in &tokens[..tokens.len() - 1] {
@@ -487,7 +489,7 @@ fn set(obj: &mut Value, pointer: &str, value: Value) {
     node[*tokens.last().expect("a token")] = value;
 }
 
-fn apply(obj: &mut Value, edit: &Edit) {
+pub fn apply(obj: &mut Value, edit: &Edit) {
     let meta = &mut obj["metadata"];
     match edit {
         Edit::Label(k, v) | Edit::Annotation(k, v) => {
@@ -510,6 +512,7 @@ fn apply(obj: &mut Value, edit: &Edit) {
             meta["ownerReferences"] = json!([{"apiVersion": "apps/v1", "kind": "ReplicaSet",
                 "name": "x", "uid": "u-2", "controller": controller}]);
         }
+        Edit::Finalizer => meta["finalizers"] = json!(["example.com/keep"]),
         Edit::ClearOwners => {
             meta.as_object_mut()
                 .expect("metadata")
@@ -581,6 +584,18 @@ fn decide_write(
 }
 
 fn review(operation: &str, old: Option<&Value>, new: Option<&Value>, sub: &str) -> Vec<u8> {
+    review_by(USER, &GROUPS, operation, old, new, sub)
+}
+
+/// A review of a write by `user` in `groups`.
+pub fn review_by(
+    user: &str,
+    groups: &[&str],
+    operation: &str,
+    old: Option<&Value>,
+    new: Option<&Value>,
+    sub: &str,
+) -> Vec<u8> {
     let obj = new.or(old).expect("an object");
     let api_version = obj["apiVersion"].as_str().unwrap_or_default();
     let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
@@ -596,7 +611,7 @@ fn review(operation: &str, old: Option<&Value>, new: Option<&Value>, sub: &str) 
         "resource": {"group": resource_group, "version": "v1", "resource": resource},
         "subResource": (!sub.is_empty()).then_some(sub),
         "name": obj["metadata"]["name"], "namespace": "production", "operation": operation,
-        "userInfo": {"username": USER, "groups": GROUPS},
+        "userInfo": {"username": user, "groups": groups},
         "object": new, "oldObject": old, "dryRun": false}});
     serde_json::to_vec(&review).expect("a review serializes")
 }
