@@ -481,6 +481,17 @@ fn judged(policy: &Policy, origin: &str, sources: &Sources, at: &Written) -> Jud
         }
     };
     let mut notes = outline.notes;
+    if outline.claims.len() > 1 {
+        let claims: Vec<String> = outline
+            .claims
+            .iter()
+            .map(|c| format!("{} ({})", c.manager, c.by.as_str()))
+            .collect();
+        notes.push(format!(
+            "claimed by {}: each judges a write, the strictest decision stands; the rules shown are the first's",
+            claims.join(", ")
+        ));
+    }
     let mode = mode_report(&outline.mode, origin, at.namespace, &mut notes);
     let rules = outline
         .rules
