@@ -55,6 +55,11 @@
 #[path = "support/apiserver.rs"]
 mod apiserver;
 
+#[path = "support/loosening.rs"]
+mod loosening;
+#[path = "support/two_step.rs"]
+mod two_step;
+
 use std::collections::BTreeMap;
 
 use apiserver::{Attributes, Call, Hook, Labels, Namespaces, Skip};
@@ -472,9 +477,19 @@ fn options() -> Options {
     }
 }
 
+/// The fixed policies, then the space the sequence property generates
+/// (tests/support/loosening.rs).
+fn policies() -> Vec<(&'static str, &'static str)> {
+    let generated = loosening::policy_space().into_iter().map(|(name, yaml)| {
+        let leak = |s: String| &*Box::leak(s.into_boxed_str());
+        (leak(name), leak(yaml))
+    });
+    POLICIES.iter().copied().chain(generated).collect()
+}
+
 fn setups() -> Vec<Setup> {
-    POLICIES
-        .iter()
+    policies()
+        .into_iter()
         .map(|(name, yaml)| {
             let policy = if yaml.is_empty() {
                 Policy::embedded()
@@ -1152,7 +1167,7 @@ fn edit() -> impl Strategy<Value = Edit> {
 }
 
 fn scenario() -> impl Strategy<Value = Scenario> {
-    let policies: Vec<&'static str> = POLICIES.iter().map(|(n, _)| *n).collect();
+    let policies: Vec<&'static str> = policies().iter().map(|(n, _)| *n).collect();
     // Half the writes by the policies' controllers and trusted identities
     // (the first seven), half by others.
     let (exempt, others) = IDENTITIES.split_at(7);

@@ -326,6 +326,51 @@ impl Sequence {
     }
 }
 
+/// A policy of the generated space: mode, precision, detectors (Argo CD,
+/// its instance label, Flux) and ignore rules; break-glass for group `sre`.
+pub fn policy_yaml(
+    mode: &str,
+    owned_fields: bool,
+    (argocd, instance_label, flux): (bool, bool, bool),
+    rules: &[&str],
+) -> String {
+    let label = if instance_label {
+        "app.kubernetes.io/instance"
+    } else {
+        ""
+    };
+    let mut text = format!(
+        "mode: {mode}\nbreakGlass: {{allowedGroups: [sre], maxDuration: 4h}}\n\
+         gitops: {{argocd: {{enabled: {argocd}, instanceLabel: '{label}'}}, flux: {{enabled: {flux}}}}}\n"
+    );
+    if !rules.is_empty() {
+        text.push_str("ignoreDifferences:\n");
+        for r in rules {
+            text.push_str(&format!("  - {r}\n"));
+        }
+    }
+    if owned_fields {
+        text.push_str("precision: ownedFields\n");
+    }
+    text
+}
+
+/// Every policy of the space without ignore rules (a rule only allows
+/// more), named: what tests/filter_soundness.rs registers.
+pub fn policy_space() -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for mode in MODES {
+        for owned in [false, true] {
+            for bits in 0..8u8 {
+                let detectors = (bits & 1 != 0, bits & 2 != 0, bits & 4 != 0);
+                let name = format!("{mode}-owned{owned}-detectors{bits}");
+                out.push((name, policy_yaml(mode, owned, detectors, &[])));
+            }
+        }
+    }
+    out
+}
+
 /// What `kubectl driftguard break-glass` writes, or a person by hand.
 fn arm(obj: &mut Value, plugin: bool, manager: Manager) {
     let a = &mut obj["metadata"]["annotations"];
