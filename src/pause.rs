@@ -34,7 +34,7 @@ use crate::policy::Policy;
 
 /// Argo CD's `common.AnnotationKeyAppSkipReconcile`: while `"true"`, the
 /// application controller does not process the Application at all.
-pub const SKIP_RECONCILE: &str = "argocd.argoproj.io/skip-reconcile";
+pub use crate::drift::restore::SKIP_RECONCILE;
 /// On an Application that driftguard paused: the objects whose break-glass
 /// holds the pause, sorted, comma-separated, each `group/Kind:namespace/name`
 /// as in an Argo CD tracking id. Absent when the pause is not driftguard's.

@@ -703,6 +703,36 @@ fn a_claimed_owner_does_not_take_a_tracked_create_out_of_scope() {
     assert!(out.allowed(), "{:?}", out.decision);
 }
 
+/// An object a person pre-created with a controller ownerReference, before
+/// Flux's first apply, is no child once the Kustomization's inventory lists
+/// it: Flux adopted it, keeping the reference, and every write stays judged.
+#[test]
+fn an_owner_claimed_before_the_tools_first_apply_makes_no_child_of_what_it_lists() {
+    let mut adopted = without(
+        &deployment(),
+        "/metadata/annotations/argocd.argoproj.io~1tracking-id",
+    );
+    adopted["metadata"]["labels"] = json!({"kustomize.toolkit.fluxcd.io/name": "apps",
+        "kustomize.toolkit.fluxcd.io/namespace": "flux-system"});
+    adopted["metadata"]["ownerReferences"] = json!([{"apiVersion": "v1", "kind": "ConfigMap", "name": "anchor", "uid": "u", "controller": true}]);
+    let edited = with(
+        &adopted,
+        "/spec/template/spec/containers/0/image",
+        json!("evil:1"),
+    );
+    let review = Review::update(adopted.clone(), edited);
+    let apps = Manager::FluxKustomization {
+        namespace: "flux-system".into(),
+        name: "apps".into(),
+    };
+    let listed = listing(&[("apps/Deployment:production/web", apps)]);
+    let d = judged_with(&Policy::embedded(), &review, &listed);
+    assert_eq!(d.verdict, Verdict::Deny, "{d:?}");
+    // Not listed (a real child): its owner is judged.
+    let d = judged_with(&Policy::embedded(), &review, &Default::default());
+    assert!(matches!(d.finding, Finding::OutOfScope(_)), "{d:?}");
+}
+
 /// A scale write whose parent cannot be read (a custom resource driftguard
 /// may not get): a parent the tools list is tracked, so the default is not allow.
 #[test]

@@ -31,6 +31,78 @@ proptest! {
     }
 }
 
+/// What an adversarial review found, spelled out: a break-glass holder drops
+/// the pause marker (leaving Flux's opt-out, which then took the object out
+/// of scope), arms a pause without the label the sweeper finds it by, or swaps
+/// the marker so the sweeper's end is refused.
+#[test]
+fn break_glass_bookkeeping_is_armed_whole_or_not_at_all() {
+    use loosening::{Sequence, Step};
+    let plugin_arm = Step::Arm {
+        plugin: true,
+        edits: vec![Edit::Field("/spec/paused", 1)],
+    };
+    let marker = "driftguard.io/break-glass-paused";
+    let cases = [
+        vec![
+            plugin_arm.clone(),
+            Step::Write {
+                sre: true,
+                edits: vec![Edit::Annotation(marker, None)],
+            },
+        ],
+        vec![
+            plugin_arm.clone(),
+            Step::Write {
+                sre: true,
+                edits: vec![Edit::Label("driftguard.io/break-glass", None)],
+            },
+        ],
+        vec![
+            plugin_arm.clone(),
+            Step::Write {
+                sre: true,
+                edits: vec![Edit::Annotation(
+                    marker,
+                    Some("helm.toolkit.fluxcd.io/driftDetection"),
+                )],
+            },
+        ],
+        vec![Step::Arm {
+            plugin: false,
+            edits: vec![
+                Edit::Annotation(marker, Some("kustomize.toolkit.fluxcd.io/reconcile")),
+                Edit::Annotation("kustomize.toolkit.fluxcd.io/reconcile", Some("disabled")),
+            ],
+        }],
+        vec![Step::Arm {
+            plugin: false,
+            edits: vec![Edit::Annotation(
+                "kustomize.toolkit.fluxcd.io/reconcile",
+                Some("disabled"),
+            )],
+        }],
+    ];
+    for steps in cases {
+        for mode in ["enforce", "warn"] {
+            let sequence = Sequence {
+                mode,
+                owned_fields: false,
+                argocd: true,
+                instance_label: true,
+                flux: true,
+                rules: vec![],
+                manager: Manager::FluxKustomization,
+                extras: vec![],
+                steps: steps.clone(),
+            };
+            if let Err(e) = sequence.check() {
+                panic!("{sequence:?}\n{e}");
+            }
+        }
+    }
+}
+
 /// The issue's own example, and one of each class, spelled out: each first
 /// write is allowed by some rule, and none may unlock the second.
 #[test]

@@ -120,7 +120,7 @@ pub(super) fn guard(policy: &Policy, req: &Request, ctx: &Context, d: Decision) 
     let bg = breakglass::evaluate(&stored, None, req.username, req.groups, policy, ctx.now);
     d.finding = Finding::DeleteCascade(cascade.describe());
     d.drifted_paths = vec![String::new()];
-    apply_break_glass(policy, &mut d, bg, &stored, false);
+    apply_break_glass(policy, &mut d, bg, (Some(&stored), &stored));
     d.verdict = verdict_for(&d.finding, d.mode, policy.unknown_scale_parent);
     d
 }

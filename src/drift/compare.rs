@@ -37,6 +37,9 @@ pub(super) fn diff(
     let mut paths = normalize::drifted_paths_under(old, new, &rules, &mut failures);
     // Named even when a broader path covers it: it says what the change broke.
     let inputs_changed = input_changes(policy, ctx, d.manager.as_ref(), &rules, (old, new), read);
+    if policy.precision == crate::policy::Precision::OwnedFields {
+        d.ownership_handed_off = owned::ownership_handed_off(old, new);
+    }
     let mut listed: HashSet<String> = paths.iter().cloned().collect();
     for p in &inputs_changed {
         if listed.insert(p.clone()) {
@@ -262,7 +265,7 @@ pub(super) fn check_drift_record(
 impl Request<'_> {
     /// The group the ignore rules match: the object's own group, which for a
     /// scale write is the parent resource's group.
-    fn resource_group_or_kind_group(&self) -> &str {
+    pub(super) fn resource_group_or_kind_group(&self) -> &str {
         if self.sub_resource == "scale" {
             self.resource_group
         } else {

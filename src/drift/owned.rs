@@ -249,6 +249,19 @@ pub fn ownership_taken(old: &Value, new: &Value, record_counts: bool) -> Vec<Str
     out
 }
 
+/// Whether `new` leaves a field the GitOps tool owns in `old` to neither the
+/// tool nor a person's `kubectl*` manager (where the apiserver moves what a
+/// `kubectl` write changes): a field-manager of the writer's choosing, or none.
+pub fn ownership_handed_off(old: &Value, new: &Value) -> bool {
+    let kept = leaves_where(new, |e| {
+        let manager = entry_text(e, "manager");
+        GITOPS_MANAGERS.contains(&manager) || manager.starts_with("kubectl")
+    });
+    owned_leaves(old, &GITOPS_MANAGERS)
+        .iter()
+        .any(|keys| !kept.contains(keys))
+}
+
 fn leaves(value: &Value, prefix: &mut String, out: &mut Vec<String>) {
     checkpoint();
     let len = prefix.len();

@@ -177,8 +177,7 @@ fn judge_as(
     let previous = matches!(change, Change::Update { .. } | Change::Scale { .. }).then_some(stored);
     let (user, groups) = (req.username, req.groups);
     let bg = breakglass::evaluate(carrier, previous, user, groups, policy, ctx.now);
-    let creating = matches!(change, Change::Create { .. });
-    steps::apply_break_glass(policy, &mut d, bg, carrier, creating);
+    steps::apply_break_glass(policy, &mut d, bg, (previous, carrier));
     if d.finding == Finding::BreakGlass {
         breakglass::warn_unpaused(carrier, d.manager.as_ref(), &mut d.notes);
     }
@@ -219,7 +218,10 @@ fn what_changed(
         d.drifted_paths = vec![String::new()];
     };
     match change {
-        Change::Create { .. } => whole(d, Finding::CreateWithTracking),
+        Change::Create { .. } => {
+            whole(d, Finding::CreateWithTracking);
+            d.inputs_changed = steps::carried_inputs(policy, read.0);
+        }
         Change::Delete { .. } if matches!(owner, Owner::Destination(_)) => {
             whole(d, Finding::DeleteDestination);
         }

@@ -17,6 +17,9 @@ use super::inputs::{Input, Inputs};
 use super::ownership::{FLUX_RECONCILE, HELM_DRIFT_DETECTION};
 use crate::policy::Policy;
 
+/// The marker of a pause put on the Argo CD Application (the key it sets there).
+pub const SKIP_RECONCILE: &str = "argocd.argoproj.io/skip-reconcile";
+
 /// The Flux opt-out annotation that a pause marker says driftguard set on
 /// the object itself; `None` for Argo CD (paused on its Application) and for
 /// values driftguard never writes.

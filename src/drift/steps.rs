@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use super::annotated::{self, Annotated};
 use super::breakglass::{self, BreakGlass};
-use super::inputs::{Input, Inputs};
+use super::inputs::{Input, Inputs, Location};
 use super::ownership::{self, Manager};
 use super::{
     ArgoCdSources, Context, DEFAULT_ARGOCD_NAMESPACE, Decision, Finding, Installation, Operation,
@@ -125,8 +125,21 @@ pub fn owners<'p>(
         && claims
             .iter()
             .any(|c| c.by == ownership::Detector::TrackingAnnotation);
+    // What the tools' records list is theirs, whatever owner it claims: a
+    // person could pre-create it with one before the tool's first apply.
+    let listed = || {
+        let key = crate::policy::planned::key(
+            req.resource_group_or_kind_group(),
+            stored.kind,
+            stored.namespace,
+            stored.name,
+        );
+        ctx.sources
+            .is_some_and(|s| s.planned.get(&key).is_some_and(|by| detects(policy, by)))
+    };
     if let Some(owner) = ownership::controller_owner(stored)
         && !claims_itself
+        && !listed()
     {
         return Err(OutOfScope::ChildOf(owner));
     }
@@ -533,13 +546,12 @@ pub(super) fn ends_break_glass(
 /// every decision input as it was, but for the bookkeeping that ending the
 /// break-glass removes ([`restore::annotations`]): a break-glass changes the
 /// object, never what later writes are judged by, so nothing it allowed
-/// outlives it. A CREATE under break-glass may carry no input but the claims.
+/// outlives it.
 pub(super) fn apply_break_glass(
     policy: &Policy,
     d: &mut Decision,
     bg: BreakGlass,
-    carrier: &Inputs,
-    creating: bool,
+    (stored, carrier): (Option<&Inputs>, &Inputs),
 ) {
     match bg {
         BreakGlass::Unauthorized => {
@@ -554,7 +566,8 @@ pub(super) fn apply_break_glass(
         }
         // Arming it (setting the annotations) is itself a recorded use.
         BreakGlass::Valid { used, changed } if changed || d.finding.is_drift() => {
-            let uncovered = uncovered_inputs(policy, d, carrier, creating);
+            let none = Inputs::read(&Value::Null, policy);
+            let uncovered = uncovered_inputs(policy, d, stored.unwrap_or(&none), carrier);
             if uncovered.is_empty() {
                 d.finding = Finding::BreakGlass;
                 d.break_glass = Some(used);
@@ -570,16 +583,32 @@ pub(super) fn apply_break_glass(
     }
 }
 
-/// The inputs a break-glass write changes (for a CREATE: carries) other
-/// than what its ending removes: the pause marker, the label and the Flux
-/// opt-out the new marker names.
-fn uncovered_inputs(
-    policy: &Policy,
-    d: &Decision,
-    carrier: &Inputs,
-    creating: bool,
-) -> Vec<String> {
-    let marker = carrier.text(Input::BreakGlassPaused);
+/// The inputs a break-glass write changes (a CREATE: carries) that its
+/// ending does not put back. The bookkeeping the ending removes (the pause
+/// marker, the label, the Flux opt-out the marker names) is covered only when
+/// the write arms it whole where there was none: a marker driftguard writes,
+/// with its opt-out `disabled`, and the label the sweeper finds it by. Any
+/// other change to it (a marker dropped or swapped, the label taken off) would
+/// leave an opt-out the ending misses, or an armed object the sweeper never sees.
+fn uncovered_inputs(policy: &Policy, d: &Decision, stored: &Inputs, new: &Inputs) -> Vec<String> {
+    let armed_whole = stored.get(Input::BreakGlassPaused).is_none()
+        && stored
+            .text(Input::BreakGlassLabel)
+            .is_none_or(|l| l == "true")
+        && new.text(Input::BreakGlassLabel) == Some("true")
+        && new.text(Input::BreakGlassPaused).is_none_or(|marker| {
+            marker == restore::SKIP_RECONCILE
+                || restore::paused_annotation(marker).is_some_and(|key| {
+                    let opt_out = [
+                        Input::FluxReconcileAnnotation,
+                        Input::HelmDriftDetectionAnnotation,
+                    ]
+                    .into_iter()
+                    .find(|i| i.location(policy) == Some(Location::Annotation(key)));
+                    opt_out.is_some_and(|i| new.text(i) == Some("disabled"))
+                })
+        });
+    let marker = new.text(Input::BreakGlassPaused);
     let ended: Vec<String> = [Input::BreakGlassPaused, Input::BreakGlassLabel]
         .into_iter()
         .filter_map(|i| i.location(policy).map(|at| at.pointer()))
@@ -588,17 +617,26 @@ fn uncovered_inputs(
                 .and_then(restore::paused_annotation)
                 .map(|k| format!("/metadata/annotations/{}", crate::policy::path::escape(k))),
         )
+        .filter(|_| armed_whole)
         .collect();
-    let changed: Vec<String> = if creating {
-        Input::ALL
-            .into_iter()
-            .filter(|i| !i.is_break_glass() && !i.is_claim() && carrier.get(*i).is_some())
-            .filter_map(|i| i.location(policy).map(|at| at.pointer()))
-            .collect()
-    } else {
-        d.inputs_changed.clone()
-    };
-    changed.into_iter().filter(|p| !ended.contains(p)).collect()
+    let mut uncovered = d.inputs_changed.clone();
+    uncovered.retain(|p| !ended.contains(p));
+    if d.ownership_handed_off && !uncovered.iter().any(|p| p == "/metadata/managedFields") {
+        uncovered.push("/metadata/managedFields".to_owned());
+    }
+    uncovered
+}
+
+/// The inputs a CREATE carries beyond the claims (and break-glass's own
+/// annotations): like a change to them, refused in every mode, or a person
+/// could delete an object and create it again with `driftguard.io/mode:
+/// audit` or an ignore annotation.
+pub(super) fn carried_inputs(policy: &Policy, created: &Inputs) -> Vec<String> {
+    Input::ALL
+        .into_iter()
+        .filter(|i| !i.is_break_glass() && !i.is_claim() && created.get(*i).is_some())
+        .filter_map(|i| i.location(policy).map(|at| at.pointer()))
+        .collect()
 }
 
 // === verdict ===
@@ -623,7 +661,7 @@ pub(super) fn verdict_for(finding: &Finding, mode: Mode, unknown_parent: Unknown
 /// warning, it would change how every later write is judged (plant
 /// `driftguard.io/mode: audit` in warn mode, and it stays after enforce).
 pub(super) fn refuse_input_changes(d: &mut Decision) {
-    if d.finding == Finding::Drift
+    if d.finding.is_drift()
         && !d.inputs_changed.is_empty()
         && matches!(d.verdict, Verdict::Warn | Verdict::Audit)
     {
