@@ -27,6 +27,8 @@ pub struct Cluster {
     pub argocd_cm: Option<Option<&'static str>>,
     /// Writes to the Application are forbidden (RBAC).
     pub app_read_only: bool,
+    /// The Application's `spec.destination.server`, if any.
+    pub destination: Option<&'static str>,
 }
 
 /// `METHOD path?query` and the body of every request, in order.
@@ -75,6 +77,9 @@ pub fn api(cluster: Cluster, log: Log) -> super::Api {
                 }
                 app["metadata"]["annotations"] =
                     json!({SKIP_RECONCILE: "true", PAUSED_FOR: "/ConfigMap:p/x"});
+            }
+            if let Some(server) = cluster.destination {
+                app["spec"] = json!({"destination": {"server": server, "namespace": "p"}});
             }
             let denied = json!({"kind": "Status", "code": 403,
                 "message": "admission webhook \"validate.driftguard.io\" denied the request: driftguard: bob is not authorized to break glass on ConfigMap p/x"});
