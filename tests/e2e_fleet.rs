@@ -474,8 +474,12 @@ fn break_glass_in_the_spoke(hub: &ControlPlane, spoke: &ControlPlane, dg: &Drift
         "{r}"
     );
 
-    // With oncall's hub kubeconfig: the hub's Application is paused for it.
-    let out = arm(&["--argocd-kubeconfig", &oncall_hub], "6s");
+    // With oncall's hub kubeconfig and what the hub calls this cluster: the
+    // hub's Application, which deploys here, is paused for it.
+    let out = arm(
+        &["--argocd-kubeconfig", &oncall_hub, "--cluster-name", SPOKE],
+        "6s",
+    );
     assert!(out.ok, "{out}");
     assert!(
         out.stdout

@@ -925,6 +925,8 @@ impl Fleet {
         let both = [
             "--argocd-kubeconfig",
             &oncall_hub,
+            "--cluster-name",
+            SPOKE,
             "--local-argocd-namespace",
             TEAM_ARGOCD,
         ];

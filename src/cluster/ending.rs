@@ -103,10 +103,12 @@ pub struct Installation<'a> {
     pub namespace: &'a str,
     /// Whether that cluster is a hub (`--argocd-kubeconfig`), for messages.
     pub hub: bool,
-    /// Only an Application that deploys to this cluster may hold the
-    /// object's pause: a hub's Application of the same name deploying to
-    /// another cluster lists that cluster's objects, whose entries can be
-    /// the same as ours. `None`: whichever Application the object names.
+    /// What that cluster calls this one: only an Application that deploys
+    /// here may hold the object's pause, since the plugin pauses no other
+    /// ([`ThisCluster::deploys_elsewhere`] judges both); one of the same
+    /// name deploying to another cluster lists that cluster's objects,
+    /// whose entries can be the same as ours. `None`: not judged, whichever
+    /// Application the object names (the sweeper and the plugin always judge).
     pub deploys_here: Option<&'a ThisCluster>,
 }
 

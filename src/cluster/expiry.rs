@@ -134,8 +134,10 @@ fn elect(
 
 struct Sweeper {
     client: kube::Client,
-    /// `--cluster-name`, read once.
+    /// `--cluster-name`, read once: what the hub calls this cluster.
     this_cluster: ThisCluster,
+    /// What this cluster's own Argo CD calls it.
+    in_cluster: ThisCluster,
     policy: PolicyHandle,
     metrics: Arc<Metrics>,
     options: Options,
@@ -186,6 +188,7 @@ impl Sweeper {
     ) -> Self {
         Sweeper {
             this_cluster: ThisCluster::named(&options.cluster_names),
+            in_cluster: ThisCluster::default(),
             client,
             policy,
             metrics,
@@ -487,14 +490,16 @@ impl Sweeper {
             if since.elapsed() < ORPHAN_GRACE || unlisted.contains(hub) {
                 continue;
             }
-            // A hub's Application that deploys to another cluster lists that
+            // An Application that deploys to another cluster lists that
             // cluster's armed objects, not ours: never lifted from here.
             let app = (*hub, namespace.clone(), name.clone());
             if elsewhere.contains(&app) || self.deploys_elsewhere(*hub, namespace, name).await {
                 elsewhere.insert(app);
                 continue;
             }
-            match ending::lift(self.argocd(*hub), namespace, name, entry, None).await {
+            // Judged again on the read the lift writes from.
+            let here = Some(self.here(*hub));
+            match ending::lift(self.argocd(*hub), namespace, name, entry, here).await {
                 Ok(state) => {
                     let state = state.unwrap_or(AppState::NotListed);
                     tracing::info!(application = %format!("{namespace}/{name}"), object = %entry, ?state, hub, "break-glass ended without lifting its pause: lifted")
@@ -510,13 +515,11 @@ impl Sweeper {
         self.orphans = orphans;
     }
 
-    /// Whether Application `namespace/name` of the hub (`hub`) deploys to a
-    /// cluster other than this one (`--cluster-name`), or cannot be read to
-    /// tell. This cluster's own Applications may all hold its pauses.
+    /// Whether Application `namespace/name`, of the hub (`hub`) or this
+    /// cluster, deploys to a cluster other than this one, or cannot be read
+    /// to tell. In this cluster too: if it is another cluster's hub, that
+    /// cluster's break-glasses pause its Applications that deploy there.
     async fn deploys_elsewhere(&self, hub: bool, namespace: &str, name: &str) -> bool {
-        if !hub {
-            return false;
-        }
         let api = Api::<DynamicObject>::namespaced_with(
             self.argocd(hub).clone(),
             namespace,
@@ -524,9 +527,19 @@ impl Sweeper {
         );
         match api.get(name).await {
             Ok(app) => self
-                .this_cluster
+                .here(hub)
                 .deploys_elsewhere(&serde_json::to_value(app).unwrap_or_default()),
             Err(_) => true,
+        }
+    }
+
+    /// What the cluster holding the Applications (the hub, `hub`, or this
+    /// one) calls this cluster: only an Application that deploys here holds
+    /// a pause of ours, as only such is paused by the plugin.
+    fn here(&self, hub: bool) -> &ThisCluster {
+        match &self.options.argocd_hub {
+            Some(_) if hub => &self.this_cluster,
+            _ => &self.in_cluster,
         }
     }
 
@@ -540,8 +553,8 @@ impl Sweeper {
 
     /// Where Applications are: this cluster's own Argo CD (with
     /// `--local-argocd-namespace`) first, since it answers while a hub is
-    /// down, then the hub's, or the one cluster that holds them. With two,
-    /// only a hub Application deploying here may hold a pause of ours.
+    /// down, then the hub's, or the one cluster that holds them. In each,
+    /// only an Application deploying here may hold a pause of ours.
     fn installations(&self) -> Vec<Installation<'_>> {
         let hub = self.options.argocd_hub.as_ref();
         let mut out = Vec::new();
@@ -550,15 +563,14 @@ impl Sweeper {
                 client: &self.client,
                 namespace,
                 hub: false,
-                deploys_here: None,
+                deploys_here: Some(self.here(false)),
             });
         }
-        let both = !out.is_empty();
         out.push(Installation {
             client: hub.unwrap_or(&self.client),
             namespace: &self.options.argocd_namespace,
             hub: hub.is_some(),
-            deploys_here: both.then_some(&self.this_cluster),
+            deploys_here: Some(self.here(hub.is_some())),
         });
         out
     }
@@ -878,6 +890,83 @@ mod tests {
                 [format!("PATCH {APPS}/namespaces/argocd/applications/api")],
                 "local {local}"
             );
+        }
+    }
+
+    /// Without a hub, this cluster may be another's hub: its Applications
+    /// that deploy there hold that cluster's pauses, never lifted from here.
+    #[tokio::test]
+    async fn without_a_hub_only_pauses_of_applications_deploying_here_are_lifted() {
+        let entry = "apps/Deployment:prod/web";
+        let log = Log::default();
+        let here = cluster(
+            vec![
+                app("argocd", "web", entry, SPOKE),
+                app("argocd", "api", entry, "https://kubernetes.default.svc"),
+            ],
+            log.clone(),
+        );
+        let options = Options {
+            interval: Duration::from_secs(60),
+            argocd_namespace: "argocd".into(),
+            lease: None,
+            argocd_hub: None,
+            cluster_names: Vec::new(),
+            local_argocd_namespace: None,
+        };
+        let policy = PolicyHandle::new(crate::policy::Policy::embedded());
+        let mut sweeper = Sweeper::new(here, policy, Arc::new(Metrics::default()), options);
+        let (armed, listed) = (
+            BTreeSet::new(),
+            BTreeSet::from(["apps/Deployment".to_owned()]),
+        );
+        sweeper.lift_orphaned_pauses(&armed, &listed).await;
+        for since in sweeper.orphans.values_mut() {
+            *since -= ORPHAN_GRACE * 2;
+        }
+        sweeper.lift_orphaned_pauses(&armed, &listed).await;
+        let log = log.lock().unwrap();
+        let patched: Vec<&String> = log.iter().filter(|r| r.starts_with("PATCH")).collect();
+        assert_eq!(
+            patched,
+            [&format!("PATCH {APPS}/namespaces/argocd/applications/api")]
+        );
+    }
+
+    /// An expired break-glass lifts the pause only of an Application that
+    /// deploys here, in whichever cluster it looks: the hub's as
+    /// --cluster-name names this cluster, this cluster's own as in-cluster.
+    #[tokio::test]
+    async fn every_installation_lifts_only_applications_deploying_here() {
+        let hub = || Some(cluster(Vec::new(), Log::default()));
+        for (argocd_hub, local) in [(hub(), true), (hub(), false), (None, false)] {
+            let options = Options {
+                interval: Duration::from_secs(60),
+                argocd_namespace: "argocd".into(),
+                lease: None,
+                argocd_hub,
+                cluster_names: vec![SPOKE.into()],
+                local_argocd_namespace: local.then(|| "gitops".into()),
+            };
+            let policy = PolicyHandle::new(crate::policy::Policy::embedded());
+            let here = cluster(Vec::new(), Log::default());
+            let sweeper = Sweeper::new(here, policy, Arc::new(Metrics::default()), options);
+            let judged: Vec<_> = sweeper
+                .installations()
+                .iter()
+                .map(|at| (at.hub, at.deploys_here.cloned()))
+                .collect();
+            let (in_hub, in_here) = (
+                (true, Some(ThisCluster::named(&[SPOKE.to_owned()]))),
+                (false, Some(ThisCluster::default())),
+            );
+            let with_hub = sweeper.options.argocd_hub.is_some();
+            let want = match (with_hub, local) {
+                (true, true) => vec![in_here, in_hub],
+                (true, false) => vec![in_hub],
+                _ => vec![in_here],
+            };
+            assert_eq!(judged, want, "hub {with_hub}, local {local}");
         }
     }
 

@@ -24,11 +24,13 @@ use serde_json::Value;
 use super::api::{Api, ArgoCdArgs, Identity, Refusal, Reply, Resource};
 use super::installation;
 use super::pause::{
-    CONFLICT_RETRIES, SetCheck, application_error, application_set_check, update_application,
+    CONFLICT_RETRIES, SetCheck, application_error, application_set_check, read_application,
+    update_application,
 };
 use super::{LoadedPolicy, Output, PluginError, PolicySource, print_structured, split_target};
 use crate::cluster::ending::{self, Ending, Lift};
 use crate::pause::{AppChange, AppState, Plan};
+use crate::policy::argocd::{IN_CLUSTER_NAME, IN_CLUSTER_SERVER, ThisCluster};
 use crate::text::printable;
 
 #[derive(Debug, clap::Args)]
@@ -54,6 +56,17 @@ pub struct Args {
     argocd_namespace: String,
     #[command(flatten)]
     argocd: ArgoCdArgs,
+    /// What the hub (--argocd-kubeconfig, --argocd-context) calls this
+    /// cluster, as driftguard serve's --cluster-name (repeatable, or
+    /// comma-separated): an Argo CD destination `server` URL (with `://`) or
+    /// `name`. A hub's Application is paused, and its pause lifted, only when
+    /// its spec.destination is one of these.
+    #[arg(
+        long = "cluster-name",
+        env = "DRIFTGUARD_CLUSTER_NAMES",
+        value_delimiter = ','
+    )]
+    cluster_names: Vec<String>,
     /// Output format: text, or json or yaml (object, action granted, refused
     /// or ended, user, reason, expires, pause).
     #[arg(short = 'o', long, value_enum, default_value_t = Output::Text)]
@@ -180,6 +193,7 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
         shown: &shown,
         policy: &loaded.policy,
         argocd_namespace: &args.argocd_namespace,
+        cluster_names: &args.cluster_names,
         require_pause: args.require_pause,
         no_pause: None,
     }
@@ -295,6 +309,8 @@ struct Target<'a> {
     shown: &'a str,
     policy: &'a crate::policy::Policy,
     argocd_namespace: &'a str,
+    /// `--cluster-name`: what a hub calls this cluster.
+    cluster_names: &'a [String],
     require_pause: bool,
     /// Why no Argo CD Application may be paused for the object (neither
     /// Argo CD is known to track it), if so.
@@ -321,6 +337,9 @@ struct Unpaused {
     /// No hub was given and this cluster does not serve Applications: they
     /// are in a hub that deploys here (a fleet's spoke).
     elsewhere: bool,
+    /// Whether pausing it by hand is the remedy: not for an Application that
+    /// deploys to another cluster, or may, whose pause stops that cluster's sync.
+    by_hand: bool,
 }
 
 impl<'a> Target<'a> {
@@ -401,16 +420,23 @@ impl<'a> Target<'a> {
         if let Some(why) = &self.no_pause {
             return Ok(Pausable::Unreadable(self.unpaused(why.clone(), false)));
         }
-        Ok(
-            match application_set_check(self.apps, namespace, name).await {
-                Ok(set) => Pausable::Application(set),
-                Err(PluginError::Access(why)) => {
-                    let elsewhere = self.hub.is_none() && !self.serves_applications().await;
-                    Pausable::Unreadable(self.unpaused(why, elsewhere))
-                }
-                Err(e) => return Err(e),
-            },
-        )
+        let app = match read_application(self.apps, namespace, name).await {
+            Ok(app) => app,
+            Err(PluginError::Access(why)) => {
+                let elsewhere = self.hub.is_none() && !self.serves_applications().await;
+                return Ok(Pausable::Unreadable(self.unpaused(why, elsewhere)));
+            }
+            Err(e) => return Err(e),
+        };
+        if let Some(why) = self.why_not_here(&app) {
+            let unpaused = Unpaused {
+                by_hand: false,
+                ..self.unpaused(why, false)
+            };
+            return Ok(Pausable::Unreadable(unpaused));
+        }
+        let set = application_set_check(self.apps, namespace, name, &app).await?;
+        Ok(Pausable::Application(set))
     }
 
     fn unpaused(&self, why: String, elsewhere: bool) -> Unpaused {
@@ -418,7 +444,55 @@ impl<'a> Target<'a> {
             why,
             hub: self.hub.clone(),
             elsewhere,
+            by_hand: true,
         }
+    }
+
+    /// What the cluster holding the Applications calls this one: a hub, what
+    /// --cluster-name says (`None`: not given, so unknown); this cluster's
+    /// own Argo CD, in-cluster.
+    fn here(&self) -> Option<ThisCluster> {
+        match &self.hub {
+            Some(_) if self.cluster_names.is_empty() => None,
+            Some(_) => Some(ThisCluster::named(self.cluster_names)),
+            None => Some(ThisCluster::default()),
+        }
+    }
+
+    /// Why Application `app` must not be paused for the object: it deploys
+    /// to another cluster, whose objects its pause list holds and whose sync
+    /// the pause stops, judged as the sweeper judges what it may lift
+    /// ([`ThisCluster::deploys_elsewhere`]); or, in a hub without
+    /// --cluster-name, that cannot be told.
+    fn why_not_here(&self, app: &Value) -> Option<String> {
+        let meta = &app["metadata"];
+        let shown = format!(
+            "Application {}/{}{}",
+            meta["namespace"].as_str().unwrap_or_default(),
+            meta["name"].as_str().unwrap_or_default(),
+            if self.hub.is_some() {
+                " in the hub"
+            } else {
+                ""
+            }
+        );
+        let Some(here) = self.here() else {
+            return Some(format!(
+                "cannot tell whether {shown} deploys to this cluster: give --cluster-name with what the hub calls it (its Applications' spec.destination server or name, as driftguard serve's --cluster-name), and break-glass pauses it if it does"
+            ));
+        };
+        if !here.deploys_elsewhere(app) {
+            return None;
+        }
+        let this = if self.hub.is_some() {
+            format!("--cluster-name {}", self.cluster_names.join(","))
+        } else {
+            format!("{IN_CLUSTER_SERVER} or {IN_CLUSTER_NAME}")
+        };
+        Some(format!(
+            "{shown} deploys to another cluster (spec.destination {}), not this one ({this}), so its pause would stop that cluster's sync",
+            app["spec"]["destination"]
+        ))
     }
 
     /// Whether this cluster serves Argo CD's Application type (discovery,
@@ -583,6 +657,14 @@ impl<'a> Target<'a> {
                     self.shown
                 )));
             }
+            // Only an Application that deploys here holds a pause of ours.
+            let here = self.here();
+            if marker == Some(crate::pause::SKIP_RECONCILE) && here.is_none() {
+                return Err(PluginError::Usage(format!(
+                    "{} paused its Argo CD Application; give --cluster-name with what the hub calls this cluster, so that --end lifts the pause only from an Application that deploys here (nothing was written)",
+                    self.shown
+                )));
+            }
             let body = crate::pause::end_patch(annotations, rv);
             match self.ask(&body).await? {
                 Err(()) => continue,
@@ -593,7 +675,7 @@ impl<'a> Target<'a> {
                 client: self.apps.client(),
                 namespace: self.argocd_namespace,
                 hub: self.hub.is_some(),
-                deploys_here: None,
+                deploys_here: here.as_ref(),
             };
             let ending =
                 ending::end_break_glass(self.api.client(), &[at], &ar, &object, self.policy).await;
@@ -805,8 +887,21 @@ fn armed_report(
             );
             if let Some(Unpaused {
                 why,
+                by_hand: false,
+                ..
+            }) = failed
+            {
+                r.text = format!("Argo CD is NOT paused for {shown}: {why}; {risk}");
+                r.warning = Some(format!(
+                    "Argo CD is NOT paused for {shown}: self-heal may revert the hotfix at any time; {why}"
+                ));
+                return r;
+            }
+            if let Some(Unpaused {
+                why,
                 hub,
                 elsewhere,
+                ..
             }) = failed
             {
                 let app = format!("applications.argoproj.io -n {namespace} {name}");
@@ -982,6 +1077,9 @@ fn expiry(now: Timestamp, duration: SignedDuration) -> Result<Timestamp, PluginE
 }
 
 #[cfg(test)]
+mod fake;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
@@ -1115,6 +1213,7 @@ mod tests {
             why: why.into(),
             hub: None,
             elsewhere: false,
+            by_hand: true,
         };
         let r = armed_report(
             &argo,
@@ -1148,6 +1247,7 @@ mod tests {
             why: "Argo CD Application argocd/ghost not found".into(),
             hub: None,
             elsewhere: true,
+            by_hand: true,
         };
         let r = armed_report(
             &argo,
@@ -1173,6 +1273,7 @@ mod tests {
             why: why.into(),
             hub: Some("--kubeconfig /hub.yaml --context ops".into()),
             elsewhere: false,
+            by_hand: true,
         };
         let r = armed_report(&argo, None, &SetCheck::NotGenerated, Some(&hub), "x", "T");
         let cmd = "kubectl --kubeconfig /hub.yaml --context ops annotate applications.argoproj.io -n argocd ghost argocd.argoproj.io/skip-reconcile=true";
@@ -1358,130 +1459,8 @@ mod tests {
         assert_eq!(ended_report(None, None, "x").state, "not-paused");
     }
 
-    /// A fake apiserver holding ConfigMap p/x, tracked by Argo CD
-    /// Application argocd/myapp, with driftguard's answer to the object's
-    /// writes given; it records every request in order.
-    mod fake {
-        use std::sync::{Arc, Mutex};
-
-        use http::{Request, Response};
-        use http_body_util::BodyExt;
-        use kube::client::Body;
-        use serde_json::{Value, json};
-
-        pub const OBJECT: &str = "/api/v1/namespaces/p/configmaps/x";
-        pub const APP: &str = "/apis/argoproj.io/v1alpha1/namespaces/argocd/applications/myapp";
-
-        #[derive(Clone, Copy, Default)]
-        pub struct Cluster {
-            /// driftguard denies writes to the object.
-            pub deny: bool,
-            /// The Application exists (`myapp`, in any namespace asked).
-            pub application: bool,
-            /// The object is under break-glass, its Application paused for it.
-            pub armed: bool,
-            /// The object's `argocd.argoproj.io/installation-id`.
-            pub object_id: Option<&'static str>,
-            /// argocd-cm (any namespace): `None` forbidden, else its
-            /// `installationID`, if any.
-            pub argocd_cm: Option<Option<&'static str>>,
-            /// Writes to the Application are forbidden (RBAC).
-            pub app_read_only: bool,
-        }
-
-        /// `METHOD path?query` and the body of every request, in order.
-        pub type Log = Arc<Mutex<Vec<(String, Value)>>>;
-
-        fn reply(code: u16, body: Value) -> Response<Body> {
-            Response::builder()
-                .status(code)
-                .body(Body::from(body.to_string().into_bytes()))
-                .unwrap()
-        }
-
-        pub fn api(cluster: Cluster, log: Log) -> super::Api {
-            let service = tower::service_fn(move |request: Request<Body>| {
-                let log = log.clone();
-                async move {
-                    let method = request.method().to_string();
-                    // kube's request builder writes `x?` for no query and
-                    // `x?&dryRun=All` for one: the apiserver reads both as usual.
-                    let uri = request.uri().to_string().replace("?&", "?");
-                    let uri = uri.trim_end_matches('?').to_owned();
-                    let bytes = request
-                        .into_body()
-                        .collect()
-                        .await
-                        .map(|c| c.to_bytes())
-                        .unwrap_or_default();
-                    let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-                    log.lock().unwrap().push((format!("{method} {uri}"), body));
-                    let mut object = json!({"apiVersion": "v1", "kind": "ConfigMap",
-                        "metadata": {"name": "x", "namespace": "p", "resourceVersion": "7",
-                            "annotations": {"argocd.argoproj.io/tracking-id": "myapp:/ConfigMap:p/x"}}});
-                    let mut app = json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
-                        "metadata": {"name": "myapp", "namespace": "argocd", "resourceVersion": "3"}});
-                    if cluster.armed {
-                        use crate::drift::breakglass::{EXPIRES, LABEL, PAUSED, REASON};
-                        use crate::pause::{PAUSED_FOR, SKIP_RECONCILE};
-                        let meta = &mut object["metadata"];
-                        meta["labels"] = json!({LABEL: "true"});
-                        for (key, value) in [
-                            (EXPIRES, "2026-01-01T00:00:00Z"),
-                            (REASON, "INC-1"),
-                            (PAUSED, SKIP_RECONCILE),
-                        ] {
-                            meta["annotations"][key] = json!(value);
-                        }
-                        app["metadata"]["annotations"] =
-                            json!({SKIP_RECONCILE: "true", PAUSED_FOR: "/ConfigMap:p/x"});
-                    }
-                    let denied = json!({"kind": "Status", "code": 403,
-                        "message": "admission webhook \"validate.driftguard.io\" denied the request: driftguard: bob is not authorized to break glass on ConfigMap p/x"});
-                    if let Some(id) = cluster.object_id {
-                        object["metadata"]["annotations"]
-                            [crate::drift::ownership::ARGOCD_INSTALLATION_ID] = json!(id);
-                    }
-                    let path = uri.split('?').next().unwrap_or_default().to_owned();
-                    let at = if path.starts_with("/apis/argoproj.io/") && path.ends_with("/myapp") {
-                        APP
-                    } else if path.ends_with("/configmaps/argocd-cm") {
-                        "argocd-cm"
-                    } else {
-                        path.as_str()
-                    };
-                    let cm = |id: Option<&str>| {
-                        let data = id.map(|id| json!({"installationID": id}));
-                        json!({"apiVersion": "v1", "kind": "ConfigMap",
-                            "metadata": {"name": "argocd-cm"}, "data": data.unwrap_or(json!({}))})
-                    };
-                    Ok::<_, std::convert::Infallible>(match (method.as_str(), at) {
-                        ("GET", "argocd-cm") => match cluster.argocd_cm {
-                            Some(id) => reply(200, cm(id)),
-                            None => reply(
-                                403,
-                                json!({"kind": "Status", "code": 403, "message": "forbidden"}),
-                            ),
-                        },
-                        ("GET", OBJECT) => reply(200, object),
-                        ("PATCH", OBJECT) if cluster.deny => reply(403, denied),
-                        ("PATCH", OBJECT) => reply(200, object),
-                        (_, APP) if !cluster.application => reply(
-                            404,
-                            json!({"kind": "Status", "code": 404, "message": "not found"}),
-                        ),
-                        ("PATCH", APP) if cluster.app_read_only => reply(
-                            403,
-                            json!({"kind": "Status", "code": 403, "message": "applications.argoproj.io \"myapp\" is forbidden"}),
-                        ),
-                        ("GET", APP) | ("PATCH", APP) => reply(200, app),
-                        _ => reply(404, json!({"kind": "Status", "code": 404, "message": uri})),
-                    })
-                }
-            });
-            super::Api::with_client(kube::Client::new(service, "p"), "p")
-        }
-    }
+    /// What the hub calls this cluster in the fake-cluster tests.
+    const SPOKE: &str = "https://spoke-1.example:6443";
 
     /// Arms ConfigMap p/x on a [`fake`] cluster: the result, the requests
     /// made in order, and their bodies.
@@ -1527,6 +1506,7 @@ mod tests {
             shown: "configmap/x",
             policy: &policy,
             argocd_namespace: "argocd",
+            cluster_names: &[],
             require_pause,
             no_pause: None,
         };
@@ -1763,6 +1743,7 @@ mod tests {
                 deny: false,
                 application,
                 armed: !arm,
+                destination: Some(SPOKE),
                 ..Default::default()
             };
             let spoke = fake::api(cluster(false), spoke_log.clone());
@@ -1776,6 +1757,7 @@ mod tests {
                 shown: "configmap/x",
                 policy: &policy,
                 argocd_namespace: "argocd",
+                cluster_names: &[SPOKE.to_owned()],
                 require_pause: true,
                 no_pause: None,
             };
@@ -1813,6 +1795,119 @@ mod tests {
         }
     }
 
+    /// Issue 35: an Application that deploys to another cluster is never
+    /// paused for an object here, though the object's tracking id names it
+    /// (a hub's, or this cluster's own): the object is armed unpaused with
+    /// why, and `--require-pause` refuses; `--end` lifts no pause there. In
+    /// a hub without --cluster-name, where it deploys cannot be told: not
+    /// paused, and `--end` refuses to guess.
+    #[tokio::test]
+    async fn an_application_that_deploys_to_another_cluster_is_never_paused() {
+        const OTHER: &str = "https://spoke-2.example:6443";
+        let resource = config_maps();
+        let policy = crate::policy::Policy::embedded();
+        let spoke = [SPOKE.to_owned()];
+        // (in the hub, --cluster-name, where the Application deploys): what
+        // the report says when it is not paused.
+        type Case<'a> = (bool, &'a [String], &'static str, Option<&'static str>);
+        let cases: [Case; 5] = [
+            (true, &spoke, SPOKE, None),
+            (true, &spoke, OTHER, Some("deploys to another cluster")),
+            (true, &[], SPOKE, Some("give --cluster-name")),
+            (false, &[], IN_CLUSTER_SERVER, None),
+            (false, &spoke, OTHER, Some("deploys to another cluster")),
+        ];
+        let requests = |log: &fake::Log, request: &str| -> Vec<Value> {
+            let log = log.lock().unwrap();
+            let matching = log.iter().filter(|(r, _)| r == request);
+            matching.map(|(_, body)| body.clone()).collect()
+        };
+        let (write, pause) = (
+            format!("PATCH {}", fake::OBJECT),
+            format!("PATCH {}", fake::APP),
+        );
+        for (arm, require_pause) in [(true, false), (true, true), (false, false)] {
+            for (hub, names, destination, unpaused) in cases {
+                let case = format!("hub {hub}, {names:?}, to {destination}, arm {arm}");
+                let (here_log, hub_log) = (fake::Log::default(), fake::Log::default());
+                let cluster = fake::Cluster {
+                    application: true,
+                    armed: !arm,
+                    destination: Some(destination),
+                    ..Default::default()
+                };
+                let (here, there) = (
+                    fake::api(cluster, here_log.clone()),
+                    fake::api(cluster, hub_log.clone()),
+                );
+                let target = Target {
+                    api: &here,
+                    apps: if hub { &there } else { &here },
+                    hub: hub.then(|| "--kubeconfig hub.yaml".to_owned()),
+                    resource: &resource,
+                    name: "x",
+                    shown: "configmap/x",
+                    policy: &policy,
+                    argocd_namespace: "argocd",
+                    cluster_names: names,
+                    require_pause,
+                    no_pause: None,
+                };
+                let apps_log = if hub { &hub_log } else { &here_log };
+                if !arm {
+                    let ended = target.end().await;
+                    let paused = requests(apps_log, &pause);
+                    match (unpaused, ended) {
+                        (None, Ok(Written::Done(_, r))) => {
+                            assert_eq!((r.state, paused.len()), ("resumed", 1), "{case}")
+                        }
+                        (Some("give --cluster-name"), Err(PluginError::Usage(why))) => {
+                            assert!(why.contains("give --cluster-name"), "{case}: {why}");
+                            assert_eq!(requests(&here_log, &write), [] as [Value; 0], "{case}");
+                        }
+                        (Some(_), Ok(Written::Done(_, r))) => {
+                            assert_eq!((r.state, paused.len()), ("not-paused", 0), "{case}");
+                            assert_eq!(requests(&here_log, &write).len(), 1, "{case}");
+                        }
+                        (_, _) => panic!("{case}: ended otherwise"),
+                    }
+                    continue;
+                }
+                let at = Timestamp::now() + SignedDuration::from_mins(30);
+                let written = target.arm("INC-1", at).await.unwrap();
+                let (paused, writes) = (requests(apps_log, &pause), requests(&here_log, &write));
+                let Some(why) = unpaused else {
+                    assert!(matches!(written, Written::Done(..)), "{case}");
+                    assert_eq!(paused.len(), 1, "{case}");
+                    continue;
+                };
+                assert_eq!(paused, [] as [Value; 0], "{case}: paused");
+                match written {
+                    Written::Unpausable(text) if require_pause => {
+                        assert!(text.contains(why), "{case}: {text}");
+                        assert_eq!(writes, [] as [Value; 0], "{case}");
+                    }
+                    Written::Done(_, r) if !require_pause => {
+                        assert_eq!((r.state, r.tool), ("not-paused", Some("Argo CD")), "{case}");
+                        // No command to pause it by hand: that is the harm.
+                        assert_eq!(r.pause_by_hand, None, "{case}");
+                        let warning = r.warning.unwrap_or_default();
+                        for said in ["self-heal may revert the hotfix", why] {
+                            assert!(warning.contains(said), "{case}: {said:?} not in {warning}");
+                        }
+                        let annotations = &writes[0]["metadata"]["annotations"];
+                        assert_eq!(annotations[crate::drift::breakglass::REASON], "INC-1");
+                        assert!(
+                            annotations.get(crate::drift::breakglass::PAUSED).is_none(),
+                            "{case}: {annotations}"
+                        );
+                    }
+                    _ => panic!("{case}: armed otherwise"),
+                }
+            }
+        }
+    }
+
     /// With a hub's Argo CD and this cluster's own (in `gitops`), each with
     /// an Application `myapp`: the one of the installation whose id the
     /// object carries is paused and resumed, in its cluster. Ids that cannot
@@ -1827,6 +1922,7 @@ mod tests {
             local_argocd_namespace: Some("gitops".into()),
         };
         let (hub_id, spoke_id) = (Some(Some("hub")), Some(Some("spoke")));
+        let spoke_names = [SPOKE.to_owned()];
         type Case = (
             Option<&'static str>,
             Option<Option<&'static str>>,
@@ -1877,6 +1973,7 @@ mod tests {
                 shown: "configmap/x",
                 policy: &policy,
                 argocd_namespace: "argocd",
+                cluster_names: &spoke_names,
                 require_pause: false,
                 no_pause: None,
             }

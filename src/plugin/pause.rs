@@ -84,21 +84,30 @@ impl SetCheck {
     }
 }
 
-/// Reads Application `namespace/name` and, when an ApplicationSet generated
-/// it, that set: whether it keeps driftguard's pause
-/// ([`crate::pause::application_set_drops`]).
+/// Reads Argo CD Application `namespace/name`.
+pub async fn read_application(
+    api: &Api,
+    namespace: &str,
+    name: &str,
+) -> Result<Value, PluginError> {
+    let ar = crate::pause::application_resource();
+    match api.get_object(&ar, Some(namespace), name).await? {
+        Ok(app) => Ok(app),
+        Err(r) if r.code == 404 => Err(not_found(namespace, name)),
+        Err(r) => Err(refused(namespace, name, "get", r.message)),
+    }
+}
+
+/// When an ApplicationSet generated Application `app`
+/// (`namespace/name`, as read), reads that set: whether it keeps
+/// driftguard's pause ([`crate::pause::application_set_drops`]).
 pub async fn application_set_check(
     api: &Api,
     namespace: &str,
     name: &str,
+    app: &Value,
 ) -> Result<SetCheck, PluginError> {
-    let ar = crate::pause::application_resource();
-    let app = match api.get_object(&ar, Some(namespace), name).await? {
-        Ok(app) => app,
-        Err(r) if r.code == 404 => return Err(not_found(namespace, name)),
-        Err(r) => return Err(refused(namespace, name, "get", r.message)),
-    };
-    let Some(set) = crate::pause::generated_by(&app) else {
+    let Some(set) = crate::pause::generated_by(app) else {
         return Ok(SetCheck::NotGenerated);
     };
     let set = set.to_owned();
