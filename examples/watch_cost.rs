@@ -116,6 +116,7 @@ fn old_rebuild(store: &kube::runtime::reflector::Store<DynamicObject>) -> Source
         sync_accounts: accounts.into_iter().map(Arc::new).collect(),
         namespace: "argocd".into(),
         installation_id: None,
+        instance_label: None,
     })
 }
 

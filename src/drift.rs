@@ -257,6 +257,8 @@ pub struct ArgoCdSources {
     /// argocd-cm's `installationID`: this installation tracks only the
     /// objects that carry it ([`ownership::installation_tracks`]).
     pub installation_id: Option<String>,
+    /// argocd-cm's instance label key, when its tracking method uses labels ([`instance_label`](crate::policy::argocd::instance_label)).
+    pub instance_label: Option<String>,
 }
 
 /// Where Argo CD runs unless `--argocd-namespace` says otherwise.

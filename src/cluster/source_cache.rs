@@ -17,7 +17,7 @@ use serde_json::Value;
 
 use crate::drift::ownership::ARGOCD_CM_INSTALLATION_ID;
 use crate::drift::{ArgoCdSources, Manager};
-use crate::policy::argocd::ThisCluster;
+use crate::policy::argocd::{INSTANCE_LABEL_KEY, TRACKING_METHOD_KEY, ThisCluster, instance_label};
 use crate::policy::ignore::RuleSet;
 use crate::policy::impersonation::{self, AppProject, SyncAccount};
 use crate::policy::{Application, planned};
@@ -83,6 +83,8 @@ pub struct SourceCache {
     kustomizations: BTreeMap<String, Entry<FluxSource>>,
     helmreleases: BTreeMap<String, Entry<FluxSource>>,
     cm_hash: Option<u64>,
+    /// argocd-cm's instance label, when it tracks by label.
+    instance_label: Option<String>,
     overrides: Arc<RuleSet>,
     impersonation: bool,
     /// What each Application and Kustomization lists in its status, by uid:
@@ -124,6 +126,8 @@ fn cm_data(cm: Option<&ConfigMap>) -> serde_json::Map<String, Value> {
             k.starts_with("resource.customizations.ignoreDifferences.")
                 || k.as_str() == impersonation::ENABLED_KEY
                 || k.as_str() == ARGOCD_CM_INSTALLATION_ID
+                || k.as_str() == INSTANCE_LABEL_KEY
+                || k.as_str() == TRACKING_METHOD_KEY
         })
         .map(|(k, v)| (k.clone(), Value::String(v.clone())))
         .collect()
@@ -405,6 +409,7 @@ impl SourceCache {
             .and_then(Value::as_str)
             .filter(|id| !id.is_empty())
             .map(str::to_owned);
+        self.instance_label = instance_label(&data);
         let enabled = impersonation::enabled(&data);
         if enabled != self.impersonation {
             self.impersonation = enabled;
@@ -436,6 +441,7 @@ impl SourceCache {
                 .collect(),
             namespace: self.argocd_namespace.clone(),
             installation_id: self.installation_id.clone(),
+            instance_label: self.instance_label.clone(),
         });
         Sources {
             argocd: argocd.into_iter().collect(),

@@ -276,6 +276,40 @@ fn flux_default_service_account_is_the_account_of_a_source_without_one() {
     );
 }
 
+fn configmap(name: &str, data: Value) -> ConfigMap {
+    serde_json::from_value(json!({"metadata": {"name": name}, "data": data})).unwrap()
+}
+
+/// argocd-cm's tracking method and instance label, read as Argo CD
+/// v3.6.1 reads them: verbatim, empty meaning the default.
+#[test]
+fn argocd_cm_gives_the_instance_label_only_when_tracking_by_label() {
+    let label = |data: Value| {
+        let mut cache = SourceCache::new("argocd");
+        cache.apply_cm(Some(&configmap("argocd-cm", data)));
+        cache.snapshot().argocd[0].instance_label.clone()
+    };
+    const METHOD: &str = "application.resourceTrackingMethod";
+    const KEY: &str = "application.instanceLabelKey";
+    let default = Some("app.kubernetes.io/instance".to_owned());
+    assert_eq!(label(json!({})), None, "annotation by default");
+    assert_eq!(label(json!({METHOD: "", KEY: "x"})), None);
+    assert_eq!(label(json!({METHOD: "annotation", KEY: "x"})), None);
+    assert_eq!(label(json!({METHOD: "label"})), default);
+    assert_eq!(label(json!({METHOD: "label", KEY: ""})), default);
+    assert_eq!(
+        label(json!({METHOD: "annotation+label", KEY: "example.com/app"})).as_deref(),
+        Some("example.com/app")
+    );
+    for other in ["Label", " label", "label+annotation", "labels"] {
+        assert_eq!(label(json!({METHOD: other})), None, "{other:?}");
+    }
+    // A change of the method alone is a change of the sources.
+    let mut cache = SourceCache::new("argocd");
+    cache.apply_cm(Some(&configmap("argocd-cm", json!({}))));
+    assert!(cache.apply_cm(Some(&configmap("argocd-cm", json!({METHOD: "label"})))));
+}
+
 #[test]
 fn strip_drops_status_operation_and_managed_fields() {
     let mut a = app("u1", "a", true, "x");
