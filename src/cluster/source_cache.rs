@@ -201,13 +201,19 @@ impl SourceCache {
         self
     }
 
-    /// Whether a Kustomization applies to another cluster than this one.
-    fn flux_elsewhere(&self, kustomization: &Value) -> bool {
-        let secret = kustomization
-            .pointer("/spec/kubeConfig/secretRef/name")
+    /// Whether a Kustomization or HelmRelease applies to another cluster than
+    /// this one. With any `spec.kubeConfig` Flux never uses its own
+    /// cluster's client (fluxcd/pkg/runtime v0.110.3
+    /// `client/impersonator.go:69-77,154-168`: the Secret's kubeconfig, or a
+    /// cloud provider's from `configMapRef`); without one, a hub's Flux
+    /// applies to the hub.
+    fn flux_elsewhere(&self, source: &Value) -> bool {
+        let config = source.pointer("/spec/kubeConfig").filter(|c| !c.is_null());
+        let secret = config
+            .and_then(|c| c.pointer("/secretRef/name"))
             .and_then(Value::as_str);
         match (&self.flux_secrets, secret) {
-            (None, secret) => secret.is_some(),
+            (None, _) => config.is_some(),
             (Some(here), Some(secret)) => !here.iter().any(|s| s == secret),
             (Some(_), None) => true,
         }
@@ -319,11 +325,13 @@ impl SourceCache {
                     FluxKind::HelmRelease
                 };
                 let default_account = self.flux_default_account.clone();
+                // Applying elsewhere, it lends nothing here.
+                let elsewhere = self.flux_elsewhere(&object.data);
                 let map = self.flux_map(kind);
                 if map.get(uid).is_some_and(|e| e.hash == hash) {
                     return false;
                 }
-                let value = to_value(object).and_then(|v| {
+                let value = to_value(object).filter(|_| !elsewhere).and_then(|v| {
                     sources::flux_from_value(flux_kind, &v)
                         .map_err(|e| report([e]))
                         .ok()

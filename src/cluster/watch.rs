@@ -565,7 +565,8 @@ mod tests {
         let all = snapshot(&[hub, here]);
         let mut names: Vec<_> = all.flux.iter().map(|s| s.name.as_str()).collect();
         names.sort_unstable();
-        assert_eq!(names, ["here", "hub", "remote"]);
+        // `remote` applies to another cluster: it lends nothing here.
+        assert_eq!(names, ["here", "hub"]);
         assert!(all.argocd.is_empty());
         // What each lists counts only where it applies: here.
         let listed: Vec<_> = all.planned.keys().map(String::as_str).collect();

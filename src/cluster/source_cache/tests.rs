@@ -280,6 +280,67 @@ fn configmap(name: &str, data: Value) -> ConfigMap {
     serde_json::from_value(json!({"metadata": {"name": name}, "data": data})).unwrap()
 }
 
+/// A Kustomization or HelmRelease applying to another cluster lends
+/// nothing here: with any `spec.kubeConfig` when Flux runs here; without
+/// one (the hub itself) or through another spoke's Secret, in a hub.
+#[test]
+fn a_flux_source_applying_elsewhere_lends_nothing() {
+    let source = |kind: Kind, name: &str, kube_config: Value| -> DynamicObject {
+        let api = match kind {
+            Kind::Kustomization => "kustomize.toolkit.fluxcd.io/v1",
+            _ => "helm.toolkit.fluxcd.io/v2",
+        };
+        serde_json::from_value(json!({
+            "apiVersion": api, "kind": kind.as_str(),
+            "metadata": {"name": name, "namespace": "flux-system", "uid": name},
+            "spec": {"kubeConfig": kube_config, "serviceAccountName": "sa",
+                     "ignore": [{"paths": ["/spec/replicas"]}],
+                     "driftDetection": {"ignore": [{"paths": ["/spec/replicas"]}]}},
+            "status": {"inventory": {"entries": [{"id": format!("shop_{name}_apps_Deployment"), "v": "v1"}]}}
+        }))
+        .unwrap()
+    };
+    let lending = |mut cache: SourceCache| {
+        for kind in [Kind::Kustomization, Kind::HelmRelease] {
+            for (at, config) in [
+                ("here", Value::Null),
+                ("spoke-1", json!({"secretRef": {"name": "spoke-1"}})),
+                ("spoke-2", json!({"secretRef": {"name": "spoke-2"}})),
+                ("provider", json!({"configMapRef": {"name": "gke"}})),
+            ] {
+                let name = format!("{}-{at}", kind.as_str().to_lowercase());
+                cache.apply(kind, &source(kind, &name, config));
+            }
+        }
+        let s = cache.snapshot();
+        let mut lenders: Vec<String> = s.flux.iter().map(|f| f.name.clone()).collect();
+        lenders.sort();
+        let listed: Vec<String> = s.planned.keys().cloned().collect();
+        (lenders, listed)
+    };
+    let local = SourceCache::new("argocd").without_argocd();
+    assert_eq!(
+        lending(local),
+        (
+            vec!["helmrelease-here".to_owned(), "kustomization-here".into()],
+            vec!["apps/Deployment:shop/kustomization-here".to_owned()]
+        )
+    );
+    let hub = SourceCache::new("argocd")
+        .without_argocd()
+        .with_hub_flux(vec!["spoke-1".into()]);
+    assert_eq!(
+        lending(hub),
+        (
+            vec![
+                "helmrelease-spoke-1".to_owned(),
+                "kustomization-spoke-1".into()
+            ],
+            vec!["apps/Deployment:shop/kustomization-spoke-1".to_owned()]
+        )
+    );
+}
+
 /// argocd-cm's tracking method and instance label, read as Argo CD
 /// v3.6.1 reads them: verbatim, empty meaning the default.
 #[test]
