@@ -5,7 +5,11 @@
 //! subresource, so `metadata.generation` moves with status writes too and
 //! cannot be the key. Entries are `Arc`s shared between snapshots: publishing
 //! copies pointers, never rules. No client here, so the cost is measurable
-//! (`examples/watch_cost.rs`).
+//! (`examples/watch_cost.rs`). An Application Argo CD would not reconcile
+//! (its namespace or AppProject does not admit it, [`app_namespaces`]) and a
+//! Flux source applying to another cluster are kept but lend nothing, so a
+//! change of argocd-cmd-params-cm or of a project moves Applications in or
+//! out without a relist.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::hash::{Hash, Hasher};
@@ -17,6 +21,7 @@ use serde_json::Value;
 
 use crate::drift::ownership::ARGOCD_CM_INSTALLATION_ID;
 use crate::drift::{ArgoCdSources, Manager};
+use crate::policy::app_namespaces::{self, NamespaceList};
 use crate::policy::argocd::{INSTANCE_LABEL_KEY, TRACKING_METHOD_KEY, ThisCluster, instance_label};
 use crate::policy::ignore::RuleSet;
 use crate::policy::impersonation::{self, AppProject, SyncAccount};
@@ -52,6 +57,13 @@ struct Entry<T> {
 
 struct AppEntry {
     hash: u64,
+    namespace: String,
+    /// `spec.project`, `default` when empty.
+    project: String,
+    /// Whether Argo CD reconciles it ([`app_namespaces::reconciles`]): one it
+    /// does not lends no rule, account or listed object. Depends on the
+    /// projects and argocd-cmd-params-cm too.
+    counts: bool,
     app: Option<Arc<Application>>,
     /// The account Argo CD syncs it as; depends on the projects and argocd-cm too.
     account: Option<Arc<SyncAccount>>,
@@ -85,6 +97,9 @@ pub struct SourceCache {
     cm_hash: Option<u64>,
     /// argocd-cm's instance label, when it tracks by label.
     instance_label: Option<String>,
+    /// argocd-cmd-params-cm's `application.namespaces`, and its hash.
+    app_namespaces: NamespaceList,
+    params_hash: Option<u64>,
     overrides: Arc<RuleSet>,
     impersonation: bool,
     /// What each Application and Kustomization lists in its status, by uid:
@@ -234,8 +249,10 @@ impl SourceCache {
         let Some(uid) = uid(object) else {
             return false;
         };
-        let planned = self.apply_planned(kind, uid, object);
-        self.apply_content(kind, uid, object) || planned
+        // Content first: whether an Application counts decides whether what
+        // it lists is indexed.
+        let content = self.apply_content(kind, uid, object);
+        self.apply_planned(kind, uid, object) || content
     }
 
     /// The objects an Application or a Kustomization lists in its status
@@ -280,7 +297,8 @@ impl SourceCache {
 
     fn rebuild_planned(&mut self) {
         let mut index = HashMap::new();
-        for p in self.planned.values() {
+        let counts = |uid: &str| self.applications.get(uid).is_none_or(|e| e.counts);
+        for (_, p) in self.planned.iter().filter(|(uid, _)| counts(uid)) {
             for key in &p.keys {
                 index.entry(key.clone()).or_insert_with(|| p.by.clone());
             }
@@ -304,7 +322,12 @@ impl SourceCache {
                     return false;
                 }
                 let entry = self.compile_app(object, hash);
-                self.applications.insert(uid.to_owned(), entry);
+                let counts = entry.counts;
+                let before = self.applications.insert(uid.to_owned(), entry);
+                // What it lists is indexed only while it counts.
+                if before.is_some_and(|e| e.counts != counts) && self.planned.contains_key(uid) {
+                    self.rebuild_planned();
+                }
             }
             Kind::AppProject => {
                 if self.projects.get(uid).is_some_and(|e| e.hash == hash) {
@@ -421,8 +444,27 @@ impl SourceCache {
         let enabled = impersonation::enabled(&data);
         if enabled != self.impersonation {
             self.impersonation = enabled;
-            self.recompute_accounts();
+            self.recompute_apps();
         }
+        true
+    }
+
+    /// The argocd-cmd-params-cm ConfigMap (`None`: absent), whose
+    /// `application.namespaces` says which namespaces' Applications Argo CD
+    /// reconciles besides its own. Argo CD's controller reads it at start; a
+    /// change counts here at once. Returns whether the sources changed.
+    pub fn apply_params_cm(&mut self, cm: Option<&ConfigMap>) -> bool {
+        let value = cm
+            .and_then(|cm| cm.data.as_ref())
+            .and_then(|d| d.get(app_namespaces::NAMESPACES_KEY));
+        let mut h = std::hash::DefaultHasher::new();
+        value.hash(&mut h);
+        let hash = h.finish();
+        if self.params_hash.replace(hash) == Some(hash) {
+            return false;
+        }
+        self.app_namespaces = app_namespaces::enabled_namespaces(value.map(String::as_str));
+        self.recompute_apps();
         true
     }
 
@@ -439,6 +481,7 @@ impl SourceCache {
             applications: self
                 .applications
                 .values()
+                .filter(|e| e.counts)
                 .filter_map(|e| e.app.clone())
                 .collect(),
             overrides: self.overrides.clone(),
@@ -473,8 +516,42 @@ impl SourceCache {
             report(errors);
             apps.pop().map(Arc::new)
         });
-        let account = app.as_deref().and_then(|a| self.account(a));
-        AppEntry { hash, app, account }
+        // Read from the object, so that one that does not compile still
+        // counts, or not, for what it lists.
+        let project = object
+            .data
+            .pointer("/spec/project")
+            .and_then(Value::as_str)
+            .filter(|p| !p.is_empty())
+            .unwrap_or("default");
+        let mut entry = AppEntry {
+            hash,
+            namespace: object.metadata.namespace.clone().unwrap_or_default(),
+            project: project.to_owned(),
+            counts: false,
+            app,
+            account: None,
+        };
+        self.count_in(&mut entry);
+        entry
+    }
+
+    /// Whether Argo CD reconciles the Application, and its sync account if so.
+    fn count_in(&self, entry: &mut AppEntry) {
+        let project = self.project_list.iter().find(|p| {
+            p.metadata.name == entry.project && p.metadata.namespace == self.argocd_namespace
+        });
+        entry.counts = app_namespaces::reconciles(
+            &entry.namespace,
+            &self.argocd_namespace,
+            &self.app_namespaces,
+            project,
+        );
+        entry.account = entry
+            .app
+            .as_deref()
+            .filter(|_| entry.counts)
+            .and_then(|a| self.account(a));
     }
 
     fn account(&self, app: &Application) -> Option<Arc<SyncAccount>> {
@@ -494,18 +571,22 @@ impl SourceCache {
             .values()
             .filter_map(|e| e.value.as_deref().cloned())
             .collect();
-        self.recompute_accounts();
+        self.recompute_apps();
     }
 
-    /// Every Application's sync account: after a project or argocd-cm change.
-    fn recompute_accounts(&mut self) {
-        let accounts: Vec<_> = self
-            .applications
-            .values()
-            .map(|e| e.app.as_deref().and_then(|a| self.account(a)))
-            .collect();
-        for (entry, account) in self.applications.values_mut().zip(accounts) {
-            entry.account = account;
+    /// Whether each Application counts, and its sync account: after a
+    /// project, argocd-cm or argocd-cmd-params-cm change.
+    fn recompute_apps(&mut self) {
+        let mut applications = std::mem::take(&mut self.applications);
+        let mut moved = false;
+        for entry in applications.values_mut() {
+            let counted = entry.counts;
+            self.count_in(entry);
+            moved |= entry.counts != counted;
+        }
+        self.applications = applications;
+        if moved {
+            self.rebuild_planned();
         }
     }
 }

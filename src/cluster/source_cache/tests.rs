@@ -280,6 +280,105 @@ fn configmap(name: &str, data: Value) -> ConfigMap {
     serde_json::from_value(json!({"metadata": {"name": name}, "data": data})).unwrap()
 }
 
+/// An Application of project `team` in `ns`, named after it, with an
+/// ignore rule, listing Deployment `shop/<lists>`.
+fn team_app(uid: &str, ns: &str, lists: &str) -> DynamicObject {
+    serde_json::from_value(json!({
+        "apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
+        "metadata": {"name": ns, "namespace": ns, "uid": uid},
+        "spec": {"project": "team",
+                 "ignoreDifferences": [{"group": "apps", "kind": "Deployment", "jsonPointers": ["/spec/replicas"]}],
+                 "destination": {"server": "https://kubernetes.default.svc", "namespace": "shop"}},
+        "status": {"resources": [{"group": "apps", "kind": "Deployment", "namespace": "shop", "name": lists}]}
+    }))
+    .unwrap()
+}
+
+fn team_project(source_namespaces: Value) -> DynamicObject {
+    serde_json::from_value(json!({
+        "apiVersion": "argoproj.io/v1alpha1", "kind": "AppProject",
+        "metadata": {"name": "team", "namespace": "argocd", "uid": "p1"},
+        "spec": {"sourceNamespaces": source_namespaces, "destinationServiceAccounts": [
+            {"server": "*", "namespace": "*", "defaultServiceAccount": "sa"}]}
+    }))
+    .unwrap()
+}
+
+/// Argo CD reconciles an Application outside its own namespace only when
+/// argocd-cmd-params-cm's `application.namespaces` and its AppProject's
+/// `sourceNamespaces` both admit it. One it does not lends no rule and
+/// no account, and lists nothing: a tenant's Application, whose status
+/// the tenant writes, cannot claim another team's names. Either list
+/// changing moves Applications in or out without a relist.
+#[test]
+fn an_application_counts_only_where_argo_cd_reconciles_it() {
+    let mut cache = SourceCache::new("argocd");
+    let impersonation = json!({"application.sync.impersonation.enabled": "true"});
+    cache.apply_cm(Some(&configmap("argocd-cm", impersonation)));
+    cache.apply(Kind::AppProject, &team_project(json!(["team-*"])));
+    // u0 sorts first: before, the first lister of a name was the squatter.
+    cache.apply(Kind::Application, &team_app("u0", "intruder", "argocd"));
+    for (uid, ns) in [
+        ("u1", "argocd"),
+        ("u2", "team-a"),
+        ("u3", "ops"),
+        ("u4", "team-z"),
+    ] {
+        cache.apply(Kind::Application, &team_app(uid, ns, ns));
+    }
+    let counted = |cache: &SourceCache| {
+        let s = cache.snapshot();
+        let names = |i: &mut dyn Iterator<Item = String>| {
+            let mut v: Vec<String> = i.collect();
+            v.sort();
+            v
+        };
+        let rules = names(&mut s.argocd[0].applications.iter().map(|a| a.name.clone()));
+        let accounts = names(
+            &mut s.argocd[0]
+                .sync_accounts
+                .iter()
+                .map(|a| a.application.clone()),
+        );
+        let listed = names(
+            &mut s
+                .planned
+                .keys()
+                .map(|k| k.replace("apps/Deployment:shop/", "")),
+        );
+        assert_eq!(rules, accounts);
+        assert_eq!(rules, listed);
+        assert_eq!(
+            s.planned["apps/Deployment:shop/argocd"].to_string(),
+            "Argo CD application argocd/argocd"
+        );
+        rules
+    };
+    // No argocd-cmd-params-cm: Argo CD's own namespace only.
+    assert_eq!(counted(&cache), ["argocd"]);
+    let params = |namespaces: &str| {
+        configmap(
+            "argocd-cmd-params-cm",
+            json!({"application.namespaces": namespaces}),
+        )
+    };
+    assert!(cache.apply_params_cm(Some(&params("team-a, ops"))));
+    // ops: the project does not list it; team-z: not enabled.
+    assert_eq!(counted(&cache), ["argocd", "team-a"]);
+    assert!(cache.apply_params_cm(Some(&params("team-*,ops"))));
+    assert_eq!(counted(&cache), ["argocd", "team-a", "team-z"]);
+    cache.apply(Kind::AppProject, &team_project(json!(["team-*", "ops"])));
+    assert_eq!(counted(&cache), ["argocd", "ops", "team-a", "team-z"]);
+    // Moved to a project that does not exist: out.
+    let mut moved = team_app("u2", "team-a", "team-a");
+    moved.data["spec"]["project"] = json!("other");
+    assert!(cache.apply(Kind::Application, &moved));
+    assert_eq!(counted(&cache), ["argocd", "ops", "team-z"]);
+    assert!(cache.apply_params_cm(None));
+    assert_eq!(counted(&cache), ["argocd"]);
+    assert!(!cache.apply_params_cm(None), "unchanged");
+}
+
 /// A Kustomization or HelmRelease applying to another cluster lends
 /// nothing here: with any `spec.kubeConfig` when Flux runs here; without
 /// one (the hub itself) or through another spoke's Secret, in a hub.
