@@ -143,7 +143,7 @@ pub struct Application {
 pub enum DiffMode {
     /// The legacy three-way diff against the last-applied record. Also
     /// driftguard's reading when the controller-wide flag
-    /// (`controller.diff.server.side` in `argocd-cmd-params-cm`, which
+    /// (`controller.diff.server.side` in `argocd-cmd-params-cm`, a key
     /// driftguard does not read) may have turned Server-Side Diff on: the
     /// stricter reading.
     #[default]
