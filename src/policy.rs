@@ -1,5 +1,6 @@
 //! The policy: loaded from YAML, checked, and compiled once (globs, pointers, jq).
 
+pub mod app_namespaces;
 pub mod argocd;
 pub mod flux;
 pub mod identity_traps;

@@ -1101,9 +1101,20 @@ fn the_hub_options_render_as_flags_and_a_mounted_secret() {
         })
         .collect();
     assert_eq!(argocd_cm_grants.len(), 2, "a Role and its binding");
-    for grant in argocd_cm_grants {
+    for grant in &argocd_cm_grants {
         assert_eq!(grant["metadata"]["namespace"], "team-argocd", "{grant}");
     }
+    // Both ConfigMaps the watches read by name: argocd-cm, and
+    // argocd-cmd-params-cm (which namespaces' Applications Argo CD reconciles).
+    let role = argocd_cm_grants
+        .iter()
+        .find(|d| d["kind"] == "Role")
+        .unwrap();
+    assert_eq!(
+        role["rules"][0]["resourceNames"],
+        serde_json::json!(["argocd-cm", "argocd-cmd-params-cm"]),
+        "{role}"
+    );
     let pod = &find(&docs, "Deployment")["spec"]["template"]["spec"];
     let args: Vec<&str> = pod["containers"][0]["args"]
         .as_array()

@@ -171,7 +171,7 @@ fn team_application(url: &str) -> String {
 }
 
 /// What driftguard reads of the spoke's own Argo CD in its namespace
-/// (argocd-cm, the AppProjects), as the chart's Role grants it there with
+/// (argocd-cm, argocd-cmd-params-cm, the AppProjects), as the chart's Role grants it there with
 /// `watch.hub.localArgocdNamespace`; Applications it lists cluster-wide
 /// already ([`DRIFTGUARD_RBAC`]).
 const LOCAL_ARGOCD_RBAC: &str = r#"apiVersion: rbac.authorization.k8s.io/v1
@@ -180,7 +180,7 @@ metadata: {name: driftguard-argocd-cm, namespace: team-argocd}
 rules:
   - apiGroups: [""]
     resources: [configmaps]
-    resourceNames: [argocd-cm]
+    resourceNames: [argocd-cm, argocd-cmd-params-cm]
     verbs: [list, watch]
   - apiGroups: [argoproj.io]
     resources: [appprojects]

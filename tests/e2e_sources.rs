@@ -240,6 +240,15 @@ fn argo_cd_and_flux_are_sources_of_truth() {
         .any(|r| r["name"] == "web" && r["reason"] == "out-of-scope" && r["user"] == "alice");
     assert!(audited, "the opted-out write is audited as such");
 
+    // A tenant's Application in its own namespace, which Argo CD does not
+    // reconcile (no argocd-cmd-params-cm application.namespaces), listing
+    // another team's name in the status it may write (the CRD has no status
+    // subresource). Applied before the status patch below: once that
+    // counts, the watch has seen this too.
+    plane.apply_admin(&format!(
+        "apiVersion: argoproj.io/v1alpha1\nkind: Application\nmetadata: {{name: squatter, namespace: tenant-a}}\nspec:\n  project: default\n  destination: {{server: 'https://kubernetes.default.svc', namespace: shop}}\nstatus:\n  resources: [{SQUATTED}]\n"
+    ));
+
     // What the tools list in their status, a person may not create first:
     // a Missing object of the Application, an inventory entry of the
     // Kustomization.
@@ -303,19 +312,23 @@ fn argo_cd_and_flux_are_sources_of_truth() {
             "{out}"
         );
     }
-    let out = plane.kubectl(
-        "alice",
-        &[
+    // An object no tool lists, and one only an Application Argo CD does not
+    // reconcile lists: no one's.
+    for name in ["unlisted", "squatted"] {
+        let args = [
             "-n",
             "shop",
             "create",
             "deployment",
-            "unlisted",
+            name,
             "--image=nginx:1.27",
-        ],
-    );
-    assert!(out.ok, "an object no tool lists: {out}");
+        ];
+        let out = plane.kubectl("alice", &args);
+        assert!(out.ok, "{name}: {out}");
+    }
 }
+
+const SQUATTED: &str = "{group: apps, version: v1, kind: Deployment, namespace: shop, name: squatted, status: OutOfSync, health: {status: Missing}}";
 
 const SSA_OBJECT: &str = r#"
 apiVersion: apps/v1

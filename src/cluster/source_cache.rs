@@ -5,7 +5,11 @@
 //! subresource, so `metadata.generation` moves with status writes too and
 //! cannot be the key. Entries are `Arc`s shared between snapshots: publishing
 //! copies pointers, never rules. No client here, so the cost is measurable
-//! (`examples/watch_cost.rs`).
+//! (`examples/watch_cost.rs`). An Application Argo CD would not reconcile
+//! (its namespace or AppProject does not admit it, [`app_namespaces`]) and a
+//! Flux source applying to another cluster are kept but lend nothing, so a
+//! change of argocd-cmd-params-cm or of a project moves Applications in or
+//! out without a relist.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::hash::{Hash, Hasher};
@@ -17,7 +21,8 @@ use serde_json::Value;
 
 use crate::drift::ownership::ARGOCD_CM_INSTALLATION_ID;
 use crate::drift::{ArgoCdSources, Manager};
-use crate::policy::argocd::ThisCluster;
+use crate::policy::app_namespaces::{self, NamespaceList};
+use crate::policy::argocd::{INSTANCE_LABEL_KEY, TRACKING_METHOD_KEY, ThisCluster, instance_label};
 use crate::policy::ignore::RuleSet;
 use crate::policy::impersonation::{self, AppProject, SyncAccount};
 use crate::policy::{Application, planned};
@@ -52,6 +57,13 @@ struct Entry<T> {
 
 struct AppEntry {
     hash: u64,
+    namespace: String,
+    /// `spec.project`, `default` when empty.
+    project: String,
+    /// Whether Argo CD reconciles it ([`app_namespaces::reconciles`]): one it
+    /// does not lends no rule, account or listed object. Depends on the
+    /// projects and argocd-cmd-params-cm too.
+    counts: bool,
     app: Option<Arc<Application>>,
     /// The account Argo CD syncs it as; depends on the projects and argocd-cm too.
     account: Option<Arc<SyncAccount>>,
@@ -83,6 +95,11 @@ pub struct SourceCache {
     kustomizations: BTreeMap<String, Entry<FluxSource>>,
     helmreleases: BTreeMap<String, Entry<FluxSource>>,
     cm_hash: Option<u64>,
+    /// argocd-cm's instance label, when it tracks by label.
+    instance_label: Option<String>,
+    /// argocd-cmd-params-cm's `application.namespaces`, and its hash.
+    app_namespaces: NamespaceList,
+    params_hash: Option<u64>,
     overrides: Arc<RuleSet>,
     impersonation: bool,
     /// What each Application and Kustomization lists in its status, by uid:
@@ -124,6 +141,8 @@ fn cm_data(cm: Option<&ConfigMap>) -> serde_json::Map<String, Value> {
             k.starts_with("resource.customizations.ignoreDifferences.")
                 || k.as_str() == impersonation::ENABLED_KEY
                 || k.as_str() == ARGOCD_CM_INSTALLATION_ID
+                || k.as_str() == INSTANCE_LABEL_KEY
+                || k.as_str() == TRACKING_METHOD_KEY
         })
         .map(|(k, v)| (k.clone(), Value::String(v.clone())))
         .collect()
@@ -197,13 +216,19 @@ impl SourceCache {
         self
     }
 
-    /// Whether a Kustomization applies to another cluster than this one.
-    fn flux_elsewhere(&self, kustomization: &Value) -> bool {
-        let secret = kustomization
-            .pointer("/spec/kubeConfig/secretRef/name")
+    /// Whether a Kustomization or HelmRelease applies to another cluster than
+    /// this one. With any `spec.kubeConfig` Flux never uses its own
+    /// cluster's client (fluxcd/pkg/runtime v0.110.3
+    /// `client/impersonator.go:69-77,154-168`: the Secret's kubeconfig, or a
+    /// cloud provider's from `configMapRef`); without one, a hub's Flux
+    /// applies to the hub.
+    fn flux_elsewhere(&self, source: &Value) -> bool {
+        let config = source.pointer("/spec/kubeConfig").filter(|c| !c.is_null());
+        let secret = config
+            .and_then(|c| c.pointer("/secretRef/name"))
             .and_then(Value::as_str);
         match (&self.flux_secrets, secret) {
-            (None, secret) => secret.is_some(),
+            (None, _) => config.is_some(),
             (Some(here), Some(secret)) => !here.iter().any(|s| s == secret),
             (Some(_), None) => true,
         }
@@ -224,8 +249,10 @@ impl SourceCache {
         let Some(uid) = uid(object) else {
             return false;
         };
-        let planned = self.apply_planned(kind, uid, object);
-        self.apply_content(kind, uid, object) || planned
+        // Content first: whether an Application counts decides whether what
+        // it lists is indexed.
+        let content = self.apply_content(kind, uid, object);
+        self.apply_planned(kind, uid, object) || content
     }
 
     /// The objects an Application or a Kustomization lists in its status
@@ -270,7 +297,8 @@ impl SourceCache {
 
     fn rebuild_planned(&mut self) {
         let mut index = HashMap::new();
-        for p in self.planned.values() {
+        let counts = |uid: &str| self.applications.get(uid).is_none_or(|e| e.counts);
+        for (_, p) in self.planned.iter().filter(|(uid, _)| counts(uid)) {
             for key in &p.keys {
                 index.entry(key.clone()).or_insert_with(|| p.by.clone());
             }
@@ -294,7 +322,12 @@ impl SourceCache {
                     return false;
                 }
                 let entry = self.compile_app(object, hash);
-                self.applications.insert(uid.to_owned(), entry);
+                let counts = entry.counts;
+                let before = self.applications.insert(uid.to_owned(), entry);
+                // What it lists is indexed only while it counts.
+                if before.is_some_and(|e| e.counts != counts) && self.planned.contains_key(uid) {
+                    self.rebuild_planned();
+                }
             }
             Kind::AppProject => {
                 if self.projects.get(uid).is_some_and(|e| e.hash == hash) {
@@ -315,11 +348,13 @@ impl SourceCache {
                     FluxKind::HelmRelease
                 };
                 let default_account = self.flux_default_account.clone();
+                // Applying elsewhere, it lends nothing here.
+                let elsewhere = self.flux_elsewhere(&object.data);
                 let map = self.flux_map(kind);
                 if map.get(uid).is_some_and(|e| e.hash == hash) {
                     return false;
                 }
-                let value = to_value(object).and_then(|v| {
+                let value = to_value(object).filter(|_| !elsewhere).and_then(|v| {
                     sources::flux_from_value(flux_kind, &v)
                         .map_err(|e| report([e]))
                         .ok()
@@ -405,11 +440,31 @@ impl SourceCache {
             .and_then(Value::as_str)
             .filter(|id| !id.is_empty())
             .map(str::to_owned);
+        self.instance_label = instance_label(&data);
         let enabled = impersonation::enabled(&data);
         if enabled != self.impersonation {
             self.impersonation = enabled;
-            self.recompute_accounts();
+            self.recompute_apps();
         }
+        true
+    }
+
+    /// The argocd-cmd-params-cm ConfigMap (`None`: absent), whose
+    /// `application.namespaces` says which namespaces' Applications Argo CD
+    /// reconciles besides its own. Argo CD's controller reads it at start; a
+    /// change counts here at once. Returns whether the sources changed.
+    pub fn apply_params_cm(&mut self, cm: Option<&ConfigMap>) -> bool {
+        let value = cm
+            .and_then(|cm| cm.data.as_ref())
+            .and_then(|d| d.get(app_namespaces::NAMESPACES_KEY));
+        let mut h = std::hash::DefaultHasher::new();
+        value.hash(&mut h);
+        let hash = h.finish();
+        if self.params_hash.replace(hash) == Some(hash) {
+            return false;
+        }
+        self.app_namespaces = app_namespaces::enabled_namespaces(value.map(String::as_str));
+        self.recompute_apps();
         true
     }
 
@@ -426,6 +481,7 @@ impl SourceCache {
             applications: self
                 .applications
                 .values()
+                .filter(|e| e.counts)
                 .filter_map(|e| e.app.clone())
                 .collect(),
             overrides: self.overrides.clone(),
@@ -436,7 +492,7 @@ impl SourceCache {
                 .collect(),
             namespace: self.argocd_namespace.clone(),
             installation_id: self.installation_id.clone(),
-            instance_label: None,
+            instance_label: self.instance_label.clone(),
         });
         Sources {
             argocd: argocd.into_iter().collect(),
@@ -460,8 +516,42 @@ impl SourceCache {
             report(errors);
             apps.pop().map(Arc::new)
         });
-        let account = app.as_deref().and_then(|a| self.account(a));
-        AppEntry { hash, app, account }
+        // Read from the object, so that one that does not compile still
+        // counts, or not, for what it lists.
+        let project = object
+            .data
+            .pointer("/spec/project")
+            .and_then(Value::as_str)
+            .filter(|p| !p.is_empty())
+            .unwrap_or("default");
+        let mut entry = AppEntry {
+            hash,
+            namespace: object.metadata.namespace.clone().unwrap_or_default(),
+            project: project.to_owned(),
+            counts: false,
+            app,
+            account: None,
+        };
+        self.count_in(&mut entry);
+        entry
+    }
+
+    /// Whether Argo CD reconciles the Application, and its sync account if so.
+    fn count_in(&self, entry: &mut AppEntry) {
+        let project = self.project_list.iter().find(|p| {
+            p.metadata.name == entry.project && p.metadata.namespace == self.argocd_namespace
+        });
+        entry.counts = app_namespaces::reconciles(
+            &entry.namespace,
+            &self.argocd_namespace,
+            &self.app_namespaces,
+            project,
+        );
+        entry.account = entry
+            .app
+            .as_deref()
+            .filter(|_| entry.counts)
+            .and_then(|a| self.account(a));
     }
 
     fn account(&self, app: &Application) -> Option<Arc<SyncAccount>> {
@@ -481,18 +571,22 @@ impl SourceCache {
             .values()
             .filter_map(|e| e.value.as_deref().cloned())
             .collect();
-        self.recompute_accounts();
+        self.recompute_apps();
     }
 
-    /// Every Application's sync account: after a project or argocd-cm change.
-    fn recompute_accounts(&mut self) {
-        let accounts: Vec<_> = self
-            .applications
-            .values()
-            .map(|e| e.app.as_deref().and_then(|a| self.account(a)))
-            .collect();
-        for (entry, account) in self.applications.values_mut().zip(accounts) {
-            entry.account = account;
+    /// Whether each Application counts, and its sync account: after a
+    /// project, argocd-cm or argocd-cmd-params-cm change.
+    fn recompute_apps(&mut self) {
+        let mut applications = std::mem::take(&mut self.applications);
+        let mut moved = false;
+        for entry in applications.values_mut() {
+            let counted = entry.counts;
+            self.count_in(entry);
+            moved |= entry.counts != counted;
+        }
+        self.applications = applications;
+        if moved {
+            self.rebuild_planned();
         }
     }
 }
@@ -536,298 +630,4 @@ fn listed_objects(status: &Value) -> Option<Value> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    fn app(uid: &str, name: &str, replicas_rule: bool, status: &str) -> DynamicObject {
-        let ignore = if replicas_rule {
-            json!([{"group": "apps", "kind": "Deployment", "jsonPointers": ["/spec/replicas"]}])
-        } else {
-            json!([])
-        };
-        serde_json::from_value(json!({
-            "apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
-            "metadata": {"name": name, "namespace": "argocd", "uid": uid},
-            "spec": {"project": "default", "ignoreDifferences": ignore,
-                     "destination": {"server": "https://kubernetes.default.svc", "namespace": "shop"}},
-            "status": {"sync": {"status": status}}
-        }))
-        .unwrap()
-    }
-
-    /// In a fleet the hub's Argo CD calls this cluster by its cluster
-    /// Secret's server; an Application of another cluster (or of the hub
-    /// itself, `https://kubernetes.default.svc` there) lists objects that
-    /// are not here, and its destination namespace is not ours to guard.
-    #[test]
-    fn a_hub_application_counts_only_where_it_deploys_here() {
-        let this = ThisCluster::named(&["https://spoke-1.example:6443/".to_owned()]);
-        let mut cache = SourceCache::for_cluster("argocd", this);
-        let deploying = |uid: &str, name: &str, server: &str| {
-            let mut a = app(uid, name, true, "Synced");
-            a.data["spec"]["destination"]["server"] = json!(server);
-            a.data["status"]["resources"] = json!([{"group": "apps", "kind": "Deployment",
-                "namespace": "shop", "name": name, "status": "Synced"}]);
-            a
-        };
-        cache.apply(
-            Kind::Application,
-            &deploying("u1", "here", "https://spoke-1.example:6443"),
-        );
-        cache.apply(
-            Kind::Application,
-            &deploying("u2", "hub", "https://kubernetes.default.svc"),
-        );
-        cache.apply(
-            Kind::Application,
-            &deploying("u3", "other", "https://spoke-2.example:6443"),
-        );
-        let snapshot = cache.snapshot();
-        assert!(snapshot.planned.contains_key("apps/Deployment:shop/here"));
-        assert!(!snapshot.planned.contains_key("apps/Deployment:shop/hub"));
-        assert!(!snapshot.planned.contains_key("apps/Deployment:shop/other"));
-        let destination = |name: &str| {
-            let a = snapshot.argocd[0]
-                .applications
-                .iter()
-                .find(|a| a.name == name)
-                .unwrap();
-            (a.destination_namespace.clone(), a.sync_destination.clone())
-        };
-        assert_eq!(
-            destination("here"),
-            (Some("shop".into()), Some("shop".into()))
-        );
-        assert_eq!(destination("hub"), (None, None));
-        assert_eq!(destination("other"), (None, None));
-        // Moved to another cluster: what it listed here is forgotten.
-        cache.apply(
-            Kind::Application,
-            &deploying("u1", "here", "https://spoke-2.example:6443"),
-        );
-        assert!(
-            !cache
-                .snapshot()
-                .planned
-                .contains_key("apps/Deployment:shop/here")
-        );
-    }
-
-    #[test]
-    fn a_status_change_costs_nothing_and_keeps_the_entry() {
-        let mut cache = SourceCache::new("argocd");
-        assert!(cache.apply(Kind::Application, &app("u1", "shop", true, "Synced")));
-        let before = cache.snapshot();
-        assert!(!cache.apply(Kind::Application, &app("u1", "shop", true, "OutOfSync")));
-        let after = cache.snapshot();
-        // The same compiled Application, not a copy.
-        assert!(Arc::ptr_eq(
-            &before.argocd[0].applications[0],
-            &after.argocd[0].applications[0]
-        ));
-        assert!(cache.apply(Kind::Application, &app("u1", "shop", false, "OutOfSync")));
-        let changed = cache.snapshot();
-        assert!(!Arc::ptr_eq(
-            &before.argocd[0].applications[0],
-            &changed.argocd[0].applications[0]
-        ));
-        assert!(changed.argocd[0].applications[0].rules.is_empty());
-    }
-
-    #[test]
-    fn an_application_set_taking_ownership_recompiles_the_application() {
-        let mut cache = SourceCache::new("argocd");
-        let mut a = app("u1", "shop-prod", true, "Synced");
-        assert!(cache.apply(Kind::Application, &a));
-        assert_eq!(
-            cache.snapshot().argocd[0].applications[0].application_set,
-            None
-        );
-        // Not the controller owner: not the set that generated it.
-        a.metadata.owner_references =
-            serde_json::from_value(json!([{"apiVersion": "argoproj.io/v1alpha1",
-            "kind": "ApplicationSet", "name": "shop", "uid": "s1"}]))
-            .unwrap();
-        assert!(!cache.apply(Kind::Application, &a));
-        a.metadata.owner_references.as_mut().unwrap()[0].controller = Some(true);
-        assert!(cache.apply(Kind::Application, &a));
-        assert_eq!(
-            cache.snapshot().argocd[0].applications[0]
-                .describe_source()
-                .as_deref(),
-            Some("generated by ApplicationSet argocd/shop")
-        );
-    }
-
-    #[test]
-    fn the_objects_an_application_lists_are_indexed_as_they_change() {
-        let mut cache = SourceCache::new("argocd");
-        let with_resources = |status: &str, names: &[&str]| {
-            let mut a = app("u1", "shop", true, status);
-            a.data["status"]["resources"] = names
-                .iter()
-                .map(|n| {
-                    json!({"group": "apps", "kind": "Deployment", "namespace": "shop", "name": n,
-                                "status": status})
-                })
-                .collect();
-            a
-        };
-        assert!(cache.apply(Kind::Application, &with_resources("OutOfSync", &["web"])));
-        let planned = cache.snapshot().planned;
-        assert_eq!(
-            planned
-                .get("apps/Deployment:shop/web")
-                .map(ToString::to_string)
-                .as_deref(),
-            Some("Argo CD application argocd/shop")
-        );
-        // The same objects with another sync status: nothing to rebuild.
-        assert!(!cache.apply(Kind::Application, &with_resources("Synced", &["web"])));
-        assert!(Arc::ptr_eq(&planned, &cache.snapshot().planned));
-        assert!(cache.apply(
-            Kind::Application,
-            &with_resources("Synced", &["web", "api"])
-        ));
-        assert_eq!(cache.snapshot().planned.len(), 2);
-        assert!(cache.delete(Kind::Application, &app("u1", "shop", true, "x")));
-        assert!(cache.snapshot().planned.is_empty());
-    }
-
-    #[test]
-    fn only_the_changed_object_is_recompiled() {
-        let mut cache = SourceCache::new("argocd");
-        cache.relist(
-            Kind::Application,
-            &[app("u1", "a", true, "x"), app("u2", "b", true, "x")],
-        );
-        let before = cache.snapshot();
-        cache.apply(Kind::Application, &app("u2", "b", false, "x"));
-        let after = cache.snapshot();
-        assert!(Arc::ptr_eq(
-            &before.argocd[0].applications[0],
-            &after.argocd[0].applications[0]
-        ));
-        assert!(!Arc::ptr_eq(
-            &before.argocd[0].applications[1],
-            &after.argocd[0].applications[1]
-        ));
-    }
-
-    #[test]
-    fn a_relist_drops_what_is_gone_and_a_delete_removes() {
-        let mut cache = SourceCache::new("argocd");
-        cache.relist(
-            Kind::Application,
-            &[app("u1", "a", true, "x"), app("u2", "b", true, "x")],
-        );
-        assert!(cache.relist(Kind::Application, &[app("u2", "b", true, "x")]));
-        assert_eq!(cache.snapshot().argocd[0].applications.len(), 1);
-        assert!(!cache.relist(Kind::Application, &[app("u2", "b", true, "y")]));
-        assert!(cache.delete(Kind::Application, &app("u2", "b", true, "x")));
-        assert!(cache.snapshot().argocd[0].applications.is_empty());
-    }
-
-    #[test]
-    fn argocd_cm_is_keyed_by_the_keys_read() {
-        let cm = |extra: &str| -> ConfigMap {
-            serde_json::from_value(json!({"metadata": {"name": "argocd-cm"}, "data": {
-                "resource.customizations.ignoreDifferences.apps_Deployment": "jsonPointers:\n- /spec/replicas\n",
-                "url": extra}}))
-            .unwrap()
-        };
-        let mut cache = SourceCache::new("argocd");
-        assert!(cache.apply_cm(Some(&cm("a"))));
-        assert!(!cache.apply_cm(Some(&cm("b"))), "a key never read");
-        assert_eq!(cache.snapshot().argocd[0].overrides.len(), 1);
-        assert!(cache.apply_cm(None));
-        assert_eq!(cache.snapshot().argocd[0].overrides.len(), 0);
-    }
-
-    /// Two Argo CDs in one cluster are told apart by argocd-cm's
-    /// `installationID`: a change of it alone is a change of the sources.
-    #[test]
-    fn argocd_cm_gives_the_installation_its_id() {
-        let cm = |id: &str| -> ConfigMap {
-            serde_json::from_value(
-                json!({"metadata": {"name": "argocd-cm"}, "data": {"installationID": id}}),
-            )
-            .unwrap()
-        };
-        let mut cache = SourceCache::new("argocd");
-        assert_eq!(cache.snapshot().argocd[0].installation_id, None);
-        assert!(cache.apply_cm(Some(&cm("hub"))));
-        assert_eq!(
-            cache.snapshot().argocd[0].installation_id.as_deref(),
-            Some("hub")
-        );
-        assert!(cache.apply_cm(Some(&cm(""))), "emptied");
-        assert_eq!(cache.snapshot().argocd[0].installation_id, None);
-        // A cache of Flux alone lends no Argo CD installation.
-        let flux = SourceCache::new("argocd").without_argocd();
-        assert!(flux.snapshot().argocd.is_empty());
-    }
-
-    /// Flux's multi-tenancy lockdown: a source without its own account is
-    /// applied as the default one of its namespace; its own account wins.
-    #[test]
-    fn flux_default_service_account_is_the_account_of_a_source_without_one() {
-        let kustomization = |uid: &str, ns: &str, account: Option<&str>| -> DynamicObject {
-            serde_json::from_value(json!({
-                "apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
-                "metadata": {"name": "apps", "namespace": ns, "uid": uid},
-                "spec": {"serviceAccountName": account, "path": "./apps",
-                         "sourceRef": {"kind": "GitRepository", "name": "repo"}}
-            }))
-            .unwrap()
-        };
-        let accounts = |default: Option<&str>| {
-            let mut cache = SourceCache::new("argocd")
-                .with_flux_default_service_account(default.map(str::to_owned));
-            cache.apply(Kind::Kustomization, &kustomization("u1", "tenant-a", None));
-            cache.apply(
-                Kind::Kustomization,
-                &kustomization("u2", "tenant-b", Some("own")),
-            );
-            let mut accounts: Vec<_> = cache
-                .snapshot()
-                .flux
-                .iter()
-                .map(|s| s.service_account.clone())
-                .collect();
-            accounts.sort();
-            accounts
-        };
-        assert_eq!(
-            accounts(Some("reconciler")),
-            [
-                Some("system:serviceaccount:tenant-a:reconciler".to_owned()),
-                Some("system:serviceaccount:tenant-b:own".to_owned()),
-            ]
-        );
-        assert_eq!(
-            accounts(None),
-            [None, Some("system:serviceaccount:tenant-b:own".to_owned())]
-        );
-    }
-
-    #[test]
-    fn strip_drops_status_operation_and_managed_fields() {
-        let mut a = app("u1", "a", true, "x");
-        a.data["operation"] = json!({"sync": {}});
-        let hash = content_hash(&a);
-        strip(&mut a);
-        assert!(a.data.get("status").is_none() && a.data.get("operation").is_none());
-        assert_eq!(content_hash(&a), hash);
-        // The objects an Application lists survive, by identity only.
-        let mut listed = app("u1", "a", true, "x");
-        listed.data["status"]["resources"] = json!([{"group": "apps", "kind": "Deployment",
-            "namespace": "shop", "name": "web", "status": "OutOfSync", "health": {"status": "Missing"}}]);
-        strip(&mut listed);
-        assert_eq!(
-            listed.data["status"],
-            json!({"resources": [{"group": "apps", "kind": "Deployment", "namespace": "shop", "name": "web"}]})
-        );
-    }
-}
+mod tests;

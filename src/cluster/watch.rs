@@ -1,5 +1,6 @@
 //! `--watch-argocd` and `--watch-flux`: watches over Applications, the
-//! AppProjects and the `argocd-cm` ConfigMap in Argo CD's namespace,
+//! AppProjects and the `argocd-cm` and `argocd-cmd-params-cm` ConfigMaps in
+//! Argo CD's namespace,
 //! Kustomizations and HelmReleases. An event recompiles only its object, and
 //! only when what driftguard reads of it changed ([`SourceCache`]); the
 //! decision reads an immutable snapshot swapped in whole, so it never waits
@@ -21,6 +22,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 
 use super::source_cache::{Kind, SourceCache, strip};
 use crate::metrics::{Metrics, SourceLabels};
+use crate::policy::app_namespaces;
 use crate::policy::argocd::ThisCluster;
 use crate::sources::Sources;
 
@@ -181,7 +183,12 @@ pub fn spawn(client: kube::Client, options: &WatchOptions, metrics: Arc<Metrics>
     });
     if options.argocd {
         let first = options.argocd_hub.as_ref().unwrap_or(&client);
-        let labels = ["Application", "AppProject", "argocd-cm"];
+        let labels = [
+            "Application",
+            "AppProject",
+            "argocd-cm",
+            "argocd-cmd-params-cm",
+        ];
         watch_argocd(
             &watches,
             first,
@@ -191,7 +198,12 @@ pub fn spawn(client: kube::Client, options: &WatchOptions, metrics: Arc<Metrics>
         );
     }
     if let Some(namespace) = local_argocd {
-        let labels = ["local Application", "local AppProject", "local argocd-cm"];
+        let labels = [
+            "local Application",
+            "local AppProject",
+            "local argocd-cm",
+            "local argocd-cmd-params-cm",
+        ];
         watch_argocd(&watches, &client, namespace, (1, labels), &metrics);
     }
     if options.flux {
@@ -237,12 +249,12 @@ fn watch_flux(
 
 /// The watches over one Argo CD installation, in `namespace` of the cluster
 /// `client` reaches, into cache `at`; `labels` name its Applications,
-/// AppProjects and argocd-cm in metrics and logs.
+/// AppProjects, argocd-cm and argocd-cmd-params-cm in metrics and logs.
 fn watch_argocd(
     watches: &Arc<Watches>,
     client: &kube::Client,
     namespace: &str,
-    (at, labels): (usize, [&'static str; 3]),
+    (at, labels): (usize, [&'static str; 4]),
     metrics: &Arc<Metrics>,
 ) {
     let ar = crate::pause::application_resource();
@@ -260,26 +272,33 @@ fn watch_argocd(
     let served = Served::new(client, &ar);
     let kind = Kind::AppProject;
     watch_dynamic(watches, api, served, kind, (at, labels[1]), metrics.clone());
-    let api = Api::<ConfigMap>::namespaced(client.clone(), namespace);
-    let config = watcher::Config::default().fields("metadata.name=argocd-cm");
-    let stream = watcher(api, config)
-        .modify(|cm: &mut ConfigMap| cm.metadata.managed_fields = None)
-        .default_backoff();
-    let mut listed: Option<ConfigMap> = None;
-    run(
-        watches,
-        stream,
-        None,
-        labels[2],
-        metrics.clone(),
-        move |w, event| match event {
-            Event::Init => listed = None,
-            Event::InitApply(cm) => listed = Some(cm),
-            Event::InitDone => w.update(at, |c| c.apply_cm(listed.take().as_ref())),
-            Event::Apply(cm) => w.update(at, |c| c.apply_cm(Some(&cm))),
-            Event::Delete(_) => w.update(at, |c| c.apply_cm(None)),
-        },
-    );
+    type ApplyCm = fn(&mut SourceCache, Option<&ConfigMap>) -> bool;
+    let cms: [(&str, ApplyCm); 2] = [
+        ("argocd-cm", SourceCache::apply_cm),
+        (app_namespaces::CMD_PARAMS_CM, SourceCache::apply_params_cm),
+    ];
+    for ((name, apply), label) in cms.into_iter().zip(&labels[2..]) {
+        let api = Api::<ConfigMap>::namespaced(client.clone(), namespace);
+        let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+        let stream = watcher(api, config)
+            .modify(|cm: &mut ConfigMap| cm.metadata.managed_fields = None)
+            .default_backoff();
+        let mut listed: Option<ConfigMap> = None;
+        run(
+            watches,
+            stream,
+            None,
+            label,
+            metrics.clone(),
+            move |w, event| match event {
+                Event::Init => listed = None,
+                Event::InitApply(cm) => listed = Some(cm),
+                Event::InitDone => w.update(at, |c| apply(c, listed.take().as_ref())),
+                Event::Apply(cm) => w.update(at, |c| apply(c, Some(&cm))),
+                Event::Delete(_) => w.update(at, |c| apply(c, None)),
+            },
+        );
+    }
 }
 
 /// A watch over one dynamic kind. kube's `predicate_filter` is not used: it
@@ -565,7 +584,8 @@ mod tests {
         let all = snapshot(&[hub, here]);
         let mut names: Vec<_> = all.flux.iter().map(|s| s.name.as_str()).collect();
         names.sort_unstable();
-        assert_eq!(names, ["here", "hub", "remote"]);
+        // `remote` applies to another cluster: it lends nothing here.
+        assert_eq!(names, ["here", "hub"]);
         assert!(all.argocd.is_empty());
         // What each lists counts only where it applies: here.
         let listed: Vec<_> = all.planned.keys().map(String::as_str).collect();

@@ -76,6 +76,35 @@ impl ThisCluster {
     }
 }
 
+/// argocd-cm's resource-tracking keys (argo-cd v3.6.1
+/// `util/settings/settings.go:487,489`).
+pub const INSTANCE_LABEL_KEY: &str = "application.instanceLabelKey";
+pub const TRACKING_METHOD_KEY: &str = "application.resourceTrackingMethod";
+
+/// From argocd-cm's data, the instance label Argo CD v3.6.1 tracks objects
+/// with: `Some` only when the tracking method uses labels. The method is
+/// read verbatim, empty being `annotation` (`GetTrackingMethod`,
+/// settings.go:944-955); only the exact `label` and `annotation+label`
+/// (`pkg/apis/application/v1alpha1/types.go:117-119`) set the label, any
+/// other value tracks by annotation (`util/argo/resource_tracking.go:77-90`).
+/// The key is read verbatim, empty being `app.kubernetes.io/instance`
+/// (`GetAppInstanceLabelKey`, settings.go:932-942; `common/common.go:190`).
+/// Under `annotation+label` Argo CD writes the label too (:182-186) but
+/// reads ownership from the annotation (:84-85); the label is still its
+/// claim, kept for the strictest reading.
+pub fn instance_label(data: &serde_json::Map<String, serde_json::Value>) -> Option<String> {
+    let get = |k: &str| {
+        data.get(k)
+            .and_then(|v| v.as_str())
+            .filter(|s| !s.is_empty())
+    };
+    matches!(get(TRACKING_METHOD_KEY), Some("label" | "annotation+label")).then(|| {
+        get(INSTANCE_LABEL_KEY)
+            .unwrap_or("app.kubernetes.io/instance")
+            .to_owned()
+    })
+}
+
 /// An imported Application: where its objects come from, and its ignore rules.
 #[derive(Debug)]
 pub struct Application {
@@ -114,7 +143,7 @@ pub struct Application {
 pub enum DiffMode {
     /// The legacy three-way diff against the last-applied record. Also
     /// driftguard's reading when the controller-wide flag
-    /// (`controller.diff.server.side` in `argocd-cmd-params-cm`, which
+    /// (`controller.diff.server.side` in `argocd-cmd-params-cm`, a key
     /// driftguard does not read) may have turned Server-Side Diff on: the
     /// stricter reading.
     #[default]

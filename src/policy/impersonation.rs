@@ -5,10 +5,10 @@
 //! v3.6 does (`util/settings/impersonation.go`), so that driftguard can trust
 //! it for that Application's objects and no others.
 
-use regex::Regex;
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::app_namespaces::{NamespaceList, permits};
 use super::argocd::Application;
 use super::pattern::Pattern;
 
@@ -34,7 +34,7 @@ pub struct ProjectMeta {
 #[serde(default, rename_all = "camelCase")]
 pub struct ProjectSpec {
     /// Namespaces outside Argo CD's own whose Applications may use the project.
-    pub source_namespaces: Vec<String>,
+    pub source_namespaces: NamespaceList,
     pub destination_service_accounts: Vec<DestinationServiceAccount>,
 }
 
@@ -121,7 +121,7 @@ pub fn sync_account(
     // Other clusters are not ours.
     let destination = app.sync_destination.as_deref()?;
     let app_namespace = app.namespace.as_deref().unwrap_or_default();
-    if !admits(project, app_namespace, argocd_namespace) {
+    if !permits(project, app_namespace, argocd_namespace) {
         return None;
     }
     let account_namespace = if destination.is_empty() {
@@ -155,24 +155,6 @@ pub fn sync_account(
         return Some(format!("system:serviceaccount:{account_namespace}:{sa}"));
     }
     None
-}
-
-/// `AppProject.IsAppNamespacePermitted`: an Application in Argo CD's own
-/// namespace always may use the project; one elsewhere only when a
-/// `sourceNamespaces` entry matches its namespace (`/regex/` or glob).
-fn admits(project: &AppProject, app_namespace: &str, argocd_namespace: &str) -> bool {
-    if app_namespace.is_empty() || app_namespace == argocd_namespace {
-        return true;
-    }
-    project.spec.source_namespaces.iter().any(|entry| {
-        let regex = entry
-            .strip_prefix('/')
-            .and_then(|e| e.strip_suffix('/'))
-            .filter(|_| entry.len() > 2)
-            .and_then(|r| Regex::new(r).ok())
-            .is_some_and(|r| r.is_match(app_namespace));
-        regex || Pattern::new(entry).is_ok_and(|p| p.is_match(app_namespace))
-    })
 }
 
 #[cfg(test)]

@@ -821,15 +821,15 @@ rules:
     resources: [helmreleases]
     verbs: [list, watch]
 ---
-# argocd-cm and the AppProjects: a Role in the Argo CD namespace only, not
-# every ConfigMap.
+# argocd-cm, argocd-cmd-params-cm and the AppProjects: a Role in the Argo CD
+# namespace only, not every ConfigMap.
 apiVersion: rbac.authorization.k8s.io/v1
 kind: Role
 metadata: {name: driftguard-argocd-cm, namespace: argocd}
 rules:
   - apiGroups: [""]
     resources: [configmaps]
-    resourceNames: [argocd-cm]
+    resourceNames: [argocd-cm, argocd-cmd-params-cm]
     verbs: [list, watch]
   - apiGroups: [argoproj.io]
     resources: [appprojects]

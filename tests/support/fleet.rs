@@ -9,7 +9,7 @@ use std::time::Duration;
 use super::control_plane::*;
 
 /// What driftguard may do in the hub: read Applications and AppProjects, and
-/// argocd-cm by name. Nothing else, no writes.
+/// argocd-cm and argocd-cmd-params-cm by name. Nothing else, no writes.
 pub const HUB_READER_RBAC: &str = r#"
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRole
@@ -37,7 +37,7 @@ metadata: {name: driftguard-hub-reader, namespace: argocd}
 rules:
   - apiGroups: [""]
     resources: [configmaps]
-    resourceNames: [argocd-cm]
+    resourceNames: [argocd-cm, argocd-cmd-params-cm]
     verbs: [get, list, watch]
 ---
 apiVersion: rbac.authorization.k8s.io/v1
