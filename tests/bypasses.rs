@@ -733,6 +733,40 @@ fn an_owner_claimed_before_the_tools_first_apply_makes_no_child_of_what_it_lists
     assert!(matches!(d.finding, Finding::OutOfScope(_)), "{d:?}");
 }
 
+/// Before Flux's first apply, a person's CREATE with Flux's labels and an
+/// owner of their own, or Flux's opt-out, is judged: the owner would make the
+/// adopted object a child, and the opt-out would make Flux skip Git's version.
+#[test]
+fn a_create_with_flux_labels_cannot_claim_an_owner_or_opt_out() {
+    let mut flux = without(
+        &deployment(),
+        "/metadata/annotations/argocd.argoproj.io~1tracking-id",
+    );
+    flux["metadata"]["labels"] = json!({"kustomize.toolkit.fluxcd.io/name": "apps",
+        "kustomize.toolkit.fluxcd.io/namespace": "flux-system"});
+    let owned = with(
+        &flux,
+        "/metadata/ownerReferences",
+        json!([{"apiVersion": "v1", "kind": "ConfigMap", "name": "anchor", "uid": "u", "controller": true}]),
+    );
+    let opted_out = with(
+        &flux,
+        "/metadata/annotations",
+        json!({"kustomize.toolkit.fluxcd.io/reconcile": "disabled"}),
+    );
+    for (created, mode) in [
+        (owned, "enforce"),
+        (opted_out.clone(), "enforce"),
+        (opted_out, "audit"),
+    ] {
+        let out = run(
+            &policy_with(&format!("mode: {mode}\n")),
+            &Review::create(created.clone()),
+        );
+        assert!(!out.allowed(), "{mode}: {created} {:?}", out.decision);
+    }
+}
+
 /// A scale write whose parent cannot be read (a custom resource driftguard
 /// may not get): a parent the tools list is tracked, so the default is not allow.
 #[test]

@@ -117,14 +117,21 @@ pub fn owners<'p>(
     stored: &Inputs,
 ) -> Result<Vec<Owner<'p>>, OutOfScope> {
     let claims = ownership::claims(stored, &ctx.instance_labels());
-    // A CREATE's ownerReference is only its own claim: an object whose Argo
-    // CD tracking id names itself stays in scope whatever owner it claims
-    // (children copy labels from their parent, never a tracking id that
-    // names the child).
-    let claims_itself = req.operation == Operation::Create
-        && claims
-            .iter()
-            .any(|c| c.by == ownership::Detector::TrackingAnnotation);
+    // On a CREATE, an ownerReference or a Flux opt-out is only the creator's
+    // own word: an object whose tracking id names itself, or that carries
+    // Flux's labels, stays in scope (children copy labels from their parent,
+    // an instance label say, never a tracking id naming the child; Flux sets
+    // its labels on the object, not on its templates).
+    let create = req.operation == Operation::Create;
+    let claims_itself = create
+        && claims.iter().any(|c| {
+            matches!(
+                c.by,
+                ownership::Detector::TrackingAnnotation
+                    | ownership::Detector::FluxKustomizeLabels
+                    | ownership::Detector::FluxHelmLabels
+            )
+        });
     // What the tools' records list is theirs, whatever owner it claims: a
     // person could pre-create it with one before the tool's first apply.
     let listed = || {
@@ -146,7 +153,7 @@ pub fn owners<'p>(
     let mut opted_out = None;
     let mut owners = Vec::with_capacity(claims.len());
     for claim in claims {
-        match ownership::opted_out(stored, &claim.manager) {
+        match ownership::opted_out(stored, &claim.manager).filter(|_| !create) {
             Some(why) => opted_out = opted_out.or(Some(why)),
             None => owners.push(Owner::Tracked(claim.manager)),
         }
