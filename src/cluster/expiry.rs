@@ -860,16 +860,7 @@ mod tests {
             };
             let policy = PolicyHandle::new(crate::policy::Policy::embedded());
             let mut sweeper = Sweeper::new(here, policy, Arc::new(Metrics::default()), options);
-            let (armed, listed) = (
-                BTreeSet::new(),
-                BTreeSet::from(["apps/Deployment".to_owned()]),
-            );
-            sweeper.lift_orphaned_pauses(&armed, &listed).await;
-            // Past the grace: lifted at the next look.
-            for since in sweeper.orphans.values_mut() {
-                *since -= ORPHAN_GRACE * 2;
-            }
-            sweeper.lift_orphaned_pauses(&armed, &listed).await;
+            look_twice(&mut sweeper).await;
             let patched = |log: &Log| -> Vec<String> {
                 log.lock()
                     .unwrap()
@@ -891,6 +882,19 @@ mod tests {
                 "local {local}"
             );
         }
+    }
+
+    /// Two looks at pauses left behind, the second past the grace.
+    async fn look_twice(sweeper: &mut Sweeper) {
+        let (armed, listed) = (
+            BTreeSet::new(),
+            BTreeSet::from(["apps/Deployment".to_owned()]),
+        );
+        sweeper.lift_orphaned_pauses(&armed, &listed).await;
+        for since in sweeper.orphans.values_mut() {
+            *since -= ORPHAN_GRACE * 2;
+        }
+        sweeper.lift_orphaned_pauses(&armed, &listed).await;
     }
 
     /// Without a hub, this cluster may be another's hub: its Applications
@@ -916,15 +920,7 @@ mod tests {
         };
         let policy = PolicyHandle::new(crate::policy::Policy::embedded());
         let mut sweeper = Sweeper::new(here, policy, Arc::new(Metrics::default()), options);
-        let (armed, listed) = (
-            BTreeSet::new(),
-            BTreeSet::from(["apps/Deployment".to_owned()]),
-        );
-        sweeper.lift_orphaned_pauses(&armed, &listed).await;
-        for since in sweeper.orphans.values_mut() {
-            *since -= ORPHAN_GRACE * 2;
-        }
-        sweeper.lift_orphaned_pauses(&armed, &listed).await;
+        look_twice(&mut sweeper).await;
         let log = log.lock().unwrap();
         let patched: Vec<&String> = log.iter().filter(|r| r.starts_with("PATCH")).collect();
         assert_eq!(
