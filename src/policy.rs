@@ -16,6 +16,7 @@ pub mod pattern;
 pub mod planned;
 pub mod reach;
 pub mod schema;
+pub mod yaml;
 
 use std::path::Path as FsPath;
 

@@ -288,7 +288,7 @@ pub fn argocd_overrides(data: &serde_json::Map<String, Value>) -> (RuleSet, Vec<
             s => s.split_once('_').unwrap_or(("", s)),
         };
         let text = value.as_str().unwrap_or_default();
-        let parsed: Override = match serde_saphyr::from_str(text) {
+        let parsed: Override = match crate::policy::yaml::from_str(text) {
             Ok(o) => o,
             Err(source) => {
                 errors.push(SourceError::Override {

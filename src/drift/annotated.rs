@@ -70,7 +70,7 @@ pub fn rule(object: &Value) -> Annotated {
 /// `encoding/json`, whose field names match without regard to case, and
 /// which ignores other keys).
 fn pointers(text: &str) -> Result<Vec<String>, String> {
-    let parsed: Value = serde_saphyr::from_str(text)
+    let parsed: Value = crate::policy::yaml::from_str(text)
         .map_err(|e| format!("it is not YAML ({})", first_line(&e.to_string())))?;
     let Some(map) = parsed.as_object() else {
         return Err("it is not a YAML map with jsonPointers".into());
