@@ -767,6 +767,53 @@ fn a_create_with_flux_labels_cannot_claim_an_owner_or_opt_out() {
     }
 }
 
+/// The label a watched argocd-cm makes Argo CD track by is a claim, and so a
+/// decision input: taking it off, or changing it, under a rule that ignores
+/// labels, in warn mode, or beside an armed break-glass, is refused.
+#[test]
+fn argocd_cms_instance_label_is_an_input_like_the_policys() {
+    let sources = driftguard::sources::Sources::of_argocd(driftguard::drift::ArgoCdSources {
+        instance_label: Some("team.io/app".into()),
+        ..Default::default()
+    });
+    let mut stored = without(
+        &deployment(),
+        "/metadata/annotations/argocd.argoproj.io~1tracking-id",
+    );
+    stored["metadata"]["labels"] = json!({"team.io/app": "shop"});
+    let image = "/spec/template/spec/containers/0/image";
+    let edited = with(&stored, image, json!("web:2"));
+    let ignoring_labels =
+        "ignoreDifferences:\n  - {group: '*', kind: '*', jsonPointers: [/metadata/labels]}\n";
+    let d = judged_with(
+        &policy_with(ignoring_labels),
+        &Review::update(stored.clone(), edited),
+        &sources,
+    );
+    assert_eq!(
+        d.verdict,
+        Verdict::Deny,
+        "managed by argocd-cm's label: {d:?}"
+    );
+    let unlabelled = without(&stored, "/metadata/labels/team.io~1app");
+    let relabelled = with(&stored, "/metadata/labels/team.io~1app", json!("other"));
+    for policy in [ignoring_labels.to_owned(), "mode: warn\n".to_owned()] {
+        for new in [&unlabelled, &relabelled] {
+            let d = judged_with(
+                &policy_with(&policy),
+                &Review::update(stored.clone(), new.clone()),
+                &sources,
+            );
+            assert_eq!(d.verdict, Verdict::Deny, "{policy}: {new} {d:?}");
+            assert!(
+                d.inputs_changed
+                    .contains(&"/metadata/labels/team.io~1app".to_owned()),
+                "{d:?}"
+            );
+        }
+    }
+}
+
 /// A scale write whose parent cannot be read (a custom resource driftguard
 /// may not get): a parent the tools list is tracked, so the default is not allow.
 #[test]

@@ -141,6 +141,13 @@ fn input_changes(
     (old_read, new_read): (&Inputs, &Inputs),
 ) -> Vec<String> {
     let mut out = inputs::changes(old_read, new_read, policy);
+    // A watched argocd-cm's instance label is a claim, so an input like the policy's.
+    for key in ctx.instance_labels() {
+        let pointer = format!("/metadata/labels/{}", crate::policy::path::escape(key));
+        if old_read.raw_label(key) != new_read.raw_label(key) && !out.contains(&pointer) {
+            out.push(pointer);
+        }
+    }
     if let Some(source) = manager.and_then(|m| ctx.sources.and_then(|s| s.flux_source(m))) {
         out.extend(source.selector_changes(old, new));
     }

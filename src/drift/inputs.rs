@@ -360,7 +360,12 @@ impl<'a> Inputs<'a> {
 
     /// The value of label `key`, whatever the policy reads.
     pub fn label(&self, key: &str) -> Option<&'a str> {
-        self.labels?.get(key)?.as_str().filter(|s| !s.is_empty())
+        self.raw_label(key)?.as_str().filter(|s| !s.is_empty())
+    }
+
+    /// Label `key` as stored, empty or not a string included.
+    pub fn raw_label(&self, key: &str) -> Option<&'a Value> {
+        self.labels?.get(key)
     }
 
     /// The raw value of `input`.
