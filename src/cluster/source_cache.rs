@@ -277,10 +277,18 @@ impl SourceCache {
             Kind::Kustomization if self.flux_elsewhere(&object.data) => {
                 return self.forget_planned(uid);
             }
-            Kind::Kustomization => (
-                planned::kustomization_keys(status),
-                Manager::FluxKustomization { namespace, name },
-            ),
+            Kind::Kustomization => {
+                let mut keys = planned::kustomization_keys(status);
+                // A tenant's Kustomization (one applied as an account of its
+                // namespace) speaks only for that namespace: namespace `edit`
+                // may write its status (Flux's `flux-edit` role), and a forged
+                // inventory would block or lend an account to another team.
+                if self.impersonates(&object.data) {
+                    let prefix = format!(":{namespace}/");
+                    keys.retain(|k| k.contains(&prefix));
+                }
+                (keys, Manager::FluxKustomization { namespace, name })
+            }
             Kind::AppProject | Kind::HelmRelease => return false,
         };
         let mut h = std::hash::DefaultHasher::new();
@@ -293,6 +301,17 @@ impl SourceCache {
             .insert(uid.to_owned(), Planned { hash, keys, by });
         self.rebuild_planned();
         true
+    }
+
+    /// Whether Flux applies `kustomization` as an account of its namespace
+    /// (`spec.serviceAccountName`, or `--default-service-account`) rather
+    /// than as kustomize-controller.
+    fn impersonates(&self, kustomization: &Value) -> bool {
+        let named = kustomization
+            .pointer("/spec/serviceAccountName")
+            .and_then(Value::as_str)
+            .is_some_and(|n| !n.is_empty());
+        named || self.flux_default_account.is_some()
     }
 
     fn rebuild_planned(&mut self) {

@@ -395,7 +395,7 @@ fn a_flux_source_applying_elsewhere_lends_nothing() {
             "spec": {"kubeConfig": kube_config, "serviceAccountName": "sa",
                      "ignore": [{"paths": ["/spec/replicas"]}],
                      "driftDetection": {"ignore": [{"paths": ["/spec/replicas"]}]}},
-            "status": {"inventory": {"entries": [{"id": format!("shop_{name}_apps_Deployment"), "v": "v1"}]}}
+            "status": {"inventory": {"entries": [{"id": format!("flux-system_{name}_apps_Deployment"), "v": "v1"}]}}
         }))
         .unwrap()
     };
@@ -422,7 +422,7 @@ fn a_flux_source_applying_elsewhere_lends_nothing() {
         lending(local),
         (
             vec!["helmrelease-here".to_owned(), "kustomization-here".into()],
-            vec!["apps/Deployment:shop/kustomization-here".to_owned()]
+            vec!["apps/Deployment:flux-system/kustomization-here".to_owned()]
         )
     );
     let hub = SourceCache::new("argocd")
@@ -435,7 +435,7 @@ fn a_flux_source_applying_elsewhere_lends_nothing() {
                 "helmrelease-spoke-1".to_owned(),
                 "kustomization-spoke-1".into()
             ],
-            vec!["apps/Deployment:shop/kustomization-spoke-1".to_owned()]
+            vec!["apps/Deployment:flux-system/kustomization-spoke-1".to_owned()]
         )
     );
 }
@@ -486,5 +486,50 @@ fn strip_drops_status_operation_and_managed_fields() {
     assert_eq!(
         listed.data["status"],
         json!({"resources": [{"group": "apps", "kind": "Deployment", "namespace": "shop", "name": "web"}]})
+    );
+}
+
+/// A tenant's Kustomization (applied as an account of its namespace) lists
+/// only its own namespace's objects: its status is the tenant's to write.
+/// kustomize-controller's own Kustomization lists wherever it applies.
+#[test]
+fn a_tenants_inventory_speaks_only_for_its_namespace() {
+    let kustomization = |uid: &str, ns: &str, account: Option<&str>| -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
+            "metadata": {"name": "apps", "namespace": ns, "uid": uid},
+            "spec": {"serviceAccountName": account, "path": "./apps",
+                     "sourceRef": {"kind": "GitRepository", "name": "repo"}},
+            "status": {"inventory": {"entries": [
+                {"id": format!("{ns}_own_apps_Deployment"), "v": "v1"},
+                {"id": "production_db_apps_Deployment", "v": "v1"},
+                {"id": "_production__Namespace", "v": "v1"}]}}
+        }))
+        .unwrap()
+    };
+    let listed = |k: DynamicObject, default: Option<&str>| {
+        let mut cache = SourceCache::new("argocd")
+            .with_flux_default_service_account(default.map(str::to_owned));
+        cache.apply(Kind::Kustomization, &k);
+        let mut keys: Vec<String> = cache.snapshot().planned.keys().cloned().collect();
+        keys.sort();
+        keys
+    };
+    let tenant = ["apps/Deployment:team-a/own"];
+    assert_eq!(
+        listed(kustomization("u1", "team-a", Some("tenant")), None),
+        tenant
+    );
+    assert_eq!(
+        listed(kustomization("u1", "team-a", None), Some("reconciler")),
+        tenant
+    );
+    assert_eq!(
+        listed(kustomization("u1", "flux-system", None), None),
+        [
+            "/Namespace:/production",
+            "apps/Deployment:flux-system/own",
+            "apps/Deployment:production/db"
+        ]
     );
 }
