@@ -861,8 +861,16 @@ fn the_tools_own_account_creates_what_it_lists() {
         (d.finding, d.verdict),
         (Finding::Controller, Verdict::Allow)
     );
-    let d = judged_with(&Policy::embedded(), &Review::create(bare), &sources);
+    let d = judged_with(&Policy::embedded(), &Review::create(bare.clone()), &sources);
     assert_eq!(d.verdict, Verdict::Deny);
+    // Listed by its Kustomization, claimed by another's labels: the lister's
+    // account is not that one's, and the strictest decision stands.
+    let mut theirs = bare;
+    theirs["metadata"]["labels"] = json!({"kustomize.toolkit.fluxcd.io/name": "shop",
+        "kustomize.toolkit.fluxcd.io/namespace": "team-b"});
+    let tenant = Review::create(theirs).by("system:serviceaccount:tenant-a:reconciler", &[]);
+    let d = judged_with(&Policy::embedded(), &tenant, &sources);
+    assert_eq!(d.verdict, Verdict::Deny, "{d:?}");
 }
 
 /// With an installation ID, an object tracked by another Argo CD

@@ -55,15 +55,21 @@ pub(super) fn judge_change(
     req: &Request,
     ctx: &Context,
     change: Change,
-    mut d: Decision,
+    d: Decision,
 ) -> Decision {
     let object = match change {
         Change::Create { new } => {
             if let Some(by) = steps::planned_by(policy, ctx, req, new) {
-                // The tool's own identity for it (a sync service account) is exempt.
-                steps::set_manager(policy, ctx, &mut d, by.clone());
+                // The tool's own identity for it (a sync service account) is
+                // exempt; the object's own claims judge it too.
+                let mut planned = d.clone();
+                steps::set_manager(policy, ctx, &mut planned, by.clone());
                 let finding = Finding::CreatePlanned(by.to_string());
-                return refused_unless_exempt(policy, ctx, req, d, finding, "");
+                let planned = refused_unless_exempt(policy, ctx, req, planned, finding, "");
+                if planned.verdict == Verdict::Deny {
+                    return planned;
+                }
+                return strictest(run(policy, req, ctx, change, new, d), vec![planned]);
             }
             new
         }
