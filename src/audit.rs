@@ -248,7 +248,6 @@ mod tests {
             cleaned_up: vec![],
             kubectl_written: vec![],
             inputs_changed: vec![],
-            ownership_handed_off: false,
             dry_run: false,
             break_glass_max: None,
         };

@@ -213,10 +213,6 @@ pub struct Decision {
     /// Drifted paths that change what driftguard or the GitOps tool reads to
     /// decide later writes: refused in every mode, warn and audit included.
     pub inputs_changed: Vec<String>,
-    /// Under `precision: ownedFields`, fields this write hands from the
-    /// GitOps tool to neither it nor a person's `kubectl*` manager: no input,
-    /// yet a break-glass that allowed it would leave them unowned after it.
-    pub ownership_handed_off: bool,
 }
 
 /// A request the engine cannot judge (a malformed review, not a policy matter).
@@ -456,7 +452,6 @@ impl Decision {
             break_glass_max: (!policy.break_glass.allowed.is_empty())
                 .then_some(policy.break_glass.max_duration),
             inputs_changed: Vec::new(),
-            ownership_handed_off: false,
         }
     }
 

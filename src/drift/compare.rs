@@ -37,9 +37,6 @@ pub(super) fn diff(
     let mut paths = normalize::drifted_paths_under(old, new, &rules, &mut failures);
     // Named even when a broader path covers it: it says what the change broke.
     let inputs_changed = input_changes(policy, ctx, d.manager.as_ref(), &rules, (old, new), read);
-    if policy.precision == crate::policy::Precision::OwnedFields {
-        d.ownership_handed_off = owned::ownership_handed_off(old, new);
-    }
     let mut listed: HashSet<String> = paths.iter().cloned().collect();
     for p in &inputs_changed {
         if listed.insert(p.clone()) {
@@ -181,6 +178,12 @@ fn input_changes(
         out.push(pointer);
     }
     if policy.precision == crate::policy::Precision::OwnedFields {
+        // Fields handed to a manager of the writer's choosing, or to none,
+        // changed or not, would look unowned to every later write; `kubectl`
+        // writes move what they change to a `kubectl*` manager, not counted.
+        if owned::ownership_handed_off(old, new) && !out.iter().any(|p| p == MANAGED_FIELDS) {
+            out.push(MANAGED_FIELDS.to_owned());
+        }
         for p in owned::ownership_taken(old, new, record_counts) {
             if !out.contains(&p) {
                 out.push(p);

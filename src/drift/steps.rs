@@ -628,9 +628,6 @@ fn uncovered_inputs(policy: &Policy, d: &Decision, stored: &Inputs, new: &Inputs
         .collect();
     let mut uncovered = d.inputs_changed.clone();
     uncovered.retain(|p| !ended.contains(p));
-    if d.ownership_handed_off && !uncovered.iter().any(|p| p == "/metadata/managedFields") {
-        uncovered.push("/metadata/managedFields".to_owned());
-    }
     uncovered
 }
 

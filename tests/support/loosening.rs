@@ -10,8 +10,11 @@
 //! the public `judge`, ranked allow < audit < warn < deny.
 #![allow(dead_code)]
 
-use driftguard::drift::Verdict;
-use driftguard::{Endpoint, Policy, judge};
+use std::sync::Arc;
+
+use driftguard::drift::{Manager as DgManager, Verdict};
+use driftguard::sources::Sources;
+use driftguard::{Endpoint, Policy, judge_request};
 use serde_json::{Value, json};
 
 use super::two_step::{self, Edit, Kind, Manager, RULES, Scenario, judged_fields};
@@ -51,6 +54,9 @@ pub enum Step {
     Arm { plugin: bool, edits: Vec<Edit> },
     /// bob ends the break-glass while it is in force.
     End,
+    /// alice or bob deletes the object and creates it again with edits (a
+    /// CREATE before the tool's next apply).
+    Recreate { sre: bool, edits: Vec<Edit> },
 }
 
 #[derive(Clone, Debug)]
@@ -152,7 +158,15 @@ impl Sequence {
         ]);
         let extras = EXTRAS.into_iter().filter(|_| b.next() % 4 == 0).collect();
         let steps = (0..1 + b.next() % 5)
-            .map(|_| match b.next() % 5 {
+            .map(|_| match b.next() % 6 {
+                // Not under ownedFields in warn or audit: there a person's
+                // warned DELETE and CREATE leave an object the tool has not
+                // applied, whose changes look unowned until it does (the
+                // residual in docs/threat-model.md, section 8).
+                5 if !(owned_fields && mode != "enforce") => Step::Recreate {
+                    sre: b.flag(),
+                    edits: edits(&mut b, Kind::Deployment),
+                },
                 0 | 1 => Step::Write {
                     sre: b.flag(),
                     edits: edits(&mut b, Kind::Deployment),
@@ -248,14 +262,21 @@ impl Sequence {
     pub fn after_steps(&self, policy: &Policy) -> Value {
         let mut obj = self.stored(&self.extras);
         for step in &self.steps {
-            let (user, mut new) = (
-                if matches!(step, Step::Write { sre: false, .. }) {
-                    ALICE
-                } else {
-                    SRE
-                },
-                obj.clone(),
+            let by_alice = matches!(
+                step,
+                Step::Write { sre: false, .. } | Step::Recreate { sre: false, .. }
             );
+            let (user, mut new) = (if by_alice { ALICE } else { SRE }, obj.clone());
+            if let Step::Recreate { edits, .. } = step {
+                edits.iter().for_each(|e| two_step::apply(&mut new, e));
+                let allows = |op, old: Option<&Value>, new: Option<&Value>| {
+                    verdict(policy, user, op, old, new, EARLY) != Some(Verdict::Deny)
+                };
+                if allows("DELETE", Some(&obj), None) && allows("CREATE", None, Some(&new)) {
+                    obj = new;
+                }
+                continue;
+            }
             match step {
                 Step::Write { edits, .. } => {
                     edits.iter().for_each(|e| two_step::apply(&mut new, e))
@@ -265,6 +286,7 @@ impl Sequence {
                     edits.iter().for_each(|e| two_step::apply(&mut new, e));
                 }
                 Step::End => two_step::apply(&mut new, &Edit::EndBreakGlass),
+                Step::Recreate { .. } => unreachable!("handled above"),
             }
             if allowed(policy, user, &obj, &new, EARLY) {
                 obj = new;
@@ -295,6 +317,7 @@ impl Sequence {
 
     /// Both invariants; the error says how one broke.
     pub fn check(&self) -> Result<(), String> {
+        RECORDS.with(|m| *m.borrow_mut() = Some(lister(self.manager)));
         let policy = self.policy();
         let before = self.probes(&policy, &self.stored(&self.extras));
         let after_obj = self.after_steps(&policy);
@@ -404,6 +427,9 @@ fn allowed(policy: &Policy, who: (&str, &[&str]), old: &Value, new: &Value, at: 
     verdict(policy, who, "UPDATE", Some(old), Some(new), at) != Some(Verdict::Deny)
 }
 
+/// The verdict with the tools' records listing the object (`--watch-*`,
+/// `plannedCreates: guard`): what guards it between a DELETE and the tool's
+/// next apply.
 fn verdict(
     policy: &Policy,
     (user, groups): (&str, &[&str]),
@@ -413,6 +439,51 @@ fn verdict(
     at: &str,
 ) -> Option<Verdict> {
     let body = two_step::review_by(user, groups, operation, old, new, "");
-    let judged = judge(policy, &body, Endpoint::Validate, None, at.parse().ok()?).ok()?;
+    let req = driftguard::request::parse(&body).ok()?;
+    let manager = RECORDS.with(|m| m.borrow().clone());
+    let sources = Sources {
+        planned: Arc::new(
+            manager
+                .into_iter()
+                .map(|m| (LISTED.to_owned(), m))
+                .collect(),
+        ),
+        ..Sources::default()
+    };
+    let judged = judge_request(
+        policy,
+        &req,
+        Endpoint::Validate,
+        None,
+        Some(&sources),
+        at.parse().ok()?,
+    )
+    .ok()?;
     Some(judged.decision.verdict)
+}
+
+/// The object as the tools' records name it.
+const LISTED: &str = "apps/Deployment:production/web";
+
+thread_local! {
+    /// Who lists the object in the sequence being checked.
+    static RECORDS: std::cell::RefCell<Option<DgManager>> = const { std::cell::RefCell::new(None) };
+}
+
+/// The manager whose records list the stored object.
+fn lister(manager: Manager) -> DgManager {
+    match manager {
+        Manager::ArgoAnnotation | Manager::ArgoLabel => DgManager::ArgoCd {
+            application: "myapp".into(),
+            application_namespace: None,
+        },
+        Manager::FluxKustomization => DgManager::FluxKustomization {
+            namespace: "flux-system".into(),
+            name: "apps".into(),
+        },
+        Manager::FluxHelm => DgManager::FluxHelmRelease {
+            namespace: "flux-system".into(),
+            name: "web".into(),
+        },
+    }
 }
