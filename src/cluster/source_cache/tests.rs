@@ -233,19 +233,23 @@ fn argocd_cm_gives_the_installation_its_id() {
     assert!(flux.snapshot().argocd.is_empty());
 }
 
+/// Kustomization `ns/apps` applied as `account`, with `status`.
+fn kustomization(uid: &str, ns: &str, account: Option<&str>, status: Value) -> DynamicObject {
+    serde_json::from_value(json!({
+        "apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
+        "metadata": {"name": "apps", "namespace": ns, "uid": uid},
+        "spec": {"serviceAccountName": account, "path": "./apps",
+                 "sourceRef": {"kind": "GitRepository", "name": "repo"}},
+        "status": status
+    }))
+    .unwrap()
+}
+
 /// Flux's multi-tenancy lockdown: a source without its own account is
 /// applied as the default one of its namespace; its own account wins.
 #[test]
 fn flux_default_service_account_is_the_account_of_a_source_without_one() {
-    let kustomization = |uid: &str, ns: &str, account: Option<&str>| -> DynamicObject {
-        serde_json::from_value(json!({
-            "apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
-            "metadata": {"name": "apps", "namespace": ns, "uid": uid},
-            "spec": {"serviceAccountName": account, "path": "./apps",
-                     "sourceRef": {"kind": "GitRepository", "name": "repo"}}
-        }))
-        .unwrap()
-    };
+    let kustomization = |uid: &str, ns: &str, account| kustomization(uid, ns, account, json!({}));
     let accounts = |default: Option<&str>| {
         let mut cache = SourceCache::new("argocd")
             .with_flux_default_service_account(default.map(str::to_owned));
@@ -494,18 +498,12 @@ fn strip_drops_status_operation_and_managed_fields() {
 /// kustomize-controller's own Kustomization lists wherever it applies.
 #[test]
 fn a_tenants_inventory_speaks_only_for_its_namespace() {
-    let kustomization = |uid: &str, ns: &str, account: Option<&str>| -> DynamicObject {
-        serde_json::from_value(json!({
-            "apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
-            "metadata": {"name": "apps", "namespace": ns, "uid": uid},
-            "spec": {"serviceAccountName": account, "path": "./apps",
-                     "sourceRef": {"kind": "GitRepository", "name": "repo"}},
-            "status": {"inventory": {"entries": [
-                {"id": format!("{ns}_own_apps_Deployment"), "v": "v1"},
-                {"id": "production_db_apps_Deployment", "v": "v1"},
-                {"id": "_production__Namespace", "v": "v1"}]}}
-        }))
-        .unwrap()
+    let with_inventory = |uid: &str, ns: &str, account| {
+        let entries = json!([
+            {"id": format!("{ns}_own_apps_Deployment"), "v": "v1"},
+            {"id": "production_db_apps_Deployment", "v": "v1"},
+            {"id": "_production__Namespace", "v": "v1"}]);
+        kustomization(uid, ns, account, json!({"inventory": {"entries": entries}}))
     };
     let listed = |k: DynamicObject, default: Option<&str>| {
         let mut cache = SourceCache::new("argocd")
@@ -517,15 +515,15 @@ fn a_tenants_inventory_speaks_only_for_its_namespace() {
     };
     let tenant = ["apps/Deployment:team-a/own"];
     assert_eq!(
-        listed(kustomization("u1", "team-a", Some("tenant")), None),
+        listed(with_inventory("u1", "team-a", Some("tenant")), None),
         tenant
     );
     assert_eq!(
-        listed(kustomization("u1", "team-a", None), Some("reconciler")),
+        listed(with_inventory("u1", "team-a", None), Some("reconciler")),
         tenant
     );
     assert_eq!(
-        listed(kustomization("u1", "flux-system", None), None),
+        listed(with_inventory("u1", "flux-system", None), None),
         [
             "/Namespace:/production",
             "apps/Deployment:flux-system/own",
