@@ -9,6 +9,24 @@ use crate::drift::{BreakGlassUse, Decision, Request};
 
 pub const TARGET: &str = "driftguard::audit";
 
+/// Bytes of drifted paths one record lists; the count says how many there were.
+pub const LISTED_PATH_BYTES: usize = 16 * 1024;
+/// Bytes of rule failures one record carries.
+const ERROR_BYTES: usize = 4 * 1024;
+
+/// The leading paths that fit in [`LISTED_PATH_BYTES`].
+fn listed(paths: &[String]) -> &[String] {
+    let mut bytes = 0usize;
+    let fit = paths
+        .iter()
+        .take_while(|p| {
+            bytes += p.len() + 3;
+            bytes <= LISTED_PATH_BYTES
+        })
+        .count();
+    &paths[..fit]
+}
+
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AuditRecord<'a> {
@@ -30,7 +48,11 @@ pub struct AuditRecord<'a> {
     pub mode: Option<&'static str>,
     pub verdict: &'static str,
     pub reason: &'static str,
+    /// The first drifted paths, at most [`LISTED_PATH_BYTES`] of them: a
+    /// review with 90,000 drifted paths would otherwise queue a 1.7 MiB line.
     pub drifted_paths: &'a [String],
+    /// How many paths drifted, listed or not.
+    pub drifted_path_count: usize,
     pub break_glass: Option<BreakGlassRecord<'a>>,
     pub dry_run: bool,
     pub latency_micros: u64,
@@ -104,11 +126,12 @@ impl<'a> AuditRecord<'a> {
         record.mode = Some(d.mode.as_str());
         record.verdict = d.verdict.as_str();
         record.reason = d.finding.code();
-        record.drifted_paths = &d.drifted_paths;
+        record.drifted_paths = listed(&d.drifted_paths);
+        record.drifted_path_count = d.drifted_paths.len();
         record.break_glass = d.break_glass.as_ref().map(BreakGlassRecord::from);
         if !d.rule_failures.is_empty() {
             let failures: Vec<String> = d.rule_failures.iter().map(|f| f.describe()).collect();
-            record.error = Some(failures.join("; "));
+            record.error = Some(crate::text::ellipsize(&failures.join("; "), ERROR_BYTES));
         }
         record
     }
@@ -188,6 +211,7 @@ impl<'a> AuditRecord<'a> {
             verdict: "allow",
             reason: "",
             drifted_paths: &[],
+            drifted_path_count: 0,
             break_glass: None,
             dry_run: false,
             latency_micros,
@@ -257,7 +281,19 @@ mod tests {
         assert!(time.starts_with(r#"{"time":""#), "{line}");
         assert_eq!(
             rest,
-            r#""endpoint":"validate","uid":"u-1","user":"alice","groups":["sre"],"operation":"UPDATE","group":"apps","version":"v1","kind":"Deployment","resource":"deployments","subResource":"","namespace":"shop","name":"web","manager":"Argo CD application shop","mode":"enforce","verdict":"allow","reason":"break-glass","driftedPaths":["/spec/replicas"],"breakGlass":{"user":"alice","reason":"incident 42","expires":"2030-01-01T00:00:00Z"},"dryRun":false,"latencyMicros":7,"parseMicros":0,"error":null}"#
+            r#""endpoint":"validate","uid":"u-1","user":"alice","groups":["sre"],"operation":"UPDATE","group":"apps","version":"v1","kind":"Deployment","resource":"deployments","subResource":"","namespace":"shop","name":"web","manager":"Argo CD application shop","mode":"enforce","verdict":"allow","reason":"break-glass","driftedPaths":["/spec/replicas"],"driftedPathCount":1,"breakGlass":{"user":"alice","reason":"incident 42","expires":"2030-01-01T00:00:00Z"},"dryRun":false,"latencyMicros":7,"parseMicros":0,"error":null}"#
         );
+    }
+
+    #[test]
+    fn a_record_lists_the_paths_that_fit_and_counts_them_all() {
+        let paths: Vec<String> = (0..90_000).map(|i| format!("/data/key-{i}")).collect();
+        let shown = listed(&paths);
+        assert!(!shown.is_empty() && shown.len() < paths.len());
+        let bytes: usize = shown.iter().map(|p| p.len() + 3).sum();
+        assert!(bytes <= LISTED_PATH_BYTES, "{bytes}");
+        assert_eq!(shown, &paths[..shown.len()]);
+        let few = &paths[..3];
+        assert_eq!(listed(few), few);
     }
 }

@@ -18,9 +18,11 @@ const REVIEW: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/tests/data/deployment-update-image.json"
 );
-/// Well past what fills a pipe (64 KiB is about 130 records) and the
-/// writer's queue (`CAPACITY` records).
+/// Well past what fills a pipe and the writer's queue (`CAPACITY_BYTES`) with
+/// records of at least [`USER_BYTES`].
 const REVIEWS: usize = 2000;
+/// The reviewing user's name, so long that each record is at least this.
+const USER_BYTES: usize = 4000;
 const CONCURRENCY: usize = 16;
 
 /// Killed on drop: with stdout stuck it would wait for its records at exit.
@@ -48,7 +50,8 @@ fn metric(probe: u16, name: &str) -> Option<f64> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_stdout_nobody_reads_drops_audit_records_not_decisions() {
-    const { assert!(REVIEWS > driftguard::logging::audit_writer::CAPACITY + 200) };
+    let held = (driftguard::logging::audit_writer::CAPACITY_BYTES + 65536) / USER_BYTES;
+    assert!(REVIEWS > held + 200);
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
         .join(format!("audit-backpressure-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -106,7 +109,10 @@ async fn a_stdout_nobody_reads_drops_audit_records_not_decisions() {
         .timeout(answer_within)
         .build()
         .unwrap();
-    let body = std::fs::read(REVIEW).unwrap();
+    let mut review: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(REVIEW).unwrap()).unwrap();
+    review["request"]["userInfo"]["username"] = "u".repeat(USER_BYTES).into();
+    let body = serde_json::to_vec(&review).unwrap();
     let url = format!("https://127.0.0.1:{port}/validate");
 
     let started = Instant::now();
@@ -155,7 +161,6 @@ async fn a_stdout_nobody_reads_drops_audit_records_not_decisions() {
 
     let dropped = metric(probe, "driftguard_audit_dropped_total").unwrap_or(0.0);
     // At most the queue and the pipe hold records; the rest was dropped.
-    let held = driftguard::logging::audit_writer::CAPACITY + 65536 / 200;
     assert!(
         dropped >= (REVIEWS - held) as f64 && dropped <= REVIEWS as f64,
         "dropped {dropped} of {REVIEWS}"

@@ -1,6 +1,7 @@
 //! Audit lines reach stdout through a bounded queue and one writer thread, so
 //! a reader that stops reading (a full pipe) stalls that thread only, never a
-//! decision: when the queue is full the record is dropped and counted
+//! decision: when the queue's bytes (those waiting and those being written)
+//! would pass [`CAPACITY_BYTES`], the record is dropped and counted
 //! (`driftguard_audit_dropped_total`).
 //!
 //! Queueing a line never makes a system call while lines keep coming: the
@@ -15,8 +16,9 @@ use std::time::{Duration, Instant};
 
 use prometheus_client::metrics::counter::Counter;
 
-/// Records waiting for stdout: about half a MiB of typical lines.
-pub const CAPACITY: usize = 1024;
+/// Bytes of lines waiting for stdout or being written: about 8,000 typical
+/// records. A record lists at most `audit::LISTED_PATH_BYTES` of paths.
+pub const CAPACITY_BYTES: usize = 4 * 1024 * 1024;
 /// How often an awake writer looks for lines.
 pub const POLL: Duration = Duration::from_millis(1);
 /// How long the writer stays awake after its last line.
@@ -80,6 +82,8 @@ struct Queue {
 #[derive(Default)]
 struct State {
     lines: Vec<String>,
+    /// Of the lines queued and those the writer took and has not written.
+    bytes: usize,
     /// The writer sleeps until woken (not polling).
     asleep: bool,
     writer_gone: bool,
@@ -96,11 +100,13 @@ impl Queue {
 
     fn submit(&self, line: String) {
         let mut state = self.lock();
-        if state.writer_gone || state.lines.len() >= CAPACITY {
+        let bytes = line.len() + 1;
+        if state.writer_gone || state.bytes + bytes > CAPACITY_BYTES {
             drop(state);
             DROPPED.inc();
             return;
         }
+        state.bytes += bytes;
         state.lines.push(line);
         if std::mem::take(&mut state.asleep) {
             drop(state);
@@ -170,7 +176,10 @@ impl Queue {
                 }
                 failed = true;
             }
+            let written: usize = lines.iter().map(|l| l.len() + 1).sum();
+            drop(lines);
             let mut state = self.lock();
+            state.bytes -= written;
             state.flushes_done = flush;
             drop(state);
             self.written.notify_all();
@@ -245,10 +254,13 @@ mod tests {
         // No writer: nothing leaves the queue.
         let queue = Queue::default();
         let before = DROPPED.get();
-        for i in 0..CAPACITY + 3 {
-            queue.submit(format!("r{i}"));
+        let line = "x".repeat(999);
+        let fit = CAPACITY_BYTES / 1000;
+        for _ in 0..fit + 3 {
+            queue.submit(line.clone());
         }
-        assert_eq!(queue.lock().lines.len(), CAPACITY);
+        assert_eq!(queue.lock().lines.len(), fit);
+        assert_eq!(queue.lock().bytes, fit * 1000);
         assert!(DROPPED.get() >= before + 3);
         assert!(!queue.flush(Duration::from_millis(20)));
     }
