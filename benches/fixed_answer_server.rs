@@ -70,6 +70,10 @@ async fn main() {
         &limits,
         &Health::default(),
         &driftguard::metrics::Metrics::default(),
+        driftguard::server::budget::MemoryBudget::new(
+            128 << 20,
+            prometheus_client::metrics::gauge::Gauge::default(),
+        ),
     )
     .await;
 }

@@ -276,6 +276,9 @@ impl Config {
     }
 }
 
+/// HTTP/2 requests at once on one connection; each holds its own budget.
+const MAX_STREAMS: u32 = 16;
+
 /// How long the apiserver's webhook client keeps an idle connection (Go's
 /// `http.Transport` as client-go sets it up).
 const APISERVER_KEEP_ALIVE: Duration = Duration::from_secs(90);
@@ -448,6 +451,10 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         .decision_threads
         .map_or_else(Decider::default_threads, usize::from);
     let decision_timeout = config.deadline.decision_timeout;
+    let budget = budget::MemoryBudget::new(
+        usize::try_from(config.memory_budget_bytes).unwrap_or(usize::MAX),
+        metrics.memory_budget_in_use.clone(),
+    );
     let decider = Decider::new(threads, config.decision_queue as usize)
         .context("cannot start the decision threads")?;
     tracing::info!(threads = decider.threads(), queue = config.decision_queue, timeout = ?decision_timeout, "decision pool started");
@@ -465,10 +472,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         },
         max_body_bytes: config.limits.max_body_bytes,
         body_timeout: config.limits.body_timeout,
-        budget: budget::MemoryBudget::new(
-            usize::try_from(config.memory_budget_bytes).unwrap_or(usize::MAX),
-            metrics.memory_budget_in_use.clone(),
-        ),
+        budget: budget.clone(),
     });
     let largest = app.budget.capacity() / budget::BYTES_PER_BODY_BYTE;
     if largest < config.limits.max_body_bytes {
@@ -488,6 +492,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         &config.limits,
         &health,
         &metrics,
+        budget,
     )
     .await;
     probe_task.abort();
@@ -549,6 +554,7 @@ pub async fn serve_tls(
     limits: &ConnectionLimits,
     health: &Health,
     metrics: &Metrics,
+    budget: Arc<budget::MemoryBudget>,
 ) {
     let mut builder = auto::Builder::new(TokioExecutor::new());
     // The apiserver speaks HTTP/1.1 to webhooks (HTTP/2 only to loopback
@@ -561,14 +567,22 @@ pub async fn serve_tls(
     // request's headers stay bounded by --header-timeout (Conn::serve). An
     // idle HTTP/2 connection stays until the client closes it or its
     // keep-alive pings go unanswered. Under pressure, idle ones are evicted.
+    // What one connection may hold is capped to fit its share of the byte
+    // budget (budget::PER_CONNECTION_BYTES): headers, unread HTTP/2 data.
     builder
         .http1()
         .timer(TokioTimer::new())
         .header_read_timeout(limits.idle_timeout)
+        .max_buf_size(budget::HEADER_BYTES)
         .keep_alive(true);
     builder
         .http2()
         .timer(TokioTimer::new())
+        .max_header_list_size(budget::HEADER_BYTES as u32)
+        .max_concurrent_streams(MAX_STREAMS)
+        .initial_stream_window_size(budget::H2_WINDOW)
+        .initial_connection_window_size(budget::H2_WINDOW)
+        .max_send_buf_size(budget::HEADER_BYTES)
         .keep_alive_interval(Some(Duration::from_secs(30)));
     let builder = Arc::new(builder);
     let connections = Connections::new(
@@ -578,6 +592,7 @@ pub async fn serve_tls(
             evicted: metrics.connections_evicted.clone(),
             turned_away: metrics.connections_turned_away.clone(),
         },
+        budget,
     );
     let signal = shutdown_signal();
     tokio::pin!(signal);
@@ -685,13 +700,21 @@ impl Conn {
             },
             reason = slot.closed() => return tracing::debug!(%peer, ?reason, "closed during the TLS handshake"),
         };
+        // Only asked for (and then required) with --client-ca.
+        if tls.get_ref().1.peer_certificates().is_some() {
+            slot.authenticated();
+        }
         slot.handshake_done();
         // Counts the requests in flight: busy from the call until the
-        // response is produced (or the request is dropped).
+        // response is produced (or the request is dropped), slow while its
+        // body has been arriving for long (app::Arriving, dropped once read).
         let inner = self.service;
         let counted = slot.clone();
-        let service = hyper::service::service_fn(move |request| {
+        let service = hyper::service::service_fn(move |mut request: http::Request<_>| {
             let busy = counted.begin();
+            request
+                .extensions_mut()
+                .insert(app::Arriving(Arc::new(counted.arriving())));
             let response = hyper::service::Service::call(&inner, request);
             async move {
                 let response = response.await;
@@ -718,6 +741,9 @@ impl Conn {
                     return;
                 }
                 reason = slot.closed() => {
+                    if reason == CloseReason::Cut {
+                        return tracing::debug!(%peer, "cut: a slow body, or room needed");
+                    }
                     if !closing {
                         conn.as_mut().graceful_shutdown();
                         closing = true;

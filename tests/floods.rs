@@ -191,3 +191,108 @@ fn a_review_gets_through_idle_connections_and_slow_handshakes() {
     review(addr, &ca, Duration::ZERO).expect("a review after the flood");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Clients that open a request and never finish its body, each declaring a
+/// body as large as the whole budget can take: they neither hold the slots
+/// (a body arriving for over a second is cut when room is needed) nor the
+/// budget (bytes are charged as they arrive), so a review on a new
+/// connection is decided at once, by driftguard, not by `--on-error`.
+#[test]
+fn bodies_that_never_arrive_hold_neither_slots_nor_budget() {
+    use std::io::Write;
+    let dir = scratch("slow-bodies");
+    let ca = Authority::new("test CA").unwrap();
+    let server = start(&dir, &ca, MAX, &[]);
+    let addr: SocketAddr = ([127, 0, 0, 1], server.port).into();
+    let config = std::sync::Arc::new(client_config(&ca.cert_pem));
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let opened = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let holders: Vec<_> = (0..MAX)
+        .map(|_| {
+            let (config, stop, opened) = (config.clone(), stop.clone(), opened.clone());
+            std::thread::spawn(move || {
+                let name = rustls::pki_types::ServerName::IpAddress(
+                    std::net::Ipv4Addr::LOCALHOST.into(),
+                );
+                let Ok(tcp) = std::net::TcpStream::connect(addr) else {
+                    return;
+                };
+                let mut tls =
+                    rustls::StreamOwned::new(rustls::ClientConnection::new(config, name).unwrap(), tcp);
+                let head = "POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 3355443\r\n\r\n{";
+                if tls.write_all(head.as_bytes()).and_then(|()| tls.flush()).is_err() {
+                    return;
+                }
+                opened.fetch_add(1, SeqCst);
+                // A byte now and then: slow, never idle.
+                while !stop.load(SeqCst) && tls.write_all(b" ").and_then(|()| tls.flush()).is_ok() {
+                    std::thread::sleep(Duration::from_millis(300));
+                }
+            })
+        })
+        .collect();
+    wait_for(
+        "every slot to hold a slow body",
+        Duration::from_secs(30),
+        || {
+            let open = metric(server.probe, "driftguard_connections_open");
+            let n = opened.load(SeqCst);
+            if n >= MAX && open >= MAX as f64 {
+                Ok(())
+            } else {
+                Err(format!("{n} sending, {open} open"))
+            }
+        },
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    let took = review(addr, &ca, Duration::ZERO).expect("a review past slow bodies");
+    assert!(took < Duration::from_secs(5), "the review took {took:?}");
+    assert!(metric(server.probe, "driftguard_connections_evicted_total") >= 1.0);
+    assert_eq!(
+        metric(server.probe, "driftguard_memory_budget_refused_total"),
+        0.0
+    );
+    stop.store(true, SeqCst);
+    holders.into_iter().for_each(|h| {
+        let _ = h.join();
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Headers are capped (`budget::HEADER_BYTES`, 16 KiB) so that what a
+/// connection holds fits its share of the byte budget.
+#[test]
+fn headers_over_16_kib_are_refused() {
+    let dir = scratch("headers");
+    let ca = Authority::new("test CA").unwrap();
+    let server = start(&dir, &ca, MAX, &[]);
+    let addr: SocketAddr = ([127, 0, 0, 1], server.port).into();
+    let body = std::fs::read(REVIEW).unwrap();
+    let request = |padding: usize| {
+        let mut r = format!(
+            "POST /validate HTTP/1.1\r\nHost: x\r\nX-Pad: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            "p".repeat(padding),
+            body.len()
+        )
+        .into_bytes();
+        r.extend_from_slice(&body);
+        r
+    };
+    let send = |r: &[u8]| {
+        exchange_fresh(
+            addr,
+            &ca.cert_pem,
+            r,
+            Duration::ZERO,
+            Duration::from_secs(30),
+        )
+    };
+    let (status, text) = send(&request(4 * 1024)).unwrap();
+    assert!(status == 200 && text.contains(UID), "{status} {text}");
+    match send(&request(64 * 1024)) {
+        Ok((status, _)) => assert_eq!(status, 431),
+        // Refused while the client still writes: the answer may be lost.
+        Err(e) => assert!(e.contains("write") || e.contains("no status"), "{e}"),
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,5 +1,6 @@
 //! The webhook endpoints, `POST /validate` and `POST /mutate`: a handler reads
-//! the body within `--max-body-bytes` and `--body-timeout`, hands it to the
+//! the body within `--max-body-bytes`, `--body-timeout` and the byte budget
+//! (charged as it arrives, then for the decision), hands it to the
 //! [`Reviewer`] and wraps its answer; refusals become HTTP in [`HttpError`].
 
 use std::sync::Arc;
@@ -15,9 +16,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use http_body_util::BodyExt;
 
-use super::budget::{
-    BYTES_PER_BODY_BYTE, FIRST_RESERVATION, MemoryBudget, OverBudget, Reservation,
-};
+use super::budget::{BYTES_PER_BODY_BYTE, MemoryBudget, OverBudget, Reservation};
 use super::errors::HttpError;
 use super::probes::Health;
 use crate::Endpoint;
@@ -69,35 +68,36 @@ async fn mutate(State(app): State<Arc<App>>, request: Request) -> Response {
     handle(&app, Endpoint::Mutate, request).await
 }
 
-async fn handle(app: &App, endpoint: Endpoint, request: Request) -> Response {
+async fn handle(app: &App, endpoint: Endpoint, mut request: Request) -> Response {
     // The budget is waited for no longer than a decision may take.
     let deadline = Instant::now() + app.reviewer.decision_timeout;
-    let declared = request
-        .headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok()?.parse::<usize>().ok())
-        .map(|n| n.min(app.max_body_bytes));
+    let arriving = request.extensions_mut().remove::<Arriving>();
     let mut reservation = app.budget.reservation();
-    let first = declared
-        .unwrap_or(FIRST_RESERVATION)
-        .saturating_mul(BYTES_PER_BODY_BYTE);
-    let mut refused = reservation.grow_to(first, deadline).await.err();
+    let mut refused = None;
     let limits = BodyLimits {
         max: app.max_body_bytes,
         timeout: app.body_timeout,
         deadline,
     };
-    let body = match read_body(request.into_body(), limits, &mut reservation, &mut refused).await {
+    let read = read_body(request.into_body(), limits, &mut reservation, &mut refused).await;
+    drop(arriving);
+    let body = match read {
         Ok(body) => body,
         Err(e) => {
             app.reviewer.metrics.reject(e.reason());
             return e.into_response();
         }
     };
+    // The decision's working set, reserved before the body is parsed.
+    if refused.is_none() {
+        let needed = body.len().saturating_mul(BYTES_PER_BODY_BYTE);
+        refused = reservation.grow_to(needed, deadline).await.err();
+    }
     let answer = match refused {
         Some(why) => {
             app.reviewer.metrics.memory_budget_refused.inc();
-            match crate::request::uid_in_prefix(&body) {
+            let prefix = &body[..body.len().min(UID_PREFIX_BYTES)];
+            match crate::request::uid_in_prefix(prefix) {
                 Some(uid) => Ok(app.reviewer.refuse(endpoint, &uid, &why.to_string())),
                 None => Err(HttpError::Unavailable(why.to_string())),
             }
@@ -119,6 +119,11 @@ async fn handle(app: &App, endpoint: Endpoint, request: Request) -> Response {
     }
 }
 
+/// Marks a request whose body is still arriving (see
+/// `connections::Slot::arriving`); the handler drops it once the body is read.
+#[derive(Clone)]
+pub struct Arriving(pub std::sync::Arc<super::connections::BodyArriving>);
+
 /// What a body may take: bytes, time to arrive, and the review's deadline
 /// for growing its memory reservation.
 struct BodyLimits {
@@ -131,13 +136,13 @@ struct BodyLimits {
 const UID_PREFIX_BYTES: usize = 16 * 1024;
 
 /// Reads the whole body within `limits.max` bytes and `limits.timeout`,
-/// growing `reservation` to [`BYTES_PER_BODY_BYTE`] times what has arrived.
-/// Once the budget is refused (`refused` set, before or during the read),
-/// only the first [`UID_PREFIX_BYTES`] are kept and the reservation is given
-/// back. A body over the limit is still read and dropped, up to
-/// [`DRAIN_FACTOR`] times the limit, before the 413 is sent: closing a socket
-/// with unread data makes the kernel reset it, and the client would lose the
-/// answer saying why.
+/// growing `reservation` to the bytes that have arrived, never to what the
+/// client declares. Once the budget is refused (`refused` set), only the
+/// first [`UID_PREFIX_BYTES`] are kept and the reservation is given back. A
+/// body over the limit is still read and dropped, up to [`DRAIN_FACTOR`]
+/// times the limit, before the 413 is sent: closing a socket with unread
+/// data makes the kernel reset it, and the client would lose the answer
+/// saying why.
 async fn read_body(
     body: Body,
     limits: BodyLimits,
@@ -149,9 +154,6 @@ async fn read_body(
         let mut body = body;
         let mut kept = Vec::new();
         let mut seen = 0usize;
-        if refused.is_some() {
-            *reservation = reservation.empty();
-        }
         while let Some(frame) = body.frame().await {
             let frame =
                 frame.map_err(|e| HttpError::BadRequest(format!("cannot read the body: {e}")))?;
@@ -159,24 +161,14 @@ async fn read_body(
                 continue;
             };
             seen = seen.saturating_add(data.len());
-            if refused.is_none() && seen <= limit {
-                let needed = seen.saturating_mul(BYTES_PER_BODY_BYTE);
-                if needed > reservation.bytes() {
-                    // Grown in steps, not per frame.
-                    let step = needed.max(
-                        reservation
-                            .bytes()
-                            .saturating_mul(2)
-                            .min(limit.saturating_mul(BYTES_PER_BODY_BYTE))
-                            .min(reservation.capacity()),
-                    );
-                    if let Err(e) = reservation.grow_to(step, limits.deadline).await {
-                        *refused = Some(e);
-                        *reservation = reservation.empty();
-                        kept.truncate(UID_PREFIX_BYTES);
-                        kept.shrink_to_fit();
-                    }
-                }
+            if refused.is_none()
+                && seen <= limit
+                && let Err(e) = reservation.grow_to(seen, limits.deadline).await
+            {
+                *refused = Some(e);
+                *reservation = reservation.empty();
+                kept.truncate(UID_PREFIX_BYTES);
+                kept.shrink_to_fit();
             }
             if seen > limit.saturating_mul(DRAIN_FACTOR) {
                 return Err(HttpError::TooLarge(limit));

@@ -1,14 +1,17 @@
-//! The memory budget: an upper bound on the bytes all reviews in flight may
-//! hold, body, parsed objects and decision together.
+//! The byte budget: an upper bound on what clients can make the server hold,
+//! charged before it is held. Each connection reserves
+//! [`PER_CONNECTION_BYTES`] (TLS and HTTP buffers, headers capped to fit); a
+//! review reserves its body's bytes as they arrive, never the length it
+//! declares, and [`BYTES_PER_BODY_BYTE`] times its body once complete, before
+//! it is parsed (one review's peak, see `scripts/review-rss.sh`).
 //!
-//! One review's peak is at most [`BYTES_PER_BODY_BYTE`] times its body (see
-//! `scripts/review-rss.sh`), so a review reserves that many bytes per body
-//! byte before its body is read: the Content-Length up front, and more as
-//! frames arrive past it. A review that cannot get its share before its
-//! deadline is answered by `--on-error` without being parsed. Reviews that
-//! fit go ahead of larger ones waiting (no FIFO), so a flood of maximal bodies
-//! cannot hold up the ordinary small ones behind it; the large ones then wait
-//! out their deadline, which bounds how long they hold a connection.
+//! A review that cannot get its share before its deadline is answered by
+//! `--on-error` without being parsed. Reviews that fit go ahead of larger
+//! ones waiting (no FIFO), so a flood of maximal bodies cannot hold up the
+//! ordinary small ones behind it. Whoever waits asks for relief first: the
+//! connection registry then cuts bodies that have been arriving for longer
+//! than the apiserver ever takes, so a client that sends slowly cannot keep
+//! others' reviews waiting.
 
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -24,15 +27,38 @@ use tokio::sync::Notify;
 /// UPDATE.
 pub const BYTES_PER_BODY_BYTE: usize = 40;
 
-/// Reserved for a review before any of its body is known (no Content-Length).
-pub const FIRST_RESERVATION: usize = 64 * 1024;
+/// What one open connection may hold, reserved when it is accepted:
+/// rustls's record buffers (two of about 17 KiB), hyper's read buffer
+/// ([`HEADER_BYTES`]), and an HTTP/2 connection window ([`H2_WINDOW`]).
+pub const PER_CONNECTION_BYTES: usize = 128 * 1024;
+/// Request headers, and HTTP/1's read buffer: the apiserver sends under 1 KiB.
+pub const HEADER_BYTES: usize = 16 * 1024;
+/// HTTP/2 stream and connection windows: what a peer may send unread.
+pub const H2_WINDOW: u32 = 64 * 1024;
 
-#[derive(Debug)]
+/// How often a waiting reservation asks for relief again: a body becomes
+/// slow enough to cut while others wait.
+const RELIEF_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
+
+type Relief = Box<dyn Fn() + Send + Sync>;
+
 pub struct MemoryBudget {
     capacity: usize,
     used: Mutex<usize>,
     freed: Notify,
     in_use: Gauge,
+    /// Called when a reservation has to wait (the registry's
+    /// `cut_slow_bodies`); set once, after the registry exists.
+    relief: std::sync::OnceLock<Relief>,
+}
+
+impl std::fmt::Debug for MemoryBudget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryBudget")
+            .field("capacity", &self.capacity)
+            .field("used", &self.used())
+            .finish()
+    }
 }
 
 /// Why a reservation was not granted.
@@ -60,6 +86,20 @@ impl MemoryBudget {
             used: Mutex::new(0),
             freed: Notify::new(),
             in_use,
+            relief: std::sync::OnceLock::new(),
+        })
+    }
+
+    /// What a waiting reservation calls first; later calls are ignored.
+    pub fn set_relief(&self, relief: impl Fn() + Send + Sync + 'static) {
+        let _ = self.relief.set(Box::new(relief));
+    }
+
+    /// `bytes` now, or `None` without waiting.
+    pub fn try_reserve(self: &Arc<Self>, bytes: usize) -> Option<Reservation> {
+        self.try_take(bytes).then(|| Reservation {
+            budget: self.clone(),
+            bytes,
         })
     }
 
@@ -122,12 +162,14 @@ impl Reservation {
                 self.bytes = total;
                 return Ok(());
             }
-            if tokio::time::timeout_at(deadline.into(), freed)
-                .await
-                .is_err()
-            {
+            if let Some(relief) = self.budget.relief.get() {
+                relief();
+            }
+            let now = Instant::now();
+            if now >= deadline {
                 return Err(OverBudget::Busy { capacity });
             }
+            let _ = tokio::time::timeout_at((deadline.min(now + RELIEF_EVERY)).into(), freed).await;
         }
     }
 
@@ -205,5 +247,24 @@ mod tests {
         drop(big);
         assert_eq!(waiter.await.unwrap(), Ok(50));
         assert_eq!(budget.used(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_waiting_reservation_asks_for_relief_and_gets_what_it_frees() {
+        let budget = MemoryBudget::new(100, Gauge::default());
+        let held = std::sync::Arc::new(Mutex::new(budget.try_reserve(90)));
+        let asked = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        budget.set_relief({
+            let (held, asked) = (held.clone(), asked.clone());
+            move || {
+                asked.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                held.lock().unwrap().take();
+            }
+        });
+        let mut r = budget.reservation();
+        r.grow_to(50, soon(5_000)).await.unwrap();
+        assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert_eq!(budget.used(), 50);
+        assert!(budget.try_reserve(51).is_none());
     }
 }

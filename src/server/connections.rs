@@ -33,6 +33,15 @@
 //! (or dribbles the next request's headers) loses its own before the
 //! apiserver's kept-alive ones. A flood spread over as many addresses as
 //! there are slots falls back to oldest-first.
+//!
+//! A request whose body has been arriving for longer than [`SLOW_BODY`]
+//! (the apiserver sends its whole body at once) is not busy but slow: it can
+//! be cut, after the connections that never served, so that slow senders
+//! cannot fill the slots. Each connection holds
+//! `budget::PER_CONNECTION_BYTES` of the byte budget; when a review has to
+//! wait for budget, [`Connections::cut_slow`] cuts every slow body and
+//! closes every connection still unused after [`SLOW_BODY`]. With client
+//! authentication on, a new connection never evicts an authenticated one.
 
 use std::cmp::Reverse;
 use std::collections::HashMap;
@@ -45,6 +54,8 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::Notify;
 
+use super::budget::{MemoryBudget, PER_CONNECTION_BYTES, Reservation};
+
 /// How long an evicted connection that was told to close gracefully (an
 /// HTTP/2 GOAWAY waits for the peer's ping answer) may take before it is
 /// dropped, unless a request raced in and is still in flight.
@@ -53,6 +64,9 @@ pub const EVICTION_GRACE: Duration = Duration::from_secs(1);
 /// How often the accept loop looks for another victim while the one it chose
 /// is still closing.
 const RECHECK: Duration = Duration::from_millis(50);
+
+/// A body still arriving after this is slow: the apiserver sends its at once.
+pub const SLOW_BODY: Duration = Duration::from_secs(1);
 
 /// Why a connection was told to close.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -64,6 +78,8 @@ pub enum CloseReason {
     Evicted = 1,
     /// The server is shutting down: finish what is in flight.
     Shutdown = 2,
+    /// A slow body, or room needed: dropped at once, requests and all.
+    Cut = 3,
 }
 
 /// One connection's state, shared between its task (which updates it) and
@@ -79,8 +95,15 @@ pub struct Slot {
     /// Milliseconds after `epoch` at which the connection was accepted or last
     /// became idle.
     since_ms: AtomicU64,
+    /// Requests whose body is still arriving, and since when (the first).
+    arriving: AtomicUsize,
+    arriving_since_ms: AtomicU64,
+    /// Presented a client certificate the verifier accepted.
+    authenticated: AtomicBool,
     reason: AtomicU8,
     close: Notify,
+    /// Its share of the byte budget, given back when the slot is.
+    _charge: Reservation,
 }
 
 impl Slot {
@@ -105,6 +128,29 @@ impl Slot {
         self.served.load(Ordering::SeqCst)
     }
 
+    /// The client proved who it is (client authentication is on).
+    pub fn authenticated(&self) {
+        self.authenticated.store(true, Ordering::SeqCst);
+    }
+
+    /// A request's body started arriving; it counts as slow once it has
+    /// been arriving for [`SLOW_BODY`], until the guard is dropped.
+    pub fn arriving(self: &Arc<Self>) -> BodyArriving {
+        if self.arriving.fetch_add(1, Ordering::SeqCst) == 0 {
+            self.arriving_since_ms
+                .store(self.now_ms(), Ordering::SeqCst);
+        }
+        BodyArriving(self.clone())
+    }
+
+    fn slow(&self) -> bool {
+        self.arriving.load(Ordering::SeqCst) > 0
+            && self
+                .now_ms()
+                .saturating_sub(self.arriving_since_ms.load(Ordering::SeqCst))
+                >= SLOW_BODY.as_millis() as u64
+    }
+
     pub fn in_flight(&self) -> usize {
         self.in_flight.load(Ordering::SeqCst)
     }
@@ -119,12 +165,13 @@ impl Slot {
         match self.reason.load(Ordering::SeqCst) {
             1 => CloseReason::Evicted,
             2 => CloseReason::Shutdown,
+            3 => CloseReason::Cut,
             _ => CloseReason::None,
         }
     }
 
-    /// Tells the task to close. A shutdown overrides an eviction, never the
-    /// other way round.
+    /// Tells the task to close. A shutdown overrides an eviction, and a cut
+    /// both, never the other way round.
     fn tell(&self, reason: CloseReason) {
         let previous = self.reason.fetch_max(reason as u8, Ordering::SeqCst);
         if previous < reason as u8 {
@@ -136,11 +183,31 @@ impl Slot {
     fn snapshot(&self) -> Snapshot {
         Snapshot {
             busy: self.in_flight() > 0,
+            slow: self.slow(),
             closing: self.reason() != CloseReason::None,
             served: self.served(),
+            authenticated: self.authenticated.load(Ordering::SeqCst),
             since_ms: self.since_ms.load(Ordering::SeqCst),
             peer: self.peer,
         }
+    }
+
+    /// Cut if slow, else closed gracefully.
+    fn evict(&self) {
+        self.tell(if self.slow() {
+            CloseReason::Cut
+        } else {
+            CloseReason::Evicted
+        });
+    }
+}
+
+/// A request whose body is still arriving (see [`Slot::arriving`]).
+pub struct BodyArriving(Arc<Slot>);
+
+impl Drop for BodyArriving {
+    fn drop(&mut self) {
+        self.0.arriving.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -159,38 +226,57 @@ impl Drop for Busy {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Snapshot {
     pub busy: bool,
+    /// A body has been arriving for [`SLOW_BODY`] or longer.
+    pub slow: bool,
     pub closing: bool,
     pub served: bool,
+    pub authenticated: bool,
     pub since_ms: u64,
     pub peer: IpAddr,
 }
 
-/// The connection to close to make room: among those with nothing in flight
-/// and not already closing, the ones that never served a request before
-/// those that did; within either group, from the peer holding the most of
-/// that group; then the longest idle (or longest in its handshake). `None`
-/// when every connection is busy or already closing.
+impl Snapshot {
+    /// Which to close first: 0 never served and idle, 1 slow, 2 served and
+    /// idle; `None` for busy (and not slow) or closing.
+    fn rank(&self) -> Option<u8> {
+        match (self.closing, self.slow, self.busy, self.served) {
+            (true, ..) => None,
+            (_, true, ..) => Some(1),
+            (_, _, true, _) => None,
+            (.., false) => Some(0),
+            (.., true) => Some(2),
+        }
+    }
+}
+
+/// The connection to close to make room for an unauthenticated newcomer:
+/// those that never served a request first, then slow bodies, then those
+/// idle after serving; within each, from the peer holding the most of that
+/// group; then the longest idle (or longest in its handshake). Busy,
+/// closing and authenticated connections are never chosen.
 pub fn choose_victim(slots: impl IntoIterator<Item = (u64, Snapshot)>) -> Option<u64> {
-    let candidates: Vec<(u64, Snapshot)> = slots
+    let candidates: Vec<(u64, u8, Snapshot)> = slots
         .into_iter()
-        .filter(|(_, s)| !s.busy && !s.closing)
+        .filter(|(_, s)| !s.authenticated)
+        .filter_map(|(id, s)| Some((id, s.rank()?, s)))
         .collect();
-    let mut crowds: HashMap<(bool, IpAddr), usize> = HashMap::new();
-    for (_, s) in &candidates {
-        *crowds.entry((s.served, s.peer)).or_default() += 1;
+    let mut crowds: HashMap<(u8, IpAddr), usize> = HashMap::new();
+    for (_, rank, s) in &candidates {
+        *crowds.entry((*rank, s.peer)).or_default() += 1;
     }
     candidates
         .into_iter()
-        .min_by_key(|(id, s)| {
-            let crowd = crowds[&(s.served, s.peer)];
-            (s.served, Reverse(crowd), s.since_ms, *id)
+        .min_by_key(|(id, rank, s)| {
+            let crowd = crowds[&(*rank, s.peer)];
+            (*rank, Reverse(crowd), s.since_ms, *id)
         })
-        .map(|(id, _)| id)
+        .map(|(id, ..)| id)
 }
 
 /// The registry of open connections.
 pub struct Connections {
     max: usize,
+    budget: Arc<MemoryBudget>,
     epoch: Instant,
     next_id: AtomicU64,
     open: Mutex<HashMap<u64, Arc<Slot>>>,
@@ -209,9 +295,11 @@ pub struct ConnectionMetrics {
 }
 
 impl Connections {
-    pub fn new(max: usize, metrics: ConnectionMetrics) -> Arc<Self> {
-        Arc::new(Self {
+    /// The registry, which also relieves `budget` when reviews wait on it.
+    pub fn new(max: usize, metrics: ConnectionMetrics, budget: Arc<MemoryBudget>) -> Arc<Self> {
+        let connections = Arc::new(Self {
             max: max.max(1),
+            budget: budget.clone(),
             epoch: Instant::now(),
             next_id: AtomicU64::new(0),
             open: Mutex::new(HashMap::new()),
@@ -219,7 +307,31 @@ impl Connections {
             open_gauge: metrics.open,
             evicted: metrics.evicted,
             turned_away: metrics.turned_away,
-        })
+        });
+        let weak = Arc::downgrade(&connections);
+        budget.set_relief(move || {
+            if let Some(connections) = weak.upgrade() {
+                connections.cut_slow();
+            }
+        });
+        connections
+    }
+
+    /// Room for reviews waiting on the budget: every slow body is cut, and
+    /// every connection still unused [`SLOW_BODY`] after it was accepted
+    /// (past its handshake, the apiserver sends at once) is closed.
+    pub fn cut_slow(&self) {
+        let open = self.lock();
+        for slot in open.values() {
+            let s = slot.snapshot();
+            let unused = !s.served
+                && !s.busy
+                && slot.now_ms().saturating_sub(s.since_ms) >= SLOW_BODY.as_millis() as u64;
+            if !s.closing && (s.slow || unused) {
+                slot.evict();
+                self.evicted.inc();
+            }
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<Slot>>> {
@@ -244,7 +356,10 @@ impl Connections {
         loop {
             {
                 let mut open = self.lock();
-                if open.len() < self.max {
+                let charge = (open.len() < self.max)
+                    .then(|| self.budget.try_reserve(PER_CONNECTION_BYTES))
+                    .flatten();
+                if let Some(charge) = charge {
                     let id = self.next_id.fetch_add(1, Ordering::Relaxed);
                     let slot = Arc::new(Slot {
                         id,
@@ -253,8 +368,12 @@ impl Connections {
                         served: AtomicBool::new(false),
                         in_flight: AtomicUsize::new(0),
                         since_ms: AtomicU64::new(self.epoch.elapsed().as_millis() as u64),
+                        arriving: AtomicUsize::new(0),
+                        arriving_since_ms: AtomicU64::new(0),
+                        authenticated: AtomicBool::new(false),
                         reason: AtomicU8::new(CloseReason::None as u8),
                         close: Notify::new(),
+                        _charge: charge,
                     });
                     open.insert(id, slot.clone());
                     self.open_gauge.set(open.len() as i64);
@@ -275,7 +394,7 @@ impl Connections {
                             return None;
                         }
                     }
-                    slot.tell(CloseReason::Evicted);
+                    slot.evict();
                     self.evicted.inc();
                 }
             }
@@ -341,8 +460,10 @@ mod tests {
     fn from(peer: IpAddr, busy: bool, closing: bool, served: bool, since_ms: u64) -> Snapshot {
         Snapshot {
             busy,
+            slow: false,
             closing,
             served,
+            authenticated: false,
             since_ms,
             peer,
         }
@@ -422,6 +543,33 @@ mod tests {
         assert_eq!(choose_victim(slots), Some(5));
     }
 
+    #[test]
+    fn slow_bodies_go_after_unused_connections_and_before_served_idle_ones() {
+        let slow = |since| Snapshot {
+            busy: true,
+            slow: true,
+            ..snap(true, false, true, since)
+        };
+        let slots = [
+            (1, snap(false, false, true, 0)),
+            (2, slow(50)),
+            (3, snap(true, false, true, 0)),
+        ];
+        assert_eq!(choose_victim(slots), Some(2));
+        let slots = [(1, slow(0)), (2, snap(false, false, false, 90))];
+        assert_eq!(choose_victim(slots), Some(2));
+        // Authenticated connections are never traded for a newcomer.
+        let authenticated = |s: Snapshot| Snapshot {
+            authenticated: true,
+            ..s
+        };
+        let slots = [
+            (1, authenticated(snap(false, false, false, 0))),
+            (2, authenticated(slow(0))),
+        ];
+        assert_eq!(choose_victim(slots), None);
+    }
+
     const BUSY_PEER: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(10, 244, 2, 9));
 
     /// The registry, its open gauge, and its evicted and turned-away counters.
@@ -436,7 +584,13 @@ mod tests {
             metrics.evicted.clone(),
             metrics.turned_away.clone(),
         );
-        (Connections::new(max, metrics), gauge, evicted, turned_away)
+        let budget = MemoryBudget::new(1 << 40, Gauge::default());
+        (
+            Connections::new(max, metrics, budget),
+            gauge,
+            evicted,
+            turned_away,
+        )
     }
 
     async fn admit(connections: &Arc<Connections>, peer: IpAddr) -> Admitted {

@@ -349,17 +349,29 @@ pub fn post_fresh(
     think: Duration,
     within: Duration,
 ) -> Result<(u16, String), String> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let connector = tokio_rustls::TlsConnector::from(Arc::new(client_config(ca_pem)));
     let mut request = format!(
         "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
     )
     .into_bytes();
     request.extend_from_slice(body);
+    exchange_fresh(addr, ca_pem, &request, think, within)
+}
+
+/// Sends `request` (raw HTTP/1.1, `Connection: close`) on a new TLS
+/// connection, `think` after the handshake, and returns (status, body).
+pub fn exchange_fresh(
+    addr: SocketAddr,
+    ca_pem: &str,
+    request: &[u8],
+    think: Duration,
+    within: Duration,
+) -> Result<(u16, String), String> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(client_config(ca_pem)));
     runtime.block_on(async {
         let exchange = async {
             let tcp = TcpStream::connect(addr)
@@ -371,7 +383,7 @@ pub fn post_fresh(
                 .await
                 .map_err(|e| format!("handshake: {e}"))?;
             tokio::time::sleep(think).await;
-            tls.write_all(&request)
+            tls.write_all(request)
                 .await
                 .map_err(|e| format!("write: {e}"))?;
             // rustls may still hold the last records of a large body.
