@@ -27,10 +27,11 @@ use tokio::sync::Notify;
 /// UPDATE.
 pub const BYTES_PER_BODY_BYTE: usize = 40;
 
-/// What one open connection may hold, reserved when it is accepted:
-/// rustls's record buffers (two of about 17 KiB), hyper's read buffer
-/// ([`HEADER_BYTES`]), and an HTTP/2 connection window ([`H2_WINDOW`]).
-pub const PER_CONNECTION_BYTES: usize = 128 * 1024;
+/// What one open connection may hold, reserved when it is accepted: 50 KiB
+/// measured for a served keep-alive TLS connection, 60 KiB with 15 KiB of
+/// headers pending (`scripts/conn-rss.py`). Bodies are charged apart, as
+/// they arrive, so 1,024 connections take at most half the default budget.
+pub const PER_CONNECTION_BYTES: usize = 64 * 1024;
 /// Request headers, and HTTP/1's read buffer: the apiserver sends under 1 KiB.
 pub const HEADER_BYTES: usize = 16 * 1024;
 /// HTTP/2 stream and connection windows: what a peer may send unread.

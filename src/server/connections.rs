@@ -68,6 +68,10 @@ const RECHECK: Duration = Duration::from_millis(50);
 /// A body still arriving after this is slow: the apiserver sends its at once.
 pub const SLOW_BODY: Duration = Duration::from_secs(1);
 
+/// Served, idle connections a peer keeps when reviews wait for budget: the
+/// apiserver multiplexes over HTTP/2, and keeps a few HTTP/1 ones.
+pub const IDLE_KEPT_PER_PEER: usize = 4;
+
 /// Why a connection was told to close.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
@@ -317,17 +321,36 @@ impl Connections {
         connections
     }
 
-    /// Room for reviews waiting on the budget: every slow body is cut, and
-    /// every connection still unused [`SLOW_BODY`] after it was accepted
-    /// (past its handshake, the apiserver sends at once) is closed.
+    /// Room for reviews waiting on the budget: every slow body is cut, every
+    /// connection still unused [`SLOW_BODY`] after it was accepted (past its
+    /// handshake, the apiserver sends at once) is closed, and so are the
+    /// longest idle of any peer's served connections beyond its newest
+    /// [`IDLE_KEPT_PER_PEER`] (authenticated ones never).
     pub fn cut_slow(&self) {
         let open = self.lock();
+        let now = self.epoch.elapsed().as_millis() as u64;
+        let mut idle_by_peer: HashMap<IpAddr, Vec<(u64, &Arc<Slot>)>> = HashMap::new();
         for slot in open.values() {
             let s = slot.snapshot();
+            if s.closing {
+                continue;
+            }
             let unused = !s.served
                 && !s.busy
-                && slot.now_ms().saturating_sub(s.since_ms) >= SLOW_BODY.as_millis() as u64;
-            if !s.closing && (s.slow || unused) {
+                && now.saturating_sub(s.since_ms) >= SLOW_BODY.as_millis() as u64;
+            if s.slow || unused {
+                slot.evict();
+                self.evicted.inc();
+            } else if s.rank() == Some(2) && !s.authenticated {
+                idle_by_peer
+                    .entry(s.peer)
+                    .or_default()
+                    .push((s.since_ms, slot));
+            }
+        }
+        for mut idle in idle_by_peer.into_values() {
+            idle.sort_by_key(|(since, _)| Reverse(*since));
+            for (_, slot) in idle.into_iter().skip(IDLE_KEPT_PER_PEER) {
                 slot.evict();
                 self.evicted.inc();
             }
