@@ -57,6 +57,9 @@ pub struct Metrics {
     pub sources_objects: Family<SourceLabels, Gauge>,
     pub sources_version_mismatch: Family<SourceLabels, Gauge>,
     pub sources_failing: Family<SourceLabels, Gauge<f64, AtomicU64>>,
+    /// 1 while a watch has never listed: decisions judge without it.
+    pub sources_unread: Family<SourceLabels, Gauge>,
+    pub decisions_without_sources: Counter,
     pub policy_info: Family<PolicyLabels, Gauge>,
     pub connections_open: Gauge,
     pub connections_evicted: Counter,
@@ -222,6 +225,18 @@ impl Default for Metrics {
             "Seconds a watched Argo CD / Flux source has been failing (a hub out of reach), 0 while it works; the last good rules serve meanwhile",
             sources_failing.clone(),
         );
+        let sources_unread = Family::<SourceLabels, Gauge>::default();
+        registry.register(
+            "sources_unread",
+            "1 while a watched Argo CD / Flux source has never been listed (a hub out of reach since start): decisions take the strictest reading without it and /readyz says degraded",
+            sources_unread.clone(),
+        );
+        let decisions_without_sources = Counter::default();
+        registry.register(
+            "decisions_without_sources",
+            "Decisions taken while a watched Argo CD / Flux source was unread, by the object's own claims and the policy alone",
+            decisions_without_sources.clone(),
+        );
         let policy_info = Family::<PolicyLabels, Gauge>::default();
         registry.register(
             "policy_info",
@@ -284,6 +299,8 @@ impl Default for Metrics {
             sources_objects,
             sources_version_mismatch,
             sources_failing,
+            sources_unread,
+            decisions_without_sources,
             policy_info,
             requests,
             rejected,

@@ -179,6 +179,12 @@ pub struct Config {
         value_delimiter = ','
     )]
     pub cluster_names: Vec<String>,
+    /// How long the watched sources' first list may keep the server unready,
+    /// so that a normal start judges with all of them. Past it, a source not
+    /// listed (a hub out of reach) leaves the server ready, degraded: it
+    /// judges by the strictest reading without it until it lists.
+    #[arg(long, env = "DRIFTGUARD_SOURCES_WAIT", default_value = "10s", value_parser = duration)]
+    pub sources_wait: Duration,
     /// How often expired break-glasses are ended: their annotations, label and
     /// the GitOps pause driftguard set removed, so the tool restores Git
     /// (needs list and patch on every type, and patch on Argo CD
@@ -393,11 +399,25 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
                 local_flux: config.local_flux,
             };
             let watches = crate::cluster::watch::spawn(client.clone(), &options, metrics.clone());
-            health.sources_filled.store(false, Ordering::SeqCst);
+            *health
+                .sources_unread
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()) = watches.unread();
+            let (wait, waited) = (config.sources_wait, health.clone());
+            tokio::spawn(async move {
+                tokio::time::sleep(wait).await;
+                waited.sources_wait_over.store(true, Ordering::SeqCst);
+                if let Some(why) = waited.degraded() {
+                    tracing::warn!("ready, degraded: {why}");
+                }
+            });
             let (health, metrics, w) = (health.clone(), metrics.clone(), watches.clone());
             tokio::spawn(async move {
                 loop {
-                    health.sources_filled.store(w.filled(), Ordering::SeqCst);
+                    *health
+                        .sources_unread
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner()) = w.unread();
                     *health
                         .sources_mismatched
                         .lock()
