@@ -23,8 +23,11 @@ use kube::runtime::{WatchStreamExt, watcher};
 
 use super::source_cache::{Kind, SourceCache, strip};
 use crate::metrics::{Metrics, SourceLabels};
+use crate::policy::Application;
 use crate::policy::app_namespaces;
-use crate::policy::argocd::ThisCluster;
+use crate::policy::argocd::{DiffMode, ThisCluster};
+use crate::policy::flux::FluxSource;
+use crate::policy::ignore::RuleSet;
 use crate::sources::Sources;
 
 /// The sources in force, replaced whole on every change. The lock is held
@@ -137,25 +140,25 @@ struct Source {
 
 /// All caches' sources as one: each Argo CD installation apart, the listed
 /// objects merged (the first lister named, as within one cache). A cache
-/// with a tool's watch `unread` lends none of that tool's loosenings: its
-/// Applications, argocd-cm's ignore rules and sync accounts, or its Flux
-/// objects (ignore rules, service accounts), even those already listed,
-/// which may be judged by a project or a Kustomization not read yet. What
-/// only makes decisions stricter stays: the records' listed objects, the
-/// instance label and installation id.
+/// with a tool's watch `unread` lends none of that tool's loosenings, even
+/// from objects already listed (an AppProject not read yet may refuse an
+/// Application): no ignore rules, sync accounts or service accounts, and
+/// Argo CD's legacy diff. What only makes decisions stricter stays: the
+/// records' listed objects, where Applications deploy and HelmReleases
+/// install, the instance label and the installation id.
 fn snapshot(caches: &[SourceCache], unread: &[Source]) -> Sources {
     let unread_in = |at: usize, flux: bool| unread.iter().any(|u| u.at == at && u.flux == flux);
     let mut parts = caches.iter().enumerate().map(|(at, cache)| {
         let mut part = cache.snapshot();
         if unread_in(at, false) {
             for argocd in &mut part.argocd {
-                argocd.applications.clear();
+                argocd.applications = argocd.applications.iter().map(strict_app).collect();
                 argocd.overrides = Arc::default();
                 argocd.sync_accounts.clear();
             }
         }
         if unread_in(at, true) {
-            part.flux.clear();
+            part.flux = part.flux.iter().map(strict_flux).collect();
         }
         part
     });
@@ -173,6 +176,38 @@ fn snapshot(caches: &[SourceCache], unread: &[Source]) -> Sources {
     }
     all.unread = unread.iter().map(|u| u.label).collect();
     all
+}
+
+/// An Application without what would loosen a decision (its ignore rules,
+/// a server-side diff) while its installation is not fully read.
+fn strict_app(app: &Arc<Application>) -> Arc<Application> {
+    Arc::new(Application {
+        name: app.name.clone(),
+        namespace: app.namespace.clone(),
+        repo_url: app.repo_url.clone(),
+        path: app.path.clone(),
+        destination_namespace: app.destination_namespace.clone(),
+        project: app.project.clone(),
+        sync_destination: app.sync_destination.clone(),
+        sync_servers: app.sync_servers.clone(),
+        application_set: app.application_set.clone(),
+        rules: RuleSet::default(),
+        diff: DiffMode::Legacy,
+    })
+}
+
+/// A Flux object without what would loosen a decision (its ignore rules,
+/// the service account it impersonates) while its Flux is not fully read.
+fn strict_flux(source: &Arc<FluxSource>) -> Arc<FluxSource> {
+    Arc::new(FluxSource {
+        kind: source.kind,
+        namespace: source.namespace.clone(),
+        name: source.name.clone(),
+        service_account: None,
+        source: source.source.clone(),
+        rules: Vec::new(),
+        release_namespace: source.release_namespace.clone(),
+    })
 }
 
 pub struct WatchOptions {
@@ -695,10 +730,24 @@ mod tests {
         assert!(read.unread.is_empty());
 
         let project = |flux, label| Source { at: 0, flux, label };
+        let rules = |app: &Application| {
+            let target = crate::policy::Target {
+                group: "apps",
+                kind: "Deployment",
+                name: "web",
+                namespace: "shop",
+            };
+            app.rules.matching(&target).len()
+        };
         let without_projects = snapshot(caches, &[project(false, "AppProject")]);
         let argocd = &without_projects.argocd[0];
-        assert!(argocd.applications.is_empty() && argocd.sync_accounts.is_empty());
-        assert_eq!(without_projects.flux.len(), 1, "Flux was read");
+        assert!(argocd.sync_accounts.is_empty());
+        // Where it deploys still guards that Namespace; its rules are gone.
+        let app = &argocd.applications[0];
+        assert_eq!(app.destination_namespace.as_deref(), Some("shop"));
+        assert_eq!(rules(app), 0);
+        assert_eq!(rules(&read.argocd[0].applications[0]), 1);
+        assert_eq!(without_projects.flux[0].rules.len(), 1, "Flux was read");
         assert!(
             without_projects
                 .planned
@@ -707,9 +756,9 @@ mod tests {
         assert_eq!(without_projects.unread, ["AppProject"]);
 
         let without_flux = snapshot(caches, &[project(true, "HelmRelease")]);
-        assert!(without_flux.flux.is_empty());
+        assert!(without_flux.flux[0].rules.is_empty());
         assert_eq!(
-            without_flux.argocd[0].applications.len(),
+            rules(&without_flux.argocd[0].applications[0]),
             1,
             "Argo CD was read"
         );
@@ -720,7 +769,7 @@ mod tests {
             label: "local Application",
         };
         assert_eq!(
-            snapshot(caches, &[elsewhere]).argocd[0].applications.len(),
+            rules(&snapshot(caches, &[elsewhere]).argocd[0].applications[0]),
             1
         );
     }
