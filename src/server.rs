@@ -333,7 +333,6 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let listener = TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("cannot bind {}", config.listen))?;
-    health.tls_bound.store(true, Ordering::SeqCst);
     tracing::info!(listen = %listener.local_addr()?, probes = %config.probe_listen, "driftguard is serving");
 
     if let Some(path) = config.source.policy.clone() {
@@ -498,6 +497,9 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             "--memory-budget-bytes fits no body over {largest} bytes: larger reviews are answered by --on-error"
         );
     }
+    // Ready only now: the watches are registered, so /readyz never says
+    // ready before it knows which sources are still unread.
+    health.tls_bound.store(true, Ordering::SeqCst);
     serve_tls(
         listener,
         acceptor,
