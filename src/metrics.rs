@@ -65,6 +65,8 @@ pub struct Metrics {
     pub connections_evicted: Counter,
     pub connections_turned_away: Counter,
     pub clients_refused: Family<ReasonLabels, Counter>,
+    /// 1 when webhook clients must present a certificate (`--client-ca`).
+    pub client_auth_required: Gauge,
     pub guarded_changes: Family<GuardLabels, Counter>,
     pub guarded_present: Family<GuardKindLabels, Gauge>,
 }
@@ -273,6 +275,12 @@ impl Default for Metrics {
             "Webhook clients refused in the TLS handshake under --client-ca: no certificate, an untrusted one, or one naming no --client-name",
             clients_refused.clone(),
         );
+        let client_auth_required = Gauge::default();
+        registry.register(
+            "client_auth_required",
+            "1 when webhook clients must present a certificate from --client-ca; 0: any client that reaches the port can post reviews (close it with a NetworkPolicy, docs/install.md)",
+            client_auth_required.clone(),
+        );
         let guarded_changes = Family::<GuardLabels, Counter>::default();
         registry.register(
             "guarded_changes",
@@ -320,6 +328,7 @@ impl Default for Metrics {
             connections_evicted,
             connections_turned_away,
             clients_refused,
+            client_auth_required,
             guarded_changes,
             guarded_present,
         }

@@ -315,6 +315,9 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         }
         None => None,
     };
+    metrics
+        .client_auth_required
+        .set(i64::from(client_ca.is_some()));
     if client_ca.is_some() && config.client_names.is_empty() {
         tracing::warn!(
             "--client-ca without --client-name: every certificate the CA signed is let in, not only the apiserver's"
