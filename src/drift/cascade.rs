@@ -87,19 +87,8 @@ pub(super) fn guard(policy: &Policy, req: &Request, ctx: &Context, d: Decision) 
         return d;
     };
     let why = why.clone();
-    let Some(old) = req.old_object else {
+    let (Some(cascade), Some(old)) = (cascade_of(policy, req, ctx), req.old_object) else {
         return d;
-    };
-    let unread = ctx.sources.is_some_and(|s| !s.unread.is_empty())
-        && (policy.argocd.is_some() || policy.flux);
-    let cascade = match (ctx.sources.and_then(|s| lost(policy, req, s)), taken(req)) {
-        (Some(cascade), _) => cascade,
-        (None, Some((namespace, _))) if unread => Cascade {
-            objects: Vec::new(),
-            managers: Vec::new(),
-            namespaces: namespace.into_iter().map(str::to_owned).collect(),
-        },
-        _ => return d,
     };
     let mut d = d;
     d.notes.push(format!("itself out of scope: {why}"));
@@ -148,6 +137,22 @@ pub(super) fn guard(policy: &Policy, req: &Request, ctx: &Context, d: Decision) 
     apply_break_glass(policy, &mut d, bg, (Some(&stored), &stored));
     d.verdict = verdict_for(&d.finding, d.mode, policy.unknown_scale_parent);
     d
+}
+
+/// What the delete takes with it: what the records list, or, while a watched
+/// source is unread, an unknown cascade (no object or manager known).
+fn cascade_of(policy: &Policy, req: &Request, ctx: &Context) -> Option<Cascade> {
+    let unread = ctx.sources.is_some_and(|s| !s.unread.is_empty())
+        && (policy.argocd.is_some() || policy.flux);
+    match (ctx.sources.and_then(|s| lost(policy, req, s)), taken(req)) {
+        (Some(cascade), _) => Some(cascade),
+        (None, Some((namespace, _))) if unread => Some(Cascade {
+            objects: Vec::new(),
+            managers: Vec::new(),
+            namespaces: namespace.into_iter().map(str::to_owned).collect(),
+        }),
+        _ => None,
+    }
 }
 
 /// The namespace of a `group/Kind:namespace/name` key (empty: cluster-scoped).
