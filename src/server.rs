@@ -401,33 +401,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
                 local_flux: config.local_flux,
             };
             let watches = crate::cluster::watch::spawn(client.clone(), &options, metrics.clone());
-            *health
-                .sources_unread
-                .lock()
-                .unwrap_or_else(|e| e.into_inner()) = watches.unread();
-            let (wait, waited) = (config.sources_wait, health.clone());
-            tokio::spawn(async move {
-                tokio::time::sleep(wait).await;
-                waited.sources_wait_over.store(true, Ordering::SeqCst);
-                if let Some(why) = waited.degraded() {
-                    tracing::warn!("ready, degraded: {why}");
-                }
-            });
-            let (health, metrics, w) = (health.clone(), metrics.clone(), watches.clone());
-            tokio::spawn(async move {
-                loop {
-                    *health
-                        .sources_unread
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner()) = w.unread();
-                    *health
-                        .sources_mismatched
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner()) = w.mismatched();
-                    metrics.source_age.set(w.age_seconds());
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                }
-            });
+            report_watches(&watches, &health, &metrics, config.sources_wait);
             Some(watches.handle.clone())
         }
         (None, true) => anyhow::bail!(
@@ -518,6 +492,43 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     probe_task.abort();
     tracing::info!("driftguard stopped");
     Ok(())
+}
+
+/// Keeps /readyz and the source metrics current with the watches: unread
+/// sources hold readiness back for `wait` at most (see [`probes`]).
+fn report_watches(
+    watches: &Arc<crate::cluster::watch::Watches>,
+    health: &Arc<Health>,
+    metrics: &Arc<Metrics>,
+    wait: Duration,
+) {
+    let unread = |health: &Health, w: &crate::cluster::watch::Watches| {
+        *health
+            .sources_unread
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = w.unread();
+    };
+    unread(health, watches);
+    let waited = health.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(wait).await;
+        waited.sources_wait_over.store(true, Ordering::SeqCst);
+        if let Some(why) = waited.degraded() {
+            tracing::warn!("ready, degraded: {why}");
+        }
+    });
+    let (health, metrics, w) = (health.clone(), metrics.clone(), watches.clone());
+    tokio::spawn(async move {
+        loop {
+            unread(&health, &w);
+            *health
+                .sources_mismatched
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()) = w.mismatched();
+            metrics.source_age.set(w.age_seconds());
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    });
 }
 
 /// A kube client, or `None` (logged) when there is no cluster to talk to: the
