@@ -241,9 +241,11 @@ pub struct Sources {
     /// one is refused whatever it carries.
     pub planned: Arc<std::collections::HashMap<String, Manager>>,
     /// Watched sources never listed yet (a hub out of reach since start), by
-    /// name. What their tool would loosen is left out (its Applications,
-    /// ignore rules and sync accounts); what it would make stricter (what it
-    /// lists, its instance label) cannot be known. Every decision says so.
+    /// name. What their tool would loosen is left out (ignore rules, the
+    /// accounts it impersonates; `src/cluster/watch.rs`); what it would make
+    /// stricter (what it lists, its instance label) cannot be known, and a
+    /// Namespace or CRD delete is refused for it ([`cascade`]). Every
+    /// decision says so.
     pub unread: Vec<&'static str>,
 }
 
