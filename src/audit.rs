@@ -60,6 +60,11 @@ pub struct AuditRecord<'a> {
     /// rest, measured in the same process at the same moment.
     pub parse_micros: u64,
     pub error: Option<String>,
+    /// Watched sources not read when deciding (a hub out of reach since
+    /// start): judged by the strictest reading without them. Absent when all
+    /// were read.
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    pub sources_unread: &'a [&'static str],
 }
 
 /// A change of one of driftguard's own objects (src/cluster/guard.rs): not a
@@ -129,6 +134,7 @@ impl<'a> AuditRecord<'a> {
         record.drifted_paths = listed(&d.drifted_paths);
         record.drifted_path_count = d.drifted_paths.len();
         record.break_glass = d.break_glass.as_ref().map(BreakGlassRecord::from);
+        record.sources_unread = &d.sources_unread;
         if !d.rule_failures.is_empty() {
             let failures: Vec<String> = d.rule_failures.iter().map(|f| f.describe()).collect();
             record.error = Some(crate::text::ellipsize(&failures.join("; "), ERROR_BYTES));
@@ -217,6 +223,7 @@ impl<'a> AuditRecord<'a> {
             latency_micros,
             parse_micros: 0,
             error: None,
+            sources_unread: &[],
         }
     }
 
@@ -272,6 +279,7 @@ mod tests {
             cleaned_up: vec![],
             kubectl_written: vec![],
             inputs_changed: vec![],
+            sources_unread: vec![],
             dry_run: false,
             break_glass_max: None,
         };

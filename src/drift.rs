@@ -213,6 +213,8 @@ pub struct Decision {
     /// Drifted paths that change what driftguard or the GitOps tool reads to
     /// decide later writes: refused in every mode, warn and audit included.
     pub inputs_changed: Vec<String>,
+    /// The watched sources not read when deciding ([`Sources::unread`]).
+    pub sources_unread: Vec<&'static str>,
 }
 
 /// A request the engine cannot judge (a malformed review, not a policy matter).
@@ -238,6 +240,13 @@ pub struct Sources {
     /// `group/Kind:namespace/name`, with who lists them: a manual CREATE of
     /// one is refused whatever it carries.
     pub planned: Arc<std::collections::HashMap<String, Manager>>,
+    /// Watched sources never listed yet (a hub out of reach since start), by
+    /// name. What their tool would loosen is left out (ignore rules, the
+    /// accounts it impersonates; `src/cluster/watch.rs`); what it would make
+    /// stricter (what it lists, its instance label) cannot be known, and a
+    /// Namespace or CRD delete is refused for it ([`cascade`]). Every
+    /// decision says so.
+    pub unread: Vec<&'static str>,
 }
 
 /// One Argo CD installation's own rules.
@@ -429,7 +438,11 @@ pub fn decide(policy: &Policy, req: &Request, ctx: &Context) -> Result<Decision,
     // A Namespace or CRD delete out of scope itself may take managed
     // objects with it; a scaler out of scope may still drive one.
     let d = cascade::guard(policy, req, ctx, d);
-    deputy::judge(policy, req, ctx, d)
+    let mut d = deputy::judge(policy, req, ctx, d)?;
+    if let Some(sources) = ctx.sources {
+        d.sources_unread.clone_from(&sources.unread);
+    }
+    Ok(d)
 }
 
 impl Decision {
@@ -452,6 +465,7 @@ impl Decision {
             break_glass_max: (!policy.break_glass.allowed.is_empty())
                 .then_some(policy.break_glass.max_duration),
             inputs_changed: Vec::new(),
+            sources_unread: Vec::new(),
         }
     }
 

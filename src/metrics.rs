@@ -57,11 +57,16 @@ pub struct Metrics {
     pub sources_objects: Family<SourceLabels, Gauge>,
     pub sources_version_mismatch: Family<SourceLabels, Gauge>,
     pub sources_failing: Family<SourceLabels, Gauge<f64, AtomicU64>>,
+    /// 1 while a watch has never listed: decisions judge without it.
+    pub sources_unread: Family<SourceLabels, Gauge>,
+    pub decisions_without_sources: Counter,
     pub policy_info: Family<PolicyLabels, Gauge>,
     pub connections_open: Gauge,
     pub connections_evicted: Counter,
     pub connections_turned_away: Counter,
     pub clients_refused: Family<ReasonLabels, Counter>,
+    /// 1 when webhook clients must present a certificate (`--client-ca`).
+    pub client_auth_required: Gauge,
     pub guarded_changes: Family<GuardLabels, Counter>,
     pub guarded_present: Family<GuardKindLabels, Gauge>,
 }
@@ -222,6 +227,18 @@ impl Default for Metrics {
             "Seconds a watched Argo CD / Flux source has been failing (a hub out of reach), 0 while it works; the last good rules serve meanwhile",
             sources_failing.clone(),
         );
+        let sources_unread = Family::<SourceLabels, Gauge>::default();
+        registry.register(
+            "sources_unread",
+            "1 while a watched Argo CD / Flux source has never been listed (a hub out of reach since start): decisions take the strictest reading without it and /readyz says degraded",
+            sources_unread.clone(),
+        );
+        let decisions_without_sources = Counter::default();
+        registry.register(
+            "decisions_without_sources",
+            "Decisions taken while a watched Argo CD / Flux source was unread, by the object's own claims and the policy alone",
+            decisions_without_sources.clone(),
+        );
         let policy_info = Family::<PolicyLabels, Gauge>::default();
         registry.register(
             "policy_info",
@@ -258,6 +275,12 @@ impl Default for Metrics {
             "Webhook clients refused in the TLS handshake under --client-ca: no certificate, an untrusted one, or one naming no --client-name",
             clients_refused.clone(),
         );
+        let client_auth_required = Gauge::default();
+        registry.register(
+            "client_auth_required",
+            "1 when webhook clients must present a certificate from --client-ca; 0: any client that reaches the port can post reviews (close it with a NetworkPolicy, docs/install.md)",
+            client_auth_required.clone(),
+        );
         let guarded_changes = Family::<GuardLabels, Counter>::default();
         registry.register(
             "guarded_changes",
@@ -284,6 +307,8 @@ impl Default for Metrics {
             sources_objects,
             sources_version_mismatch,
             sources_failing,
+            sources_unread,
+            decisions_without_sources,
             policy_info,
             requests,
             rejected,
@@ -303,6 +328,7 @@ impl Default for Metrics {
             connections_evicted,
             connections_turned_away,
             clients_refused,
+            client_auth_required,
             guarded_changes,
             guarded_present,
         }

@@ -44,6 +44,10 @@ const MAX_WARNING_CHARS: usize = 120;
 const MAX_WARNING_BYTES: usize = 4000;
 /// The last warning when the others would pass [`MAX_WARNING_BYTES`].
 const OMITTED_WARNINGS: &str = "driftguard: more warnings omitted";
+/// What a decision taken without some watched sources says
+/// ([`crate::drift::Sources::unread`]); the audit record names them.
+const SOURCES_UNREAD: &str =
+    "Argo CD / Flux sources not read: judged by the object's own claims and the policy alone";
 /// How a drifted path of `""` is named in text.
 const WHOLE_OBJECT: &str = "(whole object)";
 
@@ -223,7 +227,12 @@ fn denial(view: &Request, d: &Decision) -> String {
         .flatten()
         .map(|(a, b)| format!(" {a}: {b}."))
         .collect::<String>();
-    format!("driftguard: {what}{flux} {fix}{glass}.")
+    let unread = if d.sources_unread.is_empty() {
+        String::new()
+    } else {
+        format!(" ({SOURCES_UNREAD}.)")
+    };
+    format!("driftguard: {what}{flux} {fix}{glass}.{unread}")
 }
 
 /// Why `kubectl replace` (or a client-side `kubectl apply`) of an Argo CD
@@ -360,6 +369,10 @@ fn warnings(view: &Request, d: &Decision) -> Vec<String> {
         )
     }));
     out.extend(d.notes.iter().map(|n| format!("driftguard: {n}")));
+    // Said where sources could have mattered: not on every unmanaged write.
+    if !d.sources_unread.is_empty() && (d.manager.is_some() || d.verdict != Verdict::Allow) {
+        out.push(format!("driftguard: {SOURCES_UNREAD}"));
+    }
     limit(out)
 }
 
@@ -411,6 +424,9 @@ pub fn audit_annotations(d: &Decision) -> Vec<(String, String)> {
     if !d.rule_failures.is_empty() {
         let text: Vec<String> = d.rule_failures.iter().map(|f| f.describe()).collect();
         out.push(("rule-failures".into(), ellipsize(&text.join("; "), 1024)));
+    }
+    if !d.sources_unread.is_empty() {
+        out.push(("sources-unread".into(), d.sources_unread.join(",")));
     }
     out
 }

@@ -179,6 +179,12 @@ pub struct Config {
         value_delimiter = ','
     )]
     pub cluster_names: Vec<String>,
+    /// How long the watched sources' first list may keep the server unready,
+    /// so that a normal start judges with all of them. Past it, a source not
+    /// listed (a hub out of reach) leaves the server ready, degraded: it
+    /// judges by the strictest reading without it until it lists.
+    #[arg(long, env = "DRIFTGUARD_SOURCES_WAIT", default_value = "10s", value_parser = duration)]
+    pub sources_wait: Duration,
     /// How often expired break-glasses are ended: their annotations, label and
     /// the GitOps pause driftguard set removed, so the tool restores Git
     /// (needs list and patch on every type, and patch on Argo CD
@@ -312,6 +318,9 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         }
         None => None,
     };
+    metrics
+        .client_auth_required
+        .set(i64::from(client_ca.is_some()));
     if client_ca.is_some() && config.client_names.is_empty() {
         tracing::warn!(
             "--client-ca without --client-name: every certificate the CA signed is let in, not only the apiserver's"
@@ -330,7 +339,6 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let listener = TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("cannot bind {}", config.listen))?;
-    health.tls_bound.store(true, Ordering::SeqCst);
     tracing::info!(listen = %listener.local_addr()?, probes = %config.probe_listen, "driftguard is serving");
 
     if let Some(path) = config.source.policy.clone() {
@@ -396,19 +404,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
                 local_flux: config.local_flux,
             };
             let watches = crate::cluster::watch::spawn(client.clone(), &options, metrics.clone());
-            health.sources_filled.store(false, Ordering::SeqCst);
-            let (health, metrics, w) = (health.clone(), metrics.clone(), watches.clone());
-            tokio::spawn(async move {
-                loop {
-                    health.sources_filled.store(w.filled(), Ordering::SeqCst);
-                    *health
-                        .sources_mismatched
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner()) = w.mismatched();
-                    metrics.source_age.set(w.age_seconds());
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                }
-            });
+            report_watches(&watches, &health, &metrics, config.sources_wait);
             Some(watches.handle.clone())
         }
         (None, true) => anyhow::bail!(
@@ -482,6 +478,9 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             "--memory-budget-bytes fits no body over {largest} bytes: larger reviews are answered by --on-error"
         );
     }
+    // Ready only now: the watches are registered, so /readyz never says
+    // ready before it knows which sources are still unread.
+    health.tls_bound.store(true, Ordering::SeqCst);
     serve_tls(
         listener,
         acceptor,
@@ -498,6 +497,43 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     probe_task.abort();
     tracing::info!("driftguard stopped");
     Ok(())
+}
+
+/// Keeps /readyz and the source metrics current with the watches: unread
+/// sources hold readiness back for `wait` at most (see [`probes`]).
+fn report_watches(
+    watches: &Arc<crate::cluster::watch::Watches>,
+    health: &Arc<Health>,
+    metrics: &Arc<Metrics>,
+    wait: Duration,
+) {
+    let unread = |health: &Health, w: &crate::cluster::watch::Watches| {
+        *health
+            .sources_unread
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = w.unread();
+    };
+    unread(health, watches);
+    let waited = health.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(wait).await;
+        waited.sources_wait_over.store(true, Ordering::SeqCst);
+        if let Some(why) = waited.degraded() {
+            tracing::warn!("ready, degraded: {why}");
+        }
+    });
+    let (health, metrics, w) = (health.clone(), metrics.clone(), watches.clone());
+    tokio::spawn(async move {
+        loop {
+            unread(&health, &w);
+            *health
+                .sources_mismatched
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()) = w.mismatched();
+            metrics.source_age.set(w.age_seconds());
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    });
 }
 
 /// A kube client, or `None` (logged) when there is no cluster to talk to: the

@@ -267,6 +267,9 @@ impl Reviewer {
         if endpoint == Endpoint::Validate && d.finding == Finding::BreakGlass {
             self.metrics.break_glass.inc();
         }
+        if endpoint == Endpoint::Validate && !d.sources_unread.is_empty() {
+            self.metrics.decisions_without_sources.inc();
+        }
         if d.verdict == Verdict::Deny {
             tracing::debug!(uid = %parsed.uid, paths = ?d.drifted_paths, "denied drift");
         }

@@ -1206,3 +1206,69 @@ fn the_hub_options_render_as_flags_and_a_mounted_secret() {
     let plain = template(&helm, &[], &[]);
     assert!(!plain.yaml.contains("/hub/"), "{}", plain.yaml);
 }
+
+/// `helm install`'s NOTES: with neither client authentication nor a
+/// NetworkPolicy, any pod can post reviews, and the notes say so with the
+/// values that close it. `networkPolicy.webhookFrom` alone (the one thing
+/// the chart cannot know: where the apiserver calls from) turns the
+/// NetworkPolicy on; a default install renders none, so that kind, k3d and
+/// managed control planes keep working.
+#[test]
+fn the_install_notes_warn_when_any_pod_can_post_reviews() {
+    let helm = helm();
+    let plane = ControlPlane::start("chart-notes");
+    plane.create_namespaces(&["driftguard"]);
+    let pem = std::fs::read_to_string(plane.dir.join("ca.crt")).unwrap();
+    let pem_set = format!("clientAuth.ca.pem={pem}");
+    let install = |sets: &[&str]| {
+        let mut cmd = Command::new(&helm);
+        cmd.env("KUBECONFIG", plane.kubeconfig("admin"))
+            .args(["install", "dg", &format!("{ROOT}/charts/driftguard")])
+            .args(["--namespace", "driftguard", "--dry-run=server"]);
+        for s in sets {
+            cmd.args(["--set", s]);
+        }
+        let out = cmd.output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "{stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let (manifests, notes) = stdout.split_once("NOTES:").expect("notes printed");
+        let network_policy = manifests.contains("kind: NetworkPolicy");
+        (network_policy, notes.to_owned())
+    };
+    const WARNING: &str = "WARNING: any pod that can reach service dg-driftguard";
+
+    let (network_policy, notes) = install(&[]);
+    assert!(
+        !network_policy,
+        "a default install renders no NetworkPolicy"
+    );
+    assert!(notes.contains(WARNING), "{notes}");
+    assert!(notes.contains("networkPolicy.webhookFrom"), "{notes}");
+    assert!(notes.contains("clientAuth.enabled=true"), "{notes}");
+
+    let (network_policy, notes) =
+        install(&["networkPolicy.webhookFrom[0].ipBlock.cidr=10.0.0.0/24"]);
+    assert!(
+        network_policy,
+        "webhookFrom alone renders the NetworkPolicy"
+    );
+    assert!(!notes.contains(WARNING), "{notes}");
+
+    let (network_policy, notes) = install(&[
+        "networkPolicy.enabled=false",
+        "networkPolicy.webhookFrom[0].ipBlock.cidr=10.0.0.0/24",
+    ]);
+    assert!(!network_policy, "turned off explicitly");
+    assert!(notes.contains(WARNING), "{notes}");
+
+    let (_, notes) = install(&[
+        "clientAuth.enabled=true",
+        &pem_set,
+        "clientAuth.allowedNames={kube-apiserver-webhooks}",
+    ]);
+    assert!(!notes.contains(WARNING), "{notes}");
+}

@@ -1198,6 +1198,47 @@ fn the_kustomizations_own_ignore_rule_still_allows() {
     assert!(judged.decision.reapplied.is_empty());
 }
 
+/// While its Flux is unread (a hub out of reach since the replica started),
+/// the Kustomization's rule is absent from the sources the server publishes
+/// (src/cluster/watch.rs): the replicas change is drift, judged by the
+/// object's own claims and the policy alone, and the answer says so.
+#[test]
+fn a_decision_without_sources_says_so() {
+    use driftguard::sources::Sources;
+    let sources = Sources {
+        unread: vec!["Kustomization", "HelmRelease"],
+        ..Default::default()
+    };
+    let old = flux_deployment(true);
+    let new = with(&old, "/spec/replicas", json!(5));
+    let body = serde_json::to_vec(&Review::update(old, new).body()).unwrap();
+    let req = driftguard::request::parse(&body).unwrap();
+    let judged = driftguard::judge_request(
+        &Policy::embedded(),
+        &req,
+        Endpoint::Validate,
+        None,
+        Some(&sources),
+        now(),
+    )
+    .unwrap();
+    let d = &judged.decision;
+    assert_eq!(d.verdict, Verdict::Deny, "{d:?}");
+    assert_eq!(d.sources_unread, ["Kustomization", "HelmRelease"]);
+    let response = serde_json::to_value(&judged.response).unwrap()["response"].clone();
+    let message = response["status"]["message"].as_str().unwrap();
+    assert!(
+        message.ends_with(
+            "(Argo CD / Flux sources not read: judged by the object's own claims and the policy alone.)"
+        ),
+        "{message}"
+    );
+    assert_eq!(
+        response["auditAnnotations"]["sources-unread"],
+        "Kustomization,HelmRelease"
+    );
+}
+
 /// Two steps: a write that only removes kustomize-controller's managedFields
 /// entry would make the next replicas change look unowned, and so ignored.
 #[test]

@@ -167,6 +167,25 @@ fn two_installations_sharing_an_id_lend_neither_their_rules() {
     }
 }
 
+/// The hub's argocd-cm not read yet (the hub out of reach since start): its
+/// installation has no id, so it may track every object, this cluster's own
+/// too. Neither's rules apply, and the note does not blame a shared id.
+#[test]
+fn an_installation_not_read_yet_may_track_every_object() {
+    let mut sources = both(None, Some("team"));
+    sources.argocd[0].applications.clear();
+    sources.unread = vec!["argocd-cm", "Application"];
+    let old = tracked_by(Some("team"));
+    let d = judged(&changed(&old, IMAGE, json!("web:2")), &sources);
+    assert_eq!(d.verdict, Verdict::Deny, "{}", said(&d));
+    assert!(
+        said(&d).contains("an installation not read yet"),
+        "{}",
+        said(&d)
+    );
+    assert_eq!(d.sources_unread, ["argocd-cm", "Application"]);
+}
+
 /// The id that chooses the rules is the stored object's. Moving an object
 /// to the looser installation is itself a change of a tracked object.
 #[test]

@@ -517,6 +517,7 @@ impl SourceCache {
             argocd: argocd.into_iter().collect(),
             flux: all_flux,
             planned: self.planned_index.clone(),
+            unread: Vec::new(),
         }
     }
 

@@ -5,12 +5,13 @@
 //! only when what driftguard reads of it changed ([`SourceCache`]); the
 //! decision reads an immutable snapshot swapped in whole, so it never waits
 //! for a writer. A watch that fails or lags never blocks admission: the last
-//! good sources keep serving, their age is a metric, and only a cache that
-//! was never filled keeps driftguard unready. A kind whose CRD is not
+//! good sources keep serving, their age is a metric. A watch that never
+//! listed (a hub out of reach since start) is unread: its tool's loosenings
+//! are left out of the snapshot until it lists ([`Sources::unread`]), so
+//! decisions take the strictest reading meanwhile. A kind whose CRD is not
 //! installed counts as filled and empty.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
 
@@ -22,8 +23,11 @@ use kube::runtime::{WatchStreamExt, watcher};
 
 use super::source_cache::{Kind, SourceCache, strip};
 use crate::metrics::{Metrics, SourceLabels};
+use crate::policy::Application;
 use crate::policy::app_namespaces;
-use crate::policy::argocd::ThisCluster;
+use crate::policy::argocd::{DiffMode, ThisCluster};
+use crate::policy::flux::FluxSource;
+use crate::policy::ignore::RuleSet;
 use crate::sources::Sources;
 
 /// The sources in force, replaced whole on every change. The lock is held
@@ -50,7 +54,7 @@ pub struct Watches {
     /// hub's (`--local-argocd-namespace`).
     caches: Mutex<Vec<SourceCache>>,
     /// Watches whose first list has not completed yet.
-    pending: AtomicUsize,
+    unread: Mutex<Vec<Source>>,
     /// When a watch last reported: the sources were current then.
     last_change: Mutex<Instant>,
     /// Watched kinds whose group the apiserver serves, but not at the
@@ -59,9 +63,30 @@ pub struct Watches {
 }
 
 impl Watches {
-    /// Ready once every watch has been filled at least once.
-    pub fn filled(&self) -> bool {
-        self.pending.load(Ordering::SeqCst) == 0
+    /// The watches never filled, by name.
+    pub fn unread(&self) -> Vec<&'static str> {
+        let unread = self.unread.lock().unwrap_or_else(|e| e.into_inner());
+        unread.iter().map(|u| u.label).collect()
+    }
+
+    /// `source` listed for the first time: the snapshot gains its tool's
+    /// rules, unless another of that tool's watches is still unread.
+    fn filled_now(&self, source: Source) {
+        let mut unread = self.unread.lock().unwrap_or_else(|e| e.into_inner());
+        unread.retain(|u| u.label != source.label);
+        drop(unread);
+        self.publish(&self.caches.lock().unwrap_or_else(|e| e.into_inner()));
+    }
+
+    /// Publishes the caches' snapshot; called with the caches locked, so
+    /// that the last one published is the current one.
+    fn publish(&self, caches: &[SourceCache]) {
+        let unread = self
+            .unread
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        self.handle.replace(snapshot(caches, &unread));
     }
 
     fn count(&self, at: usize, kind: Kind) -> usize {
@@ -99,16 +124,44 @@ impl Watches {
     fn update(&self, at: usize, change: impl FnOnce(&mut SourceCache) -> bool) {
         let mut caches = self.caches.lock().unwrap_or_else(|e| e.into_inner());
         if change(&mut caches[at]) {
-            self.handle.replace(snapshot(&caches));
+            self.publish(&caches);
         }
         *self.last_change.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
     }
 }
 
+/// One watch: the cache it fills, its tool, and its name in metrics and logs.
+#[derive(Clone, Copy, Debug)]
+struct Source {
+    at: usize,
+    flux: bool,
+    label: &'static str,
+}
+
 /// All caches' sources as one: each Argo CD installation apart, the listed
-/// objects merged (the first lister named, as within one cache).
-fn snapshot(caches: &[SourceCache]) -> Sources {
-    let mut parts = caches.iter().map(SourceCache::snapshot);
+/// objects merged (the first lister named, as within one cache). A cache
+/// with a tool's watch `unread` lends none of that tool's loosenings, even
+/// from objects already listed (an AppProject not read yet may refuse an
+/// Application): no ignore rules, sync accounts or service accounts, and
+/// Argo CD's legacy diff. What only makes decisions stricter stays: the
+/// records' listed objects, where Applications deploy and HelmReleases
+/// install, the instance label and the installation id.
+fn snapshot(caches: &[SourceCache], unread: &[Source]) -> Sources {
+    let unread_in = |at: usize, flux: bool| unread.iter().any(|u| u.at == at && u.flux == flux);
+    let mut parts = caches.iter().enumerate().map(|(at, cache)| {
+        let mut part = cache.snapshot();
+        if unread_in(at, false) {
+            for argocd in &mut part.argocd {
+                argocd.applications = argocd.applications.iter().map(strict_app).collect();
+                argocd.overrides = Arc::default();
+                argocd.sync_accounts.clear();
+            }
+        }
+        if unread_in(at, true) {
+            part.flux = part.flux.iter().map(strict_flux).collect();
+        }
+        part
+    });
     let mut all = parts.next().unwrap_or_default();
     for part in parts {
         all.argocd.extend(part.argocd);
@@ -121,7 +174,40 @@ fn snapshot(caches: &[SourceCache]) -> Sources {
             all.planned = Arc::new(merged);
         }
     }
+    all.unread = unread.iter().map(|u| u.label).collect();
     all
+}
+
+/// An Application without what would loosen a decision (its ignore rules,
+/// a server-side diff) while its installation is not fully read.
+fn strict_app(app: &Arc<Application>) -> Arc<Application> {
+    Arc::new(Application {
+        name: app.name.clone(),
+        namespace: app.namespace.clone(),
+        repo_url: app.repo_url.clone(),
+        path: app.path.clone(),
+        destination_namespace: app.destination_namespace.clone(),
+        project: app.project.clone(),
+        sync_destination: app.sync_destination.clone(),
+        sync_servers: app.sync_servers.clone(),
+        application_set: app.application_set.clone(),
+        rules: RuleSet::default(),
+        diff: DiffMode::Legacy,
+    })
+}
+
+/// A Flux object without what would loosen a decision (its ignore rules,
+/// the service account it impersonates) while its Flux is not fully read.
+fn strict_flux(source: &Arc<FluxSource>) -> Arc<FluxSource> {
+    Arc::new(FluxSource {
+        kind: source.kind,
+        namespace: source.namespace.clone(),
+        name: source.name.clone(),
+        service_account: None,
+        source: source.source.clone(),
+        rules: Vec::new(),
+        release_namespace: source.release_namespace.clone(),
+    })
 }
 
 pub struct WatchOptions {
@@ -177,7 +263,7 @@ pub fn spawn(client: kube::Client, options: &WatchOptions, metrics: Arc<Metrics>
     let watches = Arc::new(Watches {
         handle: SourcesHandle::default(),
         caches: Mutex::new(caches),
-        pending: AtomicUsize::new(0),
+        unread: Mutex::new(Vec::new()),
         last_change: Mutex::new(Instant::now()),
         mismatched: Mutex::new(BTreeMap::new()),
     });
@@ -215,6 +301,8 @@ pub fn spawn(client: kube::Client, options: &WatchOptions, metrics: Arc<Metrics>
         let labels = ["local Kustomization", "local HelmRelease"];
         watch_flux(&watches, &client, (at, labels), &metrics);
     }
+    // Every watch is registered unread: publish before the first decision.
+    watches.publish(&watches.caches.lock().unwrap_or_else(|e| e.into_inner()));
     watches
 }
 
@@ -277,7 +365,7 @@ fn watch_argocd(
         ("argocd-cm", SourceCache::apply_cm),
         (app_namespaces::CMD_PARAMS_CM, SourceCache::apply_params_cm),
     ];
-    for ((name, apply), label) in cms.into_iter().zip(&labels[2..]) {
+    for ((name, apply), label) in cms.into_iter().zip(labels[2..].iter().copied()) {
         let api = Api::<ConfigMap>::namespaced(client.clone(), namespace);
         let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
         let stream = watcher(api, config)
@@ -288,7 +376,11 @@ fn watch_argocd(
             watches,
             stream,
             None,
-            label,
+            Source {
+                at,
+                flux: false,
+                label,
+            },
             metrics.clone(),
             move |w, event| match event {
                 Event::Init => listed = None,
@@ -325,7 +417,11 @@ fn watch_dynamic(
         watches,
         stream,
         Some(served),
-        label,
+        Source {
+            at,
+            flux: matches!(kind, Kind::Kustomization | Kind::HelmRelease),
+            label,
+        },
         metrics,
         move |w, event| {
             match event {
@@ -404,14 +500,20 @@ fn run<K, S>(
     watches: &Arc<Watches>,
     stream: S,
     served: Option<Served>,
-    what: &'static str,
+    source: Source,
     metrics: Arc<Metrics>,
     mut on_event: impl FnMut(&Watches, Event<K>) + Send + 'static,
 ) where
     K: Send + 'static,
     S: futures_util::Stream<Item = Result<Event<K>, watcher::Error>> + Send + 'static,
 {
-    watches.pending.fetch_add(1, Ordering::SeqCst);
+    let what = source.label;
+    let unread = metrics
+        .sources_unread
+        .get_or_create(&SourceLabels { source: what })
+        .clone();
+    unread.set(1);
+    (watches.unread.lock().unwrap_or_else(|e| e.into_inner())).push(source);
     let watches = watches.clone();
     tokio::spawn(async move {
         let mut filled = false;
@@ -443,7 +545,8 @@ fn run<K, S>(
                     }
                     if done && !filled {
                         filled = true;
-                        watches.pending.fetch_sub(1, Ordering::SeqCst);
+                        unread.set(0);
+                        watches.filled_now(source);
                         tracing::info!(source = what, "watch filled");
                     }
                 }
@@ -458,7 +561,8 @@ fn run<K, S>(
                         Ok(None) => {
                             // The CRD is not installed: nothing to learn, nothing to wait for.
                             filled = true;
-                            watches.pending.fetch_sub(1, Ordering::SeqCst);
+                            unread.set(0);
+                            watches.filled_now(source);
                             tracing::warn!(
                                 source = what,
                                 "not installed in this cluster; watching nothing"
@@ -536,7 +640,7 @@ mod tests {
         hub.apply(Kind::Application, &app("u1", "argocd", "a"));
         here.apply(Kind::Application, &app("u2", "team-argocd", "a"));
         here.apply(Kind::Application, &app("u3", "team-argocd", "b"));
-        let all = snapshot(&[hub, here]);
+        let all = snapshot(&[hub, here], &[]);
         let namespaces: Vec<_> = all.argocd.iter().map(|a| a.namespace()).collect();
         assert_eq!(namespaces, ["argocd", "team-argocd"]);
         assert_eq!(all.argocd[1].applications.len(), 2);
@@ -581,7 +685,7 @@ mod tests {
             Kind::Kustomization,
             &kustomization("remote", Some("spoke-2")),
         );
-        let all = snapshot(&[hub, here]);
+        let all = snapshot(&[hub, here], &[]);
         let mut names: Vec<_> = all.flux.iter().map(|s| s.name.as_str()).collect();
         names.sort_unstable();
         // `remote` applies to another cluster: it lends nothing here.
@@ -594,6 +698,79 @@ mod tests {
         assert!(
             !listed.contains(&"apps/Deployment:shop/remote"),
             "{listed:?}"
+        );
+    }
+
+    /// A tool's watch never listed: none of that tool's loosenings in the
+    /// cache's snapshot, not even what its other watches listed; what only
+    /// makes decisions stricter (what the records list) stays, and so does
+    /// the other tool's. Listed at last, the rules are back.
+    #[test]
+    fn an_unread_watch_lends_its_tool_no_loosening() {
+        let app: DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
+            "metadata": {"name": "web", "namespace": "argocd", "uid": "u1"},
+            "spec": {"destination": {"server": "https://kubernetes.default.svc", "namespace": "shop"},
+                     "ignoreDifferences": [{"group": "apps", "kind": "Deployment", "jsonPointers": ["/spec/replicas"]}]},
+            "status": {"resources": [{"group": "apps", "kind": "Deployment", "namespace": "shop", "name": "web"}]}
+        }))
+        .unwrap();
+        let kustomization: DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
+            "metadata": {"name": "apps", "namespace": "flux-system", "uid": "u2"},
+            "spec": {"ignore": [{"paths": ["/spec/replicas"], "target": {"kind": "Deployment"}}]}
+        }))
+        .unwrap();
+        let mut cache = SourceCache::new("argocd");
+        cache.apply(Kind::Application, &app);
+        cache.apply(Kind::Kustomization, &kustomization);
+        let caches = std::slice::from_ref(&cache);
+        let read = snapshot(caches, &[]);
+        assert_eq!(read.argocd[0].applications.len(), 1);
+        assert!(read.unread.is_empty());
+
+        let project = |flux, label| Source { at: 0, flux, label };
+        let rules = |app: &Application| {
+            let target = crate::policy::Target {
+                group: "apps",
+                kind: "Deployment",
+                name: "web",
+                namespace: "shop",
+            };
+            app.rules.matching(&target).len()
+        };
+        let without_projects = snapshot(caches, &[project(false, "AppProject")]);
+        let argocd = &without_projects.argocd[0];
+        assert!(argocd.sync_accounts.is_empty());
+        // Where it deploys still guards that Namespace; its rules are gone.
+        let app = &argocd.applications[0];
+        assert_eq!(app.destination_namespace.as_deref(), Some("shop"));
+        assert_eq!(rules(app), 0);
+        assert_eq!(rules(&read.argocd[0].applications[0]), 1);
+        assert_eq!(without_projects.flux[0].rules.len(), 1, "Flux was read");
+        assert!(
+            without_projects
+                .planned
+                .contains_key("apps/Deployment:shop/web")
+        );
+        assert_eq!(without_projects.unread, ["AppProject"]);
+
+        let without_flux = snapshot(caches, &[project(true, "HelmRelease")]);
+        assert!(without_flux.flux[0].rules.is_empty());
+        assert_eq!(
+            rules(&without_flux.argocd[0].applications[0]),
+            1,
+            "Argo CD was read"
+        );
+        // Another cache's unread watch leaves this one's rules alone.
+        let elsewhere = Source {
+            at: 1,
+            flux: false,
+            label: "local Application",
+        };
+        assert_eq!(
+            rules(&snapshot(caches, &[elsewhere]).argocd[0].applications[0]),
+            1
         );
     }
 

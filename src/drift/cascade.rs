@@ -22,6 +22,8 @@ use crate::policy::{Mode, Policy};
 
 /// At most this many lost objects are named in a denial; the rest are counted.
 const NAMED: usize = 3;
+/// What a delete takes with it while some watched source is unread.
+const UNKNOWN: &str = "whatever the Argo CD / Flux sources not read yet list there";
 
 /// What a Namespace or CRD delete would take with it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -37,6 +39,9 @@ pub struct Cascade {
 impl Cascade {
     /// `N managed objects (a, b, c and M more, managed by X and K others)`.
     pub fn describe(&self) -> String {
+        if self.objects.is_empty() {
+            return UNKNOWN.to_owned();
+        }
         let named = self.objects.iter().take(NAMED).cloned().collect::<Vec<_>>();
         let more = self.objects.len() - named.len();
         let rest = if more > 0 {
@@ -73,16 +78,16 @@ impl Cascade {
 /// CRD passes, and the mode is
 /// the policy's strictest for the namespaces they live in (never a
 /// `driftguard.io/mode` annotation on the untracked Namespace or CRD: no
-/// write to that is judged, so it is no input).
+/// write to that is judged, so it is no input). While a watched source is
+/// unread ([`Sources::unread`]), what it lists cannot be known: the
+/// strictest reading takes every such delete to hold managed objects, and
+/// only controllers, trusted identities and break-glass pass.
 pub(super) fn guard(policy: &Policy, req: &Request, ctx: &Context, d: Decision) -> Decision {
     let Finding::OutOfScope(why) = &d.finding else {
         return d;
     };
     let why = why.clone();
-    let (Some(cascade), Some(old)) = (
-        ctx.sources.and_then(|s| lost(policy, req, s)),
-        req.old_object,
-    ) else {
+    let (Some(cascade), Some(old)) = (cascade_of(policy, req, ctx), req.old_object) else {
         return d;
     };
     let mut d = d;
@@ -106,13 +111,22 @@ pub(super) fn guard(policy: &Policy, req: &Request, ctx: &Context, d: Decision) 
         )
     };
     let unexempt = cascade.managers.iter().find(|m| exempt_for(m).is_none());
-    let Some(manager) = unexempt.or(cascade.managers.first()) else {
-        return d;
+    let exempt = match unexempt.or(cascade.managers.first()) {
+        Some(manager) => {
+            set_manager(policy, ctx, &mut d, manager.clone());
+            unexempt.is_none().then(|| exempt_for(manager)).flatten()
+        }
+        // No manager known: only the identities exempt for every manager.
+        None => exemption(
+            policy,
+            None,
+            Installation::Unresolved,
+            None,
+            req.username,
+            req.groups,
+        ),
     };
-    set_manager(policy, ctx, &mut d, manager.clone());
-    if unexempt.is_none()
-        && let Some(finding) = exempt_for(manager)
-    {
+    if let Some(finding) = exempt {
         d.finding = finding;
         return d;
     }
@@ -123,6 +137,22 @@ pub(super) fn guard(policy: &Policy, req: &Request, ctx: &Context, d: Decision) 
     apply_break_glass(policy, &mut d, bg, (Some(&stored), &stored));
     d.verdict = verdict_for(&d.finding, d.mode, policy.unknown_scale_parent);
     d
+}
+
+/// What the delete takes with it: what the records list, or, while a watched
+/// source is unread, an unknown cascade (no object or manager known).
+fn cascade_of(policy: &Policy, req: &Request, ctx: &Context) -> Option<Cascade> {
+    let unread = ctx.sources.is_some_and(|s| !s.unread.is_empty())
+        && (policy.argocd.is_some() || policy.flux);
+    match (ctx.sources.and_then(|s| lost(policy, req, s)), taken(req)) {
+        (Some(cascade), _) => Some(cascade),
+        (None, Some((namespace, _))) if unread => Some(Cascade {
+            objects: Vec::new(),
+            managers: Vec::new(),
+            namespaces: namespace.into_iter().map(str::to_owned).collect(),
+        }),
+        _ => None,
+    }
 }
 
 /// The namespace of a `group/Kind:namespace/name` key (empty: cluster-scoped).
@@ -152,17 +182,7 @@ fn crd_kinds(old: &Value) -> Option<Vec<String>> {
 /// request, or when none would be. A scan of the records: these deletes are
 /// rare, and only they get here.
 pub fn lost(policy: &Policy, req: &Request, sources: &Sources) -> Option<Cascade> {
-    if req.operation != Operation::Delete || !req.sub_resource.is_empty() {
-        return None;
-    }
-    // The namespace, or the `group/Kind`, of the objects it takes with it.
-    let (namespace, group_kinds) = match (req.resource_group, req.resource) {
-        ("", "namespaces") => (Some(req.name), None),
-        ("apiextensions.k8s.io", "customresourcedefinitions") => {
-            (None, Some(crd_kinds(req.old_object?)?))
-        }
-        _ => return None,
-    };
+    let (namespace, group_kinds) = taken(req)?;
     let matches = |gk: &str, ns: &str| {
         namespace.is_none_or(|n| n == ns)
             && group_kinds
@@ -209,6 +229,21 @@ pub fn lost(policy: &Policy, req: &Request, sources: &Sources) -> Option<Cascade
         managers,
         namespaces,
     })
+}
+
+/// For a DELETE of a Namespace or a CRD, the namespace, or the `group/Kind`s,
+/// of the objects it takes with it.
+fn taken<'a>(req: &Request<'a>) -> Option<(Option<&'a str>, Option<Vec<String>>)> {
+    if req.operation != Operation::Delete || !req.sub_resource.is_empty() {
+        return None;
+    }
+    match (req.resource_group, req.resource) {
+        ("", "namespaces") => Some((Some(req.name), None)),
+        ("apiextensions.k8s.io", "customresourcedefinitions") => {
+            Some((None, Some(crd_kinds(req.old_object?)?)))
+        }
+        _ => None,
+    }
 }
 
 /// A HelmRelease's objects: Flux lists them nowhere, but they live in its
@@ -332,6 +367,42 @@ mod tests {
         // deletes only then.
         let flux_off = Policy::from_yaml("gitops: {flux: {enabled: false}}\n", "p").unwrap();
         assert!(lost(&flux_off, &delete("", "namespaces", "team", &ns), &s).is_none());
+    }
+
+    /// While a source is unread, what it lists cannot be known: a Namespace
+    /// or CRD delete is refused as if it held managed objects, but for the
+    /// controllers and trusted identities; with every source read, an empty
+    /// record lets it pass.
+    #[test]
+    fn an_unread_source_makes_every_namespace_delete_hold_managed_objects() {
+        use crate::drift::{Verdict, decide};
+        let policy = Policy::embedded();
+        let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team"}});
+        let judge = |sources: &Sources, username: &'static str| {
+            let mut req = delete("", "namespaces", "team", &ns);
+            req.kind = "Namespace";
+            req.username = username;
+            let ctx = Context {
+                now: "2026-11-29T10:00:00Z".parse().unwrap(),
+                parent: None,
+                sources: Some(sources),
+                installation: Installation::Unresolved,
+            };
+            decide(&policy, &req, &ctx).unwrap()
+        };
+        let unread = Sources {
+            unread: vec!["Kustomization"],
+            ..Default::default()
+        };
+        let d = judge(&unread, "alice");
+        assert_eq!(d.verdict, Verdict::Deny, "{d:?}");
+        assert_eq!(d.finding, Finding::DeleteCascade(UNKNOWN.into()));
+        assert_eq!(d.sources_unread, ["Kustomization"]);
+        let namespace_controller = "system:serviceaccount:kube-system:namespace-controller";
+        assert_eq!(judge(&unread, namespace_controller).verdict, Verdict::Allow);
+        let d = judge(&Sources::default(), "alice");
+        assert_eq!(d.verdict, Verdict::Allow, "{d:?}");
+        assert!(matches!(d.finding, Finding::OutOfScope(_)), "{d:?}");
     }
 
     #[test]

@@ -91,7 +91,12 @@ pub fn installation<'a>(
         return *ctx;
     }
     let id = theirs.unwrap_or("no installation id");
+    let unread = ctx.sources.is_some_and(|s| !s.unread.is_empty());
     notes.push(match second {
+        // An argocd-cm not read yet has no id: its installation claims all.
+        Some(_) if unread => format!(
+            "tracked by Argo CD installation {id}, which an installation not read yet may be too: neither's Applications apply"
+        ),
         Some(_) => format!(
             "tracked by Argo CD installation {id}, an id two watched installations share (give each argocd-cm its own installationID): neither's Applications apply"
         ),

@@ -2,6 +2,8 @@
 //! failurePolicy and where they call, whether a Service's endpoints are
 //! ready, and the policy in force.
 
+mod posting;
+
 use std::process::ExitCode;
 
 use k8s_openapi::ByteString;
@@ -101,6 +103,7 @@ struct Report {
     expired_break_glass: Vec<BreakGlassEntry>,
     break_glass_scan: Scan,
     trusted_identity_reach: super::reach::ReachReport,
+    who_may_post_reviews: posting::Posting,
 }
 
 /// A list, or why it could not be read (a string in JSON).
@@ -168,6 +171,11 @@ struct Counts {
     policy_reloads: Reloads,
     decision_timeouts: u64,
     internal_errors: u64,
+    /// Watched sources never listed (`driftguard_sources_unread`): the
+    /// server is ready, degraded, judging by the strictest reading.
+    sources_unread: Vec<String>,
+    /// `driftguard_client_auth_required`; null from an older server.
+    client_auth_required: Option<bool>,
 }
 
 #[derive(Debug, Serialize)]
@@ -325,6 +333,11 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
             text: "not read: the webhooks call a URL; give --metrics-url http://HOST:PROBEPORT/metrics".into(),
         },
     };
+    let service = service_target
+        .as_ref()
+        .map(|(n, s)| (n.as_str(), s.as_str()));
+    let client_auth = metrics.counts.as_ref().and_then(|c| c.client_auth_required);
+    let who_may_post_reviews = posting::check(api, service, client_auth).await?;
     let loaded = source.load(api).await?;
     let blocked = recent_events(api, "DriftBlocked").await?;
     let (break_glass, expired_break_glass, scan) = break_glass_scan(api, &loaded.policy).await?;
@@ -345,6 +358,7 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
         expired_break_glass,
         break_glass_scan: scan,
         trusted_identity_reach: reach,
+        who_may_post_reviews,
     };
     if args.output != Output::Text {
         print_structured(&report, args.output)?;
@@ -424,6 +438,29 @@ fn print_text(report: &Report) {
             label(&server.mode),
         );
     }
+    if let Some(unread) = report
+        .metrics
+        .counts
+        .as_ref()
+        .map(|c| &c.sources_unread)
+        .filter(|u| !u.is_empty())
+    {
+        println!(
+            "Sources: {} (ready, judging by the strictest reading until they list): not listed: {}",
+            paint("DEGRADED", Color::Red),
+            s(&unread.join(", "))
+        );
+    }
+    let posting = &report.who_may_post_reviews;
+    let text = s(&posting.text);
+    println!(
+        "Who may post reviews: {}",
+        if posting.open {
+            paint(&text, Color::Red)
+        } else {
+            text
+        }
+    );
     print_events(report);
     super::reach::print(&report.trusted_identity_reach);
     println!(
@@ -636,6 +673,23 @@ fn metrics_report(from: &str, text: Result<String, String>) -> MetricsReport {
     );
     let timeouts = sample_sum(&text, "driftguard_decision_timeouts_total", "");
     let errors = sample_sum(&text, "driftguard_internal_errors_total", "");
+    let unread: Vec<String> = text
+        .lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix("driftguard_sources_unread{source=\"")?;
+            let (source, value) = rest.split_once("\"} ")?;
+            (value.trim() == "1").then(|| source.to_owned())
+        })
+        .collect();
+    let client_auth = text
+        .lines()
+        .find_map(|l| l.strip_prefix("driftguard_client_auth_required "))
+        .map(|v| v.trim() == "1");
+    let degraded = if unread.is_empty() {
+        String::new()
+    } else {
+        format!("; DEGRADED, sources not listed: {}", unread.join(", "))
+    };
     MetricsReport {
         from: Some(from.to_owned()),
         reachable: true,
@@ -647,9 +701,11 @@ fn metrics_report(from: &str, text: Result<String, String>) -> MetricsReport {
             },
             decision_timeouts: timeouts,
             internal_errors: errors,
+            sources_unread: unread,
+            client_auth_required: client_auth,
         }),
         text: format!(
-            "({from}) policy reloads {ok} ok, {failed} failed; decision timeouts {timeouts}; internal errors {errors}"
+            "({from}) policy reloads {ok} ok, {failed} failed; decision timeouts {timeouts}; internal errors {errors}{degraded}"
         ),
     }
 }
@@ -1118,6 +1174,12 @@ mod tests {
             trusted_identity_reach: crate::plugin::reach::ReachReport::not_checked(vec![
                 "forbidden".into(),
             ]),
+            who_may_post_reviews: posting::Posting {
+                client_auth: Some(true),
+                network_policy: None,
+                open: false,
+                text: "ok".into(),
+            },
         };
         let v = serde_json::to_value(&report).unwrap();
         assert_eq!(
@@ -1131,7 +1193,8 @@ mod tests {
                 "metrics",
                 "policy",
                 "recentDriftBlocked",
-                "trustedIdentityReach"
+                "trustedIdentityReach",
+                "whoMayPostReviews"
             ]
         );
         assert_eq!(
@@ -1171,6 +1234,9 @@ mod tests {
             driftguard_policy_reloads_total{result=\"failure\"} 1\n\
             driftguard_decision_timeouts_total 2\n\
             driftguard_internal_errors_total 0\n\
+            driftguard_sources_unread{source=\"Application\"} 1\n\
+            driftguard_sources_unread{source=\"Kustomization\"} 0\n\
+            driftguard_client_auth_required 0\n\
             driftguard_policy_info{digest=\"sha256:ab\",source=\"/etc/driftguard/policy.yaml\",mode=\"warn\"} 1\n# EOF\n";
         let r = serde_json::to_value(metrics_report("here", Ok(text.into()))).unwrap();
         assert_eq!(
@@ -1181,6 +1247,13 @@ mod tests {
         assert_eq!(r["policyReloads"]["failure"], 1);
         assert_eq!(r["decisionTimeouts"], 2);
         assert_eq!(r["internalErrors"], 0);
+        assert_eq!(r["sourcesUnread"], json!(["Application"]));
+        assert_eq!(r["clientAuthRequired"], false);
+        let line = r["text"].as_str().unwrap();
+        assert!(
+            line.ends_with("DEGRADED, sources not listed: Application"),
+            "{line}"
+        );
         let r =
             serde_json::to_value(metrics_report("here", Err("connection refused".into()))).unwrap();
         assert_eq!(r["reachable"], false);

@@ -1,5 +1,11 @@
 //! The plain-HTTP probe port: `/healthz` (alive), `/readyz` (policy loaded,
 //! TLS listener bound, not shutting down) and `/metrics`.
+//!
+//! Ready means able to judge: a watched source that cannot be listed (a hub
+//! out of reach) delays readiness only for `--sources-wait`, then the server
+//! is ready, degraded, and judges by the strictest reading without it
+//! ([`crate::drift::Sources::unread`]). An unready replica judges nothing:
+//! human writes fail closed on its webhook and creates fail open.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -17,8 +23,11 @@ pub struct Health {
     pub policy_loaded: AtomicBool,
     pub tls_bound: AtomicBool,
     pub shutting_down: AtomicBool,
-    /// False only while a watched GitOps source has never been listed.
-    pub sources_filled: AtomicBool,
+    /// Watched GitOps sources never listed yet, by name.
+    pub sources_unread: Mutex<Vec<&'static str>>,
+    /// Set once `--sources-wait` has passed since the watches started: from
+    /// then on, unread sources leave the server ready, degraded.
+    pub sources_wait_over: AtomicBool,
     /// Watched kinds the apiserver serves at another version only: each
     /// named, since "not listed yet" would hide that it never will be.
     pub sources_mismatched: Mutex<Vec<String>>,
@@ -30,7 +39,8 @@ impl Default for Health {
             policy_loaded: AtomicBool::new(false),
             tls_bound: AtomicBool::new(false),
             shutting_down: AtomicBool::new(false),
-            sources_filled: AtomicBool::new(true),
+            sources_unread: Mutex::new(Vec::new()),
+            sources_wait_over: AtomicBool::new(false),
             sources_mismatched: Mutex::new(Vec::new()),
         }
     }
@@ -52,11 +62,29 @@ impl Health {
             Some("TLS listener not bound".into())
         } else if !mismatched.is_empty() {
             Some(format!("served at another API version: {mismatched}"))
-        } else if !self.sources_filled.load(Ordering::SeqCst) {
+        } else if !self.sources_wait_over.load(Ordering::SeqCst) && !self.unread().is_empty() {
             Some("Argo CD / Flux sources not listed yet".into())
         } else {
             None
         }
+    }
+
+    /// Why a ready server judges by less than it was told to read, if it does.
+    pub fn degraded(&self) -> Option<String> {
+        let unread = self.unread();
+        (!unread.is_empty()).then(|| {
+            format!(
+                "Argo CD / Flux sources not listed: {}; judging by the strictest reading without them",
+                unread.join(", ")
+            )
+        })
+    }
+
+    fn unread(&self) -> Vec<&'static str> {
+        self.sources_unread
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 }
 
@@ -67,7 +95,10 @@ pub fn router(health: Arc<Health>, metrics: Arc<Metrics>) -> Router {
             "/readyz",
             get(|State(health): State<Arc<Health>>| async move {
                 match health.not_ready() {
-                    None => (StatusCode::OK, "ready\n".to_owned()),
+                    None => match health.degraded() {
+                        None => (StatusCode::OK, "ready\n".to_owned()),
+                        Some(why) => (StatusCode::OK, format!("ready (degraded: {why})\n")),
+                    },
                     Some(why) => (
                         StatusCode::SERVICE_UNAVAILABLE,
                         format!("not ready: {why}\n"),
@@ -94,4 +125,48 @@ pub fn router(health: Arc<Health>, metrics: Arc<Metrics>) -> Router {
             })
             .with_state(metrics),
         )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::body::Body;
+    use axum::http::Request;
+    use tower::ServiceExt as _;
+
+    async fn readyz(health: &Arc<Health>) -> (StatusCode, String) {
+        let probes = router(health.clone(), Arc::new(Metrics::default()));
+        let request = Request::get("/readyz").body(Body::empty()).unwrap();
+        let response = probes.oneshot(request).await.unwrap();
+        let status = response.status();
+        let body = axum::body::to_bytes(response.into_body(), 1 << 16).await;
+        (status, String::from_utf8(body.unwrap().to_vec()).unwrap())
+    }
+
+    /// A source that cannot be listed (a hub out of reach) holds readiness
+    /// back for `--sources-wait` only: then ready, saying it is degraded, so
+    /// that every replica restarted in a hub outage still judges writes.
+    #[tokio::test]
+    async fn unread_sources_leave_the_server_ready_degraded_after_the_wait() {
+        let health = Arc::new(Health::default());
+        health.policy_loaded.store(true, Ordering::SeqCst);
+        health.tls_bound.store(true, Ordering::SeqCst);
+        *health.sources_unread.lock().unwrap() = vec!["Application", "AppProject"];
+        let (status, body) = readyz(&health).await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+        assert_eq!(body, "not ready: Argo CD / Flux sources not listed yet\n");
+
+        health.sources_wait_over.store(true, Ordering::SeqCst);
+        let (status, body) = readyz(&health).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        assert!(
+            body.starts_with(
+                "ready (degraded: Argo CD / Flux sources not listed: Application, AppProject;"
+            ),
+            "{body}"
+        );
+
+        health.sources_unread.lock().unwrap().clear();
+        assert_eq!(readyz(&health).await, (StatusCode::OK, "ready\n".into()));
+    }
 }

@@ -249,3 +249,12 @@ one render sees the same material.
   configMap: {name: {{ include "driftguard.fullname" . }}-client-ca}
 {{- end }}
 {{- end }}
+
+{{/* The NetworkPolicy is rendered when asked for, and by default whenever
+     webhookFrom says where the apiserver calls from: the chart cannot know
+     that address itself (kind, k3d and managed control planes differ). */}}
+{{- define "driftguard.networkPolicy" -}}
+{{- $on := .Values.networkPolicy.enabled -}}
+{{- if kindIs "invalid" $on -}}{{- $on = not (empty .Values.networkPolicy.webhookFrom) -}}{{- end -}}
+{{- if $on -}}true{{- end -}}
+{{- end -}}
