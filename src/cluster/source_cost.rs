@@ -3,14 +3,16 @@
 //! before anything is compiled or indexed, charged against a cap per source,
 //! per namespace (the sum of its sources) and in total.
 //!
-//! The figures over-approximate what `examples/source_cost.rs` measured
-//! (live heap per rule, each rule its own text, so nothing is shared):
-//! a literal rule with one pointer 802 bytes, one manager 503; a glob group
-//! or kind about 9 KiB (a `globset` regex), 23 KiB at 300 bytes; a jq
-//! expression 11 KiB at 60 bytes, 25 KiB at 600; a listed object
-//! (`status.resources`, `status.inventory`) 296 bytes. A glob's or regex's
-//! lazy DFA cache grows as it matches, up to the regex crate's limit; kinds
-//! and names are short, so it stays at a few KiB, not charged here.
+//! The figures over-approximate what `cargo run --example source_cost`
+//! measured (live heap per rule, each rule its own text, so nothing is
+//! shared; held / charged bytes): a literal rule with one pointer 802 / 986;
+//! one manager 503 / 1,015; a glob kind 9,516 / 11,460, 23,828 / 26,870 at
+//! 300 bytes, 15,954 / 21,805 with 100 one-letter choices; a jq expression
+//! of 60 bytes 11,030 / 17,607, of 60 short paths 44,479 / 58,931 (jq is
+//! bounded at 4,096 bytes and 256 parts); a listed object (`status.resources`,
+//! `status.inventory`) 296 / about 430. A glob's or regex's lazy DFA cache
+//! grows as it matches, up to the regex crate's limit; kinds and names are
+//! short, so it stays at a few KiB and is not charged.
 //!
 //! A source over a cap is refused in the stricter direction only
 //! ([`super::source_cache`]): it lends no ignore rule, and what it lists is
@@ -77,8 +79,10 @@ const BASE: usize = 4096;
 const RULE: usize = 640;
 /// A glob group or kind, plus 48 bytes per byte.
 const GLOB: usize = 10 * 1024;
-/// A jq expression, plus 28 bytes per byte.
+/// A jq expression, plus [`JQ_TOKEN`] per token (jaq compiles each part of
+/// it, at most 256, to a few nodes; a dense one measured 186 bytes a part).
 const JQ: usize = 10 * 1024;
+const JQ_TOKEN: usize = 256;
 /// A Flux target's `name` or `namespace` regex: compiled with this size
 /// limit, which bounds it whatever its text.
 const REGEX: usize = crate::sources::TARGET_REGEX_SIZE;
@@ -105,6 +109,19 @@ fn texts(value: Option<&Value>) -> impl Iterator<Item = &str> {
         .into_iter()
         .flatten()
         .map(text)
+}
+
+/// At least the tokens of a jq expression, counted without parsing it: each
+/// run of word characters, and each other character but a space.
+fn tokens(expr: &str) -> usize {
+    let mut count = 0;
+    let mut in_word = false;
+    for c in expr.chars() {
+        let word = c.is_alphanumeric() || c == '_' || c == '$';
+        count += usize::from(!c.is_whitespace() && !(word && in_word));
+        in_word = word;
+    }
+    count
 }
 
 /// The bytes of every string (and key) in `value`.
@@ -148,7 +165,7 @@ pub fn entry(flux: bool, data: &Value, rules: bool) -> usize {
             cost += glob(rule.get("group").map_or("", text));
             cost += glob(rule.get("kind").map_or("", text));
             let jq = texts(rule.get("jqPathExpressions"));
-            cost += jq.map(|e| JQ + 28 * e.len()).sum::<usize>();
+            cost += jq.map(|e| JQ + JQ_TOKEN * tokens(e)).sum::<usize>();
         }
     }
     cost
@@ -308,6 +325,7 @@ mod tests {
         assert!(literal < BASE + 2048, "{literal}");
         assert!(glob > literal + GLOB);
         assert!(jq > literal + JQ);
+        assert_eq!(tokens(".a[] | select(.name == \"c1\")"), 15);
         let mut refused = app(json!({"kind": "Deploy*"}));
         assert_eq!(
             entry(false, &refused, false),
