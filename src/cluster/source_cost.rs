@@ -118,7 +118,7 @@ fn tokens(expr: &str) -> usize {
     let mut in_word = false;
     for c in expr.chars() {
         let word = c.is_alphanumeric() || c == '_' || c == '$';
-        count += usize::from(!c.is_whitespace() && !(word && in_word));
+        count += usize::from(!(c.is_whitespace() || word && in_word));
         in_word = word;
     }
     count
