@@ -15,8 +15,18 @@
 //! short, so it stays at a few KiB and is not charged.
 //!
 //! A source over a cap is refused in the stricter direction only
-//! ([`super::source_cache`]): it lends no ignore rule, and what it lists is
-//! widened to whole namespaces, never dropped.
+//! ([`super::source_cache`]), by what each use of it does to a decision:
+//! - ignore rules loosen: a refused source lends none;
+//! - what it lists (planned creates, listed children, scale parents, a
+//!   Namespace or CRD delete's cascade) guards: widened to every object of
+//!   each namespace it names, never dropped;
+//! - its claims (an Application's destination namespace, a HelmRelease's
+//!   release namespace), its account (from its AppProject or
+//!   `serviceAccountName`) and its diff mode are read as without rules, the
+//!   same as admitted: nothing else it carries is dropped.
+//!
+//! argocd-cm and AppProjects live in Argo CD's namespace, written by its
+//! administrators alone, and are not charged.
 
 use std::collections::HashMap;
 
