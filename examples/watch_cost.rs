@@ -190,6 +190,7 @@ fn main() {
     drop(stripped);
     let mut published = Arc::new(cache.snapshot());
     let new_bytes = live() - base;
+    let charged = cache.charged();
     // Each row builds its event object as the watch delivers it, like the rows
     // above; cheap now, so more events for a steadier mean.
     let events = events * 50;
@@ -229,5 +230,10 @@ fn main() {
         "store + sources",
         old_bytes as f64 / 1048576.0,
         new_bytes as f64 / 1048576.0
+    );
+    println!(
+        "  {:<28}{:>28.1}",
+        "charged (--sources-max-bytes)",
+        charged as f64 / 1048576.0
     );
 }

@@ -12,6 +12,7 @@ pub mod parents;
 pub mod register;
 pub mod rules;
 pub mod source_cache;
+pub mod source_cost;
 pub mod watch;
 
 /// Why no kube client could be made.

@@ -303,6 +303,23 @@ impl Sources {
         }
     }
 
+    /// Who lists the object `key` names (`group/Kind:namespace/name`): its
+    /// own entry, or the whole-namespace one of a source refused for its
+    /// cost ([`crate::policy::planned::widen`]).
+    pub fn lister(&self, key: &str) -> Option<&Manager> {
+        use crate::policy::planned;
+        if self.planned.is_empty() {
+            return None;
+        }
+        let namespace = key.split_once(':').and_then(|(_, r)| r.split_once('/'));
+        self.planned.get(key).or_else(|| {
+            let wide = planned::everything_in(namespace.map_or("", |(ns, _)| ns));
+            self.planned
+                .get(&wide)
+                .or_else(|| self.planned.get(planned::EVERYWHERE))
+        })
+    }
+
     /// Every watched Application, of every installation.
     pub fn applications(&self) -> impl Iterator<Item = &Application> {
         self.argocd

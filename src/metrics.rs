@@ -55,6 +55,7 @@ pub struct Metrics {
     pub source_age: Gauge<f64, AtomicU64>,
     pub runtime_tasks: Gauge,
     pub sources_objects: Family<SourceLabels, Gauge>,
+    pub sources_refused: Family<RefusedLabels, Gauge>,
     pub sources_version_mismatch: Family<SourceLabels, Gauge>,
     pub sources_failing: Family<SourceLabels, Gauge<f64, AtomicU64>>,
     /// 1 while a watch has never listed: decisions judge without it.
@@ -86,6 +87,13 @@ pub struct GuardLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct SourceLabels {
     pub source: &'static str,
+}
+
+/// A watched kind's objects refused by a cost cap (`source`, `namespace`, `total`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RefusedLabels {
+    pub source: &'static str,
+    pub cap: &'static str,
 }
 
 impl Default for Metrics {
@@ -215,6 +223,12 @@ impl Default for Metrics {
             "Argo CD / Flux objects read from the cluster, by kind",
             sources_objects.clone(),
         );
+        let sources_refused = Family::<RefusedLabels, Gauge>::default();
+        registry.register(
+            "sources_refused",
+            "Argo CD / Flux objects over a cost cap, by kind and cap: their ignore rules do not apply, and what they list guards whole namespaces",
+            sources_refused.clone(),
+        );
         let sources_version_mismatch = Family::<SourceLabels, Gauge>::default();
         registry.register(
             "sources_version_mismatch",
@@ -305,6 +319,7 @@ impl Default for Metrics {
             source_age,
             runtime_tasks,
             sources_objects,
+            sources_refused,
             sources_version_mismatch,
             sources_failing,
             sources_unread,

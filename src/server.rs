@@ -198,6 +198,8 @@ pub struct Config {
     pub break_glass_sweeper_lease: Option<(String, String)>,
     #[command(flatten)]
     pub guarded: crate::cluster::guard::Guarded,
+    #[command(flatten)]
+    pub source_limits: crate::cluster::source_cost::Limits,
     /// How often the policy and certificate files are checked for changes.
     #[arg(long, env = "DRIFTGUARD_RELOAD_INTERVAL", default_value = "2s", value_parser = duration)]
     pub reload_interval: Duration,
@@ -402,6 +404,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
                 cluster_names: config.cluster_names.clone(),
                 flux_default_service_account: config.flux_default_service_account.clone(),
                 local_flux: config.local_flux,
+                limits: config.source_limits,
             };
             let watches = crate::cluster::watch::spawn(client.clone(), &options, metrics.clone());
             report_watches(&watches, &health, &metrics, config.sources_wait);

@@ -5,7 +5,7 @@
 //! account each impersonates, its ignore rules, its source). The result is the plain [`Sources`] the
 //! decision reads; this module depends on the core, never the reverse.
 
-use regex::Regex;
+use regex::RegexBuilder;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -168,6 +168,11 @@ fn given(field: &Option<String>) -> Option<&str> {
     field.as_deref().filter(|s| !s.is_empty())
 }
 
+/// The compiled size a Flux target's `name` or `namespace` regex may take
+/// (the regex crate's default is 10 MiB): what the source's cost charges for
+/// it. A larger one is reported like one that does not parse.
+pub const TARGET_REGEX_SIZE: usize = 64 * 1024;
+
 /// Reads a watched Kustomization or HelmRelease.
 pub fn flux_from_value(kind: FluxKind, value: &Value) -> Result<FluxSource, SourceError> {
     let object = FluxObject::deserialize(value).map_err(|source| SourceError::Shape {
@@ -211,7 +216,11 @@ pub fn flux_from_value(kind: FluxKind, value: &Value) -> Result<FluxSource, Sour
         let t = ignore.target.unwrap_or_default();
         let regex = |field: &'static str, text: &Option<String>| {
             given(text)
-                .map(|r| Regex::new(&format!("^(?:{r})$")))
+                .map(|r| {
+                    RegexBuilder::new(&format!("^(?:{r})$"))
+                        .size_limit(TARGET_REGEX_SIZE)
+                        .build()
+                })
                 .transpose()
                 .map_err(|source| SourceError::Regex {
                     origin: origin.clone(),

@@ -9,7 +9,10 @@
 //! (its namespace or AppProject does not admit it, [`app_namespaces`]) and a
 //! Flux source applying to another cluster are kept but lend nothing, so a
 //! change of argocd-cmd-params-cm or of a project moves Applications in or
-//! out without a relist.
+//! out without a relist. Each object is charged its estimated cost before
+//! it is compiled or indexed ([`source_cost`]); one over a cap is refused in
+//! the stricter direction: it lends no ignore rule, and what it lists is
+//! widened to whole namespaces, never dropped.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::hash::{Hash, Hasher};
@@ -19,6 +22,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::DynamicObject;
 use serde_json::Value;
 
+use super::source_cost::{self, Cap, Ledger, Limits};
 use crate::drift::ownership::ARGOCD_CM_INSTALLATION_ID;
 use crate::drift::{ArgoCdSources, Manager};
 use crate::policy::app_namespaces::{self, NamespaceList};
@@ -108,6 +112,10 @@ pub struct SourceCache {
     /// Every listed object and who lists it, rebuilt when a list changes
     /// (rarely: status rewrites keep the same objects).
     planned_index: Arc<HashMap<String, Manager>>,
+    /// What each object is charged, by uid.
+    budget: Ledger,
+    /// The objects over a cap, by uid, and which.
+    refused: BTreeMap<String, (Kind, Cap)>,
 }
 
 struct Planned {
@@ -208,6 +216,22 @@ impl SourceCache {
         self
     }
 
+    /// The caps on what each source, namespace and all may cost.
+    pub fn with_limits(mut self, limits: Limits) -> Self {
+        self.budget = Ledger::new(limits);
+        self
+    }
+
+    /// Objects of `kind` refused by `cap`.
+    pub fn refused(&self, kind: Kind, cap: Cap) -> usize {
+        self.refused.values().filter(|r| **r == (kind, cap)).count()
+    }
+
+    /// The bytes charged for every object held.
+    pub fn charged(&self) -> usize {
+        self.budget.total()
+    }
+
     /// Flux runs with `--default-service-account=name` (multi-tenancy
     /// lockdown): what a Kustomization or HelmRelease without its own
     /// account impersonates.
@@ -249,34 +273,91 @@ impl SourceCache {
         let Some(uid) = uid(object) else {
             return false;
         };
+        let listing = self.listing(kind, object);
+        let refusal = self.charge(kind, uid, object, listing.as_ref());
         // Content first: whether an Application counts decides whether what
         // it lists is indexed.
-        let content = self.apply_content(kind, uid, object);
-        self.apply_planned(kind, uid, object) || content
+        let content = self.apply_content(kind, uid, object, refusal.is_some());
+        let planned = match (listing, refusal) {
+            (Some((_, by)), Some(wide)) => self.set_planned(uid, wide, by),
+            (Some((keys, by)), None) => self.set_planned(uid, keys, by),
+            (None, _) => self.forget_planned(uid),
+        };
+        planned || content
+    }
+
+    /// Charges `object` its estimated cost ([`source_cost`]) before it is
+    /// compiled or indexed. When it is refused, returns its listing widened
+    /// (at most per-source cap / 1 KiB namespaces, each key's cost under
+    /// 1 KiB) and charges its strict form: without rules, that listing.
+    fn charge(
+        &mut self,
+        kind: Kind,
+        uid: &str,
+        object: &DynamicObject,
+        listing: Option<&(Vec<String>, Manager)>,
+    ) -> Option<Vec<String>> {
+        if kind == Kind::AppProject {
+            return None;
+        }
+        let flux = kind != Kind::Application;
+        let namespace = object.metadata.namespace.as_deref().unwrap_or_default();
+        let name = object.metadata.name.as_deref().unwrap_or_default();
+        let keys = listing.map_or(&[][..], |l| &l.0[..]);
+        let lister = namespace.len() + name.len();
+        let listed = source_cost::listed(keys, lister);
+        let cost = source_cost::entry(flux, &object.data, true) + listed;
+        // Only Argo CD's administrators write in its namespace.
+        let capped = !(self.argocd_watched && namespace == self.argocd_namespace);
+        let Err(cap) = self.budget.charge(uid, namespace, cost, capped) else {
+            if self.refused.remove(uid).is_some() {
+                tracing::info!(
+                    kind = kind.as_str(),
+                    namespace,
+                    name,
+                    cost,
+                    "a GitOps source refused for its cost fits again"
+                );
+            }
+            return None;
+        };
+        let wide = planned::widen(keys, self.budget.limits.per_source / 1024);
+        let strict =
+            source_cost::entry(flux, &object.data, false) + source_cost::listed(&wide, lister);
+        self.budget.force(uid, namespace, strict);
+        if self.refused.insert(uid.to_owned(), (kind, cap)) != Some((kind, cap)) {
+            tracing::warn!(
+                kind = kind.as_str(),
+                namespace,
+                name,
+                cost,
+                cap = cap.as_str(),
+                limit = self.budget.limit(cap),
+                "a GitOps source over its cost cap was refused: its ignore rules do not apply, and what it lists counts for whole namespaces"
+            );
+        }
+        Some(wide)
     }
 
     /// The objects an Application or a Kustomization lists in its status
-    /// ([`crate::policy::planned`]). Returns whether they changed.
-    fn apply_planned(&mut self, kind: Kind, uid: &str, object: &DynamicObject) -> bool {
+    /// ([`crate::policy::planned`]), and who lists them; `None` when it
+    /// lists nothing here.
+    fn listing(&self, kind: Kind, object: &DynamicObject) -> Option<(Vec<String>, Manager)> {
         let status = object.data.get("status").unwrap_or(&Value::Null);
         let namespace = object.metadata.namespace.clone().unwrap_or_default();
         let name = object.metadata.name.clone().unwrap_or_default();
-        let (keys, by) = match kind {
+        match kind {
             // What an Application deploying to another cluster lists is there,
             // not here: the same names here are no one's.
-            Kind::Application if self.this_cluster.deploys_elsewhere(&object.data) => {
-                return self.forget_planned(uid);
-            }
-            Kind::Application => (
+            Kind::Application if self.this_cluster.deploys_elsewhere(&object.data) => None,
+            Kind::Application => Some((
                 planned::application_keys(status),
                 Manager::ArgoCd {
                     application: name,
                     application_namespace: Some(namespace),
                 },
-            ),
-            Kind::Kustomization if self.flux_elsewhere(&object.data) => {
-                return self.forget_planned(uid);
-            }
+            )),
+            Kind::Kustomization if self.flux_elsewhere(&object.data) => None,
             Kind::Kustomization => {
                 let mut keys = planned::kustomization_keys(status);
                 // A tenant's Kustomization (one applied as an account of its
@@ -287,10 +368,14 @@ impl SourceCache {
                     let prefix = format!(":{namespace}/");
                     keys.retain(|k| k.contains(&prefix));
                 }
-                (keys, Manager::FluxKustomization { namespace, name })
+                Some((keys, Manager::FluxKustomization { namespace, name }))
             }
-            Kind::AppProject | Kind::HelmRelease => return false,
-        };
+            Kind::AppProject | Kind::HelmRelease => None,
+        }
+    }
+
+    /// Records what `uid` lists. Returns whether it changed.
+    fn set_planned(&mut self, uid: &str, keys: Vec<String>, by: Manager) -> bool {
         let mut h = std::hash::DefaultHasher::new();
         keys.hash(&mut h);
         let hash = h.finish();
@@ -333,14 +418,21 @@ impl SourceCache {
         removed
     }
 
-    fn apply_content(&mut self, kind: Kind, uid: &str, object: &DynamicObject) -> bool {
-        let hash = content_hash(object);
+    fn apply_content(
+        &mut self,
+        kind: Kind,
+        uid: &str,
+        object: &DynamicObject,
+        refused: bool,
+    ) -> bool {
+        // Refused or not, it compiles differently.
+        let hash = content_hash(object) ^ u64::from(refused);
         match kind {
             Kind::Application => {
                 if self.applications.get(uid).is_some_and(|e| e.hash == hash) {
                     return false;
                 }
-                let entry = self.compile_app(object, hash);
+                let entry = self.compile_app(object, hash, refused);
                 let counts = entry.counts;
                 let before = self.applications.insert(uid.to_owned(), entry);
                 // What it lists is indexed only while it counts.
@@ -373,7 +465,10 @@ impl SourceCache {
                 if map.get(uid).is_some_and(|e| e.hash == hash) {
                     return false;
                 }
-                let value = to_value(object).filter(|_| !elsewhere).and_then(|v| {
+                let value = to_value(object).filter(|_| !elsewhere).and_then(|mut v| {
+                    if refused {
+                        source_cost::without_rules(true, &mut v);
+                    }
                     sources::flux_from_value(flux_kind, &v)
                         .map_err(|e| report([e]))
                         .ok()
@@ -391,6 +486,8 @@ impl SourceCache {
             return false;
         };
         let planned = self.forget_planned(uid);
+        self.budget.release(uid);
+        self.refused.remove(uid);
         let removed = match kind {
             Kind::Application => self.applications.remove(uid).is_some(),
             Kind::AppProject => {
@@ -424,6 +521,8 @@ impl SourceCache {
         let mut changed = false;
         for uid in gone {
             changed |= self.forget_planned(&uid);
+            self.budget.release(&uid);
+            self.refused.remove(&uid);
             changed |= match kind {
                 Kind::Application => self.applications.remove(&uid).is_some(),
                 Kind::AppProject => self.projects.remove(&uid).is_some(),
@@ -529,8 +628,11 @@ impl SourceCache {
         }
     }
 
-    fn compile_app(&self, object: &DynamicObject, hash: u64) -> AppEntry {
-        let app = to_value(object).and_then(|v| {
+    fn compile_app(&self, object: &DynamicObject, hash: u64, refused: bool) -> AppEntry {
+        let app = to_value(object).and_then(|mut v| {
+            if refused {
+                source_cost::without_rules(false, &mut v);
+            }
             let (mut apps, errors) =
                 sources::applications_for(std::slice::from_ref(&v), &self.this_cluster);
             report(errors);

@@ -22,7 +22,8 @@ use kube::runtime::watcher::Event;
 use kube::runtime::{WatchStreamExt, watcher};
 
 use super::source_cache::{Kind, SourceCache, strip};
-use crate::metrics::{Metrics, SourceLabels};
+use super::source_cost::{Cap, Limits};
+use crate::metrics::{Metrics, RefusedLabels, SourceLabels};
 use crate::policy::Application;
 use crate::policy::app_namespaces;
 use crate::policy::argocd::{DiffMode, ThisCluster};
@@ -89,8 +90,11 @@ impl Watches {
         self.handle.replace(snapshot(caches, &unread));
     }
 
-    fn count(&self, at: usize, kind: Kind) -> usize {
-        self.caches.lock().unwrap_or_else(|e| e.into_inner())[at].count(kind)
+    /// Objects of `kind` in cache `at`, and those refused by each cap.
+    fn count(&self, at: usize, kind: Kind) -> (usize, [usize; 3]) {
+        let caches = self.caches.lock().unwrap_or_else(|e| e.into_inner());
+        let refused = Cap::ALL.map(|cap| caches[at].refused(kind, cap));
+        (caches[at].count(kind), refused)
     }
 
     /// Watched kinds served at another version only, described.
@@ -228,6 +232,9 @@ pub struct WatchOptions {
     pub flux_default_service_account: Option<String>,
     /// Beside a hub's Flux, this cluster's own (`--local-flux`).
     pub local_flux: bool,
+    /// What each source may cost (`--source-max-bytes` and the others),
+    /// applied to each cache.
+    pub limits: Limits,
 }
 
 /// Starts the watches and returns the shared state they keep current.
@@ -260,6 +267,10 @@ pub fn spawn(client: kube::Client, options: &WatchOptions, metrics: Arc<Metrics>
             caches.push(flux);
             caches.len() - 1
         });
+    let caches = caches
+        .into_iter()
+        .map(|c| c.with_limits(options.limits))
+        .collect();
     let watches = Arc::new(Watches {
         handle: SourcesHandle::default(),
         caches: Mutex::new(caches),
@@ -413,6 +424,13 @@ fn watch_dynamic(
         .sources_objects
         .get_or_create(&SourceLabels { source: label })
         .clone();
+    let refused = Cap::ALL.map(|cap| {
+        let labels = RefusedLabels {
+            source: label,
+            cap: cap.as_str(),
+        };
+        metrics.sources_refused.get_or_create(&labels).clone()
+    });
     run(
         watches,
         stream,
@@ -434,7 +452,11 @@ fn watch_dynamic(
                 Event::Apply(o) => w.update(at, |c| c.apply(kind, &o)),
                 Event::Delete(o) => w.update(at, |c| c.delete(kind, &o)),
             }
-            cached.set(w.count(at, kind) as i64);
+            let (count, over) = w.count(at, kind);
+            cached.set(count as i64);
+            for (gauge, n) in refused.iter().zip(over) {
+                gauge.set(n as i64);
+            }
         },
     );
 }

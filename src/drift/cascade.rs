@@ -18,7 +18,7 @@ use super::{
     Context, Decision, Finding, Inputs, Installation, Manager, Operation, Request, Sources,
     breakglass,
 };
-use crate::policy::{Mode, Policy};
+use crate::policy::{Mode, Policy, planned};
 
 /// At most this many lost objects are named in a denial; the rest are counted.
 const NAMED: usize = 3;
@@ -194,7 +194,10 @@ pub fn lost(policy: &Policy, req: &Request, sources: &Sources) -> Option<Cascade
         .iter()
         .filter(|(_, by)| detects(policy, by))
         .filter(|(key, _)| {
-            key.split_once(':')
+            // A refused source's whole-namespace listing takes any kind.
+            let wide = planned::is_wide(key) && namespace.is_none_or(|n| planned::covers(key, n));
+            wide || key
+                .split_once(':')
                 .is_some_and(|(gk, _)| matches(gk, namespace_of(key)))
         })
         .collect();

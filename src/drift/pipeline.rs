@@ -392,7 +392,10 @@ fn listed_parent<'s>(ctx: &Context<'s>, req: &Request) -> Option<&'s Manager> {
     ctx.sources?
         .planned
         .iter()
-        .find(|(key, _)| key.starts_with(&prefix) && key.ends_with(&suffix))
+        .find(|(key, _)| {
+            (key.starts_with(&prefix) && key.ends_with(&suffix))
+                || crate::policy::planned::covers(key, req.namespace)
+        })
         .map(|(_, by)| by)
 }
 

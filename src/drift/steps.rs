@@ -147,7 +147,7 @@ pub fn owners<'p>(
             stored.name,
         );
         ctx.sources
-            .is_some_and(|s| s.planned.get(&key).is_some_and(|by| detects(policy, by)))
+            .is_some_and(|s| s.lister(&key).is_some_and(|by| detects(policy, by)))
     };
     if let Some(owner) = ownership::controller_owner(stored)
         && !claims_itself
@@ -223,13 +223,13 @@ pub(super) fn planned_by<'s>(
     if policy.planned_creates != crate::policy::PlannedCreates::Guard {
         return None;
     }
-    let planned = &ctx.sources?.planned;
-    if planned.is_empty() {
+    let sources = ctx.sources?;
+    if sources.planned.is_empty() {
         return None;
     }
     let name = new.pointer("/metadata/name").and_then(Value::as_str)?;
     let key = crate::policy::planned::key(req.group, req.kind, req.namespace, name);
-    planned.get(&key).filter(|by| detects(policy, by))
+    sources.lister(&key).filter(|by| detects(policy, by))
 }
 
 /// Whether the policy enables `manager`'s detector: the registration sends

@@ -13,6 +13,44 @@ pub fn key(group: &str, kind: &str, namespace: &str, name: &str) -> String {
     format!("{group}/{kind}:{namespace}/{name}")
 }
 
+/// What a source refused for its cost lists ([`crate::cluster::source_cost`]):
+/// every object of a namespace it names, or of every namespace.
+pub const EVERYWHERE: &str = "*/*:*/*";
+
+/// Every object of `namespace` (`""`: every cluster-scoped one).
+pub fn everything_in(namespace: &str) -> String {
+    key("*", "*", namespace, "*")
+}
+
+/// Whether `key` is a whole-namespace listing ([`widen`]).
+pub fn is_wide(key: &str) -> bool {
+    key.starts_with("*/*:")
+}
+
+/// Whether the whole-namespace listing `key` covers `namespace`.
+pub fn covers(key: &str, namespace: &str) -> bool {
+    key == EVERYWHERE || key.strip_prefix("*/*:") == Some(&format!("{namespace}/*"))
+}
+
+/// `keys` widened to the namespaces they name: a listing too costly to
+/// hold still lists at least what it did (a name over 63 bytes is no
+/// namespace's, so nothing there can be created). When even the namespaces
+/// pass `at_most`, every object of every namespace.
+pub fn widen(keys: &[String], at_most: usize) -> Vec<String> {
+    let mut namespaces: Vec<&str> = keys
+        .iter()
+        .filter_map(|k| k.split_once(':')?.1.split_once('/'))
+        .map(|(ns, _)| ns)
+        .filter(|ns| ns.len() <= 63)
+        .collect();
+    namespaces.sort_unstable();
+    namespaces.dedup();
+    if namespaces.len() > at_most {
+        return vec![EVERYWHERE.to_owned()];
+    }
+    namespaces.into_iter().map(everything_in).collect()
+}
+
 /// The objects an Application's `status` lists in `resources`.
 pub fn application_keys(status: &Value) -> Vec<String> {
     let text = |r: &Value, k: &str| {
@@ -83,5 +121,22 @@ mod tests {
             vec!["apps/Deployment:prod/web", "/Namespace:/prod"]
         );
         assert!(application_keys(&json!({})).is_empty());
+    }
+
+    #[test]
+    fn a_widened_listing_covers_every_namespace_it_named() {
+        let keys = [
+            "apps/Deployment:a/x",
+            "/Service:b/y",
+            "apps/Deployment:a/z",
+            "/Namespace:/a",
+        ]
+        .map(String::from);
+        let wide = widen(&keys, 3);
+        assert_eq!(wide, ["*/*:/*", "*/*:a/*", "*/*:b/*"]);
+        assert!(wide.iter().all(|k| is_wide(k)));
+        assert!(covers(&wide[1], "a") && !covers(&wide[1], "b"));
+        assert_eq!(widen(&keys, 2), [EVERYWHERE]);
+        assert!(covers(EVERYWHERE, "c"));
     }
 }
