@@ -20,7 +20,9 @@
 //!
 //! Knobs, for the script and by hand: `HOSTILE_TENANT=0` leaves the tenant's
 //! Applications out; `HOSTILE_TENANT_RULES` (default 3,000) is the rules per
-//! Application; `HOSTILE_SCALE` (default 1) multiplies the hostile clients,
+//! Application; `HOSTILE_SCALE` (default 3) multiplies the hostile clients
+//! (at 3 they hold about 1,300 connections, past the chart's
+//! `maxConnections` of 1,024, so that eviction is pressed too),
 //! and 0 leaves them out: the control run, where every goal must hold.
 
 #[path = "support/control_plane.rs"]
@@ -62,7 +64,7 @@ fn ordinary_writes_are_decided_while_hostile_clients_press() {
         .map(PathBuf::from)
         .unwrap_or_else(|_| PathBuf::from(ROOT).join("target/soak-hostile/test"));
     std::fs::create_dir_all(&out).unwrap();
-    let scale = env_number("HOSTILE_SCALE", 1) as usize;
+    let scale = env_number("HOSTILE_SCALE", 3) as usize;
     let shape = AttackShape {
         slow_bodies: 200 * scale,
         large_bodies: 16 * scale,
@@ -382,7 +384,7 @@ fn application(i: usize, target: &Target) -> Value {
     let mut rules = vec![
         json!({"group": "apps", "kind": "Deployment", "jqPathExpressions": [".metadata.annotations[\"hostile/allowed\"]"]}),
     ];
-    if i % 2 == 0 {
+    if i.is_multiple_of(2) {
         rules.push(
             json!({"group": "apps", "kind": "Deployment", "jsonPointers": ["/spec/replicas"]}),
         );
@@ -691,7 +693,7 @@ impl TenantStats {
 fn tenant_application(i: usize, rules: usize, generation: u64) -> Value {
     let rules: Vec<Value> = (0..rules)
         .map(|j| {
-            if j % 10 == 0 {
+            if j.is_multiple_of(10) {
                 json!({"kind": "ConfigMap", "name": format!("cm-{j}"), "jqPathExpressions": [format!(".data[\"g{generation}-{j}\"]")]})
             } else {
                 json!({"kind": "ConfigMap", "name": format!("cm-{j}"), "jsonPointers": [format!("/data/g{generation}-{j}")]})
