@@ -105,6 +105,18 @@ def configmap_patch(n, tool, key=lambda i: f"key-{i:06d}", value=lambda i: f"val
     return review("ConfigMap", "", "configmaps", "settings", "UPDATE", new, old)
 
 
+def configmap_annotated(n):
+    """An Argo CD ConfigMap whose stored ignore-differences annotation is n
+    two-byte pointers, anchored and named again by an alias (the most a parse may
+    replay within its budget of one scalar byte per byte), and a patch."""
+    out = configmap_patch(1, "argocd")
+    pointers = ", ".join(["/x"] * n)
+    text = f"jsonPointers: &p [{pointers}]\nagain: *p\n"
+    for side in ("object", "oldObject"):
+        out["request"][side]["metadata"]["annotations"]["argocd.argoproj.io/ignore-differences"] = text
+    return out
+
+
 def main():
     kind, n = sys.argv[1], int(sys.argv[2])
     if kind == "deployment-env":
@@ -116,6 +128,8 @@ def main():
                               key=lambda i: format(i, "x"), value=lambda i: "")
     elif kind == "configmap-patch":
         out = configmap_patch(n, sys.argv[3] if len(sys.argv) > 3 else "flux")
+    elif kind == "configmap-annotated":
+        out = configmap_annotated(n)
     else:
         sys.exit(f"unknown kind {kind}")
     json.dump(out, sys.stdout, separators=(",", ":"))

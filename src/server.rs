@@ -332,11 +332,15 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         .map_err(anyhow::Error::msg)?;
     let acceptor = TlsAcceptor::from(Arc::new(tls_config));
 
-    let probe_listener = TcpListener::bind(config.probe_listen)
-        .await
+    let probe_listener = std::net::TcpListener::bind(config.probe_listen)
         .with_context(|| format!("cannot bind the probe port {}", config.probe_listen))?;
-    let probe_router = probes::router(health.clone(), metrics.clone());
-    let probe_task = tokio::spawn(async move { axum::serve(probe_listener, probe_router).await });
+    let probe_router = probes::router(
+        health.clone(),
+        metrics.clone(),
+        tokio::runtime::Handle::current(),
+    );
+    let probes_stop = probes::serve_apart(probe_listener, probe_router)
+        .context("cannot start the probe port's thread")?;
 
     let listener = TcpListener::bind(config.listen)
         .await
@@ -497,7 +501,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         budget,
     )
     .await;
-    probe_task.abort();
+    drop(probes_stop);
     tracing::info!("driftguard stopped");
     Ok(())
 }

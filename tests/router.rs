@@ -401,7 +401,8 @@ async fn a_runaway_rule_is_answered_by_on_error_within_the_deadline() {
         let started = std::time::Instant::now();
         let pending = tokio::spawn(post(router(app), "/validate", review.clone()));
         wait_until("a decision thread is busy", || decider.busy() == 1).await;
-        let probes = probes::router(health.clone(), metrics.clone());
+        let webhook = tokio::runtime::Handle::current();
+        let probes = probes::router(health.clone(), metrics.clone(), webhook);
         for path in ["/healthz", "/readyz"] {
             let response = probes
                 .clone()

@@ -16,6 +16,11 @@ use super::inputs::ARGO_IGNORE_DIFFERENCES;
 use crate::policy::ignore::IgnoreRule;
 use crate::policy::path::Path;
 
+/// The longest annotation read. Argo CD reads any length, but a longer one
+/// is skipped here, ignoring nothing (stricter, never looser): what its
+/// pointers would cost is then bounded by this, not by the review's size.
+pub const MAX_BYTES: usize = 64 * 1024;
+
 /// What the annotation on `object` means.
 #[derive(Debug)]
 pub enum Annotated {
@@ -38,6 +43,12 @@ pub fn rule(object: &Value) -> Annotated {
     let Some(text) = value.as_str().filter(|t| !t.is_empty()) else {
         return Annotated::Absent;
     };
+    if text.len() > MAX_BYTES {
+        return Annotated::Skipped(format!(
+            "it is {} bytes, over the {MAX_BYTES} driftguard reads, so it ignores nothing here",
+            text.len()
+        ));
+    }
     let pointers = match pointers(text) {
         Ok(p) if p.is_empty() => return Annotated::Skipped("it lists no jsonPointers".into()),
         Ok(p) => p,
@@ -140,6 +151,10 @@ mod tests {
             ("jqPathExpressions: [.spec]", "no jsonPointers"),
             ("jsonPointers: [\"\", spec]", "can resolve"),
             ("{{", "not YAML"),
+            (
+                &format!("jsonPointers: [{}]", vec!["/x"; MAX_BYTES / 4].join(", ")),
+                "over the",
+            ),
         ] {
             match rule(&on(value)) {
                 Annotated::Skipped(text) => assert!(text.contains(why), "{value}: {text}"),

@@ -6,18 +6,22 @@
 
 use serde::de::DeserializeOwned;
 
-/// Parser events and retained anchor copies allowed per input byte, with a
-/// floor for short texts: plain YAML makes fewer events than bytes.
-const EVENTS_PER_BYTE: usize = 4;
+/// Parser events (replayed aliases included), nodes, scalar bytes and
+/// retained anchor copies allowed: one per input byte, with a floor for short
+/// texts. Plain YAML makes fewer events than bytes (each scalar takes at
+/// least a byte and a separator), so only aliases reach it, and what a parse
+/// builds stays within what the same text parsed as JSON would.
 const FLOOR: usize = 4096;
 
-/// [`serde_saphyr::from_str`] within a budget of `EVENTS_PER_BYTE` times the
-/// text, which a document without aliases never reaches.
+/// [`serde_saphyr::from_str`] within a budget of the text's length.
 pub fn from_str<T: DeserializeOwned>(text: &str) -> Result<T, serde_saphyr::Error> {
-    let scale = text.len().saturating_mul(EVENTS_PER_BYTE).max(FLOOR);
+    let scale = text.len().max(FLOOR);
     let mut budget = serde_saphyr::Budget::default();
     budget.max_events = scale;
+    budget.max_nodes = scale;
+    budget.max_total_scalar_bytes = scale;
     budget.max_aliases = scale / 16;
+    budget.max_anchors = scale / 16;
     budget.max_recorded_anchor_events = scale;
     budget.max_recorded_anchor_bytes = scale;
     serde_saphyr::from_str_with_options(text, serde_saphyr::options! { budget: Some(budget) })
@@ -54,5 +58,34 @@ mod tests {
         assert!(super::from_str::<Value>(plain).is_ok());
         let long = format!("jsonPointers: [{}]\n", vec!["/spec/x"; 10_000].join(", "));
         assert!(super::from_str::<Value>(&long).is_ok());
+        let dense = format!("[{}]\n", vec!["1"; 100_000].join(","));
+        assert!(super::from_str::<Value>(&dense).is_ok());
+        let block: String = (0..20_000).map(|i| format!("a{i}: 1\n")).collect();
+        assert!(super::from_str::<Value>(&block).is_ok());
+    }
+
+    /// Long anchored strings, each named by a few aliases (within any
+    /// alias-to-anchor ratio): what the parse builds stays within the text's
+    /// size, where serde-saphyr's defaults build ten times it.
+    #[test]
+    fn anchored_strings_repeated_build_no_more_than_the_text() {
+        let mut text = String::new();
+        for i in 0..100 {
+            text.push_str(&format!("a{i}: &a{i} \"{}\"\n", "x".repeat(1000)));
+            text.push_str(&format!(
+                "b{i}: [{}]\n",
+                vec![format!("*a{i}"); 10].join(", ")
+            ));
+        }
+        let built = |v: Value| serde_json::to_string(&v).unwrap().len();
+        let unbounded = serde_saphyr::from_str::<Value>(&text).map(built).unwrap();
+        assert!(
+            unbounded > 10 * text.len(),
+            "{unbounded} from {}",
+            text.len()
+        );
+        if let Ok(bytes) = super::from_str::<Value>(&text).map(built) {
+            assert!(bytes <= 2 * text.len(), "{bytes} from {}", text.len());
+        }
     }
 }

@@ -88,7 +88,44 @@ impl Health {
     }
 }
 
-pub fn router(health: Arc<Health>, metrics: Arc<Metrics>) -> Router {
+/// The probe port, served on a thread and runtime of its own: no decision,
+/// parse or flood that occupies the webhook's workers can make `/readyz` miss
+/// its one-second probe (the chart's `failureThreshold` is 1). Serves until
+/// the returned sender is dropped.
+pub fn serve_apart(
+    listener: std::net::TcpListener,
+    router: Router,
+) -> std::io::Result<tokio::sync::oneshot::Sender<()>> {
+    listener.set_nonblocking(true)?;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    std::thread::Builder::new()
+        .name("driftguard-probes".into())
+        .spawn(move || {
+            runtime.block_on(async move {
+                let listener = match tokio::net::TcpListener::from_std(listener) {
+                    Ok(listener) => listener,
+                    Err(e) => return tracing::error!(error = %e, "the probe port failed"),
+                };
+                let serving = axum::serve(listener, router)
+                    .with_graceful_shutdown(async move { _ = stopped.await });
+                if let Err(e) = serving.await {
+                    tracing::error!(error = %e, "the probe port failed");
+                }
+            })
+        })?;
+    Ok(stop)
+}
+
+/// The probe routes; `/metrics` reports the task count of `webhook`, the
+/// runtime that serves reviews.
+pub fn router(
+    health: Arc<Health>,
+    metrics: Arc<Metrics>,
+    webhook: tokio::runtime::Handle,
+) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route(
@@ -110,9 +147,7 @@ pub fn router(health: Arc<Health>, metrics: Arc<Metrics>) -> Router {
         .route(
             "/metrics",
             get(|State(metrics): State<Arc<Metrics>>| async move {
-                let alive = tokio::runtime::Handle::current()
-                    .metrics()
-                    .num_alive_tasks();
+                let alive = webhook.metrics().num_alive_tasks();
                 metrics.runtime_tasks.set(alive as i64);
                 (
                     [(
@@ -135,7 +170,8 @@ mod tests {
     use tower::ServiceExt as _;
 
     async fn readyz(health: &Arc<Health>) -> (StatusCode, String) {
-        let probes = router(health.clone(), Arc::new(Metrics::default()));
+        let webhook = tokio::runtime::Handle::current();
+        let probes = router(health.clone(), Arc::new(Metrics::default()), webhook);
         let request = Request::get("/readyz").body(Body::empty()).unwrap();
         let response = probes.oneshot(request).await.unwrap();
         let status = response.status();
@@ -168,5 +204,48 @@ mod tests {
 
         health.sources_unread.lock().unwrap().clear();
         assert_eq!(readyz(&health).await, (StatusCode::OK, "ready\n".into()));
+    }
+
+    /// Every webhook worker blocked (a long parse, a stuck decision): the
+    /// probes still answer at once, from their own thread.
+    #[test]
+    fn probes_answer_while_every_webhook_worker_is_blocked() {
+        use std::io::{Read, Write};
+        let webhook = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = listener.local_addr().unwrap();
+        let health = Arc::new(Health::default());
+        let probes = router(
+            health,
+            Arc::new(Metrics::default()),
+            webhook.handle().clone(),
+        );
+        let _stop = webhook
+            .block_on(async { serve_apart(listener, probes) })
+            .unwrap();
+        let (blocked, unblock) = std::sync::mpsc::channel::<()>();
+        webhook.spawn(async move { _ = unblock.recv_timeout(std::time::Duration::from_secs(10)) });
+        std::thread::sleep(std::time::Duration::from_millis(100));
+
+        let started = std::time::Instant::now();
+        let mut stream = std::net::TcpStream::connect(address).unwrap();
+        stream
+            .set_read_timeout(Some(std::time::Duration::from_secs(1)))
+            .unwrap();
+        stream
+            .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        let mut answer = String::new();
+        let read = stream.read_to_string(&mut answer);
+        drop(blocked);
+        assert!(
+            read.is_ok() && answer.ends_with("ok\n"),
+            "{read:?} {answer:?}"
+        );
+        assert!(started.elapsed() < std::time::Duration::from_secs(1));
     }
 }
