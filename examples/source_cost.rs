@@ -8,40 +8,16 @@
 //! `rules` glob rules and `listed` status.resources holds, without caps (as
 //! before the caps) and refused under the default ones.
 
-use std::alloc::{GlobalAlloc, Layout};
-use std::sync::atomic::{AtomicIsize, Ordering};
+use std::sync::atomic::Ordering;
 
 use driftguard::cluster::source_cache::{Kind, SourceCache, strip};
 use driftguard::cluster::source_cost::{self, Limits};
 use kube::api::DynamicObject;
 use serde_json::{Value, json};
 
-/// mimalloc, as the server runs, counting live bytes.
-struct Counting;
-
-static LIVE: AtomicIsize = AtomicIsize::new(0);
-static INNER: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
-        unsafe { INNER.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
-        unsafe { INNER.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        LIVE.fetch_add(
-            new_size as isize - layout.size() as isize,
-            Ordering::Relaxed,
-        );
-        unsafe { INNER.realloc(ptr, layout, new_size) }
-    }
-}
-
-#[global_allocator]
-static ALLOCATOR: Counting = Counting;
+#[path = "support/counting.rs"]
+mod counting;
+use counting::LIVE;
 
 fn application(ns: &str, rules: Vec<Value>, listed: usize) -> DynamicObject {
     let resources: Vec<Value> = (0..listed)

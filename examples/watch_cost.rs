@@ -8,9 +8,8 @@
 //! With `own jq` 1, every Application's jq expressions are its own text, so
 //! none is shared: the memory of one compiled program per Application.
 
-use std::alloc::{GlobalAlloc, Layout};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicIsize, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use driftguard::cluster::source_cache::{Kind, SourceCache, strip};
@@ -21,32 +20,9 @@ use kube::runtime::reflector::store::Writer;
 use kube::runtime::watcher::Event;
 use serde_json::{Value, json};
 
-/// mimalloc, as the server runs, counting live bytes.
-struct Counting;
-
-static LIVE: AtomicIsize = AtomicIsize::new(0);
-static INNER: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
-        unsafe { INNER.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
-        unsafe { INNER.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        LIVE.fetch_add(
-            new_size as isize - layout.size() as isize,
-            Ordering::Relaxed,
-        );
-        unsafe { INNER.realloc(ptr, layout, new_size) }
-    }
-}
-
-#[global_allocator]
-static ALLOCATOR: Counting = Counting;
+#[path = "support/counting.rs"]
+mod counting;
+use counting::LIVE;
 
 fn live() -> isize {
     LIVE.load(Ordering::Relaxed)

@@ -14,6 +14,8 @@
 
 #[path = "support/control_plane.rs"]
 mod control_plane;
+#[path = "support/measure.rs"]
+mod measure;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -26,6 +28,7 @@ use futures_util::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::GroupVersionKind;
+use measure::{client, metric, percentile, status_kib};
 use serde_json::{Value, json};
 
 const APPLICATIONS: usize = 2_000;
@@ -843,26 +846,6 @@ fn write_atomic(path: &Path, text: &str) {
     std::fs::rename(&tmp, path).unwrap();
 }
 
-async fn client(plane: &ControlPlane, user: &str, impersonate: Option<&str>) -> kube::Client {
-    let kubeconfig = kube::config::Kubeconfig::read_from(plane.kubeconfig(user)).unwrap();
-    let mut config = kube::Config::from_custom_kubeconfig(
-        kubeconfig,
-        &kube::config::KubeConfigOptions::default(),
-    )
-    .await
-    .unwrap();
-    if let Some(service_account) = impersonate {
-        let ns = service_account.split(':').nth(2).unwrap_or_default();
-        config.auth_info.impersonate = Some(service_account.to_owned());
-        config.auth_info.impersonate_groups = Some(vec![
-            "system:serviceaccounts".into(),
-            format!("system:serviceaccounts:{ns}"),
-        ]);
-    }
-    config.read_timeout = Some(Duration::from_secs(30));
-    kube::Client::try_from(config).unwrap()
-}
-
 /// The decision latency of an audit record of the load (not of the bad
 /// bodies, which are never decided).
 fn load_latency(line: &str) -> Option<u64> {
@@ -872,37 +855,6 @@ fn load_latency(line: &str) -> Option<u64> {
         return None;
     }
     record["latencyMicros"].as_u64()
-}
-
-fn percentile(values: &[u64], q: f64) -> u64 {
-    if values.is_empty() {
-        return 0;
-    }
-    let mut sorted = values.to_vec();
-    sorted.sort_unstable();
-    sorted[((sorted.len() as f64 * q).ceil() as usize).clamp(1, sorted.len()) - 1]
-}
-
-fn metric(text: &str, name: &str) -> f64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-        .unwrap_or(0.0)
-}
-
-fn status_kib(pid: u32, field: &str) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix(field)?
-                .trim_start_matches(':')
-                .trim()
-                .strip_suffix("kB")?
-                .trim()
-                .parse()
-                .ok()
-        })
-        .unwrap_or(0)
 }
 
 /// utime + stime in clock ticks (100 per second on Linux).

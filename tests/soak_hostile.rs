@@ -29,6 +29,8 @@
 mod control_plane;
 #[path = "support/hostile.rs"]
 mod hostile;
+#[path = "support/measure.rs"]
+mod measure;
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -44,6 +46,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::GroupVersionKind;
+use measure::{client, metric, percentile, status_kib};
 use serde_json::{Value, json};
 
 /// The chart's memory limit (charts/driftguard/values.yaml).
@@ -934,55 +937,4 @@ fn webhook_delta(
         "p99AtMostSeconds": p99,
         "callErrors": after.1 - before.1,
     })
-}
-
-async fn client(plane: &ControlPlane, user: &str, impersonate: Option<&str>) -> kube::Client {
-    let kubeconfig = kube::config::Kubeconfig::read_from(plane.kubeconfig(user)).unwrap();
-    let mut config = kube::Config::from_custom_kubeconfig(
-        kubeconfig,
-        &kube::config::KubeConfigOptions::default(),
-    )
-    .await
-    .unwrap();
-    if let Some(service_account) = impersonate {
-        let ns = service_account.split(':').nth(2).unwrap_or_default();
-        config.auth_info.impersonate = Some(service_account.to_owned());
-        config.auth_info.impersonate_groups = Some(vec![
-            "system:serviceaccounts".into(),
-            format!("system:serviceaccounts:{ns}"),
-        ]);
-    }
-    config.read_timeout = Some(Duration::from_secs(30));
-    kube::Client::try_from(config).unwrap()
-}
-
-fn percentile(values: &[u64], q: f64) -> u64 {
-    if values.is_empty() {
-        return 0;
-    }
-    let mut sorted = values.to_vec();
-    sorted.sort_unstable();
-    sorted[((sorted.len() as f64 * q).ceil() as usize).clamp(1, sorted.len()) - 1]
-}
-
-fn metric(text: &str, name: &str) -> f64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-        .unwrap_or(0.0)
-}
-
-fn status_kib(pid: u32, field: &str) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix(field)?
-                .trim_start_matches(':')
-                .trim()
-                .strip_suffix("kB")?
-                .trim()
-                .parse()
-                .ok()
-        })
-        .unwrap_or(0)
 }
