@@ -16,10 +16,12 @@ use super::inputs::ARGO_IGNORE_DIFFERENCES;
 use crate::policy::ignore::IgnoreRule;
 use crate::policy::path::Path;
 
-/// The longest annotation read. Argo CD reads any length, but a longer one
-/// is skipped here, ignoring nothing (stricter, never looser): what its
-/// pointers would cost is then bounded by this, not by the review's size.
-pub const MAX_BYTES: usize = 64 * 1024;
+/// The longest annotation read, and the most pointers taken from it. Argo CD
+/// reads any, but a larger one ignores nothing here (stricter, never looser):
+/// each pointer costs about a kilobyte in a decision, so this keeps what an
+/// annotation costs within a review's budget (`scripts/review-rss.sh`).
+pub const MAX_BYTES: usize = 16 * 1024;
+pub const MAX_POINTERS: usize = 64;
 
 /// What the annotation on `object` means.
 #[derive(Debug)]
@@ -27,8 +29,29 @@ pub enum Annotated {
     Absent,
     /// Present, but Argo CD ignores nothing by it: why.
     Skipped(String),
+    /// Over [`MAX_BYTES`] or [`MAX_POINTERS`]: Argo CD would read it,
+    /// driftguard ignores nothing by it (stricter): why.
+    TooLarge(String),
     /// The rule, and the pointers Argo CD cannot resolve (ignored nothing), if any.
     Rule(Box<IgnoreRule>, Vec<String>),
+}
+
+impl Annotated {
+    /// Why it ignores nothing, or less than it says, if so: a decision's note.
+    pub fn note(&self) -> Option<String> {
+        let why = match self {
+            Annotated::Rule(_, unresolved) if !unresolved.is_empty() => format!(
+                "these pointers resolve nothing, for Argo CD as for driftguard: {unresolved:?}"
+            ),
+            Annotated::Skipped(why) => format!("ignores nothing; Argo CD skips it too: {why}"),
+            Annotated::TooLarge(why) => format!(
+                "ignores nothing here, though Argo CD reads it: {why} (driftguard's bound; ask \
+                 for what it ignores in the Application's ignoreDifferences instead)"
+            ),
+            _ => return None,
+        };
+        Some(format!("{ARGO_IGNORE_DIFFERENCES} on this object: {why}"))
+    }
 }
 
 /// The annotation's rule for `object` (the stored object, for a write).
@@ -44,13 +67,16 @@ pub fn rule(object: &Value) -> Annotated {
         return Annotated::Absent;
     };
     if text.len() > MAX_BYTES {
-        return Annotated::Skipped(format!(
-            "it is {} bytes, over the {MAX_BYTES} driftguard reads, so it ignores nothing here",
-            text.len()
-        ));
+        return Annotated::TooLarge(format!("it is {} bytes, over {MAX_BYTES}", text.len()));
     }
     let pointers = match pointers(text) {
         Ok(p) if p.is_empty() => return Annotated::Skipped("it lists no jsonPointers".into()),
+        Ok(p) if p.len() > MAX_POINTERS => {
+            return Annotated::TooLarge(format!(
+                "it lists {} jsonPointers, over {MAX_POINTERS}",
+                p.len()
+            ));
+        }
         Ok(p) => p,
         Err(why) => return Annotated::Skipped(why),
     };
@@ -151,16 +177,30 @@ mod tests {
             ("jqPathExpressions: [.spec]", "no jsonPointers"),
             ("jsonPointers: [\"\", spec]", "can resolve"),
             ("{{", "not YAML"),
-            (
-                &format!("jsonPointers: [{}]", vec!["/x"; MAX_BYTES / 4].join(", ")),
-                "over the",
-            ),
         ] {
             match rule(&on(value)) {
                 Annotated::Skipped(text) => assert!(text.contains(why), "{value}: {text}"),
                 other => panic!("{value}: {other:?}"),
             }
         }
+        for value in [
+            format!("jsonPointers: [{}]", vec!["/x"; MAX_BYTES / 4].join(", ")),
+            format!(
+                "jsonPointers: [{}]",
+                vec!["/x"; MAX_POINTERS + 1].join(", ")
+            ),
+        ] {
+            let a = rule(&on(&value));
+            assert!(matches!(a, Annotated::TooLarge(_)), "{a:?}");
+            assert!(a.note().unwrap().contains("though Argo CD reads it"));
+        }
+        assert!(matches!(
+            rule(&on(&format!(
+                "jsonPointers: [{}]",
+                vec!["/x"; MAX_POINTERS].join(", ")
+            ))),
+            Annotated::Rule(..)
+        ));
         assert!(matches!(rule(&json!({})), Annotated::Absent));
         assert!(matches!(rule(&on("")), Annotated::Absent));
     }

@@ -72,15 +72,9 @@ pub(super) fn target<'a>(req: &'a Request, stored: &'a Value) -> (Target<'a>, &'
 
 /// Why Argo CD's per-resource annotation ignores nothing, or less than it says, as a note.
 fn note_annotation(annotated: &Annotated, d: &mut Decision) {
-    let why = match annotated {
-        Annotated::Rule(_, unresolved) if !unresolved.is_empty() => {
-            format!("these pointers resolve nothing, for Argo CD as for driftguard: {unresolved:?}")
-        }
-        Annotated::Skipped(why) => format!("Argo CD skips it too: {why}"),
-        _ => return,
-    };
-    let note = format!("{} on this object: {why}", inputs::ARGO_IGNORE_DIFFERENCES);
-    if !d.notes.contains(&note) {
+    if let Some(note) = annotated.note()
+        && !d.notes.contains(&note)
+    {
         d.notes.push(note);
     }
 }

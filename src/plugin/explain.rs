@@ -565,16 +565,7 @@ fn rule_origin(from: RuleFrom, policy_origin: &str, sources: &Sources) -> String
 
 /// Why Argo CD's per-resource annotation ignores nothing, or less than it says.
 fn annotation_notes(annotated: &Annotated, notes: &mut Vec<String>) {
-    let annotation = ARGO_IGNORE_DIFFERENCES;
-    match annotated {
-        Annotated::Rule(_, unresolved) if !unresolved.is_empty() => notes.push(format!(
-            "{annotation}: these pointers resolve nothing, for Argo CD as for driftguard: {unresolved:?}"
-        )),
-        Annotated::Skipped(why) => notes.push(format!(
-            "{annotation}: ignores nothing; Argo CD skips it too: {why}"
-        )),
-        _ => {}
-    }
+    notes.extend(annotated.note());
 }
 
 /// The account Argo CD syncs `app` as (sync impersonation on), read from its
