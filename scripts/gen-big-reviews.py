@@ -107,8 +107,8 @@ def configmap_patch(n, tool, key=lambda i: f"key-{i:06d}", value=lambda i: f"val
 
 def configmap_annotated(n):
     """An Argo CD ConfigMap whose stored ignore-differences annotation lists n
-    pointers of 125 segments each (64 is the most driftguard reads, in its
-    16 KiB), and a patch."""
+    pointers of 125 segments each (32 is the most driftguard reads, in its
+    8 KiB), and a patch."""
     out = configmap_patch(1, "argocd")
     text = "jsonPointers: [" + ", ".join(["/x" * 125] * n) + "]\n"
     for side in ("object", "oldObject"):

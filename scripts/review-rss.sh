@@ -20,7 +20,7 @@ printf '%-28s %10s %10s %12s\n' review body_MiB peak_MiB RSS/body
 printf '%-28s %10.2f %10.1f %12s\n' tiny "$(stat -c %s "$tmp/tiny.json" | awk '{print $1/1048576}')" "$(echo "$base" | awk '{print $1/1024}')" -
 for spec in "deployment-env 20000" "deployment-env 70000" "deployment-env-update 10000" "deployment-env-update 35000" \
             "configmap-patch 40000 flux" "configmap-patch 150000 flux" "configmap-patch 150000 argocd" \
-            "configmap-tiny 200000 flux" "configmap-tiny 200000 argocd" "configmap-annotated 64"; do
+            "configmap-tiny 200000 flux" "configmap-tiny 200000 argocd" "configmap-annotated 32"; do
   python3 scripts/gen-big-reviews.py $spec >"$tmp/r.json"
   bytes=$(stat -c %s "$tmp/r.json")
   peak=$(peak_kib "$tmp/r.json")

@@ -477,7 +477,11 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         body_timeout: config.limits.body_timeout,
         budget: budget.clone(),
     });
-    let largest = app.budget.capacity() / budget::BYTES_PER_BODY_BYTE;
+    let largest = app
+        .budget
+        .capacity()
+        .saturating_sub(budget::PER_REVIEW_BYTES)
+        / budget::BYTES_PER_BODY_BYTE;
     if largest < config.limits.max_body_bytes {
         tracing::warn!(
             largest,

@@ -18,10 +18,10 @@ use crate::policy::path::Path;
 
 /// The longest annotation read, and the most pointers taken from it. Argo CD
 /// reads any, but a larger one ignores nothing here (stricter, never looser):
-/// each pointer costs about a kilobyte in a decision, so this keeps what an
-/// annotation costs within a review's budget (`scripts/review-rss.sh`).
-pub const MAX_BYTES: usize = 16 * 1024;
-pub const MAX_POINTERS: usize = 64;
+/// each pointer's segments cost about 60 bytes per byte in a decision, so
+/// this bounds what an annotation costs (`server::budget::PER_REVIEW_BYTES`).
+pub const MAX_BYTES: usize = 8 * 1024;
+pub const MAX_POINTERS: usize = 32;
 
 /// What the annotation on `object` means.
 #[derive(Debug)]

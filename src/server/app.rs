@@ -16,7 +16,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use http_body_util::BodyExt;
 
-use super::budget::{BYTES_PER_BODY_BYTE, MemoryBudget, OverBudget, Reservation};
+use super::budget::{MemoryBudget, OverBudget, Reservation, review_bytes};
 use super::errors::HttpError;
 use super::probes::Health;
 use crate::Endpoint;
@@ -90,7 +90,7 @@ async fn handle(app: &App, endpoint: Endpoint, mut request: Request) -> Response
     };
     // The decision's working set, reserved before the body is parsed.
     if refused.is_none() {
-        let needed = body.len().saturating_mul(BYTES_PER_BODY_BYTE);
+        let needed = review_bytes(body.len());
         refused = reservation.grow_to(needed, deadline).await.err();
     }
     let answer = match refused {

@@ -27,6 +27,18 @@ use tokio::sync::Notify;
 /// UPDATE.
 pub const BYTES_PER_BODY_BYTE: usize = 40;
 
+/// What any review may hold beyond its body's share: an Argo CD
+/// `ignore-differences` annotation at its bounds (`drift::annotated`),
+/// whose pointers cost more per byte than the rest of a body (`scripts/review-rss.sh`,
+/// row `configmap-annotated 32`).
+pub const PER_REVIEW_BYTES: usize = 1024 * 1024;
+
+/// What a review of `body` bytes reserves before it is parsed.
+pub fn review_bytes(body: usize) -> usize {
+    body.saturating_mul(BYTES_PER_BODY_BYTE)
+        .saturating_add(PER_REVIEW_BYTES)
+}
+
 /// What one open connection may hold, reserved when it is accepted: 50 KiB
 /// measured for a served keep-alive TLS connection, 60 KiB with 15 KiB of
 /// headers pending (`scripts/conn-rss.py`). Bodies are charged apart, as
