@@ -107,7 +107,8 @@ pub const RETRY_HERE_AFTER: Duration = Duration::from_secs(30);
 struct MovedKinds(Mutex<std::collections::HashMap<String, Instant>>);
 
 impl MovedKinds {
-    /// Kinds are the cluster's types, but the map stays bounded regardless.
+    /// Kinds are the cluster's types, at most 507 bytes each (`request::parse`
+    /// refuses longer), so the map holds at most about 2 MiB.
     const MAX: usize = 4096;
 
     fn lately(&self, kind: &str, now: Instant) -> bool {

@@ -141,6 +141,53 @@ pub enum ReviewError {
     /// calling webhook".
     #[error("AdmissionReview request {uid} cannot be read: {reason}")]
     UnreadableRequest { uid: String, reason: String },
+    /// A name longer than Kubernetes allows: not from an apiserver, and
+    /// never held or echoed (it would key caches and fill answers).
+    #[error("request.{field} is {len} bytes, more than the {max} Kubernetes allows")]
+    OverLimit {
+        field: &'static str,
+        len: usize,
+        max: usize,
+    },
+}
+
+/// The longest uid (the apiserver sends a 36-byte UUID), and the longest of
+/// the names Kubernetes validates (DNS subdomains; a namespace is a label).
+const MAX_UID: usize = 128;
+const MAX_NAME: usize = 253;
+const MAX_NAMESPACE: usize = 63;
+
+/// Refuses what no apiserver sends: identifying strings over Kubernetes'
+/// own limits.
+fn check_lengths(request: &AdmissionRequest<RawObject>) -> Result<(), ReviewError> {
+    let fields = [
+        ("uid", request.uid.len(), MAX_UID),
+        (
+            "namespace",
+            request.namespace.as_deref().map_or(0, str::len),
+            MAX_NAMESPACE,
+        ),
+        ("name", request.name.len(), MAX_NAME),
+        ("kind.group", request.kind.group.len(), MAX_NAME),
+        ("kind.version", request.kind.version.len(), MAX_NAME),
+        ("kind.kind", request.kind.kind.len(), MAX_NAME),
+        ("resource.group", request.resource.group.len(), MAX_NAME),
+        ("resource.version", request.resource.version.len(), MAX_NAME),
+        (
+            "resource.resource",
+            request.resource.resource.len(),
+            MAX_NAME,
+        ),
+        (
+            "subResource",
+            request.sub_resource.as_deref().map_or(0, str::len),
+            MAX_NAME,
+        ),
+    ];
+    match fields.into_iter().find(|(_, len, max)| len > max) {
+        Some((field, len, max)) => Err(ReviewError::OverLimit { field, len, max }),
+        None => Ok(()),
+    }
 }
 
 #[derive(Deserialize)]
@@ -166,6 +213,7 @@ pub fn parse(body: &[u8]) -> Result<AdmissionRequest<RawObject>, ReviewError> {
     if request.uid.is_empty() {
         return Err(ReviewError::MissingUid);
     }
+    check_lengths(&request)?;
     Ok(request)
 }
 
@@ -203,7 +251,7 @@ fn explain(body: &[u8], err: serde_json::Error) -> ReviewError {
             .as_ref()
             .and_then(|r| r.get("uid"))
             .and_then(Value::as_str)
-            .filter(|uid| !uid.is_empty());
+            .filter(|uid| !uid.is_empty() && uid.len() <= MAX_UID);
         match (checked, uid) {
             (Err(e), _) if !(env.api_version.is_empty() && env.kind.is_empty()) => return e,
             // Syntax errors (including nesting past the recursion limit)
@@ -240,7 +288,9 @@ pub fn uid_in_prefix(prefix: &[u8]) -> Option<String> {
                 let field = s.string()?;
                 s.eat(b':')?;
                 if field == "uid" {
-                    return s.string().filter(|uid| !uid.is_empty());
+                    return s
+                        .string()
+                        .filter(|uid| !uid.is_empty() && uid.len() <= MAX_UID);
                 }
                 s.skip_value()?;
                 s.eat(b',')?;
@@ -370,6 +420,35 @@ mod tests {
             "kind":{"group":"","version":"v1","kind":"Pod"},"resource":{"group":"","version":"v1","resource":"pods"},
             "operation":"CREATE","userInfo":{},"object":{}}}"#;
         assert_eq!(err(no_uid), "AdmissionReview request has no uid");
+    }
+
+    /// Strings no apiserver sends would key caches and fill answers and
+    /// audit records: refused, and never echoed.
+    #[test]
+    fn names_over_kubernetes_limits_are_refused_without_echo() {
+        let review = |uid: &str, kind: &str, name: &str| {
+            format!(
+                r#"{{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{{"uid":"{uid}",
+                "kind":{{"group":"","version":"v1","kind":"{kind}"}},"resource":{{"group":"","version":"v1","resource":"pods"}},
+                "name":"{name}","operation":"CREATE","userInfo":{{}},"object":{{}}}}}}"#
+            )
+        };
+        assert!(parse(review("u", "Pod", "p").as_bytes()).is_ok());
+        let long = "x".repeat(60_000);
+        for (body, field) in [
+            (review(&long, "Pod", "p"), "uid"),
+            (review("u", &long, "p"), "kind.kind"),
+            (review("u", "Pod", &long), "name"),
+        ] {
+            let e = err(&body);
+            assert!(
+                e.starts_with(&format!("request.{field} is 60000 bytes")),
+                "{e}"
+            );
+            assert!(e.len() < 200, "{e}");
+        }
+        let broken = review(&long, "Pod", "p").replace(r#""object":{}"#, r#""object":7"#);
+        assert!(!err(&broken).contains(&long));
     }
 
     #[test]

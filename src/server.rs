@@ -284,8 +284,10 @@ impl Config {
     }
 }
 
-/// HTTP/2 requests at once on one connection; each holds its own budget.
-const MAX_STREAMS: u32 = 16;
+/// HTTP/2 requests at once on one connection; each holds its own budget, and
+/// their headers together fit the connection's [`budget::HEADER_BYTES`]. Go's
+/// client opens another connection when a peer allows fewer streams.
+const MAX_STREAMS: u32 = 4;
 
 /// How long the apiserver's webhook client keeps an idle connection (Go's
 /// `http.Transport` as client-go sets it up).
@@ -625,7 +627,7 @@ pub async fn serve_tls(
     builder
         .http2()
         .timer(TokioTimer::new())
-        .max_header_list_size(budget::HEADER_BYTES as u32)
+        .max_header_list_size(budget::HEADER_BYTES as u32 / MAX_STREAMS)
         .max_concurrent_streams(MAX_STREAMS)
         .initial_stream_window_size(budget::H2_WINDOW)
         .initial_connection_window_size(budget::H2_WINDOW)

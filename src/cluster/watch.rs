@@ -404,6 +404,9 @@ fn watch_argocd(
     }
 }
 
+/// Objects per list page of a watched source kind (kube's default is 500).
+const LIST_PAGE: u32 = 50;
+
 /// A watch over one dynamic kind. kube's `predicate_filter` is not used: it
 /// sees applied objects only, and a source cache needs deletes and relist
 /// boundaries too; [`SourceCache`] keeps the same per-uid hash itself.
@@ -415,7 +418,9 @@ fn watch_dynamic(
     (at, label): (usize, &'static str),
     metrics: Arc<Metrics>,
 ) {
-    let stream = watcher(api, watcher::Config::default())
+    // Small pages: a page of tenants' objects (up to 1.5 MiB each in etcd)
+    // is held whole before `strip` and the cost caps see it.
+    let stream = watcher(api, watcher::Config::default().page_size(LIST_PAGE))
         .modify(strip)
         .default_backoff();
     // A relist's objects, applied together once it completes.

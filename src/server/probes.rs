@@ -88,10 +88,20 @@ impl Health {
     }
 }
 
+/// Probe connections served at once; more are closed at accept. The kubelet
+/// and Prometheus need a few.
+const MAX_CONNECTIONS: usize = 32;
+/// A probe request's headers must arrive within this, and fit in hyper's
+/// smallest buffer; a connection lasts [`CONNECTION_LIFETIME`] at most.
+const HEADER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+const HEADER_BYTES: usize = 8192;
+const CONNECTION_LIFETIME: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// The probe port, served on a thread and runtime of its own: no decision,
 /// parse or flood that occupies the webhook's workers can make `/readyz` miss
-/// its one-second probe (the chart's `failureThreshold` is 1). Serves until
-/// the returned sender is dropped.
+/// its one-second probe (the chart's `failureThreshold` is 1). HTTP/1 only,
+/// with bounded connections, headers and lifetimes, since any pod may reach
+/// it. Serves until the returned sender is dropped.
 pub fn serve_apart(
     listener: std::net::TcpListener,
     router: Router,
@@ -103,20 +113,42 @@ pub fn serve_apart(
         .build()?;
     std::thread::Builder::new()
         .name("driftguard-probes".into())
-        .spawn(move || {
-            runtime.block_on(async move {
-                let listener = match tokio::net::TcpListener::from_std(listener) {
-                    Ok(listener) => listener,
-                    Err(e) => return tracing::error!(error = %e, "the probe port failed"),
-                };
-                let serving = axum::serve(listener, router)
-                    .with_graceful_shutdown(async move { _ = stopped.await });
-                if let Err(e) = serving.await {
-                    tracing::error!(error = %e, "the probe port failed");
-                }
-            })
-        })?;
+        .spawn(move || runtime.block_on(serve(listener, router, stopped)))?;
     Ok(stop)
+}
+
+async fn serve(
+    listener: std::net::TcpListener,
+    router: Router,
+    mut stopped: tokio::sync::oneshot::Receiver<()>,
+) {
+    let listener = match tokio::net::TcpListener::from_std(listener) {
+        Ok(listener) => listener,
+        Err(e) => return tracing::error!(error = %e, "the probe port failed"),
+    };
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    loop {
+        let stream = tokio::select! {
+            _ = &mut stopped => return,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(_) => continue,
+            },
+        };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            continue;
+        };
+        let service = hyper_util::service::TowerToHyperService::new(router.clone());
+        tokio::spawn(async move {
+            let _slot = slot;
+            let connection = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(HEADER_TIMEOUT)
+                .max_buf_size(HEADER_BYTES)
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+            let _ = tokio::time::timeout(CONNECTION_LIFETIME, connection).await;
+        });
+    }
 }
 
 /// The probe routes; `/metrics` reports the task count of `webhook`, the
@@ -247,5 +279,57 @@ mod tests {
             "{read:?} {answer:?}"
         );
         assert!(started.elapsed() < std::time::Duration::from_secs(1));
+    }
+
+    /// Connections holding headers that never end cannot take the port:
+    /// past its connection cap they are closed at accept, and each is cut
+    /// after the header timeout, so a probe gets through.
+    #[test]
+    fn header_floods_on_the_probe_port_are_bounded() {
+        use std::io::{Read, Write};
+        let webhook = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = listener.local_addr().unwrap();
+        let probes = router(Arc::default(), Arc::default(), webhook.handle().clone());
+        let _stop = webhook
+            .block_on(async { serve_apart(listener, probes) })
+            .unwrap();
+        let mut flood = Vec::new();
+        for _ in 0..2 * MAX_CONNECTIONS {
+            let mut s = std::net::TcpStream::connect(address).unwrap();
+            let _ = s.write_all(b"GET /readyz HTTP/1.1\r\nX-A: a\r\n");
+            flood.push(s);
+        }
+        // Over the buffer: refused at once.
+        let mut big = std::net::TcpStream::connect(address).unwrap();
+        big.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .unwrap();
+        let _ = big.write_all(&[b'a'; 3 * HEADER_BYTES]);
+        let mut answer = Vec::new();
+        let _ = big.read_to_end(&mut answer);
+        assert!(!String::from_utf8_lossy(&answer).contains("200 OK"));
+
+        let started = std::time::Instant::now();
+        let answered = loop {
+            let mut s = std::net::TcpStream::connect(address).unwrap();
+            s.set_read_timeout(Some(std::time::Duration::from_secs(1)))
+                .unwrap();
+            let _ = s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+            let mut answer = String::new();
+            if s.read_to_string(&mut answer).is_ok() && answer.ends_with("ok\n") {
+                break true;
+            }
+            if started.elapsed() > 3 * HEADER_TIMEOUT {
+                break false;
+            }
+        };
+        assert!(
+            answered,
+            "no probe answered within {:?}",
+            3 * HEADER_TIMEOUT
+        );
     }
 }
