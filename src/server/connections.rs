@@ -405,7 +405,16 @@ impl Connections {
                         slot,
                     });
                 }
-                let victim = choose_victim(open.iter().map(|(id, s)| (*id, s.snapshot())));
+                // Under the slot cap, only the budget is short: close what
+                // never served or is slow, never a served idle connection
+                // (the apiserver's kept-alive one may be, and a POST on a
+                // connection closing under it is lost).
+                let full = open.len() >= self.max;
+                let victim = choose_victim(
+                    open.iter()
+                        .map(|(id, s)| (*id, s.snapshot()))
+                        .filter(|(_, s)| full || s.rank() != Some(2)),
+                );
                 if let Some(slot) = victim.and_then(|id| open.get(&id)) {
                     if !slot.served() && slot.peer == peer {
                         let crowd = open
@@ -631,6 +640,43 @@ mod tests {
             }
             tokio::task::yield_now().await;
         }
+    }
+
+    /// Slots left but the budget short: a newcomer closes a connection that
+    /// never served, and never the apiserver's served, kept-alive one.
+    #[tokio::test]
+    async fn a_short_budget_never_closes_a_served_idle_connection() {
+        let metrics = ConnectionMetrics {
+            open: Gauge::default(),
+            evicted: Counter::default(),
+            turned_away: Counter::default(),
+        };
+        let budget = MemoryBudget::new(2 * PER_CONNECTION_BYTES, Gauge::default());
+        let connections = Connections::new(10, metrics, budget);
+        let apiserver = admit(&connections, APISERVER).await;
+        apiserver.slot().handshake_done();
+        drop(apiserver.slot().begin());
+        let other = IpAddr::from([10, 0, 0, 9]);
+        let unused = admit(&connections, other).await;
+        let waiter = tokio::spawn({
+            let connections = connections.clone();
+            async move { connections.admit(other).await }
+        });
+        assert_eq!(unused.slot().closed().await, CloseReason::Evicted);
+        drop(unused);
+        let newcomer = waiter.await.unwrap().expect("admitted");
+        newcomer.slot().handshake_done();
+        drop(newcomer.slot().begin());
+
+        // Both served and idle: the next newcomer waits, closing neither.
+        let waiting =
+            tokio::time::timeout(Duration::from_millis(300), connections.admit(other)).await;
+        assert!(
+            waiting.is_err(),
+            "a served idle connection was closed for budget"
+        );
+        assert_eq!(apiserver.slot().reason(), CloseReason::None);
+        assert_eq!(newcomer.slot().reason(), CloseReason::None);
     }
 
     #[tokio::test]
