@@ -168,7 +168,7 @@ async fn main() {
                 }
                 3 => {
                     let answer = here
-                        .answer(Endpoint::Validate, &body, Box::new(()))
+                        .answer(Endpoint::Validate, &body, Box::new(()), deadline())
                         .await
                         .unwrap();
                     std::hint::black_box(answer);
@@ -178,7 +178,7 @@ async fn main() {
                 }
                 _ => {
                     let answer = pooled
-                        .answer(Endpoint::Validate, &body, Box::new(()))
+                        .answer(Endpoint::Validate, &body, Box::new(()), deadline())
                         .await
                         .unwrap();
                     std::hint::black_box(answer);
@@ -204,4 +204,9 @@ async fn main() {
     summary("inline: parse+decide+answer", inline, Some(base));
     summary("server, decided here", server, Some(base));
     summary("server, decided on the pool", pool, Some(base));
+}
+
+/// The deadline the server gives a review arriving now.
+fn deadline() -> Instant {
+    Instant::now() + Duration::from_secs(10)
 }

@@ -92,6 +92,7 @@ impl Reviewer {
         endpoint: Endpoint,
         body: impl AsRef<[u8]>,
         hold: Box<dyn std::any::Any + Send + Sync>,
+        deadline: Instant,
     ) -> Result<Vec<u8>, ServiceError> {
         let started = Instant::now();
         let here = body.as_ref().len() <= self.decide_here_max_bytes;
@@ -114,7 +115,7 @@ impl Reviewer {
                 endpoint,
                 parsed,
                 here,
-                (started, parse_micros),
+                (started, parse_micros, deadline),
                 Arc::new(hold),
             )
             .await)
@@ -125,11 +126,15 @@ impl Reviewer {
         endpoint: Endpoint,
         parsed: Arc<AdmissionRequest<RawObject>>,
         here: bool,
-        (started, parse_micros): (Instant, u64),
+        (started, parse_micros, deadline): (Instant, u64, Instant),
         hold: Arc<Box<dyn std::any::Any + Send + Sync>>,
     ) -> Vec<u8> {
         let policy = self.policy.current();
-        let parent = self.scale_parent(&policy, &parsed).await.map(Arc::new);
+        // The parent's read counts against the review's deadline, like the
+        // body, the budget and the decision: one `--decision-timeout` in all.
+        let until = tokio::time::Instant::from_std(deadline);
+        let read = tokio::time::timeout_at(until, self.scale_parent(&policy, &parsed)).await;
+        let parent = read.as_ref().ok().cloned().flatten().map(Arc::new);
         let sources = self.sources.as_ref().map(|s| s.current());
         let job = {
             let (parsed, parent) = (parsed.clone(), parent.clone());
@@ -148,10 +153,18 @@ impl Reviewer {
         // Here when small, else (and for any jq program) on the pool, off the
         // async workers, which must keep serving other reviews and the probes.
         let kind = here.then(|| format!("{}/{}", parsed.kind.group, parsed.kind.kind));
-        let outcome = self
-            .decider
-            .run_here_first(self.decision_timeout, kind.as_deref(), job)
-            .await;
+        let left = deadline.saturating_duration_since(Instant::now());
+        let outcome = match read {
+            Err(_) => Err(DeciderError::TimedOut(self.decision_timeout)),
+            Ok(_) => self
+                .decider
+                .run_here_first(left, kind.as_deref(), job)
+                .await
+                .map_err(|e| match e {
+                    DeciderError::TimedOut(_) => DeciderError::TimedOut(self.decision_timeout),
+                    other => other,
+                }),
+        };
         let micros = started.elapsed().as_micros() as u64;
         let view = request::view(&parsed);
         let why = match outcome {

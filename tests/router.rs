@@ -511,3 +511,43 @@ impl http_body::Body for Stalled {
         ))))
     }
 }
+
+/// A scale write's parent is read within the review's one deadline: an
+/// apiserver that never answers costs `--decision-timeout`, then
+/// `--on-error` answers, well inside the webhook's 5 s `timeoutSeconds`.
+#[tokio::test]
+async fn a_parent_read_that_never_ends_is_cut_at_the_reviews_deadline() {
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", silent.local_addr().unwrap());
+    let hold = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((stream, _)) = silent.accept().await {
+            held.push(stream);
+        }
+    });
+    let client = kube::Client::try_from(kube::Config::new(url.parse().unwrap())).unwrap();
+    let reader = driftguard::cluster::parents::ParentReader::new(
+        client,
+        Duration::from_secs(10),
+        Duration::from_secs(10),
+    );
+    let mut app = app_with(
+        Policy::embedded(),
+        OnError::Deny,
+        Decider::new(2, 16).unwrap(),
+    );
+    app.reviewer.parents = Some(Arc::new(reader));
+    app.reviewer.decision_timeout = Duration::from_millis(500);
+    let started = std::time::Instant::now();
+    let (status, v) = post(
+        router(Arc::new(app)),
+        "/validate",
+        fixture("deployment-scale.json"),
+    )
+    .await;
+    let took = started.elapsed();
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(v["response"]["allowed"], json!(false), "{v}");
+    assert!(took < Duration::from_secs(2), "answered after {took:?}");
+    hold.abort();
+}

@@ -104,7 +104,7 @@ async fn handle(app: &App, endpoint: Endpoint, mut request: Request) -> Response
         }
         None => app
             .reviewer
-            .answer(endpoint, body, Box::new(reservation))
+            .answer(endpoint, body, Box::new(reservation), deadline)
             .await
             .map_err(HttpError::from),
     };
