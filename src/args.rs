@@ -8,8 +8,10 @@ use std::time::Duration;
 /// The decision deadline, shared by `serve` and `check`.
 #[derive(Clone, Debug, clap::Args)]
 pub struct DecisionTimeout {
-    /// Longest one decision may take, queueing included, before it is answered by --on-error
-    /// (`check`: exit 2). Keep it below the webhooks' timeoutSeconds (5 by default).
+    /// Longest one review may take in `serve` (its body, the memory budget, a scale parent's
+    /// read and the decision with its queueing) or one decision in `check`, before it is
+    /// answered by --on-error (`check`: exit 2). Keep it below the webhooks' timeoutSeconds (5
+    /// by default).
     #[arg(long, env = "DRIFTGUARD_DECISION_TIMEOUT", default_value = "2s", value_parser = decision_timeout)]
     pub decision_timeout: Duration,
 }
