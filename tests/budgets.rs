@@ -289,12 +289,12 @@ fn decisions_past_their_deadline_free_their_threads() {
         &ca,
         &[
             "--decision-threads=2",
-            "--decision-timeout=1s",
+            "--decision-timeout=3s",
             "--memory-budget-bytes=2147483648",
         ],
     );
     let addr: SocketAddr = ([127, 0, 0, 1], server.port).into();
-    // Far more work than 1 s (the body and its parse take part of it too):
+    // Far more work than 3 s (the body and its parse take part of it too):
     // it ends by the deadline only if stopped.
     let abusive = std::sync::Arc::new(big::configmap_patch(150_000, true));
     let senders: Vec<_> = (0..4)
