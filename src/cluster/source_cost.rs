@@ -224,6 +224,11 @@ pub struct Ledger {
     charged: HashMap<String, (String, usize)>,
     by_namespace: HashMap<String, usize>,
     total: usize,
+    /// What refused sources are charged (part of `total`): it never counts
+    /// against another source's total cap, or one namespace's refused
+    /// sources could get every other namespace's refused too.
+    forced: HashMap<String, usize>,
+    forced_total: usize,
 }
 
 impl Ledger {
@@ -251,10 +256,13 @@ impl Ledger {
         if capped && in_namespace - before.min(in_namespace) + cost > self.limits.per_namespace {
             return Err(Cap::Namespace);
         }
-        if self.total - before.min(self.total) + cost > self.limits.total {
+        let admitted = self.total - self.forced_total;
+        let before_admitted = if self.forced.contains_key(uid) { 0 } else { before };
+        if admitted - before_admitted.min(admitted) + cost > self.limits.total {
             return Err(Cap::Total);
         }
         self.force(uid, namespace, cost);
+        self.forced_total -= self.forced.remove(uid).unwrap_or(0);
         Ok(())
     }
 
@@ -262,6 +270,8 @@ impl Ledger {
     /// nothing, and what it holds is bounded by [`listed`] of its namespaces.
     pub fn force(&mut self, uid: &str, namespace: &str, cost: usize) {
         self.release(uid);
+        self.forced.insert(uid.to_owned(), cost);
+        self.forced_total += cost;
         self.charged
             .insert(uid.to_owned(), (namespace.to_owned(), cost));
         *self.by_namespace.entry(namespace.to_owned()).or_default() += cost;
@@ -269,6 +279,7 @@ impl Ledger {
     }
 
     pub fn release(&mut self, uid: &str) {
+        self.forced_total -= self.forced.remove(uid).unwrap_or(0);
         if let Some((namespace, cost)) = self.charged.remove(uid) {
             self.total -= cost;
             if let Some(sum) = self.by_namespace.get_mut(&namespace) {
@@ -317,6 +328,33 @@ mod tests {
         l.release("c");
         l.charge("d", "t3", 1, true).unwrap();
         assert_eq!(l.total(), 16);
+    }
+
+    /// One namespace's refused sources, however many, never get another
+    /// namespace's source refused on the total cap.
+    #[test]
+    fn refused_sources_never_count_against_others_total() {
+        let mut l = Ledger::new(Limits {
+            per_source: 10,
+            per_namespace: 15,
+            total: 25,
+        });
+        l.charge("a", "tenant", 10, true).unwrap();
+        for i in 0..20 {
+            let uid = format!("filler-{i}");
+            assert_eq!(l.charge(&uid, "tenant", 10, true), Err(Cap::Namespace));
+            l.force(&uid, "tenant", 8);
+        }
+        l.charge("p", "argocd", 10, false).unwrap();
+        l.charge("q", "other", 5, true).unwrap();
+        assert_eq!(l.charge("r", "other", 1, true), Err(Cap::Total));
+        assert_eq!(l.total(), 10 + 20 * 8 + 10 + 5);
+        // A refused source that fits again is charged as admitted.
+        l.release("a");
+        (1..20).for_each(|i| l.release(&format!("filler-{i}")));
+        l.charge("filler-0", "tenant", 10, true).unwrap();
+        assert_eq!(l.charge("s", "other", 1, true), Err(Cap::Total));
+        assert_eq!(l.total(), 25);
     }
 
     #[test]
