@@ -257,7 +257,11 @@ impl Ledger {
             return Err(Cap::Namespace);
         }
         let admitted = self.total - self.forced_total;
-        let before_admitted = if self.forced.contains_key(uid) { 0 } else { before };
+        let before_admitted = if self.forced.contains_key(uid) {
+            0
+        } else {
+            before
+        };
         if admitted - before_admitted.min(admitted) + cost > self.limits.total {
             return Err(Cap::Total);
         }
