@@ -317,7 +317,7 @@ impl Sequence {
 
     /// Both invariants; the error says how one broke.
     pub fn check(&self) -> Result<(), String> {
-        RECORDS.with(|m| *m.borrow_mut() = Some(lister(self.manager)));
+        RECORDS.with(|m| *m.borrow_mut() = self.lister());
         let policy = self.policy();
         let before = self.probes(&policy, &self.stored(&self.extras));
         let after_obj = self.after_steps(&policy);
@@ -468,6 +468,24 @@ const LISTED: &str = "apps/Deployment:production/web";
 thread_local! {
     /// Who lists the object in the sequence being checked.
     static RECORDS: std::cell::RefCell<Option<DgManager>> = const { std::cell::RefCell::new(None) };
+}
+
+impl Sequence {
+    /// Whose records list the stored object: a tool that claims it and that
+    /// the policy watches (a disabled detector's sources are not read).
+    fn lister(&self) -> Option<DgManager> {
+        let argo = matches!(self.manager, Manager::ArgoAnnotation | Manager::ArgoLabel);
+        let claims = std::iter::once((self.manager, if argo { self.argocd } else { self.flux }))
+            .chain(self.extras.iter().filter_map(|e| match e {
+                Extra::FluxLabels => Some((Manager::FluxKustomization, self.flux)),
+                Extra::HelmLabels => Some((Manager::FluxHelm, self.flux)),
+                _ => None,
+            }));
+        claims
+            .filter(|(_, watched)| *watched)
+            .map(|(m, _)| lister(m))
+            .next()
+    }
 }
 
 /// The manager whose records list the stored object.
