@@ -4,8 +4,8 @@
 //! deadline of the decision running on this thread has passed, it unwinds
 //! the decision with [`DeadlinePassed`], which [`crate::decider`] turns into a
 //! timed-out decision, answered by `--on-error`. A thread is then held past
-//! the deadline by at most the gap between two checkpoints; jq, which has no
-//! checkpoints, is bounded by its terminating subset instead.
+//! the deadline by at most the gap between two checkpoints; jq programs get
+//! theirs printed in (`policy::jq::ticks`).
 //!
 //! Outside the decision pool (benchmarks, fuzzing, direct calls) no deadline
 //! is set and a checkpoint costs a thread-local read.

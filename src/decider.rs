@@ -2,13 +2,13 @@
 //! bounded queue, for any decision that may run a jq program.
 //!
 //! A jq ignore rule made only of allowed constructs can still run for hours
-//! (`(.,.)|(.,.)|…|select(false)` doubles its work at every step). jaq has no
-//! cancellation and a thread cannot be interrupted, so a runaway decision keeps
-//! its thread until it ends. What this module guarantees instead: the caller
-//! gets an answer by the deadline; the async workers (which also serve the
-//! probes) never run a jq program; and the pool never grows, so runaway rules
-//! take at most `threads` CPUs. When every thread is busy, new decisions wait
-//! in the queue and time out; when the queue is full they fail at once.
+//! (`(.,.)|(.,.)|…|select(false)` doubles its work at every step); its
+//! checkpoints ([`crate::policy::jq`]'s ticks) stop it at the deadline, as
+//! driftguard's own loops are. What this module guarantees: the caller gets
+//! an answer by the deadline and the thread is freed with it; the async
+//! workers (which also serve the probes) never run a jq program; and the pool
+//! never grows. When every thread is busy, new decisions wait in the queue and
+//! time out; when the queue is full they fail at once.
 //! (`tokio::task::spawn_blocking` would not do: its pool grows to 512 threads.)
 //!
 //! A decision is first tried on the caller's own thread

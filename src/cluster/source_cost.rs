@@ -9,7 +9,7 @@
 //! one manager 503 / 1,015; a glob kind 9,516 / 11,460, 23,828 / 26,870 at
 //! 300 bytes, 15,954 / 21,805 with 100 one-letter choices; a jq expression
 //! of 60 bytes 11,030 / 17,607, of 60 short paths 44,479 / 58,931 (jq is
-//! bounded at 4,096 bytes and 256 parts); a listed object (`status.resources`,
+//! bounded at 4,096 bytes and 128 parts); a listed object (`status.resources`,
 //! `status.inventory`) 296 / about 430. A glob's or regex's lazy DFA cache
 //! grows as it matches, up to the regex crate's limit; kinds and names are
 //! short, so it stays at a few KiB and is not charged.

@@ -7,6 +7,7 @@
 
 mod prune;
 pub mod terminating;
+mod ticks;
 
 use jaq_core::load::{Arena, File, Loader};
 use jaq_core::{Compiler, Ctx, Vars, data, unwrap_valr};
@@ -107,7 +108,7 @@ impl JqPath {
     /// the `path(...)` wrapper the way it escapes Argo CD's `del(...)`.
     pub fn compile(expr: &str) -> Result<Self, CompileError> {
         terminating::check(expr)?;
-        let wrapped = format!("path(\n{expr}\n)");
+        let wrapped = format!("path(\n{}\n)", ticks::ticked(expr)?);
         let filter = match shared::cached(&wrapped) {
             Some(filter) => filter,
             None => {
@@ -116,6 +117,7 @@ impl JqPath {
             }
         };
         let narrowed = split_field_prefix(expr).and_then(|(prefix, rest)| {
+            let rest = ticks::ticked(&rest).ok()?;
             shared::compile(&format!("path(\n{rest}\n)"))
                 .ok()
                 .map(|f| (prefix, f))
@@ -397,6 +399,7 @@ fn compile_with(
     let funs = jaq_core::funs()
         .chain(jaq_std::funs())
         .chain(jaq_json::funs())
+        .chain([ticks::tick()])
         .filter(|(name, _, _)| native(name));
     let loader = Loader::new(defs);
     let arena = Arena::default();
@@ -456,6 +459,14 @@ fn to_path(val: &Val) -> Result<Path, RunError> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// Every output (or error) of `code` on each of `inputs`, as text.
+    pub(super) fn outputs_of(code: &str, inputs: &[Value]) -> Vec<String> {
+        match compile_filter(code) {
+            Ok(filter) => inputs.iter().flat_map(|i| outputs(&filter, i)).collect(),
+            Err(e) => vec![format!("compile error: {e}")],
+        }
+    }
 
     /// Every output (or error) of `filter` on `input`, as text.
     fn outputs(filter: &JqFilter, input: &Value) -> Vec<String> {

@@ -27,8 +27,9 @@ pub const MAX_LEN: usize = 4096;
 pub const MAX_DEPTH: usize = 64;
 
 /// More parts are refused: jaq compiles and runs an expression recursively, on
-/// the caller's (tokio worker's) stack, so its size must be bounded too.
-pub const MAX_PARTS: usize = 256;
+/// the caller's (tokio worker's) stack, so its size must be bounded too. The
+/// program run has up to twice as many (its checkpoints, [`super::ticks`]).
+pub const MAX_PARTS: usize = 128;
 
 const ALLOWED: &str =
     "allowed: field access, [], |, ',', select(...), comparisons, keys, has, test, ...";
@@ -185,7 +186,7 @@ pub fn check(code: &str) -> Result<(), Refusal> {
             reason: Reason::TooLong(code.len()),
         });
     }
-    if let Some(offset) = too_deep_to_parse(code) {
+    if let Some(offset) = too_deep_to_parse(code, MAX_DEPTH) {
         return Err(Refusal {
             offset,
             reason: Reason::TooDeep,
@@ -226,7 +227,7 @@ pub fn check(code: &str) -> Result<(), Refusal> {
 /// before they run, this scan bounds that depth from above (open brackets,
 /// interpolations and `if`s, plus every prefix seen so far) and returns
 /// where it first passes [`MAX_DEPTH`].
-fn too_deep_to_parse(code: &str) -> Option<usize> {
+pub(super) fn too_deep_to_parse(code: &str, max: usize) -> Option<usize> {
     const PREFIXES: &[&str] = &[
         "try", "catch", "reduce", "foreach", "def", "label", "import", "include",
     ];
@@ -301,7 +302,7 @@ fn too_deep_to_parse(code: &str) -> Option<usize> {
                 _ => {}
             }
         }
-        if open.len() + prefixes > MAX_DEPTH {
+        if open.len() + prefixes > max {
             return Some(start);
         }
     }
@@ -958,14 +959,14 @@ mod tests {
             "the expression nests deeper than 64 levels"
         );
         // Operator chains are not nesting, but they count as parts.
-        let long_pipe = vec![".a"; 60].join(" | ");
+        let long_pipe = vec![".a"; 30].join(" | ");
         assert_eq!(check(&long_pipe), Ok(()));
-        let long_comma = vec![".a"; 60].join(", ");
+        let long_comma = vec![".a"; 30].join(", ");
         assert_eq!(check(&long_comma), Ok(()));
         let too_long = vec![".a"; 100].join(" | ");
         assert_eq!(
             refused(&too_long).1,
-            "the expression has more than 256 parts (terms and operators)"
+            "the expression has more than 128 parts (terms and operators)"
         );
     }
 
@@ -987,7 +988,7 @@ mod tests {
             vec!["."; MAX_PARTS / 3 - 1].join(" as $x|"),
             ".a".repeat(MAX_PARTS / 3),
             ".[]?".repeat(MAX_PARTS / 3),
-            ".[.[] | ".repeat(d / 2) + "." + &"]".repeat(d / 2),
+            ".[.[] | ".repeat(d / 3) + "." + &"]".repeat(d / 3),
         ];
         std::thread::Builder::new()
             .stack_size(2 << 20)
