@@ -12,6 +12,12 @@
 //! connection registry then cuts bodies that have been arriving for longer
 //! than the apiserver ever takes, so a client that sends slowly cannot keep
 //! others' reviews waiting.
+//!
+//! A reservation that waits holds what it has (its body) meanwhile; enough
+//! waiting bodies would leave room for none of them to grow. So waiters
+//! together hold at most [`WAITING_SHARE`] of the budget, and the smallest are
+//! kept: a waiter that does not fit makes a larger one give way, or is
+//! refused at once if none is larger.
 
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -50,6 +56,9 @@ pub const HEADER_BYTES: usize = 16 * 1024;
 /// HTTP/2 stream and connection windows: what a peer may send unread.
 pub const H2_WINDOW: u32 = 64 * 1024;
 
+/// Waiting reservations together hold at most 1/this of the budget.
+pub const WAITING_SHARE: usize = 16;
+
 /// How often a waiting reservation asks for relief again: a body becomes
 /// slow enough to cut while others wait.
 const RELIEF_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
@@ -64,6 +73,37 @@ pub struct MemoryBudget {
     /// Called when a reservation has to wait (the registry's
     /// `cut_slow_bodies`); set once, after the registry exists.
     relief: std::sync::OnceLock<Relief>,
+    /// Reservations waiting to grow, with what each holds meanwhile.
+    waiting: Mutex<Vec<Waiter>>,
+}
+
+struct Waiter {
+    held: usize,
+    /// Set when a smaller waiter made this one give way.
+    refused: Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// A place among the waiters; leaving it (on drop) frees the place.
+struct WaitTicket<'b> {
+    budget: &'b MemoryBudget,
+    refused: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl WaitTicket<'_> {
+    fn refused(&self) -> bool {
+        self.refused.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl Drop for WaitTicket<'_> {
+    fn drop(&mut self) {
+        let mut waiting = self
+            .budget
+            .waiting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        waiting.retain(|w| !Arc::ptr_eq(&w.refused, &self.refused));
+    }
 }
 
 impl std::fmt::Debug for MemoryBudget {
@@ -101,6 +141,44 @@ impl MemoryBudget {
             freed: Notify::new(),
             in_use,
             relief: std::sync::OnceLock::new(),
+            waiting: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// A place among the waiters for a reservation holding `held`, if the
+    /// waiters still fit in their share once every larger one has given way.
+    fn wait_with(&self, held: usize) -> Option<WaitTicket<'_>> {
+        use std::sync::atomic::Ordering::SeqCst;
+        let mut waiting = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
+        let share = self.capacity / WAITING_SHARE;
+        let live = || waiting.iter().filter(|w| !w.refused.load(SeqCst));
+        let mut total: usize = live().map(|w| w.held).sum();
+        let smaller: usize = live().filter(|w| w.held <= held).map(|w| w.held).sum();
+        if smaller + held > share {
+            return None;
+        }
+        let mut evicted = false;
+        while total + held > share {
+            let larger = waiting
+                .iter()
+                .filter(|w| !w.refused.load(SeqCst) && w.held > held)
+                .max_by_key(|w| w.held)?;
+            larger.refused.store(true, SeqCst);
+            total -= larger.held;
+            evicted = true;
+        }
+        let refused = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        waiting.push(Waiter {
+            held,
+            refused: refused.clone(),
+        });
+        drop(waiting);
+        if evicted {
+            self.freed.notify_waiters();
+        }
+        Some(WaitTicket {
+            budget: self,
+            refused,
         })
     }
 
@@ -167,16 +245,28 @@ impl Reservation {
                 capacity,
             });
         }
+        let budget = self.budget.clone();
+        let mut ticket = None;
         loop {
             // Registered before the check, so a release in between wakes us.
-            let freed = self.budget.freed.notified();
+            let freed = budget.freed.notified();
             tokio::pin!(freed);
             freed.as_mut().enable();
-            if self.budget.try_take(more) {
+            if budget.try_take(more) {
                 self.bytes = total;
                 return Ok(());
             }
-            if let Some(relief) = self.budget.relief.get() {
+            if ticket.is_none() {
+                ticket = Some(
+                    budget
+                        .wait_with(self.bytes)
+                        .ok_or(OverBudget::Busy { capacity })?,
+                );
+            }
+            if ticket.as_ref().is_some_and(WaitTicket::refused) {
+                return Err(OverBudget::Busy { capacity });
+            }
+            if let Some(relief) = budget.relief.get() {
                 relief();
             }
             let now = Instant::now();
@@ -280,5 +370,81 @@ mod tests {
         assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 1);
         assert_eq!(budget.used(), 50);
         assert!(budget.try_reserve(51).is_none());
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+
+        /// Bodies that wait to grow, in any order, while the rest of the budget
+        /// is held: together they hold at most their share; a newcomer is
+        /// refused only when no waiter is larger, and makes only larger ones
+        /// give way; once the budget is free again the smallest grows.
+        #[test]
+        fn waiters_hold_at_most_their_share_and_the_smallest_stay(
+            bodies in proptest::collection::vec(0usize..400, 1..24),
+        ) {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            runtime.block_on(async {
+                let capacity = 16_000;
+                let budget = MemoryBudget::new(capacity, Gauge::default());
+                let held: Vec<Reservation> =
+                    bodies.iter().map(|b| budget.try_reserve(*b).unwrap()).collect();
+                let rest = budget.try_reserve(capacity - budget.used()).unwrap();
+                let mut waiting: Vec<(usize, tokio::task::JoinHandle<Result<Reservation, OverBudget>>)> = Vec::new();
+                for mut r in held {
+                    let body = r.bytes();
+                    let task = tokio::spawn(async move {
+                        r.grow_to(body + 1_000, soon(30_000)).await.map(|_| r)
+                    });
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    let (gone, stay): (Vec<_>, Vec<_>) =
+                        waiting.into_iter().partition(|(_, t)| t.is_finished());
+                    waiting = stay;
+                    // Gone: grown (with bytes the refused gave back) or given way.
+                    let mut evicted = Vec::new();
+                    for (b, t) in gone {
+                        if t.await.unwrap().is_err() {
+                            proptest::prop_assert!(b > body, "{} gave way to {}", b, body);
+                            evicted.push(b);
+                        }
+                    }
+                    if !task.is_finished() {
+                        waiting.push((body, task));
+                    } else if task.await.unwrap().is_err() {
+                        let largest = waiting.iter().map(|(b, _)| *b).max().unwrap_or(0);
+                        proptest::prop_assert!(evicted.is_empty() && body >= largest, "{} refused, {} waits", body, largest);
+                    }
+                    let bytes: usize = waiting.iter().map(|(b, _)| b).sum();
+                    proptest::prop_assert!(bytes <= capacity / WAITING_SHARE);
+                }
+                drop(rest);
+                if let Some((_, smallest)) = waiting.into_iter().min_by_key(|(b, _)| *b) {
+                    let grown = tokio::time::timeout(Duration::from_secs(5), smallest).await;
+                    proptest::prop_assert!(matches!(grown, Ok(Ok(Ok(_)))));
+                }
+                Ok(())
+            })?;
+        }
+    }
+
+    #[tokio::test]
+    async fn a_small_waiter_makes_a_larger_one_give_way() {
+        let budget = MemoryBudget::new(1_600, Gauge::default());
+        let mut big = budget.try_reserve(95).unwrap();
+        let mut small = budget.try_reserve(10).unwrap();
+        let _rest = budget.try_reserve(1_495).unwrap();
+        let big = tokio::spawn(async move { big.grow_to(500, soon(30_000)).await });
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        assert!(!big.is_finished(), "95 of a 100-byte share: it waits");
+        let small = tokio::spawn(async move { small.grow_to(50, soon(100)).await });
+        assert_eq!(
+            big.await.unwrap(),
+            Err(OverBudget::Busy { capacity: 1_600 })
+        );
+        assert_eq!(
+            small.await.unwrap(),
+            Ok(()),
+            "it grows into what the larger one gave back"
+        );
     }
 }
