@@ -321,7 +321,8 @@ impl SourceCache {
             }
             return None;
         };
-        let wide = planned::widen(keys, self.budget.limits.per_source / 1024);
+        let deployable = self.deployable(kind, object, keys);
+        let wide = planned::widen(&deployable, self.budget.limits.per_source / 1024);
         let strict =
             source_cost::entry(flux, &object.data, false) + source_cost::listed(&wide, lister);
         self.budget.force(uid, namespace, strict);
@@ -402,12 +403,38 @@ impl SourceCache {
     fn rebuild_planned(&mut self) {
         let mut index = HashMap::new();
         let counts = |uid: &str| self.applications.get(uid).is_none_or(|e| e.counts);
-        for (_, p) in self.planned.iter().filter(|(uid, _)| counts(uid)) {
+        for (uid, p) in self.planned.iter().filter(|(uid, _)| counts(uid)) {
+            let project = self
+                .applications
+                .get(uid)
+                .and_then(|e| self.project(&e.project));
             for key in &p.keys {
-                index.entry(key.clone()).or_insert_with(|| p.by.clone());
+                if project.is_none_or(|project| self.this_cluster.lets_deploy(project, key)) {
+                    index.entry(key.clone()).or_insert_with(|| p.by.clone());
+                }
             }
         }
         self.planned_index = Arc::new(index);
+    }
+
+    /// The AppProject `name` in Argo CD's namespace, as Argo CD looks it up.
+    fn project(&self, name: &str) -> Option<&AppProject> {
+        self.project_list
+            .iter()
+            .find(|p| p.metadata.name == name && p.metadata.namespace == self.argocd_namespace)
+    }
+
+    /// What an Application lists that its project lets it deploy here: a
+    /// tenant's Application, whose status the tenant may write, guards no
+    /// other team's names. Every key while the project is unknown.
+    fn deployable(&self, kind: Kind, object: &DynamicObject, keys: &[String]) -> Vec<String> {
+        let project = (kind == Kind::Application)
+            .then(|| self.project(project_of(&object.data)))
+            .flatten();
+        keys.iter()
+            .filter(|k| project.is_none_or(|p| self.this_cluster.lets_deploy(p, k)))
+            .cloned()
+            .collect()
     }
 
     fn forget_planned(&mut self, uid: &str) -> bool {
@@ -640,12 +667,7 @@ impl SourceCache {
         });
         // Read from the object, so that one that does not compile still
         // counts, or not, for what it lists.
-        let project = object
-            .data
-            .pointer("/spec/project")
-            .and_then(Value::as_str)
-            .filter(|p| !p.is_empty())
-            .unwrap_or("default");
+        let project = project_of(&object.data);
         let mut entry = AppEntry {
             hash,
             namespace: object.metadata.namespace.clone().unwrap_or_default(),
@@ -694,6 +716,8 @@ impl SourceCache {
             .filter_map(|e| e.value.as_deref().cloned())
             .collect();
         self.recompute_apps();
+        // What each Application lists counts only where its project deploys.
+        self.rebuild_planned();
     }
 
     /// Whether each Application counts, and its sync account: after a
@@ -711,6 +735,15 @@ impl SourceCache {
             self.rebuild_planned();
         }
     }
+}
+
+/// An Application's `spec.project`, `default` when empty.
+fn project_of(application: &Value) -> &str {
+    application
+        .pointer("/spec/project")
+        .and_then(Value::as_str)
+        .filter(|p| !p.is_empty())
+        .unwrap_or("default")
 }
 
 /// The object as JSON, for the readers in [`sources`].

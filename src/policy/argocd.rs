@@ -47,6 +47,56 @@ impl ThisCluster {
         }
     }
 
+    /// Whether an Application of `project` may deploy the object `key`
+    /// ([`super::planned::key`]) to this cluster, as Argo CD v3.6 checks
+    /// every resource it syncs: a namespaced one against the destinations
+    /// (`isDestinationMatched`, globs, `!` denies), a cluster-scoped one
+    /// against `clusterResourceWhitelist`. A key that is not one object
+    /// (a whole-namespace listing of every namespace) is kept.
+    pub fn lets_deploy(&self, project: &super::impersonation::AppProject, key: &str) -> bool {
+        let Some((group, kind, namespace)) = key
+            .split_once(':')
+            .and_then(|(gk, rest)| Some((gk.split_once('/')?, rest.split_once('/')?.0)))
+            .map(|((g, k), ns)| (g, k, ns))
+        else {
+            return true;
+        };
+        if key == super::planned::EVERYWHERE {
+            return true;
+        }
+        if namespace.is_empty() {
+            let whitelist = &project.spec.cluster_resource_whitelist;
+            return kind == "*"
+                || whitelist.iter().any(|gk| {
+                    argo_glob(&gk.group, group, false) && argo_glob(&gk.kind, kind, false)
+                });
+        }
+        // However Argo CD resolved the destination (a server, a name, both),
+        // the key stays if any reading permits it.
+        let names = || self.names.iter().map(|n| Some(n.as_str())).chain([None]);
+        let servers = self.servers.iter().map(|s| Some(s.as_str())).chain([None]);
+        let readings = servers.flat_map(|s| names().map(move |n| (s, n)));
+        readings
+            .filter(|(s, n)| s.is_some() || n.is_some())
+            .any(|(server, name)| {
+                let mut any = false;
+                for item in &project.spec.destinations {
+                    let name_ok = name.is_some_and(|n| argo_glob(&item.name, n, true));
+                    let server_ok = server.is_some_and(|s| argo_glob(&item.server, s, true));
+                    let namespace_ok = argo_glob(&item.namespace, namespace, true);
+                    if (server_ok || name_ok) && namespace_ok {
+                        any = true;
+                    } else if (!name_ok && item.name.starts_with('!'))
+                        || (!server_ok && item.server.starts_with('!'))
+                        || (!namespace_ok && item.namespace.starts_with('!'))
+                    {
+                        return false;
+                    }
+                }
+                any
+            })
+    }
+
     fn is(&self, server: Option<&str>, name: Option<&str>) -> bool {
         match (server, name) {
             (Some(server), None) => {
@@ -74,6 +124,15 @@ impl ThisCluster {
         let (server, name) = (text("server"), text("name"));
         (server.is_some() || name.is_some()) && !self.is(server, name)
     }
+}
+
+/// Argo CD's `globMatch`: `*` matches everything, `!` (where allowed)
+/// negates, a pattern that does not compile matches nothing.
+fn argo_glob(pattern: &str, value: &str, negation: bool) -> bool {
+    if let Some(denied) = pattern.strip_prefix('!').filter(|_| negation) {
+        return !argo_glob(denied, value, false);
+    }
+    pattern == "*" || super::pattern::Pattern::new(pattern).is_ok_and(|p| p.is_match(value))
 }
 
 /// argocd-cm's resource-tracking keys (argo-cd v3.6.1
@@ -503,6 +562,42 @@ impl Application {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// Argo CD v3.6's `isDestinationMatched` and `IsResourcePermitted`, case
+    /// by case: globs, `!` denies, a server or a name, cluster-scoped kinds.
+    #[test]
+    fn a_project_lets_deploy_where_argo_cd_would_sync() {
+        let this = ThisCluster::default();
+        let project = |destinations: serde_json::Value, whitelist: serde_json::Value| {
+            super::super::impersonation::AppProject::from_value(&json!({
+                "spec": {"destinations": destinations, "clusterResourceWhitelist": whitelist}
+            }))
+            .unwrap()
+        };
+        let team = project(json!([{"server": "*", "namespace": "team-*"}]), json!([]));
+        assert!(this.lets_deploy(&team, "apps/Deployment:team-a/web"));
+        assert!(!this.lets_deploy(&team, "apps/Deployment:kube-system/web"));
+        assert!(!this.lets_deploy(&team, "/Namespace:/team-z"));
+        assert!(this.lets_deploy(&team, super::super::planned::EVERYWHERE));
+        let by_name = project(json!([{"name": "in-cluster", "namespace": "*"}]), json!([]));
+        assert!(this.lets_deploy(&by_name, "/ConfigMap:shop/c"));
+        let other = project(
+            json!([{"server": "https://other:6443", "namespace": "*"}]),
+            json!([]),
+        );
+        assert!(!this.lets_deploy(&other, "/ConfigMap:shop/c"));
+        let denying = project(
+            json!([{"server": "*", "namespace": "*"}, {"server": "*", "namespace": "!kube-*"}]),
+            json!([{"group": "", "kind": "Namespace"}]),
+        );
+        assert!(this.lets_deploy(&denying, "/ConfigMap:shop/c"));
+        assert!(!this.lets_deploy(&denying, "/ConfigMap:kube-system/c"));
+        assert!(this.lets_deploy(&denying, "/Namespace:/shop"));
+        assert!(!this.lets_deploy(&denying, "rbac.authorization.k8s.io/ClusterRole:/admin"));
+        let none = project(json!([]), json!([{"group": "*", "kind": "*"}]));
+        assert!(!this.lets_deploy(&none, "/ConfigMap:shop/c"));
+        assert!(this.lets_deploy(&none, "rbac.authorization.k8s.io/ClusterRole:/admin"));
+    }
 
     fn app(owners: serde_json::Value) -> Application {
         from_value(

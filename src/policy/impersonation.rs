@@ -36,6 +36,26 @@ pub struct ProjectSpec {
     /// Namespaces outside Argo CD's own whose Applications may use the project.
     pub source_namespaces: NamespaceList,
     pub destination_service_accounts: Vec<DestinationServiceAccount>,
+    /// Where its Applications may deploy: what they list elsewhere Argo CD
+    /// would never sync ([`super::argocd::ThisCluster::lets_deploy`]).
+    pub destinations: Vec<ProjectDestination>,
+    /// The cluster-scoped kinds its Applications may deploy.
+    pub cluster_resource_whitelist: Vec<GroupKind>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct ProjectDestination {
+    pub server: String,
+    pub name: String,
+    pub namespace: String,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct GroupKind {
+    pub group: String,
+    pub kind: String,
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]

@@ -304,7 +304,8 @@ fn team_project(source_namespaces: Value) -> DynamicObject {
         "apiVersion": "argoproj.io/v1alpha1", "kind": "AppProject",
         "metadata": {"name": "team", "namespace": "argocd", "uid": "p1"},
         "spec": {"sourceNamespaces": source_namespaces, "destinationServiceAccounts": [
-            {"server": "*", "namespace": "*", "defaultServiceAccount": "sa"}]}
+            {"server": "*", "namespace": "*", "defaultServiceAccount": "sa"}],
+            "destinations": [{"server": "https://kubernetes.default.svc", "namespace": "shop"}]}
     }))
     .unwrap()
 }
@@ -668,4 +669,72 @@ fn a_kustomization_over_its_cost_cap_keeps_its_account_and_inventory() {
         .lister("apps/Deployment:team-a/other")
         .map(ToString::to_string);
     assert_eq!(lister.as_deref(), Some("Flux Kustomization team-a/apps"));
+}
+
+/// What a tenant's Application lists counts only where its AppProject lets
+/// it deploy here (Argo CD never syncs the rest): a forged `status` guards
+/// no other team's names, widened or not; the project changing moves the
+/// index without a relist.
+#[test]
+fn a_listing_counts_only_where_the_project_deploys() {
+    let mut cache = tenants(Limits::default());
+    let forged = |uid: &str, namespaces: &[&str]| {
+        let mut a = team_app(uid, "team-a", "web");
+        a.data["status"]["resources"] = namespaces
+            .iter()
+            .map(
+                |ns| json!({"group": "apps", "kind": "Deployment", "namespace": ns, "name": "web"}),
+            )
+            .chain([json!({"group": "", "kind": "Namespace", "name": "kube-new"})])
+            .collect();
+        a
+    };
+    cache.apply(
+        Kind::Application,
+        &forged("u1", &["shop", "kube-system", "team-b"]),
+    );
+    let listed = |cache: &SourceCache, key: &str| cache.snapshot().lister(key).is_some();
+    assert!(listed(&cache, "apps/Deployment:shop/web"));
+    assert!(!listed(&cache, "apps/Deployment:kube-system/web"));
+    assert!(!listed(&cache, "apps/Deployment:team-b/web"));
+    assert!(
+        !listed(&cache, "/Namespace:/kube-new"),
+        "no cluster-scoped kind whitelisted"
+    );
+    // Refused for its cost, it still lists only where it may deploy: 5,000
+    // forged namespaces widen to `shop`, never to every namespace.
+    let many: Vec<String> = (0..5_000).map(|i| format!("ns-{i}")).collect();
+    let mut costly = forged(
+        "u1",
+        &many
+            .iter()
+            .map(String::as_str)
+            .chain(["shop"])
+            .collect::<Vec<_>>(),
+    );
+    costly.data["spec"]["ignoreDifferences"] =
+        costly_app("x", "team-a", "a", 6000).data["spec"]["ignoreDifferences"].take();
+    cache.apply(Kind::Application, &costly);
+    assert_eq!(cache.refused(Kind::Application, Cap::Source), 1);
+    assert!(listed(&cache, "apps/Deployment:shop/anything"));
+    assert!(!listed(&cache, "apps/Deployment:ns-1/web"));
+    assert!(!listed(&cache, "apps/Deployment:kube-system/anything"));
+    // The project opened to every namespace but kube-system, and Namespaces.
+    let mut project = team_project(json!(["team-*"]));
+    project.data["spec"]["destinations"] = json!([
+        {"server": "*", "namespace": "*"},
+        {"server": "*", "namespace": "!kube-system"}
+    ]);
+    project.data["spec"]["clusterResourceWhitelist"] = json!([{"group": "", "kind": "Namespace"}]);
+    cache.apply(Kind::AppProject, &project);
+    cache.apply(
+        Kind::Application,
+        &forged("u1", &["shop", "kube-system", "team-b"]),
+    );
+    assert!(listed(&cache, "apps/Deployment:team-b/web"));
+    assert!(
+        !listed(&cache, "apps/Deployment:kube-system/web"),
+        "denied by `!`"
+    );
+    assert!(listed(&cache, "/Namespace:/kube-new"));
 }
