@@ -33,7 +33,7 @@ use crate::policy::{Application, planned};
 use crate::sources::{self, FluxKind, FluxSource, SourceError, Sources};
 
 /// The watched kinds held as dynamic objects.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Kind {
     Application,
     AppProject,
@@ -116,6 +116,9 @@ pub struct SourceCache {
     budget: Ledger,
     /// The objects over a cap, by uid, and which.
     refused: BTreeMap<String, (Kind, Cap)>,
+    /// The uids a relist in progress has listed, per kind: its objects are
+    /// applied (and charged) as they arrive, never held until it completes.
+    relisting: HashMap<Kind, HashSet<String>>,
 }
 
 struct Planned {
@@ -532,8 +535,38 @@ impl SourceCache {
     /// A completed (re)list: the objects now in the cluster, and only those.
     /// Unchanged objects keep their compiled entries.
     pub fn relist(&mut self, kind: Kind, objects: &[DynamicObject]) -> bool {
-        let listed: HashSet<&str> = objects.iter().filter_map(uid).collect();
-        fn unlisted<V>(map: &BTreeMap<String, V>, listed: &HashSet<&str>) -> Vec<String> {
+        self.relist_start(kind);
+        let mut changed = false;
+        for object in objects {
+            changed |= self.relist_apply(kind, object);
+        }
+        self.relist_done(kind) || changed
+    }
+
+    /// A relist of `kind` begins.
+    pub fn relist_start(&mut self, kind: Kind) {
+        self.relisting.insert(kind, HashSet::new());
+    }
+
+    /// One object of a relist in progress, applied now. Returns whether the
+    /// sources changed.
+    pub fn relist_apply(&mut self, kind: Kind, object: &DynamicObject) -> bool {
+        if let Some(uid) = uid(object) {
+            self.relisting
+                .entry(kind)
+                .or_default()
+                .insert(uid.to_owned());
+        }
+        self.apply(kind, object)
+    }
+
+    /// The relist of `kind` is complete: what it did not list is gone.
+    /// Returns whether the sources changed.
+    pub fn relist_done(&mut self, kind: Kind) -> bool {
+        let Some(listed) = self.relisting.remove(&kind) else {
+            return false;
+        };
+        fn unlisted<V>(map: &BTreeMap<String, V>, listed: &HashSet<String>) -> Vec<String> {
             map.keys()
                 .filter(|k| !listed.contains(k.as_str()))
                 .cloned()
@@ -560,9 +593,6 @@ impl SourceCache {
         }
         if changed && kind == Kind::AppProject {
             self.projects_changed();
-        }
-        for object in objects {
-            changed |= self.apply(kind, object);
         }
         changed
     }

@@ -125,6 +125,13 @@ impl Watches {
 
     /// Applies one event to cache `at`; publishes a snapshot only if the
     /// sources changed.
+    /// A change published with the next [`Self::update`] (a relist's
+    /// objects: one snapshot when it completes, not one per object).
+    fn update_quietly(&self, at: usize, change: impl FnOnce(&mut SourceCache)) {
+        let mut caches = self.caches.lock().unwrap_or_else(|e| e.into_inner());
+        change(&mut caches[at]);
+    }
+
     fn update(&self, at: usize, change: impl FnOnce(&mut SourceCache) -> bool) {
         let mut caches = self.caches.lock().unwrap_or_else(|e| e.into_inner());
         if change(&mut caches[at]) {
@@ -423,8 +430,6 @@ fn watch_dynamic(
     let stream = watcher(api, watcher::Config::default().page_size(LIST_PAGE))
         .modify(strip)
         .default_backoff();
-    // A relist's objects, applied together once it completes.
-    let mut listed = Vec::new();
     let cached = metrics
         .sources_objects
         .get_or_create(&SourceLabels { source: label })
@@ -447,13 +452,17 @@ fn watch_dynamic(
         },
         metrics,
         move |w, event| {
+            // A relist's objects are charged and applied as they arrive,
+            // never held until it completes; its end drops what it missed.
             match event {
-                Event::Init => listed.clear(),
-                Event::InitApply(o) => listed.push(o),
-                Event::InitDone => {
-                    let objects = std::mem::take(&mut listed);
-                    w.update(at, |c| c.relist(kind, &objects));
-                }
+                Event::Init => w.update_quietly(at, |c| c.relist_start(kind)),
+                Event::InitApply(o) => w.update_quietly(at, |c| {
+                    c.relist_apply(kind, &o);
+                }),
+                Event::InitDone => w.update(at, |c| {
+                    c.relist_done(kind);
+                    true
+                }),
                 Event::Apply(o) => w.update(at, |c| c.apply(kind, &o)),
                 Event::Delete(o) => w.update(at, |c| c.delete(kind, &o)),
             }

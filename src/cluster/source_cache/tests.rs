@@ -194,6 +194,36 @@ fn a_relist_drops_what_is_gone_and_a_delete_removes() {
     assert!(cache.snapshot().argocd[0].applications.is_empty());
 }
 
+/// A relist's objects are charged and applied as they arrive (each one
+/// under the caps before the next is read), and only its end drops what it
+/// did not list: nothing is held uncharged while a list is paged in.
+#[test]
+fn a_relists_objects_are_charged_as_they_arrive() {
+    let mut cache = SourceCache::new("argocd");
+    cache.relist(Kind::Application, &[app("u1", "a", true, "x")]);
+    let one = cache.charged();
+    cache.relist_start(Kind::Application);
+    cache.relist_apply(Kind::Application, &app("u2", "b", true, "x"));
+    cache.relist_apply(Kind::Application, &app("u3", "c", true, "x"));
+    assert_eq!(
+        cache.count(Kind::Application),
+        3,
+        "u1 not dropped before the end"
+    );
+    assert!(
+        cache.charged() >= 3 * one,
+        "{} < 3 x {one}",
+        cache.charged()
+    );
+    assert!(cache.relist_done(Kind::Application));
+    assert_eq!(cache.count(Kind::Application), 2);
+    assert!(
+        !cache.relist_done(Kind::Application),
+        "no relist in progress"
+    );
+    assert_eq!(cache.count(Kind::Application), 2);
+}
+
 #[test]
 fn argocd_cm_is_keyed_by_the_keys_read() {
     let cm = |extra: &str| -> ConfigMap {
