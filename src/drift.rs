@@ -240,6 +240,12 @@ pub struct Sources {
     /// `group/Kind:namespace/name`, with who lists them: a manual CREATE of
     /// one is refused whatever it carries.
     pub planned: Arc<std::collections::HashMap<String, Manager>>,
+    /// The listers of a key in `planned` beyond the one named there: an
+    /// object several tools list is judged by each ([`Self::listers`]).
+    pub more_listers: Arc<std::collections::HashMap<String, Vec<Manager>>>,
+    /// The projects the [`crate::policy::planned::within_project`] listings
+    /// in `planned` name, to resolve them with.
+    pub scopes: Arc<Vec<Scope>>,
     /// Watched sources never listed yet (a hub out of reach since start), by
     /// name. What their tool would loosen is left out (ignore rules, the
     /// accounts it impersonates; `src/cluster/watch.rs`); what it would make
@@ -247,6 +253,24 @@ pub struct Sources {
     /// Namespace or CRD delete is refused for it ([`cascade`]). Every
     /// decision says so.
     pub unread: Vec<&'static str>,
+}
+
+/// What a [`crate::policy::planned::within_project`] listing (`key`)
+/// covers: what `project` lets its Applications deploy to `here`; every
+/// object while the project is not known (not read yet, or gone).
+#[derive(Clone, Debug)]
+pub struct Scope {
+    pub key: String,
+    pub project: Option<Arc<crate::policy::impersonation::AppProject>>,
+    pub here: crate::policy::argocd::ThisCluster,
+}
+
+impl Scope {
+    fn covers(&self, key: &str) -> bool {
+        self.project
+            .as_ref()
+            .is_none_or(|p| self.here.lets_deploy(p, key))
+    }
 }
 
 /// One Argo CD installation's own rules.
@@ -303,21 +327,55 @@ impl Sources {
         }
     }
 
-    /// Who lists the object `key` names (`group/Kind:namespace/name`): its
-    /// own entry, or the whole-namespace one of a source refused for its
-    /// cost ([`crate::policy::planned::widen`]).
-    pub fn lister(&self, key: &str) -> Option<&Manager> {
+    /// Who lists the object `key` names (`group/Kind:namespace/name`), each
+    /// once: by its own entry, or by a listing that covers it (a whole
+    /// namespace's, every namespace's, a project's) of a source refused for
+    /// its cost ([`crate::policy::planned::widen`]).
+    pub fn listers(&self, key: &str) -> Vec<&Manager> {
         use crate::policy::planned;
         if self.planned.is_empty() {
-            return None;
+            return Vec::new();
         }
         let namespace = key.split_once(':').and_then(|(_, r)| r.split_once('/'));
-        self.planned.get(key).or_else(|| {
-            let wide = planned::everything_in(namespace.map_or("", |(ns, _)| ns));
-            self.planned
-                .get(&wide)
-                .or_else(|| self.planned.get(planned::EVERYWHERE))
-        })
+        let wide = planned::everything_in(namespace.map_or("", |(ns, _)| ns));
+        let scopes = self.scopes.iter().filter(|s| s.covers(key));
+        let keys = [key, wide.as_str(), planned::EVERYWHERE]
+            .into_iter()
+            .chain(scopes.map(|s| s.key.as_str()));
+        let mut listers: Vec<&Manager> = Vec::new();
+        for k in keys {
+            let more = self.more_listers.get(k).into_iter().flatten();
+            for by in self.planned.get(k).into_iter().chain(more) {
+                if !listers.contains(&by) {
+                    listers.push(by);
+                }
+            }
+        }
+        listers
+    }
+
+    /// The first of [`Self::listers`].
+    pub fn lister(&self, key: &str) -> Option<&Manager> {
+        self.listers(key).into_iter().next()
+    }
+
+    /// Every listing, with each of its listers.
+    pub fn listings(&self) -> impl Iterator<Item = (&String, &Manager)> {
+        let more = self.more_listers.iter();
+        self.planned
+            .iter()
+            .chain(more.flat_map(|(k, ms)| ms.iter().map(move |m| (k, m))))
+    }
+
+    /// Whether the whole-namespace listing `wide` covers `namespace`
+    /// ([`crate::policy::planned::covers`], and project listings).
+    pub fn covers(&self, wide: &str, namespace: &str) -> bool {
+        use crate::policy::planned;
+        planned::covers(wide, namespace)
+            || self
+                .scopes
+                .iter()
+                .any(|s| s.key == wide && s.covers(&planned::everything_in(namespace)))
     }
 
     /// Every watched Application, of every installation.

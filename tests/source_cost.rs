@@ -53,6 +53,22 @@ struct Case {
     flux_lists: Vec<(usize, usize)>,
     /// The Kustomization is a tenant's, applied as an account of its namespace.
     tenant: bool,
+    /// The Application's AppProject, by its destinations ([`DESTINATIONS`]).
+    project: Option<usize>,
+    /// The Application also lists one object in each of 20 more namespaces:
+    /// refused, its listing stands for its project.
+    flood: bool,
+}
+
+/// AppProject destinations: everywhere, a glob, one namespace, all but one.
+fn destinations(i: usize) -> Value {
+    [
+        json!([{"server": "*", "namespace": "*"}]),
+        json!([{"server": "*", "namespace": "prod*"}, {"server": "*", "namespace": "team-*"}]),
+        json!([{"server": "https://kubernetes.default.svc", "namespace": "other"}]),
+        json!([{"server": "*", "namespace": "*"}, {"server": "*", "namespace": "!production"}]),
+    ][i % 4]
+        .clone()
 }
 
 impl Case {
@@ -65,7 +81,20 @@ impl Case {
                 json!({"group": "apps", "kind": "Deployment",
                                    "namespace": NAMESPACES[ns % 2], "name": NAMES[n % 3]})
             })
+            .chain((0..if self.flood { 20 } else { 0 }).map(|i| {
+                json!({"group": "apps", "kind": "Deployment", "namespace": format!("team-{i}"), "name": "x"})
+            }))
             .collect();
+        if let Some(p) = self.project {
+            cache.apply(
+                Kind::AppProject,
+                &object(json!({
+                    "apiVersion": "argoproj.io/v1alpha1", "kind": "AppProject",
+                    "metadata": {"name": "default", "namespace": "argocd", "uid": "p1"},
+                    "spec": {"destinations": destinations(p)}
+                })),
+            );
+        }
         cache.apply(Kind::Application, &object(json!({
             "apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
             "metadata": {"name": "myapp", "namespace": "argocd", "uid": "a1"},
@@ -223,6 +252,8 @@ fn a_refused_source_lends_no_rule_and_keeps_its_listing() {
         flux_rules: vec![],
         flux_lists: vec![],
         tenant: false,
+        project: None,
+        flood: false,
     };
     let policy = Policy::from_yaml(
         "mode: enforce\ngitops: {argocd: {enabled: true}}\n",
@@ -250,7 +281,7 @@ fn a_refused_source_lends_no_rule_and_keeps_its_listing() {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(64))]
+    #![proptest_config(ProptestConfig::with_cases(128))]
     #[test]
     fn refusing_a_source_never_loosens_a_decision(
         app_rules in prop::collection::vec(0usize..5, 0..4),
@@ -258,8 +289,10 @@ proptest! {
         flux_rules in prop::collection::vec(0usize..4, 0..3),
         flux_lists in prop::collection::vec((0usize..2, 0usize..3), 0..4),
         tenant in any::<bool>(),
+        project in prop::option::of(0usize..4),
+        flood in any::<bool>(),
     ) {
-        let case = Case { app_rules, app_lists, flux_rules, flux_lists, tenant };
+        let case = Case { app_rules, app_lists, flux_rules, flux_lists, tenant, project, flood };
         prop_assert!(check(&case).is_ok(), "{:?}: {:?}", case, check(&case));
     }
 }

@@ -112,6 +112,10 @@ pub struct SourceCache {
     /// Every listed object and who lists it, rebuilt when a list changes
     /// (rarely: status rewrites keep the same objects).
     planned_index: Arc<HashMap<String, Manager>>,
+    /// Listers of a key beyond `planned_index`'s.
+    more_listers: Arc<HashMap<String, Vec<Manager>>>,
+    /// The projects `planned_index`'s project listings name.
+    scopes: Arc<Vec<crate::drift::Scope>>,
     /// What each object is charged, by uid.
     budget: Ledger,
     /// The objects over a cap, by uid, and which.
@@ -325,7 +329,14 @@ impl SourceCache {
             return None;
         };
         let deployable = self.deployable(kind, object, keys);
-        let wide = planned::widen(&deployable, self.budget.limits.per_source / 1024);
+        // An Application of a known project widens past a few namespaces to
+        // what its project deploys to: constant in size, never wider.
+        let project = (kind == Kind::Application).then(|| project_of(&object.data));
+        let at_most = match project {
+            Some(_) => REFUSED_NAMESPACES,
+            None => self.budget.limits.per_source / 1024,
+        };
+        let wide = planned::widen(&deployable, at_most, project);
         let strict =
             source_cost::entry(flux, &object.data, false) + source_cost::listed(&wide, lister);
         self.budget.force(uid, namespace, strict);
@@ -405,6 +416,7 @@ impl SourceCache {
 
     fn rebuild_planned(&mut self) {
         let mut index = HashMap::new();
+        let mut more: HashMap<String, Vec<Manager>> = HashMap::new();
         let counts = |uid: &str| self.applications.get(uid).is_none_or(|e| e.counts);
         for (uid, p) in self.planned.iter().filter(|(uid, _)| counts(uid)) {
             let project = self
@@ -413,10 +425,23 @@ impl SourceCache {
                 .and_then(|e| self.project(&e.project));
             for key in &p.keys {
                 if project.is_none_or(|project| self.this_cluster.lets_deploy(project, key)) {
-                    index.entry(key.clone()).or_insert_with(|| p.by.clone());
+                    add_lister(&mut index, &mut more, key, &p.by);
                 }
             }
         }
+        self.more_listers = Arc::new(more);
+        let scopes = index
+            .keys()
+            .filter_map(|key| {
+                let project = self.project(planned::project_of(key)?);
+                Some(crate::drift::Scope {
+                    key: key.clone(),
+                    project: project.map(|p| Arc::new(p.clone())),
+                    here: self.this_cluster.clone(),
+                })
+            })
+            .collect();
+        self.scopes = Arc::new(scopes);
         self.planned_index = Arc::new(index);
     }
 
@@ -673,6 +698,8 @@ impl SourceCache {
             argocd: argocd.into_iter().collect(),
             flux: all_flux,
             planned: self.planned_index.clone(),
+            more_listers: self.more_listers.clone(),
+            scopes: self.scopes.clone(),
             unread: Vec::new(),
         }
     }
@@ -766,6 +793,32 @@ impl SourceCache {
         }
     }
 }
+
+/// Records `by` as a lister of `key`: in `index` if it is the first, in
+/// `more` if it is another.
+pub fn add_lister(
+    index: &mut HashMap<String, Manager>,
+    more: &mut HashMap<String, Vec<Manager>>,
+    key: &str,
+    by: &Manager,
+) {
+    match index.get(key) {
+        None => {
+            index.insert(key.to_owned(), by.clone());
+        }
+        Some(first) if first == by => {}
+        Some(_) => {
+            let others = more.entry(key.to_owned()).or_default();
+            if !others.contains(by) {
+                others.push(by.clone());
+            }
+        }
+    }
+}
+
+/// How many namespaces a refused Application's listing names before it
+/// stands for its whole project ([`planned::within_project`]).
+const REFUSED_NAMESPACES: usize = 16;
 
 /// An Application's `spec.project`, `default` when empty.
 fn project_of(application: &Value) -> &str {

@@ -174,15 +174,22 @@ fn snapshot(caches: &[SourceCache], unread: &[Source]) -> Sources {
         part
     });
     let mut all = parts.next().unwrap_or_default();
-    for part in parts {
-        all.argocd.extend(part.argocd);
-        all.flux.extend(part.flux);
+    for mut part in parts {
+        all.argocd.extend(std::mem::take(&mut part.argocd));
+        all.flux.extend(std::mem::take(&mut part.flux));
         if !part.planned.is_empty() {
             let mut merged = (*all.planned).clone();
-            for (key, by) in part.planned.iter() {
-                merged.entry(key.clone()).or_insert_with(|| by.clone());
+            let mut more = (*all.more_listers).clone();
+            for (key, by) in part.listings() {
+                super::source_cache::add_lister(&mut merged, &mut more, key, by);
             }
             all.planned = Arc::new(merged);
+            all.more_listers = Arc::new(more);
+        }
+        if !part.scopes.is_empty() {
+            let mut scopes = (*all.scopes).clone();
+            scopes.extend(part.scopes.iter().cloned());
+            all.scopes = Arc::new(scopes);
         }
     }
     all.unread = unread.iter().map(|u| u.label).collect();

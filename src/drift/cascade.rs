@@ -190,12 +190,11 @@ pub fn lost(policy: &Policy, req: &Request, sources: &Sources) -> Option<Cascade
                 .is_none_or(|kinds| kinds.iter().any(|k| k == gk))
     };
     let objects: Vec<(&String, &Manager)> = sources
-        .planned
-        .iter()
+        .listings()
         .filter(|(_, by)| detects(policy, by))
         .filter(|(key, _)| {
             // A refused source's whole-namespace listing takes any kind.
-            let wide = planned::is_wide(key) && namespace.is_none_or(|n| planned::covers(key, n));
+            let wide = planned::is_wide(key) && namespace.is_none_or(|n| sources.covers(key, n));
             wide || key
                 .split_once(':')
                 .is_some_and(|(gk, _)| matches(gk, namespace_of(key)))

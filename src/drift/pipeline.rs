@@ -59,17 +59,23 @@ pub(super) fn judge_change(
 ) -> Decision {
     let object = match change {
         Change::Create { new } => {
-            if let Some(by) = steps::planned_by(policy, ctx, req, new) {
-                // The tool's own identity for it (a sync service account) is
-                // exempt; the object's own claims judge it too.
-                let mut planned = d.clone();
-                steps::set_manager(policy, ctx, &mut planned, by.clone());
-                let finding = Finding::CreatePlanned(by.to_string());
-                let planned = refused_unless_exempt(policy, ctx, req, planned, finding, "");
-                if planned.verdict == Verdict::Deny {
-                    return planned;
+            let listers = steps::planned_by(policy, ctx, req, new);
+            if !listers.is_empty() {
+                // Each lister's own identity for it (a sync service account)
+                // is exempt from its listing, no other's; the object's own
+                // claims judge it too.
+                let mut judged = Vec::new();
+                for by in listers {
+                    let mut planned = d.clone();
+                    steps::set_manager(policy, ctx, &mut planned, by.clone());
+                    let finding = Finding::CreatePlanned(by.to_string());
+                    let planned = refused_unless_exempt(policy, ctx, req, planned, finding, "");
+                    if planned.verdict == Verdict::Deny {
+                        return planned;
+                    }
+                    judged.push(planned);
                 }
-                return strictest(run(policy, req, ctx, change, new, d), vec![planned]);
+                return strictest(run(policy, req, ctx, change, new, d), judged);
             }
             new
         }
@@ -389,12 +395,12 @@ fn scale_blind(
 fn listed_parent<'s>(ctx: &Context<'s>, req: &Request) -> Option<&'s Manager> {
     let suffix = format!(":{}/{}", req.namespace, req.name);
     let prefix = format!("{}/", req.resource_group);
-    ctx.sources?
-        .planned
-        .iter()
+    let sources = ctx.sources?;
+    sources
+        .listings()
         .find(|(key, _)| {
             (key.starts_with(&prefix) && key.ends_with(&suffix))
-                || crate::policy::planned::covers(key, req.namespace)
+                || sources.covers(key, req.namespace)
         })
         .map(|(_, by)| by)
 }

@@ -147,7 +147,7 @@ pub fn owners<'p>(
             stored.name,
         );
         ctx.sources
-            .is_some_and(|s| s.lister(&key).is_some_and(|by| detects(policy, by)))
+            .is_some_and(|s| s.listers(&key).into_iter().any(|by| detects(policy, by)))
     };
     if let Some(owner) = ownership::controller_owner(stored)
         && !claims_itself
@@ -219,17 +219,20 @@ pub(super) fn planned_by<'s>(
     ctx: &Context<'s>,
     req: &Request,
     new: &Value,
-) -> Option<&'s Manager> {
+) -> Vec<&'s Manager> {
     if policy.planned_creates != crate::policy::PlannedCreates::Guard {
-        return None;
+        return Vec::new();
     }
-    let sources = ctx.sources?;
-    if sources.planned.is_empty() {
-        return None;
-    }
-    let name = new.pointer("/metadata/name").and_then(Value::as_str)?;
+    let Some(sources) = ctx.sources else {
+        return Vec::new();
+    };
+    let Some(name) = new.pointer("/metadata/name").and_then(Value::as_str) else {
+        return Vec::new();
+    };
     let key = crate::policy::planned::key(req.group, req.kind, req.namespace, name);
-    sources.lister(&key).filter(|by| detects(policy, by))
+    let mut listers = sources.listers(&key);
+    listers.retain(|by| detects(policy, by));
+    listers
 }
 
 /// Whether the policy enables `manager`'s detector: the registration sends

@@ -52,7 +52,7 @@ impl ThisCluster {
     /// every resource it syncs: a namespaced one against the destinations
     /// (`isDestinationMatched`, globs, `!` denies), a cluster-scoped one
     /// against `clusterResourceWhitelist`. A key that is not one object
-    /// (a whole-namespace listing of every namespace) is kept.
+    /// (a listing of every namespace, or of a project's) is kept.
     pub fn lets_deploy(&self, project: &super::impersonation::AppProject, key: &str) -> bool {
         let Some((group, kind, namespace)) = key
             .split_once(':')
@@ -61,7 +61,7 @@ impl ThisCluster {
         else {
             return true;
         };
-        if key == super::planned::EVERYWHERE {
+        if key == super::planned::EVERYWHERE || namespace.starts_with('@') {
             return true;
         }
         if namespace.is_empty() {

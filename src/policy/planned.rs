@@ -22,6 +22,19 @@ pub fn everything_in(namespace: &str) -> String {
     key("*", "*", namespace, "*")
 }
 
+/// Every object of every namespace Argo CD project `project` lets its
+/// Applications deploy to here (`@` is in no namespace's name): what a
+/// refused Application lists past [`widen`]'s bound, resolved by
+/// [`crate::drift::Sources::covers`].
+pub fn within_project(project: &str) -> String {
+    key("*", "*", &format!("@{project}"), "*")
+}
+
+/// The project a [`within_project`] listing names.
+pub fn project_of(key: &str) -> Option<&str> {
+    key.strip_prefix("*/*:@")?.strip_suffix("/*")
+}
+
 /// Whether `key` is a whole-namespace listing ([`widen`]).
 pub fn is_wide(key: &str) -> bool {
     key.starts_with("*/*:")
@@ -35,8 +48,9 @@ pub fn covers(key: &str, namespace: &str) -> bool {
 /// `keys` widened to the namespaces they name: a listing too costly to
 /// hold still lists at least what it did (a name over 63 bytes is no
 /// namespace's, so nothing there can be created). When even the namespaces
-/// pass `at_most`, every object of every namespace.
-pub fn widen(keys: &[String], at_most: usize) -> Vec<String> {
+/// pass `at_most`, every object of every namespace `project` deploys to (of
+/// every namespace, with no project).
+pub fn widen(keys: &[String], at_most: usize, project: Option<&str>) -> Vec<String> {
     let mut namespaces: Vec<&str> = keys
         .iter()
         .filter_map(|k| k.split_once(':')?.1.split_once('/'))
@@ -46,7 +60,7 @@ pub fn widen(keys: &[String], at_most: usize) -> Vec<String> {
     namespaces.sort_unstable();
     namespaces.dedup();
     if namespaces.len() > at_most {
-        return vec![EVERYWHERE.to_owned()];
+        return vec![project.map_or_else(|| EVERYWHERE.to_owned(), within_project)];
     }
     namespaces.into_iter().map(everything_in).collect()
 }
@@ -132,11 +146,15 @@ mod tests {
             "/Namespace:/a",
         ]
         .map(String::from);
-        let wide = widen(&keys, 3);
+        let wide = widen(&keys, 3, None);
         assert_eq!(wide, ["*/*:/*", "*/*:a/*", "*/*:b/*"]);
         assert!(wide.iter().all(|k| is_wide(k)));
         assert!(covers(&wide[1], "a") && !covers(&wide[1], "b"));
-        assert_eq!(widen(&keys, 2), [EVERYWHERE]);
+        assert_eq!(widen(&keys, 2, None), [EVERYWHERE]);
         assert!(covers(EVERYWHERE, "c"));
+        let scoped = widen(&keys, 2, Some("team"));
+        assert_eq!(scoped, ["*/*:@team/*"]);
+        assert_eq!(project_of(&scoped[0]), Some("team"));
+        assert!(is_wide(&scoped[0]) && !covers(&scoped[0], "team"));
     }
 }

@@ -749,6 +749,24 @@ fn a_listing_counts_only_where_the_project_deploys() {
     assert!(listed(&cache, "apps/Deployment:shop/anything"));
     assert!(!listed(&cache, "apps/Deployment:ns-1/web"));
     assert!(!listed(&cache, "apps/Deployment:kube-system/anything"));
+    // Past 16 namespaces its project allows (a glob), the listing stands for
+    // the project: every namespace it deploys to, never every namespace.
+    let mut globbed = team_project(json!(["team-*"]));
+    globbed.data["spec"]["destinations"] = json!([{"server": "*", "namespace": "team-*"}]);
+    cache.apply(Kind::AppProject, &globbed);
+    let teams: Vec<String> = (0..5_000).map(|i| format!("team-x{i}")).collect();
+    let mut costly = forged("u1", &teams.iter().map(String::as_str).collect::<Vec<_>>());
+    costly.data["spec"]["ignoreDifferences"] =
+        costly_app("x", "team-a", "a", 6000).data["spec"]["ignoreDifferences"].take();
+    cache.apply(Kind::Application, &costly);
+    assert_eq!(cache.refused(Kind::Application, Cap::Source), 1);
+    assert!(listed(&cache, "apps/Deployment:team-new/anything"));
+    assert!(!listed(&cache, "apps/Deployment:kube-system/anything"));
+    assert!(!listed(&cache, "/Namespace:/anything"));
+    let s = cache.snapshot();
+    let scope = planned::within_project("team");
+    assert!(s.covers(&scope, "team-b") && !s.covers(&scope, "shop"));
+    assert!(cache.charged() < 64 << 10, "constant: {}", cache.charged());
     // The project opened to every namespace but kube-system, and Namespaces.
     let mut project = team_project(json!(["team-*"]));
     project.data["spec"]["destinations"] = json!([
@@ -767,4 +785,29 @@ fn a_listing_counts_only_where_the_project_deploys() {
         "denied by `!`"
     );
     assert!(listed(&cache, "/Namespace:/kube-new"));
+}
+
+/// An object two tools list is listed by both, whichever was read first: a
+/// CREATE is then judged by each (`drift::pipeline`), never by whichever
+/// source's uid sorts first.
+#[test]
+fn an_object_two_tools_list_keeps_both_listers() {
+    for order in [["u1", "u2"], ["u2", "u1"]] {
+        let mut cache = SourceCache::new("argocd");
+        cache.apply(Kind::Application, &team_app(order[0], "argocd", "web"));
+        let flux = kustomization(
+            order[1],
+            "flux-system",
+            None,
+            json!({"inventory": {"entries": [{"id": "shop_web_apps_Deployment", "v": "v1"}]}}),
+        );
+        cache.apply(Kind::Kustomization, &flux);
+        let s = cache.snapshot();
+        let listers: Vec<String> = s
+            .listers("apps/Deployment:shop/web")
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(listers.len(), 2, "{order:?}: {listers:?}");
+    }
 }
