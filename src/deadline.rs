@@ -64,6 +64,17 @@ pub fn checkpoint() {
     }
 }
 
+/// [`checkpoint`], reading the clock at every call: for jq programs, whose
+/// steps can each be long (`policy::jq::ticks`).
+pub fn checkpoint_now() {
+    if let Some(deadline) = DEADLINE.with(Cell::get)
+        && Instant::now() >= deadline
+    {
+        STOPPED.inc();
+        std::panic::resume_unwind(Box::new(DeadlinePassed));
+    }
+}
+
 /// Whether a caught unwind is a stopped decision rather than a bug.
 pub fn is_deadline(payload: &(dyn std::any::Any + Send)) -> bool {
     payload.is::<DeadlinePassed>()

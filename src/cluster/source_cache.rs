@@ -328,7 +328,6 @@ impl SourceCache {
             }
             return None;
         };
-        let deployable = self.deployable(kind, object, keys);
         // An Application of a known project widens past a few namespaces to
         // what its project deploys to: constant in size, never wider.
         let project = (kind == Kind::Application).then(|| project_of(&object.data));
@@ -336,7 +335,9 @@ impl SourceCache {
             Some(_) => REFUSED_NAMESPACES,
             None => self.budget.limits.per_source / 1024,
         };
-        let wide = planned::widen(&deployable, at_most, project);
+        // Filtered by the project when indexed (`rebuild_planned`), so a
+        // project that changes later moves it too.
+        let wide = planned::widen(keys, at_most, project);
         let strict =
             source_cost::entry(flux, &object.data, false) + source_cost::listed(&wide, lister);
         self.budget.force(uid, namespace, strict);
@@ -417,6 +418,7 @@ impl SourceCache {
     fn rebuild_planned(&mut self) {
         let mut index = HashMap::new();
         let mut more: HashMap<String, Vec<Manager>> = HashMap::new();
+        let mut memo: HashMap<(&str, &str), bool> = HashMap::new();
         let counts = |uid: &str| self.applications.get(uid).is_none_or(|e| e.counts);
         for (uid, p) in self.planned.iter().filter(|(uid, _)| counts(uid)) {
             let project = self
@@ -424,7 +426,20 @@ impl SourceCache {
                 .get(uid)
                 .and_then(|e| self.project(&e.project));
             for key in &p.keys {
-                if project.is_none_or(|project| self.this_cluster.lets_deploy(project, key)) {
+                // A project's answer depends on the namespace (or, cluster-
+                // scoped, the kind) only: asked once per rebuild.
+                let deploys = project.is_none_or(|project| {
+                    let (gk, rest) = key.split_once(':').unwrap_or((key, ""));
+                    let scope = match rest.split_once('/') {
+                        Some(("", _)) => gk,
+                        Some((namespace, _)) => namespace,
+                        None => key,
+                    };
+                    *memo
+                        .entry((project.metadata.name.as_str(), scope))
+                        .or_insert_with(|| self.this_cluster.lets_deploy(project, key))
+                });
+                if deploys {
                     add_lister(&mut index, &mut more, key, &p.by);
                 }
             }
@@ -450,19 +465,6 @@ impl SourceCache {
         self.project_list
             .iter()
             .find(|p| p.metadata.name == name && p.metadata.namespace == self.argocd_namespace)
-    }
-
-    /// What an Application lists that its project lets it deploy here: a
-    /// tenant's Application, whose status the tenant may write, guards no
-    /// other team's names. Every key while the project is unknown.
-    fn deployable(&self, kind: Kind, object: &DynamicObject, keys: &[String]) -> Vec<String> {
-        let project = (kind == Kind::Application)
-            .then(|| self.project(project_of(&object.data)))
-            .flatten();
-        keys.iter()
-            .filter(|k| project.is_none_or(|p| self.this_cluster.lets_deploy(p, k)))
-            .cloned()
-            .collect()
     }
 
     fn forget_planned(&mut self, uid: &str) -> bool {

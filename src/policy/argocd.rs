@@ -21,6 +21,9 @@ pub const IN_CLUSTER_NAME: &str = "in-cluster";
 pub struct ThisCluster {
     servers: Vec<String>,
     names: Vec<String>,
+    /// Whether the cluster's own name in Argo CD is unknown (in-cluster,
+    /// which its cluster Secret may rename): read strictly.
+    name_unknown: bool,
 }
 
 impl Default for ThisCluster {
@@ -28,6 +31,7 @@ impl Default for ThisCluster {
         Self {
             servers: vec![IN_CLUSTER_SERVER.to_owned()],
             names: vec![IN_CLUSTER_NAME.to_owned()],
+            name_unknown: true,
         }
     }
 }
@@ -44,6 +48,7 @@ impl ThisCluster {
                 .map(|s| s.trim_end_matches('/').to_owned())
                 .collect(),
             names: names.into_iter().cloned().collect(),
+            name_unknown: false,
         }
     }
 
@@ -59,8 +64,10 @@ impl ThisCluster {
             .and_then(|(gk, rest)| Some((gk.split_once('/')?, rest.split_once('/')?.0)))
             .map(|((g, k), ns)| (g, k, ns))
         else {
-            return true;
+            return false;
         };
+        // Listings driftguard makes (the tools' statuses cannot: planned's
+        // `one_object`): every namespace, or a project's.
         if key == super::planned::EVERYWHERE || namespace.starts_with('@') {
             return true;
         }
@@ -81,7 +88,11 @@ impl ThisCluster {
             .any(|(server, name)| {
                 let mut any = false;
                 for item in &project.spec.destinations {
-                    let name_ok = name.is_some_and(|n| argo_glob(&item.name, n, true));
+                    // Here, what the in-cluster Secret names this cluster is
+                    // not known: any name an entry allows may be it.
+                    let unknown =
+                        self.name_unknown && !item.name.is_empty() && !item.name.starts_with('!');
+                    let name_ok = unknown || name.is_some_and(|n| argo_glob(&item.name, n, true));
                     let server_ok = server.is_some_and(|s| argo_glob(&item.server, s, true));
                     let namespace_ok = argo_glob(&item.namespace, namespace, true);
                     if (server_ok || name_ok) && namespace_ok {
@@ -594,6 +605,13 @@ mod tests {
         assert!(!this.lets_deploy(&denying, "/ConfigMap:kube-system/c"));
         assert!(this.lets_deploy(&denying, "/Namespace:/shop"));
         assert!(!this.lets_deploy(&denying, "rbac.authorization.k8s.io/ClusterRole:/admin"));
+        // Named: the in-cluster Secret may rename this cluster, so any name
+        // an entry allows counts here; a hub's name for a spoke is known.
+        let renamed = project(json!([{"name": "prod-eu1", "namespace": "*"}]), json!([]));
+        assert!(this.lets_deploy(&renamed, "/ConfigMap:shop/c"));
+        let spoke = ThisCluster::named(&["spoke-1".to_owned()]);
+        assert!(!spoke.lets_deploy(&renamed, "/ConfigMap:shop/c"));
+        assert!(!this.lets_deploy(&team, "not a key"));
         let none = project(json!([]), json!([{"group": "*", "kind": "*"}]));
         assert!(!this.lets_deploy(&none, "/ConfigMap:shop/c"));
         assert!(this.lets_deploy(&none, "rbac.authorization.k8s.io/ClusterRole:/admin"));

@@ -13,6 +13,14 @@ pub fn key(group: &str, kind: &str, namespace: &str, name: &str) -> String {
     format!("{group}/{kind}:{namespace}/{name}")
 }
 
+/// Whether the parts a tool's status names can be one object's: no key
+/// syntax (`/`, `:`), wildcard (`*`) or project marker (`@`) in them, which a
+/// forged status would use to list every object, or another namespace's.
+fn one_object(group: &str, kind: &str, namespace: &str, name: &str) -> bool {
+    let clean = |s: &str| !s.contains(['/', ':', '*', '@']);
+    !kind.is_empty() && !name.is_empty() && [group, kind, namespace, name].into_iter().all(clean)
+}
+
 /// What a source refused for its cost lists ([`crate::cluster::source_cost`]):
 /// every object of a namespace it names, or of every namespace.
 pub const EVERYWHERE: &str = "*/*:*/*";
@@ -78,7 +86,14 @@ pub fn application_keys(status: &Value) -> Vec<String> {
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
-        .filter(|r| !text(r, "kind").is_empty() && !text(r, "name").is_empty())
+        .filter(|r| {
+            one_object(
+                &text(r, "group"),
+                &text(r, "kind"),
+                &text(r, "namespace"),
+                &text(r, "name"),
+            )
+        })
         .map(|r| {
             key(
                 &text(r, "group"),
@@ -104,7 +119,7 @@ pub fn kustomization_keys(status: &Value) -> Vec<String> {
             let mut parts = id.split('_');
             let (namespace, name, group, kind) =
                 (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
-            (parts.next().is_none() && !name.is_empty() && !kind.is_empty())
+            (parts.next().is_none() && one_object(group, kind, namespace, name))
                 .then(|| key(group, kind, namespace, name))
         })
         .collect()
@@ -135,6 +150,21 @@ mod tests {
             vec!["apps/Deployment:prod/web", "/Namespace:/prod"]
         );
         assert!(application_keys(&json!({})).is_empty());
+    }
+
+    /// A forged status cannot list every object, a project's, or another
+    /// namespace's through key syntax.
+    #[test]
+    fn what_cannot_be_one_object_is_not_listed() {
+        let app = json!({"resources": [
+            {"group": "*", "kind": "*", "namespace": "*", "name": "*"},
+            {"group": "apps", "kind": "Deployment", "namespace": "@team", "name": "w"},
+            {"group": "x:kube-system", "kind": "K", "namespace": "shop", "name": "n"},
+            {"group": "apps", "kind": "Deployment", "namespace": "shop", "name": "a/b"},
+            {"group": "apps", "kind": "Deployment", "namespace": "shop", "name": "web"}]});
+        assert_eq!(application_keys(&app), ["apps/Deployment:shop/web"]);
+        let flux = json!({"inventory": {"entries": [{"id": "*_*_*_*"}, {"id": "shop_web_apps_Deployment"}]}});
+        assert_eq!(kustomization_keys(&flux), ["apps/Deployment:shop/web"]);
     }
 
     #[test]

@@ -59,6 +59,12 @@ pub const H2_WINDOW: u32 = 64 * 1024;
 /// Waiting reservations together hold at most 1/this of the budget.
 pub const WAITING_SHARE: usize = 16;
 
+/// Reservations holding up to this many bytes always wait (the apiserver's
+/// reviews are a few KiB): the share is for large bodies, which a client
+/// can make as many of as it likes, so a flood of small ones parked by an
+/// attacker never gets the apiserver's refused at once.
+pub const ALWAYS_WAITS: usize = 64 * 1024;
+
 /// How often a waiting reservation asks for relief again: a body becomes
 /// slow enough to cut while others wait.
 const RELIEF_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
@@ -151,6 +157,17 @@ impl MemoryBudget {
         use std::sync::atomic::Ordering::SeqCst;
         let mut waiting = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
         let share = self.capacity / WAITING_SHARE;
+        if held <= ALWAYS_WAITS {
+            let refused = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            waiting.push(Waiter {
+                held: 0,
+                refused: refused.clone(),
+            });
+            return Some(WaitTicket {
+                budget: self,
+                refused,
+            });
+        }
         let live = || waiting.iter().filter(|w| !w.refused.load(SeqCst));
         let mut total: usize = live().map(|w| w.held).sum();
         let smaller: usize = live().filter(|w| w.held <= held).map(|w| w.held).sum();
@@ -383,9 +400,11 @@ mod tests {
         fn waiters_hold_at_most_their_share_and_the_smallest_stay(
             bodies in proptest::collection::vec(0usize..400, 1..24),
         ) {
+            // Large bodies, in KiB, above what always waits.
+            let bodies: Vec<usize> = bodies.iter().map(|b| (b + 65) * 1024).collect();
             let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
             runtime.block_on(async {
-                let capacity = 16_000;
+                let capacity = 16_000 * 1024;
                 let budget = MemoryBudget::new(capacity, Gauge::default());
                 let held: Vec<Reservation> =
                     bodies.iter().map(|b| budget.try_reserve(*b).unwrap()).collect();
@@ -394,7 +413,7 @@ mod tests {
                 for mut r in held {
                     let body = r.bytes();
                     let task = tokio::spawn(async move {
-                        r.grow_to(body + 1_000, soon(30_000)).await.map(|_| r)
+                        r.grow_to(body + 1_000 * 1024, soon(30_000)).await.map(|_| r)
                     });
                     tokio::time::sleep(Duration::from_millis(1)).await;
                     let (gone, stay): (Vec<_>, Vec<_>) =
@@ -429,22 +448,52 @@ mod tests {
 
     #[tokio::test]
     async fn a_small_waiter_makes_a_larger_one_give_way() {
-        let budget = MemoryBudget::new(1_600, Gauge::default());
-        let mut big = budget.try_reserve(95).unwrap();
-        let mut small = budget.try_reserve(10).unwrap();
-        let _rest = budget.try_reserve(1_495).unwrap();
-        let big = tokio::spawn(async move { big.grow_to(500, soon(30_000)).await });
+        const K: usize = 1024;
+        let capacity = 1_600 * K;
+        let budget = MemoryBudget::new(capacity, Gauge::default());
+        let mut big = budget.try_reserve(95 * K).unwrap();
+        let mut small = budget.try_reserve(70 * K).unwrap();
+        let _rest = budget.try_reserve(capacity - 165 * K).unwrap();
+        let big = tokio::spawn(async move { big.grow_to(500 * K, soon(30_000)).await });
         tokio::time::sleep(Duration::from_millis(5)).await;
-        assert!(!big.is_finished(), "95 of a 100-byte share: it waits");
-        let small = tokio::spawn(async move { small.grow_to(50, soon(100)).await });
-        assert_eq!(
-            big.await.unwrap(),
-            Err(OverBudget::Busy { capacity: 1_600 })
-        );
+        assert!(!big.is_finished(), "95 of a 100 KiB share: it waits");
+        let small = tokio::spawn(async move { small.grow_to(150 * K, soon(100)).await });
+        assert_eq!(big.await.unwrap(), Err(OverBudget::Busy { capacity }));
         assert_eq!(
             small.await.unwrap(),
             Ok(()),
             "it grows into what the larger one gave back"
         );
+    }
+
+    /// Reviews the size of the apiserver's always wait, however many an
+    /// attacker parks: none is refused at once for the share.
+    #[tokio::test]
+    async fn small_reviews_always_wait() {
+        let budget = MemoryBudget::new(1 << 20, Gauge::default());
+        let held: Vec<Reservation> = (0..100)
+            .map(|_| {
+                budget
+                    .try_reserve(ALWAYS_WAITS / 2)
+                    .unwrap_or_else(|| budget.reservation())
+            })
+            .collect();
+        let _rest = budget.try_reserve(budget.capacity() - budget.used());
+        let tasks: Vec<_> = held
+            .into_iter()
+            .map(|mut r| tokio::spawn(async move { r.grow_to(r.bytes() + 1, soon(50)).await }))
+            .collect();
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert!(
+            tasks.iter().all(|t| !t.is_finished()),
+            "none refused at once"
+        );
+        // At the deadline each is refused, or grows into what one refused gave back.
+        for t in tasks {
+            assert!(matches!(
+                t.await.unwrap(),
+                Ok(()) | Err(OverBudget::Busy { .. })
+            ));
+        }
     }
 }

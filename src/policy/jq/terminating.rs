@@ -116,6 +116,114 @@ const GROWS: &[&str] = &[
     "sub", "gsub", "join", "tojson", "implode", "ascii", "tostream",
 ];
 
+/// Builtins that build a value up to a few times their input's size
+/// (`to_entries` wraps each entry, `map(f)` repeats what `f` yields): each
+/// may appear at most [`MAX_BUILDS`] times, so a chain of them cannot grow
+/// a value exponentially.
+const BUILDS: &[&str] = &[
+    "to_entries",
+    "from_entries",
+    "with_entries",
+    "map",
+    "map_values",
+    "group_by",
+    "unique_by",
+];
+/// At most this many [`BUILDS`] calls in one expression.
+pub const MAX_BUILDS: usize = 3;
+
+/// Builtins that yield at most one value when their arguments do (or, for
+/// `first`, `last`, `isempty`, `any` and `all`, whatever their arguments).
+const SINGLE: &[&str] = &[
+    "empty",
+    "error",
+    "null",
+    "true",
+    "false",
+    "not",
+    "select",
+    "keys",
+    "keys_unsorted",
+    "has",
+    "in",
+    "contains",
+    "inside",
+    "startswith",
+    "endswith",
+    "ltrimstr",
+    "rtrimstr",
+    "trim",
+    "ltrim",
+    "rtrim",
+    "test",
+    "split",
+    "length",
+    "utf8bytelength",
+    "type",
+    "to_entries",
+    "from_entries",
+    "with_entries",
+    "map",
+    "map_values",
+    "ascii_downcase",
+    "ascii_upcase",
+    "tostring",
+    "tonumber",
+    "fromjson",
+    "values",
+    "nulls",
+    "strings",
+    "numbers",
+    "booleans",
+    "arrays",
+    "objects",
+    "iterables",
+    "scalars",
+    "getpath",
+    "add",
+    "index",
+    "rindex",
+    "indices",
+    "unique",
+    "sort",
+    "min",
+    "max",
+    "reverse",
+    "sort_by",
+    "unique_by",
+    "group_by",
+    "min_by",
+    "max_by",
+];
+const SINGLE_WHATEVER: &[&str] = &["first", "last", "isempty", "any", "all"];
+
+/// Whether `t` yields at most one value per input.
+fn single(t: &Term<&str>) -> bool {
+    match t {
+        Term::Id | Term::Num(_) | Term::Str(..) | Term::Var(_) | Term::Arr(None) | Term::Obj(_) => {
+            true
+        }
+        Term::Neg(t) => single(t),
+        Term::Path(head, path) => {
+            single(head)
+                && path
+                    .0
+                    .iter()
+                    .all(|(part, _)| matches!(part, Part::Index(i) if single(i)))
+        }
+        Term::BinOp(l, op, r) => !matches!(op, BinaryOp::Comma) && single(l) && single(r),
+        Term::IfThenElse(branches, otherwise) => {
+            branches.iter().all(|(c, t)| single(c) && single(t))
+                && otherwise.as_deref().is_none_or(single)
+        }
+        Term::TryCatch(body, catch) => single(body) && catch.as_deref().is_none_or(single),
+        Term::Call(name, args) => {
+            SINGLE_WHATEVER.contains(name) || (SINGLE.contains(name) && args.iter().all(single))
+        }
+        _ => false,
+    }
+}
+
 /// Builtins that loop, or exist to cut loops short.
 const UNBOUNDED: &[&str] = &["range", "repeat", "while", "until", "limit", "recurse"];
 /// Builtins that read or act outside the object.
@@ -159,6 +267,10 @@ pub enum Reason {
         "`{0}` is not allowed: it builds values, and chained it can grow them without bound; a jqPathExpression selects fields ({ALLOWED})"
     )]
     Grows(String),
+    #[error(
+        "`{0}` is not allowed here: at most {MAX_BUILDS} calls of to_entries, from_entries, with_entries, map, map_values, group_by and unique_by, which build values, in one expression"
+    )]
+    TooManyBuilds(String),
     #[error("`{0}` is not allowed: format strings are outside the terminating subset ({ALLOWED})")]
     Format(String),
     #[error("`{0}` is not allowed: the variable is not bound in the expression ({ALLOWED})")]
@@ -217,6 +329,7 @@ pub fn check(code: &str) -> Result<(), Refusal> {
         bound: Vec::new(),
         cursor: 0,
         parts: 0,
+        builds: 0,
     }
     .term(&term, 0)
 }
@@ -379,6 +492,8 @@ struct Checker<'s> {
     cursor: usize,
     /// Terms and operators seen, against [`MAX_PARTS`].
     parts: usize,
+    /// [`BUILDS`] calls seen, against [`MAX_BUILDS`].
+    builds: usize,
 }
 
 impl<'s> Checker<'s> {
@@ -610,6 +725,18 @@ impl<'s> Checker<'s> {
             Term::Call(name, args) => {
                 let offset = self.see(name);
                 self.call(name, args.len(), offset)?;
+                if BUILDS.contains(name) {
+                    self.builds += 1;
+                    if self.builds > MAX_BUILDS {
+                        return Self::refuse(offset, Reason::TooManyBuilds((*name).to_owned()));
+                    }
+                }
+                if matches!(*name, "map" | "with_entries") && !args.iter().all(single) {
+                    return Self::refuse(
+                        offset,
+                        Reason::Grows(format!("{name} of more than one value per element")),
+                    );
+                }
                 for arg in args {
                     self.term(arg, depth)?;
                 }
@@ -917,6 +1044,30 @@ mod tests {
         assert_eq!(offset, 3);
         let (_, text) = refused(r#".nothing) | .data["config.yaml"] |= (fromjson | tojson"#);
         assert!(text.starts_with("jq syntax error"), "{text}");
+    }
+
+    /// What builds values is bounded in number and never repeats a
+    /// generator's outputs (the review's `map(.,.,.,.,.)` chain grew 5x a
+    /// step, unticked): a leaf's work stays within a few times its input.
+    #[test]
+    fn builders_are_bounded() {
+        let repeated = ".spec | select(.template | to_entries | group_by(0) | map(.,.,.,.,.) | any(..; false))";
+        assert!(matches!(
+            check(repeated).unwrap_err().reason,
+            Reason::Grows(_)
+        ));
+        let chained = "select(to_entries | to_entries | to_entries | to_entries | length > 0)";
+        assert!(matches!(
+            check(chained).unwrap_err().reason,
+            Reason::TooManyBuilds(_)
+        ));
+        for fine in [
+            "select(.containers | map(.name) | index(\"x\"))",
+            ".metadata.labels | to_entries[] | select(.value == \"x\")",
+            "select(with_entries(select(.key | startswith(\"a\"))) | length > 0)",
+        ] {
+            assert_eq!(check(fine), Ok(()), "{fine}");
+        }
     }
 
     #[test]

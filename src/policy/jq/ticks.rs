@@ -35,11 +35,11 @@ const PRINTED_DEPTH: usize = 2 * MAX_DEPTH + 2;
 /// The native filter behind [`TICK`].
 pub fn tick() -> Fun<data::JustLut<Val>> {
     let native = Native::new(|cv| {
-        crate::deadline::checkpoint();
+        crate::deadline::checkpoint_now();
         box_once(Ok(cv.1))
     })
     .with_paths(|cv| {
-        crate::deadline::checkpoint();
+        crate::deadline::checkpoint_now();
         box_once(Ok(cv.1))
     });
     (TICK, Box::new([]), native)
