@@ -75,32 +75,18 @@ pub fn widen(keys: &[String], at_most: usize, project: Option<&str>) -> Vec<Stri
 
 /// The objects an Application's `status` lists in `resources`.
 pub fn application_keys(status: &Value) -> Vec<String> {
-    let text = |r: &Value, k: &str| {
-        r.get(k)
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned()
-    };
+    fn text<'v>(r: &'v Value, k: &str) -> &'v str {
+        r.get(k).and_then(Value::as_str).unwrap_or_default()
+    }
     status
         .get("resources")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
-        .filter(|r| {
-            one_object(
-                &text(r, "group"),
-                &text(r, "kind"),
-                &text(r, "namespace"),
-                &text(r, "name"),
-            )
-        })
-        .map(|r| {
-            key(
-                &text(r, "group"),
-                &text(r, "kind"),
-                &text(r, "namespace"),
-                &text(r, "name"),
-            )
+        .filter_map(|r| {
+            let [group, kind, namespace, name] =
+                ["group", "kind", "namespace", "name"].map(|k| text(r, k));
+            one_object(group, kind, namespace, name).then(|| key(group, kind, namespace, name))
         })
         .collect()
 }
