@@ -199,38 +199,33 @@ pub fn selects_everything(jq: &JqPath) -> Option<String> {
     None
 }
 
-/// [`selects_everything`] for `source`, waited for at most `limit` on its own
-/// thread (an expression can be slow even on a small object; the decision
-/// deadline bounds that one, and `lint` reports it). `None` when it compiles
-/// not, ends not in time, or selects less than everything.
+/// [`selects_everything`] for `source`, under a deadline of `limit` (an
+/// expression can be slow even on a small object; its checkpoints stop it
+/// there, and `lint` reports it). `None` when it compiles not, ends not in
+/// time, or selects less than everything.
 pub fn selects_everything_within(source: &str, limit: std::time::Duration) -> Option<String> {
-    let (tx, rx) = std::sync::mpsc::channel();
-    let source = source.to_owned();
-    std::thread::Builder::new()
-        .name("policy-probe".into())
-        .spawn(move || {
-            let found = JqPath::compile(&source)
-                .ok()
-                .and_then(|jq| selects_everything(&jq));
-            let _ = tx.send(found);
-        })
-        .ok()?;
-    rx.recv_timeout(limit).ok().flatten()
+    let jq = JqPath::compile(source).ok()?;
+    within(limit, || selects_everything(&jq)).flatten()
+}
+
+/// `f` under a deadline of `limit`: `None` if the deadline stopped it.
+fn within<T>(limit: std::time::Duration, f: impl FnOnce() -> T) -> Option<T> {
+    let deadline = std::time::Instant::now() + limit;
+    let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        crate::deadline::with_deadline(deadline, f)
+    }));
+    match ran {
+        Ok(out) => Some(out),
+        Err(payload) if crate::deadline::is_deadline(payload.as_ref()) => None,
+        Err(payload) => std::panic::resume_unwind(payload),
+    }
 }
 
 /// [`check_expression`] under a deadline of `limit`: an expression in the
 /// terminating subset always ends, but `(.,.)|(.,.)|...` doubles its work at
 /// every stage, and lint must not hang on it. Its checkpoints stop it.
 fn probe_within(source: &str, limit: std::time::Duration) -> Probed {
-    let deadline = std::time::Instant::now() + limit;
-    let probed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        crate::deadline::with_deadline(deadline, || probe_now(source))
-    }));
-    match probed {
-        Ok(probed) => probed,
-        Err(payload) if crate::deadline::is_deadline(payload.as_ref()) => Probed::TooSlow,
-        Err(payload) => std::panic::resume_unwind(payload),
-    }
+    within(limit, || probe_now(source)).unwrap_or(Probed::TooSlow)
 }
 
 /// Runs the expression on a probe object that has every key the expression
@@ -448,6 +443,13 @@ mod tests {
             probe_within(&slow, std::time::Duration::from_millis(200)),
             Probed::TooSlow
         ));
+        assert!(started.elapsed() < std::time::Duration::from_secs(2));
+        // Stopped on this thread: nothing left running behind.
+        let started = std::time::Instant::now();
+        assert_eq!(
+            selects_everything_within(&slow, std::time::Duration::from_millis(200)),
+            None
+        );
         assert!(started.elapsed() < std::time::Duration::from_secs(2));
         assert!(matches!(
             probe_within(".spec.replicas", std::time::Duration::from_secs(5)),
