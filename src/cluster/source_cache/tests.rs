@@ -574,6 +574,11 @@ fn costly_app(uid: &str, ns: &str, lists: &str, rules: usize) -> DynamicObject {
     a
 }
 
+/// Ignore rules that take an Application over the per-source cap.
+fn rules_over_the_cap() -> Value {
+    costly_app("x", "team-a", "a", 6000).data["spec"]["ignoreDifferences"].take()
+}
+
 /// A cache where Argo CD reconciles the Applications of `team-*`.
 fn tenants(limits: Limits) -> SourceCache {
     let mut cache = SourceCache::new("argocd").with_limits(limits);
@@ -742,8 +747,7 @@ fn a_listing_counts_only_where_the_project_deploys() {
             .chain(["shop"])
             .collect::<Vec<_>>(),
     );
-    costly.data["spec"]["ignoreDifferences"] =
-        costly_app("x", "team-a", "a", 6000).data["spec"]["ignoreDifferences"].take();
+    costly.data["spec"]["ignoreDifferences"] = rules_over_the_cap();
     cache.apply(Kind::Application, &costly);
     assert_eq!(cache.refused(Kind::Application, Cap::Source), 1);
     assert!(listed(&cache, "apps/Deployment:shop/anything"));
@@ -756,8 +760,7 @@ fn a_listing_counts_only_where_the_project_deploys() {
     cache.apply(Kind::AppProject, &globbed);
     let teams: Vec<String> = (0..5_000).map(|i| format!("team-x{i}")).collect();
     let mut costly = forged("u1", &teams.iter().map(String::as_str).collect::<Vec<_>>());
-    costly.data["spec"]["ignoreDifferences"] =
-        costly_app("x", "team-a", "a", 6000).data["spec"]["ignoreDifferences"].take();
+    costly.data["spec"]["ignoreDifferences"] = rules_over_the_cap();
     cache.apply(Kind::Application, &costly);
     assert_eq!(cache.refused(Kind::Application, Cap::Source), 1);
     assert!(listed(&cache, "apps/Deployment:team-new/anything"));

@@ -107,15 +107,7 @@ fn print(t: &Term<&str>, out: &mut String) -> Option<()> {
         Term::Call(name, args) if args.is_empty() => out.push_str(name),
         Term::Call(name, args) => ticking(out, |out| {
             out.push_str(name);
-            out.push('(');
-            for (i, arg) in args.iter().enumerate() {
-                if i > 0 {
-                    out.push_str("; ");
-                }
-                print(arg, out)?;
-            }
-            out.push(')');
-            Some(())
+            list(out, ("(", "; ", ")"), args, print)
         })?,
         Term::Path(head, path) => {
             let computed = path.0.iter().any(|(part, _)| match part {
@@ -246,29 +238,31 @@ fn symbol(op: &BinaryOp<&str>) -> Option<&'static str> {
 fn bind(p: &Pattern<&str>, out: &mut String) -> Option<()> {
     match p {
         Pattern::Var(x) => out.push_str(x),
-        Pattern::Arr(items) => {
-            out.push('[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push_str(", ");
-                }
-                bind(item, out)?;
-            }
-            out.push(']');
-        }
-        Pattern::Obj(entries) => {
-            out.push('{');
-            for (i, (key, item)) in entries.iter().enumerate() {
-                if i > 0 {
-                    out.push_str(", ");
-                }
-                atom(key, out)?;
-                out.push_str(": ");
-                bind(item, out)?;
-            }
-            out.push('}');
-        }
+        Pattern::Arr(items) => list(out, ("[", ", ", "]"), items, bind)?,
+        Pattern::Obj(entries) => list(out, ("{", ", ", "}"), entries, |(key, item), out| {
+            atom(key, out)?;
+            out.push_str(": ");
+            bind(item, out)
+        })?,
     }
+    Some(())
+}
+
+/// `items` printed by `each`, between `open` and `close`, `sep` apart.
+fn list<T>(
+    out: &mut String,
+    (open, sep, close): (&str, &str, &str),
+    items: &[T],
+    each: impl Fn(&T, &mut String) -> Option<()>,
+) -> Option<()> {
+    out.push_str(open);
+    for (i, item) in items.iter().enumerate() {
+        if i > 0 {
+            out.push_str(sep);
+        }
+        each(item, out)?;
+    }
+    out.push_str(close);
     Some(())
 }
 
