@@ -1,9 +1,10 @@
 # driftguard in an empty image: one statically linked binary, run as non-root.
 # scripts/build-image.sh compiles the binary on the host with
-#   RUSTFLAGS="-C target-feature=+crt-static" cargo build --release --target x86_64-unknown-linux-gnu
+#   RUSTFLAGS="-C target-feature=+crt-static" cargo build --profile dist --target x86_64-unknown-linux-gnu
 # so building the image needs no base image and no registry.
 FROM scratch
-COPY target/x86_64-unknown-linux-gnu/release/driftguard /driftguard
+ARG PROFILE=dist
+COPY target/x86_64-unknown-linux-gnu/${PROFILE}/driftguard /driftguard
 USER 65532:65532
 EXPOSE 8443 8080
 ENTRYPOINT ["/driftguard"]
