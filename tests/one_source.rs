@@ -1,0 +1,77 @@
+//! Rules the binary and the chart or docs share are written once, in the
+//! binary: these tests fail when a copy drifts from it.
+
+use driftguard::drift::excluded::{EXCLUDED_GROUPS, EXCLUDED_RESOURCES};
+use driftguard::policy::DEFAULT_POLICY_YAML;
+use serde_json::Value;
+
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+
+fn yaml(text: &str) -> Value {
+    serde_saphyr::from_str(text).unwrap()
+}
+
+fn chart_values() -> Value {
+    yaml(&std::fs::read_to_string(format!("{ROOT}/charts/driftguard/values.yaml")).unwrap())
+}
+
+#[test]
+fn the_charts_policy_is_the_embedded_default() {
+    assert_eq!(chart_values()["policy"], yaml(DEFAULT_POLICY_YAML));
+}
+
+#[test]
+fn the_charts_excluded_kinds_are_the_binarys() {
+    let webhook = &chart_values()["webhook"];
+    assert_eq!(
+        webhook["excludedGroups"],
+        serde_json::json!(EXCLUDED_GROUPS)
+    );
+    assert_eq!(
+        webhook["excludedResources"],
+        serde_json::json!(EXCLUDED_RESOURCES)
+    );
+}
+
+/// Each row of docs/policy.md's table names one key and its default as
+/// YAML; together the rows name every key of the embedded default policy.
+#[test]
+fn the_docs_table_is_the_embedded_default() {
+    let docs = std::fs::read_to_string(format!("{ROOT}/docs/policy.md")).unwrap();
+    let defaults = yaml(DEFAULT_POLICY_YAML);
+    let mut documented = Vec::new();
+    for row in docs.lines().filter(|l| l.starts_with("| `")) {
+        let cells: Vec<&str> = row.split(" | ").collect();
+        let key = cells[0].trim_start_matches("| ").trim_matches('`');
+        let written = yaml(cells[1].trim_matches('`'));
+        let pointer = format!("/{}", key.replace('.', "/"));
+        let expected = if key == "ignoreDifferences" {
+            // A file of one's own starts with none (the embedded policy adds one).
+            serde_json::json!([])
+        } else {
+            defaults.pointer(&pointer).cloned().unwrap_or(Value::Null)
+        };
+        assert_eq!(written, expected, "docs/policy.md's default for {key}");
+        documented.push(pointer);
+    }
+    let mut leaves = Vec::new();
+    leaf_pointers(&defaults, String::new(), &mut leaves);
+    for leaf in leaves {
+        assert!(
+            documented.contains(&leaf),
+            "docs/policy.md has no row for {leaf}"
+        );
+    }
+}
+
+/// The pointers of `value`'s leaves, lists counted as leaves.
+fn leaf_pointers(value: &Value, at: String, out: &mut Vec<String>) {
+    match value {
+        Value::Object(map) => {
+            for (k, v) in map {
+                leaf_pointers(v, format!("{at}/{k}"), out);
+            }
+        }
+        _ => out.push(at),
+    }
+}
