@@ -1272,3 +1272,47 @@ fn the_install_notes_warn_when_any_pod_can_post_reviews() {
     ]);
     assert!(!notes.contains(WARNING), "{notes}");
 }
+
+/// The values charts conventionally offer render where they belong, and a
+/// misspelt key is refused instead of ignored.
+#[test]
+fn the_usual_values_render_and_a_typo_is_refused() {
+    let helm = helm();
+    let sets = [
+        "fullnameOverride=guard",
+        "priorityClassName=system-cluster-critical",
+        "imagePullSecrets[0].name=regcred",
+        "podAnnotations.team=platform",
+        "extraArgs[0]=--decide-here-max-bytes=65536",
+        "topologySpreadConstraints[0].maxSkew=1",
+    ];
+    let rendered = template(&helm, &sets, &[]);
+    assert!(rendered.ok, "{}", rendered.stderr);
+    let docs = documents(&rendered.yaml);
+    let deployment = find(&docs, "Deployment");
+    assert_eq!(deployment["metadata"]["name"], "guard");
+    let pod = &deployment["spec"]["template"];
+    assert_eq!(pod["metadata"]["annotations"]["team"], "platform");
+    assert_eq!(pod["spec"]["priorityClassName"], "system-cluster-critical");
+    assert_eq!(pod["spec"]["imagePullSecrets"][0]["name"], "regcred");
+    assert_eq!(pod["spec"]["topologySpreadConstraints"][0]["maxSkew"], 1);
+    let args = pod["spec"]["containers"][0]["args"].as_array().unwrap();
+    assert!(
+        args.contains(&Value::from("--decide-here-max-bytes=65536")),
+        "{args:?}"
+    );
+    // The default affinity spreads replicas; a value replaces it.
+    assert!(pod["spec"]["affinity"]["podAntiAffinity"].is_object());
+    let placed = template(&helm, &["affinity.nodeAffinity.x=1"], &[]);
+    let placed = documents(&placed.yaml);
+    let affinity = &find(&placed, "Deployment")["spec"]["template"]["spec"]["affinity"];
+    assert!(affinity["podAntiAffinity"].is_null(), "{affinity}");
+    for typo in [
+        "server.maxConnection=3",
+        "nameOveride=x",
+        "extraArgs[0]=serve",
+    ] {
+        let refused = template(&helm, &[typo], &[]);
+        assert!(!refused.ok, "{typo} was accepted");
+    }
+}

@@ -1,5 +1,10 @@
+{{/* Resource names. nameOverride and fullnameOverride change names only: the
+     labels keep app.kubernetes.io/name=driftguard, which the plugin finds it by. */}}
 {{- define "driftguard.fullname" -}}
-{{- if contains .Chart.Name .Release.Name }}{{ .Release.Name | trunc 63 | trimSuffix "-" }}{{ else }}{{ printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" }}{{ end }}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if .Values.fullnameOverride }}{{ .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else if contains $name .Release.Name }}{{ .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}{{ printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}{{ end }}
 {{- end -}}
 
 {{- define "driftguard.labels" -}}
