@@ -29,6 +29,17 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Judge an AdmissionReview offline and print the response the webhook would send.
+    #[command(
+        mut_arg("decision_timeout", |a| a.help(
+            "Longest the decision may take before `check` gives up (exit 2)"
+        )),
+        after_help = "Exit status: 0 allowed, 1 denied, 2 the review or policy could not be read.\n\
+            stdout is the AdmissionReview response; stderr says allowed or denied, and why.\n\n\
+            Examples:\n  \
+            driftguard check review.json\n  \
+            driftguard check --policy policy.yaml --argocd-application app.yaml review.json\n  \
+            kubectl get --raw ... | driftguard check -"
+    )]
     Check(CheckArgs),
     /// Serve the admission webhook over HTTPS (POST /validate, POST /mutate) and probes over HTTP.
     // Boxed: the serve flags dwarf every other subcommand's.
@@ -177,6 +188,7 @@ fn read_input(path: &Path) -> Result<Vec<u8>, Failure> {
 fn check(args: CheckArgs) -> Result<ExitCode, Failure> {
     let policy = args.source.load()?;
     let body = read_input(&args.review)?;
+    not_a_bare_object(&args.review, &body)?;
     let parent = match &args.parent {
         Some(path) => {
             let text = read_text(path)?;
@@ -221,7 +233,45 @@ fn check(args: CheckArgs) -> Result<ExitCode, Failure> {
     out.push(b'\n');
     std::io::Write::write_all(&mut std::io::stdout().lock(), &out)
         .map_err(|e| Failure(format!("stdout: cannot write: {e}")))?;
-    Ok(ExitCode::SUCCESS)
+    // stdout stays the response, for pipes; a person reads stderr and the status.
+    let answer = judged.response.response.as_ref();
+    for warning in answer.iter().flat_map(|r| r.warnings.iter().flatten()) {
+        eprintln!("Warning: {warning}");
+    }
+    match answer {
+        Some(r) if !r.allowed => {
+            eprintln!("driftguard: denied: {}", r.result.message);
+            Ok(ExitCode::from(1))
+        }
+        _ => {
+            eprintln!("driftguard: allowed ({})", judged.decision.verdict.as_str());
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// A manifest given where a review is expected: say what `check` reads
+/// instead of the parser's complaint about `apiVersion`.
+fn not_a_bare_object(path: &Path, body: &[u8]) -> Result<(), Failure> {
+    #[derive(serde::Deserialize)]
+    struct Head {
+        kind: Option<String>,
+    }
+    let head = serde_json::from_slice::<Head>(body).ok().or_else(|| {
+        let text = std::str::from_utf8(body).ok()?;
+        serde_saphyr::from_str::<Head>(text).ok()
+    });
+    match head {
+        Some(Head { kind: Some(kind) }) if kind != "AdmissionReview" => Err(Failure(format!(
+            "{}: a {kind}, not an AdmissionReview. `check` judges what the apiserver sends \
+             a webhook: {{\"apiVersion\": \"admission.k8s.io/v1\", \"kind\": \"AdmissionReview\", \
+             \"request\": {{\"uid\", \"kind\", \"resource\", \"operation\", \"userInfo\", \
+             \"object\", \"oldObject\", ...}}}} (examples: tests/data/*.json). To see what a change \
+             would get in a cluster: kubectl driftguard preview",
+            path.display()
+        ))),
+        _ => Ok(()),
+    }
 }
 
 fn serve(config: server::Config) -> Result<ExitCode, Failure> {

@@ -21,12 +21,23 @@ fn check(args: &[&str]) -> (Value, Output) {
     let mut all = vec!["check", "--now", common::NOW];
     all.extend_from_slice(args);
     let out = driftguard(&all);
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
+    let review: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{args:?}: {e}: {}", String::from_utf8_lossy(&out.stderr)));
+    // Exit 0 allowed, 1 denied; stderr says which.
+    let allowed = review["response"]["allowed"] == json!(true);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(if allowed { 0 } else { 1 }),
+        "{args:?}: {stderr}"
     );
-    (serde_json::from_slice(&out.stdout).unwrap(), out)
+    let said = if allowed {
+        "driftguard: allowed"
+    } else {
+        "driftguard: denied: "
+    };
+    assert!(stderr.contains(said), "{args:?}: {stderr}");
+    (review, out)
 }
 
 fn stdin_check(body: &[u8]) -> Output {
@@ -204,7 +215,7 @@ fn reads_standard_input() {
     ))
     .unwrap();
     let out = stdin_check(&body);
-    assert!(out.status.success());
+    assert_eq!(out.status.code(), Some(1), "denied: exit 1");
     let review: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(review["response"]["allowed"], json!(false));
 }
@@ -239,6 +250,15 @@ fn bad_inputs_exit_2_with_one_line_naming_the_problem() {
         ),
         (no_uid, "no uid"),
         (update_without_old, "UPDATE request has no oldObject"),
+        // A manifest where a review belongs: what check reads, and where to look.
+        (
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\n".into(),
+            "a Deployment, not an AdmissionReview",
+        ),
+        (
+            r#"{"apiVersion":"v1","kind":"ConfigMap"}"#.into(),
+            "examples: tests/data/*.json",
+        ),
     ];
     for (body, needle) in cases {
         let out = stdin_check(body.as_bytes());
