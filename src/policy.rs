@@ -177,8 +177,12 @@ impl Policy {
             serde_saphyr::from_str(text)
         }
         .map_err(|e| PolicyError(yaml_error(file, &e)))?;
-        let rules = compile_rules(&parsed.ignore_differences, "ignoreDifferences", &[])
-            .map_err(|(e, before)| PolicyError(locate::describe(file, text, &before, &e)))?;
+        let rules = compile_rules(&parsed.ignore_differences, "ignoreDifferences", &[]).map_err(
+            |refused| {
+                let (e, before) = *refused;
+                PolicyError(locate::describe(file, text, &before, &e))
+            },
+        )?;
         refuse_whole_object_rules(&parsed.ignore_differences, text, file)?;
         let mut policy =
             Self::compile(&parsed, rules).map_err(|e| PolicyError(format!("{file}: {e}")))?;
@@ -331,6 +335,7 @@ fn refuse_whole_object_rules(
                         expression: expr.clone(),
                         offset: 0,
                     }),
+                    pointer: None,
                 };
                 return Err(PolicyError(locate::describe(file, text, &before, &err)));
             }
@@ -344,7 +349,7 @@ pub(crate) fn compile_rules<'a>(
     defs: &'a [schema::IgnoreDifference],
     what: &str,
     earlier: &[&'a str],
-) -> Result<RuleSet, (ignore::RuleError, Vec<&'a str>)> {
+) -> Result<RuleSet, Box<(ignore::RuleError, Vec<&'a str>)>> {
     let mut rules = Vec::with_capacity(defs.len());
     for (i, def) in defs.iter().enumerate() {
         match IgnoreRule::compile(def, format!("{what}[{i}]")) {
@@ -365,7 +370,7 @@ pub(crate) fn compile_rules<'a>(
                             .map(String::as_str),
                     )
                     .collect();
-                return Err((e, before));
+                return Err(Box::new((e, before)));
             }
         }
     }

@@ -509,7 +509,7 @@ fn from_document<E>(
         &format!("Application {name} ignoreDifferences"),
         earlier,
     )
-    .map_err(|(e, before)| DocError::Rule(describe(&e, &before)))?;
+    .map_err(|refused| DocError::Rule(describe(&refused.0, &refused.1)))?;
     let project = spec
         .project
         .filter(|p| !p.is_empty())

@@ -109,6 +109,8 @@ pub struct RuleError {
     /// Set when a jq expression was refused at a known place in its text, so
     /// that a caller holding the file can point into it.
     pub jq: Option<JqSpot>,
+    /// The refused JSON pointer as written, for a caller to find in the file.
+    pub pointer: Option<String>,
 }
 
 /// Which `jqPathExpressions` entry of the rule was refused, and where in it.
@@ -141,6 +143,7 @@ impl RuleError {
             item,
             reason: reason.to_string(),
             jq: None,
+            pointer: None,
         }
     }
 }
@@ -177,7 +180,10 @@ impl IgnoreRule {
             .iter()
             .enumerate()
             .map(|(i, p)| {
-                Path::parse_pointer(p).map_err(|e| RuleError::new(at("jsonPointers", i), e))
+                Path::parse_pointer(p).map_err(|e| RuleError {
+                    pointer: Some(p.clone()),
+                    ..RuleError::new(at("jsonPointers", i), e)
+                })
             })
             .collect::<Result<_, _>>()?;
         let jq = def
@@ -193,6 +199,7 @@ impl IgnoreRule {
                         expression: e.clone(),
                         offset,
                     }),
+                    pointer: None,
                 })
             })
             .collect::<Result<_, _>>()?;

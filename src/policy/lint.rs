@@ -8,7 +8,7 @@ use super::Policy;
 use super::identity_traps::{self, Trap};
 use super::ignore::RuleSet;
 use super::jq::{JqInput, JqPath, RunError};
-use super::path::Segment;
+use super::path::{Path, Segment};
 
 /// Findings for one file. `problems` make `lint` exit non-zero.
 #[derive(Debug, Default)]
@@ -87,6 +87,17 @@ fn check_rules(
     report: &mut Report,
 ) {
     for rule in rules.iter() {
+        for pointer in &rule.pointers {
+            if let Some(problem) = field_selector(pointer) {
+                let written = pointer.to_pointer();
+                let line = line_of(text, &written).map(|l| format!(":{l}"));
+                report.problems.push(format!(
+                    "{file}{}: {} pointer `{written}`: {problem}",
+                    line.unwrap_or_default(),
+                    rule.origin,
+                ));
+            }
+        }
         for jq in &rule.jq {
             let problem = match probe(jq.source()) {
                 Probed::Finished(problem) => problem,
@@ -312,6 +323,35 @@ pub fn rewrite(expr: &str) -> Option<String> {
     Some(format!("{prefix} | .[keys[] | select({cond})]"))
 }
 
+/// A pointer segment written as a field selector (`name=app`), which JSON
+/// pointers (and Argo CD's) do not have: it matches only a key of that name.
+fn field_selector(pointer: &Path) -> Option<String> {
+    let (at, key, value) = pointer.0.iter().enumerate().find_map(|(i, s)| match s {
+        Segment::Key(k) => k
+            .split_once('=')
+            .filter(|(f, v)| !f.is_empty() && !v.is_empty())
+            .map(|(f, v)| (i, f, v)),
+        Segment::Index(_) => None,
+    })?;
+    let list = Path(pointer.0[..at].to_vec())
+        .to_pointer()
+        .replace('/', ".");
+    let rest = Path(pointer.0[at + 1..].to_vec())
+        .to_pointer()
+        .replace('/', ".");
+    let rest = if rest.is_empty() {
+        rest
+    } else {
+        format!(" | {rest}")
+    };
+    Some(format!(
+        "JSON pointers index a list by position (`{}/0`) and have no field selectors, so \
+         `{key}={value}` matches only a key of that name; to select by a field use \
+         jqPathExpressions: ['{list}[] | select(.{key}? == \"{value}\"){rest}']",
+        Path(pointer.0[..at].to_vec()).to_pointer()
+    ))
+}
+
 fn line_of(text: &str, needle: &str) -> Option<usize> {
     text.lines().position(|l| l.contains(needle)).map(|i| i + 1)
 }
@@ -455,6 +495,35 @@ mod tests {
             probe_within(".spec.replicas", std::time::Duration::from_secs(5)),
             Probed::Finished(None)
         ));
+    }
+
+    #[test]
+    fn a_field_selector_in_a_pointer_is_reported_with_its_jq() {
+        let text = "ignoreDifferences:\n  - kind: Deployment\n    jsonPointers:\n      - /spec/template/spec/containers/name=app/image\n      - /metadata/labels/a=b\n";
+        let report = lint(text, "p.yaml");
+        assert_eq!(report.problems.len(), 2, "{:?}", report.problems);
+        assert!(
+            report.problems[0].starts_with("p.yaml:4: "),
+            "{}",
+            report.problems[0]
+        );
+        assert!(
+            report.problems[0].contains(
+                r#"'.spec.template.spec.containers[] | select(.name? == "app") | .image'"#
+            ),
+            "{}",
+            report.problems[0]
+        );
+        let clean = "ignoreDifferences:\n  - kind: Deployment\n    jsonPointers: [/spec/template/spec/containers/0/image]\n";
+        assert!(lint(clean, "p.yaml").problems.is_empty());
+    }
+
+    #[test]
+    fn a_pointer_without_its_slash_is_refused_where_it_is_written() {
+        let text = "mode: warn\nignoreDifferences:\n  - kind: Deployment\n    jsonPointers:\n      - spec/replicas\n";
+        let err = Policy::from_yaml(text, "p.yaml").unwrap_err().to_string();
+        assert!(err.starts_with("p.yaml:5:9: "), "{err}");
+        assert!(err.contains("did you mean `/spec/replicas`?"), "{err}");
     }
 
     #[test]

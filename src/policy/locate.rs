@@ -13,8 +13,12 @@ use super::ignore::RuleError;
 /// `text`, else `file: item: at column C of the expression: reason`.
 /// `before` holds every jq expression written earlier in the file.
 pub fn describe(file: &str, text: &str, before: &[&str], err: &RuleError) -> String {
+    let at = |(line, column)| format!("{file}:{line}:{column}: {}: {}", err.item, err.reason);
     let Some(spot) = &err.jq else {
-        return format!("{file}: {err}");
+        // A refused pointer: its first occurrence (the same text is refused anywhere).
+        let written = err.pointer.as_deref();
+        let found = written.and_then(|p| line_column(text, p, find(text, p, 0)?, 0));
+        return found.map_or_else(|| format!("{file}: {err}"), at);
     };
     let mut cursor = 0;
     for expr in before {
@@ -24,10 +28,7 @@ pub fn describe(file: &str, text: &str, before: &[&str], err: &RuleError) -> Str
     }
     find(text, &spot.expression, cursor)
         .and_then(|start| line_column(text, &spot.expression, start, spot.offset))
-        .map_or_else(
-            || format!("{file}: {err}"),
-            |(line, column)| format!("{file}:{line}:{column}: {}: {}", err.item, err.reason),
-        )
+        .map_or_else(|| format!("{file}: {err}"), at)
 }
 
 fn first_line(expr: &str) -> &str {
@@ -101,6 +102,7 @@ mod tests {
                 expression: expression.into(),
                 offset,
             }),
+            pointer: None,
         }
     }
 

@@ -20,7 +20,7 @@ pub enum PointerError {
     #[error("the empty pointer would ignore the whole object")]
     Empty,
     /// RFC 6901 pointers start with `/`.
-    #[error("`{0}` is not a JSON pointer: it must start with `/`")]
+    #[error("`{0}` is not a JSON pointer: it must start with `/` (did you mean `/{0}`?)")]
     NoLeadingSlash(String),
     /// RFC 6901 escapes are `~0` and `~1` only.
     #[error("`{0}` has a `~` not followed by 0 or 1")]
