@@ -3,6 +3,8 @@
 //! The record has its own serializable shape: the decision's types stay free
 //! of wire formats, and the line's fields are fixed here, in one place.
 
+pub mod report;
+
 use serde::Serialize;
 
 use crate::drift::{BreakGlassUse, Decision, Request};

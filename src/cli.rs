@@ -48,6 +48,17 @@ enum Command {
     Certs(CertsArgs),
     /// Create or update both webhook configurations (server-side apply), or print them with --dry-run.
     Register(RegisterArgs),
+    /// Summarize audit records (kubectl logs of a trial in audit or warn mode): what enforce
+    /// would deny, by object, user and path, with ignore rules for the frequent paths.
+    #[command(after_help = "Example:\n  \
+        kubectl -n driftguard logs deploy/driftguard --since=168h | driftguard report -")]
+    Report {
+        /// Audit records, one JSON line each (other lines are counted and skipped), or `-`.
+        records: PathBuf,
+        /// Rows per table.
+        #[arg(long, default_value_t = 10)]
+        top: usize,
+    },
     /// Work with policy files.
     Policy {
         #[command(subcommand)]
@@ -146,6 +157,7 @@ impl Cli {
             Command::Serve(args) => serve(*args),
             Command::Certs(args) => certs(args),
             Command::Register(args) => register(args),
+            Command::Report { records, top } => report(&records, top),
             Command::Policy {
                 command: PolicyCommand::Lint { files },
             } => Ok(lint_files(&files)),
@@ -272,6 +284,18 @@ fn not_a_bare_object(path: &Path, body: &[u8]) -> Result<(), Failure> {
         ))),
         _ => Ok(()),
     }
+}
+
+fn report(records: &Path, top: usize) -> Result<ExitCode, Failure> {
+    let read = |e: std::io::Error| Failure(format!("{}: cannot read: {e}", records.display()));
+    let report = if records.as_os_str() == "-" {
+        crate::audit::report::Report::read(std::io::stdin().lock()).map_err(read)?
+    } else {
+        let file = std::fs::File::open(records).map_err(read)?;
+        crate::audit::report::Report::read(std::io::BufReader::new(file)).map_err(read)?
+    };
+    print!("{}", report.render(top));
+    Ok(ExitCode::SUCCESS)
 }
 
 fn serve(config: server::Config) -> Result<ExitCode, Failure> {

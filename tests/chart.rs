@@ -1249,6 +1249,10 @@ fn the_install_notes_warn_when_any_pod_can_post_reviews() {
     assert!(notes.contains(WARNING), "{notes}");
     assert!(notes.contains("networkPolicy.webhookFrom"), "{notes}");
     assert!(notes.contains("clientAuth.enabled=true"), "{notes}");
+    // An enforcing install points at the audit-first path; an auditing one does not.
+    assert!(notes.contains("driftguard report -"), "{notes}");
+    let (_, notes) = install(&["policy.mode=audit"]);
+    assert!(!notes.contains("driftguard report -"), "{notes}");
 
     let (network_policy, notes) =
         install(&["networkPolicy.webhookFrom[0].ipBlock.cidr=10.0.0.0/24"]);
