@@ -75,3 +75,34 @@ fn leaf_pointers(value: &Value, at: String, out: &mut Vec<String>) {
         _ => out.push(at),
     }
 }
+
+/// Every `serve` flag is in docs/cli.md's reference.
+#[test]
+fn every_serve_flag_is_documented() {
+    use clap::CommandFactory;
+    let docs = std::fs::read_to_string(format!("{ROOT}/docs/cli.md")).unwrap();
+    let cli = driftguard::cli::Cli::command();
+    let serve = cli.find_subcommand("serve").expect("a serve command");
+    let missing: Vec<String> = serve
+        .get_arguments()
+        .filter_map(|a| a.get_long())
+        .filter(|long| *long != "help")
+        .map(|long| format!("--{long}"))
+        .filter(|flag| !docs.contains(flag.as_str()))
+        .collect();
+    assert!(missing.is_empty(), "docs/cli.md lacks {missing:?}");
+}
+
+/// Every metric driftguard exports is named in docs/cli.md's metrics list.
+#[test]
+fn every_metric_is_documented() {
+    let docs = std::fs::read_to_string(format!("{ROOT}/docs/cli.md")).unwrap();
+    let exported = driftguard::metrics::Metrics::default().encode();
+    let missing: Vec<&str> = exported
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|name| !docs.contains(name))
+        .collect();
+    assert!(missing.is_empty(), "docs/cli.md names no {missing:?}");
+}
