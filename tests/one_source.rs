@@ -106,3 +106,54 @@ fn every_metric_is_documented() {
         .collect();
     assert!(missing.is_empty(), "docs/cli.md names no {missing:?}");
 }
+
+/// Every YAML block in the docs that is a policy (its keys are policy keys),
+/// or the chart's `policy:` value, loads as policy.
+#[test]
+fn every_policy_example_in_the_docs_loads() {
+    const KEYS: &[&str] = &[
+        "mode",
+        "namespaces",
+        "controllers",
+        "trusted",
+        "breakGlass",
+        "gitops",
+        "unknownScaleParent",
+        "ignoreDifferences",
+        "precision",
+        "plannedCreates",
+    ];
+    let mut files = vec![format!("{ROOT}/README.md")];
+    for entry in std::fs::read_dir(format!("{ROOT}/docs")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "md") {
+            files.push(path.display().to_string());
+        }
+    }
+    let mut loaded = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        for block in text.split("```yaml\n").skip(1) {
+            let block = block.split("```").next().unwrap();
+            let Ok(Value::Object(map)) = serde_saphyr::from_str::<Value>(block) else {
+                continue;
+            };
+            let policy = match map.get("policy") {
+                Some(policy) if map.len() == 1 => serde_json::to_string(policy).unwrap(),
+                _ if map.keys().all(|k| KEYS.contains(&k.as_str())) => block.to_owned(),
+                _ => continue,
+            };
+            if let Err(e) = driftguard::Policy::from_yaml(&policy, &file) {
+                panic!("{file}: a policy example does not load: {e}\n{block}");
+            }
+            loaded.push(file.clone());
+        }
+    }
+    // The policy reference's and the adoption path's examples among them.
+    for page in ["docs/policy.md", "docs/adopt.md"] {
+        assert!(
+            loaded.iter().any(|f| f.ends_with(page)),
+            "no policy example found in {page}: {loaded:?}"
+        );
+    }
+}
