@@ -219,17 +219,6 @@ fn is_name(s: &str) -> bool {
 fn is_qualified_name(s: &str) -> bool {
     match s.split_once('/') {
         None => is_name(s),
-        Some((prefix, name)) => {
-            is_name(name)
-                && prefix.len() <= 253
-                && prefix.split('.').all(|label| {
-                    label.len() <= 63
-                        && label.starts_with(|c: char| c.is_ascii_alphanumeric())
-                        && label.ends_with(|c: char| c.is_ascii_alphanumeric())
-                        && label
-                            .chars()
-                            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-                })
-        }
+        Some((prefix, name)) => is_name(name) && crate::text::is_dns_subdomain(prefix),
     }
 }
