@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::cluster::source_cost::{Cap, Limits};
+use k8s_openapi::api::core::v1::ConfigMap;
 use serde_json::json;
 
 fn app(uid: &str, name: &str, replicas_rule: bool, status: &str) -> DynamicObject {
