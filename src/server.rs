@@ -67,24 +67,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         .with_context(|| format!("cannot bind {}", config.listen))?;
     tracing::info!(listen = %listener.local_addr()?, probes = %config.probe_listen, "driftguard is serving");
 
-    if let Some(path) = config.source.policy.clone() {
-        reload::spawn_policy_reloader(
-            path,
-            config.source.argocd_applications.clone(),
-            policy.clone(),
-            metrics.clone(),
-            config.reload_interval,
-        )?;
-    }
-    if let TlsSource::Files { cert, key } = &tls_source {
-        reload::spawn_certificate_reloader(
-            cert.clone(),
-            key.clone(),
-            certs.clone(),
-            metrics.clone(),
-            config.reload_interval,
-        )?;
-    }
+    spawn_reloaders(&config, &tls_source, &policy, &certs, &metrics)?;
 
     let client = cluster_client(&config).await;
     let parents = client.clone().map(|client| {
@@ -167,6 +150,35 @@ fn load_policy(
     Ok(PolicyHandle::new(policy))
 }
 
+/// Reloads the policy file and the serving pair when they change.
+fn spawn_reloaders(
+    config: &Config,
+    tls_source: &TlsSource,
+    policy: &PolicyHandle,
+    certs: &Arc<CertStore>,
+    metrics: &Arc<Metrics>,
+) -> anyhow::Result<()> {
+    if let Some(path) = config.source.policy.clone() {
+        reload::spawn_policy_reloader(
+            path,
+            config.source.argocd_applications.clone(),
+            policy.clone(),
+            metrics.clone(),
+            config.reload_interval,
+        )?;
+    }
+    if let TlsSource::Files { cert, key } = tls_source {
+        reload::spawn_certificate_reloader(
+            cert.clone(),
+            key.clone(),
+            certs.clone(),
+            metrics.clone(),
+            config.reload_interval,
+        )?;
+    }
+    Ok(())
+}
+
 /// The TLS acceptor over `certs`, asking for client certificates with
 /// `--client-ca`.
 fn tls_acceptor(
@@ -237,7 +249,7 @@ async fn start_cluster_tasks(
                 limits: config.source_limits,
             };
             let watches = crate::cluster::watch::spawn(client.clone(), &options, metrics.clone());
-            report_watches(&watches, &health, &metrics, config.sources_wait);
+            report_watches(&watches, health, metrics, config.sources_wait);
             Some(watches.handle.clone())
         }
         (None, true) => anyhow::bail!(

@@ -1,6 +1,6 @@
 //! What `explain` prints as text.
 
-use super::report::Report;
+use super::report::{BreakGlassReport, ManagedBy, Report, RuleReport};
 use crate::text::printable;
 
 pub(super) fn print_text(r: &Report) {
@@ -13,7 +13,22 @@ pub(super) fn print_text(r: &Report) {
     };
     println!("Object:      {} {ns}{}", s(&o.kind), s(&o.name));
     println!("Policy:      {}", s(&r.policy));
-    match &r.managed_by {
+    print_managed_by(r.managed_by.as_ref());
+    println!("Scope:       {}", s(&r.scope));
+    if let Some(mode) = &r.mode {
+        println!("Mode:        {} (from {})", mode.mode, s(&mode.why));
+    }
+    print_rules(&r.ignore_rules);
+    print_break_glass(&r.break_glass);
+    for n in &r.notes {
+        println!("Note:        {}", s(n));
+    }
+}
+
+/// Who manages the object, and the account its tool writes it as.
+fn print_managed_by(managed_by: Option<&ManagedBy>) {
+    let s = |text: &str| printable(text).into_owned();
+    match managed_by {
         None => println!("Managed by:  nothing driftguard knows of"),
         Some(m) => {
             let mut line = format!("{} {} {}/{}", m.tool, m.kind, s(&m.namespace), s(&m.name));
@@ -46,15 +61,16 @@ pub(super) fn print_text(r: &Report) {
             }
         }
     }
-    println!("Scope:       {}", s(&r.scope));
-    if let Some(mode) = &r.mode {
-        println!("Mode:        {} (from {})", mode.mode, s(&mode.why));
-    }
-    if r.ignore_rules.is_empty() {
+}
+
+/// The ignore rules that apply and the paths they cover now.
+fn print_rules(rules: &[RuleReport]) {
+    let s = |text: &str| printable(text).into_owned();
+    if rules.is_empty() {
         println!("Ignore rules: none; every field is compared");
     } else {
         println!("Ignore rules:");
-        for rule in &r.ignore_rules {
+        for rule in rules {
             let mut what: Vec<String> = Vec::new();
             for (key, values) in [
                 ("jsonPointers", &rule.json_pointers),
@@ -77,7 +93,11 @@ pub(super) fn print_text(r: &Report) {
             }
         }
     }
-    let bg = &r.break_glass;
+}
+
+/// Whether the caller may break glass, and the object's own break-glass.
+fn print_break_glass(bg: &BreakGlassReport) {
+    let s = |text: &str| printable(text).into_owned();
     let list = |items: &[String]| items.iter().map(|i| s(i)).collect::<Vec<_>>().join(", ");
     println!(
         "Break-glass: you are {} (groups: {}); you {} break glass (allowed users [{}], groups [{}], at most {})",
@@ -105,8 +125,5 @@ pub(super) fn print_text(r: &Report) {
                 println!("             grants nothing: {}", s(why));
             }
         }
-    }
-    for n in &r.notes {
-        println!("Note:        {}", s(n));
     }
 }

@@ -336,10 +336,22 @@ mod tests {
         }
     }
 
+    /// Each `(code, offset, reason)` is refused at that offset, for that reason.
+    fn assert_refused(cases: &[(&str, usize, String)]) {
+        for (code, offset, reason) in cases {
+            assert_eq!(refused(code), (*offset, reason.clone()), "{code}");
+        }
+    }
+
+    /// The reason `{what}` is refused with, `because`.
+    fn refusal(what: &str, because: &str) -> String {
+        hint(&format!("`{what}` is not allowed: {because}"))
+    }
+
     #[test]
-    fn every_refused_construct_is_named_with_its_reason() {
-        let unbounded = |w: &str| hint(&format!("`{w}` is not allowed: it can run without bound"));
-        let cases: &[(&str, usize, String)] = &[
+    fn every_loop_is_named_with_its_reason() {
+        let unbounded = |w: &str| refusal(w, "it can run without bound");
+        assert_refused(&[
             ("def f: f; f", 0, unbounded("def")),
             (".a | def f: .; f", 5, unbounded("def")),
             ("reduce .[] as $x (0; . + $x)", 0, unbounded("reduce")),
@@ -353,116 +365,59 @@ mod tests {
             (".a | recurse(.[])", 5, unbounded("recurse(f)")),
             ("recurse(.[]; . != null)", 0, unbounded("recurse(f; cond)")),
             ("limit(1; .[])", 0, unbounded("limit")),
-            (
-                "input",
-                0,
-                hint("`input` is not allowed: it reads or acts outside the object"),
-            ),
-            (
-                ".a, inputs",
-                4,
-                hint("`inputs` is not allowed: it reads or acts outside the object"),
-            ),
-            (
-                ".[$__loc__.line]",
-                2,
-                hint("`$__loc__` is not allowed: it reads or acts outside the object"),
-            ),
-            (
-                r#"."a" * 1e12"#,
-                5,
-                hint(
-                    r#"`*` is not allowed: it can build values without bound, as `"a" * 1e12` does"#,
-                ),
-            ),
-            (
-                ". / 2",
-                2,
-                hint(
-                    r#"`/` is not allowed: it can build values without bound, as `"a" * 1e12` does"#,
-                ),
-            ),
-            (
-                ".a % 2",
-                3,
-                hint(
-                    r#"`%` is not allowed: it can build values without bound, as `"a" * 1e12` does"#,
-                ),
-            ),
-            (
-                ".a = 1",
-                3,
-                hint(
-                    "`=` is not allowed: it rewrites values, and a jqPathExpression only selects paths",
-                ),
-            ),
-            (
-                ".a |= 1",
-                3,
-                hint(
-                    "`|=` is not allowed: it rewrites values, and a jqPathExpression only selects paths",
-                ),
-            ),
-            (
-                ".a += 1",
-                3,
-                hint(
-                    "`+=` is not allowed: it rewrites values, and a jqPathExpression only selects paths",
-                ),
-            ),
-            (
-                ".a //= 1",
-                3,
-                hint(
-                    "`//=` is not allowed: it rewrites values, and a jqPathExpression only selects paths",
-                ),
-            ),
-            (
-                r#".a | @base64 "x\(.)""#,
-                5,
-                hint("`@base64` is not allowed: format strings are outside the terminating subset"),
-            ),
-            (
-                ".a | @sh",
-                5,
-                hint("`@sh` is not allowed: format strings are outside the terminating subset"),
-            ),
-            (
-                ".[$k]",
-                2,
-                hint("`$k` is not allowed: the variable is not bound in the expression"),
-            ),
-            (
-                "(. as $k | .), $k",
-                15,
-                hint("`$k` is not allowed: the variable is not bound in the expression"),
-            ),
-            (
-                "$ENV.HOME",
-                0,
-                hint("`$ENV` is not allowed: it reads or acts outside the object"),
-            ),
-            (
-                ".a | walk(.)",
-                5,
-                hint("`walk` is not allowed: it is not a builtin known to terminate"),
-            ),
-            (
-                "select(.a; .b)",
-                0,
-                hint(
-                    "`select with 2 arguments` is not allowed: it is not a builtin known to terminate",
-                ),
-            ),
-            (
-                "some.jq.path.expr",
-                0,
-                hint("`some` is not allowed: it is not a builtin known to terminate"),
-            ),
-        ];
-        for (code, offset, reason) in cases {
-            assert_eq!(refused(code), (*offset, reason.clone()), "{code}");
-        }
+        ]);
+    }
+
+    #[test]
+    fn every_read_outside_the_object_is_named_with_its_reason() {
+        let outside = |w: &str| refusal(w, "it reads or acts outside the object");
+        assert_refused(&[
+            ("input", 0, outside("input")),
+            (".a, inputs", 4, outside("inputs")),
+            (".[$__loc__.line]", 2, outside("$__loc__")),
+            ("$ENV.HOME", 0, outside("$ENV")),
+        ]);
+    }
+
+    #[test]
+    fn every_arithmetic_and_update_is_named_with_its_reason() {
+        let builds = |w: &str| {
+            refusal(
+                w,
+                r#"it can build values without bound, as `"a" * 1e12` does"#,
+            )
+        };
+        let rewrites = |w: &str| {
+            refusal(
+                w,
+                "it rewrites values, and a jqPathExpression only selects paths",
+            )
+        };
+        assert_refused(&[
+            (r#"."a" * 1e12"#, 5, builds("*")),
+            (". / 2", 2, builds("/")),
+            (".a % 2", 3, builds("%")),
+            (".a = 1", 3, rewrites("=")),
+            (".a |= 1", 3, rewrites("|=")),
+            (".a += 1", 3, rewrites("+=")),
+            (".a //= 1", 3, rewrites("//=")),
+        ]);
+    }
+
+    #[test]
+    fn every_format_unbound_variable_and_unknown_builtin_is_named_with_its_reason() {
+        let format = |w: &str| refusal(w, "format strings are outside the terminating subset");
+        let unbound = |w: &str| refusal(w, "the variable is not bound in the expression");
+        let unknown = |w: &str| refusal(w, "it is not a builtin known to terminate");
+        assert_refused(&[
+            (r#".a | @base64 "x\(.)""#, 5, format("@base64")),
+            (".a | @sh", 5, format("@sh")),
+            (".[$k]", 2, unbound("$k")),
+            ("(. as $k | .), $k", 15, unbound("$k")),
+            (".a | walk(.)", 5, unknown("walk")),
+            ("select(.a; .b)", 0, unknown("select with 2 arguments")),
+            ("some.jq.path.expr", 0, unknown("some")),
+        ]);
     }
 
     fn hint_grows(what: &str) -> String {
