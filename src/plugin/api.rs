@@ -251,37 +251,19 @@ pub fn answer<T>(
 
 impl Api {
     pub async fn connect(args: &ConnectArgs) -> Result<Self, PluginError> {
-        let options = kube::config::KubeConfigOptions {
-            context: args.context.clone(),
-            ..Default::default()
-        };
-        let config = match &args.kubeconfig {
-            Some(path) => {
-                let file = kube::config::Kubeconfig::read_from(path).map_err(|e| {
-                    PluginError::Access(format!("kubeconfig {}: {e}", path.display()))
-                })?;
-                kube::Config::from_custom_kubeconfig(file, &options)
-                    .await
-                    .map_err(|e| {
-                        PluginError::Access(format!("kubeconfig {}: {e}", path.display()))
-                    })?
-            }
-            None if args.context.is_some() => kube::Config::from_kubeconfig(&options)
-                .await
-                .map_err(|e| PluginError::Access(format!("kubeconfig: {e}")))?,
-            None => kube::Config::infer()
-                .await
-                .map_err(|e| PluginError::Access(format!("no usable kubeconfig: {e}")))?,
-        };
+        let config = crate::cluster::config(args.kubeconfig.as_deref(), args.context.clone())
+            .await
+            .map_err(|e| match e {
+                crate::cluster::ClientError::Infer(e) => {
+                    PluginError::Access(format!("no usable kubeconfig: {e}"))
+                }
+                e => PluginError::Access(format!("kubeconfig {e}")),
+            })?;
         let namespace = args
             .namespace
             .clone()
             .unwrap_or_else(|| config.default_namespace.clone());
-        if namespace.is_empty()
-            || !namespace
-                .chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-        {
+        if !crate::text::is_dns_label(&namespace) {
             return Err(PluginError::Usage(format!(
                 "namespace {namespace:?} is not a valid namespace name"
             )));
