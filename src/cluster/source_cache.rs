@@ -34,9 +34,10 @@ use crate::policy::impersonation::AppProject;
 use crate::policy::planned;
 use crate::sources::{self, FluxKind, FluxSource, SourceError, Sources};
 use argocd::{AppEntry, project_of};
+pub(crate) use content::content_hash;
+pub use content::strip;
 use content::to_value;
-pub use content::{content_hash, strip};
-pub use listed::add_lister;
+pub(crate) use listed::add_lister;
 
 /// The watched kinds held as dynamic objects.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

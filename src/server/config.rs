@@ -11,7 +11,7 @@ use crate::text::{is_dns_label, is_dns_subdomain};
 
 /// Where the serving pair comes from.
 #[derive(Clone, Debug)]
-pub enum TlsSource {
+pub(crate) enum TlsSource {
     Files {
         cert: PathBuf,
         key: PathBuf,

@@ -58,23 +58,23 @@ use super::budget::{MemoryBudget, PER_CONNECTION_BYTES, Reservation};
 
 mod victim;
 
-pub use victim::{Snapshot, choose_victim};
+pub(crate) use victim::{Snapshot, choose_victim};
 
 /// How long an evicted connection that was told to close gracefully (an
 /// HTTP/2 GOAWAY waits for the peer's ping answer) may take before it is
 /// dropped, unless a request raced in and is still in flight.
-pub const EVICTION_GRACE: Duration = Duration::from_secs(1);
+pub(crate) const EVICTION_GRACE: Duration = Duration::from_secs(1);
 
 /// How often the accept loop looks for another victim while the one it chose
 /// is still closing.
 const RECHECK: Duration = Duration::from_millis(50);
 
 /// A body still arriving after this is slow: the apiserver sends its at once.
-pub const SLOW_BODY: Duration = Duration::from_secs(1);
+pub(crate) const SLOW_BODY: Duration = Duration::from_secs(1);
 
 /// Served, idle connections a peer keeps when reviews wait for budget: the
 /// apiserver multiplexes over HTTP/2, and keeps a few HTTP/1 ones.
-pub const IDLE_KEPT_PER_PEER: usize = 4;
+pub(crate) const IDLE_KEPT_PER_PEER: usize = 4;
 
 /// Why a connection was told to close.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -14,7 +14,7 @@ use crate::policy::impersonation;
 /// What driftguard reads of a watched object: its name, namespace, controller
 /// owner (an Application's ApplicationSet, named in denials) and spec.
 /// Status, annotations and managedFields never change a decision.
-pub fn content_hash(object: &DynamicObject) -> u64 {
+pub(crate) fn content_hash(object: &DynamicObject) -> u64 {
     let mut h = std::hash::DefaultHasher::new();
     object.metadata.name.hash(&mut h);
     object.metadata.namespace.hash(&mut h);

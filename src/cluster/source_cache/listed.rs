@@ -133,7 +133,7 @@ impl SourceCache {
 
 /// Records `by` as a lister of `key`: in `index` if it is the first, in
 /// `more` if it is another.
-pub fn add_lister(
+pub(crate) fn add_lister(
     index: &mut HashMap<String, Manager>,
     more: &mut HashMap<String, Vec<Manager>>,
     key: &str,

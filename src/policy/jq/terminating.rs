@@ -26,18 +26,18 @@ use checker::Checker;
 
 /// Longer expressions are refused: no real rule is this long, and it bounds
 /// every scan and jaq's recursion over operator chains.
-pub const MAX_LEN: usize = 4096;
+pub(crate) const MAX_LEN: usize = 4096;
 /// Deeper nesting is refused, so that neither this check nor jaq recurses
 /// without bound. `|`, `,` and the other binary operators do not nest.
-pub const MAX_DEPTH: usize = 64;
+pub(crate) const MAX_DEPTH: usize = 64;
 
 /// More parts are refused: jaq compiles and runs an expression recursively, on
 /// the caller's (tokio worker's) stack, so its size must be bounded too. The
 /// program run has up to twice as many (its checkpoints, [`super::ticks`]).
-pub const MAX_PARTS: usize = 128;
+pub(crate) const MAX_PARTS: usize = 128;
 /// At most this many calls of the builtins that build values (`to_entries`,
 /// `map`, ...) in one expression.
-pub const MAX_BUILDS: usize = 3;
+pub(crate) const MAX_BUILDS: usize = 3;
 
 const ALLOWED: &str =
     "allowed: field access, [], |, ',', select(...), comparisons, keys, has, test, ...";

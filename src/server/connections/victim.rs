@@ -7,7 +7,7 @@ use std::net::IpAddr;
 
 /// What the eviction choice looks at.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Snapshot {
+pub(crate) struct Snapshot {
     pub busy: bool,
     /// A body has been arriving for [`SLOW_BODY`](super::SLOW_BODY) or longer.
     pub slow: bool,
@@ -37,7 +37,7 @@ impl Snapshot {
 /// idle after serving; within each, from the peer holding the most of that
 /// group; then the longest idle (or longest in its handshake). Busy,
 /// closing and authenticated connections are never chosen.
-pub fn choose_victim(slots: impl IntoIterator<Item = (u64, Snapshot)>) -> Option<u64> {
+pub(crate) fn choose_victim(slots: impl IntoIterator<Item = (u64, Snapshot)>) -> Option<u64> {
     let candidates: Vec<(u64, u8, Snapshot)> = slots
         .into_iter()
         .filter(|(_, s)| !s.authenticated)
