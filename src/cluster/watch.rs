@@ -12,7 +12,7 @@
 //! installed counts as filled and empty.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Instant;
 
 mod kinds;
@@ -62,49 +62,40 @@ pub struct Watches {
 impl Watches {
     /// The watches never filled, by name.
     pub fn unread(&self) -> Vec<&'static str> {
-        let unread = self.unread.lock().unwrap_or_else(|e| e.into_inner());
+        let unread = lock(&self.unread);
         unread.iter().map(|u| u.label).collect()
     }
 
     /// `source` listed for the first time: the snapshot gains its tool's
     /// rules, unless another of that tool's watches is still unread.
     fn filled_now(&self, source: Source) {
-        let mut unread = self.unread.lock().unwrap_or_else(|e| e.into_inner());
+        let mut unread = lock(&self.unread);
         unread.retain(|u| u.label != source.label);
         drop(unread);
-        self.publish(&self.caches.lock().unwrap_or_else(|e| e.into_inner()));
+        self.publish(&lock(&self.caches));
     }
 
     /// Publishes the caches' snapshot; called with the caches locked, so
     /// that the last one published is the current one.
     fn publish(&self, caches: &[SourceCache]) {
-        let unread = self
-            .unread
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
+        let unread = lock(&self.unread).clone();
         self.handle.replace(snapshot(caches, &unread));
     }
 
     /// Objects of `kind` in cache `at`, and those refused by each cap.
     fn count(&self, at: usize, kind: Kind) -> (usize, [usize; 3]) {
-        let caches = self.caches.lock().unwrap_or_else(|e| e.into_inner());
+        let caches = lock(&self.caches);
         let refused = Cap::ALL.map(|cap| caches[at].refused(kind, cap));
         (caches[at].count(kind), refused)
     }
 
     /// Watched kinds served at another version only, described.
     pub fn mismatched(&self) -> Vec<String> {
-        self.mismatched
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .values()
-            .cloned()
-            .collect()
+        lock(&self.mismatched).values().cloned().collect()
     }
 
     fn set_mismatch(&self, what: &'static str, why: Option<String>) {
-        let mut map = self.mismatched.lock().unwrap_or_else(|e| e.into_inner());
+        let mut map = lock(&self.mismatched);
         match why {
             Some(why) => map.insert(what, why),
             None => map.remove(what),
@@ -112,11 +103,7 @@ impl Watches {
     }
 
     pub fn age_seconds(&self) -> f64 {
-        self.last_change
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .elapsed()
-            .as_secs_f64()
+        lock(&self.last_change).elapsed().as_secs_f64()
     }
 
     /// Applies one event to cache `at`; publishes a snapshot only if the
@@ -124,17 +111,22 @@ impl Watches {
     /// A change published with the next [`Self::update`] (a relist's
     /// objects: one snapshot when it completes, not one per object).
     fn update_quietly(&self, at: usize, change: impl FnOnce(&mut SourceCache)) {
-        let mut caches = self.caches.lock().unwrap_or_else(|e| e.into_inner());
+        let mut caches = lock(&self.caches);
         change(&mut caches[at]);
     }
 
     fn update(&self, at: usize, change: impl FnOnce(&mut SourceCache) -> bool) {
-        let mut caches = self.caches.lock().unwrap_or_else(|e| e.into_inner());
+        let mut caches = lock(&self.caches);
         if change(&mut caches[at]) {
             self.publish(&caches);
         }
-        *self.last_change.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
+        *lock(&self.last_change) = Instant::now();
     }
+}
+
+/// `mutex` locked; a panic while it was held left nothing half-done.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// One watch: the cache it fills, its tool, and its name in metrics and logs.
@@ -244,6 +236,6 @@ pub fn spawn(client: kube::Client, options: &WatchOptions, metrics: Arc<Metrics>
         watch_flux(&watches, &client, (at, labels), &metrics);
     }
     // Every watch is registered unread: publish before the first decision.
-    watches.publish(&watches.caches.lock().unwrap_or_else(|e| e.into_inner()));
+    watches.publish(&lock(&watches.caches));
     watches
 }

@@ -9,7 +9,7 @@ use futures_util::StreamExt;
 use kube::api::ApiResource;
 use kube::runtime::watcher::{self, Event};
 
-use super::{Source, Watches};
+use super::{Source, Watches, lock};
 use prometheus_client::metrics::gauge::Gauge;
 
 use crate::metrics::{Metrics, SourceLabels};
@@ -89,7 +89,7 @@ pub(super) fn run<K, S>(
     };
     let unread = metrics.sources_unread.get_or_create(&labels).clone();
     unread.set(1);
-    (watches.unread.lock().unwrap_or_else(|e| e.into_inner())).push(source);
+    lock(&watches.unread).push(source);
     let mismatch = metrics
         .sources_version_mismatch
         .get_or_create(&labels)

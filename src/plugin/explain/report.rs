@@ -123,6 +123,37 @@ pub(super) struct Written<'a> {
     pub(super) object: &'a Value,
 }
 
+impl<'a> Written<'a> {
+    /// A dry-run UPDATE of the object to `new`, by no one in particular.
+    pub(super) fn update(&self, new: &'a Value) -> Request<'a> {
+        Request {
+            operation: Operation::Update,
+            group: &self.resource.group,
+            kind: &self.resource.kind,
+            resource_group: &self.resource.group,
+            resource: &self.resource.plural,
+            sub_resource: "",
+            name: self.name,
+            namespace: self.namespace,
+            username: "",
+            groups: &[],
+            object: Some(new),
+            old_object: Some(self.object),
+            dry_run: true,
+        }
+    }
+}
+
+/// What the webhook would know now: `sources`, no scale parent.
+fn context(sources: &Sources) -> Context<'_> {
+    Context {
+        now: Timestamp::now(),
+        parent: None,
+        sources: Some(sources),
+        installation: Default::default(),
+    }
+}
+
 /// The report's scope, mode and ignore rules, and notes on them.
 pub(super) struct Judged {
     pub(super) scope: String,
@@ -135,28 +166,7 @@ pub(super) struct Judged {
 /// the webhook's own steps ([`pipeline::outline`]) from what the webhook
 /// would know (`sources`); `origin` names the policy.
 pub(super) fn judged(policy: &Policy, origin: &str, sources: &Sources, at: &Written) -> Judged {
-    let ctx = Context {
-        now: Timestamp::now(),
-        parent: None,
-        sources: Some(sources),
-        installation: Default::default(),
-    };
-    let req = Request {
-        operation: Operation::Update,
-        group: &at.resource.group,
-        kind: &at.resource.kind,
-        resource_group: &at.resource.group,
-        resource: &at.resource.plural,
-        sub_resource: "",
-        name: at.name,
-        namespace: at.namespace,
-        username: "",
-        groups: &[],
-        object: Some(at.object),
-        old_object: Some(at.object),
-        dry_run: true,
-    };
-    let outline = match pipeline::outline(policy, &ctx, &req) {
+    let outline = match pipeline::outline(policy, &context(sources), &at.update(at.object)) {
         Ok(outline) => outline,
         // Not reached: the request carries both objects.
         Err(e) => {
@@ -460,27 +470,11 @@ ignoreDifferences:
         let mut new = at.object.clone();
         *new.pointer_mut(probe).unwrap() = json!("changed");
         let req = Request {
-            operation: Operation::Update,
-            group: &at.resource.group,
-            kind: &at.resource.kind,
-            resource_group: &at.resource.group,
-            resource: &at.resource.plural,
-            sub_resource: "",
-            name: at.name,
-            namespace: at.namespace,
             username: "alice",
-            groups: &[],
-            object: Some(&new),
-            old_object: Some(at.object),
             dry_run: false,
+            ..at.update(&new)
         };
-        let ctx = Context {
-            now: Timestamp::now(),
-            parent: None,
-            sources: Some(sources),
-            installation: Default::default(),
-        };
-        decide(policy, &req, &ctx).unwrap()
+        decide(policy, &req, &context(sources)).unwrap()
     }
 
     /// Whether explain says a rule covers `probe` in the object now.
