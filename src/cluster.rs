@@ -29,21 +29,38 @@ pub enum ClientError {
     Client(#[from] kube::Error),
 }
 
-/// A kube client from `kubeconfig`, or inferred (in-cluster, `$KUBECONFIG`,
-/// `~/.kube/config`).
-pub async fn client(kubeconfig: Option<&std::path::Path>) -> Result<kube::Client, ClientError> {
-    let config = match kubeconfig {
-        Some(path) => {
-            let located = |source| ClientError::Kubeconfig {
-                path: path.display().to_string(),
-                source,
-            };
-            let file = kube::config::Kubeconfig::read_from(path).map_err(located)?;
-            kube::Config::from_custom_kubeconfig(file, &Default::default())
-                .await
-                .map_err(located)?
-        }
-        None => kube::Config::infer().await?,
+/// The client configuration from `kubeconfig` (at `context`, else its
+/// current one), or without a file, from the default kubeconfig at
+/// `context`, or inferred (in-cluster, `$KUBECONFIG`, `~/.kube/config`).
+/// The server and the kubectl plugin build theirs alike.
+pub async fn config(
+    kubeconfig: Option<&std::path::Path>,
+    context: Option<String>,
+) -> Result<kube::Config, ClientError> {
+    let options = kube::config::KubeConfigOptions {
+        context,
+        ..Default::default()
     };
-    Ok(kube::Client::try_from(config)?)
+    let located = |path: &dyn std::fmt::Display| {
+        let path = path.to_string();
+        move |source| ClientError::Kubeconfig { path, source }
+    };
+    Ok(match kubeconfig {
+        Some(path) => {
+            let file =
+                kube::config::Kubeconfig::read_from(path).map_err(located(&path.display()))?;
+            kube::Config::from_custom_kubeconfig(file, &options)
+                .await
+                .map_err(located(&path.display()))?
+        }
+        None if options.context.is_some() => kube::Config::from_kubeconfig(&options)
+            .await
+            .map_err(located(&"(default)"))?,
+        None => kube::Config::infer().await?,
+    })
+}
+
+/// A kube client from `kubeconfig`, or inferred ([`config`]).
+pub async fn client(kubeconfig: Option<&std::path::Path>) -> Result<kube::Client, ClientError> {
+    Ok(kube::Client::try_from(config(kubeconfig, None).await?)?)
 }

@@ -1,4 +1,5 @@
 #![forbid(unsafe_code)]
+#![warn(clippy::too_many_lines)]
 
 use clap::Parser;
 

@@ -1,6 +1,7 @@
 //! Cutting text to a byte budget without splitting a UTF-8 character (the
 //! apiserver's annotation and Event limits, and our own are in bytes), and
-//! making text from the cluster safe to print on a terminal.
+//! making text from the cluster safe to print on a terminal; and the
+//! Kubernetes name rules (DNS labels and subdomains).
 
 use std::borrow::Cow;
 
@@ -72,6 +73,23 @@ pub fn printable(s: &str) -> Cow<'_, str> {
         }
     }
     Cow::Owned(out)
+}
+
+/// A DNS-1123 label (a namespace's name): 1 to 63 of `a-z`, `0-9` and `-`,
+/// not starting or ending with `-`.
+pub(crate) fn is_dns_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+/// A DNS-1123 subdomain (most objects' names): at most 253 bytes of
+/// [`is_dns_label`]s joined by `.`.
+pub(crate) fn is_dns_subdomain(s: &str) -> bool {
+    s.len() <= 253 && s.split('.').all(is_dns_label)
 }
 
 #[cfg(test)]

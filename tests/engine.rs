@@ -1200,7 +1200,7 @@ fn the_kustomizations_own_ignore_rule_still_allows() {
 
 /// While its Flux is unread (a hub out of reach since the replica started),
 /// the Kustomization's rule is absent from the sources the server publishes
-/// (src/cluster/watch.rs): the replicas change is drift, judged by the
+/// (src/cluster/watch/snapshot.rs): the replicas change is drift, judged by the
 /// object's own claims and the policy alone, and the answer says so.
 #[test]
 fn a_decision_without_sources_says_so() {

@@ -1,5 +1,6 @@
 //! `kubectl-driftguard`: the kubectl plugin (`kubectl driftguard ...`).
 #![forbid(unsafe_code)]
+#![warn(clippy::too_many_lines)]
 
 use clap::Parser;
 

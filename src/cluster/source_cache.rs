@@ -15,22 +15,29 @@
 //! widened to whole namespaces, never dropped.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::hash::{Hash, Hasher};
+use std::hash::Hash;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::DynamicObject;
 use serde_json::Value;
 
+mod argocd;
+mod content;
+mod listed;
+
 use super::source_cost::{self, Cap, Ledger, Limits};
-use crate::drift::ownership::ARGOCD_CM_INSTALLATION_ID;
 use crate::drift::{ArgoCdSources, Manager};
-use crate::policy::app_namespaces::{self, NamespaceList};
-use crate::policy::argocd::{INSTANCE_LABEL_KEY, TRACKING_METHOD_KEY, ThisCluster, instance_label};
+use crate::policy::app_namespaces::NamespaceList;
+use crate::policy::argocd::ThisCluster;
 use crate::policy::ignore::RuleSet;
-use crate::policy::impersonation::{self, AppProject, SyncAccount};
-use crate::policy::{Application, planned};
+use crate::policy::impersonation::AppProject;
+use crate::policy::planned;
 use crate::sources::{self, FluxKind, FluxSource, SourceError, Sources};
+use argocd::{AppEntry, project_of};
+pub(crate) use content::content_hash;
+pub use content::strip;
+use content::to_value;
+pub(crate) use listed::add_lister;
 
 /// The watched kinds held as dynamic objects.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -57,20 +64,6 @@ impl Kind {
 struct Entry<T> {
     hash: u64,
     value: Option<Arc<T>>,
-}
-
-struct AppEntry {
-    hash: u64,
-    namespace: String,
-    /// `spec.project`, `default` when empty.
-    project: String,
-    /// Whether Argo CD reconciles it ([`app_namespaces::reconciles`]): one it
-    /// does not lends no rule, account or listed object. Depends on the
-    /// projects and argocd-cmd-params-cm too.
-    counts: bool,
-    app: Option<Arc<Application>>,
-    /// The account Argo CD syncs it as; depends on the projects and argocd-cm too.
-    account: Option<Arc<SyncAccount>>,
 }
 
 #[derive(Default)]
@@ -129,59 +122,6 @@ struct Planned {
     hash: u64,
     keys: Vec<String>,
     by: Manager,
-}
-
-/// What driftguard reads of a watched object: its name, namespace, controller
-/// owner (an Application's ApplicationSet, named in denials) and spec.
-/// Status, annotations and managedFields never change a decision.
-pub fn content_hash(object: &DynamicObject) -> u64 {
-    let mut h = std::hash::DefaultHasher::new();
-    object.metadata.name.hash(&mut h);
-    object.metadata.namespace.hash(&mut h);
-    for r in object.metadata.owner_references.iter().flatten() {
-        if r.controller == Some(true) {
-            (&r.api_version, &r.kind, &r.name).hash(&mut h);
-        }
-    }
-    hash_value(object.data.get("spec").unwrap_or(&Value::Null), &mut h);
-    h.finish()
-}
-
-/// The argocd-cm keys driftguard reads, and their values.
-fn cm_data(cm: Option<&ConfigMap>) -> serde_json::Map<String, Value> {
-    cm.and_then(|cm| cm.data.as_ref())
-        .into_iter()
-        .flatten()
-        .filter(|(k, _)| {
-            k.starts_with("resource.customizations.ignoreDifferences.")
-                || k.as_str() == impersonation::ENABLED_KEY
-                || k.as_str() == ARGOCD_CM_INSTALLATION_ID
-                || k.as_str() == INSTANCE_LABEL_KEY
-                || k.as_str() == TRACKING_METHOD_KEY
-        })
-        .map(|(k, v)| (k.clone(), Value::String(v.clone())))
-        .collect()
-}
-
-/// Hashes JSON without serializing it.
-fn hash_value(value: &Value, h: &mut impl Hasher) {
-    match value {
-        Value::Null => 0u8.hash(h),
-        Value::Bool(b) => (1u8, b).hash(h),
-        Value::Number(n) => (2u8, n.to_string()).hash(h),
-        Value::String(s) => (3u8, s).hash(h),
-        Value::Array(items) => {
-            (4u8, items.len()).hash(h);
-            items.iter().for_each(|v| hash_value(v, h));
-        }
-        Value::Object(map) => {
-            (5u8, map.len()).hash(h);
-            for (k, v) in map {
-                k.hash(h);
-                hash_value(v, h);
-            }
-        }
-    }
 }
 
 fn uid(object: &DynamicObject) -> Option<&str> {
@@ -355,126 +295,6 @@ impl SourceCache {
         Some(wide)
     }
 
-    /// The objects an Application or a Kustomization lists in its status
-    /// ([`crate::policy::planned`]), and who lists them; `None` when it
-    /// lists nothing here.
-    fn listing(&self, kind: Kind, object: &DynamicObject) -> Option<(Vec<String>, Manager)> {
-        let status = object.data.get("status").unwrap_or(&Value::Null);
-        let namespace = object.metadata.namespace.clone().unwrap_or_default();
-        let name = object.metadata.name.clone().unwrap_or_default();
-        match kind {
-            // What an Application deploying to another cluster lists is there,
-            // not here: the same names here are no one's.
-            Kind::Application if self.this_cluster.deploys_elsewhere(&object.data) => None,
-            Kind::Application => Some((
-                planned::application_keys(status),
-                Manager::ArgoCd {
-                    application: name,
-                    application_namespace: Some(namespace),
-                },
-            )),
-            Kind::Kustomization if self.flux_elsewhere(&object.data) => None,
-            Kind::Kustomization => {
-                let mut keys = planned::kustomization_keys(status);
-                // A tenant's Kustomization (one applied as an account of its
-                // namespace) speaks only for that namespace: namespace `edit`
-                // may write its status (Flux's `flux-edit` role), and a forged
-                // inventory would block or lend an account to another team.
-                if self.impersonates(&object.data) {
-                    let prefix = format!(":{namespace}/");
-                    keys.retain(|k| k.contains(&prefix));
-                }
-                Some((keys, Manager::FluxKustomization { namespace, name }))
-            }
-            Kind::AppProject | Kind::HelmRelease => None,
-        }
-    }
-
-    /// Records what `uid` lists. Returns whether it changed.
-    fn set_planned(&mut self, uid: &str, keys: Vec<String>, by: Manager) -> bool {
-        let mut h = std::hash::DefaultHasher::new();
-        keys.hash(&mut h);
-        let hash = h.finish();
-        if self.planned.get(uid).is_some_and(|p| p.hash == hash) {
-            return false;
-        }
-        self.planned
-            .insert(uid.to_owned(), Planned { hash, keys, by });
-        self.rebuild_planned();
-        true
-    }
-
-    /// Whether Flux applies `kustomization` as an account of its namespace
-    /// (`spec.serviceAccountName`, or `--default-service-account`) rather
-    /// than as kustomize-controller.
-    fn impersonates(&self, kustomization: &Value) -> bool {
-        let named = kustomization
-            .pointer("/spec/serviceAccountName")
-            .and_then(Value::as_str)
-            .is_some_and(|n| !n.is_empty());
-        named || self.flux_default_account.is_some()
-    }
-
-    fn rebuild_planned(&mut self) {
-        let mut index = HashMap::new();
-        let mut more: HashMap<String, Vec<Manager>> = HashMap::new();
-        let mut memo: HashMap<(&str, &str), bool> = HashMap::new();
-        let counts = |uid: &str| self.applications.get(uid).is_none_or(|e| e.counts);
-        for (uid, p) in self.planned.iter().filter(|(uid, _)| counts(uid)) {
-            let project = self
-                .applications
-                .get(uid)
-                .and_then(|e| self.project(&e.project));
-            for key in &p.keys {
-                // A project's answer depends on the namespace (or, cluster-
-                // scoped, the kind) only: asked once per rebuild.
-                let deploys = project.is_none_or(|project| {
-                    let (gk, rest) = key.split_once(':').unwrap_or((key, ""));
-                    let scope = match rest.split_once('/') {
-                        Some(("", _)) => gk,
-                        Some((namespace, _)) => namespace,
-                        None => key,
-                    };
-                    *memo
-                        .entry((project.metadata.name.as_str(), scope))
-                        .or_insert_with(|| self.this_cluster.lets_deploy(project, key))
-                });
-                if deploys {
-                    add_lister(&mut index, &mut more, key, &p.by);
-                }
-            }
-        }
-        self.more_listers = Arc::new(more);
-        let scopes = index
-            .keys()
-            .filter_map(|key| {
-                let project = self.project(planned::project_of(key)?);
-                Some(crate::drift::Scope {
-                    key: key.clone(),
-                    project: project.map(|p| Arc::new(p.clone())),
-                    here: self.this_cluster.clone(),
-                })
-            })
-            .collect();
-        self.scopes = Arc::new(scopes);
-        self.planned_index = Arc::new(index);
-    }
-
-    /// The AppProject `name` in Argo CD's namespace, as Argo CD looks it up.
-    fn project(&self, name: &str) -> Option<&AppProject> {
-        self.project_list
-            .iter()
-            .find(|p| p.metadata.name == name && p.metadata.namespace == self.argocd_namespace)
-    }
-
-    fn forget_planned(&mut self, uid: &str) -> bool {
-        let removed = self.planned.remove(uid).is_some();
-        if removed {
-            self.rebuild_planned();
-        }
-        removed
-    }
-
     fn apply_content(
         &mut self,
         kind: Kind,
@@ -624,52 +444,6 @@ impl SourceCache {
         changed
     }
 
-    /// The argocd-cm ConfigMap (`None`: absent). Returns whether the sources changed.
-    pub fn apply_cm(&mut self, cm: Option<&ConfigMap>) -> bool {
-        let data = cm_data(cm);
-        let mut h = std::hash::DefaultHasher::new();
-        hash_value(&Value::Object(data.clone()), &mut h);
-        let hash = h.finish();
-        if self.cm_hash == Some(hash) {
-            return false;
-        }
-        self.cm_hash = Some(hash);
-        let (overrides, errors) = sources::argocd_overrides(&data);
-        report(errors);
-        self.overrides = Arc::new(overrides);
-        self.installation_id = data
-            .get(ARGOCD_CM_INSTALLATION_ID)
-            .and_then(Value::as_str)
-            .filter(|id| !id.is_empty())
-            .map(str::to_owned);
-        self.instance_label = instance_label(&data);
-        let enabled = impersonation::enabled(&data);
-        if enabled != self.impersonation {
-            self.impersonation = enabled;
-            self.recompute_apps();
-        }
-        true
-    }
-
-    /// The argocd-cmd-params-cm ConfigMap (`None`: absent), whose
-    /// `application.namespaces` says which namespaces' Applications Argo CD
-    /// reconciles besides its own. Argo CD's controller reads it at start; a
-    /// change counts here at once. Returns whether the sources changed.
-    pub fn apply_params_cm(&mut self, cm: Option<&ConfigMap>) -> bool {
-        let value = cm
-            .and_then(|cm| cm.data.as_ref())
-            .and_then(|d| d.get(app_namespaces::NAMESPACES_KEY));
-        let mut h = std::hash::DefaultHasher::new();
-        value.hash(&mut h);
-        let hash = h.finish();
-        if self.params_hash.replace(hash) == Some(hash) {
-            return false;
-        }
-        self.app_namespaces = app_namespaces::enabled_namespaces(value.map(String::as_str));
-        self.recompute_apps();
-        true
-    }
-
     /// The sources to publish: pointers to the compiled entries.
     pub fn snapshot(&self) -> Sources {
         let flux = |map: &BTreeMap<String, Entry<FluxSource>>| {
@@ -713,161 +487,11 @@ impl SourceCache {
             &mut self.kustomizations
         }
     }
-
-    fn compile_app(&self, object: &DynamicObject, hash: u64, refused: bool) -> AppEntry {
-        let app = to_value(object).and_then(|mut v| {
-            if refused {
-                source_cost::without_rules(false, &mut v);
-            }
-            let (mut apps, errors) =
-                sources::applications_for(std::slice::from_ref(&v), &self.this_cluster);
-            report(errors);
-            apps.pop().map(Arc::new)
-        });
-        // Read from the object, so that one that does not compile still
-        // counts, or not, for what it lists.
-        let project = project_of(&object.data);
-        let mut entry = AppEntry {
-            hash,
-            namespace: object.metadata.namespace.clone().unwrap_or_default(),
-            project: project.to_owned(),
-            counts: false,
-            app,
-            account: None,
-        };
-        self.count_in(&mut entry);
-        entry
-    }
-
-    /// Whether Argo CD reconciles the Application, and its sync account if so.
-    fn count_in(&self, entry: &mut AppEntry) {
-        let project = self.project_list.iter().find(|p| {
-            p.metadata.name == entry.project && p.metadata.namespace == self.argocd_namespace
-        });
-        entry.counts = app_namespaces::reconciles(
-            &entry.namespace,
-            &self.argocd_namespace,
-            &self.app_namespaces,
-            project,
-        );
-        entry.account = entry
-            .app
-            .as_deref()
-            .filter(|_| entry.counts)
-            .and_then(|a| self.account(a));
-    }
-
-    fn account(&self, app: &Application) -> Option<Arc<SyncAccount>> {
-        impersonation::sync_accounts(
-            std::slice::from_ref(app),
-            &self.project_list,
-            self.impersonation,
-            &self.argocd_namespace,
-        )
-        .pop()
-        .map(Arc::new)
-    }
-
-    fn projects_changed(&mut self) {
-        self.project_list = self
-            .projects
-            .values()
-            .filter_map(|e| e.value.as_deref().cloned())
-            .collect();
-        self.recompute_apps();
-        // What each Application lists counts only where its project deploys.
-        self.rebuild_planned();
-    }
-
-    /// Whether each Application counts, and its sync account: after a
-    /// project, argocd-cm or argocd-cmd-params-cm change.
-    fn recompute_apps(&mut self) {
-        let mut applications = std::mem::take(&mut self.applications);
-        let mut moved = false;
-        for entry in applications.values_mut() {
-            let counted = entry.counts;
-            self.count_in(entry);
-            moved |= entry.counts != counted;
-        }
-        self.applications = applications;
-        if moved {
-            self.rebuild_planned();
-        }
-    }
-}
-
-/// Records `by` as a lister of `key`: in `index` if it is the first, in
-/// `more` if it is another.
-pub fn add_lister(
-    index: &mut HashMap<String, Manager>,
-    more: &mut HashMap<String, Vec<Manager>>,
-    key: &str,
-    by: &Manager,
-) {
-    match index.get(key) {
-        None => {
-            index.insert(key.to_owned(), by.clone());
-        }
-        Some(first) if first == by => {}
-        Some(_) => {
-            let others = more.entry(key.to_owned()).or_default();
-            if !others.contains(by) {
-                others.push(by.clone());
-            }
-        }
-    }
 }
 
 /// How many namespaces a refused Application's listing names before it
 /// stands for its whole project ([`planned::within_project`]).
 const REFUSED_NAMESPACES: usize = 16;
-
-/// An Application's `spec.project`, `default` when empty.
-fn project_of(application: &Value) -> &str {
-    application
-        .pointer("/spec/project")
-        .and_then(Value::as_str)
-        .filter(|p| !p.is_empty())
-        .unwrap_or("default")
-}
-
-/// The object as JSON, for the readers in [`sources`].
-fn to_value(object: &DynamicObject) -> Option<Value> {
-    serde_json::to_value(object).ok()
-}
-
-/// Drops what driftguard never reads before an object is held or hashed.
-pub fn strip(object: &mut DynamicObject) {
-    object.metadata.managed_fields = None;
-    if let Some(data) = object.data.as_object_mut() {
-        let status = data.remove("status");
-        data.remove("operation");
-        // All but the objects the tools list ([`planned`]), by identity only.
-        if let Some(kept) = status.as_ref().and_then(listed_objects) {
-            data.insert("status".into(), kept);
-        }
-    }
-}
-
-/// An Application's `status.resources` (group, kind, namespace and name of
-/// each) and a Kustomization's `status.inventory`, without the rest.
-fn listed_objects(status: &Value) -> Option<Value> {
-    let mut kept = serde_json::Map::new();
-    if let Some(resources) = status.get("resources").and_then(Value::as_array) {
-        let identity = |r: &Value| {
-            ["group", "kind", "namespace", "name"]
-                .into_iter()
-                .filter_map(|k| r.get(k).map(|v| (k.to_owned(), v.clone())))
-                .collect::<serde_json::Map<_, _>>()
-        };
-        let list = resources.iter().map(|r| Value::Object(identity(r)));
-        kept.insert("resources".into(), list.collect());
-    }
-    if let Some(inventory) = status.get("inventory") {
-        kept.insert("inventory".into(), inventory.clone());
-    }
-    (!kept.is_empty()).then_some(Value::Object(kept))
-}
 
 #[cfg(test)]
 mod tests;

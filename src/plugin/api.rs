@@ -11,7 +11,7 @@ use http_body_util::BodyExt;
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::authentication::v1::SelfSubjectReview;
 use kube::api::{ListParams, ObjectMeta, PostParams};
-use kube::client::{APIGroupDiscoveryList, Body};
+use kube::client::{APIGroupDiscoveryList, APIResourceDiscovery, Body};
 use kube::core::response::StatusDetails;
 use kube::core::{ApiResource, DynamicObject, Status};
 use serde_json::Value;
@@ -251,37 +251,19 @@ pub fn answer<T>(
 
 impl Api {
     pub async fn connect(args: &ConnectArgs) -> Result<Self, PluginError> {
-        let options = kube::config::KubeConfigOptions {
-            context: args.context.clone(),
-            ..Default::default()
-        };
-        let config = match &args.kubeconfig {
-            Some(path) => {
-                let file = kube::config::Kubeconfig::read_from(path).map_err(|e| {
-                    PluginError::Access(format!("kubeconfig {}: {e}", path.display()))
-                })?;
-                kube::Config::from_custom_kubeconfig(file, &options)
-                    .await
-                    .map_err(|e| {
-                        PluginError::Access(format!("kubeconfig {}: {e}", path.display()))
-                    })?
-            }
-            None if args.context.is_some() => kube::Config::from_kubeconfig(&options)
-                .await
-                .map_err(|e| PluginError::Access(format!("kubeconfig: {e}")))?,
-            None => kube::Config::infer()
-                .await
-                .map_err(|e| PluginError::Access(format!("no usable kubeconfig: {e}")))?,
-        };
+        let config = crate::cluster::config(args.kubeconfig.as_deref(), args.context.clone())
+            .await
+            .map_err(|e| match e {
+                crate::cluster::ClientError::Infer(e) => {
+                    PluginError::Access(format!("no usable kubeconfig: {e}"))
+                }
+                e => PluginError::Access(format!("kubeconfig {e}")),
+            })?;
         let namespace = args
             .namespace
             .clone()
             .unwrap_or_else(|| config.default_namespace.clone());
-        if namespace.is_empty()
-            || !namespace
-                .chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-        {
+        if !crate::text::is_dns_label(&namespace) {
             return Err(PluginError::Usage(format!(
                 "namespace {namespace:?} is not a valid namespace name"
             )));
@@ -444,45 +426,45 @@ impl Api {
     /// (`crate::cluster::rules::EXCLUDED_GROUPS` and `EXCLUDED_RESOURCES`).
     pub async fn listable(&self) -> Result<Vec<Resource>, PluginError> {
         use crate::cluster::rules::{EXCLUDED_GROUPS, EXCLUDED_RESOURCES};
-        let mut out = Vec::new();
-        for list in self.discovery().await? {
-            for g in &list.items {
-                let group_name = g
-                    .metadata
-                    .as_ref()
-                    .and_then(|m| m.name.clone())
-                    .unwrap_or_default();
-                if EXCLUDED_GROUPS.contains(&group_name.as_str()) {
-                    continue;
-                }
-                let Some(v) = g.versions.first() else {
-                    continue;
-                };
-                for r in &v.resources {
-                    let plural = r.resource.clone().unwrap_or_default();
-                    let excluded = format!("{group_name}/{plural}");
-                    if plural.is_empty()
-                        || plural.contains('/')
-                        || !r.verbs.iter().any(|v| v == "list")
-                        || EXCLUDED_RESOURCES.contains(&excluded.as_str())
-                    {
-                        continue;
-                    }
-                    out.push(Resource {
-                        group: group_name.clone(),
+        let listable = |(resource, r): &(Resource, &APIResourceDiscovery)| {
+            let excluded = format!("{}/{}", resource.group, resource.plural);
+            !EXCLUDED_GROUPS.contains(&resource.group.as_str())
+                && !resource.plural.is_empty()
+                && !resource.plural.contains('/')
+                && r.verbs.iter().any(|v| v == "list")
+                && !EXCLUDED_RESOURCES.contains(&excluded.as_str())
+        };
+        let types = self.preferred().await?.filter(listable);
+        Ok(types.map(|(resource, _)| resource).collect())
+    }
+
+    /// Every resource type of aggregated discovery in its group's preferred
+    /// version (the first listed), in discovery's order, with its entry.
+    async fn preferred(
+        &self,
+    ) -> Result<impl Iterator<Item = (Resource, &APIResourceDiscovery)>, PluginError> {
+        let groups = self.discovery().await?.iter().flat_map(|l| &l.items);
+        Ok(groups.flat_map(|g| {
+            let group = g.metadata.as_ref().and_then(|m| m.name.clone());
+            let version = g.versions.first();
+            version.into_iter().flat_map(move |v| {
+                let group = group.clone().unwrap_or_default();
+                v.resources.iter().map(move |r| {
+                    let resource = Resource {
+                        group: group.clone(),
                         version: v.version.clone().unwrap_or_default(),
                         kind: r
                             .response_kind
                             .as_ref()
                             .and_then(|k| k.kind.clone())
                             .unwrap_or_default(),
-                        plural,
+                        plural: r.resource.clone().unwrap_or_default(),
                         namespaced: r.scope.as_deref() == Some("Namespaced"),
-                    });
-                }
-            }
-        }
-        Ok(out)
+                    };
+                    (resource, r)
+                })
+            })
+        }))
     }
 
     /// Aggregated discovery of `/api` and `/apis`, fetched on first use.
@@ -516,41 +498,16 @@ impl Api {
             Some((n, g)) => (n.to_owned(), Some(g.to_owned())),
             None => (wanted.clone(), None),
         };
-        for list in self.discovery().await? {
-            for g in &list.items {
-                let group_name = g
-                    .metadata
-                    .as_ref()
-                    .and_then(|m| m.name.clone())
-                    .unwrap_or_default();
-                if group.as_deref().is_some_and(|want| want != group_name) {
-                    continue;
-                }
-                // Versions are listed in preference order.
-                let Some(v) = g.versions.first() else {
-                    continue;
-                };
-                for r in &v.resources {
-                    let plural = r.resource.clone().unwrap_or_default();
-                    let kind_name = r
-                        .response_kind
-                        .as_ref()
-                        .and_then(|k| k.kind.clone())
-                        .unwrap_or_default();
-                    let matches = plural == name
-                        || r.singular_resource.as_deref() == Some(name.as_str())
-                        || kind_name.to_ascii_lowercase() == name
-                        || r.short_names.contains(&name);
-                    if matches && !plural.contains('/') {
-                        return Ok(Resource {
-                            group: group_name,
-                            version: v.version.clone().unwrap_or_default(),
-                            kind: kind_name,
-                            plural,
-                            namespaced: r.scope.as_deref() == Some("Namespaced"),
-                        });
-                    }
-                }
+        for (resource, r) in self.preferred().await? {
+            if group.as_deref().is_some_and(|want| want != resource.group) {
+                continue;
+            }
+            let matches = resource.plural == name
+                || r.singular_resource.as_deref() == Some(name.as_str())
+                || resource.kind.to_ascii_lowercase() == name
+                || r.short_names.contains(&name);
+            if matches && !resource.plural.contains('/') {
+                return Ok(resource);
             }
         }
         Err(PluginError::Usage(format!(

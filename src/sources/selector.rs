@@ -88,117 +88,155 @@ fn tokens(text: &str) -> Vec<(Token<'_>, usize)> {
 /// `notin` match an object without the key). kube-core has the types but no
 /// string parser.
 pub fn parse_selector(text: &str) -> Result<Vec<Expression>, SelectorError> {
-    let tokens = tokens(text);
-    let mut at = 0;
-    let mut next = || {
-        let t = tokens[at.min(tokens.len() - 1)];
-        at += 1;
+    let mut p = Parser {
+        text,
+        tokens: tokens(text),
+        at: 0,
+    };
+    let mut out = Vec::new();
+    loop {
+        match p.expression(&mut out)? {
+            (Token::End, _) => return Ok(out),
+            (Token::Comma, _) => {}
+            (_, column) => return Err(p.syntax(column, "`,` or the end")),
+        }
+    }
+}
+
+/// The tokens of a selector, read in turn.
+struct Parser<'a> {
+    text: &'a str,
+    tokens: Vec<(Token<'a>, usize)>,
+    at: usize,
+}
+
+impl<'a> Parser<'a> {
+    /// The next token; past the end, the end again.
+    fn next(&mut self) -> (Token<'a>, usize) {
+        let t = self.tokens[self.at.min(self.tokens.len() - 1)];
+        self.at += 1;
         t
-    };
-    let syntax = |column, expected| SelectorError::Syntax {
-        selector: text.to_owned(),
-        column,
-        expected,
-    };
-    let key = |k: &str| {
+    }
+
+    fn syntax(&self, column: usize, expected: &'static str) -> SelectorError {
+        SelectorError::Syntax {
+            selector: self.text.to_owned(),
+            column,
+            expected,
+        }
+    }
+
+    fn key(&self, k: &str) -> Result<String, SelectorError> {
         if is_qualified_name(k) {
             Ok(k.to_owned())
         } else {
             Err(SelectorError::Key {
-                selector: text.to_owned(),
+                selector: self.text.to_owned(),
                 key: k.to_owned(),
             })
         }
-    };
-    let value = |v: &str| {
+    }
+
+    fn value(&self, v: &str) -> Result<String, SelectorError> {
         if v.is_empty() || is_name(v) {
             Ok(v.to_owned())
         } else {
             Err(SelectorError::Value {
-                selector: text.to_owned(),
+                selector: self.text.to_owned(),
                 value: v.to_owned(),
             })
         }
-    };
-    let mut out = Vec::new();
-    loop {
-        let (token, column) = next();
-        // What follows the expression: `,` or the end.
-        let follow = match token {
-            Token::Not => match next() {
+    }
+
+    /// One expression, pushed to `out`; returns the token after it.
+    fn expression(
+        &mut self,
+        out: &mut Vec<Expression>,
+    ) -> Result<(Token<'a>, usize), SelectorError> {
+        let (token, column) = self.next();
+        match token {
+            Token::Not => match self.next() {
                 (Token::Word(k), _) => {
-                    out.push(Expression::DoesNotExist(key(k)?));
-                    next()
+                    out.push(Expression::DoesNotExist(self.key(k)?));
+                    Ok(self.next())
                 }
-                (_, column) => return Err(syntax(column, "a key after `!`")),
+                (_, column) => Err(self.syntax(column, "a key after `!`")),
             },
             Token::Word(k) => {
-                let k = key(k)?;
-                match next() {
-                    (Token::Word(op @ ("in" | "notin")), _) => {
-                        let (open, column) = next();
-                        if open != Token::Open {
-                            return Err(syntax(column, "`(` after `in` or `notin`"));
-                        }
-                        let mut values = BTreeSet::new();
-                        loop {
-                            let (mut t, mut c) = next();
-                            if let Token::Word(v) = t {
-                                values.insert(value(v)?);
-                                (t, c) = next();
-                            } else {
-                                // `()` and `(a,)` hold the empty value, as in apimachinery.
-                                values.insert(String::new());
-                            }
-                            match t {
-                                Token::Comma => continue,
-                                Token::Close => break,
-                                _ => return Err(syntax(c, "`,` or `)` in a value list")),
-                            }
-                        }
-                        out.push(if op == "in" {
-                            Expression::In(k, values)
-                        } else {
-                            Expression::NotIn(k, values)
-                        });
-                        next()
-                    }
-                    (op @ (Token::Equals | Token::NotEquals), _) => {
-                        let mut after = next();
-                        let v = match after {
-                            (Token::Word(v), _) => {
-                                after = next();
-                                value(v)?
-                            }
-                            // `a=` selects the empty value.
-                            (Token::Comma | Token::End, _) => String::new(),
-                            (_, column) => return Err(syntax(column, "a value")),
-                        };
-                        out.push(if op == Token::Equals {
-                            Expression::Equal(k, v)
-                        } else {
-                            Expression::NotEqual(k, v)
-                        });
-                        after
-                    }
-                    (op @ (Token::Greater | Token::Less), _) => {
-                        return Err(SelectorError::Unsupported {
-                            selector: text.to_owned(),
-                            operator: if op == Token::Greater { ">" } else { "<" },
-                        });
-                    }
-                    other => {
-                        out.push(Expression::Exists(k));
-                        other
-                    }
-                }
+                let k = self.key(k)?;
+                self.after_key(k, out)
             }
-            _ => return Err(syntax(column, "a key or `!`")),
-        };
-        match follow {
-            (Token::End, _) => return Ok(out),
-            (Token::Comma, _) => {}
-            (_, column) => return Err(syntax(column, "`,` or the end")),
+            _ => Err(self.syntax(column, "a key or `!`")),
+        }
+    }
+
+    /// What follows key `k`: `in (...)`, `notin (...)`, `=`, `==` or `!=`
+    /// and a value, or nothing (the key exists).
+    fn after_key(
+        &mut self,
+        k: String,
+        out: &mut Vec<Expression>,
+    ) -> Result<(Token<'a>, usize), SelectorError> {
+        match self.next() {
+            (Token::Word(op @ ("in" | "notin")), _) => {
+                let values = self.values()?;
+                out.push(if op == "in" {
+                    Expression::In(k, values)
+                } else {
+                    Expression::NotIn(k, values)
+                });
+                Ok(self.next())
+            }
+            (op @ (Token::Equals | Token::NotEquals), _) => {
+                let mut after = self.next();
+                let v = match after {
+                    (Token::Word(v), _) => {
+                        after = self.next();
+                        self.value(v)?
+                    }
+                    // `a=` selects the empty value.
+                    (Token::Comma | Token::End, _) => String::new(),
+                    (_, column) => return Err(self.syntax(column, "a value")),
+                };
+                out.push(if op == Token::Equals {
+                    Expression::Equal(k, v)
+                } else {
+                    Expression::NotEqual(k, v)
+                });
+                Ok(after)
+            }
+            (op @ (Token::Greater | Token::Less), _) => Err(SelectorError::Unsupported {
+                selector: self.text.to_owned(),
+                operator: if op == Token::Greater { ">" } else { "<" },
+            }),
+            other => {
+                out.push(Expression::Exists(k));
+                Ok(other)
+            }
+        }
+    }
+
+    /// The value list of `in` and `notin`: `(a, b, ...)`.
+    fn values(&mut self) -> Result<BTreeSet<String>, SelectorError> {
+        let (open, column) = self.next();
+        if open != Token::Open {
+            return Err(self.syntax(column, "`(` after `in` or `notin`"));
+        }
+        let mut values = BTreeSet::new();
+        loop {
+            let (mut t, mut c) = self.next();
+            if let Token::Word(v) = t {
+                values.insert(self.value(v)?);
+                (t, c) = self.next();
+            } else {
+                // `()` and `(a,)` hold the empty value, as in apimachinery.
+                values.insert(String::new());
+            }
+            match t {
+                Token::Comma => continue,
+                Token::Close => return Ok(values),
+                _ => return Err(self.syntax(c, "`,` or `)` in a value list")),
+            }
         }
     }
 }
@@ -219,17 +257,6 @@ fn is_name(s: &str) -> bool {
 fn is_qualified_name(s: &str) -> bool {
     match s.split_once('/') {
         None => is_name(s),
-        Some((prefix, name)) => {
-            is_name(name)
-                && prefix.len() <= 253
-                && prefix.split('.').all(|label| {
-                    label.len() <= 63
-                        && label.starts_with(|c: char| c.is_ascii_alphanumeric())
-                        && label.ends_with(|c: char| c.is_ascii_alphanumeric())
-                        && label
-                            .chars()
-                            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-                })
-        }
+        Some((prefix, name)) => is_name(name) && crate::text::is_dns_subdomain(prefix),
     }
 }

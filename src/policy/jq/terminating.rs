@@ -14,234 +14,33 @@
 //! arguments do. Anything else is refused, naming the construct.
 
 use jaq_core::load::lex::{StrPart, Tok, Token};
-use jaq_core::load::parse::{BinaryOp, Pattern, Term};
 use jaq_core::load::{Lexer, Parser};
-use jaq_core::ops::Math;
-use jaq_core::path::Part;
+
+mod builtins;
+mod checker;
+
+#[cfg(test)]
+pub(super) use builtins::BUILTINS;
+
+use checker::Checker;
 
 /// Longer expressions are refused: no real rule is this long, and it bounds
 /// every scan and jaq's recursion over operator chains.
-pub const MAX_LEN: usize = 4096;
+pub(crate) const MAX_LEN: usize = 4096;
 /// Deeper nesting is refused, so that neither this check nor jaq recurses
 /// without bound. `|`, `,` and the other binary operators do not nest.
-pub const MAX_DEPTH: usize = 64;
+pub(crate) const MAX_DEPTH: usize = 64;
 
 /// More parts are refused: jaq compiles and runs an expression recursively, on
 /// the caller's (tokio worker's) stack, so its size must be bounded too. The
 /// program run has up to twice as many (its checkpoints, [`super::ticks`]).
-pub const MAX_PARTS: usize = 128;
+pub(crate) const MAX_PARTS: usize = 128;
+/// At most this many calls of the builtins that build values (`to_entries`,
+/// `map`, ...) in one expression.
+pub(crate) const MAX_BUILDS: usize = 3;
 
 const ALLOWED: &str =
     "allowed: field access, [], |, ',', select(...), comparisons, keys, has, test, ...";
-
-/// Builtins known to terminate when their arguments do, with their arities.
-pub(super) const BUILTINS: &[(&str, &[usize])] = &[
-    ("empty", &[0]),
-    ("error", &[0, 1]),
-    ("null", &[0]),
-    ("true", &[0]),
-    ("false", &[0]),
-    ("not", &[0]),
-    ("select", &[1]),
-    ("recurse", &[0]),
-    ("keys", &[0]),
-    ("keys_unsorted", &[0]),
-    ("has", &[1]),
-    ("in", &[1]),
-    ("contains", &[1]),
-    ("inside", &[1]),
-    ("startswith", &[1]),
-    ("endswith", &[1]),
-    ("ltrimstr", &[1]),
-    ("rtrimstr", &[1]),
-    ("trim", &[0]),
-    ("ltrim", &[0]),
-    ("rtrim", &[0]),
-    // jaq's regular expressions run in linear time.
-    ("test", &[1, 2]),
-    ("match", &[1, 2]),
-    ("capture", &[1, 2]),
-    ("splits", &[1, 2]),
-    ("split", &[1]),
-    ("length", &[0]),
-    ("utf8bytelength", &[0]),
-    ("type", &[0]),
-    ("to_entries", &[0]),
-    ("from_entries", &[0]),
-    ("with_entries", &[1]),
-    ("map", &[1]),
-    ("map_values", &[1]),
-    ("any", &[0, 1, 2]),
-    ("all", &[0, 1, 2]),
-    ("first", &[0, 1]),
-    ("last", &[0, 1]),
-    ("isempty", &[1]),
-    ("ascii_downcase", &[0]),
-    ("ascii_upcase", &[0]),
-    ("tostring", &[0]),
-    ("tonumber", &[0]),
-    ("fromjson", &[0]),
-    ("values", &[0]),
-    ("nulls", &[0]),
-    ("strings", &[0]),
-    ("numbers", &[0]),
-    ("booleans", &[0]),
-    ("arrays", &[0]),
-    ("objects", &[0]),
-    ("iterables", &[0]),
-    ("scalars", &[0]),
-    ("paths", &[0]),
-    ("getpath", &[1]),
-    ("add", &[0]),
-    ("index", &[1]),
-    ("rindex", &[1]),
-    ("indices", &[1]),
-    ("unique", &[0]),
-    ("sort", &[0]),
-    ("min", &[0]),
-    ("max", &[0]),
-    ("reverse", &[0]),
-    ("sort_by", &[1]),
-    ("unique_by", &[1]),
-    ("group_by", &[1]),
-    ("min_by", &[1]),
-    ("max_by", &[1]),
-];
-
-/// Builtins whose output can be longer than their input, so that a chain of
-/// them grows a value exponentially (`tojson|tojson|…` doubles backslashes,
-/// `gsub("a"; "aa")` doubles a string). They terminate, but could exhaust
-/// memory before the decision deadline, which bounds only time.
-const GROWS: &[&str] = &[
-    "sub", "gsub", "join", "tojson", "implode", "ascii", "tostream",
-];
-
-/// Builtins that build a value up to a few times their input's size
-/// (`to_entries` wraps each entry, `map(f)` repeats what `f` yields): each
-/// may appear at most [`MAX_BUILDS`] times, so a chain of them cannot grow
-/// a value exponentially.
-const BUILDS: &[&str] = &[
-    "to_entries",
-    "from_entries",
-    "with_entries",
-    "map",
-    "map_values",
-    "group_by",
-    "unique_by",
-];
-/// At most this many [`BUILDS`] calls in one expression.
-pub const MAX_BUILDS: usize = 3;
-
-/// Builtins that yield at most one value when their arguments do (or, for
-/// `first`, `last`, `isempty`, `any` and `all`, whatever their arguments).
-const SINGLE: &[&str] = &[
-    "empty",
-    "error",
-    "null",
-    "true",
-    "false",
-    "not",
-    "select",
-    "keys",
-    "keys_unsorted",
-    "has",
-    "in",
-    "contains",
-    "inside",
-    "startswith",
-    "endswith",
-    "ltrimstr",
-    "rtrimstr",
-    "trim",
-    "ltrim",
-    "rtrim",
-    "test",
-    "split",
-    "length",
-    "utf8bytelength",
-    "type",
-    "to_entries",
-    "from_entries",
-    "with_entries",
-    "map",
-    "map_values",
-    "ascii_downcase",
-    "ascii_upcase",
-    "tostring",
-    "tonumber",
-    "fromjson",
-    "values",
-    "nulls",
-    "strings",
-    "numbers",
-    "booleans",
-    "arrays",
-    "objects",
-    "iterables",
-    "scalars",
-    "getpath",
-    "add",
-    "index",
-    "rindex",
-    "indices",
-    "unique",
-    "sort",
-    "min",
-    "max",
-    "reverse",
-    "sort_by",
-    "unique_by",
-    "group_by",
-    "min_by",
-    "max_by",
-];
-const SINGLE_WHATEVER: &[&str] = &["first", "last", "isempty", "any", "all"];
-
-/// Whether `t` yields at most one value per input.
-fn single(t: &Term<&str>) -> bool {
-    match t {
-        Term::Id | Term::Num(_) | Term::Str(..) | Term::Var(_) | Term::Arr(None) | Term::Obj(_) => {
-            true
-        }
-        Term::Neg(t) => single(t),
-        Term::Path(head, path) => {
-            single(head)
-                && path
-                    .0
-                    .iter()
-                    .all(|(part, _)| matches!(part, Part::Index(i) if single(i)))
-        }
-        Term::BinOp(l, op, r) => !matches!(op, BinaryOp::Comma) && single(l) && single(r),
-        Term::IfThenElse(branches, otherwise) => {
-            branches.iter().all(|(c, t)| single(c) && single(t))
-                && otherwise.as_deref().is_none_or(single)
-        }
-        Term::TryCatch(body, catch) => single(body) && catch.as_deref().is_none_or(single),
-        Term::Call(name, args) => {
-            SINGLE_WHATEVER.contains(name) || (SINGLE.contains(name) && args.iter().all(single))
-        }
-        _ => false,
-    }
-}
-
-/// Builtins that loop, or exist to cut loops short.
-const UNBOUNDED: &[&str] = &["range", "repeat", "while", "until", "limit", "recurse"];
-/// Builtins that read or act outside the object.
-const OUTSIDE: &[&str] = &[
-    "input",
-    "inputs",
-    "env",
-    "now",
-    "input_filename",
-    "input_line_number",
-    "halt",
-    "halt_error",
-    "debug",
-    "stderr",
-    "$ENV",
-    "$__loc__",
-];
-
 /// Why an expression is outside the subset.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum Reason {
@@ -471,341 +270,6 @@ fn flatten<'s>(
     }
     Ok(())
 }
-
-/// A step of the iterative walk over a chain of binary operators.
-enum Step<'a, 's> {
-    Term(&'a Term<&'s str>),
-    Op(&'a BinaryOp<&'s str>),
-    /// `l + r`, checked once `l` has been seen (so the offset is right).
-    Add(&'a Term<&'s str>, &'a Term<&'s str>),
-    Bind(&'a Pattern<&'s str>),
-    Unbind(usize),
-}
-
-struct Checker<'s> {
-    code: &'s str,
-    /// Leaf tokens with their offsets, to place constructs the tree keeps no
-    /// text for (operators, `def`, `label`).
-    tokens: Vec<(usize, &'s str)>,
-    bound: Vec<&'s str>,
-    /// End of the last text seen; the walk goes in source order.
-    cursor: usize,
-    /// Terms and operators seen, against [`MAX_PARTS`].
-    parts: usize,
-    /// [`BUILDS`] calls seen, against [`MAX_BUILDS`].
-    builds: usize,
-}
-
-impl<'s> Checker<'s> {
-    fn see(&mut self, s: &'s str) -> usize {
-        let offset = offset_in(self.code, s);
-        self.cursor = self.cursor.max(offset + s.len());
-        offset
-    }
-
-    /// The first token `text` at or after the cursor (or the last before
-    /// `before`, for keywords that precede a named part).
-    fn token_after(&self, text: &str) -> usize {
-        self.tokens
-            .iter()
-            .find(|(o, t)| *o >= self.cursor && *t == text)
-            .map_or(self.cursor, |(o, _)| *o)
-    }
-
-    fn token_before(&self, text: &str, before: usize) -> usize {
-        self.tokens
-            .iter()
-            .rev()
-            .find(|(o, t)| *o < before && *t == text)
-            .map_or(before, |(o, _)| *o)
-    }
-
-    fn refuse(offset: usize, reason: Reason) -> Result<(), Refusal> {
-        Err(Refusal { offset, reason })
-    }
-
-    /// Checks `t`. Chains of binary operators are walked with an explicit
-    /// stack, so a long `a | b | c ...` or `a, b, c ...` does not count as depth.
-    fn term(&mut self, t: &Term<&'s str>, depth: usize) -> Result<(), Refusal> {
-        if depth > MAX_DEPTH {
-            return Self::refuse(self.cursor, Reason::TooDeep);
-        }
-        let mut stack = vec![Step::Term(t)];
-        while let Some(step) = stack.pop() {
-            let counts = match step {
-                Step::Term(t) => !matches!(t, Term::BinOp(..)),
-                Step::Op(_) | Step::Add(..) | Step::Bind(_) => true,
-                Step::Unbind(_) => false,
-            };
-            if counts {
-                self.parts += 1;
-                if self.parts > MAX_PARTS {
-                    return Self::refuse(self.cursor, Reason::TooBig);
-                }
-            }
-            match step {
-                Step::Term(Term::BinOp(l, op, r)) => {
-                    match op {
-                        BinaryOp::Pipe(Some(pattern)) => {
-                            stack.push(Step::Unbind(self.bound.len()));
-                            stack.push(Step::Term(r));
-                            stack.push(Step::Bind(pattern));
-                        }
-                        BinaryOp::Math(Math::Add) => {
-                            stack.push(Step::Term(r));
-                            stack.push(Step::Add(l, r));
-                        }
-                        _ => {
-                            stack.push(Step::Term(r));
-                            stack.push(Step::Op(op));
-                        }
-                    }
-                    stack.push(Step::Term(l));
-                }
-                Step::Term(other) => self.leaf(other, depth)?,
-                Step::Op(op) => self.op(op)?,
-                // Adding a literal grows a value by at most the expression's
-                // length; adding two computed values can double it.
-                Step::Add(l, r) if !is_literal(l) && !is_literal(r) => {
-                    return Self::refuse(self.token_after("+"), Reason::Grows("+".to_owned()));
-                }
-                Step::Add(..) => {}
-                Step::Bind(pattern) => self.bind(pattern, depth)?,
-                Step::Unbind(len) => self.bound.truncate(len),
-            }
-        }
-        Ok(())
-    }
-
-    fn op(&mut self, op: &BinaryOp<&'s str>) -> Result<(), Refusal> {
-        let (text, arith) = match op {
-            BinaryOp::Pipe(_)
-            | BinaryOp::Comma
-            | BinaryOp::Alt
-            | BinaryOp::Or
-            | BinaryOp::And
-            | BinaryOp::Cmp(_)
-            | BinaryOp::Math(Math::Add | Math::Sub) => return Ok(()),
-            BinaryOp::Math(Math::Mul) => ("*", true),
-            BinaryOp::Math(Math::Div) => ("/", true),
-            BinaryOp::Math(Math::Rem) => ("%", true),
-            BinaryOp::Assign => ("=", false),
-            BinaryOp::Update => ("|=", false),
-            BinaryOp::UpdateAlt => ("//=", false),
-            BinaryOp::UpdateMath(m) => (
-                match m {
-                    Math::Add => "+=",
-                    Math::Sub => "-=",
-                    Math::Mul => "*=",
-                    Math::Div => "/=",
-                    Math::Rem => "%=",
-                },
-                false,
-            ),
-        };
-        let offset = self.token_after(text);
-        Self::refuse(
-            offset,
-            if arith {
-                Reason::Arithmetic(text)
-            } else {
-                Reason::Update(text)
-            },
-        )
-    }
-
-    fn bind(&mut self, pattern: &Pattern<&'s str>, depth: usize) -> Result<(), Refusal> {
-        if depth > MAX_DEPTH {
-            return Self::refuse(self.cursor, Reason::TooDeep);
-        }
-        match pattern {
-            Pattern::Var(x) => {
-                self.see(x);
-                self.bound.push(x);
-            }
-            Pattern::Arr(items) => {
-                for p in items {
-                    self.bind(p, depth + 1)?;
-                }
-            }
-            Pattern::Obj(entries) => {
-                for (key, p) in entries {
-                    self.term(key, depth + 1)?;
-                    self.bind(p, depth + 1)?;
-                }
-            }
-        }
-        Ok(())
-    }
-
-    fn leaf(&mut self, t: &Term<&'s str>, depth: usize) -> Result<(), Refusal> {
-        let depth = depth + 1;
-        match t {
-            Term::Id | Term::Recurse => Ok(()),
-            Term::Num(n) => {
-                self.see(n);
-                Ok(())
-            }
-            Term::Str(Some(fmt), _) => {
-                let offset = self.see(fmt);
-                Self::refuse(offset, Reason::Format((*fmt).to_owned()))
-            }
-            Term::Str(None, parts) => {
-                for part in parts {
-                    match part {
-                        StrPart::Str(s) => {
-                            self.see(s);
-                        }
-                        StrPart::Term(_) => {
-                            let offset = self.token_after("\\(");
-                            return Self::refuse(
-                                offset,
-                                Reason::Grows("string interpolation".to_owned()),
-                            );
-                        }
-                        StrPart::Char(_) => {}
-                    }
-                }
-                Ok(())
-            }
-            Term::Arr(None) => Ok(()),
-            Term::Arr(Some(_)) => {
-                Self::refuse(self.token_after("["), Reason::Grows("[...]".to_owned()))
-            }
-            Term::Obj(entries) if entries.is_empty() => Ok(()),
-            Term::Obj(_) => Self::refuse(self.token_after("{"), Reason::Grows("{...}".to_owned())),
-            Term::Neg(t) => self.term(t, depth),
-            Term::BinOp(..) => self.term(t, depth),
-            Term::Label(x, _) | Term::Break(x) => {
-                let keyword = if matches!(t, Term::Label(..)) {
-                    "label"
-                } else {
-                    "break"
-                };
-                let at = offset_in(self.code, x);
-                Self::refuse(
-                    self.token_before(keyword, at),
-                    Reason::Unbounded(keyword.to_owned()),
-                )
-            }
-            Term::Fold(keyword, ..) => {
-                let offset = self.see(keyword);
-                Self::refuse(offset, Reason::Unbounded((*keyword).to_owned()))
-            }
-            Term::Def(defs, _) => {
-                let at = defs
-                    .first()
-                    .map_or(self.cursor, |d| offset_in(self.code, d.name));
-                Self::refuse(
-                    self.token_before("def", at),
-                    Reason::Unbounded("def".to_owned()),
-                )
-            }
-            Term::TryCatch(body, catch) => {
-                self.term(body, depth)?;
-                catch.as_deref().map_or(Ok(()), |c| self.term(c, depth))
-            }
-            Term::IfThenElse(branches, otherwise) => {
-                for (cond, then) in branches {
-                    self.term(cond, depth)?;
-                    self.term(then, depth)?;
-                }
-                otherwise.as_deref().map_or(Ok(()), |e| self.term(e, depth))
-            }
-            Term::Var(x) => {
-                let offset = self.see(x);
-                if OUTSIDE.contains(x) {
-                    Self::refuse(offset, Reason::Outside((*x).to_owned()))
-                } else if self.bound.contains(x) {
-                    Ok(())
-                } else {
-                    Self::refuse(offset, Reason::UnboundVariable((*x).to_owned()))
-                }
-            }
-            Term::Call(name, args) => {
-                let offset = self.see(name);
-                self.call(name, args.len(), offset)?;
-                if BUILDS.contains(name) {
-                    self.builds += 1;
-                    if self.builds > MAX_BUILDS {
-                        return Self::refuse(offset, Reason::TooManyBuilds((*name).to_owned()));
-                    }
-                }
-                if matches!(*name, "map" | "with_entries") && !args.iter().all(single) {
-                    return Self::refuse(
-                        offset,
-                        Reason::Grows(format!("{name} of more than one value per element")),
-                    );
-                }
-                for arg in args {
-                    self.term(arg, depth)?;
-                }
-                Ok(())
-            }
-            Term::Path(head, path) => {
-                self.term(head, depth)?;
-                for (part, _) in &path.0 {
-                    match part {
-                        Part::Index(i) => self.term(i, depth)?,
-                        Part::Range(from, to) => {
-                            for t in [from, to].into_iter().flatten() {
-                                self.term(t, depth)?;
-                            }
-                        }
-                    }
-                }
-                Ok(())
-            }
-        }
-    }
-
-    fn call(&self, name: &str, arity: usize, offset: usize) -> Result<(), Refusal> {
-        let allowed = BUILTINS
-            .iter()
-            .any(|(n, arities)| *n == name && arities.contains(&arity));
-        if allowed {
-            return Ok(());
-        }
-        let construct = match (name, arity) {
-            (n, 0) => n.to_owned(),
-            ("recurse", 1) => "recurse(f)".to_owned(),
-            ("recurse", _) => "recurse(f; cond)".to_owned(),
-            (n, _) if BUILTINS.iter().any(|(b, _)| *b == n) => {
-                format!(
-                    "{n} with {arity} argument{}",
-                    if arity == 1 { "" } else { "s" }
-                )
-            }
-            (n, _) => n.to_owned(),
-        };
-        let reason = if name.starts_with('@') {
-            Reason::Format(construct)
-        } else if GROWS.contains(&name) {
-            Reason::Grows(construct)
-        } else if UNBOUNDED.contains(&name) {
-            Reason::Unbounded(construct)
-        } else if OUTSIDE.contains(&name) {
-            Reason::Outside(construct)
-        } else {
-            Reason::NotAllowListed(construct)
-        };
-        Self::refuse(offset, reason)
-    }
-}
-
-/// A constant: numbers, strings without interpolation, `null`, `true`,
-/// `false`, `[]` and `{}`.
-fn is_literal(t: &Term<&str>) -> bool {
-    match t {
-        Term::Num(_) | Term::Arr(None) => true,
-        Term::Str(None, parts) => parts.iter().all(|p| !matches!(p, StrPart::Term(_))),
-        Term::Obj(entries) => entries.is_empty(),
-        Term::Neg(t) => is_literal(t),
-        Term::Call(name, args) => args.is_empty() && matches!(*name, "null" | "true" | "false"),
-        _ => false,
-    }
-}
-
 /// What Argo CD users write, and the seed files: the subset accepts them
 /// and a policy loads them (`policy::tests`).
 #[cfg(test)]
@@ -872,10 +336,22 @@ mod tests {
         }
     }
 
+    /// Each `(code, offset, reason)` is refused at that offset, for that reason.
+    fn assert_refused(cases: &[(&str, usize, String)]) {
+        for (code, offset, reason) in cases {
+            assert_eq!(refused(code), (*offset, reason.clone()), "{code}");
+        }
+    }
+
+    /// The reason `{what}` is refused with, `because`.
+    fn refusal(what: &str, because: &str) -> String {
+        hint(&format!("`{what}` is not allowed: {because}"))
+    }
+
     #[test]
-    fn every_refused_construct_is_named_with_its_reason() {
-        let unbounded = |w: &str| hint(&format!("`{w}` is not allowed: it can run without bound"));
-        let cases: &[(&str, usize, String)] = &[
+    fn every_loop_is_named_with_its_reason() {
+        let unbounded = |w: &str| refusal(w, "it can run without bound");
+        assert_refused(&[
             ("def f: f; f", 0, unbounded("def")),
             (".a | def f: .; f", 5, unbounded("def")),
             ("reduce .[] as $x (0; . + $x)", 0, unbounded("reduce")),
@@ -889,116 +365,59 @@ mod tests {
             (".a | recurse(.[])", 5, unbounded("recurse(f)")),
             ("recurse(.[]; . != null)", 0, unbounded("recurse(f; cond)")),
             ("limit(1; .[])", 0, unbounded("limit")),
-            (
-                "input",
-                0,
-                hint("`input` is not allowed: it reads or acts outside the object"),
-            ),
-            (
-                ".a, inputs",
-                4,
-                hint("`inputs` is not allowed: it reads or acts outside the object"),
-            ),
-            (
-                ".[$__loc__.line]",
-                2,
-                hint("`$__loc__` is not allowed: it reads or acts outside the object"),
-            ),
-            (
-                r#"."a" * 1e12"#,
-                5,
-                hint(
-                    r#"`*` is not allowed: it can build values without bound, as `"a" * 1e12` does"#,
-                ),
-            ),
-            (
-                ". / 2",
-                2,
-                hint(
-                    r#"`/` is not allowed: it can build values without bound, as `"a" * 1e12` does"#,
-                ),
-            ),
-            (
-                ".a % 2",
-                3,
-                hint(
-                    r#"`%` is not allowed: it can build values without bound, as `"a" * 1e12` does"#,
-                ),
-            ),
-            (
-                ".a = 1",
-                3,
-                hint(
-                    "`=` is not allowed: it rewrites values, and a jqPathExpression only selects paths",
-                ),
-            ),
-            (
-                ".a |= 1",
-                3,
-                hint(
-                    "`|=` is not allowed: it rewrites values, and a jqPathExpression only selects paths",
-                ),
-            ),
-            (
-                ".a += 1",
-                3,
-                hint(
-                    "`+=` is not allowed: it rewrites values, and a jqPathExpression only selects paths",
-                ),
-            ),
-            (
-                ".a //= 1",
-                3,
-                hint(
-                    "`//=` is not allowed: it rewrites values, and a jqPathExpression only selects paths",
-                ),
-            ),
-            (
-                r#".a | @base64 "x\(.)""#,
-                5,
-                hint("`@base64` is not allowed: format strings are outside the terminating subset"),
-            ),
-            (
-                ".a | @sh",
-                5,
-                hint("`@sh` is not allowed: format strings are outside the terminating subset"),
-            ),
-            (
-                ".[$k]",
-                2,
-                hint("`$k` is not allowed: the variable is not bound in the expression"),
-            ),
-            (
-                "(. as $k | .), $k",
-                15,
-                hint("`$k` is not allowed: the variable is not bound in the expression"),
-            ),
-            (
-                "$ENV.HOME",
-                0,
-                hint("`$ENV` is not allowed: it reads or acts outside the object"),
-            ),
-            (
-                ".a | walk(.)",
-                5,
-                hint("`walk` is not allowed: it is not a builtin known to terminate"),
-            ),
-            (
-                "select(.a; .b)",
-                0,
-                hint(
-                    "`select with 2 arguments` is not allowed: it is not a builtin known to terminate",
-                ),
-            ),
-            (
-                "some.jq.path.expr",
-                0,
-                hint("`some` is not allowed: it is not a builtin known to terminate"),
-            ),
-        ];
-        for (code, offset, reason) in cases {
-            assert_eq!(refused(code), (*offset, reason.clone()), "{code}");
-        }
+        ]);
+    }
+
+    #[test]
+    fn every_read_outside_the_object_is_named_with_its_reason() {
+        let outside = |w: &str| refusal(w, "it reads or acts outside the object");
+        assert_refused(&[
+            ("input", 0, outside("input")),
+            (".a, inputs", 4, outside("inputs")),
+            (".[$__loc__.line]", 2, outside("$__loc__")),
+            ("$ENV.HOME", 0, outside("$ENV")),
+        ]);
+    }
+
+    #[test]
+    fn every_arithmetic_and_update_is_named_with_its_reason() {
+        let builds = |w: &str| {
+            refusal(
+                w,
+                r#"it can build values without bound, as `"a" * 1e12` does"#,
+            )
+        };
+        let rewrites = |w: &str| {
+            refusal(
+                w,
+                "it rewrites values, and a jqPathExpression only selects paths",
+            )
+        };
+        assert_refused(&[
+            (r#"."a" * 1e12"#, 5, builds("*")),
+            (". / 2", 2, builds("/")),
+            (".a % 2", 3, builds("%")),
+            (".a = 1", 3, rewrites("=")),
+            (".a |= 1", 3, rewrites("|=")),
+            (".a += 1", 3, rewrites("+=")),
+            (".a //= 1", 3, rewrites("//=")),
+        ]);
+    }
+
+    #[test]
+    fn every_format_unbound_variable_and_unknown_builtin_is_named_with_its_reason() {
+        let format = |w: &str| refusal(w, "format strings are outside the terminating subset");
+        let unbound = |w: &str| refusal(w, "the variable is not bound in the expression");
+        let unknown = |w: &str| refusal(w, "it is not a builtin known to terminate");
+        assert_refused(&[
+            (r#".a | @base64 "x\(.)""#, 5, format("@base64")),
+            (".a | @sh", 5, format("@sh")),
+            (".[$k]", 2, unbound("$k")),
+            ("(. as $k | .), $k", 15, unbound("$k")),
+            (".a | walk(.)", 5, unknown("walk")),
+            ("select(.a; .b)", 0, unknown("select with 2 arguments")),
+            ("some.jq.path.expr", 0, unknown("some")),
+        ]);
     }
 
     fn hint_grows(what: &str) -> String {
