@@ -38,7 +38,7 @@ async fn main() {
     let acceptor =
         tokio_rustls::TlsAcceptor::from(Arc::new(tls::server_config(store, None, &[]).unwrap()));
     let limits = ConnectionLimits {
-        max_body_bytes: 8 << 20,
+        max_body_bytes: Some(8 << 20),
         header_timeout: Duration::from_secs(10),
         idle_timeout: Duration::from_secs(120),
         body_timeout: Duration::from_secs(10),

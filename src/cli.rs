@@ -43,6 +43,11 @@ enum Command {
     Check(CheckArgs),
     /// Serve the admission webhook over HTTPS (POST /validate, POST /mutate) and probes over HTTP.
     // Boxed: the serve flags dwarf every other subcommand's.
+    #[command(after_help = "Examples:\n  \
+        driftguard serve --self-signed                   # try it: embedded policy, no TLS files\n  \
+        driftguard serve --tls-cert tls.crt --tls-key tls.key --policy policy.yaml --watch-argocd\n  \
+        driftguard serve --self-signed --no-cluster --policy policy.yaml\n\n\
+        Every flag can be set through its DRIFTGUARD_* variable. Reference: docs/cli.md")]
     Serve(Box<server::Config>),
     /// Write a development CA and serving certificate: ca.crt, tls.crt, tls.key.
     Certs(CertsArgs),

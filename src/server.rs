@@ -106,10 +106,9 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         usize::try_from(config.memory_budget_bytes).unwrap_or(usize::MAX),
         metrics.memory_budget_in_use.clone(),
     );
-    warn_of_a_short_budget(&budget, config.limits.max_body_bytes);
     let app = Arc::new(App {
         reviewer,
-        max_body_bytes: config.limits.max_body_bytes,
+        max_body_bytes: max_body_bytes(&budget, config.limits.max_body_bytes),
         body_timeout: config.limits.body_timeout,
         budget: budget.clone(),
     });
@@ -303,16 +302,23 @@ fn decider(config: &Config) -> anyhow::Result<Decider> {
     Ok(decider)
 }
 
-/// Warns when the byte budget fits no body as large as `--max-body-bytes`.
-fn warn_of_a_short_budget(budget: &budget::MemoryBudget, max_body_bytes: usize) {
+/// `--max-body-bytes`, or the largest body the byte budget fits: the two
+/// defaults never contradict each other. A larger one given is kept, with a
+/// warning that the budget refuses what it allows.
+fn max_body_bytes(budget: &budget::MemoryBudget, given: Option<usize>) -> usize {
     let largest =
         budget.capacity().saturating_sub(budget::PER_REVIEW_BYTES) / budget::BYTES_PER_BODY_BYTE;
-    if largest < max_body_bytes {
-        tracing::warn!(
-            largest,
-            max_body_bytes,
-            "--memory-budget-bytes fits no body over {largest} bytes: larger reviews are answered by --on-error"
-        );
+    match given {
+        Some(given) if given > largest => {
+            tracing::warn!(
+                largest,
+                max_body_bytes = given,
+                "--memory-budget-bytes fits no body over {largest} bytes: larger reviews are answered by --on-error"
+            );
+            given
+        }
+        Some(given) => given,
+        None => largest,
     }
 }
 

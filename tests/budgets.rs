@@ -153,7 +153,12 @@ fn ten_maximal_reviews_at_once_stay_under_the_chart_limit_and_a_normal_one_is_ju
     let dir = scratch("memory");
     let ca = Authority::new("test CA").unwrap();
     // Debug builds move 80 MB through TLS slowly: time enough for the bodies.
-    let mut server = start(&dir, &ca, &["--body-timeout=60s"]);
+    // A body limit over what the budget fits, so that the budget is what refuses.
+    let mut server = start(
+        &dir,
+        &ca,
+        &["--body-timeout=60s", "--max-body-bytes=8388608"],
+    );
     let addr: SocketAddr = ([127, 0, 0, 1], server.port).into();
     let pid = server.proc.child.id();
     let big = std::sync::Arc::new(deployment_env(70_000));
@@ -355,4 +360,29 @@ fn decisions_past_their_deadline_free_their_threads() {
     );
     server.proc.stop();
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The body limit's default is what the budget fits: a body past it is
+/// refused by size (413) before any of it is held, not after.
+#[test]
+fn the_default_body_limit_is_what_the_budget_fits() {
+    let dir = scratch("default-limit");
+    let ca = Authority::new("test CA").unwrap();
+    let server = start(&dir, &ca, &["--memory-budget-bytes=67108864"]);
+    let addr: SocketAddr = ([127, 0, 0, 1], server.port).into();
+    // (64 MiB - 2 MiB) / 40 bytes per body byte.
+    let fits = (64usize << 20).saturating_sub(2 << 20) / 40;
+    let (status, text) = post(addr, &ca, &vec![b' '; fits + 1], Duration::from_secs(60)).unwrap();
+    assert_eq!(status, 413, "{text}");
+    assert!(
+        text.contains(&format!("larger than {fits} bytes")),
+        "{text}"
+    );
+    let normal = post(
+        addr,
+        &ca,
+        &std::fs::read(NORMAL).unwrap(),
+        Duration::from_secs(60),
+    );
+    assert!(judged_normally(&normal.unwrap()));
 }

@@ -27,9 +27,11 @@ pub(crate) enum TlsSource {
 pub struct Config {
     /// Address of the HTTPS webhook listener.
     #[arg(long, env = "DRIFTGUARD_LISTEN", default_value = "0.0.0.0:8443")]
+    #[arg(help_heading = "Listening and TLS")]
     pub listen: SocketAddr,
     /// Address of the plain-HTTP probe listener (/healthz, /readyz, /metrics).
     #[arg(long, env = "DRIFTGUARD_PROBE_LISTEN", default_value = "0.0.0.0:8080")]
+    #[arg(help_heading = "Listening and TLS")]
     pub probe_listen: SocketAddr,
     /// Serving certificate (PEM chain); reloaded when it changes.
     #[arg(
@@ -38,12 +40,15 @@ pub struct Config {
         requires = "tls_key",
         required_unless_present = "self_signed"
     )]
+    #[arg(help_heading = "Listening and TLS")]
     pub tls_cert: Option<PathBuf>,
     /// Private key of the serving certificate (PEM).
     #[arg(long, env = "DRIFTGUARD_TLS_KEY", requires = "tls_cert")]
+    #[arg(help_heading = "Listening and TLS")]
     pub tls_key: Option<PathBuf>,
     /// Require client certificates signed by this CA (the apiserver's).
     #[arg(long, env = "DRIFTGUARD_CLIENT_CA")]
+    #[arg(help_heading = "Listening and TLS")]
     pub client_ca: Option<PathBuf>,
     /// With --client-ca: the client certificate's CN, DNS or URI SAN must be
     /// one of these (repeatable, or comma-separated in the variable).
@@ -53,14 +58,17 @@ pub struct Config {
         value_delimiter = ',',
         requires = "client_ca"
     )]
+    #[arg(help_heading = "Listening and TLS")]
     pub client_names: Vec<String>,
     /// Generate a CA and a certificate for 127.0.0.1/localhost in memory, for trying driftguard out.
     #[arg(long, env = "DRIFTGUARD_SELF_SIGNED", conflicts_with_all = ["tls_cert", "tls_key"])]
+    #[arg(help_heading = "Listening and TLS")]
     pub self_signed: bool,
     /// Where --self-signed writes its CA certificate.
     #[arg(long, env = "DRIFTGUARD_SELF_SIGNED_CA_OUT", default_value_os_t = std::env::temp_dir().join("driftguard-ca.crt"))]
+    #[arg(help_heading = "Listening and TLS")]
     pub self_signed_ca_out: PathBuf,
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = "Policy and decisions")]
     pub source: PolicySource,
     /// Diagnostic log format on stderr (audit records are always JSON lines on stdout).
     #[arg(
@@ -69,23 +77,28 @@ pub struct Config {
         value_enum,
         default_value = "text"
     )]
+    #[arg(help_heading = "Policy and decisions")]
     pub log_format: LogFormat,
     /// The answer when deciding fails inside driftguard.
     #[arg(long, env = "DRIFTGUARD_ON_ERROR", value_enum, default_value = "deny")]
+    #[arg(help_heading = "Policy and decisions")]
     pub on_error: OnError,
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = "Policy and decisions")]
     pub deadline: DecisionTimeout,
     /// Threads that run decisions [default: one per CPU, at least 2]; runaway jq rules take at most these.
     #[arg(long, env = "DRIFTGUARD_DECISION_THREADS", value_parser = clap::value_parser!(u16).range(1..=256))]
+    #[arg(help_heading = "Policy and decisions")]
     pub decision_threads: Option<u16>,
     /// Decisions that may wait for a busy thread; beyond that, reviews are answered by --on-error at once.
     #[arg(long, env = "DRIFTGUARD_DECISION_QUEUE", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=65536))]
+    #[arg(help_heading = "Policy and decisions")]
     pub decision_queue: u32,
     /// Reviews up to this many bytes are decided on the thread that read
     /// them, saving the hand-off to a decision thread and back (two thread
     /// wake-ups); a decision that reaches a jq rule still moves to the
     /// decision threads. 0: every decision on the decision threads.
     #[arg(long, env = "DRIFTGUARD_DECIDE_HERE_MAX_BYTES", default_value_t = 64 * 1024)]
+    #[arg(help_heading = "Policy and decisions")]
     pub decide_here_max_bytes: usize,
     /// Bytes all reviews in flight may hold together: each reserves 40 times
     /// its body before reading it and waits (up to --decision-timeout) for
@@ -93,33 +106,41 @@ pub struct Config {
     /// with headroom for the server's own ~25 MiB and its watched sources; a
     /// body over a fortieth of it (3.2 MiB by default) is always refused.
     #[arg(long, env = "DRIFTGUARD_MEMORY_BUDGET_BYTES", default_value_t = 128 * 1024 * 1024, value_parser = clap::value_parser!(u64).range(1024 * 1024..))]
+    #[arg(help_heading = "Bounds and timeouts")]
     pub memory_budget_bytes: u64,
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = "Bounds and timeouts")]
     pub limits: ConnectionLimits,
     /// Kubeconfig for reading scale parents; without it, in-cluster or $KUBECONFIG is used if present.
     #[arg(long, env = "DRIFTGUARD_KUBECONFIG")]
+    #[arg(help_heading = "Cluster and GitOps sources")]
     pub kubeconfig: Option<PathBuf>,
     /// Never talk to the cluster (scale writes then follow unknownScaleParent).
     #[arg(long, env = "DRIFTGUARD_NO_CLUSTER", conflicts_with = "kubeconfig")]
+    #[arg(help_heading = "Cluster and GitOps sources")]
     pub no_cluster: bool,
     /// Read Argo CD Applications (every namespace) and argocd-cm from the cluster.
     #[arg(long, env = "DRIFTGUARD_WATCH_ARGOCD")]
+    #[arg(help_heading = "Cluster and GitOps sources")]
     pub watch_argocd: bool,
     /// Namespace of argocd-cm.
     #[arg(long, env = "DRIFTGUARD_ARGOCD_NAMESPACE", default_value = "argocd")]
+    #[arg(help_heading = "Cluster and GitOps sources")]
     pub argocd_namespace: String,
     /// Read Flux Kustomizations and HelmReleases from the cluster.
     #[arg(long, env = "DRIFTGUARD_WATCH_FLUX")]
+    #[arg(help_heading = "Cluster and GitOps sources")]
     pub watch_flux: bool,
     /// Read Argo CD (Applications, AppProjects, argocd-cm) from the cluster
     /// this kubeconfig reaches, a hub whose Argo CD deploys here, instead of
     /// from this cluster. Read-only access is enough. Needs --cluster-name.
     #[arg(long, env = "DRIFTGUARD_ARGOCD_KUBECONFIG", requires_all = ["watch_argocd", "cluster_names"])]
+    #[arg(help_heading = "Cluster and GitOps sources")]
     pub argocd_kubeconfig: Option<PathBuf>,
     /// Read Flux (Kustomizations, HelmReleases) from the cluster this
     /// kubeconfig reaches, a hub whose Flux applies here through
     /// `spec.kubeConfig`, instead of from this cluster. Needs --cluster-name.
     #[arg(long, env = "DRIFTGUARD_FLUX_KUBECONFIG", requires_all = ["watch_flux", "cluster_names"])]
+    #[arg(help_heading = "Cluster and GitOps sources")]
     pub flux_kubeconfig: Option<PathBuf>,
     /// Flux's `--default-service-account` (kustomize-controller and
     /// helm-controller, multi-tenancy lockdown): a Kustomization or
@@ -130,12 +151,14 @@ pub struct Config {
         env = "DRIFTGUARD_FLUX_DEFAULT_SERVICE_ACCOUNT",
         requires = "watch_flux"
     )]
+    #[arg(help_heading = "Cluster and GitOps sources")]
     pub flux_default_service_account: Option<String>,
     /// With --flux-kubeconfig, also read the Flux that runs in this
     /// cluster, beside the hub's. A Kustomization or HelmRelease of the same
     /// namespace and name in both cannot be told apart on the objects they
     /// apply: neither's rules apply to those (docs/fleets.md).
     #[arg(long, env = "DRIFTGUARD_LOCAL_FLUX", requires = "flux_kubeconfig")]
+    #[arg(help_heading = "Cluster and GitOps sources")]
     pub local_flux: bool,
     /// With --argocd-kubeconfig, also read the Argo CD that runs in this
     /// cluster, in this namespace, beside the hub's. Each installation's
@@ -146,6 +169,7 @@ pub struct Config {
         env = "DRIFTGUARD_LOCAL_ARGOCD_NAMESPACE",
         requires = "argocd_kubeconfig"
     )]
+    #[arg(help_heading = "Cluster and GitOps sources")]
     pub local_argocd_namespace: Option<String>,
     /// A name the hub knows this cluster by (repeatable, or comma-separated):
     /// an Argo CD destination `server` URL (with `://`) or `name`, and the
@@ -155,30 +179,38 @@ pub struct Config {
         env = "DRIFTGUARD_CLUSTER_NAMES",
         value_delimiter = ','
     )]
+    #[arg(help_heading = "Cluster and GitOps sources")]
     pub cluster_names: Vec<String>,
     /// How long the watched sources' first list may keep the server unready,
     /// so that a normal start judges with all of them. Past it, a source not
     /// listed (a hub out of reach) leaves the server ready, degraded: it
     /// judges by the strictest reading without it until it lists.
     #[arg(long, env = "DRIFTGUARD_SOURCES_WAIT", default_value = "10s", value_parser = duration)]
+    #[arg(help_heading = "Cluster and GitOps sources")]
     pub sources_wait: Duration,
     /// How often expired break-glasses are ended: their annotations, label and
     /// the GitOps pause driftguard set removed, so the tool restores Git
     /// (needs list and patch on every type, and patch on Argo CD
     /// Applications). 0 turns it off. Never runs without cluster access.
     #[arg(long, env = "DRIFTGUARD_BREAK_GLASS_SWEEP_INTERVAL", default_value = "15s", value_parser = sweep_interval)]
+    #[arg(help_heading = "Break-glass and driftguard's own objects")]
     pub break_glass_sweep_interval: Duration,
     /// The Lease, as NAMESPACE/NAME, that elects the one replica whose sweeper
     /// runs (created if missing; needs get, create and update on it). Without
     /// it every replica sweeps, which is right for one replica.
     #[arg(long, env = "DRIFTGUARD_BREAK_GLASS_SWEEPER_LEASE", value_parser = lease_name)]
+    #[arg(help_heading = "Break-glass and driftguard's own objects")]
     pub break_glass_sweeper_lease: Option<(String, String)>,
-    #[command(flatten)]
+    #[command(
+        flatten,
+        next_help_heading = "Break-glass and driftguard's own objects"
+    )]
     pub guarded: crate::cluster::guard::Guarded,
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = "Cluster and GitOps sources")]
     pub source_limits: crate::cluster::source_cost::Limits,
     /// How often the policy and certificate files are checked for changes.
     #[arg(long, env = "DRIFTGUARD_RELOAD_INTERVAL", default_value = "2s", value_parser = duration)]
+    #[arg(help_heading = "Policy and decisions")]
     pub reload_interval: Duration,
 }
 
@@ -205,9 +237,10 @@ fn sweep_interval(text: &str) -> Result<Duration, String> {
 /// the shutdown may last.
 #[derive(Clone, Debug, clap::Args)]
 pub struct ConnectionLimits {
-    /// Largest accepted request body. The apiserver caps an object at 3 MiB and an UPDATE carries two.
-    #[arg(long, env = "DRIFTGUARD_MAX_BODY_BYTES", default_value_t = 8 * 1024 * 1024)]
-    pub max_body_bytes: usize,
+    /// Largest accepted request body [default: the largest --memory-budget-bytes fits, 3.2 MiB
+    /// by default]. The apiserver caps an object at 1.5 MiB in etcd, and an UPDATE carries two.
+    #[arg(long, env = "DRIFTGUARD_MAX_BODY_BYTES")]
+    pub max_body_bytes: Option<usize>,
     /// Time allowed to send the first request's headers after the TLS handshake.
     #[arg(long, env = "DRIFTGUARD_HEADER_TIMEOUT", default_value = "10s", value_parser = duration)]
     pub header_timeout: Duration,
