@@ -16,7 +16,7 @@
 //! - alias bombs: well-formed reviews of a drifting write whose stored
 //!   object carries a YAML alias bomb in `argocd.argoproj.io/ignore-differences`;
 //! - maximal reviews: well-formed UPDATE reviews of about 3.2 MB (judged)
-//!   of 8 MiB, past the default `--max-body-bytes` (refused by size as they arrive).
+//!   and of 8 MiB, past the default `--max-body-bytes` (refused by size as they arrive).
 //!
 //! The two kinds of review must each be answered with an AdmissionReview
 //! denying the write; anything else counts as failed.
