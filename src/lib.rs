@@ -10,6 +10,7 @@
 
 pub mod args;
 pub mod audit;
+pub mod breakglass;
 pub mod certs;
 pub mod cli;
 pub mod cluster;
@@ -18,7 +19,6 @@ pub mod decider;
 pub mod drift;
 pub mod logging;
 pub mod metrics;
-pub mod pause;
 pub mod plugin;
 pub mod policy;
 pub mod request;

@@ -427,9 +427,17 @@ mod tests {
         // What `kubectl driftguard break-glass` writes, with the given reason
         // and expiry (null: taken off).
         let armed = |reason: Value, expires: Value| {
-            let plan = crate::pause::plan(&object(json!({}), json!({})), "", &policy, "argocd");
+            let plan = crate::breakglass::pause::plan(
+                &object(json!({}), json!({})),
+                "",
+                &policy,
+                "argocd",
+            );
             let mut o = object(json!({}), json!({}));
-            json_patch::merge(&mut o, &crate::pause::arm_patch(&plan, "x", "x", "1"));
+            json_patch::merge(
+                &mut o,
+                &crate::breakglass::pause::arm_patch(&plan, "x", "x", "1"),
+            );
             json_patch::merge(
                 &mut o,
                 &json!({"metadata": {"annotations": {REASON: reason, EXPIRES: expires}}}),
@@ -476,7 +484,7 @@ mod tests {
                 _ => panic!("webhook {webhook:?} for a {want} break-glass: {o}"),
             }
             // The sweeper: leaves what driftguard did not arm, keeps what grants, ends the rest.
-            let swept = crate::cluster::expiry::sweep(&o, "", &policy, now);
+            let swept = crate::breakglass::sweeper::sweep(&o, "", &policy, now);
             match (swept, want) {
                 (Err(_), "none") | (Ok(false), "active") => {}
                 (Ok(true), "expired" | "invalid" | "ended") => {}

@@ -2,7 +2,7 @@
 //! and `--end`: the exact write is first sent as a server-side dry run, so
 //! driftguard's own answer, under the policy in force, decides; only then is
 //! the GitOps tool paused for this object with the tool's own control and
-//! break-glass armed, or both ended (see [`crate::pause`]). The copy of the
+//! break-glass armed, or both ended (see [`crate::breakglass::pause`]). The copy of the
 //! policy in the chart's ConfigMap never decides: it only explains a refusal.
 //!
 //! For Flux the pause is in the same write as the two annotations; for Argo
@@ -28,8 +28,9 @@ use super::pause::{
     update_application,
 };
 use super::{LoadedPolicy, Output, PluginError, PolicySource, print_structured, split_target};
-use crate::cluster::ending::{self, Ending, Lift};
-use crate::pause::{AppChange, AppState, Plan};
+use crate::breakglass::application::{AppChange, AppState};
+use crate::breakglass::ending::{self, Ending, Lift};
+use crate::breakglass::pause::Plan;
 use crate::policy::argocd::{IN_CLUSTER_NAME, IN_CLUSTER_SERVER, ThisCluster};
 use crate::text::printable;
 
@@ -362,7 +363,7 @@ impl<'a> Target<'a> {
     }
 
     fn plan(&self, object: &Value) -> Plan {
-        crate::pause::plan(
+        crate::breakglass::pause::plan(
             object,
             &self.resource.group,
             self.policy,
@@ -520,7 +521,9 @@ impl<'a> Target<'a> {
             let rv = object["metadata"]["resourceVersion"]
                 .as_str()
                 .unwrap_or_default();
-            if let Some(why) = crate::pause::runtime_child(&object, &self.resource.group) {
+            if let Some(why) =
+                crate::breakglass::pause::runtime_child(&object, &self.resource.group)
+            {
                 return Err(PluginError::Usage(format!(
                     "{}: {why}; break-glass the GitOps-managed object it comes from instead",
                     self.shown
@@ -534,9 +537,9 @@ impl<'a> Target<'a> {
                 Pausable::Unreadable(_) => false,
             };
             let mut body = if pauses {
-                crate::pause::arm_patch(&plan, reason, &expires, rv)
+                crate::breakglass::pause::arm_patch(&plan, reason, &expires, rv)
             } else {
-                crate::pause::arm_patch_unpaused(reason, &expires, rv)
+                crate::breakglass::pause::arm_patch_unpaused(reason, &expires, rv)
             };
             // The server decides, before anything is written.
             match self.ask(&body).await? {
@@ -573,7 +576,7 @@ impl<'a> Target<'a> {
                     Err(PluginError::Access(why)) => {
                         failed = Some(self.unpaused(why, false));
                         // No pause: the write carries no marker of one.
-                        body = crate::pause::arm_patch_unpaused(reason, &expires, rv);
+                        body = crate::breakglass::pause::arm_patch_unpaused(reason, &expires, rv);
                     }
                     Err(e) => return Err(e),
                 }
@@ -648,7 +651,7 @@ impl<'a> Target<'a> {
             // The marker is the record of the Application to resume: never
             // dropped while that Application is known to be out of reach
             // (in a hub), since ending goes first and the lift after.
-            if marker == Some(crate::pause::SKIP_RECONCILE)
+            if marker == Some(crate::breakglass::application::SKIP_RECONCILE)
                 && self.hub.is_none()
                 && !self.serves_applications().await
             {
@@ -659,13 +662,13 @@ impl<'a> Target<'a> {
             }
             // Only an Application that deploys here holds a pause of ours.
             let here = self.here();
-            if marker == Some(crate::pause::SKIP_RECONCILE) && here.is_none() {
+            if marker == Some(crate::breakglass::application::SKIP_RECONCILE) && here.is_none() {
                 return Err(PluginError::Usage(format!(
                     "{} paused its Argo CD Application; give --cluster-name with what the hub calls this cluster, so that --end lifts the pause only from an Application that deploys here (nothing was written)",
                     self.shown
                 )));
             }
-            let body = crate::pause::end_patch(annotations, rv);
+            let body = crate::breakglass::pause::end_patch(annotations, rv);
             match self.ask(&body).await? {
                 Err(()) => continue,
                 Ok(Some(refusal)) => return Ok(Written::Denied(refusal)),
@@ -738,7 +741,7 @@ impl<'a> Target<'a> {
                 eprintln!(
                     "warning: {} says it paused an Argo CD Application, but no longer names one: check {} on its Application",
                     self.shown,
-                    crate::pause::SKIP_RECONCILE
+                    crate::breakglass::application::SKIP_RECONCILE
                 );
                 None
             }
@@ -769,7 +772,11 @@ impl<'a> Target<'a> {
         let (namespace, name) = application.split_once('/').unwrap_or_default();
         let read = self
             .apps
-            .get_object(&crate::pause::application_resource(), Some(namespace), name)
+            .get_object(
+                &crate::breakglass::application::application_resource(),
+                Some(namespace),
+                name,
+            )
             .await;
         let app = match read {
             Ok(Ok(app)) => Some(app),
@@ -779,8 +786,13 @@ impl<'a> Target<'a> {
             Some(flags) => format!("kubectl {flags}"),
             None => "kubectl".to_owned(),
         };
-        let Some(cmd) = crate::pause::lift_by_hand(&kubectl, namespace, name, entry, app.as_ref())
-        else {
+        let Some(cmd) = crate::breakglass::application::lift_by_hand(
+            &kubectl,
+            namespace,
+            name,
+            entry,
+            app.as_ref(),
+        ) else {
             // Lifted meanwhile (the sweeper, say): nothing left of ours.
             let lifted = Some((application.to_owned(), AppState::NotListed));
             return ended_report(marker, lifted, self.shown);
@@ -794,14 +806,14 @@ impl<'a> Target<'a> {
         let others = if app.is_none() {
             format!(
                 " (if {} lists other objects too, remove only {entry} from it)",
-                crate::pause::PAUSED_FOR
+                crate::breakglass::application::PAUSED_FOR
             )
         } else {
             String::new()
         };
         let why = application_error(namespace, name, error);
         r.tool = Some("Argo CD");
-        r.control = Some(crate::pause::SKIP_RECONCILE);
+        r.control = Some(crate::breakglass::application::SKIP_RECONCILE);
         r.target = Some(format!("Application {application}"));
         r.state = "lift-failed";
         r.text = format!(
@@ -876,9 +888,9 @@ fn armed_report(
             namespace, name, ..
         } => {
             r.tool = Some("Argo CD");
-            r.control = Some(crate::pause::SKIP_RECONCILE);
+            r.control = Some(crate::breakglass::application::SKIP_RECONCILE);
             r.target = Some(format!("Application {namespace}/{name}"));
-            let keys = crate::pause::APPLICATION_PAUSE.join(", ");
+            let keys = crate::breakglass::application::APPLICATION_PAUSE.join(", ");
             let fix = format!(
                 "to let break-glass pause it, list {keys} in the ApplicationSet's spec.preservedFields.annotations (see docs/break-glass.md)"
             );
@@ -905,7 +917,7 @@ fn armed_report(
             }) = failed
             {
                 let app = format!("applications.argoproj.io -n {namespace} {name}");
-                let skip = crate::pause::SKIP_RECONCILE;
+                let skip = crate::breakglass::application::SKIP_RECONCILE;
                 let (kubectl, there, flag) = match (hub, elsewhere) {
                     (Some(flags), _) => (format!("kubectl {flags}"), " in the hub", ""),
                     (None, true) => (
@@ -988,7 +1000,9 @@ fn ended_report(marker: Option<&str>, app: Option<(String, AppState)>, shown: &s
         tool: None,
         control: marker
             .and_then(crate::drift::restore::paused_annotation)
-            .or(app.as_ref().map(|_| crate::pause::SKIP_RECONCILE)),
+            .or(app
+                .as_ref()
+                .map(|_| crate::breakglass::application::SKIP_RECONCILE)),
         target: None,
         state: "not-paused",
         paused_for: Vec::new(),
@@ -1406,7 +1420,7 @@ mod tests {
 
         let drops = SetCheck::Drops {
             set: "web".into(),
-            dropped: vec![crate::pause::SKIP_RECONCILE],
+            dropped: vec![crate::breakglass::application::SKIP_RECONCILE],
         };
         let unreadable = SetCheck::Unreadable {
             set: "web".into(),
@@ -1441,13 +1455,13 @@ mod tests {
         );
         assert_eq!((r.tool, r.state), (Some("Flux"), "resumed"));
         let r = ended_report(
-            Some(crate::pause::SKIP_RECONCILE),
+            Some(crate::breakglass::application::SKIP_RECONCILE),
             Some(("argocd/myapp".into(), AppState::Resumed)),
             "deployment/web",
         );
         assert!(r.text.contains("argocd/myapp resumes"), "{}", r.text);
         let r = ended_report(
-            Some(crate::pause::SKIP_RECONCILE),
+            Some(crate::breakglass::application::SKIP_RECONCILE),
             Some((
                 "argocd/myapp".into(),
                 AppState::PausedFor(vec!["/ConfigMap:p/a".into()]),
@@ -1584,7 +1598,7 @@ mod tests {
         assert_eq!(bodies[2], bodies[5]);
         assert_eq!(
             bodies[5]["metadata"]["annotations"][crate::drift::breakglass::PAUSED],
-            crate::pause::SKIP_RECONCILE
+            crate::breakglass::application::SKIP_RECONCILE
         );
     }
 

@@ -9,10 +9,10 @@ use serde_json::Value;
 
 use super::PluginError;
 use super::api::{Api, answer};
-use crate::pause::{AppChange, AppState, application_update};
+use crate::breakglass::application::{AppChange, AppState, application_update};
 
-use crate::cluster::ending::ApplicationError;
-pub use crate::cluster::ending::CONFLICT_RETRIES;
+use crate::breakglass::ending::ApplicationError;
+pub use crate::breakglass::ending::CONFLICT_RETRIES;
 
 /// What happened to the Application.
 pub struct AppOutcome {
@@ -28,7 +28,7 @@ pub async fn update_application(
     name: &str,
     change: AppChange<'_>,
 ) -> Result<AppOutcome, PluginError> {
-    let ar = crate::pause::application_resource();
+    let ar = crate::breakglass::application::application_resource();
     let apps = api.dynamic(&ar, Some(namespace));
     let entry = match change {
         AppChange::Pause(e) | AppChange::Resume(e) => e,
@@ -90,7 +90,7 @@ pub async fn read_application(
     namespace: &str,
     name: &str,
 ) -> Result<Value, PluginError> {
-    let ar = crate::pause::application_resource();
+    let ar = crate::breakglass::application::application_resource();
     match api.get_object(&ar, Some(namespace), name).await? {
         Ok(app) => Ok(app),
         Err(r) if r.code == 404 => Err(not_found(namespace, name)),
@@ -100,14 +100,14 @@ pub async fn read_application(
 
 /// When an ApplicationSet generated Application `app`
 /// (`namespace/name`, as read), reads that set: whether it keeps
-/// driftguard's pause ([`crate::pause::application_set_drops`]).
+/// driftguard's pause ([`crate::breakglass::application::application_set_drops`]).
 pub async fn application_set_check(
     api: &Api,
     namespace: &str,
     name: &str,
     app: &Value,
 ) -> Result<SetCheck, PluginError> {
-    let Some(set) = crate::pause::generated_by(app) else {
+    let Some(set) = crate::breakglass::application::generated_by(app) else {
         return Ok(SetCheck::NotGenerated);
     };
     let set = set.to_owned();
@@ -118,7 +118,7 @@ pub async fn application_set_check(
     ));
     Ok(match api.get_object(&sets, Some(namespace), &set).await? {
         Ok(value) => {
-            let dropped = crate::pause::application_set_drops(&value, name);
+            let dropped = crate::breakglass::application::application_set_drops(&value, name);
             if dropped.is_empty() {
                 SetCheck::Keeps { set }
             } else {
@@ -140,7 +140,7 @@ fn not_found(namespace: &str, name: &str) -> PluginError {
 
 /// Whether `entry` is in the Application's list of paused objects.
 fn listed(app: &Value, entry: &str) -> bool {
-    app["metadata"]["annotations"][crate::pause::PAUSED_FOR]
+    app["metadata"]["annotations"][crate::breakglass::application::PAUSED_FOR]
         .as_str()
         .is_some_and(|l| l.split(',').any(|e| e.trim() == entry))
 }
@@ -179,7 +179,7 @@ mod tests {
 
     #[test]
     fn an_entry_is_listed_exactly() {
-        let app = json!({"metadata": {"annotations": {crate::pause::PAUSED_FOR: "/ConfigMap:p/a, apps/Deployment:p/b"}}});
+        let app = json!({"metadata": {"annotations": {crate::breakglass::application::PAUSED_FOR: "/ConfigMap:p/a, apps/Deployment:p/b"}}});
         assert!(listed(&app, "apps/Deployment:p/b"));
         assert!(!listed(&app, "apps/Deployment:p/bb"));
         assert!(!listed(&json!({}), "apps/Deployment:p/b"));

@@ -64,8 +64,8 @@ pub fn api(cluster: Cluster, log: Log) -> super::Api {
             let mut app = json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
                 "metadata": {"name": "myapp", "namespace": "argocd", "resourceVersion": "3"}});
             if cluster.armed {
+                use crate::breakglass::application::{PAUSED_FOR, SKIP_RECONCILE};
                 use crate::drift::breakglass::{EXPIRES, LABEL, PAUSED, REASON};
-                use crate::pause::{PAUSED_FOR, SKIP_RECONCILE};
                 let meta = &mut object["metadata"];
                 meta["labels"] = json!({LABEL: "true"});
                 for (key, value) in [

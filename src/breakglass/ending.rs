@@ -10,14 +10,15 @@
 //! without the label, out of the sweeper's sight; a lagging cache still
 //! can: docs/break-glass.md, Limits). A lift that fails leaves the pause with no record on the object:
 //! the sweeper's pass over pauses no armed object holds
-//! ([`pause::orphaned`]) lifts it later. The caller reads the object; what
+//! ([`application::orphaned`]) lifts it later. The caller reads the object; what
 //! it does with the outcome (log and retry, or report to the user) is its own.
 
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
 use kube::client::Body;
 use serde_json::Value;
 
-use crate::pause::{self, AppChange, AppState, Plan, application_resource};
+use super::application::{self, AppChange, AppState, application_resource};
+use super::pause::{self, Plan};
 use crate::policy::Policy;
 use crate::policy::argocd::ThisCluster;
 
@@ -155,7 +156,7 @@ pub async fn end_break_glass(
             };
         }
     }
-    let application = if pause::paused_application(annotations) {
+    let application = if application::paused_application(annotations) {
         lift_named(installations, object, &ar.group, policy).await
     } else {
         Lift::NotPaused
@@ -171,7 +172,7 @@ pub async fn end_break_glass(
 /// first Application found (not driftguard's pause), else `Gone`. An
 /// installation that could not be asked fails the lift unless another one
 /// held the pause: that one is lifted, and a stale entry elsewhere is left
-/// to [`pause::orphaned`]'s sweep, as a failed lift is.
+/// to [`application::orphaned`]'s sweep, as a failed lift is.
 async fn lift_named(
     installations: &[Installation<'_>],
     object: &Value,
@@ -245,7 +246,7 @@ pub async fn lift(
         if deploys_here.is_some_and(|this| this.deploys_elsewhere(&app)) {
             return Ok(Some(AppState::NotListed));
         }
-        let (patch, state) = pause::application_update(&app, AppChange::Resume(entry));
+        let (patch, state) = application::application_update(&app, AppChange::Resume(entry));
         let Some(patch) = patch else {
             return Ok(Some(state));
         };
@@ -328,8 +329,8 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::breakglass::application::{PAUSED_FOR, SKIP_RECONCILE};
     use crate::drift::breakglass::{EXPIRES, LABEL, PAUSED, REASON};
-    use crate::pause::{PAUSED_FOR, SKIP_RECONCILE};
 
     const OBJECT: &str = "/api/v1/namespaces/p/configmaps/x";
     const APP: &str = "/apis/argoproj.io/v1alpha1/namespaces/argocd/applications/myapp";

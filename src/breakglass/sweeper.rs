@@ -1,6 +1,6 @@
 //! The break-glass expiry sweeper: when a break-glass stops granting, hand
 //! the object back to Git. One replica sweeps, the holder of a Lease
-//! ([`crate::cluster::lease`]). It watches, as metadata only, every type it
+//! ([`crate::breakglass::lease`]). It watches, as metadata only, every type it
 //! may list and patch with the label selector `driftguard.io/break-glass`
 //! (the label alone is not enough, see [`pause::not_armable`]), and checks
 //! the armed objects when one changes and when the earliest expiry comes: for
@@ -22,13 +22,14 @@ use kube::discovery::{Discovery, verbs};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::{Value, json};
 
-use crate::cluster::ending::{self, Ending, Installation, Lift};
-use crate::cluster::lease::{self, Holder, Lease};
+use super::application::{self, AppState};
+use super::ending::{self, Ending, Installation, Lift};
+use super::lease::{self, Holder, Lease};
+use super::pause;
 use crate::cluster::rules::{EXCLUDED_GROUPS, EXCLUDED_RESOURCES};
 use crate::drift::breakglass::{self, EXPIRES, LABEL};
 use crate::drift::inputs::Inputs;
 use crate::metrics::Metrics;
-use crate::pause::{self, AppState};
 use crate::policy::argocd::ThisCluster;
 use crate::service::PolicyHandle;
 
@@ -477,7 +478,8 @@ impl Sweeper {
                     app.metadata.namespace.unwrap_or_default(),
                     app.metadata.name.unwrap_or_default(),
                 );
-                for entry in pause::orphaned(&meta["annotations"], armed, |gk| listed.contains(gk))
+                for entry in
+                    application::orphaned(&meta["annotations"], armed, |gk| listed.contains(gk))
                 {
                     let key = (at.hub, namespace.clone(), name.clone(), entry);
                     let since = self.orphans.get(&key).copied().unwrap_or_else(Instant::now);
@@ -523,7 +525,7 @@ impl Sweeper {
         let api = Api::<DynamicObject>::namespaced_with(
             self.argocd(hub).clone(),
             namespace,
-            &pause::application_resource(),
+            &application::application_resource(),
         );
         match api.get(name).await {
             Ok(app) => self
@@ -648,7 +650,7 @@ impl Sweeper {
 /// Every Application's metadata in the cluster of `client`; `None` (logged)
 /// when they cannot be listed. No Application type: none.
 async fn list_applications(client: &kube::Client) -> Option<Vec<PartialObjectMeta<DynamicObject>>> {
-    let api = Api::<DynamicObject>::all_with(client.clone(), &pause::application_resource());
+    let api = Api::<DynamicObject>::all_with(client.clone(), &application::application_resource());
     match api.list_metadata(&ListParams::default()).await {
         Ok(apps) => Some(apps.items),
         Err(kube::Error::Api(s)) if s.code == 404 => Some(Vec::new()),
@@ -728,10 +730,11 @@ fn lift_failed(application: &str, entry: &str, hub: bool) -> String {
             "driftguard needs get, list and patch on applications.argoproj.io",
         )
     };
-    let by_hand = pause::lift_by_hand(kubectl, namespace, name, entry, None).unwrap_or_default();
+    let by_hand =
+        application::lift_by_hand(kubectl, namespace, name, entry, None).unwrap_or_default();
     format!(
         "cannot lift Argo CD Application {application}'s pause{where_} for {entry}: it stays paused, so Git is not restored; the sweeper tries again at each sweep, as a pause left behind ({grant}); or lift it now with the credentials of someone who may patch the Application: `{by_hand}` (if {} lists other objects too, remove only {entry} from it)",
-        pause::PAUSED_FOR
+        application::PAUSED_FOR
     )
 }
 
@@ -767,7 +770,7 @@ mod tests {
     use kube::client::Body;
 
     use super::*;
-    use crate::pause::{PAUSED_FOR, SKIP_RECONCILE};
+    use crate::breakglass::application::{PAUSED_FOR, SKIP_RECONCILE};
 
     const SPOKE: &str = "https://spoke-1.example:6443";
     const APPS: &str = "/apis/argoproj.io/v1alpha1";
