@@ -1,7 +1,7 @@
 //! Break-glass at run time: everything that writes to the cluster for it,
 //! shared by the server (the expiry sweeper) and `kubectl driftguard
 //! break-glass`. What a break-glass is, and what a write may do to one, is
-//! the decision core's ([`crate::drift::breakglass`]); this module only
+//! the decision core's ([`crate::drift::breakglass_state`]); this module only
 //! arms, pauses the GitOps tool, ends, and sweeps.
 //!
 //! - [`pause`]: what arming pauses and ending undoes, as merge patches;

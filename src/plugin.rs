@@ -396,10 +396,10 @@ mod tests {
 
     /// One break-glass state, five readers: the webhook, the sweeper,
     /// `explain` and `status` must all give the answer of
-    /// [`crate::drift::breakglass::state`] for every state an object can be in.
+    /// [`crate::drift::breakglass_state::state`] for every state an object can be in.
     #[test]
     fn every_reader_of_a_break_glass_agrees_on_its_state() {
-        use crate::drift::breakglass::{self, BreakGlass, EXPIRES, LABEL, PAUSED, REASON};
+        use crate::drift::breakglass_state::{self, BreakGlass, EXPIRES, LABEL, PAUSED, REASON};
         use crate::drift::inputs::Inputs;
         use serde_json::{Value, json};
 
@@ -470,11 +470,12 @@ mod tests {
         };
         for (want, o) in cases {
             let inputs = Inputs::read(&o, &policy);
-            let state = breakglass::state(&inputs, &policy, now);
+            let state = breakglass_state::state(&inputs, &policy, now);
             assert_eq!(state.name(), want, "{o}");
 
             // The webhook, for an authorized writer leaving them as they are.
-            let webhook = breakglass::evaluate(&inputs, None, "oncall", &me.groups, &policy, now);
+            let webhook =
+                breakglass_state::evaluate(&inputs, None, "oncall", &me.groups, &policy, now);
             match (&webhook, want) {
                 (BreakGlass::Valid { .. }, "active") => {}
                 (BreakGlass::None, "none" | "ended") => {}

@@ -14,11 +14,11 @@ use std::collections::BTreeSet;
 
 use serde_json::{Value, json};
 
-use crate::drift::breakglass::PAUSED;
+use crate::drift::breakglass_state::PAUSED;
 
 /// Argo CD's `common.AnnotationKeyAppSkipReconcile`: while `"true"`, the
 /// application controller does not process the Application at all.
-pub use crate::drift::restore::SKIP_RECONCILE;
+pub use crate::drift::breakglass_state::SKIP_RECONCILE;
 /// On an Application that driftguard paused: the objects whose break-glass
 /// holds the pause, sorted, comma-separated, each `group/Kind:namespace/name`
 /// as in an Argo CD tracking id. Absent when the pause is not driftguard's.

@@ -330,7 +330,7 @@ mod tests {
 
     use super::*;
     use crate::breakglass::application::{PAUSED_FOR, SKIP_RECONCILE};
-    use crate::drift::breakglass::{EXPIRES, LABEL, PAUSED, REASON};
+    use crate::drift::breakglass_state::{EXPIRES, LABEL, PAUSED, REASON};
 
     const OBJECT: &str = "/api/v1/namespaces/p/configmaps/x";
     const APP: &str = "/apis/argoproj.io/v1alpha1/namespaces/argocd/applications/myapp";

@@ -21,10 +21,10 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::drift::breakglass::{EXPIRES, LABEL, PAUSED, REASON};
+use crate::drift::breakglass_state;
+use crate::drift::breakglass_state::{EXPIRES, LABEL, PAUSED, REASON};
 use crate::drift::inputs::{Input, Inputs};
 use crate::drift::ownership::{self, Manager};
-use crate::drift::restore;
 use crate::policy::Policy;
 
 use super::application::SKIP_RECONCILE;
@@ -174,11 +174,11 @@ pub fn arm_patch_unpaused(reason: &str, expires: &str, resource_version: &str) -
 /// names it); with a resourceVersion precondition.
 pub fn end_patch(annotations: &Value, resource_version: &str) -> Value {
     let marker = annotations.get(PAUSED).and_then(Value::as_str);
-    let removed: Map<String, Value> = restore::annotations(marker)
+    let removed: Map<String, Value> = breakglass_state::annotations(marker)
         .into_iter()
         .map(|k| (k.to_owned(), Value::Null))
         .collect();
-    let labels: Map<String, Value> = restore::LABELS
+    let labels: Map<String, Value> = breakglass_state::LABELS
         .into_iter()
         .map(|k| (k.to_owned(), Value::Null))
         .collect();

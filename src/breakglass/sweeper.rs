@@ -4,7 +4,7 @@
 //! may list and patch with the label selector `driftguard.io/break-glass`
 //! (the label alone is not enough, see [`pause::not_armable`]), and checks
 //! the armed objects when one changes and when the earliest expiry comes: for
-//! each whose break-glass grants nothing any more ([`breakglass::state`]) it
+//! each whose break-glass grants nothing any more ([`breakglass_state::state`]) it
 //! removes what arming added, then lifts the pause the marker recorded
 //! ([`ending`]); a lift that fails is retried by the pass over pauses left
 //! behind ([`Sweeper::lift_orphaned_pauses`]). The webhook allows that write whoever sends it
@@ -27,7 +27,7 @@ use super::ending::{self, Ending, Installation, Lift};
 use super::lease::{self, Holder, Lease};
 use super::pause;
 use crate::cluster::rules::{EXCLUDED_GROUPS, EXCLUDED_RESOURCES};
-use crate::drift::breakglass::{self, EXPIRES, LABEL};
+use crate::drift::breakglass_state::{self, EXPIRES, LABEL};
 use crate::drift::inputs::Inputs;
 use crate::metrics::Metrics;
 use crate::policy::argocd::ThisCluster;
@@ -624,7 +624,7 @@ impl Sweeper {
                 tracing::info!(
                     object = %shown,
                     expires = annotations[EXPIRES].as_str().unwrap_or("(missing)"),
-                    paused = annotations[breakglass::PAUSED].as_str().unwrap_or("(nothing)"),
+                    paused = annotations[breakglass_state::PAUSED].as_str().unwrap_or("(nothing)"),
                     %application,
                     "break-glass expired: removed it and driftguard's pause; the GitOps tool restores Git"
                 );
@@ -748,7 +748,7 @@ fn ns_prefix(namespace: &str) -> String {
 
 /// The sweeper's answer for one labelled object: `Err(why)` when driftguard
 /// did not arm it (the label alone is anyone's to set), else whether its
-/// break-glass is due to end: every [`breakglass::State`] but active.
+/// break-glass is due to end: every [`breakglass_state::State`] but active.
 pub(crate) fn sweep(
     object: &serde_json::Value,
     group: &str,
@@ -758,7 +758,7 @@ pub(crate) fn sweep(
     if let Some(why) = pause::not_armable(object, group, policy) {
         return Err(why);
     }
-    Ok(!breakglass::state(&Inputs::read(object, policy), policy, now).grants())
+    Ok(!breakglass_state::state(&Inputs::read(object, policy), policy, now).grants())
 }
 
 #[cfg(test)]

@@ -6,13 +6,12 @@
 //! must not be able to change by hand in an allowed write, or a later denied
 //! write becomes allowed (annotate `driftguard.io/mode=audit` under an ignored
 //! `/metadata/annotations`, then edit the spec). The readers in
-//! [`super::ownership`], [`super::breakglass`] and the mode take an [`Inputs`],
+//! [`super::ownership`], [`super::breakglass_state`] and the mode take an [`Inputs`],
 //! never the object, so a new input can only be added as an [`Input`] variant,
 //! and [`changes`] compares every variant: it cannot be forgotten.
 
 use serde_json::Value;
 
-use super::breakglass;
 use super::ownership;
 use crate::policy::Policy;
 use crate::policy::path::escape;
@@ -26,6 +25,18 @@ pub const ARGO_IGNORE_DIFFERENCES: &str = "argocd.argoproj.io/ignore-differences
 pub const FLUX_SSA: &str = "kustomize.toolkit.fluxcd.io/ssa";
 pub const FLUX_PRUNE: &str = "kustomize.toolkit.fluxcd.io/prune";
 pub const FLUX_FORCE: &str = "kustomize.toolkit.fluxcd.io/force";
+
+pub const BREAK_GLASS_REASON: &str = "driftguard.io/break-glass";
+pub const BREAK_GLASS_EXPIRES: &str = "driftguard.io/break-glass-expires";
+/// Set by `kubectl driftguard break-glass` next to the two annotations: the
+/// key of the GitOps tool's own control that it paused for this object
+/// (`kustomize.toolkit.fluxcd.io/reconcile`, `helm.toolkit.fluxcd.io/driftDetection`
+/// or, on the Application, `argocd.argoproj.io/skip-reconcile`), so that
+/// ending the break-glass removes exactly what driftguard added.
+pub const BREAK_GLASS_PAUSED: &str = "driftguard.io/break-glass-paused";
+/// A label (value `true`) on every object armed by the plugin: the expiry
+/// sweeper finds them with a server-side label selector.
+pub const BREAK_GLASS_LABEL: &str = "driftguard.io/break-glass";
 
 /// One thing the decision reads from an object.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -210,10 +221,10 @@ impl Input {
                 Location::Annotation(ownership::HELM_RELEASE_ANNOTATION)
             }
             Input::Mode => Location::Annotation(MODE_ANNOTATION),
-            Input::BreakGlassReason => Location::Annotation(breakglass::REASON),
-            Input::BreakGlassExpires => Location::Annotation(breakglass::EXPIRES),
-            Input::BreakGlassPaused => Location::Annotation(breakglass::PAUSED),
-            Input::BreakGlassLabel => Location::Label(breakglass::LABEL),
+            Input::BreakGlassReason => Location::Annotation(BREAK_GLASS_REASON),
+            Input::BreakGlassExpires => Location::Annotation(BREAK_GLASS_EXPIRES),
+            Input::BreakGlassPaused => Location::Annotation(BREAK_GLASS_PAUSED),
+            Input::BreakGlassLabel => Location::Label(BREAK_GLASS_LABEL),
             Input::ControllerOwner => Location::ControllerOwnerReference,
             Input::OwnerReferences => Location::OwnerReferences,
             Input::Finalizers => Location::Finalizers,
@@ -304,7 +315,7 @@ impl Input {
     }
 
     /// Break-glass inputs are changed by authorized users on purpose; they
-    /// are judged by [`breakglass::evaluate`], which makes any other change drift.
+    /// are judged by [`super::breakglass_state::evaluate`], which makes any other change drift.
     pub fn is_break_glass(self) -> bool {
         matches!(self, Input::BreakGlassReason | Input::BreakGlassExpires)
     }
@@ -393,7 +404,7 @@ fn controller_owner(owners: Option<&Value>) -> Option<&Value> {
 
 /// Pointers of the inputs that differ between the stored and the incoming
 /// object: adding, changing or removing one. Break-glass inputs are left to
-/// [`breakglass::evaluate`].
+/// [`super::breakglass_state::evaluate`].
 pub fn changes(old: &Inputs, new: &Inputs, policy: &Policy) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     for input in Input::ALL {

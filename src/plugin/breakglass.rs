@@ -647,7 +647,7 @@ impl<'a> Target<'a> {
             let meta = &object["metadata"];
             let rv = meta["resourceVersion"].as_str().unwrap_or_default();
             let annotations = &meta["annotations"];
-            let marker = annotations[crate::drift::breakglass::PAUSED].as_str();
+            let marker = annotations[crate::drift::breakglass_state::PAUSED].as_str();
             // The marker is the record of the Application to resume: never
             // dropped while that Application is known to be out of reach
             // (in a hub), since ending goes first and the lift after.
@@ -999,7 +999,7 @@ fn ended_report(marker: Option<&str>, app: Option<(String, AppState)>, shown: &s
     let mut r = PauseReport {
         tool: None,
         control: marker
-            .and_then(crate::drift::restore::paused_annotation)
+            .and_then(crate::drift::breakglass_state::paused_annotation)
             .or(app
                 .as_ref()
                 .map(|_| crate::breakglass::application::SKIP_RECONCILE)),
@@ -1012,7 +1012,7 @@ fn ended_report(marker: Option<&str>, app: Option<(String, AppState)>, shown: &s
         pause_by_hand: None,
         lift_by_hand: None,
     };
-    if let Some(key) = marker.and_then(crate::drift::restore::paused_annotation) {
+    if let Some(key) = marker.and_then(crate::drift::breakglass_state::paused_annotation) {
         r.tool = Some("Flux");
         r.target = Some("object".into());
         r.state = "resumed";
@@ -1597,7 +1597,7 @@ mod tests {
         // The write asked about is the write made.
         assert_eq!(bodies[2], bodies[5]);
         assert_eq!(
-            bodies[5]["metadata"]["annotations"][crate::drift::breakglass::PAUSED],
+            bodies[5]["metadata"]["annotations"][crate::drift::breakglass_state::PAUSED],
             crate::breakglass::application::SKIP_RECONCILE
         );
     }
@@ -1710,9 +1710,11 @@ mod tests {
         );
         assert_eq!(bodies[2], bodies[3]);
         let annotations = &bodies[3]["metadata"]["annotations"];
-        assert_eq!(annotations[crate::drift::breakglass::REASON], "INC-1");
+        assert_eq!(annotations[crate::drift::breakglass_state::REASON], "INC-1");
         assert!(
-            annotations.get(crate::drift::breakglass::PAUSED).is_none(),
+            annotations
+                .get(crate::drift::breakglass_state::PAUSED)
+                .is_none(),
             "{annotations}"
         );
         assert_eq!(report.state, "not-paused");
@@ -1910,9 +1912,11 @@ mod tests {
                             assert!(warning.contains(said), "{case}: {said:?} not in {warning}");
                         }
                         let annotations = &writes[0]["metadata"]["annotations"];
-                        assert_eq!(annotations[crate::drift::breakglass::REASON], "INC-1");
+                        assert_eq!(annotations[crate::drift::breakglass_state::REASON], "INC-1");
                         assert!(
-                            annotations.get(crate::drift::breakglass::PAUSED).is_none(),
+                            annotations
+                                .get(crate::drift::breakglass_state::PAUSED)
+                                .is_none(),
                             "{case}: {annotations}"
                         );
                     }

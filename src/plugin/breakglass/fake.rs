@@ -65,7 +65,7 @@ pub fn api(cluster: Cluster, log: Log) -> super::Api {
                 "metadata": {"name": "myapp", "namespace": "argocd", "resourceVersion": "3"}});
             if cluster.armed {
                 use crate::breakglass::application::{PAUSED_FOR, SKIP_RECONCILE};
-                use crate::drift::breakglass::{EXPIRES, LABEL, PAUSED, REASON};
+                use crate::drift::breakglass_state::{EXPIRES, LABEL, PAUSED, REASON};
                 let meta = &mut object["metadata"];
                 meta["labels"] = json!({LABEL: "true"});
                 for (key, value) in [
