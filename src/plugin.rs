@@ -5,10 +5,9 @@
 //! access error (the message names the object or the forbidden request).
 
 mod api;
-mod breakglass;
+mod breakglass_command;
 mod explain;
 mod installation;
-mod pause;
 mod preview;
 mod reach;
 mod status;
@@ -58,7 +57,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Set (or with --end remove) break-glass on an object, if driftguard's answer to a dry run lets you.
-    BreakGlass(breakglass::Args),
+    BreakGlass(breakglass_command::Args),
     /// Server-side dry run of a change as you: what driftguard would answer.
     Preview(preview::Args),
     /// Who manages an object, the mode in force and why, its ignore rules, break-glass.
@@ -130,7 +129,7 @@ impl Cli {
             key: self.policy_key,
         };
         match self.command {
-            Command::BreakGlass(args) => breakglass::run(&api, &source, args).await,
+            Command::BreakGlass(args) => breakglass_command::run(&api, &source, args).await,
             Command::Preview(args) => preview::run(&api, args).await,
             Command::Explain(args) => explain::run(&api, &source, args).await,
             Command::Status(args) => status::run(&api, &source, args).await,

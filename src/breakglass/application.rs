@@ -14,7 +14,10 @@ use std::collections::BTreeSet;
 
 use serde_json::{Value, json};
 
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+
 use crate::drift::breakglass_state::PAUSED;
+use crate::policy::argocd::ThisCluster;
 
 /// Argo CD's `common.AnnotationKeyAppSkipReconcile`: while `"true"`, the
 /// application controller does not process the Application at all.
@@ -232,10 +235,113 @@ pub fn application_update(app: &Value, change: AppChange) -> (Option<Value>, App
     }
 }
 
+/// Conflicting writes to one Application before giving up: whoever else
+/// writes it (another break-glass, Argo CD itself) settles within a few
+/// fresh reads. Also the plugin's bound on conflicting writes to the object it arms or ends.
+pub const CONFLICT_RETRIES: usize = 5;
+
+/// Why an Application's pause could not be changed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ApplicationError {
+    /// The apiserver refused the read or the write.
+    #[error("cannot {verb} it: {message}")]
+    Refused {
+        verb: &'static str,
+        code: u16,
+        message: String,
+    },
+    /// Every try met a newer version.
+    #[error("it kept changing ({CONFLICT_RETRIES} conflicting writes)")]
+    KeptChanging,
+    /// The apiserver could not be asked.
+    #[error("{0}")]
+    Unreachable(String),
+}
+
+/// What [`change`] did to an Application.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Changed {
+    /// Where the Application stands now.
+    pub state: AppState,
+    /// Whether the object's entry was listed before the change (it already
+    /// held the pause).
+    pub was_listed: bool,
+}
+
+/// Applies `change` to Argo CD Application `namespace/name` through
+/// `client`: the patch of [`application_update`], with the Application's
+/// resourceVersion as precondition, read again on a conflict. `None`: no
+/// such Application. With `deploys_here`, an Application that deploys to
+/// another cluster holds no pause of ours (`NotListed`, nothing written).
+/// The one way the plugin pauses and resumes, and ending lifts.
+pub async fn change(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+    change: AppChange<'_>,
+    deploys_here: Option<&ThisCluster>,
+) -> Result<Option<Changed>, ApplicationError> {
+    let api =
+        Api::<DynamicObject>::namespaced_with(client.clone(), namespace, &application_resource());
+    let failed = |verb, e: kube::Error| match e {
+        kube::Error::Api(s) => ApplicationError::Refused {
+            verb,
+            code: s.code,
+            message: s.message,
+        },
+        e => ApplicationError::Unreachable(format!("{verb} application {namespace}/{name}: {e}")),
+    };
+    let (AppChange::Pause(entry) | AppChange::Resume(entry)) = change;
+    for _ in 0..CONFLICT_RETRIES {
+        let app = match api.get(name).await {
+            Ok(app) => serde_json::to_value(app).unwrap_or_default(),
+            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(None),
+            Err(e) => return Err(failed("get", e)),
+        };
+        if deploys_here.is_some_and(|this| this.deploys_elsewhere(&app)) {
+            let state = AppState::NotListed;
+            return Ok(Some(Changed {
+                state,
+                was_listed: false,
+            }));
+        }
+        let was_listed = listed(&app, entry);
+        let (patch, state) = application_update(&app, change);
+        let changed = Changed { state, was_listed };
+        let Some(patch) = patch else {
+            return Ok(Some(changed));
+        };
+        match api
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => return Ok(Some(changed)),
+            Err(kube::Error::Api(s)) if s.code == 409 => continue,
+            Err(e) => return Err(failed("patch", e)),
+        }
+    }
+    Err(ApplicationError::KeptChanging)
+}
+
+/// Whether `entry` is in the Application's list of paused objects.
+fn listed(app: &Value, entry: &str) -> bool {
+    app["metadata"]["annotations"][PAUSED_FOR]
+        .as_str()
+        .is_some_and(|l| l.split(',').any(|e| e.trim() == entry))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::breakglass::pause::arm_patch_unpaused;
+
+    #[test]
+    fn an_entry_is_listed_exactly() {
+        let app = json!({"metadata": {"annotations": {PAUSED_FOR: "/ConfigMap:p/a, apps/Deployment:p/b"}}});
+        assert!(listed(&app, "apps/Deployment:p/b"));
+        assert!(!listed(&app, "apps/Deployment:p/bb"));
+        assert!(!listed(&json!({}), "apps/Deployment:p/b"));
+    }
 
     #[test]
     fn a_pause_is_lifted_by_hand_as_driftguard_would_lift_it() {

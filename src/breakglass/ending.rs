@@ -17,15 +17,10 @@ use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
 use kube::client::Body;
 use serde_json::Value;
 
-use super::application::{self, AppChange, AppState, application_resource};
+use super::application::{self, AppChange, AppState, ApplicationError};
 use super::pause::{self, Plan};
 use crate::policy::Policy;
 use crate::policy::argocd::ThisCluster;
-
-/// Conflicting writes to one Application before giving up: whoever else
-/// writes it (another break-glass, Argo CD itself) settles within a few
-/// fresh reads. Shared by arming, which pauses the same Application.
-pub const CONFLICT_RETRIES: usize = 5;
 
 /// What ending did.
 #[derive(Debug)]
@@ -75,24 +70,6 @@ pub enum Lift {
         entry: String,
         error: ApplicationError,
     },
-}
-
-/// Why an Application's pause could not be lifted.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum ApplicationError {
-    /// The apiserver refused the read or the write.
-    #[error("cannot {verb} it: {message}")]
-    Refused {
-        verb: &'static str,
-        code: u16,
-        message: String,
-    },
-    /// Every try met a newer version.
-    #[error("it kept changing ({CONFLICT_RETRIES} conflicting writes)")]
-    KeptChanging,
-    /// The apiserver could not be asked.
-    #[error("{0}")]
-    Unreachable(String),
 }
 
 /// One Argo CD installation, as ending looks for an object's Application.
@@ -195,7 +172,9 @@ async fn lift_named(
             _ if at.hub => format!("{app} in the hub"),
             _ => format!("{app} in this cluster"),
         };
-        match lift(at.client, &namespace, &name, &entry, at.deploys_here).await {
+        let resume = AppChange::Resume(&entry);
+        let lifted = application::change(at.client, &namespace, &name, resume, at.deploys_here);
+        match lifted.await.map(|changed| changed.map(|c| c.state)) {
             Ok(Some(AppState::NotListed)) => {
                 found.get_or_insert(Lift::Lifted(shown, AppState::NotListed));
             }
@@ -214,52 +193,6 @@ async fn lift_named(
         }
     }
     failed.or(found).unwrap_or(Lift::Unnamed)
-}
-
-/// Takes `entry` out of Application `namespace/name`'s pause, with the
-/// Application's resourceVersion as precondition; `None`: no such
-/// Application, nothing to lift. With `deploys_here`, an Application that
-/// deploys to another cluster holds no pause of ours (`NotListed`).
-pub async fn lift(
-    client: &kube::Client,
-    namespace: &str,
-    name: &str,
-    entry: &str,
-    deploys_here: Option<&ThisCluster>,
-) -> Result<Option<AppState>, ApplicationError> {
-    let api =
-        Api::<DynamicObject>::namespaced_with(client.clone(), namespace, &application_resource());
-    let refused = |verb, e: kube::Error| match e {
-        kube::Error::Api(s) => ApplicationError::Refused {
-            verb,
-            code: s.code,
-            message: s.message,
-        },
-        e => ApplicationError::Unreachable(e.to_string()),
-    };
-    for _ in 0..CONFLICT_RETRIES {
-        let app = match api.get(name).await {
-            Ok(app) => serde_json::to_value(app).unwrap_or_default(),
-            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(None),
-            Err(e) => return Err(refused("get", e)),
-        };
-        if deploys_here.is_some_and(|this| this.deploys_elsewhere(&app)) {
-            return Ok(Some(AppState::NotListed));
-        }
-        let (patch, state) = application::application_update(&app, AppChange::Resume(entry));
-        let Some(patch) = patch else {
-            return Ok(Some(state));
-        };
-        match api
-            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-        {
-            Ok(_) => return Ok(Some(state)),
-            Err(kube::Error::Api(s)) if s.code == 409 => continue,
-            Err(e) => return Err(refused("patch", e)),
-        }
-    }
-    Err(ApplicationError::KeptChanging)
 }
 
 /// A merge patch of the object as a raw request, because kube's typed
@@ -322,6 +255,7 @@ pub fn warning_text(header: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    use crate::breakglass::application::CONFLICT_RETRIES;
     use std::sync::{Arc, Mutex};
 
     use http::{Request, Response};

@@ -22,7 +22,7 @@ use kube::discovery::{Discovery, verbs};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::{Value, json};
 
-use super::application::{self, AppState};
+use super::application::{self, AppChange, AppState};
 use super::ending::{self, Ending, Installation, Lift};
 use super::lease::{self, Holder, Lease};
 use super::pause;
@@ -501,9 +501,10 @@ impl Sweeper {
             }
             // Judged again on the read the lift writes from.
             let here = Some(self.here(*hub));
-            match ending::lift(self.argocd(*hub), namespace, name, entry, here).await {
-                Ok(state) => {
-                    let state = state.unwrap_or(AppState::NotListed);
+            let resume = AppChange::Resume(entry);
+            match application::change(self.argocd(*hub), namespace, name, resume, here).await {
+                Ok(changed) => {
+                    let state = changed.map_or(AppState::NotListed, |c| c.state);
                     tracing::info!(application = %format!("{namespace}/{name}"), object = %entry, ?state, hub, "break-glass ended without lifting its pause: lifted")
                 }
                 Err(e) => {

@@ -41,7 +41,7 @@ fn reply(code: u16, body: Value) -> Response<Body> {
         .unwrap()
 }
 
-pub fn api(cluster: Cluster, log: Log) -> super::Api {
+pub fn api(cluster: Cluster, log: Log) -> crate::plugin::api::Api {
     let service = tower::service_fn(move |request: Request<Body>| {
         let log = log.clone();
         async move {
@@ -124,5 +124,5 @@ pub fn api(cluster: Cluster, log: Log) -> super::Api {
             })
         }
     });
-    super::Api::with_client(kube::Client::new(service, "p"), "p")
+    crate::plugin::api::Api::with_client(kube::Client::new(service, "p"), "p")
 }
