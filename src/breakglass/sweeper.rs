@@ -16,32 +16,23 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use futures_util::StreamExt;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, PartialObjectMeta};
-use kube::discovery::{Discovery, verbs};
-use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::{Value, json};
 
 use super::application::{self, AppChange, AppState};
 use super::ending::{self, Ending, Installation, Lift};
-use super::lease::{self, Holder, Lease};
+use super::lease;
 use super::pause;
-use crate::cluster::rules::{EXCLUDED_GROUPS, EXCLUDED_RESOURCES};
-use crate::drift::breakglass_state::{self, EXPIRES, LABEL};
+use crate::drift::breakglass_state::{self, EXPIRES};
 use crate::drift::inputs::Inputs;
 use crate::metrics::Metrics;
 use crate::policy::argocd::ThisCluster;
 use crate::service::PolicyHandle;
+use watches::{REDISCOVER, Update, Watched, type_key};
 
-/// Types are discovered again this often (a new CRD is swept within it).
-const REDISCOVER: Duration = Duration::from_secs(300);
 /// How long an Application's pause must have been held by no armed object
 /// before the sweeper lifts it as left behind.
 const ORPHAN_GRACE: Duration = Duration::from_secs(20);
-/// How long a type that refused the sweeper's watch waits before it is
-/// asked again, the first time; every refusal doubles it, up to [`REDISCOVER`].
-const REFUSED_FIRST_WAIT: Duration = Duration::from_secs(15);
-
 pub struct Options {
     pub interval: Duration,
     /// Where Argo CD Applications live when a tracking id names no namespace.
@@ -62,15 +53,11 @@ pub struct Options {
     pub local_argocd_namespace: Option<String>,
 }
 
-/// How long a sweeper's lease lasts without renewal before another replica
-/// takes it over (client-go's default for controllers).
-pub const LEASE_DURATION: Duration = Duration::from_secs(15);
-
 /// Starts the sweeper on the current runtime.
 pub fn spawn(client: kube::Client, policy: PolicyHandle, metrics: Arc<Metrics>, options: Options) {
     tracing::info!(interval = ?options.interval, lease = ?options.lease, "break-glass expiry sweeper started");
     let leading = match &options.lease {
-        Some((namespace, name)) => elect(client.clone(), namespace, name, metrics.clone()),
+        Some((namespace, name)) => lease::elect(client.clone(), namespace, name, metrics.clone()),
         None => {
             metrics.break_glass_sweeper_leader.set(1);
             Arc::new(AtomicBool::new(true))
@@ -85,52 +72,6 @@ pub fn spawn(client: kube::Client, policy: PolicyHandle, metrics: Arc<Metrics>, 
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
     });
-}
-
-/// Holds the Lease in the background; the flag is true while this replica
-/// holds it, and false again once a renewal is overdue by a third of the
-/// lease, before any other replica may take it over.
-fn elect(
-    client: kube::Client,
-    namespace: &str,
-    name: &str,
-    metrics: Arc<Metrics>,
-) -> Arc<AtomicBool> {
-    let identity = lease::identity();
-    let mut lease = Lease::new(client, namespace, name, &identity, LEASE_DURATION);
-    let leading = Arc::new(AtomicBool::new(false));
-    let flag = leading.clone();
-    tokio::spawn(async move {
-        let mut renewed: Option<Instant> = None;
-        loop {
-            match lease.try_hold().await {
-                Ok(Holder::Me) => {
-                    if renewed.is_none() {
-                        tracing::info!(%identity, "break-glass sweeper: this replica holds the lease and sweeps");
-                    }
-                    renewed = Some(Instant::now());
-                }
-                Ok(Holder::Other(holder)) => {
-                    if renewed.take().is_some() {
-                        tracing::warn!(%identity, %holder, "break-glass sweeper: lease lost; another replica sweeps");
-                    }
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "break-glass sweeper: cannot read or renew the lease");
-                }
-            }
-            if renewed.is_some_and(|at| at.elapsed() >= LEASE_DURATION * 2 / 3) {
-                tracing::warn!(%identity, "break-glass sweeper: lease renewal overdue; stopped sweeping");
-                renewed = None;
-            }
-            flag.store(renewed.is_some(), Ordering::SeqCst);
-            metrics
-                .break_glass_sweeper_leader
-                .set(i64::from(renewed.is_some()));
-            tokio::time::sleep(lease.retry_period()).await;
-        }
-    });
-    leading
 }
 
 struct Sweeper {
@@ -155,30 +96,8 @@ struct Sweeper {
     orphans: BTreeMap<Orphan, Instant>,
 }
 
-/// One type's watch and what it has seen.
-struct Watched {
-    ar: ApiResource,
-    task: tokio::task::AbortHandle,
-    /// Labelled objects by (namespace, name), metadata only.
-    objects: BTreeMap<(String, String), Value>,
-    /// A re-list in progress; replaces `objects` when done.
-    relist: Option<BTreeMap<(String, String), Value>>,
-    /// Whether its first list is complete.
-    synced: bool,
-    /// Refused (403) or gone (404): stopped, and asked again at this time,
-    /// each refusal doubling the wait from 15 s up to 5 minutes, so that a
-    /// type driftguard may not list costs a request every few minutes, not
-    /// one per backoff step, and a grant that comes late is still found.
-    retry: Option<(Instant, Duration)>,
-}
-
 /// An Application's pause entry: (in the hub, namespace, name, entry).
 type Orphan = (bool, String, String, String);
-
-type Update = (
-    String,
-    Result<watcher::Event<PartialObjectMeta<DynamicObject>>, watcher::Error>,
-);
 
 impl Sweeper {
     fn new(
@@ -242,141 +161,6 @@ impl Sweeper {
             w.task.abort();
         }
         self.orphans.clear();
-    }
-
-    /// Watches every type driftguard may list and patch, now: new types get
-    /// a watch, types gone lose theirs. A failed discovery keeps the watches.
-    async fn rediscover(&mut self, tx: &tokio::sync::mpsc::Sender<Update>) {
-        let types = match discover(&self.client).await {
-            Ok(types) => types,
-            Err(e) => {
-                tracing::warn!(error = %e, "break-glass sweeper: discovery failed");
-                return;
-            }
-        };
-        let keys: BTreeSet<String> = types.iter().map(type_key).collect();
-        self.watched.retain(|key, w| {
-            let keep = keys.contains(key);
-            if !keep {
-                w.task.abort();
-            }
-            keep
-        });
-        for ar in types {
-            let key = type_key(&ar);
-            if self.watched.contains_key(&key) {
-                continue;
-            }
-            let task = self.watch(&ar, &key, tx);
-            self.watched.insert(
-                key,
-                Watched {
-                    ar,
-                    task,
-                    objects: BTreeMap::new(),
-                    relist: None,
-                    synced: false,
-                    retry: None,
-                },
-            );
-        }
-    }
-
-    /// Starts the label-selected metadata watch of one type.
-    fn watch(
-        &self,
-        ar: &ApiResource,
-        key: &str,
-        tx: &tokio::sync::mpsc::Sender<Update>,
-    ) -> tokio::task::AbortHandle {
-        let api = Api::<PartialObjectMeta<DynamicObject>>::all_with(self.client.clone(), ar);
-        let stream =
-            watcher::watcher(api, watcher::Config::default().labels(LABEL)).default_backoff();
-        let (tx, key) = (tx.clone(), key.to_owned());
-        tokio::spawn(async move {
-            futures_util::pin_mut!(stream);
-            while let Some(update) = stream.next().await {
-                if tx.send((key.clone(), update)).await.is_err() {
-                    return;
-                }
-            }
-        })
-        .abort_handle()
-    }
-
-    /// Starts again the watches of refused types whose wait is over.
-    fn retry_refused(&mut self, tx: &tokio::sync::mpsc::Sender<Update>) {
-        let now = Instant::now();
-        let due: Vec<String> = self
-            .watched
-            .iter()
-            .filter(|(_, w)| w.retry.is_some_and(|(at, _)| at <= now) && w.task.is_finished())
-            .map(|(k, _)| k.clone())
-            .collect();
-        for key in due {
-            let ar = self.watched[&key].ar.clone();
-            let task = self.watch(&ar, &key, tx);
-            if let Some(w) = self.watched.get_mut(&key) {
-                w.task = task;
-            }
-        }
-    }
-
-    /// Takes one watch update in; true when an armed object may have changed.
-    fn update(
-        &mut self,
-        key: &str,
-        update: Result<watcher::Event<PartialObjectMeta<DynamicObject>>, watcher::Error>,
-    ) -> bool {
-        let Some(w) = self.watched.get_mut(key) else {
-            return false;
-        };
-        let event = match update {
-            Ok(event) => event,
-            Err(e) => {
-                if refused(&e) {
-                    w.task.abort();
-                    let wait = w
-                        .retry
-                        .map_or(REFUSED_FIRST_WAIT, |(_, wait)| (wait * 2).min(REDISCOVER));
-                    w.retry = Some((Instant::now() + wait, wait));
-                }
-                if self.unlistable.insert(key.to_owned()) {
-                    tracing::warn!(r#type = %type_name(&w.ar), error = %e, "break-glass sweeper cannot watch this type (it needs list, watch and patch on it): its expired break-glasses are not removed");
-                }
-                return false;
-            }
-        };
-        let entry = |meta: PartialObjectMeta<DynamicObject>, kind: &str| {
-            let id = (
-                meta.metadata.namespace.clone().unwrap_or_default(),
-                meta.metadata.name.clone().unwrap_or_default(),
-            );
-            (id, json!({"kind": kind, "metadata": meta.metadata}))
-        };
-        match event {
-            watcher::Event::Init => w.relist = Some(BTreeMap::new()),
-            watcher::Event::InitApply(meta) => {
-                let (id, object) = entry(meta, &w.ar.kind);
-                w.relist.get_or_insert_default().insert(id, object);
-                return false;
-            }
-            watcher::Event::InitDone => {
-                w.objects = w.relist.take().unwrap_or_default();
-                w.synced = true;
-                w.retry = None;
-                self.unlistable.remove(key);
-            }
-            watcher::Event::Apply(meta) => {
-                let (id, object) = entry(meta, &w.ar.kind);
-                w.objects.insert(id, object);
-            }
-            watcher::Event::Delete(meta) => {
-                let (id, _) = entry(meta, &w.ar.kind);
-                w.objects.remove(&id);
-            }
-        }
-        true
     }
 
     /// Ends every armed break-glass that grants nothing any more, and
@@ -662,57 +446,6 @@ async fn list_applications(client: &kube::Client) -> Option<Vec<PartialObjectMet
     }
 }
 
-/// Every type the sweeper may need: listable and patchable, in the preferred
-/// version, without the kinds driftguard never judges. Aggregated discovery
-/// (2 requests) where the apiserver has it, else one request per group.
-async fn discover(client: &kube::Client) -> Result<Vec<ApiResource>, kube::Error> {
-    let discovery = match Discovery::new(client.clone()).run_aggregated().await {
-        Ok(d) => d,
-        Err(_) => Discovery::new(client.clone()).run().await?,
-    };
-    let mut out = Vec::new();
-    for group in discovery.groups() {
-        if EXCLUDED_GROUPS.contains(&group.name()) {
-            continue;
-        }
-        for (ar, caps) in group.recommended_resources() {
-            let excluded = format!("{}/{}", ar.group, ar.plural);
-            if caps.supports_operation(verbs::LIST)
-                && caps.supports_operation(verbs::PATCH)
-                && !EXCLUDED_RESOURCES.contains(&excluded.as_str())
-            {
-                out.push(ar);
-            }
-        }
-    }
-    Ok(out)
-}
-
-/// A watch error that retrying will not mend before the next discovery:
-/// the type may not be listed or watched (403), or is gone (404).
-fn refused(e: &watcher::Error) -> bool {
-    match e {
-        watcher::Error::InitialListFailed(kube::Error::Api(status))
-        | watcher::Error::WatchStartFailed(kube::Error::Api(status))
-        | watcher::Error::WatchFailed(kube::Error::Api(status))
-        | watcher::Error::WatchError(status) => matches!(status.code, 403 | 404),
-        _ => false,
-    }
-}
-
-/// `group/Kind`, as `pause::entry` names a type.
-fn type_key(ar: &ApiResource) -> String {
-    format!("{}/{}", ar.group, ar.kind)
-}
-
-fn type_name(ar: &ApiResource) -> String {
-    if ar.group.is_empty() {
-        ar.plural.clone()
-    } else {
-        format!("{}.{}", ar.plural, ar.group)
-    }
-}
-
 /// What the sweeper says when it cannot lift Application `application`'s
 /// pause for `entry` (its break-glass ended): it stays paused, the sweeper
 /// tries again at each sweep as a pause left behind, and what mends it now.
@@ -761,6 +494,8 @@ pub(crate) fn sweep(
     }
     Ok(!breakglass_state::state(&Inputs::read(object, policy), policy, now).grants())
 }
+
+mod watches;
 
 #[cfg(test)]
 mod tests {
