@@ -7,7 +7,7 @@
 
 pub mod annotated;
 pub mod atomic_maps;
-pub mod breakglass_state;
+pub(crate) mod breakglass_state;
 pub mod cascade;
 pub mod change;
 mod compare;

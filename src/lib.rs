@@ -10,7 +10,7 @@
 
 pub mod args;
 pub mod audit;
-pub mod breakglass;
+pub(crate) mod breakglass;
 pub mod certs;
 pub mod cli;
 pub mod cluster;

@@ -522,26 +522,7 @@ mod tests {
     /// Application `myapp`: only the one listing the object is lifted.
     #[tokio::test]
     async fn with_two_argo_cds_only_the_application_listing_the_object_is_lifted() {
-        const LOCAL_APP: &str = "/apis/argoproj.io/v1alpha1/namespaces/gitops/applications/myapp";
-        const SPOKE: &str = "https://spoke-1.example:6443";
-        let ar = ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&());
-        let policy = Policy::embedded();
-        let this = ThisCluster::named(&[SPOKE.to_owned()]);
-        let requests = |log: &Log| -> Vec<String> {
-            log.lock().unwrap().iter().map(|(r, _)| r.clone()).collect()
-        };
-        // (this cluster's lists it, the hub's lists it, where the hub's deploys,
-        // the hub's PATCH status): the requests each cluster sees, and the outcome.
-        type Case = (
-            bool,
-            bool,
-            &'static str,
-            u16,
-            &'static [&'static str],
-            &'static [&'static str],
-            &'static str,
-        );
-        let cases: [Case; 4] = [
+        let cases: [TwoArgoCds; 4] = [
             (
                 true,
                 false,
@@ -582,61 +563,88 @@ mod tests {
                 "Failed argocd/myapp hub=true",
             ),
         ];
-        for (local_lists, hub_lists, destination, hub_patch, want_local, want_hub, want) in cases {
-            let (spoke_log, hub_log) = (Log::default(), Log::default());
-            let spoke = client(
-                Cluster {
-                    unlisted: !local_lists,
-                    ..Cluster::new(Some(200), ok())
-                },
-                spoke_log.clone(),
-            );
-            let hub = client(
-                Cluster {
-                    unlisted: !hub_lists,
-                    destination: Some(destination),
-                    ..Cluster::new(Some(hub_patch), (404, Value::Null))
-                },
-                hub_log.clone(),
-            );
-            let installations = [
-                Installation {
-                    namespace: "gitops",
-                    ..here(&spoke)
-                },
-                Installation {
-                    hub: true,
-                    deploys_here: Some(&this),
-                    ..here(&hub)
-                },
-            ];
-            let ending = end_break_glass(&spoke, &installations, &ar, &armed(), &policy).await;
-            let named = |log: &Log| -> Vec<String> {
-                requests(log)
-                    .iter()
-                    .map(|r| {
-                        r.replace(LOCAL_APP, "local")
-                            .replace(APP, "hub")
-                            .replace(OBJECT, "object")
-                    })
-                    .collect()
-            };
-            let got = match &ending {
-                Ending::Ended {
-                    application:
-                        Lift::Failed {
-                            application, hub, ..
-                        },
-                    ..
-                } => format!("Failed {application} hub={hub}"),
-                Ending::Ended { application, .. } => format!("{application:?}"),
-                other => format!("{other:?}"),
-            };
-            let case = format!("local {local_lists}, hub {hub_lists} to {destination}");
-            assert_eq!(named(&spoke_log), want_local, "{case}");
-            assert_eq!(named(&hub_log), want_hub, "{case}");
-            assert_eq!(got, want, "{case}");
+        for case in cases {
+            end_with_two_argo_cds(case).await;
         }
+    }
+
+    const LOCAL_APP: &str = "/apis/argoproj.io/v1alpha1/namespaces/gitops/applications/myapp";
+    const SPOKE: &str = "https://spoke-1.example:6443";
+
+    /// (this cluster's lists it, the hub's lists it, where the hub's deploys,
+    /// the hub's PATCH status): the requests each cluster sees, and the outcome.
+    type TwoArgoCds = (
+        bool,
+        bool,
+        &'static str,
+        u16,
+        &'static [&'static str],
+        &'static [&'static str],
+        &'static str,
+    );
+
+    /// Ends the object with a hub's Argo CD and this cluster's own, as `case` says.
+    async fn end_with_two_argo_cds(case: TwoArgoCds) {
+        let (local_lists, hub_lists, destination, hub_patch, want_local, want_hub, want) = case;
+        let ar = ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&());
+        let policy = Policy::embedded();
+        let this = ThisCluster::named(&[SPOKE.to_owned()]);
+        let requests = |log: &Log| -> Vec<String> {
+            log.lock().unwrap().iter().map(|(r, _)| r.clone()).collect()
+        };
+        let (spoke_log, hub_log) = (Log::default(), Log::default());
+        let spoke = client(
+            Cluster {
+                unlisted: !local_lists,
+                ..Cluster::new(Some(200), ok())
+            },
+            spoke_log.clone(),
+        );
+        let hub = client(
+            Cluster {
+                unlisted: !hub_lists,
+                destination: Some(destination),
+                ..Cluster::new(Some(hub_patch), (404, Value::Null))
+            },
+            hub_log.clone(),
+        );
+        let installations = [
+            Installation {
+                namespace: "gitops",
+                ..here(&spoke)
+            },
+            Installation {
+                hub: true,
+                deploys_here: Some(&this),
+                ..here(&hub)
+            },
+        ];
+        let ending = end_break_glass(&spoke, &installations, &ar, &armed(), &policy).await;
+        let named = |log: &Log| -> Vec<String> {
+            requests(log)
+                .iter()
+                .map(|r| {
+                    r.replace(LOCAL_APP, "local")
+                        .replace(APP, "hub")
+                        .replace(OBJECT, "object")
+                })
+                .collect()
+        };
+        let got = match &ending {
+            Ending::Ended {
+                application:
+                    Lift::Failed {
+                        application, hub, ..
+                    },
+                ..
+            } => format!("Failed {application} hub={hub}"),
+            Ending::Ended { application, .. } => format!("{application:?}"),
+            other => format!("{other:?}"),
+        };
+        let case = format!("local {local_lists}, hub {hub_lists} to {destination}");
+        assert_eq!(named(&spoke_log), want_local, "{case}");
+        assert_eq!(named(&hub_log), want_hub, "{case}");
+        assert_eq!(got, want, "{case}");
     }
 
     #[tokio::test]

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, PartialObjectMeta};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::application::{self, AppChange, AppState};
 use super::ending::{self, Ending, Installation, Lift};
@@ -507,6 +507,7 @@ mod tests {
 
     use super::*;
     use crate::breakglass::application::{PAUSED_FOR, SKIP_RECONCILE};
+    use serde_json::json;
 
     const SPOKE: &str = "https://spoke-1.example:6443";
     const APPS: &str = "/apis/argoproj.io/v1alpha1";

@@ -406,57 +406,133 @@ async fn an_application_that_deploys_to_another_cluster_is_never_paused() {
             let apps_log = if hub { &hub_log } else { &here_log };
             if !arm {
                 let ended = target.end().await;
-                let paused = requests(apps_log, &pause);
-                match (unpaused, ended) {
-                    (None, Ok(Written::Done(_, r))) => {
-                        assert_eq!((r.state, paused.len()), ("resumed", 1), "{case}")
-                    }
-                    (Some("give --cluster-name"), Err(PluginError::Usage(why))) => {
-                        assert!(why.contains("give --cluster-name"), "{case}: {why}");
-                        assert_eq!(requests(&here_log, &write), [] as [Value; 0], "{case}");
-                    }
-                    (Some(_), Ok(Written::Done(_, r))) => {
-                        assert_eq!((r.state, paused.len()), ("not-paused", 0), "{case}");
-                        assert_eq!(requests(&here_log, &write).len(), 1, "{case}");
-                    }
-                    (_, _) => panic!("{case}: ended otherwise"),
-                }
+                let (paused, writes) = (requests(apps_log, &pause), requests(&here_log, &write));
+                ended_for_another_cluster(ended, unpaused, &paused, &writes, &case);
                 continue;
             }
             let at = Timestamp::now() + SignedDuration::from_mins(30);
             let written = target.arm("INC-1", at).await.unwrap();
             let (paused, writes) = (requests(apps_log, &pause), requests(&here_log, &write));
-            let Some(why) = unpaused else {
-                assert!(matches!(written, Written::Done(..)), "{case}");
-                assert_eq!(paused.len(), 1, "{case}");
-                continue;
-            };
-            assert_eq!(paused, [] as [Value; 0], "{case}: paused");
-            match written {
-                Written::Unpausable(text) if require_pause => {
-                    assert!(text.contains(why), "{case}: {text}");
-                    assert_eq!(writes, [] as [Value; 0], "{case}");
-                }
-                Written::Done(_, r) if !require_pause => {
-                    assert_eq!((r.state, r.tool), ("not-paused", Some("Argo CD")), "{case}");
-                    // No command to pause it by hand: that is the harm.
-                    assert_eq!(r.pause_by_hand, None, "{case}");
-                    let warning = r.warning.unwrap_or_default();
-                    for said in ["self-heal may revert the hotfix", why] {
-                        assert!(warning.contains(said), "{case}: {said:?} not in {warning}");
-                    }
-                    let annotations = &writes[0]["metadata"]["annotations"];
-                    assert_eq!(annotations[crate::drift::breakglass_state::REASON], "INC-1");
-                    assert!(
-                        annotations
-                            .get(crate::drift::breakglass_state::PAUSED)
-                            .is_none(),
-                        "{case}: {annotations}"
-                    );
-                }
-                _ => panic!("{case}: armed otherwise"),
-            }
+            armed_for_another_cluster(written, require_pause, unpaused, &paused, &writes, &case);
         }
+    }
+}
+
+/// What [`an_application_that_deploys_to_another_cluster_is_never_paused`]
+/// checks of an ending: `paused`, the Application's patches; `writes`, the
+/// object's.
+fn ended_for_another_cluster(
+    ended: Result<Written, PluginError>,
+    unpaused: Option<&str>,
+    paused: &[Value],
+    writes: &[Value],
+    case: &str,
+) {
+    match (unpaused, ended) {
+        (None, Ok(Written::Done(_, r))) => {
+            assert_eq!((r.state, paused.len()), ("resumed", 1), "{case}")
+        }
+        (Some("give --cluster-name"), Err(PluginError::Usage(why))) => {
+            assert!(why.contains("give --cluster-name"), "{case}: {why}");
+            assert_eq!(writes, [] as [Value; 0], "{case}");
+        }
+        (Some(_), Ok(Written::Done(_, r))) => {
+            assert_eq!((r.state, paused.len()), ("not-paused", 0), "{case}");
+            assert_eq!(writes.len(), 1, "{case}");
+        }
+        (_, _) => panic!("{case}: ended otherwise"),
+    }
+}
+
+/// What [`an_application_that_deploys_to_another_cluster_is_never_paused`]
+/// checks of an arming, as [`ended_for_another_cluster`] of an ending.
+fn armed_for_another_cluster(
+    written: Written,
+    require_pause: bool,
+    unpaused: Option<&str>,
+    paused: &[Value],
+    writes: &[Value],
+    case: &str,
+) {
+    let Some(why) = unpaused else {
+        assert!(matches!(written, Written::Done(..)), "{case}");
+        assert_eq!(paused.len(), 1, "{case}");
+        return;
+    };
+    assert_eq!(paused, [] as [Value; 0], "{case}: paused");
+    match written {
+        Written::Unpausable(text) if require_pause => {
+            assert!(text.contains(why), "{case}: {text}");
+            assert_eq!(writes, [] as [Value; 0], "{case}");
+        }
+        Written::Done(_, r) if !require_pause => {
+            assert_eq!((r.state, r.tool), ("not-paused", Some("Argo CD")), "{case}");
+            // No command to pause it by hand: that is the harm.
+            assert_eq!(r.pause_by_hand, None, "{case}");
+            let warning = r.warning.unwrap_or_default();
+            for said in ["self-heal may revert the hotfix", why] {
+                assert!(warning.contains(said), "{case}: {said:?} not in {warning}");
+            }
+            let annotations = &writes[0]["metadata"]["annotations"];
+            assert_eq!(annotations[crate::drift::breakglass_state::REASON], "INC-1");
+            assert!(
+                annotations
+                    .get(crate::drift::breakglass_state::PAUSED)
+                    .is_none(),
+                "{case}: {annotations}"
+            );
+        }
+        _ => panic!("{case}: armed otherwise"),
+    }
+}
+
+/// What [`with_two_argo_cds_the_application_of_the_objects_installation_is_paused`]
+/// checks once `report` is in: the one Application patched, `want` (here,
+/// hub, nowhere), as `logs` (this cluster's, the hub's) recorded it.
+fn paused_where(
+    arm: bool,
+    want: &str,
+    report: &PauseReport,
+    logs: (&fake::Log, &fake::Log),
+    case: &str,
+) {
+    let (spoke_log, hub_log) = logs;
+    let patched = |log: &fake::Log| -> Vec<String> {
+        let log = log.lock().unwrap();
+        let apps = log.iter().map(|(r, _)| r.clone());
+        apps.filter(|r| r.starts_with("PATCH /apis/argoproj.io/"))
+            .collect()
+    };
+    let (here, there) = (patched(spoke_log), patched(hub_log));
+    let got = match (here.len(), there.len()) {
+        (1, 0) if here[0].contains("/namespaces/gitops/") => "here",
+        (0, 1) if there[0].contains("/namespaces/argocd/") => "hub",
+        (0, 0) => "nowhere",
+        _ => "wrong",
+    };
+    // Ending lifts only a pause that lists the object: with the hub
+    // ruled out, this cluster's is the one to look in.
+    let want = if arm || want != "nowhere" {
+        want
+    } else {
+        "here"
+    };
+    assert_eq!(got, want, "{case}: {here:?} {there:?}");
+    let state = match (want, arm) {
+        ("nowhere", _) => "not-paused",
+        (_, true) => "paused",
+        (_, false) => "resumed",
+    };
+    assert_eq!(report.state, state, "{case}: {}", report.text);
+    if want == "nowhere" && arm {
+        // The by-hand command is for this cluster, with why.
+        let cmd = "kubectl annotate applications.argoproj.io -n gitops myapp argocd.argoproj.io/skip-reconcile=true";
+        assert_eq!(report.pause_by_hand.as_deref(), Some(cmd), "{case}");
+        assert!(
+            report.text.contains("neither has its id"),
+            "{}",
+            report.text
+        );
     }
 }
 
@@ -539,43 +615,7 @@ async fn with_two_argo_cds_the_application_of_the_objects_installation_is_paused
         let Written::Done(_, report) = written else {
             panic!("{case}: not done");
         };
-        let patched = |log: &fake::Log| -> Vec<String> {
-            let log = log.lock().unwrap();
-            let apps = log.iter().map(|(r, _)| r.clone());
-            apps.filter(|r| r.starts_with("PATCH /apis/argoproj.io/"))
-                .collect()
-        };
-        let (here, there) = (patched(&spoke_log), patched(&hub_log));
-        let got = match (here.len(), there.len()) {
-            (1, 0) if here[0].contains("/namespaces/gitops/") => "here",
-            (0, 1) if there[0].contains("/namespaces/argocd/") => "hub",
-            (0, 0) => "nowhere",
-            _ => "wrong",
-        };
-        // Ending lifts only a pause that lists the object: with the hub
-        // ruled out, this cluster's is the one to look in.
-        let want = if arm || want != "nowhere" {
-            want
-        } else {
-            "here"
-        };
-        assert_eq!(got, want, "{case}: {here:?} {there:?}");
-        let state = match (want, arm) {
-            ("nowhere", _) => "not-paused",
-            (_, true) => "paused",
-            (_, false) => "resumed",
-        };
-        assert_eq!(report.state, state, "{case}: {}", report.text);
-        if want == "nowhere" && arm {
-            // The by-hand command is for this cluster, with why.
-            let cmd = "kubectl annotate applications.argoproj.io -n gitops myapp argocd.argoproj.io/skip-reconcile=true";
-            assert_eq!(report.pause_by_hand.as_deref(), Some(cmd), "{case}");
-            assert!(
-                report.text.contains("neither has its id"),
-                "{}",
-                report.text
-            );
-        }
+        paused_where(arm, want, &report, (&spoke_log, &hub_log), &case);
     }
     // An argocd-cm that sets no id: the policy's installationID stands
     // for it, as in the decision.
