@@ -16,6 +16,7 @@ use kube::api::{Api, ObjectMeta, PostParams};
 
 use crate::metrics::Metrics;
 
+/// This replica's view of one Lease, and its claim on it.
 pub struct Lease {
     api: Api<LeaseObject>,
     name: String,
@@ -35,6 +36,7 @@ pub enum Holder {
 }
 
 impl Lease {
+    /// Lease `namespace/name`, claimed as `identity` for `duration`.
     pub fn new(
         client: kube::Client,
         namespace: &str,

@@ -33,7 +33,9 @@ use watches::{REDISCOVER, Update, Watched, type_key};
 /// How long an Application's pause must have been held by no armed object
 /// before the sweeper lifts it as left behind.
 const ORPHAN_GRACE: Duration = Duration::from_secs(20);
+/// How the sweeper runs (`driftguard serve`'s flags).
 pub struct Options {
+    /// The longest wait between two checks of the armed objects.
     pub interval: Duration,
     /// Where Argo CD Applications live when a tracking id names no namespace.
     pub argocd_namespace: String,

@@ -12,7 +12,6 @@
 
 use serde_json::Value;
 
-use super::ownership;
 use crate::policy::Policy;
 use crate::policy::path::escape;
 
@@ -26,7 +25,20 @@ pub const FLUX_SSA: &str = "kustomize.toolkit.fluxcd.io/ssa";
 pub const FLUX_PRUNE: &str = "kustomize.toolkit.fluxcd.io/prune";
 pub const FLUX_FORCE: &str = "kustomize.toolkit.fluxcd.io/force";
 
+pub const FLUX_KUSTOMIZE_NAME: &str = "kustomize.toolkit.fluxcd.io/name";
+pub const FLUX_KUSTOMIZE_NAMESPACE: &str = "kustomize.toolkit.fluxcd.io/namespace";
+pub const FLUX_HELM_NAME: &str = "helm.toolkit.fluxcd.io/name";
+pub const FLUX_HELM_NAMESPACE: &str = "helm.toolkit.fluxcd.io/namespace";
+/// Set by `helm install/upgrade`, never by `helm template` (which Argo CD uses):
+/// an instance label next to it names a Helm release, not an Argo CD application.
+pub const HELM_RELEASE_ANNOTATION: &str = "meta.helm.sh/release-name";
+/// Flux's per-object opt-outs (label or annotation, value `disabled`).
+pub const FLUX_RECONCILE: &str = "kustomize.toolkit.fluxcd.io/reconcile";
+pub const HELM_DRIFT_DETECTION: &str = "helm.toolkit.fluxcd.io/driftDetection";
+
+/// Break-glass: why, as an annotation ([`super::breakglass_state`] judges it).
 pub const BREAK_GLASS_REASON: &str = "driftguard.io/break-glass";
+/// Break-glass: until when (RFC 3339), as an annotation.
 pub const BREAK_GLASS_EXPIRES: &str = "driftguard.io/break-glass-expires";
 /// Set by `kubectl driftguard break-glass` next to the two annotations: the
 /// key of the GitOps tool's own control that it paused for this object
@@ -218,7 +230,7 @@ impl Input {
             // Read whenever Argo CD is: argocd-cm may name an instance label.
             Input::HelmReleaseAnnotation => {
                 argo?;
-                Location::Annotation(ownership::HELM_RELEASE_ANNOTATION)
+                Location::Annotation(HELM_RELEASE_ANNOTATION)
             }
             Input::Mode => Location::Annotation(MODE_ANNOTATION),
             Input::BreakGlassReason => Location::Annotation(BREAK_GLASS_REASON),
@@ -279,16 +291,14 @@ impl Input {
     /// Where a Flux input lives ([`Input::location`]).
     fn flux_location(self) -> Option<Location<'static>> {
         Some(match self {
-            Input::FluxKustomizeName => Location::Label(ownership::FLUX_KUSTOMIZE_NAME),
-            Input::FluxKustomizeNamespace => Location::Label(ownership::FLUX_KUSTOMIZE_NAMESPACE),
-            Input::FluxHelmName => Location::Label(ownership::FLUX_HELM_NAME),
-            Input::FluxHelmNamespace => Location::Label(ownership::FLUX_HELM_NAMESPACE),
-            Input::FluxReconcileLabel => Location::Label(ownership::FLUX_RECONCILE),
-            Input::FluxReconcileAnnotation => Location::Annotation(ownership::FLUX_RECONCILE),
-            Input::HelmDriftDetectionLabel => Location::Label(ownership::HELM_DRIFT_DETECTION),
-            Input::HelmDriftDetectionAnnotation => {
-                Location::Annotation(ownership::HELM_DRIFT_DETECTION)
-            }
+            Input::FluxKustomizeName => Location::Label(FLUX_KUSTOMIZE_NAME),
+            Input::FluxKustomizeNamespace => Location::Label(FLUX_KUSTOMIZE_NAMESPACE),
+            Input::FluxHelmName => Location::Label(FLUX_HELM_NAME),
+            Input::FluxHelmNamespace => Location::Label(FLUX_HELM_NAMESPACE),
+            Input::FluxReconcileLabel => Location::Label(FLUX_RECONCILE),
+            Input::FluxReconcileAnnotation => Location::Annotation(FLUX_RECONCILE),
+            Input::HelmDriftDetectionLabel => Location::Label(HELM_DRIFT_DETECTION),
+            Input::HelmDriftDetectionAnnotation => Location::Annotation(HELM_DRIFT_DETECTION),
             Input::FluxSsaLabel => Location::Label(FLUX_SSA),
             Input::FluxSsaAnnotation => Location::Annotation(FLUX_SSA),
             Input::FluxPruneLabel => Location::Label(FLUX_PRUNE),

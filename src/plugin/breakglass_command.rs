@@ -68,6 +68,8 @@ pub struct Args {
     output: Output,
 }
 
+/// Runs the command: 0 armed or ended, 1 refused (by the server, or
+/// `--require-pause`), 2 an access error or a pause left to lift by hand.
 pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCode, PluginError> {
     let (kind, name) = split_target(&args.target)?;
     let (reason, duration) = reason_and_duration(&args)?;

@@ -40,6 +40,7 @@ pub(super) struct Watched {
     retry: Option<(Instant, Duration)>,
 }
 
+/// One watch event (or error), with its type's `group/Kind`.
 pub(super) type Update = (
     String,
     Result<watcher::Event<PartialObjectMeta<DynamicObject>>, watcher::Error>,

@@ -9,7 +9,9 @@ use http_body_util::BodyExt;
 use kube::client::Body;
 use serde_json::{Value, json};
 
+/// ConfigMap p/x.
 pub const OBJECT: &str = "/api/v1/namespaces/p/configmaps/x";
+/// Application argocd/myapp.
 pub const APP: &str = "/apis/argoproj.io/v1alpha1/namespaces/argocd/applications/myapp";
 
 #[derive(Clone, Copy, Default)]
@@ -41,6 +43,7 @@ fn reply(code: u16, body: Value) -> Response<Body> {
         .unwrap()
 }
 
+/// The plugin's view of `cluster`, recording into `log`.
 pub fn api(cluster: Cluster, log: Log) -> crate::plugin::api::Api {
     let service = tower::service_fn(move |request: Request<Body>| {
         let log = log.clone();
