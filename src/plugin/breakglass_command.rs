@@ -8,9 +8,9 @@
 //!
 //! Here: the arguments and the command's course; [`flow`] arms and ends
 //! against the cluster, [`report`] says what that did, [`render`] prints it,
-//! [`application`] reads and writes the Argo CD Application as the user.
+//! [`application_access`] reads and writes the Argo CD Application as the user.
 
-mod application;
+mod application_access;
 mod flow;
 mod render;
 mod report;

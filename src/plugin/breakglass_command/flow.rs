@@ -14,7 +14,7 @@ use kube::api::{Patch, PatchParams};
 use kube::core::DynamicObject;
 use serde_json::Value;
 
-use super::application::{
+use super::application_access::{
     SetCheck, application_error, application_set_check, read_application, update_application,
 };
 use super::report::{PauseReport, Unpaused, armed_report, ended_report, lift_failed_report};

@@ -6,7 +6,7 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use super::application::SetCheck;
+use super::application_access::SetCheck;
 use crate::breakglass::application::{APPLICATION_PAUSE, AppState, PAUSED_FOR, SKIP_RECONCILE};
 use crate::breakglass::pause::Plan;
 use crate::drift::breakglass_state::paused_annotation;
