@@ -393,6 +393,17 @@ mod tests {
         .unwrap();
     }
 
+    /// The type of the objects [`every_reader_of_a_break_glass_agrees_on_its_state`] reads.
+    fn config_maps() -> api::Resource {
+        api::Resource {
+            group: String::new(),
+            version: "v1".into(),
+            kind: "ConfigMap".into(),
+            plural: "configmaps".into(),
+            namespaced: true,
+        }
+    }
+
     /// One break-glass state, five readers: the webhook, the sweeper,
     /// `explain` and `status` must all give the answer of
     /// [`crate::drift::breakglass_state::state`] for every state an object can be in.
@@ -456,13 +467,7 @@ mod tests {
             ("invalid", armed(json!("INC-1"), Value::Null)),
             ("ended", armed(Value::Null, Value::Null)),
         ];
-        let resource = api::Resource {
-            group: String::new(),
-            version: "v1".into(),
-            kind: "ConfigMap".into(),
-            plural: "configmaps".into(),
-            namespaced: true,
-        };
+        let resource = config_maps();
         let me = api::Identity {
             username: "oncall".into(),
             groups: vec!["sre-oncall".into()],
