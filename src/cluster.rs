@@ -1,6 +1,6 @@
 //! driftguard and the cluster it protects (kube-rs): the webhook rules and their
 //! registration, reading the parent of a `…/scale` write, the GitOps sources,
-//! and Events. Break-glass's own writes are in [`crate::breakglass`].
+//! and Events. Break-glass's own writes are in `crate::breakglass`.
 
 pub mod bounded;
 pub mod events;

@@ -6,7 +6,7 @@
 //! must not be able to change by hand in an allowed write, or a later denied
 //! write becomes allowed (annotate `driftguard.io/mode=audit` under an ignored
 //! `/metadata/annotations`, then edit the spec). The readers in
-//! [`super::ownership`], [`super::breakglass_state`] and the mode take an [`Inputs`],
+//! [`super::ownership`], `breakglass_state` and the mode take an [`Inputs`],
 //! never the object, so a new input can only be added as an [`Input`] variant,
 //! and [`changes`] compares every variant: it cannot be forgotten.
 
@@ -36,7 +36,7 @@ pub const HELM_RELEASE_ANNOTATION: &str = "meta.helm.sh/release-name";
 pub const FLUX_RECONCILE: &str = "kustomize.toolkit.fluxcd.io/reconcile";
 pub const HELM_DRIFT_DETECTION: &str = "helm.toolkit.fluxcd.io/driftDetection";
 
-/// Break-glass: why, as an annotation ([`super::breakglass_state`] judges it).
+/// Break-glass: why, as an annotation (`breakglass_state` judges it).
 pub const BREAK_GLASS_REASON: &str = "driftguard.io/break-glass";
 /// Break-glass: until when (RFC 3339), as an annotation.
 pub const BREAK_GLASS_EXPIRES: &str = "driftguard.io/break-glass-expires";
@@ -325,7 +325,7 @@ impl Input {
     }
 
     /// Break-glass inputs are changed by authorized users on purpose; they
-    /// are judged by [`super::breakglass_state::evaluate`], which makes any other change drift.
+    /// are judged by `breakglass_state::evaluate`, which makes any other change drift.
     pub fn is_break_glass(self) -> bool {
         matches!(self, Input::BreakGlassReason | Input::BreakGlassExpires)
     }
@@ -414,7 +414,7 @@ fn controller_owner(owners: Option<&Value>) -> Option<&Value> {
 
 /// Pointers of the inputs that differ between the stored and the incoming
 /// object: adding, changing or removing one. Break-glass inputs are left to
-/// [`super::breakglass_state::evaluate`].
+/// `breakglass_state::evaluate`.
 pub fn changes(old: &Inputs, new: &Inputs, policy: &Policy) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     for input in Input::ALL {
