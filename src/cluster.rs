@@ -1,13 +1,10 @@
 //! driftguard and the cluster it protects (kube-rs): the webhook rules and their
 //! registration, reading the parent of a `…/scale` write, the GitOps sources,
-//! Events, and ending expired break-glasses.
+//! and Events. Break-glass's own writes are in `crate::breakglass`.
 
 pub mod bounded;
-pub mod ending;
 pub mod events;
-pub mod expiry;
 pub mod guard;
-pub mod lease;
 pub mod parents;
 pub mod register;
 pub mod rules;

@@ -3,7 +3,7 @@
 
 pub mod annotated;
 pub mod atomic_maps;
-pub mod breakglass;
+pub(crate) mod breakglass_state;
 pub mod cascade;
 pub mod change;
 mod compare;
@@ -16,7 +16,6 @@ pub mod ownership;
 pub mod pipeline;
 pub mod reapplied;
 pub mod record;
-pub mod restore;
 pub mod steps;
 mod view;
 
@@ -25,7 +24,7 @@ use std::sync::Arc;
 use jiff::{SignedDuration, Timestamp};
 use serde_json::Value;
 
-pub use breakglass::{BreakGlass, BreakGlassUse};
+pub use breakglass_state::{BreakGlass, BreakGlassUse};
 pub use change::{Change, OutOfScope};
 pub use inputs::{Input, Inputs, MODE_ANNOTATION};
 pub use ownership::Manager;

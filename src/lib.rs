@@ -12,6 +12,7 @@
 
 pub mod args;
 pub mod audit;
+pub(crate) mod breakglass;
 pub mod certs;
 pub mod cli;
 pub mod cluster;
@@ -20,7 +21,6 @@ pub mod decider;
 pub mod drift;
 pub mod logging;
 pub mod metrics;
-pub mod pause;
 pub mod plugin;
 pub mod policy;
 pub mod request;

@@ -5,10 +5,9 @@
 //! access error (the message names the object or the forbidden request).
 
 mod api;
-mod breakglass;
+mod breakglass_command;
 mod explain;
 mod installation;
-mod pause;
 mod preview;
 mod reach;
 mod status;
@@ -58,7 +57,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Set (or with --end remove) break-glass on an object, if driftguard's answer to a dry run lets you.
-    BreakGlass(breakglass::Args),
+    BreakGlass(breakglass_command::Args),
     /// Server-side dry run of a change as you: what driftguard would answer.
     Preview(preview::Args),
     /// Who manages an object, the mode in force and why, its ignore rules, break-glass.
@@ -130,7 +129,7 @@ impl Cli {
             key: self.policy_key,
         };
         match self.command {
-            Command::BreakGlass(args) => breakglass::run(&api, &source, args).await,
+            Command::BreakGlass(args) => breakglass_command::run(&api, &source, args).await,
             Command::Preview(args) => preview::run(&api, args).await,
             Command::Explain(args) => explain::run(&api, &source, args).await,
             Command::Status(args) => status::run(&api, &source, args).await,
@@ -394,12 +393,23 @@ mod tests {
         .unwrap();
     }
 
+    /// The type of the objects [`every_reader_of_a_break_glass_agrees_on_its_state`] reads.
+    fn config_maps() -> api::Resource {
+        api::Resource {
+            group: String::new(),
+            version: "v1".into(),
+            kind: "ConfigMap".into(),
+            plural: "configmaps".into(),
+            namespaced: true,
+        }
+    }
+
     /// One break-glass state, five readers: the webhook, the sweeper,
     /// `explain` and `status` must all give the answer of
-    /// [`crate::drift::breakglass::state`] for every state an object can be in.
+    /// [`crate::drift::breakglass_state::state`] for every state an object can be in.
     #[test]
     fn every_reader_of_a_break_glass_agrees_on_its_state() {
-        use crate::drift::breakglass::{self, BreakGlass, EXPIRES, LABEL, PAUSED, REASON};
+        use crate::drift::breakglass_state::{self, BreakGlass, EXPIRES, LABEL, PAUSED, REASON};
         use crate::drift::inputs::Inputs;
         use serde_json::{Value, json};
 
@@ -427,9 +437,17 @@ mod tests {
         // What `kubectl driftguard break-glass` writes, with the given reason
         // and expiry (null: taken off).
         let armed = |reason: Value, expires: Value| {
-            let plan = crate::pause::plan(&object(json!({}), json!({})), "", &policy, "argocd");
+            let plan = crate::breakglass::pause::plan(
+                &object(json!({}), json!({})),
+                "",
+                &policy,
+                "argocd",
+            );
             let mut o = object(json!({}), json!({}));
-            json_patch::merge(&mut o, &crate::pause::arm_patch(&plan, "x", "x", "1"));
+            json_patch::merge(
+                &mut o,
+                &crate::breakglass::pause::arm_patch(&plan, "x", "x", "1"),
+            );
             json_patch::merge(
                 &mut o,
                 &json!({"metadata": {"annotations": {REASON: reason, EXPIRES: expires}}}),
@@ -449,24 +467,19 @@ mod tests {
             ("invalid", armed(json!("INC-1"), Value::Null)),
             ("ended", armed(Value::Null, Value::Null)),
         ];
-        let resource = api::Resource {
-            group: String::new(),
-            version: "v1".into(),
-            kind: "ConfigMap".into(),
-            plural: "configmaps".into(),
-            namespaced: true,
-        };
+        let resource = config_maps();
         let me = api::Identity {
             username: "oncall".into(),
             groups: vec!["sre-oncall".into()],
         };
         for (want, o) in cases {
             let inputs = Inputs::read(&o, &policy);
-            let state = breakglass::state(&inputs, &policy, now);
+            let state = breakglass_state::state(&inputs, &policy, now);
             assert_eq!(state.name(), want, "{o}");
 
             // The webhook, for an authorized writer leaving them as they are.
-            let webhook = breakglass::evaluate(&inputs, None, "oncall", &me.groups, &policy, now);
+            let webhook =
+                breakglass_state::evaluate(&inputs, None, "oncall", &me.groups, &policy, now);
             match (&webhook, want) {
                 (BreakGlass::Valid { .. }, "active") => {}
                 (BreakGlass::None, "none" | "ended") => {}
@@ -476,7 +489,7 @@ mod tests {
                 _ => panic!("webhook {webhook:?} for a {want} break-glass: {o}"),
             }
             // The sweeper: leaves what driftguard did not arm, keeps what grants, ends the rest.
-            let swept = crate::cluster::expiry::sweep(&o, "", &policy, now);
+            let swept = crate::breakglass::sweeper::sweep(&o, "", &policy, now);
             match (swept, want) {
                 (Err(_), "none") | (Ok(false), "active") => {}
                 (Ok(true), "expired" | "invalid" | "ended") => {}

@@ -9,7 +9,7 @@ use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview
 use kube::core::response::StatusSummary;
 use serde_json::{Value, json};
 
-use crate::drift::breakglass::{EXPIRES, REASON};
+use crate::drift::breakglass_state::{EXPIRES, REASON};
 use crate::drift::normalize::DRIFT_ANNOTATION;
 use crate::drift::{Decision, Finding, Operation, Request, Verdict};
 use crate::request::RawObject;

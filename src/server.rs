@@ -260,11 +260,11 @@ async fn start_cluster_tasks(
     if let Some(client) = client
         && !config.break_glass_sweep_interval.is_zero()
     {
-        crate::cluster::expiry::spawn(
+        crate::breakglass::sweeper::spawn(
             client.clone(),
             policy.clone(),
             metrics.clone(),
-            crate::cluster::expiry::Options {
+            crate::breakglass::sweeper::Options {
                 interval: config.break_glass_sweep_interval,
                 argocd_namespace: config.argocd_namespace.clone(),
                 lease: config.break_glass_sweeper_lease.clone(),

@@ -16,7 +16,7 @@ use serde_json::Value;
 use super::steps::{apply_break_glass, detects, exemption, set_manager, verdict_for};
 use super::{
     Context, Decision, Finding, Inputs, Installation, Manager, Operation, Request, Sources,
-    breakglass,
+    breakglass_state,
 };
 use crate::policy::{Mode, Policy, planned};
 
@@ -131,7 +131,7 @@ pub(super) fn guard(policy: &Policy, req: &Request, ctx: &Context, d: Decision) 
         return d;
     }
     let stored = Inputs::read(old, policy);
-    let bg = breakglass::evaluate(&stored, None, req.username, req.groups, policy, ctx.now);
+    let bg = breakglass_state::evaluate(&stored, None, req.username, req.groups, policy, ctx.now);
     d.finding = Finding::DeleteCascade(cascade.describe());
     d.drifted_paths = vec![String::new()];
     apply_break_glass(policy, &mut d, bg, (Some(&stored), &stored));

@@ -6,14 +6,12 @@
 //! must not be able to change by hand in an allowed write, or a later denied
 //! write becomes allowed (annotate `driftguard.io/mode=audit` under an ignored
 //! `/metadata/annotations`, then edit the spec). The readers in
-//! [`super::ownership`], [`super::breakglass`] and the mode take an [`Inputs`],
+//! [`super::ownership`], `breakglass_state` and the mode take an [`Inputs`],
 //! never the object, so a new input can only be added as an [`Input`] variant,
 //! and [`changes`] compares every variant: it cannot be forgotten.
 
 use serde_json::Value;
 
-use super::breakglass;
-use super::ownership;
 use crate::policy::Policy;
 use crate::policy::path::escape;
 
@@ -26,6 +24,31 @@ pub const ARGO_IGNORE_DIFFERENCES: &str = "argocd.argoproj.io/ignore-differences
 pub const FLUX_SSA: &str = "kustomize.toolkit.fluxcd.io/ssa";
 pub const FLUX_PRUNE: &str = "kustomize.toolkit.fluxcd.io/prune";
 pub const FLUX_FORCE: &str = "kustomize.toolkit.fluxcd.io/force";
+
+pub const FLUX_KUSTOMIZE_NAME: &str = "kustomize.toolkit.fluxcd.io/name";
+pub const FLUX_KUSTOMIZE_NAMESPACE: &str = "kustomize.toolkit.fluxcd.io/namespace";
+pub const FLUX_HELM_NAME: &str = "helm.toolkit.fluxcd.io/name";
+pub const FLUX_HELM_NAMESPACE: &str = "helm.toolkit.fluxcd.io/namespace";
+/// Set by `helm install/upgrade`, never by `helm template` (which Argo CD uses):
+/// an instance label next to it names a Helm release, not an Argo CD application.
+pub const HELM_RELEASE_ANNOTATION: &str = "meta.helm.sh/release-name";
+/// Flux's per-object opt-outs (label or annotation, value `disabled`).
+pub const FLUX_RECONCILE: &str = "kustomize.toolkit.fluxcd.io/reconcile";
+pub const HELM_DRIFT_DETECTION: &str = "helm.toolkit.fluxcd.io/driftDetection";
+
+/// Break-glass: why, as an annotation (`breakglass_state` judges it).
+pub const BREAK_GLASS_REASON: &str = "driftguard.io/break-glass";
+/// Break-glass: until when (RFC 3339), as an annotation.
+pub const BREAK_GLASS_EXPIRES: &str = "driftguard.io/break-glass-expires";
+/// Set by `kubectl driftguard break-glass` next to the two annotations: the
+/// key of the GitOps tool's own control that it paused for this object
+/// (`kustomize.toolkit.fluxcd.io/reconcile`, `helm.toolkit.fluxcd.io/driftDetection`
+/// or, on the Application, `argocd.argoproj.io/skip-reconcile`), so that
+/// ending the break-glass removes exactly what driftguard added.
+pub const BREAK_GLASS_PAUSED: &str = "driftguard.io/break-glass-paused";
+/// A label (value `true`) on every object armed by the plugin: the expiry
+/// sweeper finds them with a server-side label selector.
+pub const BREAK_GLASS_LABEL: &str = "driftguard.io/break-glass";
 
 /// One thing the decision reads from an object.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -207,13 +230,13 @@ impl Input {
             // Read whenever Argo CD is: argocd-cm may name an instance label.
             Input::HelmReleaseAnnotation => {
                 argo?;
-                Location::Annotation(ownership::HELM_RELEASE_ANNOTATION)
+                Location::Annotation(HELM_RELEASE_ANNOTATION)
             }
             Input::Mode => Location::Annotation(MODE_ANNOTATION),
-            Input::BreakGlassReason => Location::Annotation(breakglass::REASON),
-            Input::BreakGlassExpires => Location::Annotation(breakglass::EXPIRES),
-            Input::BreakGlassPaused => Location::Annotation(breakglass::PAUSED),
-            Input::BreakGlassLabel => Location::Label(breakglass::LABEL),
+            Input::BreakGlassReason => Location::Annotation(BREAK_GLASS_REASON),
+            Input::BreakGlassExpires => Location::Annotation(BREAK_GLASS_EXPIRES),
+            Input::BreakGlassPaused => Location::Annotation(BREAK_GLASS_PAUSED),
+            Input::BreakGlassLabel => Location::Label(BREAK_GLASS_LABEL),
             Input::ControllerOwner => Location::ControllerOwnerReference,
             Input::OwnerReferences => Location::OwnerReferences,
             Input::Finalizers => Location::Finalizers,
@@ -268,16 +291,14 @@ impl Input {
     /// Where a Flux input lives ([`Input::location`]).
     fn flux_location(self) -> Option<Location<'static>> {
         Some(match self {
-            Input::FluxKustomizeName => Location::Label(ownership::FLUX_KUSTOMIZE_NAME),
-            Input::FluxKustomizeNamespace => Location::Label(ownership::FLUX_KUSTOMIZE_NAMESPACE),
-            Input::FluxHelmName => Location::Label(ownership::FLUX_HELM_NAME),
-            Input::FluxHelmNamespace => Location::Label(ownership::FLUX_HELM_NAMESPACE),
-            Input::FluxReconcileLabel => Location::Label(ownership::FLUX_RECONCILE),
-            Input::FluxReconcileAnnotation => Location::Annotation(ownership::FLUX_RECONCILE),
-            Input::HelmDriftDetectionLabel => Location::Label(ownership::HELM_DRIFT_DETECTION),
-            Input::HelmDriftDetectionAnnotation => {
-                Location::Annotation(ownership::HELM_DRIFT_DETECTION)
-            }
+            Input::FluxKustomizeName => Location::Label(FLUX_KUSTOMIZE_NAME),
+            Input::FluxKustomizeNamespace => Location::Label(FLUX_KUSTOMIZE_NAMESPACE),
+            Input::FluxHelmName => Location::Label(FLUX_HELM_NAME),
+            Input::FluxHelmNamespace => Location::Label(FLUX_HELM_NAMESPACE),
+            Input::FluxReconcileLabel => Location::Label(FLUX_RECONCILE),
+            Input::FluxReconcileAnnotation => Location::Annotation(FLUX_RECONCILE),
+            Input::HelmDriftDetectionLabel => Location::Label(HELM_DRIFT_DETECTION),
+            Input::HelmDriftDetectionAnnotation => Location::Annotation(HELM_DRIFT_DETECTION),
             Input::FluxSsaLabel => Location::Label(FLUX_SSA),
             Input::FluxSsaAnnotation => Location::Annotation(FLUX_SSA),
             Input::FluxPruneLabel => Location::Label(FLUX_PRUNE),
@@ -304,7 +325,7 @@ impl Input {
     }
 
     /// Break-glass inputs are changed by authorized users on purpose; they
-    /// are judged by [`breakglass::evaluate`], which makes any other change drift.
+    /// are judged by `breakglass_state::evaluate`, which makes any other change drift.
     pub fn is_break_glass(self) -> bool {
         matches!(self, Input::BreakGlassReason | Input::BreakGlassExpires)
     }
@@ -393,7 +414,7 @@ fn controller_owner(owners: Option<&Value>) -> Option<&Value> {
 
 /// Pointers of the inputs that differ between the stored and the incoming
 /// object: adding, changing or removing one. Break-glass inputs are left to
-/// [`breakglass::evaluate`].
+/// `breakglass_state::evaluate`.
 pub fn changes(old: &Inputs, new: &Inputs, policy: &Policy) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     for input in Input::ALL {

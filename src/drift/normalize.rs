@@ -2,7 +2,7 @@
 
 use serde_json::Value;
 
-use super::{breakglass, view};
+use super::{breakglass_state, view};
 use crate::deadline::checkpoint;
 use crate::policy::jq::JqInput;
 use crate::policy::path::{self, Path};
@@ -27,8 +27,8 @@ pub(super) const SERVER_METADATA: [&str; 7] = [
 pub(super) const BOOKKEEPING_ANNOTATIONS: [&str; 4] = [
     "kubectl.kubernetes.io/last-applied-configuration",
     DRIFT_ANNOTATION,
-    breakglass::REASON,
-    breakglass::EXPIRES,
+    breakglass_state::REASON,
+    breakglass_state::EXPIRES,
 ];
 
 /// The drifted paths between `old` and `new` once both are normalized under

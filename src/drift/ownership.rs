@@ -8,16 +8,12 @@ use serde_json::Value;
 
 use super::inputs::{Input, Inputs};
 
-pub const FLUX_KUSTOMIZE_NAME: &str = "kustomize.toolkit.fluxcd.io/name";
-pub const FLUX_KUSTOMIZE_NAMESPACE: &str = "kustomize.toolkit.fluxcd.io/namespace";
-pub const FLUX_HELM_NAME: &str = "helm.toolkit.fluxcd.io/name";
-pub const FLUX_HELM_NAMESPACE: &str = "helm.toolkit.fluxcd.io/namespace";
-/// Set by `helm install/upgrade`, never by `helm template` (which Argo CD uses):
-/// an instance label next to it names a Helm release, not an Argo CD application.
-pub const HELM_RELEASE_ANNOTATION: &str = "meta.helm.sh/release-name";
-/// Flux's per-object opt-outs (label or annotation, value `disabled`).
-pub const FLUX_RECONCILE: &str = "kustomize.toolkit.fluxcd.io/reconcile";
-pub const HELM_DRIFT_DETECTION: &str = "helm.toolkit.fluxcd.io/driftDetection";
+/// The keys ownership is read from: defined with the other decision
+/// inputs ([`super::inputs`]), so that inputs does not import ownership.
+pub use super::inputs::{
+    FLUX_HELM_NAME, FLUX_HELM_NAMESPACE, FLUX_KUSTOMIZE_NAME, FLUX_KUSTOMIZE_NAMESPACE,
+    FLUX_RECONCILE, HELM_DRIFT_DETECTION, HELM_RELEASE_ANNOTATION,
+};
 /// Which Argo CD installation tracks an object (`common.AnnotationInstallationID`).
 pub const ARGOCD_INSTALLATION_ID: &str = "argocd.argoproj.io/installation-id";
 /// argocd-cm's key for an installation's id.

@@ -11,7 +11,7 @@ use super::ownership;
 use super::steps::{self, ModeChoice, Owner, Rules};
 use super::{
     Change, Context, DecideError, Decision, Finding, Manager, OutOfScope, Request, Verdict,
-    breakglass, compare,
+    breakglass_state, compare,
 };
 use crate::policy::Policy;
 use crate::policy::Target;
@@ -188,10 +188,10 @@ fn judge_as(
     );
     let previous = matches!(change, Change::Update { .. } | Change::Scale { .. }).then_some(stored);
     let (user, groups) = (req.username, req.groups);
-    let bg = breakglass::evaluate(carrier, previous, user, groups, policy, ctx.now);
+    let bg = breakglass_state::evaluate(carrier, previous, user, groups, policy, ctx.now);
     steps::apply_break_glass(policy, &mut d, bg, (previous, carrier));
     if d.finding == Finding::BreakGlass {
-        breakglass::warn_unpaused(carrier, d.manager.as_ref(), &mut d.notes);
+        breakglass_state::warn_unpaused(carrier, d.manager.as_ref(), &mut d.notes);
     }
     if let Change::Update { old, new } = change {
         compare::check_drift_record(req, (old, new), ctx.now, &mut d);

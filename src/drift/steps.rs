@@ -7,14 +7,14 @@
 use serde_json::Value;
 
 use super::annotated::{self, Annotated};
-use super::breakglass::{self, BreakGlass};
+use super::breakglass_state::{self, BreakGlass};
+use super::compare;
 use super::inputs::{Input, Inputs, Location};
 use super::ownership::{self, Manager};
 use super::{
     ArgoCdSources, Context, DEFAULT_ARGOCD_NAMESPACE, Decision, Finding, Installation, Operation,
     OutOfScope, Request, Sources, Verdict,
 };
-use super::{compare, restore};
 use crate::policy::flux::FluxSource;
 use crate::policy::pattern::PatternSet;
 use crate::policy::{Application, IgnoreRule, Mode, Policy, Target, UnknownParent};
@@ -510,7 +510,7 @@ pub(super) fn flux_rules<'p>(
 
 // === break-glass ===
 
-/// An UPDATE that only ends a break-glass ([`restore::candidate`]) and leaves
+/// An UPDATE that only ends a break-glass ([`breakglass_state::candidate`]) and leaves
 /// the object in scope, with the same Flux ignore targets: allowed, recorded
 /// in `d` as [`Finding::BreakGlassEnded`].
 pub(super) fn ends_break_glass(
@@ -525,7 +525,8 @@ pub(super) fn ends_break_glass(
         .break_glass
         .allowed
         .contains(req.username, req.groups);
-    let Some(trimmed) = restore::candidate(old, new, stored, may_end, policy, ctx.now) else {
+    let Some(trimmed) = breakglass_state::candidate(old, new, stored, may_end, policy, ctx.now)
+    else {
         return false;
     };
     let Some(manager) = d.manager.as_ref() else {
@@ -559,7 +560,7 @@ pub(super) fn ends_break_glass(
 
 /// Records break-glass in `d`. A valid one grants a write only if it leaves
 /// every decision input as it was, but for the bookkeeping that ending the
-/// break-glass removes ([`restore::annotations`]): a break-glass changes the
+/// break-glass removes ([`breakglass_state::annotations`]): a break-glass changes the
 /// object, never what later writes are judged by, so nothing it allowed
 /// outlives it.
 pub(super) fn apply_break_glass(
@@ -572,7 +573,7 @@ pub(super) fn apply_break_glass(
         BreakGlass::Unauthorized => {
             d.finding = Finding::BreakGlassUnauthorized;
             d.drifted_paths.extend(
-                [breakglass::REASON, breakglass::EXPIRES]
+                [breakglass_state::REASON, breakglass_state::EXPIRES]
                     .map(|k| format!("/metadata/annotations/{}", crate::policy::path::escape(k))),
             );
         }
@@ -612,8 +613,8 @@ fn uncovered_inputs(policy: &Policy, d: &Decision, stored: &Inputs, new: &Inputs
             .is_none_or(|l| l == "true")
         && new.text(Input::BreakGlassLabel) == Some("true")
         && new.text(Input::BreakGlassPaused).is_none_or(|marker| {
-            marker == restore::SKIP_RECONCILE
-                || restore::paused_annotation(marker).is_some_and(|key| {
+            marker == breakglass_state::SKIP_RECONCILE
+                || breakglass_state::paused_annotation(marker).is_some_and(|key| {
                     let opt_out = [
                         Input::FluxReconcileAnnotation,
                         Input::HelmDriftDetectionAnnotation,
@@ -629,7 +630,7 @@ fn uncovered_inputs(policy: &Policy, d: &Decision, stored: &Inputs, new: &Inputs
         .filter_map(|i| i.location(policy).map(|at| at.pointer()))
         .chain(
             marker
-                .and_then(restore::paused_annotation)
+                .and_then(breakglass_state::paused_annotation)
                 .map(|k| format!("/metadata/annotations/{}", crate::policy::path::escape(k))),
         )
         .filter(|_| armed_whole)

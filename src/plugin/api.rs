@@ -17,7 +17,7 @@ use kube::core::{ApiResource, DynamicObject, Status};
 use serde_json::Value;
 
 use super::PluginError;
-use crate::cluster::ending::warnings;
+use crate::breakglass::ending::warnings;
 
 /// Connection flags shared by every command, as kubectl spells them.
 #[derive(Clone, Debug, Default, clap::Args)]
@@ -584,7 +584,7 @@ fn refusal(
 
 #[cfg(test)]
 mod tests {
-    use crate::cluster::ending::warning_text;
+    use crate::breakglass::ending::warning_text;
 
     #[test]
     fn warning_headers_lose_code_agent_and_quotes() {

@@ -208,7 +208,13 @@ async fn sync_accounts(
                         Vec::new()
                     }
                 };
-            let apps = match list(api, &crate::pause::application_resource(), None).await? {
+            let apps = match list(
+                api,
+                &crate::breakglass::application::application_resource(),
+                None,
+            )
+            .await?
+            {
                 Ok(items) => items
                     .iter()
                     .filter_map(|a| crate::policy::argocd::from_value(a).ok())

@@ -55,7 +55,7 @@ pub(super) fn watch_argocd(
     (at, labels): (usize, [&'static str; 4]),
     metrics: &Arc<Metrics>,
 ) {
-    let ar = crate::pause::application_resource();
+    let ar = crate::breakglass::application::application_resource();
     let api = Api::<DynamicObject>::all_with(client.clone(), &ar);
     let served = Served::new(client, &ar);
     let kind = Kind::Application;

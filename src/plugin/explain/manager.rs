@@ -81,7 +81,7 @@ async fn read_application(
     sources: &mut ArgoCdSources,
     notes: &mut Vec<String>,
 ) -> Result<ManagedBy, PluginError> {
-    let ar = crate::pause::application_resource();
+    let ar = crate::breakglass::application::application_resource();
     let mut entry = ManagedBy {
         tool: "Argo CD",
         kind: "Application",

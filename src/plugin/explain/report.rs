@@ -6,7 +6,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::drift::annotated::Annotated;
-use crate::drift::breakglass::{EXPIRES, REASON};
+use crate::drift::breakglass_state::{EXPIRES, REASON};
 use crate::drift::inputs::{ARGO_IGNORE_DIFFERENCES, Input, Inputs, MODE_ANNOTATION};
 use crate::drift::pipeline;
 use crate::drift::steps::{ModeChoice, ModeFrom, Owner, RuleFrom};
@@ -294,10 +294,10 @@ fn rule_report(origin: &str, rule: &IgnoreRule, object: &Value) -> RuleReport {
 
 /// The object's break-glass as `explain` reports it: null when it has none.
 pub(crate) fn on_object(
-    state: &crate::drift::breakglass::State,
+    state: &crate::drift::breakglass_state::State,
     inputs: &Inputs,
 ) -> Option<OnObject> {
-    if *state == crate::drift::breakglass::State::None {
+    if *state == crate::drift::breakglass_state::State::None {
         return None;
     }
     Some(OnObject {
@@ -316,7 +316,7 @@ pub(crate) fn break_glass_report(
     let bg = &policy.break_glass;
     let allowed = bg.allowed.contains(&me.username, &me.groups);
     let (users, groups) = bg.allowed.patterns();
-    let state = crate::drift::breakglass::state(inputs, policy, Timestamp::now());
+    let state = crate::drift::breakglass_state::state(inputs, policy, Timestamp::now());
     BreakGlassReport {
         you: me.clone(),
         you_may_break_glass: allowed,

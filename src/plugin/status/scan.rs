@@ -6,7 +6,7 @@ use serde::Serialize;
 use serde_json::json;
 
 use super::report::Listing;
-use crate::drift::breakglass;
+use crate::drift::breakglass_state;
 use crate::plugin::PluginError;
 use crate::plugin::api::{Api, Resource};
 
@@ -118,15 +118,15 @@ pub(crate) fn break_glass_entry(
     meta: &ObjectMeta,
     policy: &crate::policy::Policy,
     now: jiff::Timestamp,
-) -> Option<(breakglass::State, BreakGlassEntry)> {
-    use crate::drift::breakglass::{EXPIRES, PAUSED, REASON};
+) -> Option<(breakglass_state::State, BreakGlassEntry)> {
+    use crate::drift::breakglass_state::{EXPIRES, PAUSED, REASON};
     let object = json!({"kind": resource.kind, "metadata": meta});
-    let state = breakglass::state(
+    let state = breakglass_state::state(
         &crate::drift::inputs::Inputs::read(&object, policy),
         policy,
         now,
     );
-    if state == breakglass::State::None {
+    if state == breakglass_state::State::None {
         return None;
     }
     let name = meta.name.clone().unwrap_or_default();

@@ -9,7 +9,9 @@ use http_body_util::BodyExt;
 use kube::client::Body;
 use serde_json::{Value, json};
 
+/// ConfigMap p/x.
 pub const OBJECT: &str = "/api/v1/namespaces/p/configmaps/x";
+/// Application argocd/myapp.
 pub const APP: &str = "/apis/argoproj.io/v1alpha1/namespaces/argocd/applications/myapp";
 
 #[derive(Clone, Copy, Default)]
@@ -41,7 +43,8 @@ fn reply(code: u16, body: Value) -> Response<Body> {
         .unwrap()
 }
 
-pub fn api(cluster: Cluster, log: Log) -> super::Api {
+/// The plugin's view of `cluster`, recording into `log`.
+pub fn api(cluster: Cluster, log: Log) -> crate::plugin::api::Api {
     let service = tower::service_fn(move |request: Request<Body>| {
         let log = log.clone();
         async move {
@@ -64,8 +67,8 @@ pub fn api(cluster: Cluster, log: Log) -> super::Api {
             let mut app = json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
                 "metadata": {"name": "myapp", "namespace": "argocd", "resourceVersion": "3"}});
             if cluster.armed {
-                use crate::drift::breakglass::{EXPIRES, LABEL, PAUSED, REASON};
-                use crate::pause::{PAUSED_FOR, SKIP_RECONCILE};
+                use crate::breakglass::application::{PAUSED_FOR, SKIP_RECONCILE};
+                use crate::drift::breakglass_state::{EXPIRES, LABEL, PAUSED, REASON};
                 let meta = &mut object["metadata"];
                 meta["labels"] = json!({LABEL: "true"});
                 for (key, value) in [
@@ -124,5 +127,5 @@ pub fn api(cluster: Cluster, log: Log) -> super::Api {
             })
         }
     });
-    super::Api::with_client(kube::Client::new(service, "p"), "p")
+    crate::plugin::api::Api::with_client(kube::Client::new(service, "p"), "p")
 }

@@ -1,67 +1,34 @@
-//! The plugin's side of a break-glass pause on Argo CD: the Application is
-//! read and written with the user's own credentials, each write carrying the
-//! resourceVersion it was computed from, so two break-glasses in one
-//! Application never overwrite each other's entry (a conflict reads again).
+//! The command's side of a break-glass pause on Argo CD: the Application,
+//! and the ApplicationSet that generated it, read and written with the
+//! user's own credentials; their errors in the plugin's words.
 
-use kube::api::{Patch, PatchParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::Value;
 
-use super::PluginError;
-use super::api::{Api, answer};
-use crate::pause::{AppChange, AppState, application_update};
+use crate::breakglass::application::{
+    self, AppChange, ApplicationError, CONFLICT_RETRIES, Changed, application_resource,
+};
+use crate::plugin::PluginError;
+use crate::plugin::api::Api;
 
-use crate::cluster::ending::ApplicationError;
-pub use crate::cluster::ending::CONFLICT_RETRIES;
-
-/// What happened to the Application.
-pub struct AppOutcome {
-    pub state: AppState,
-    /// The object was listed before this change (it already held the pause).
-    pub was_listed: bool,
-}
-
-/// Applies `change` to Argo CD Application `namespace/name`.
-pub async fn update_application(
+/// Applies `change` to Argo CD Application `namespace/name` with the user's
+/// credentials, as ending does ([`application::change`]).
+pub(super) async fn update_application(
     api: &Api,
     namespace: &str,
     name: &str,
     change: AppChange<'_>,
-) -> Result<AppOutcome, PluginError> {
-    let ar = crate::pause::application_resource();
-    let apps = api.dynamic(&ar, Some(namespace));
-    let entry = match change {
-        AppChange::Pause(e) | AppChange::Resume(e) => e,
-    };
-    for _ in 0..CONFLICT_RETRIES {
-        let app = match api.get_object(&ar, Some(namespace), name).await? {
-            Ok(app) => app,
-            Err(r) if r.code == 404 => return Err(not_found(namespace, name)),
-            Err(r) => return Err(refused(namespace, name, "get", r.message)),
-        };
-        let was_listed = listed(&app, entry);
-        let (patch, state) = application_update(&app, change);
-        let Some(patch) = patch else {
-            return Ok(AppOutcome { state, was_listed });
-        };
-        let patched = apps
-            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await;
-        match answer(
-            patched,
-            format_args!("patch application {namespace}/{name}"),
-        )? {
-            Ok(_) => return Ok(AppOutcome { state, was_listed }),
-            Err(r) if r.code == 409 => continue,
-            Err(r) => return Err(refused(namespace, name, "patch", r.message)),
-        }
+) -> Result<Changed, PluginError> {
+    match application::change(api.client(), namespace, name, change, None).await {
+        Ok(Some(changed)) => Ok(changed),
+        Ok(None) => Err(not_found(namespace, name)),
+        Err(e) => Err(application_error(namespace, name, e)),
     }
-    Err(kept_changing(namespace, name))
 }
 
 /// Whether driftguard's pause of an Application can hold.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum SetCheck {
+pub(super) enum SetCheck {
     /// No ApplicationSet generated the Application.
     NotGenerated,
     /// ApplicationSet `set` (in the Application's namespace) generated it
@@ -79,18 +46,18 @@ pub enum SetCheck {
 
 impl SetCheck {
     /// Whether the pause may be written: it is known to hold.
-    pub fn holds(&self) -> bool {
+    pub(super) fn holds(&self) -> bool {
         matches!(self, SetCheck::NotGenerated | SetCheck::Keeps { .. })
     }
 }
 
 /// Reads Argo CD Application `namespace/name`.
-pub async fn read_application(
+pub(super) async fn read_application(
     api: &Api,
     namespace: &str,
     name: &str,
 ) -> Result<Value, PluginError> {
-    let ar = crate::pause::application_resource();
+    let ar = application_resource();
     match api.get_object(&ar, Some(namespace), name).await? {
         Ok(app) => Ok(app),
         Err(r) if r.code == 404 => Err(not_found(namespace, name)),
@@ -100,14 +67,14 @@ pub async fn read_application(
 
 /// When an ApplicationSet generated Application `app`
 /// (`namespace/name`, as read), reads that set: whether it keeps
-/// driftguard's pause ([`crate::pause::application_set_drops`]).
-pub async fn application_set_check(
+/// driftguard's pause ([`application::application_set_drops`]).
+pub(super) async fn application_set_check(
     api: &Api,
     namespace: &str,
     name: &str,
     app: &Value,
 ) -> Result<SetCheck, PluginError> {
-    let Some(set) = crate::pause::generated_by(app) else {
+    let Some(set) = application::generated_by(app) else {
         return Ok(SetCheck::NotGenerated);
     };
     let set = set.to_owned();
@@ -118,7 +85,7 @@ pub async fn application_set_check(
     ));
     Ok(match api.get_object(&sets, Some(namespace), &set).await? {
         Ok(value) => {
-            let dropped = crate::pause::application_set_drops(&value, name);
+            let dropped = application::application_set_drops(&value, name);
             if dropped.is_empty() {
                 SetCheck::Keeps { set }
             } else {
@@ -138,16 +105,13 @@ fn not_found(namespace: &str, name: &str) -> PluginError {
     ))
 }
 
-/// Whether `entry` is in the Application's list of paused objects.
-fn listed(app: &Value, entry: &str) -> bool {
-    app["metadata"]["annotations"][crate::pause::PAUSED_FOR]
-        .as_str()
-        .is_some_and(|l| l.split(',').any(|e| e.trim() == entry))
-}
-
 /// Why ending could not lift Application `namespace/name`'s pause, in the
 /// words the plugin uses when it writes the Application itself.
-pub fn application_error(namespace: &str, name: &str, error: ApplicationError) -> PluginError {
+pub(super) fn application_error(
+    namespace: &str,
+    name: &str,
+    error: ApplicationError,
+) -> PluginError {
     match error {
         ApplicationError::Refused { verb, message, .. } => refused(namespace, name, verb, message),
         ApplicationError::KeptChanging => kept_changing(namespace, name),
@@ -170,18 +134,4 @@ fn refused(namespace: &str, name: &str, verb: &str, message: String) -> PluginEr
     PluginError::Access(format!(
         "cannot {verb} Argo CD Application {namespace}/{name}: {message}{hint}"
     ))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    #[test]
-    fn an_entry_is_listed_exactly() {
-        let app = json!({"metadata": {"annotations": {crate::pause::PAUSED_FOR: "/ConfigMap:p/a, apps/Deployment:p/b"}}});
-        assert!(listed(&app, "apps/Deployment:p/b"));
-        assert!(!listed(&app, "apps/Deployment:p/bb"));
-        assert!(!listed(&json!({}), "apps/Deployment:p/b"));
-    }
 }

@@ -10,21 +10,17 @@
 //! without the label, out of the sweeper's sight; a lagging cache still
 //! can: docs/break-glass.md, Limits). A lift that fails leaves the pause with no record on the object:
 //! the sweeper's pass over pauses no armed object holds
-//! ([`pause::orphaned`]) lifts it later. The caller reads the object; what
+//! ([`application::orphaned`]) lifts it later. The caller reads the object; what
 //! it does with the outcome (log and retry, or report to the user) is its own.
 
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
 use kube::client::Body;
 use serde_json::Value;
 
-use crate::pause::{self, AppChange, AppState, Plan, application_resource};
+use super::application::{self, AppChange, AppState, ApplicationError};
+use super::pause::{self, Plan};
 use crate::policy::Policy;
 use crate::policy::argocd::ThisCluster;
-
-/// Conflicting writes to one Application before giving up: whoever else
-/// writes it (another break-glass, Argo CD itself) settles within a few
-/// fresh reads. Shared by arming, which pauses the same Application.
-pub const CONFLICT_RETRIES: usize = 5;
 
 /// What ending did.
 #[derive(Debug)]
@@ -74,24 +70,6 @@ pub enum Lift {
         entry: String,
         error: ApplicationError,
     },
-}
-
-/// Why an Application's pause could not be lifted.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum ApplicationError {
-    /// The apiserver refused the read or the write.
-    #[error("cannot {verb} it: {message}")]
-    Refused {
-        verb: &'static str,
-        code: u16,
-        message: String,
-    },
-    /// Every try met a newer version.
-    #[error("it kept changing ({CONFLICT_RETRIES} conflicting writes)")]
-    KeptChanging,
-    /// The apiserver could not be asked.
-    #[error("{0}")]
-    Unreachable(String),
 }
 
 /// One Argo CD installation, as ending looks for an object's Application.
@@ -155,7 +133,7 @@ pub async fn end_break_glass(
             };
         }
     }
-    let application = if pause::paused_application(annotations) {
+    let application = if application::paused_application(annotations) {
         lift_named(installations, object, &ar.group, policy).await
     } else {
         Lift::NotPaused
@@ -171,7 +149,7 @@ pub async fn end_break_glass(
 /// first Application found (not driftguard's pause), else `Gone`. An
 /// installation that could not be asked fails the lift unless another one
 /// held the pause: that one is lifted, and a stale entry elsewhere is left
-/// to [`pause::orphaned`]'s sweep, as a failed lift is.
+/// to [`application::orphaned`]'s sweep, as a failed lift is.
 async fn lift_named(
     installations: &[Installation<'_>],
     object: &Value,
@@ -194,7 +172,9 @@ async fn lift_named(
             _ if at.hub => format!("{app} in the hub"),
             _ => format!("{app} in this cluster"),
         };
-        match lift(at.client, &namespace, &name, &entry, at.deploys_here).await {
+        let resume = AppChange::Resume(&entry);
+        let lifted = application::change(at.client, &namespace, &name, resume, at.deploys_here);
+        match lifted.await.map(|changed| changed.map(|c| c.state)) {
             Ok(Some(AppState::NotListed)) => {
                 found.get_or_insert(Lift::Lifted(shown, AppState::NotListed));
             }
@@ -213,52 +193,6 @@ async fn lift_named(
         }
     }
     failed.or(found).unwrap_or(Lift::Unnamed)
-}
-
-/// Takes `entry` out of Application `namespace/name`'s pause, with the
-/// Application's resourceVersion as precondition; `None`: no such
-/// Application, nothing to lift. With `deploys_here`, an Application that
-/// deploys to another cluster holds no pause of ours (`NotListed`).
-pub async fn lift(
-    client: &kube::Client,
-    namespace: &str,
-    name: &str,
-    entry: &str,
-    deploys_here: Option<&ThisCluster>,
-) -> Result<Option<AppState>, ApplicationError> {
-    let api =
-        Api::<DynamicObject>::namespaced_with(client.clone(), namespace, &application_resource());
-    let refused = |verb, e: kube::Error| match e {
-        kube::Error::Api(s) => ApplicationError::Refused {
-            verb,
-            code: s.code,
-            message: s.message,
-        },
-        e => ApplicationError::Unreachable(e.to_string()),
-    };
-    for _ in 0..CONFLICT_RETRIES {
-        let app = match api.get(name).await {
-            Ok(app) => serde_json::to_value(app).unwrap_or_default(),
-            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(None),
-            Err(e) => return Err(refused("get", e)),
-        };
-        if deploys_here.is_some_and(|this| this.deploys_elsewhere(&app)) {
-            return Ok(Some(AppState::NotListed));
-        }
-        let (patch, state) = pause::application_update(&app, AppChange::Resume(entry));
-        let Some(patch) = patch else {
-            return Ok(Some(state));
-        };
-        match api
-            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-        {
-            Ok(_) => return Ok(Some(state)),
-            Err(kube::Error::Api(s)) if s.code == 409 => continue,
-            Err(e) => return Err(refused("patch", e)),
-        }
-    }
-    Err(ApplicationError::KeptChanging)
 }
 
 /// A merge patch of the object as a raw request, because kube's typed
@@ -321,6 +255,7 @@ pub fn warning_text(header: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    use crate::breakglass::application::CONFLICT_RETRIES;
     use std::sync::{Arc, Mutex};
 
     use http::{Request, Response};
@@ -328,8 +263,8 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::drift::breakglass::{EXPIRES, LABEL, PAUSED, REASON};
-    use crate::pause::{PAUSED_FOR, SKIP_RECONCILE};
+    use crate::breakglass::application::{PAUSED_FOR, SKIP_RECONCILE};
+    use crate::drift::breakglass_state::{EXPIRES, LABEL, PAUSED, REASON};
 
     const OBJECT: &str = "/api/v1/namespaces/p/configmaps/x";
     const APP: &str = "/apis/argoproj.io/v1alpha1/namespaces/argocd/applications/myapp";
@@ -589,26 +524,7 @@ mod tests {
     #[allow(clippy::too_many_lines)]
     #[tokio::test]
     async fn with_two_argo_cds_only_the_application_listing_the_object_is_lifted() {
-        const LOCAL_APP: &str = "/apis/argoproj.io/v1alpha1/namespaces/gitops/applications/myapp";
-        const SPOKE: &str = "https://spoke-1.example:6443";
-        let ar = ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&());
-        let policy = Policy::embedded();
-        let this = ThisCluster::named(&[SPOKE.to_owned()]);
-        let requests = |log: &Log| -> Vec<String> {
-            log.lock().unwrap().iter().map(|(r, _)| r.clone()).collect()
-        };
-        // (this cluster's lists it, the hub's lists it, where the hub's deploys,
-        // the hub's PATCH status): the requests each cluster sees, and the outcome.
-        type Case = (
-            bool,
-            bool,
-            &'static str,
-            u16,
-            &'static [&'static str],
-            &'static [&'static str],
-            &'static str,
-        );
-        let cases: [Case; 4] = [
+        let cases: [TwoArgoCds; 4] = [
             (
                 true,
                 false,
@@ -649,61 +565,88 @@ mod tests {
                 "Failed argocd/myapp hub=true",
             ),
         ];
-        for (local_lists, hub_lists, destination, hub_patch, want_local, want_hub, want) in cases {
-            let (spoke_log, hub_log) = (Log::default(), Log::default());
-            let spoke = client(
-                Cluster {
-                    unlisted: !local_lists,
-                    ..Cluster::new(Some(200), ok())
-                },
-                spoke_log.clone(),
-            );
-            let hub = client(
-                Cluster {
-                    unlisted: !hub_lists,
-                    destination: Some(destination),
-                    ..Cluster::new(Some(hub_patch), (404, Value::Null))
-                },
-                hub_log.clone(),
-            );
-            let installations = [
-                Installation {
-                    namespace: "gitops",
-                    ..here(&spoke)
-                },
-                Installation {
-                    hub: true,
-                    deploys_here: Some(&this),
-                    ..here(&hub)
-                },
-            ];
-            let ending = end_break_glass(&spoke, &installations, &ar, &armed(), &policy).await;
-            let named = |log: &Log| -> Vec<String> {
-                requests(log)
-                    .iter()
-                    .map(|r| {
-                        r.replace(LOCAL_APP, "local")
-                            .replace(APP, "hub")
-                            .replace(OBJECT, "object")
-                    })
-                    .collect()
-            };
-            let got = match &ending {
-                Ending::Ended {
-                    application:
-                        Lift::Failed {
-                            application, hub, ..
-                        },
-                    ..
-                } => format!("Failed {application} hub={hub}"),
-                Ending::Ended { application, .. } => format!("{application:?}"),
-                other => format!("{other:?}"),
-            };
-            let case = format!("local {local_lists}, hub {hub_lists} to {destination}");
-            assert_eq!(named(&spoke_log), want_local, "{case}");
-            assert_eq!(named(&hub_log), want_hub, "{case}");
-            assert_eq!(got, want, "{case}");
+        for case in cases {
+            end_with_two_argo_cds(case).await;
         }
+    }
+
+    const LOCAL_APP: &str = "/apis/argoproj.io/v1alpha1/namespaces/gitops/applications/myapp";
+    const SPOKE: &str = "https://spoke-1.example:6443";
+
+    /// (this cluster's lists it, the hub's lists it, where the hub's deploys,
+    /// the hub's PATCH status): the requests each cluster sees, and the outcome.
+    type TwoArgoCds = (
+        bool,
+        bool,
+        &'static str,
+        u16,
+        &'static [&'static str],
+        &'static [&'static str],
+        &'static str,
+    );
+
+    /// Ends the object with a hub's Argo CD and this cluster's own, as `case` says.
+    async fn end_with_two_argo_cds(case: TwoArgoCds) {
+        let (local_lists, hub_lists, destination, hub_patch, want_local, want_hub, want) = case;
+        let ar = ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&());
+        let policy = Policy::embedded();
+        let this = ThisCluster::named(&[SPOKE.to_owned()]);
+        let requests = |log: &Log| -> Vec<String> {
+            log.lock().unwrap().iter().map(|(r, _)| r.clone()).collect()
+        };
+        let (spoke_log, hub_log) = (Log::default(), Log::default());
+        let spoke = client(
+            Cluster {
+                unlisted: !local_lists,
+                ..Cluster::new(Some(200), ok())
+            },
+            spoke_log.clone(),
+        );
+        let hub = client(
+            Cluster {
+                unlisted: !hub_lists,
+                destination: Some(destination),
+                ..Cluster::new(Some(hub_patch), (404, Value::Null))
+            },
+            hub_log.clone(),
+        );
+        let installations = [
+            Installation {
+                namespace: "gitops",
+                ..here(&spoke)
+            },
+            Installation {
+                hub: true,
+                deploys_here: Some(&this),
+                ..here(&hub)
+            },
+        ];
+        let ending = end_break_glass(&spoke, &installations, &ar, &armed(), &policy).await;
+        let named = |log: &Log| -> Vec<String> {
+            requests(log)
+                .iter()
+                .map(|r| {
+                    r.replace(LOCAL_APP, "local")
+                        .replace(APP, "hub")
+                        .replace(OBJECT, "object")
+                })
+                .collect()
+        };
+        let got = match &ending {
+            Ending::Ended {
+                application:
+                    Lift::Failed {
+                        application, hub, ..
+                    },
+                ..
+            } => format!("Failed {application} hub={hub}"),
+            Ending::Ended { application, .. } => format!("{application:?}"),
+            other => format!("{other:?}"),
+        };
+        let case = format!("local {local_lists}, hub {hub_lists} to {destination}");
+        assert_eq!(named(&spoke_log), want_local, "{case}");
+        assert_eq!(named(&hub_log), want_hub, "{case}");
+        assert_eq!(got, want, "{case}");
     }
 
     #[tokio::test]

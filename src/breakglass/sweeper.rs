@@ -1,10 +1,10 @@
 //! The break-glass expiry sweeper: when a break-glass stops granting, hand
 //! the object back to Git. One replica sweeps, the holder of a Lease
-//! ([`crate::cluster::lease`]). It watches, as metadata only, every type it
+//! ([`crate::breakglass::lease`]). It watches, as metadata only, every type it
 //! may list and patch with the label selector `driftguard.io/break-glass`
 //! (the label alone is not enough, see [`pause::not_armable`]), and checks
 //! the armed objects when one changes and when the earliest expiry comes: for
-//! each whose break-glass grants nothing any more ([`breakglass::state`]) it
+//! each whose break-glass grants nothing any more ([`breakglass_state::state`]) it
 //! removes what arming added, then lifts the pause the marker recorded
 //! ([`ending`]); a lift that fails is retried by the pass over pauses left
 //! behind ([`Sweeper::lift_orphaned_pauses`]). The webhook allows that write whoever sends it
@@ -16,32 +16,26 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use futures_util::StreamExt;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, PartialObjectMeta};
-use kube::discovery::{Discovery, verbs};
-use kube::runtime::{WatchStreamExt, watcher};
-use serde_json::{Value, json};
+use serde_json::Value;
 
-use crate::cluster::ending::{self, Ending, Installation, Lift};
-use crate::cluster::lease::{self, Holder, Lease};
-use crate::cluster::rules::{EXCLUDED_GROUPS, EXCLUDED_RESOURCES};
-use crate::drift::breakglass::{self, EXPIRES, LABEL};
+use super::application::{self, AppChange, AppState};
+use super::ending::{self, Ending, Installation, Lift};
+use super::lease;
+use super::pause;
+use crate::drift::breakglass_state::{self, EXPIRES};
 use crate::drift::inputs::Inputs;
 use crate::metrics::Metrics;
-use crate::pause::{self, AppState};
 use crate::policy::argocd::ThisCluster;
 use crate::service::PolicyHandle;
+use watches::{REDISCOVER, Update, Watched, type_key};
 
-/// Types are discovered again this often (a new CRD is swept within it).
-const REDISCOVER: Duration = Duration::from_secs(300);
 /// How long an Application's pause must have been held by no armed object
 /// before the sweeper lifts it as left behind.
 const ORPHAN_GRACE: Duration = Duration::from_secs(20);
-/// How long a type that refused the sweeper's watch waits before it is
-/// asked again, the first time; every refusal doubles it, up to [`REDISCOVER`].
-const REFUSED_FIRST_WAIT: Duration = Duration::from_secs(15);
-
+/// How the sweeper runs (`driftguard serve`'s flags).
 pub struct Options {
+    /// The longest wait between two checks of the armed objects.
     pub interval: Duration,
     /// Where Argo CD Applications live when a tracking id names no namespace.
     pub argocd_namespace: String,
@@ -61,15 +55,11 @@ pub struct Options {
     pub local_argocd_namespace: Option<String>,
 }
 
-/// How long a sweeper's lease lasts without renewal before another replica
-/// takes it over (client-go's default for controllers).
-pub const LEASE_DURATION: Duration = Duration::from_secs(15);
-
 /// Starts the sweeper on the current runtime.
 pub fn spawn(client: kube::Client, policy: PolicyHandle, metrics: Arc<Metrics>, options: Options) {
     tracing::info!(interval = ?options.interval, lease = ?options.lease, "break-glass expiry sweeper started");
     let leading = match &options.lease {
-        Some((namespace, name)) => elect(client.clone(), namespace, name, metrics.clone()),
+        Some((namespace, name)) => lease::elect(client.clone(), namespace, name, metrics.clone()),
         None => {
             metrics.break_glass_sweeper_leader.set(1);
             Arc::new(AtomicBool::new(true))
@@ -84,52 +74,6 @@ pub fn spawn(client: kube::Client, policy: PolicyHandle, metrics: Arc<Metrics>, 
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
     });
-}
-
-/// Holds the Lease in the background; the flag is true while this replica
-/// holds it, and false again once a renewal is overdue by a third of the
-/// lease, before any other replica may take it over.
-fn elect(
-    client: kube::Client,
-    namespace: &str,
-    name: &str,
-    metrics: Arc<Metrics>,
-) -> Arc<AtomicBool> {
-    let identity = lease::identity();
-    let mut lease = Lease::new(client, namespace, name, &identity, LEASE_DURATION);
-    let leading = Arc::new(AtomicBool::new(false));
-    let flag = leading.clone();
-    tokio::spawn(async move {
-        let mut renewed: Option<Instant> = None;
-        loop {
-            match lease.try_hold().await {
-                Ok(Holder::Me) => {
-                    if renewed.is_none() {
-                        tracing::info!(%identity, "break-glass sweeper: this replica holds the lease and sweeps");
-                    }
-                    renewed = Some(Instant::now());
-                }
-                Ok(Holder::Other(holder)) => {
-                    if renewed.take().is_some() {
-                        tracing::warn!(%identity, %holder, "break-glass sweeper: lease lost; another replica sweeps");
-                    }
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "break-glass sweeper: cannot read or renew the lease");
-                }
-            }
-            if renewed.is_some_and(|at| at.elapsed() >= LEASE_DURATION * 2 / 3) {
-                tracing::warn!(%identity, "break-glass sweeper: lease renewal overdue; stopped sweeping");
-                renewed = None;
-            }
-            flag.store(renewed.is_some(), Ordering::SeqCst);
-            metrics
-                .break_glass_sweeper_leader
-                .set(i64::from(renewed.is_some()));
-            tokio::time::sleep(lease.retry_period()).await;
-        }
-    });
-    leading
 }
 
 struct Sweeper {
@@ -154,30 +98,8 @@ struct Sweeper {
     orphans: BTreeMap<Orphan, Instant>,
 }
 
-/// One type's watch and what it has seen.
-struct Watched {
-    ar: ApiResource,
-    task: tokio::task::AbortHandle,
-    /// Labelled objects by (namespace, name), metadata only.
-    objects: BTreeMap<(String, String), Value>,
-    /// A re-list in progress; replaces `objects` when done.
-    relist: Option<BTreeMap<(String, String), Value>>,
-    /// Whether its first list is complete.
-    synced: bool,
-    /// Refused (403) or gone (404): stopped, and asked again at this time,
-    /// each refusal doubling the wait from 15 s up to 5 minutes, so that a
-    /// type driftguard may not list costs a request every few minutes, not
-    /// one per backoff step, and a grant that comes late is still found.
-    retry: Option<(Instant, Duration)>,
-}
-
 /// An Application's pause entry: (in the hub, namespace, name, entry).
 type Orphan = (bool, String, String, String);
-
-type Update = (
-    String,
-    Result<watcher::Event<PartialObjectMeta<DynamicObject>>, watcher::Error>,
-);
 
 impl Sweeper {
     fn new(
@@ -241,141 +163,6 @@ impl Sweeper {
             w.task.abort();
         }
         self.orphans.clear();
-    }
-
-    /// Watches every type driftguard may list and patch, now: new types get
-    /// a watch, types gone lose theirs. A failed discovery keeps the watches.
-    async fn rediscover(&mut self, tx: &tokio::sync::mpsc::Sender<Update>) {
-        let types = match discover(&self.client).await {
-            Ok(types) => types,
-            Err(e) => {
-                tracing::warn!(error = %e, "break-glass sweeper: discovery failed");
-                return;
-            }
-        };
-        let keys: BTreeSet<String> = types.iter().map(type_key).collect();
-        self.watched.retain(|key, w| {
-            let keep = keys.contains(key);
-            if !keep {
-                w.task.abort();
-            }
-            keep
-        });
-        for ar in types {
-            let key = type_key(&ar);
-            if self.watched.contains_key(&key) {
-                continue;
-            }
-            let task = self.watch(&ar, &key, tx);
-            self.watched.insert(
-                key,
-                Watched {
-                    ar,
-                    task,
-                    objects: BTreeMap::new(),
-                    relist: None,
-                    synced: false,
-                    retry: None,
-                },
-            );
-        }
-    }
-
-    /// Starts the label-selected metadata watch of one type.
-    fn watch(
-        &self,
-        ar: &ApiResource,
-        key: &str,
-        tx: &tokio::sync::mpsc::Sender<Update>,
-    ) -> tokio::task::AbortHandle {
-        let api = Api::<PartialObjectMeta<DynamicObject>>::all_with(self.client.clone(), ar);
-        let stream =
-            watcher::watcher(api, watcher::Config::default().labels(LABEL)).default_backoff();
-        let (tx, key) = (tx.clone(), key.to_owned());
-        tokio::spawn(async move {
-            futures_util::pin_mut!(stream);
-            while let Some(update) = stream.next().await {
-                if tx.send((key.clone(), update)).await.is_err() {
-                    return;
-                }
-            }
-        })
-        .abort_handle()
-    }
-
-    /// Starts again the watches of refused types whose wait is over.
-    fn retry_refused(&mut self, tx: &tokio::sync::mpsc::Sender<Update>) {
-        let now = Instant::now();
-        let due: Vec<String> = self
-            .watched
-            .iter()
-            .filter(|(_, w)| w.retry.is_some_and(|(at, _)| at <= now) && w.task.is_finished())
-            .map(|(k, _)| k.clone())
-            .collect();
-        for key in due {
-            let ar = self.watched[&key].ar.clone();
-            let task = self.watch(&ar, &key, tx);
-            if let Some(w) = self.watched.get_mut(&key) {
-                w.task = task;
-            }
-        }
-    }
-
-    /// Takes one watch update in; true when an armed object may have changed.
-    fn update(
-        &mut self,
-        key: &str,
-        update: Result<watcher::Event<PartialObjectMeta<DynamicObject>>, watcher::Error>,
-    ) -> bool {
-        let Some(w) = self.watched.get_mut(key) else {
-            return false;
-        };
-        let event = match update {
-            Ok(event) => event,
-            Err(e) => {
-                if refused(&e) {
-                    w.task.abort();
-                    let wait = w
-                        .retry
-                        .map_or(REFUSED_FIRST_WAIT, |(_, wait)| (wait * 2).min(REDISCOVER));
-                    w.retry = Some((Instant::now() + wait, wait));
-                }
-                if self.unlistable.insert(key.to_owned()) {
-                    tracing::warn!(r#type = %type_name(&w.ar), error = %e, "break-glass sweeper cannot watch this type (it needs list, watch and patch on it): its expired break-glasses are not removed");
-                }
-                return false;
-            }
-        };
-        let entry = |meta: PartialObjectMeta<DynamicObject>, kind: &str| {
-            let id = (
-                meta.metadata.namespace.clone().unwrap_or_default(),
-                meta.metadata.name.clone().unwrap_or_default(),
-            );
-            (id, json!({"kind": kind, "metadata": meta.metadata}))
-        };
-        match event {
-            watcher::Event::Init => w.relist = Some(BTreeMap::new()),
-            watcher::Event::InitApply(meta) => {
-                let (id, object) = entry(meta, &w.ar.kind);
-                w.relist.get_or_insert_default().insert(id, object);
-                return false;
-            }
-            watcher::Event::InitDone => {
-                w.objects = w.relist.take().unwrap_or_default();
-                w.synced = true;
-                w.retry = None;
-                self.unlistable.remove(key);
-            }
-            watcher::Event::Apply(meta) => {
-                let (id, object) = entry(meta, &w.ar.kind);
-                w.objects.insert(id, object);
-            }
-            watcher::Event::Delete(meta) => {
-                let (id, _) = entry(meta, &w.ar.kind);
-                w.objects.remove(&id);
-            }
-        }
-        true
     }
 
     /// Ends every armed break-glass that grants nothing any more, and
@@ -477,7 +264,8 @@ impl Sweeper {
                     app.metadata.namespace.unwrap_or_default(),
                     app.metadata.name.unwrap_or_default(),
                 );
-                for entry in pause::orphaned(&meta["annotations"], armed, |gk| listed.contains(gk))
+                for entry in
+                    application::orphaned(&meta["annotations"], armed, |gk| listed.contains(gk))
                 {
                     let key = (at.hub, namespace.clone(), name.clone(), entry);
                     let since = self.orphans.get(&key).copied().unwrap_or_else(Instant::now);
@@ -499,9 +287,10 @@ impl Sweeper {
             }
             // Judged again on the read the lift writes from.
             let here = Some(self.here(*hub));
-            match ending::lift(self.argocd(*hub), namespace, name, entry, here).await {
-                Ok(state) => {
-                    let state = state.unwrap_or(AppState::NotListed);
+            let resume = AppChange::Resume(entry);
+            match application::change(self.argocd(*hub), namespace, name, resume, here).await {
+                Ok(changed) => {
+                    let state = changed.map_or(AppState::NotListed, |c| c.state);
                     tracing::info!(application = %format!("{namespace}/{name}"), object = %entry, ?state, hub, "break-glass ended without lifting its pause: lifted")
                 }
                 Err(e) => {
@@ -523,7 +312,7 @@ impl Sweeper {
         let api = Api::<DynamicObject>::namespaced_with(
             self.argocd(hub).clone(),
             namespace,
-            &pause::application_resource(),
+            &application::application_resource(),
         );
         match api.get(name).await {
             Ok(app) => self
@@ -622,7 +411,7 @@ impl Sweeper {
                 tracing::info!(
                     object = %shown,
                     expires = annotations[EXPIRES].as_str().unwrap_or("(missing)"),
-                    paused = annotations[breakglass::PAUSED].as_str().unwrap_or("(nothing)"),
+                    paused = annotations[breakglass_state::PAUSED].as_str().unwrap_or("(nothing)"),
                     %application,
                     "break-glass expired: removed it and driftguard's pause; the GitOps tool restores Git"
                 );
@@ -648,7 +437,7 @@ impl Sweeper {
 /// Every Application's metadata in the cluster of `client`; `None` (logged)
 /// when they cannot be listed. No Application type: none.
 async fn list_applications(client: &kube::Client) -> Option<Vec<PartialObjectMeta<DynamicObject>>> {
-    let api = Api::<DynamicObject>::all_with(client.clone(), &pause::application_resource());
+    let api = Api::<DynamicObject>::all_with(client.clone(), &application::application_resource());
     match api.list_metadata(&ListParams::default()).await {
         Ok(apps) => Some(apps.items),
         Err(kube::Error::Api(s)) if s.code == 404 => Some(Vec::new()),
@@ -656,57 +445,6 @@ async fn list_applications(client: &kube::Client) -> Option<Vec<PartialObjectMet
             tracing::warn!(error = %e, "break-glass sweeper: cannot list Applications to find pauses left behind");
             None
         }
-    }
-}
-
-/// Every type the sweeper may need: listable and patchable, in the preferred
-/// version, without the kinds driftguard never judges. Aggregated discovery
-/// (2 requests) where the apiserver has it, else one request per group.
-async fn discover(client: &kube::Client) -> Result<Vec<ApiResource>, kube::Error> {
-    let discovery = match Discovery::new(client.clone()).run_aggregated().await {
-        Ok(d) => d,
-        Err(_) => Discovery::new(client.clone()).run().await?,
-    };
-    let mut out = Vec::new();
-    for group in discovery.groups() {
-        if EXCLUDED_GROUPS.contains(&group.name()) {
-            continue;
-        }
-        for (ar, caps) in group.recommended_resources() {
-            let excluded = format!("{}/{}", ar.group, ar.plural);
-            if caps.supports_operation(verbs::LIST)
-                && caps.supports_operation(verbs::PATCH)
-                && !EXCLUDED_RESOURCES.contains(&excluded.as_str())
-            {
-                out.push(ar);
-            }
-        }
-    }
-    Ok(out)
-}
-
-/// A watch error that retrying will not mend before the next discovery:
-/// the type may not be listed or watched (403), or is gone (404).
-fn refused(e: &watcher::Error) -> bool {
-    match e {
-        watcher::Error::InitialListFailed(kube::Error::Api(status))
-        | watcher::Error::WatchStartFailed(kube::Error::Api(status))
-        | watcher::Error::WatchFailed(kube::Error::Api(status))
-        | watcher::Error::WatchError(status) => matches!(status.code, 403 | 404),
-        _ => false,
-    }
-}
-
-/// `group/Kind`, as `pause::entry` names a type.
-fn type_key(ar: &ApiResource) -> String {
-    format!("{}/{}", ar.group, ar.kind)
-}
-
-fn type_name(ar: &ApiResource) -> String {
-    if ar.group.is_empty() {
-        ar.plural.clone()
-    } else {
-        format!("{}.{}", ar.plural, ar.group)
     }
 }
 
@@ -728,10 +466,11 @@ fn lift_failed(application: &str, entry: &str, hub: bool) -> String {
             "driftguard needs get, list and patch on applications.argoproj.io",
         )
     };
-    let by_hand = pause::lift_by_hand(kubectl, namespace, name, entry, None).unwrap_or_default();
+    let by_hand =
+        application::lift_by_hand(kubectl, namespace, name, entry, None).unwrap_or_default();
     format!(
         "cannot lift Argo CD Application {application}'s pause{where_} for {entry}: it stays paused, so Git is not restored; the sweeper tries again at each sweep, as a pause left behind ({grant}); or lift it now with the credentials of someone who may patch the Application: `{by_hand}` (if {} lists other objects too, remove only {entry} from it)",
-        pause::PAUSED_FOR
+        application::PAUSED_FOR
     )
 }
 
@@ -745,7 +484,7 @@ fn ns_prefix(namespace: &str) -> String {
 
 /// The sweeper's answer for one labelled object: `Err(why)` when driftguard
 /// did not arm it (the label alone is anyone's to set), else whether its
-/// break-glass is due to end: every [`breakglass::State`] but active.
+/// break-glass is due to end: every [`breakglass_state::State`] but active.
 pub(crate) fn sweep(
     object: &serde_json::Value,
     group: &str,
@@ -755,8 +494,10 @@ pub(crate) fn sweep(
     if let Some(why) = pause::not_armable(object, group, policy) {
         return Err(why);
     }
-    Ok(!breakglass::state(&Inputs::read(object, policy), policy, now).grants())
+    Ok(!breakglass_state::state(&Inputs::read(object, policy), policy, now).grants())
 }
+
+mod watches;
 
 #[cfg(test)]
 mod tests {
@@ -767,7 +508,8 @@ mod tests {
     use kube::client::Body;
 
     use super::*;
-    use crate::pause::{PAUSED_FOR, SKIP_RECONCILE};
+    use crate::breakglass::application::{PAUSED_FOR, SKIP_RECONCILE};
+    use serde_json::json;
 
     const SPOKE: &str = "https://spoke-1.example:6443";
     const APPS: &str = "/apis/argoproj.io/v1alpha1";

@@ -6,12 +6,17 @@
 //! nodes cannot hand it over early). Every write carries the resourceVersion
 //! it was decided from, so two candidates never both win.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::{Lease as LeaseObject, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{Api, ObjectMeta, PostParams};
 
+use crate::metrics::Metrics;
+
+/// This replica's view of one Lease, and its claim on it.
 pub struct Lease {
     api: Api<LeaseObject>,
     name: String,
@@ -31,6 +36,7 @@ pub enum Holder {
 }
 
 impl Lease {
+    /// Lease `namespace/name`, claimed as `identity` for `duration`.
     pub fn new(
         client: kube::Client,
         namespace: &str,
@@ -146,4 +152,54 @@ pub fn identity() -> String {
         .or_else(|_| std::env::var("HOSTNAME"))
         .unwrap_or_else(|_| "driftguard".to_owned());
     format!("{pod}_{}", std::process::id())
+}
+
+/// How long a sweeper's lease lasts without renewal before another replica
+/// takes it over (client-go's default for controllers).
+pub const LEASE_DURATION: Duration = Duration::from_secs(15);
+
+/// Holds the Lease in the background; the flag is true while this replica
+/// holds it, and false again once a renewal is overdue by a third of the
+/// lease, before any other replica may take it over.
+pub fn elect(
+    client: kube::Client,
+    namespace: &str,
+    name: &str,
+    metrics: Arc<Metrics>,
+) -> Arc<AtomicBool> {
+    let identity = identity();
+    let mut lease = Lease::new(client, namespace, name, &identity, LEASE_DURATION);
+    let leading = Arc::new(AtomicBool::new(false));
+    let flag = leading.clone();
+    tokio::spawn(async move {
+        let mut renewed: Option<Instant> = None;
+        loop {
+            match lease.try_hold().await {
+                Ok(Holder::Me) => {
+                    if renewed.is_none() {
+                        tracing::info!(%identity, "break-glass sweeper: this replica holds the lease and sweeps");
+                    }
+                    renewed = Some(Instant::now());
+                }
+                Ok(Holder::Other(holder)) => {
+                    if renewed.take().is_some() {
+                        tracing::warn!(%identity, %holder, "break-glass sweeper: lease lost; another replica sweeps");
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "break-glass sweeper: cannot read or renew the lease");
+                }
+            }
+            if renewed.is_some_and(|at| at.elapsed() >= LEASE_DURATION * 2 / 3) {
+                tracing::warn!(%identity, "break-glass sweeper: lease renewal overdue; stopped sweeping");
+                renewed = None;
+            }
+            flag.store(renewed.is_some(), Ordering::SeqCst);
+            metrics
+                .break_glass_sweeper_leader
+                .set(i64::from(renewed.is_some()));
+            tokio::time::sleep(lease.retry_period()).await;
+        }
+    });
+    leading
 }
