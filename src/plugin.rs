@@ -26,7 +26,12 @@ use api::{Api, ConnectArgs, Refusal};
     name = "kubectl-driftguard",
     bin_name = "kubectl driftguard",
     version,
-    about = "driftguard from the terminal: explain, preview and break-glass"
+    about = "driftguard from the terminal: explain, preview, break-glass and status",
+    after_help = "Examples:\n  \
+        kubectl driftguard explain deploy/web -n shop\n  \
+        kubectl driftguard preview deploy/web -n shop --replicas 5\n  \
+        kubectl driftguard break-glass deploy/web -n shop --reason \"INC-7 checkout down\" --for 1h\n  \
+        kubectl driftguard status"
 )]
 pub struct Cli {
     #[command(flatten)]
@@ -57,13 +62,25 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Set (or with --end remove) break-glass on an object, if driftguard's answer to a dry run lets you.
+    #[command(after_help = "Examples:\n  \
+        kubectl driftguard break-glass deploy/web -n shop --reason \"INC-7 checkout down\" --for 1h\n  \
+        kubectl driftguard break-glass deploy/web -n shop --end")]
     BreakGlass(breakglass_command::Args),
     /// Server-side dry run of a change as you: what driftguard would answer.
+    #[command(after_help = "Examples:\n  \
+        kubectl driftguard preview deploy/web -n shop --set-image web=web:2\n  \
+        kubectl driftguard preview deploy/web -n shop --filename web.yaml")]
     Preview(preview::Args),
     /// Who manages an object, the mode in force and why, its ignore rules, break-glass.
+    #[command(after_help = "Examples:\n  \
+        kubectl driftguard explain deploy/web -n shop\n  \
+        kubectl driftguard explain configmap/settings -n shop -o json")]
     Explain(explain::Args),
     /// Both webhook configurations, caBundle, failurePolicy, endpoints, the policy in force,
     /// break-glass in force, and who else may act as a trusted identity.
+    #[command(after_help = "Examples:\n  \
+        kubectl driftguard status\n  \
+        kubectl driftguard status --driftguard-namespace platform -o yaml")]
     Status(status::Args),
 }
 
@@ -122,6 +139,13 @@ impl Cli {
     }
 
     async fn dispatch(self) -> Result<ExitCode, PluginError> {
+        if matches!(self.command, Command::Status(_)) && self.connect.namespace.is_some() {
+            return Err(PluginError::Usage(
+                "status reports the installation, not an object: -n/--namespace does not apply \
+                 (driftguard's own namespace is --driftguard-namespace)"
+                    .into(),
+            ));
+        }
         let api = Api::connect(&self.connect).await?;
         let source = PolicySource {
             configmap: self.policy_configmap,
@@ -308,6 +332,23 @@ fn print_structured(value: &impl serde::Serialize, output: Output) -> Result<(),
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn both_command_lines_are_well_formed_and_status_refuses_a_namespace() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+        crate::cli::Cli::command().debug_assert();
+        let cli = Cli::try_parse_from(["kubectl-driftguard", "-n", "shop", "status"]).unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let refused = runtime.block_on(cli.dispatch()).unwrap_err().to_string();
+        assert!(
+            refused.contains("-n/--namespace does not apply"),
+            "{refused}"
+        );
+    }
 
     #[test]
     fn structured_output_escapes_terminal_controls() {
