@@ -1,47 +1,12 @@
 //! The open connections of the webhook listener, bounded by
-//! `--max-connections`.
-//!
-//! Every accepted connection holds a slot until its task ends. When all slots
-//! are taken and another connection arrives, the oldest connection that does
-//! nothing useful (still in its TLS handshake, or open with no request in
-//! flight) is told to close, and the new one waits for its slot. Only when
-//! every connection has a request in flight does nothing get closed: the
-//! accept loop then waits for one to end and the kernel backlog holds the
-//! rest. So idle floods and slow handshakes cannot starve the apiserver,
-//! whose connection is busy while it matters.
-//!
-//! A new connection whose own peer would lose one, and holds more than half
-//! the slots with connections that never sent a request, is turned away at
-//! once instead (closed right after accept, before any TLS). Trading one of
-//! a flood's connections for another of its own gains nothing, and waiting
-//! for the victim to close throttles the accept loop: the kernel's accept
-//! queue then overflows, and the apiserver's connection, queued behind the
-//! flood's, has its handshake dropped and retried a second or more later.
-//!
-//! Connections that have served a request rank after those that never did:
-//! a flood of connections that never send anything is spent before the
-//! apiserver's kept-alive connection, which would otherwise be the oldest
-//! idle one after a quiet spell.
-//!
-//! Within each of the two groups, the victim comes from the peer address
-//! holding the most of that group. Oldest-first alone lets a flood that
-//! arrives faster than a handshake completes evict every new connection, the
-//! apiserver's too, before its first request: a connection survives only
-//! `max - 1` later arrivals. Ranking by peer first spends the flooding pods'
-//! connections before the one the apiserver is opening, however fast they
-//! arrive; and a pod that sends one request per connection and then idles
-//! (or dribbles the next request's headers) loses its own before the
-//! apiserver's kept-alive ones. A flood spread over as many addresses as
-//! there are slots falls back to oldest-first.
-//!
-//! A request whose body has been arriving for longer than [`SLOW_BODY`]
-//! (the apiserver sends its whole body at once) is not busy but slow: it can
-//! be cut, after the connections that never served, so that slow senders
-//! cannot fill the slots. Each connection holds
-//! `budget::PER_CONNECTION_BYTES` of the byte budget; when a review has to
-//! wait for budget, [`Connections::cut_slow`] cuts every slow body and
-//! closes every connection still unused after [`SLOW_BODY`]. With client
-//! authentication on, a new connection never evicts an authenticated one.
+//! `--max-connections`. When all slots are taken, a newcomer closes one that
+//! does nothing useful, chosen by [`choose_victim`], or is turned away when
+//! its own peer would lose one and holds most slots unused (README,
+//! "Connection floods": why this order). A body arriving for longer than
+//! [`SLOW_BODY`] is slow and may be cut; each connection holds
+//! `budget::PER_CONNECTION_BYTES`, and a review waiting for budget cuts slow
+//! bodies and unused connections ([`Connections::cut_slow`]). With client
+//! authentication on, a newcomer never evicts an authenticated connection.
 
 use std::cmp::Reverse;
 use std::collections::HashMap;

@@ -1,40 +1,12 @@
 //! What `status` prints as text.
 
-use super::report::{Listing, Report};
+use super::report::{Configuration, Listing, Report};
 use crate::plugin::{Color, paint};
 use crate::text::printable;
 
 pub(super) fn print_text(report: &Report) {
     let s = |text: &str| printable(text).into_owned();
-    for c in &report.configurations {
-        let Some(hooks) = &c.webhooks else {
-            println!(
-                "{} {}: {}",
-                c.kind,
-                s(&c.name),
-                paint("MISSING", Color::Red)
-            );
-            continue;
-        };
-        println!("{} {}: present", c.kind, s(&c.name));
-        for h in hooks {
-            let ready = match (h.ready_endpoints, &h.tls_from_here) {
-                (Some(n), _) => format!(", {n} ready endpoint(s)"),
-                (None, Some(tls)) => format!(", {}", s(&tls.text)),
-                (None, None) => String::new(),
-            };
-            println!(
-                "  {}: failurePolicy {}, caBundle {}, calls {}{ready}",
-                s(&h.name),
-                s(h.failure_policy.as_deref().unwrap_or_default()),
-                if h.ca_bundle { "present" } else { "MISSING" },
-                s(&h.calls),
-            );
-            if let Some(serving) = &h.serving_certificate {
-                println!("    {}", s(&serving.text));
-            }
-        }
-    }
+    print_configurations(&report.configurations);
     let policy = &report.policy;
     println!(
         "Policy: {} (mode {}, break-glass {})",
@@ -103,6 +75,40 @@ pub(super) fn print_text(report: &Report) {
             paint("NOT OK", Color::Red)
         }
     );
+}
+
+/// Each webhook configuration, and where each of its webhooks calls.
+fn print_configurations(configurations: &[Configuration]) {
+    let s = |text: &str| printable(text).into_owned();
+    for c in configurations {
+        let Some(hooks) = &c.webhooks else {
+            println!(
+                "{} {}: {}",
+                c.kind,
+                s(&c.name),
+                paint("MISSING", Color::Red)
+            );
+            continue;
+        };
+        println!("{} {}: present", c.kind, s(&c.name));
+        for h in hooks {
+            let ready = match (h.ready_endpoints, &h.tls_from_here) {
+                (Some(n), _) => format!(", {n} ready endpoint(s)"),
+                (None, Some(tls)) => format!(", {}", s(&tls.text)),
+                (None, None) => String::new(),
+            };
+            println!(
+                "  {}: failurePolicy {}, caBundle {}, calls {}{ready}",
+                s(&h.name),
+                s(h.failure_policy.as_deref().unwrap_or_default()),
+                if h.ca_bundle { "present" } else { "MISSING" },
+                s(&h.calls),
+            );
+            if let Some(serving) = &h.serving_certificate {
+                println!("    {}", s(&serving.text));
+            }
+        }
+    }
 }
 
 fn print_events(report: &Report) {

@@ -1,5 +1,5 @@
 //! Which connection to close to make room: a pure choice over snapshots
-//! of the open connections (see [`super`] for why this order).
+//! of the open connections (README, "Connection floods": why this order).
 
 use std::cmp::Reverse;
 use std::collections::HashMap;
