@@ -17,10 +17,8 @@
 //! sweeper lifts it there at expiry once driftguard's hub identity may patch
 //! Applications (until then it counts the refusal and leaves both as they are).
 
-#[path = "support/control_plane.rs"]
-mod control_plane;
-#[path = "support/fleet.rs"]
-mod fleet;
+use driftguard_testkit::control_plane;
+use driftguard_testkit::fleet;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;

@@ -16,14 +16,10 @@
 //! same name as one of the hub's, `web`, and other rules; driftguard reads it
 //! with `--local-argocd-namespace` beside the hub's.
 
-#[path = "support/control_plane.rs"]
-mod control_plane;
-#[path = "support/fleet.rs"]
-mod fleet;
-#[path = "support/gitops.rs"]
-mod gitops;
-#[path = "support/gitops_e2e.rs"]
-mod gitops_e2e;
+use driftguard_testkit::control_plane;
+use driftguard_testkit::fleet;
+use driftguard_testkit::gitops;
+use driftguard_testkit::gitops_e2e;
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -6,8 +6,7 @@
 //! decides is an audit line, a metric and one Event, even with two replicas;
 //! a label or status change is none.
 
-#[path = "support/control_plane.rs"]
-mod control_plane;
+use driftguard_testkit::control_plane;
 
 use std::time::Duration;
 

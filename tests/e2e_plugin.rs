@@ -3,8 +3,7 @@
 //! finding `kubectl-driftguard` on PATH. Under CI=true (and everywhere else) a
 //! control plane that cannot start fails the test.
 
-#[path = "support/control_plane.rs"]
-mod control_plane;
+use driftguard_testkit::control_plane;
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -2023,7 +2022,7 @@ fn status_names_who_may_act_as_a_trusted_identity(e: &Env) -> Scenario {
         for needle in [
             "Trusted identities others can act as: ",
             "  system:serviceaccount:kube-system:* (trusted.users), in namespace kube-system:\n    User alice through RoleBinding kube-system/alice-acts-as-service-accounts (Role kube-system/impersonate-service-accounts): impersonate serviceaccounts\n",
-            // tests/support RBAC: developers and sre-oncall create pods in every namespace.
+            // testkit RBAC (control_plane.rs): developers and sre-oncall create pods in every namespace.
             "Group developers, Group sre-oncall through ClusterRoleBinding workload-editors (ClusterRole workload-editor): create pods",
             "status: ok",
         ] {

@@ -9,10 +9,8 @@
 //! only after a wait that doubles from 15 s, not at every backoff step (read
 //! from the apiserver's audit log).
 
-#[path = "support/control_plane.rs"]
-mod control_plane;
-#[path = "support/rbac_audit.rs"]
-mod rbac_audit;
+use driftguard_testkit::control_plane;
+use driftguard_testkit::rbac_audit;
 
 use std::time::{Duration, Instant};
 
