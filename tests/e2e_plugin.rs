@@ -2263,6 +2263,8 @@ fn kubectl_driftguard_against_a_real_control_plane() {
     ];
     let mut failures = Vec::new();
     for (name, scenario) in scenarios {
+        // A panic (a helper's assert) names its scenario too.
+        let _scenario = Named(name);
         if let Err(e) = scenario(&env) {
             failures.push(format!("scenario {name}: {e}"));
         }

@@ -24,6 +24,19 @@ pub const ROOT: &str = {
     }
 };
 
+/// Names the step of a long end-to-end story that a panic unwinds through:
+/// `let _step = Named("denials");` before the step, so that a failure says
+/// which step it was in (not only its file and line).
+pub struct Named<'a>(pub &'a str);
+
+impl Drop for Named<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("failed in step: {}", self.0);
+        }
+    }
+}
+
 /// One of driftguard's binaries (`driftguard`, `kubectl-driftguard`) as Cargo
 /// built it for the running test. `CARGO_BIN_EXE_<name>` is set only when
 /// Cargo compiles the root package's own tests, not this library, so the
