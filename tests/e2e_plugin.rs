@@ -1095,6 +1095,8 @@ fn the_sweeper_touches_only_what_driftguard_armed(e: &Env) -> Scenario {
         },
     )?;
     // Two more sweeps (2 s apart) for any decoy listed after the real one.
+    // A fixed wait, kept: a sweep that leaves an object alone changes nothing
+    // a test can see (no metric, no request), so there is no state to poll.
     std::thread::sleep(Duration::from_secs(5));
     for target in [
         "pod/decoy-pod",
