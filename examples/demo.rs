@@ -2,8 +2,7 @@
 //! and what a person sees in kubectl: a denied `kubectl set image`, a dry-run
 //! warning and a break-glass. Commands are echoed as they run.
 
-#[path = "../tests/support/control_plane.rs"]
-mod control_plane;
+use driftguard_testkit::control_plane;
 
 use control_plane::*;
 

@@ -2,10 +2,8 @@
 //! a person's `kubectl edit` is denied, on call breaks glass and the hotfix
 //! survives Flux's reconciles, and at expiry Git wins. Commands are echoed.
 
-#[path = "../tests/support/control_plane.rs"]
-mod control_plane;
-#[path = "../tests/support/gitops.rs"]
-mod gitops;
+use driftguard_testkit::control_plane;
+use driftguard_testkit::gitops;
 
 use std::time::Duration;
 

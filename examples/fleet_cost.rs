@@ -6,8 +6,7 @@
 //! benchmark, never part of the tests:
 //!   cargo run --release --example fleet_cost -- [N] [M]    (default 2000 20)
 
-#[path = "../tests/support/control_plane.rs"]
-mod control_plane;
+use driftguard_testkit::control_plane;
 
 use std::time::{Duration, Instant};
 

@@ -105,7 +105,7 @@ openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:prime256v1 -out sa.key 
 openssl pkey -in sa.key -pubout -out sa.pub 2>/dev/null
 "$driftguard" certs --out webhook --ip 127.0.0.1 >/dev/null
 
-# --- etcd and kube-apiserver, as tests/support/control_plane.rs starts them ---
+# --- etcd and kube-apiserver, as testkit/src/control_plane.rs starts them ---
 etcd_port=$(port); peer_port=$(port); api_port=$(port)
 api=https://127.0.0.1:$api_port
 "$etcd" --data-dir=etcd --listen-client-urls=http://127.0.0.1:"$etcd_port" \

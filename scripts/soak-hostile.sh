@@ -21,7 +21,7 @@ mkdir -p "$out"
 scripts/build-tools.sh etcd kube-apiserver kubectl >/dev/null
 tested=0
 HOSTILE_SECONDS=$((minutes * 60)) HOSTILE_OUT="$out" \
-  cargo test --release --test soak_hostile -- --nocapture 2>&1 | tee "$out/soak.log" || tested=$?
+  cargo test --release --features e2e --test soak_hostile -- --nocapture 2>&1 | tee "$out/soak.log" || tested=$?
 [[ -f "$out/summary.json" ]] || { echo "soak-hostile: no summary; see $out/soak.log" >&2; exit 1; }
 
 goals=0

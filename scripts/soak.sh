@@ -16,7 +16,7 @@ mkdir -p "$out"
 scripts/build-tools.sh >/dev/null
 tested=0
 SOAK_SECONDS=$((minutes * 60)) SOAK_OUT="$out" \
-  cargo test --release --test soak -- --nocapture 2>&1 | tee "$out/soak.log" || tested=$?
+  cargo test --release --features e2e --test soak -- --nocapture 2>&1 | tee "$out/soak.log" || tested=$?
 [[ -f "$out/summary.json" ]] || { echo "soak: no summary; see $out/soak.log" >&2; exit 1; }
 
 goals=0

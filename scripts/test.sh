@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The whole test suite: formatting, lints, unit, table, property, fixture, CLI,
-# router, TLS, chart and end-to-end tests (the end-to-end and chart tests build
+# The whole test suite, every tier: formatting, lints, unit, table, property,
+# fixture, CLI, router, TLS, chart and end-to-end tests (`--features e2e`: plain
+# `cargo test` leaves out the tests that start a control plane; these build
 # etcd, kube-apiserver, kubectl, helm, kube-controller-manager, Flux and Argo CD
 # from the Go module proxy on first use), the kubectl e2e and the chart test
 # again on the oldest supported Kubernetes, 60 s of each fuzz target, then the
@@ -13,7 +14,7 @@ export GOTOOLCHAIN=go1.27.3
 unset DRIFTGUARD_KUBE_VERSION
 # The generative oracle (tests/e2e_oracle.rs) replays a seed whose every edit
 # is known to pass, so that whether a change lands is never a draw; new seeds
-# are explored by hand (ORACLE_SEED=<any> cargo test --test e2e_oracle), and a
+# are explored by hand (ORACLE_SEED=<any> cargo test --features e2e --test e2e_oracle), and a
 # disagreement one finds becomes a fix and a unit test (docs/oracle.md).
 export ORACLE_SEED="${ORACLE_SEED:-7}"
 cargo fmt --all -- --check
@@ -40,8 +41,8 @@ mkdir -p target
   done
 ) >/dev/null 2>target/build-tools.log &
 prebuild_pid=$!
-cargo clippy --locked --all-targets -- -D warnings
-cargo test --locked --all-targets
+cargo clippy --locked --workspace --all-targets --all-features -- -D warnings
+cargo test --locked --workspace --all-targets --all-features
 # Every fuzz target for 60 s, where the nightly toolchain is (fuzz.sh installs
 # cargo-fuzz from crates.io if it is missing): CI has nightly, so there a
 # missing one fails rather than skips. Fuzzing takes one core; it runs beside
@@ -62,7 +63,7 @@ fi
 versions=$(scripts/build-tools.sh kube-versions)
 for version in $(tail -n +2 <<<"${versions}"); do
   echo "== Kubernetes ${version}: e2e_kubectl, chart, e2e_schema" >&2
-  DRIFTGUARD_KUBE_VERSION="${version}" cargo test --locked --test e2e_kubectl --test chart --test e2e_schema
+  DRIFTGUARD_KUBE_VERSION="${version}" cargo test --locked --features e2e --test e2e_kubectl --test chart --test e2e_schema
 done
 # The image's release build (one core once LTO links) runs beside the
 # fuzzers' last minutes (one core) instead of after them.

@@ -5,7 +5,7 @@
 //! ignored) or denied (it is not). We match Argo CD except where it silently
 //! fails; those cases are listed with the reason.
 
-mod common;
+use driftguard_testkit::common;
 
 use common::{Outcome, Review, run, with, without};
 use driftguard::Policy;

@@ -2,8 +2,7 @@
 //! real binary with its stdout piped and never read answers every review in
 //! time, drops the records that do not fit, and counts them.
 
-#[path = "support/process.rs"]
-mod process;
+use driftguard_testkit::process;
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;

@@ -7,10 +7,8 @@
 /// The costliest reviews by drifted paths, shared with the decision bench.
 #[path = "../benches/support/big.rs"]
 mod big;
-#[path = "support/flood.rs"]
-mod flood;
-#[path = "support/process.rs"]
-mod process;
+use driftguard_testkit::flood;
+use driftguard_testkit::process;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

@@ -1,7 +1,7 @@
 //! The bypass classes of issue 19, one test each: every test here fails
 //! without its fix. Each write is shaped as the kube-apiserver sends it.
 
-mod common;
+use driftguard_testkit::common;
 
 use common::*;
 use driftguard::drift::{Finding, Manager, Verdict};

@@ -4,10 +4,8 @@
 //! message, and match `driftguard register`'s rules. The end-to-end scenarios
 //! also run with what the chart renders (tests/e2e_kubectl.rs).
 
-#[path = "support/control_plane.rs"]
-mod control_plane;
-#[path = "support/generated_certs.rs"]
-mod generated_certs;
+use driftguard_testkit::control_plane;
+use driftguard_testkit::generated_certs;
 
 use std::path::PathBuf;
 use std::process::Command;

@@ -1,7 +1,7 @@
 //! `driftguard check` and `policy lint` as a user runs them: real fixtures in,
 //! the exact response bytes out, exit 2 with one line for every bad input.
 
-mod common;
+use driftguard_testkit::common;
 
 use std::io::Write;
 use std::process::{Command, Output, Stdio};

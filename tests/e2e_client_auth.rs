@@ -12,8 +12,7 @@
 //! Last, a kubeconfig user for another address is not presented: the
 //! apiserver matches users by the webhook's `host:port`.
 
-#[path = "support/control_plane.rs"]
-mod control_plane;
+use driftguard_testkit::control_plane;
 
 use std::time::Duration;
 

@@ -16,8 +16,7 @@
 //! ignores every label and annotation, each on its own control plane (the two
 //! tests run side by side). A control plane that cannot start fails the test.
 
-#[path = "support/control_plane.rs"]
-mod control_plane;
+use driftguard_testkit::control_plane;
 
 use std::collections::BTreeSet;
 use std::fmt;

@@ -6,10 +6,8 @@
 //! where the policy ignores `/spec/replicas`, she may, and it does. Under
 //! CI=true (and everywhere else) a component that cannot start fails the test.
 
-#[path = "support/control_plane.rs"]
-mod control_plane;
-#[path = "support/gitops.rs"]
-mod gitops;
+use driftguard_testkit::control_plane;
+use driftguard_testkit::gitops;
 
 use std::time::Duration;
 

@@ -2,15 +2,13 @@
 //! restarts while driftguard watches Argo CD Applications and Flux
 //! Kustomizations; driftguard is
 //! SIGKILLed under load with failurePolicy Fail; one of two replicas behind
-//! one address (a TCP proxy, tests/support/tcp_proxy.rs) is SIGKILLed under
+//! one address (a TCP proxy, testkit/src/tcp_proxy.rs) is SIGKILLed under
 //! load, over HTTP/2 and over HTTP/1.1. Every write's outcome is checked
 //! against what it should be, and against the object as stored afterwards.
 //! The figures each test measured are printed (`-- --nocapture`).
 
-#[path = "support/control_plane.rs"]
-mod control_plane;
-#[path = "support/tcp_proxy.rs"]
-mod tcp_proxy;
+use driftguard_testkit::control_plane;
+use driftguard_testkit::tcp_proxy;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -17,10 +17,9 @@
 //! sweeper lifts it there at expiry once driftguard's hub identity may patch
 //! Applications (until then it counts the refusal and leaves both as they are).
 
-#[path = "support/control_plane.rs"]
-mod control_plane;
-#[path = "support/fleet.rs"]
-mod fleet;
+use driftguard_testkit::control_plane;
+use driftguard_testkit::fleet;
+use driftguard_testkit::rbac_audit;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -31,6 +30,8 @@ use fleet::*;
 
 /// What the hub's Applications call the spoke (its cluster Secret's server).
 const SPOKE: &str = "https://spoke-1.example.com:6443";
+/// driftguard's read-only identity in the hub (a client certificate).
+const HUB_USER: &str = "spoke-1-driftguard";
 const ARGOCD_MANAGER: &str = "system:serviceaccount:kube-system:argocd-manager";
 
 /// What `argocd cluster add` grants the hub's Argo CD in the spoke.
@@ -138,7 +139,8 @@ fn break_glass_keys(spoke: &ControlPlane) -> Vec<String> {
 
 #[test]
 fn a_spoke_is_judged_by_its_hubs_applications() {
-    let mut hub = ControlPlane::start("hub");
+    // Audited: the sweeper's reads of the Applications it leaves alone.
+    let mut hub = ControlPlane::start_audited("hub");
     hub.create_namespaces(&["argocd", "flux-system"]);
     hub.apply_crds(&[
         "argocd-application",
@@ -147,7 +149,7 @@ fn a_spoke_is_judged_by_its_hubs_applications() {
         "flux-helmrelease",
     ]);
     hub.apply_admin(&kustomization("apps", "spoke-1-kubeconfig"));
-    hub.add_user("spoke-1-driftguard", &[]);
+    hub.add_user(HUB_USER, &[]);
     hub.apply_admin(HUB_READER_RBAC);
     hub.apply_admin(&application("web", SPOKE, &["/spec/replicas"]));
     // The hub's own Application of the same namespace, and another spoke's:
@@ -189,7 +191,7 @@ fn a_spoke_is_judged_by_its_hubs_applications() {
         assert!(out.ok, "{out}");
     }
 
-    let hub_kubeconfig = hub.kubeconfig("spoke-1-driftguard").display().to_string();
+    let hub_kubeconfig = hub.kubeconfig(HUB_USER).display().to_string();
     let default =
         std::fs::read_to_string(format!("{ROOT}/src/policy/default-policy.yaml")).unwrap();
     let policy = spoke.dir.join("policy.yaml");
@@ -547,8 +549,38 @@ fn break_glass_in_the_spoke(hub: &ControlPlane, spoke: &ControlPlane, dg: &Drift
     assert!(metric(dg, "driftguard_break_glass_expired_total") >= 1.0);
 
     // Past the sweeper's grace for pauses left behind (20 s, counted from its
-    // first orphan check) and two sweeps of 2 s.
-    std::thread::sleep(Duration::from_secs(27).saturating_sub(since.elapsed()));
+    // first orphan check), each sweep reads the Application whose pause it
+    // found (the hub's audit log) and leaves it, as it deploys to another
+    // cluster: two such sweeps, and never a write to it.
+    wait_for(
+        "two sweeps past the grace judging spoke-2-web's pause",
+        Duration::from_secs(60),
+        || {
+            let requests: Vec<_> = rbac_audit::requests_of(&hub.audit_events(), HUB_USER)
+                .into_iter()
+                .filter(|r| r.resource == "applications" && r.name == "spoke-2-web")
+                .collect();
+            let writes: Vec<_> = requests
+                .iter()
+                .filter(|r| !matches!(r.verb.as_str(), "get" | "list" | "watch"))
+                .collect();
+            assert!(
+                writes.is_empty(),
+                "another spoke's Application written: {writes:?}"
+            );
+            match requests.iter().filter(|r| r.verb == "get").count() {
+                n if n >= 2 => Ok(()),
+                n => {
+                    // The audit log read whole: every quarter second, not every poll.
+                    std::thread::sleep(Duration::from_millis(250));
+                    Err(format!(
+                        "{n} reads of spoke-2-web, {:?} since it was paused",
+                        since.elapsed()
+                    ))
+                }
+            }
+        },
+    );
     let app = hub_application(hub, "spoke-2-web");
     assert_eq!(app[PAUSED_FOR], "apps/Deployment:production/shop", "{app}");
     assert_eq!(app[SKIP], "true", "{app}");

@@ -16,14 +16,10 @@
 //! same name as one of the hub's, `web`, and other rules; driftguard reads it
 //! with `--local-argocd-namespace` beside the hub's.
 
-#[path = "support/control_plane.rs"]
-mod control_plane;
-#[path = "support/fleet.rs"]
-mod fleet;
-#[path = "support/gitops.rs"]
-mod gitops;
-#[path = "support/gitops_e2e.rs"]
-mod gitops_e2e;
+use driftguard_testkit::control_plane;
+use driftguard_testkit::fleet;
+use driftguard_testkit::gitops;
+use driftguard_testkit::gitops_e2e;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -418,19 +414,34 @@ fn image_is(spoke: &ControlPlane, deploy: &str, want: &str) -> Result<(), String
     }
 }
 
+/// A named step of the story, on the fleet as the steps before left it.
+type Step = (&'static str, fn(&Fleet));
+
 #[test]
 fn the_hubs_real_argo_cd_and_flux_deploy_to_a_spoke_judged_by_their_rules() {
-    let mut fleet = Fleet::start();
-    fleet.first_syncs();
-    fleet.denials();
-    fleet.each_installations_rules();
-    fleet.installation_id_kept();
-    fleet.explain_in_the_spoke();
-    fleet.guarded_namespaces();
-    fleet.ignored_fields_kept();
-    fleet.a_new_hub_rule();
-    fleet.sync_impersonation();
-    fleet.break_glass();
+    // Each step builds on the ones before (one hub, one spoke, one Git
+    // history); a failure names its step.
+    let mut fleet = {
+        let _step = Named("start");
+        Fleet::start()
+    };
+    let steps: [Step; 10] = [
+        ("first syncs", Fleet::first_syncs),
+        ("denials", Fleet::denials),
+        ("each installation's rules", Fleet::each_installations_rules),
+        ("installation id kept", Fleet::installation_id_kept),
+        ("explain in the spoke", Fleet::explain_in_the_spoke),
+        ("guarded namespaces", Fleet::guarded_namespaces),
+        ("ignored fields kept", Fleet::ignored_fields_kept),
+        ("a new hub rule", Fleet::a_new_hub_rule),
+        ("sync impersonation", Fleet::sync_impersonation),
+        ("break-glass", Fleet::break_glass),
+    ];
+    for (name, step) in steps {
+        let _step = Named(name);
+        step(&fleet);
+    }
+    let _step = Named("hub outage");
     fleet.hub_outage();
 }
 

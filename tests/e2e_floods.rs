@@ -13,10 +13,8 @@
 //! connection). Under CI=true (and everywhere else) a control plane that
 //! cannot start fails the test.
 
-#[path = "support/control_plane.rs"]
-mod control_plane;
-#[path = "support/flood.rs"]
-mod flood;
+use driftguard_testkit::control_plane;
+use driftguard_testkit::flood;
 
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering::SeqCst;

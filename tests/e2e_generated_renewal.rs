@@ -15,12 +15,9 @@
 //! caBundle with only a new CA (the chart before: a new CA meant a new
 //! caBundle alone) while the files lag fails writes.
 
-#[path = "support/control_plane.rs"]
-mod control_plane;
-#[path = "support/generated_certs.rs"]
-mod generated_certs;
-#[path = "support/renewal.rs"]
-mod renewal;
+use driftguard_testkit::control_plane;
+use driftguard_testkit::generated_certs;
+use driftguard_testkit::renewal;
 
 use control_plane::*;
 use generated_certs::*;

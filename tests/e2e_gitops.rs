@@ -6,12 +6,9 @@
 //! configurations; people use the machine's kubectl. Under CI=true (and
 //! everywhere else) a tool that cannot start fails the test.
 
-#[path = "support/control_plane.rs"]
-mod control_plane;
-#[path = "support/gitops.rs"]
-mod gitops;
-#[path = "support/gitops_e2e.rs"]
-mod gitops_e2e;
+use driftguard_testkit::control_plane;
+use driftguard_testkit::gitops;
+use driftguard_testkit::gitops_e2e;
 
 use std::sync::Mutex;
 use std::time::Duration;

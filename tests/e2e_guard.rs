@@ -6,8 +6,7 @@
 //! decides is an audit line, a metric and one Event, even with two replicas;
 //! a label or status change is none.
 
-#[path = "support/control_plane.rs"]
-mod control_plane;
+use driftguard_testkit::control_plane;
 
 use std::time::Duration;
 
@@ -344,6 +343,9 @@ fn changes_of_driftguards_own_objects_are_audited_and_raise_one_event() {
         "changed",
         1,
     );
+    // A fixed wait, kept: each replica counts the change before it writes
+    // the Event, and nothing observable says the second replica's write (of
+    // the same name, refused) is done; only the apiserver's audit log would.
     std::thread::sleep(Duration::from_secs(2));
     assert_eq!(
         events(

@@ -2,8 +2,7 @@
 //! real webhook registration: what a person sees at the terminal. Under CI=true
 //! (and everywhere else) a control plane that cannot start fails the test.
 
-#[path = "support/control_plane.rs"]
-mod control_plane;
+use driftguard_testkit::control_plane;
 
 use std::time::Duration;
 

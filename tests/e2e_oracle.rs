@@ -4,25 +4,21 @@
 //! Kustomization) and Argo CD with client-side apply, with
 //! `ServerSideApply=true`, and with `ServerSideApply=true` plus
 //! `ServerSideDiff=true`. Git declares objects of every kind the tools apply
-//! (`tests/support/generate.rs`); once synced, each object gets one edit by
+//! (`testkit/src/generate.rs`); once synced, each object gets one edit by
 //! alice generated from its own live tree and written the way a person does.
 //! The namespaces are in audit mode, so every edit lands and driftguard's
 //! verdict is read from its audit records; the tool's is Argo CD's
 //! per-resource sync status after a hard refresh, or whether Flux's next
-//! reconcile reverted what the edit changed. `tests/support/agreement.rs`
+//! reconcile reverted what the edit changed. `testkit/src/agreement.rs`
 //! judges the pair. Seeded by `ORACLE_SEED` (printed); `ORACLE_OBJECTS`
 //! changes the objects per run (760; four thirds of it under client-side
 //! apply) and `ORACLE_MIN_JUDGED` the judged
 //! edits each run must reach (500).
 
-#[path = "support/agreement.rs"]
-mod agreement;
-#[path = "support/control_plane.rs"]
-mod control_plane;
-#[path = "support/generate.rs"]
-mod generate;
-#[path = "support/gitops.rs"]
-mod gitops;
+use driftguard_testkit::agreement;
+use driftguard_testkit::control_plane;
+use driftguard_testkit::generate;
+use driftguard_testkit::gitops;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -3,8 +3,7 @@
 //! finding `kubectl-driftguard` on PATH. Under CI=true (and everywhere else) a
 //! control plane that cannot start fails the test.
 
-#[path = "support/control_plane.rs"]
-mod control_plane;
+use driftguard_testkit::control_plane;
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -1096,6 +1095,8 @@ fn the_sweeper_touches_only_what_driftguard_armed(e: &Env) -> Scenario {
         },
     )?;
     // Two more sweeps (2 s apart) for any decoy listed after the real one.
+    // A fixed wait, kept: a sweep that leaves an object alone changes nothing
+    // a test can see (no metric, no request), so there is no state to poll.
     std::thread::sleep(Duration::from_secs(5));
     for target in [
         "pod/decoy-pod",
@@ -2023,7 +2024,7 @@ fn status_names_who_may_act_as_a_trusted_identity(e: &Env) -> Scenario {
         for needle in [
             "Trusted identities others can act as: ",
             "  system:serviceaccount:kube-system:* (trusted.users), in namespace kube-system:\n    User alice through RoleBinding kube-system/alice-acts-as-service-accounts (Role kube-system/impersonate-service-accounts): impersonate serviceaccounts\n",
-            // tests/support RBAC: developers and sre-oncall create pods in every namespace.
+            // testkit RBAC (control_plane.rs): developers and sre-oncall create pods in every namespace.
             "Group developers, Group sre-oncall through ClusterRoleBinding workload-editors (ClusterRole workload-editor): create pods",
             "status: ok",
         ] {
@@ -2264,6 +2265,8 @@ fn kubectl_driftguard_against_a_real_control_plane() {
     ];
     let mut failures = Vec::new();
     for (name, scenario) in scenarios {
+        // A panic (a helper's assert) names its scenario too.
+        let _scenario = Named(name);
         if let Err(e) = scenario(&env) {
             failures.push(format!("scenario {name}: {e}"));
         }

@@ -13,10 +13,8 @@
 //! the API adds its step there; until it does, its new grant fails the test
 //! as unused.
 
-#[path = "support/control_plane.rs"]
-mod control_plane;
-#[path = "support/rbac_audit.rs"]
-mod rbac_audit;
+use driftguard_testkit::control_plane;
+use driftguard_testkit::rbac_audit;
 
 use std::path::PathBuf;
 use std::process::Command;

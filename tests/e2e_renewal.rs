@@ -10,10 +10,8 @@
 //! TLS is checked once per connection.) The chart's generated path:
 //! tests/e2e_generated_renewal.rs.
 
-#[path = "support/control_plane.rs"]
-mod control_plane;
-#[path = "support/renewal.rs"]
-mod renewal;
+use driftguard_testkit::control_plane;
+use driftguard_testkit::renewal;
 
 use control_plane::*;
 use renewal::*;

@@ -5,11 +5,8 @@
 //! every supported Kubernetes version (scripts/test.sh runs this test on
 //! each). `DRIFTGUARD_WRITE_ATOMIC_MAPS=1` writes the file instead.
 
-#[path = "support/control_plane.rs"]
-mod control_plane;
-
-#[path = "support/atomic_maps.rs"]
-mod atomic_maps;
+use driftguard_testkit::atomic_maps;
+use driftguard_testkit::control_plane;
 
 use control_plane::*;
 use std::collections::{BTreeMap, BTreeSet};

@@ -2,8 +2,7 @@
 //! AppProjects, argocd-cm and Flux Kustomizations from a real apiserver (minimal CRDs in
 //! tests/data/crds), with exactly its own minimal RBAC, and judges with them.
 
-#[path = "support/control_plane.rs"]
-mod control_plane;
+use driftguard_testkit::control_plane;
 
 use std::time::Duration;
 

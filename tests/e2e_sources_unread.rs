@@ -7,10 +7,8 @@
 //! its audit record. Once the hub answers, decisions return to normal
 //! without a restart.
 
-#[path = "support/control_plane.rs"]
-mod control_plane;
-#[path = "support/fleet.rs"]
-mod fleet;
+use driftguard_testkit::control_plane;
+use driftguard_testkit::fleet;
 
 use std::time::Duration;
 

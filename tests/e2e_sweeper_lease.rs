@@ -9,10 +9,8 @@
 //! only after a wait that doubles from 15 s, not at every backoff step (read
 //! from the apiserver's audit log).
 
-#[path = "support/control_plane.rs"]
-mod control_plane;
-#[path = "support/rbac_audit.rs"]
-mod rbac_audit;
+use driftguard_testkit::control_plane;
+use driftguard_testkit::rbac_audit;
 
 use std::time::{Duration, Instant};
 
@@ -43,6 +41,24 @@ fn lease_holder(plane: &ControlPlane) -> String {
         .as_str()
         .unwrap_or_default()
         .to_owned()
+}
+
+/// The Lease's resourceVersion: a new one at every renewal.
+fn lease_version(plane: &ControlPlane) -> String {
+    let out = plane.kubectl(
+        "admin",
+        &[
+            "-n",
+            "driftguard",
+            "get",
+            "lease",
+            LEASE,
+            "-o",
+            "jsonpath={.metadata.resourceVersion}",
+        ],
+    );
+    assert!(out.ok, "{out}");
+    out.stdout.trim().to_owned()
 }
 
 /// A Flux-managed ConfigMap as `kubectl driftguard break-glass` leaves it
@@ -149,8 +165,31 @@ fn one_replica_sweeps_and_another_takes_over_when_it_is_killed() {
     eprintln!("lease held after {:?}", started.elapsed());
     let holder = lease_holder(&plane);
     assert!(!holder.is_empty(), "the Lease names its holder");
-    // It stays with one replica over several renewals.
-    std::thread::sleep(Duration::from_secs(12));
+    // It stays with one replica over several renewals: the holder renews
+    // every 5 s (a third of its 15 s duration), each renewal a new
+    // resourceVersion; watched until two have happened, the holder the same
+    // at every look.
+    let first_version = lease_version(&plane);
+    let mut renewals = std::collections::BTreeSet::new();
+    wait_for(
+        "two renewals of the Lease by its holder",
+        Duration::from_secs(60),
+        || {
+            assert_eq!(lease_holder(&plane), holder, "renewed, not handed over");
+            let version = lease_version(&plane);
+            if version != first_version {
+                renewals.insert(version);
+            }
+            match renewals.len() {
+                n if n >= 2 => Ok(()),
+                n => {
+                    // A look (two kubectl runs) every half second, not every poll.
+                    std::thread::sleep(Duration::from_millis(500));
+                    Err(format!("{n} renewals since {first_version}"))
+                }
+            }
+        },
+    );
     assert_eq!(leader(&replicas[leading]), Some(1.0));
     assert_eq!(leader(&replicas[1 - leading]), Some(0.0));
     assert_eq!(lease_holder(&plane), holder, "renewed, not handed over");

@@ -7,10 +7,8 @@
 //! on every replica: over a thousand requests a minute here) instead of
 //! watching the break-glass label on one replica.
 
-#[path = "support/control_plane.rs"]
-mod control_plane;
-#[path = "support/rbac_audit.rs"]
-mod rbac_audit;
+use driftguard_testkit::control_plane;
+use driftguard_testkit::rbac_audit;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;

@@ -1,6 +1,6 @@
 //! Table tests for every rule of the decision, on real-shaped objects.
 
-mod common;
+use driftguard_testkit::common;
 
 use common::*;
 use driftguard::drift::{Finding, Verdict};

@@ -8,7 +8,7 @@
 //! `matchConditions`. A skip is sound only if the call would have allowed the
 //! write anyway; otherwise the filter is a bypass.
 //!
-//! tests/support/apiserver.rs answers "would the apiserver call this
+//! testkit/src/apiserver.rs answers "would the apiserver call this
 //! webhook?" for a configuration and a write, following the apiserver's own
 //! source (named in its doc comment: `webhook/generic/webhook.go`
 //! `ShouldCallHook`, `predicates/{rules,namespace,object}`,
@@ -52,13 +52,8 @@
 //! lists every class of counterexample among many generated writes, with the
 //! smallest example of each.
 
-#[path = "support/apiserver.rs"]
-mod apiserver;
-
-#[path = "support/loosening.rs"]
-mod loosening;
-#[path = "support/two_step.rs"]
-mod two_step;
+use driftguard_testkit::apiserver;
+use driftguard_testkit::loosening;
 
 use std::collections::BTreeMap;
 
@@ -478,7 +473,7 @@ fn options() -> Options {
 }
 
 /// The fixed policies, then the space the sequence property generates
-/// (tests/support/loosening.rs).
+/// (testkit/src/loosening.rs).
 fn policies() -> Vec<(&'static str, &'static str)> {
     let generated = loosening::policy_space().into_iter().map(|(name, yaml)| {
         let leak = |s: String| &*Box::leak(s.into_boxed_str());

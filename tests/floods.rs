@@ -3,10 +3,8 @@
 //! take every slot, and a review on a fresh connection is still answered
 //! while the server's open file descriptors stay bounded.
 
-#[path = "support/flood.rs"]
-mod flood;
-#[path = "support/process.rs"]
-mod process;
+use driftguard_testkit::flood;
+use driftguard_testkit::process;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

@@ -1,7 +1,7 @@
 //! Property tests: with JSON-pointer rules, a write is allowed exactly when every
 //! edited path lies under an ignored pointer; an unchanged write is never drift.
 
-mod common;
+use driftguard_testkit::common;
 
 use common::{Review, run};
 use driftguard::Policy;

@@ -1,10 +1,8 @@
 //! Sequences of writes: no allowed first write turns a denied second write into
-//! an allowed one (see tests/support/two_step.rs for the invariant and oracle).
+//! an allowed one (see testkit/src/two_step.rs for the invariant and oracle).
 
-#[path = "support/loosening.rs"]
-mod loosening;
-#[path = "support/two_step.rs"]
-mod two_step;
+use driftguard_testkit::loosening;
+use driftguard_testkit::two_step;
 
 use proptest::prelude::*;
 use two_step::{Edit, Kind, Manager, Scenario, Second};
@@ -272,7 +270,7 @@ fn disowning_kustomize_controller_unlocks_nothing() {
     }
 }
 
-mod common;
+use driftguard_testkit::common;
 
 use common::{Review, run};
 use driftguard::Policy;

@@ -4,8 +4,7 @@
 //! kept-alive connections that outlive the header timeout, and one audit line
 //! per decided review.
 
-#[path = "support/process.rs"]
-mod process;
+use driftguard_testkit::process;
 
 use std::ops::{Deref, DerefMut};
 use std::path::{Path, PathBuf};

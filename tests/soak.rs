@@ -12,10 +12,8 @@
 //! written to `summary.json` and `samples.csv`, and judged by
 //! `scripts/soak.sh MINUTES`, never here: the machines are shared and noisy.
 
-#[path = "support/control_plane.rs"]
-mod control_plane;
-#[path = "support/measure.rs"]
-mod measure;
+use driftguard_testkit::control_plane;
+use driftguard_testkit::measure;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -1,7 +1,7 @@
 //! The hostile-client soak (issue 36): driftguard behind the real
 //! kube-apiserver, deciding a steady stream of ordinary writes whose
 //! verdicts are known, while hostile clients on the same machine connect
-//! straight to its webhook port for the whole run (tests/support/hostile.rs:
+//! straight to its webhook port for the whole run (testkit/src/hostile.rs:
 //! slow bodies, large declared bodies, dribbled headers, header floods, YAML
 //! alias bombs, maximal reviews) and a tenant keeps writing Argo CD
 //! Applications with thousands of ignore rules, which driftguard watches.
@@ -26,12 +26,9 @@
 //! `maxConnections` of 1,024, so that eviction is pressed too),
 //! and 0 leaves them out: the control run, where every goal must hold.
 
-#[path = "support/control_plane.rs"]
-mod control_plane;
-#[path = "support/hostile.rs"]
-mod hostile;
-#[path = "support/measure.rs"]
-mod measure;
+use driftguard_testkit::control_plane;
+use driftguard_testkit::hostile;
+use driftguard_testkit::measure;
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};

@@ -3,7 +3,7 @@
 //! by Argo CD's `installation-id` rule, and never the other's. Both have an
 //! Application named `myapp`, on purpose.
 
-mod common;
+use driftguard_testkit::common;
 
 use std::sync::Arc;
 

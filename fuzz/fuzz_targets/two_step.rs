@@ -4,7 +4,7 @@
 //! object, it must stay denied after an allowed first write.
 #![no_main]
 
-#[path = "../../tests/support/two_step.rs"]
+#[path = "../../testkit/src/two_step.rs"]
 mod two_step;
 
 use libfuzzer_sys::fuzz_target;

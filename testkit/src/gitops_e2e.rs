@@ -3,12 +3,10 @@
 //! identities, a control plane with kube-controller-manager and a Git
 //! repository, the seed's Argo CD Application, waiting for a sync, and the
 //! `kubectl driftguard` plugin as on call runs it.
-#![allow(dead_code)]
-
 use std::time::Duration;
 
-use super::control_plane::*;
-use super::gitops::*;
+use crate::control_plane::*;
+use crate::gitops::*;
 
 pub const POLICY: &str = "tests/data/gitops-policy.yaml";
 
@@ -89,7 +87,8 @@ pub fn install_plugin(plane: &ControlPlane) -> std::path::PathBuf {
     let bin = plane.dir.join("bin");
     std::fs::create_dir_all(&bin).unwrap();
     std::os::unix::fs::symlink(
-        env!("CARGO_BIN_EXE_kubectl-driftguard"),
+        cargo_bin("kubectl-driftguard")
+            .expect("kubectl-driftguard beside the test executable (cargo test builds it)"),
         bin.join("kubectl-driftguard"),
     )
     .unwrap();

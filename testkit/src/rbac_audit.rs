@@ -10,8 +10,6 @@
 //! request's object. For a list or watch with a `metadata.name` field
 //! selector the apiserver records that name as the request's (`requestinfo.go`),
 //! which is how a `resourceNames` rule authorizes it.
-#![allow(dead_code)]
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 

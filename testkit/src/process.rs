@@ -1,7 +1,5 @@
 //! Child processes for the tests that start real servers, waiting for a
 //! condition instead of sleeping, and ports taken without a race.
-#![allow(dead_code)]
-
 use std::future::Future;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
@@ -10,6 +8,54 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+
+/// The repository's root: this crate's parent directory (`testkit/..`),
+/// where `scripts/`, `charts/`, `tests/data/` and `target/` are.
+pub const ROOT: &str = {
+    let dir = env!("CARGO_MANIFEST_DIR").as_bytes();
+    let mut end = dir.len();
+    while dir[end - 1] != b'/' {
+        end -= 1;
+    }
+    let (root, _) = dir.split_at(end - 1);
+    match std::str::from_utf8(root) {
+        Ok(root) => root,
+        Err(_) => panic!("CARGO_MANIFEST_DIR is UTF-8"),
+    }
+};
+
+/// Names the step of a long end-to-end story that a panic unwinds through:
+/// `let _step = Named("denials");` before the step, so that a failure says
+/// which step it was in (not only its file and line).
+pub struct Named<'a>(pub &'a str);
+
+impl Drop for Named<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("failed in step: {}", self.0);
+        }
+    }
+}
+
+/// One of driftguard's binaries (`driftguard`, `kubectl-driftguard`) as Cargo
+/// built it for the running test. `CARGO_BIN_EXE_<name>` is set only when
+/// Cargo compiles the root package's own tests, not this library, so the
+/// binary is found next to the test executable: integration tests and
+/// benchmarks run from `target/<profile>/deps/`, and Cargo builds the
+/// package's binaries into `target/<profile>/` before it runs them. `None`
+/// elsewhere (an example) or when the binary is missing.
+pub fn cargo_bin(name: &str) -> Option<std::path::PathBuf> {
+    if let Some(bin) = std::env::var_os(format!("CARGO_BIN_EXE_{name}")) {
+        return Some(bin.into());
+    }
+    let exe = std::env::current_exe().ok()?;
+    let deps = exe.parent()?;
+    if deps.file_name()? != "deps" {
+        return None;
+    }
+    let bin = deps.parent()?.join(name);
+    bin.is_file().then_some(bin)
+}
 
 /// How often a condition is checked again.
 pub const POLL: Duration = Duration::from_millis(20);

@@ -6,8 +6,6 @@
 //! one unless `DRIFTGUARD_KUBE_VERSION` names another (build-tools.sh lists
 //! them). Everything runs on 127.0.0.1 and is torn down on drop, also after a
 //! panic.
-#![allow(dead_code)]
-
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -17,11 +15,8 @@ use std::time::Duration;
 
 use driftguard::certs::Authority;
 
-#[path = "process.rs"]
-mod process;
-pub use process::*;
+pub use crate::process::*;
 
-pub const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 pub const ARGO: &str = "system:serviceaccount:argocd:argocd-application-controller";
 pub const FLUX: &str = "system:serviceaccount:flux-system:kustomize-controller";
 pub const HPA: &str = "system:serviceaccount:kube-system:horizontal-pod-autoscaler";
@@ -759,8 +754,7 @@ impl Driftguard {
     }
 
     pub fn binary() -> PathBuf {
-        option_env!("CARGO_BIN_EXE_driftguard")
-            .map(PathBuf::from)
+        cargo_bin("driftguard")
             .unwrap_or_else(|| PathBuf::from(ROOT).join("target/release/driftguard"))
     }
 }

@@ -1,10 +1,9 @@
 //! What the soaks measure: a client as a control plane's user, percentiles,
-//! a Prometheus sample, a process's memory. Included by `#[path]` beside
-//! `control_plane.rs`.
+//! a Prometheus sample, a process's memory.
 
 use std::time::Duration;
 
-use super::control_plane::ControlPlane;
+use crate::control_plane::ControlPlane;
 
 /// A client as `user`, impersonating the service account `impersonate` names.
 pub async fn client(plane: &ControlPlane, user: &str, impersonate: Option<&str>) -> kube::Client {

@@ -5,8 +5,6 @@
 //! certificate. When a backend goes away mid-connection, the client side is
 //! closed the way the backend's side was: a FIN for an end of stream, a RST
 //! for a reset ([`Close::Mirror`]), or always one of them.
-#![allow(dead_code)]
-
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;

@@ -20,8 +20,6 @@
 //!
 //! The two kinds of review must each be answered with an AdmissionReview
 //! denying the write; anything else counts as failed.
-#![allow(dead_code)]
-
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
@@ -34,8 +32,7 @@ use tokio::net::{TcpSocket, TcpStream};
 use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
 
-#[path = "flood.rs"]
-mod flood;
+use crate::flood;
 pub use flood::{client_config, ensure_open_files};
 
 /// The declared length of a large body: the default memory budget's

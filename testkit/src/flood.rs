@@ -8,8 +8,6 @@
 //! The flood connects from [`FLOOD_SOURCE`], as flooding pods would from
 //! their own addresses, while the tests' reviews and the apiserver connect
 //! from 127.0.0.1.
-#![allow(dead_code)]
-
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};

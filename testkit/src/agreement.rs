@@ -1,14 +1,12 @@
 //! The generative oracle's judgement: both answers for each edit, the rule
 //! that explains where driftguard is stricter (computed from the objects),
 //! and the agreement tables.
-#![allow(dead_code)]
-
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use serde_json::{Value, json};
 
-use super::generate::{Edit, declared};
+use crate::generate::{Edit, declared};
 
 /// What became of the write itself.
 #[derive(Clone, Debug, PartialEq)]
@@ -162,7 +160,7 @@ pub fn judged_drift(policy: &driftguard::Policy, old: &Value, new: &Value) -> bo
     let review = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
         "uid": "00000000-0000-4000-8000-000000000003",
         "kind": {"group": group, "version": version, "kind": kind},
-        "resource": {"group": group, "version": version, "resource": super::generate::resource(kind).split('.').next()},
+        "resource": {"group": group, "version": version, "resource": crate::generate::resource(kind).split('.').next()},
         "name": new["metadata"]["name"], "namespace": new["metadata"]["namespace"], "operation": "UPDATE",
         "userInfo": {"username": "alice", "groups": ["developers", "system:authenticated"]},
         "object": new, "oldObject": old, "dryRun": false}});

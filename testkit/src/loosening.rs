@@ -8,8 +8,6 @@
 //! Policies vary in mode, precision, detectors and ignore rules; objects in
 //! which detectors claim them, consistently or not. The oracle is verdicts of
 //! the public `judge`, ranked allow < audit < warn < deny.
-#![allow(dead_code)]
-
 use std::sync::Arc;
 
 use driftguard::drift::{Manager as DgManager, Verdict};
@@ -17,7 +15,7 @@ use driftguard::sources::Sources;
 use driftguard::{Endpoint, Policy, judge_request};
 use serde_json::{Value, json};
 
-use super::two_step::{self, Edit, Kind, Manager, RULES, Scenario, judged_fields};
+use crate::two_step::{self, Edit, Kind, Manager, RULES, Scenario, judged_fields};
 
 const ALICE: (&str, &[&str]) = ("alice", &["developers", "system:authenticated"]);
 const SRE: (&str, &[&str]) = ("bob", &["sre", "system:authenticated"]);

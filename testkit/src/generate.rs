@@ -6,8 +6,6 @@
 //! `replace`, `apply` client- and server-side, `label`, `annotate`) under
 //! kubectl's field manager or a script's own. Everything is drawn from a
 //! seeded [`Rng`], so a run replays from its printed seed.
-#![allow(dead_code)]
-
 use serde_json::{Map, Value, json};
 
 /// xorshift64*: reproducible from the printed seed.
@@ -729,7 +727,7 @@ pub fn declared(manifest: &Value, path: &str) -> bool {
     manifest.pointer(path).is_some()
 }
 
-fn base64(bytes: &[u8]) -> String {
+pub fn base64(bytes: &[u8]) -> String {
     const ABC: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = String::new();
     for chunk in bytes.chunks(3) {
@@ -980,45 +978,5 @@ pub fn generate(rng: &mut Rng, manifest: &Value, live: &Value, method: Method) -
         manager: None,
         ops,
         target,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn base64_matches_the_manifests() {
-        assert_eq!(base64(b"s3cret"), "czNjcmV0");
-        assert_eq!(base64(b"shop"), "c2hvcA==");
-        assert_eq!(base64(b"ab"), "YWI=");
-    }
-
-    #[test]
-    fn ops_apply_as_json_patch_does() {
-        let mut v = json!({"a": {"b": [1, 2]}, "m": {"x": "1"}});
-        assert!(apply_op(&mut v, &Op::Add("/a/b/-".into(), json!(3))));
-        assert!(apply_op(&mut v, &Op::Remove("/a/b/0".into())));
-        assert!(apply_op(&mut v, &Op::Set("/m/x".into(), json!("2"))));
-        assert!(!apply_op(&mut v, &Op::Set("/m/y".into(), json!("2"))));
-        assert_eq!(v, json!({"a": {"b": [2, 3]}, "m": {"x": "2"}}));
-    }
-
-    #[test]
-    fn a_keyed_entry_moved_by_an_insert_is_no_change_by_key() {
-        let before = json!({"spec": {"ports": [{"containerPort": 8080, "protocol": "TCP"}]}});
-        let after = json!({"spec": {"ports": [{"containerPort": 9, "protocol": "TCP"},
-                                              {"containerPort": 8080, "protocol": "TCP"}]}});
-        assert_eq!(edited_paths_by_key(&before, &after), vec!["/spec/ports/1"]);
-        assert_eq!(edited_paths(&before, &after).len(), 2, "by position: two");
-    }
-
-    #[test]
-    fn merge_patch_nulls_removed_keys() {
-        let p = merge_patch(
-            &json!({"a": 1, "b": {"c": 1, "d": 2}}),
-            &json!({"b": {"c": 1, "d": 3}}),
-        );
-        assert_eq!(p, json!({"a": null, "b": {"d": 3}}));
     }
 }

@@ -8,6 +8,8 @@
 //! The oracle is the invariant itself over verdicts of the public `judge`: it
 //! calls none of the engine's helpers. A scenario is decoded from bytes, so the
 //! property test and the fuzzer explore the same space.
+// The fuzz target includes this file by `#[path]` (fuzz/ is its own workspace)
+// and uses only part of it.
 #![allow(dead_code)]
 
 use driftguard::{Endpoint, Policy, judge};

@@ -1,8 +1,6 @@
 //! The chart's generated certificates as a release holds them in the cluster:
 //! the CA Secret, the serving certificate's Secret and the webhooks' caBundle,
 //! with the checks the apiserver makes on a new connection (chain and name).
-#![allow(dead_code)]
-
 use std::process::Command;
 use std::sync::Arc;
 
@@ -11,7 +9,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use serde_json::Value;
 
-use super::control_plane::{ControlPlane, ROOT, helm};
+use crate::control_plane::{ControlPlane, ROOT, helm};
 
 /// A release's generated material, PEM text.
 #[derive(Clone, Debug, PartialEq)]

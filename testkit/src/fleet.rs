@@ -2,11 +2,9 @@
 //! objects written by the test; `tests/e2e_fleet_gitops.rs`, the real tools
 //! in the hub): the hub grants of driftguard and of the on-call engineer,
 //! the sweeper's grant in the spoke, and driftguard's source metrics.
-#![allow(dead_code)]
-
 use std::time::Duration;
 
-use super::control_plane::*;
+use crate::control_plane::*;
 
 /// What driftguard may do in the hub: read Applications and AppProjects, and
 /// argocd-cm and argocd-cmd-params-cm by name. Nothing else, no writes.

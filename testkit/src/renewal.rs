@@ -1,8 +1,6 @@
 //! What the renewal tests share: a ConfigMap whose counter alice may write
 //! (driftguard judges and allows each write), writes in a loop while a
 //! certificate changes, and the TLS connection the apiserver would open next.
-#![allow(dead_code)]
-
 use std::io::{Read, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -10,7 +8,7 @@ use std::time::Duration;
 
 use rustls::pki_types::CertificateDer;
 
-use super::control_plane::{ControlPlane, Driftguard, probe_get, trusting};
+use crate::control_plane::{ControlPlane, Driftguard, probe_get, trusting};
 
 /// A ConfigMap Argo CD manages, whose `data.counter` the policy ignores:
 /// alice's writes to it are sent to driftguard and allowed.
@@ -95,7 +93,7 @@ pub fn replace_files(plane: &ControlPlane, dg: &Driftguard, cert: &str, key: &st
     let before = reloads(dg);
     std::fs::write(plane.dir.join("driftguard.crt"), cert).unwrap();
     driftguard::certs::write_private(&plane.dir.join("driftguard.key"), key).unwrap();
-    super::control_plane::wait_for(
+    crate::control_plane::wait_for(
         "driftguard to reload its certificate",
         Duration::from_secs(20),
         || {
@@ -139,7 +137,7 @@ pub fn new_connection(port: u16, ca_pem: &str) -> Result<CertificateDer<'static>
 /// Waits until alice's writes to production reach driftguard (a labelling
 /// dry run is denied by it).
 pub fn wait_until_judged(plane: &ControlPlane) {
-    super::control_plane::wait_for(
+    crate::control_plane::wait_for(
         "the webhook to judge alice's writes",
         Duration::from_secs(30),
         || {

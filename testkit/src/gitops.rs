@@ -5,16 +5,14 @@
 //! All are built from the Go module proxy by `scripts/build-tools.sh gitops`,
 //! run as local processes with service-account token kubeconfigs, and killed
 //! on drop.
-#![allow(dead_code)]
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::control_plane::{ControlPlane, Kubectl, ROOT};
-use super::control_plane::{Proc, unused_port};
+use crate::control_plane::{ControlPlane, Kubectl, ROOT};
+use crate::control_plane::{Proc, unused_port};
 
 /// The binaries and assets of `scripts/build-tools.sh gitops`.
 pub struct Tools {
@@ -197,7 +195,8 @@ pub struct GitRepo {
     pub work: PathBuf,
     pub bare: PathBuf,
     pub http_url: String,
-    server: Proc,
+    /// The HTTP server, killed when the repository is dropped.
+    _server: Proc,
 }
 
 impl GitRepo {
@@ -223,7 +222,7 @@ impl GitRepo {
             http_url: format!("http://127.0.0.1:{port}/repo.git"),
             work,
             bare,
-            server,
+            _server: server,
         }
     }
 

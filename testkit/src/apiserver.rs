@@ -45,8 +45,6 @@
 //! library and macros (`has`, `exists`); it has no type checker, so an
 //! expression that the apiserver would refuse to compile is only caught when
 //! it fails to evaluate.
-#![allow(dead_code)]
-
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;

@@ -1,5 +1,4 @@
 //! Builders for real-shaped objects and AdmissionReviews, shared by the tests.
-#![allow(dead_code)]
 
 use driftguard::{Decision, Endpoint, Policy, judge};
 use jiff::Timestamp;
@@ -14,7 +13,7 @@ pub fn now() -> Timestamp {
 }
 
 pub fn repo_file(path: &str) -> String {
-    std::fs::read_to_string(format!("{}/{path}", env!("CARGO_MANIFEST_DIR"))).unwrap()
+    std::fs::read_to_string(format!("{}/{path}", crate::process::ROOT)).unwrap()
 }
 
 pub fn seed_policy() -> Policy {
