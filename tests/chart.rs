@@ -1247,6 +1247,11 @@ fn the_install_notes_warn_when_any_pod_can_post_reviews() {
     assert!(notes.contains(WARNING), "{notes}");
     assert!(notes.contains("networkPolicy.webhookFrom"), "{notes}");
     assert!(notes.contains("clientAuth.enabled=true"), "{notes}");
+    // What a failed pull means, and where the image comes from.
+    assert!(
+        notes.contains("ImagePullBackOff") && notes.contains("docs/install.md"),
+        "{notes}"
+    );
     // An enforcing install points at the audit-first path; an auditing one does not.
     assert!(notes.contains("driftguard report -"), "{notes}");
     let (_, notes) = install(&["policy.mode=audit"]);
