@@ -2,6 +2,7 @@
 //! passes `now`, and the scale parent when it has one.
 
 pub mod annotated;
+pub mod applicable_rules;
 pub mod atomic_maps;
 pub(crate) mod breakglass_state;
 pub mod cascade;

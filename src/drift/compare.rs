@@ -9,9 +9,9 @@ use jiff::{SignedDuration, Timestamp};
 use serde_json::Value;
 
 use super::annotated::Annotated;
+use super::applicable_rules::{self as rules, find_application};
 use super::inputs::{self, Inputs};
 use super::ownership::Manager;
-use super::steps::{self, find_application};
 use super::{Context, Decision, Finding, Request, normalize, owned, reapplied, record};
 use crate::policy::argocd::DiffMode;
 use crate::policy::ignore::owned_leaves;
@@ -30,7 +30,7 @@ pub(super) fn diff(
     d: &mut Decision,
 ) -> (Vec<String>, Vec<String>) {
     let (target, version) = target(req, old);
-    let applying = steps::rules(policy, ctx, &target, d.manager.as_ref(), version, old);
+    let applying = rules::rules(policy, ctx, &target, d.manager.as_ref(), version, old);
     note_annotation(&applying.annotated, d);
     let rules: Vec<&IgnoreRule> = applying.iter().map(|(_, r)| r).collect();
     let mut failures = Vec::new();
@@ -96,7 +96,7 @@ fn flux_reverts(
     let own = ctx
         .sources
         .and_then(|s| s.flux_source(flux))
-        .map(|source| steps::flux_rules(source, target, version, old))
+        .map(|source| rules::flux_rules(source, target, version, old))
         .unwrap_or_default();
     d.reapplied = reapplied::hidden_reverts(old, new, paths, &own);
     paths.extend(d.reapplied.iter().cloned());
