@@ -9,8 +9,8 @@ mod breakglass_command;
 mod explain;
 mod installation;
 mod preview;
-mod reach;
 mod status;
+mod trusted_reach;
 
 use std::process::ExitCode;
 

@@ -58,7 +58,7 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
     let (break_glass, expired_break_glass, scan) =
         scan::break_glass_scan(api, &loaded.policy).await?;
     // A warning, not a failure: the exit code stays what the webhooks decide.
-    let reach = super::reach::report(api, &loaded.policy, &args.argocd_namespace).await?;
+    let reach = super::trusted_reach::report(api, &loaded.policy, &args.argocd_namespace).await?;
     let report = Report {
         healthy,
         configurations,

@@ -180,7 +180,7 @@ async fn read_flux(
     };
     match api
         .get_object(
-            &crate::plugin::reach::flux_resource(kind),
+            &crate::plugin::trusted_reach::flux_resource(kind),
             Some(namespace),
             name,
         )
@@ -197,7 +197,7 @@ async fn read_flux(
         },
         Err(r) => {
             // None here: in a fleet, Flux and its Kustomizations are in a hub.
-            let resource = crate::plugin::reach::flux_resource(kind);
+            let resource = crate::plugin::trusted_reach::flux_resource(kind);
             let served = hub
                 || !matches!(
                     api.resolve(&format!("{}.{}", resource.plural, resource.group))
@@ -235,7 +235,7 @@ async fn sync_account(
 ) -> Result<Option<String>, PluginError> {
     let project = match api
         .get_object(
-            &crate::plugin::reach::app_project_resource(),
+            &crate::plugin::trusted_reach::app_project_resource(),
             Some(argocd_namespace),
             &app.project,
         )

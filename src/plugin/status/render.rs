@@ -66,7 +66,7 @@ pub(super) fn print_text(report: &Report) {
         }
     );
     print_events(report);
-    crate::plugin::reach::print(&report.trusted_identity_reach);
+    crate::plugin::trusted_reach::print(&report.trusted_identity_reach);
     println!(
         "status: {}",
         if report.healthy {

@@ -74,7 +74,7 @@ pub(super) struct Report {
     pub(super) active_break_glass: Listing<BreakGlassEntry>,
     pub(super) expired_break_glass: Vec<BreakGlassEntry>,
     pub(super) break_glass_scan: Scan,
-    pub(super) trusted_identity_reach: crate::plugin::reach::ReachReport,
+    pub(super) trusted_identity_reach: crate::plugin::trusted_reach::ReachReport,
     pub(super) who_may_post_reviews: posting::Posting,
 }
 
@@ -345,7 +345,7 @@ mod tests {
             active_break_glass: Listing::Found(vec![]),
             expired_break_glass: vec![],
             break_glass_scan: Scan::default(),
-            trusted_identity_reach: crate::plugin::reach::ReachReport::not_checked(vec![
+            trusted_identity_reach: crate::plugin::trusted_reach::ReachReport::not_checked(vec![
                 "forbidden".into(),
             ]),
             who_may_post_reviews: posting::Posting {
