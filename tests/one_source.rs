@@ -157,3 +157,21 @@ fn every_policy_example_in_the_docs_loads() {
         );
     }
 }
+
+/// The README's first command is `cargo run`, which needs to know which of
+/// the two binaries is the server.
+#[test]
+fn the_readmes_first_command_runs_the_server() {
+    let readme = std::fs::read_to_string(format!("{ROOT}/README.md")).unwrap();
+    let first = readme
+        .split("```sh\n")
+        .nth(1)
+        .and_then(|block| block.lines().next())
+        .unwrap();
+    assert!(first.starts_with("cargo run --release -- serve"), "{first}");
+    let manifest = std::fs::read_to_string(format!("{ROOT}/Cargo.toml")).unwrap();
+    assert!(
+        manifest.contains("\ndefault-run = \"driftguard\"\n"),
+        "Cargo.toml sets no default-run"
+    );
+}
