@@ -865,6 +865,27 @@ fn an_unreadable_but_listed_scale_parent_is_not_allowed() {
     assert_eq!(d.verdict, Verdict::Allow, "{d:?}");
     let d = judged_with(&Policy::embedded(), &review, &listed_by(vec![other]));
     assert_eq!(d.verdict, Verdict::Deny, "{d:?}");
+    // A tenant's Application (outside Argo CD's namespace) lists what it
+    // likes: its rules lend nothing, whatever it ignores.
+    let tenants = Manager::ArgoCd {
+        application: "myapp".into(),
+        application_namespace: Some("team-a".into()),
+    };
+    let tenant_app = json!({
+        "metadata": {"name": "myapp", "namespace": "team-a"},
+        "spec": {"ignoreDifferences": [{"group": "argoproj.io", "kind": "Rollout", "jsonPointers": ["/spec/replicas"]}]},
+    });
+    let listed_by_tenant = driftguard::sources::Sources {
+        planned: std::sync::Arc::new([(key.clone(), tenants)].into()),
+        ..driftguard::sources::Sources::of_argocd(driftguard::drift::ArgoCdSources {
+            applications: vec![std::sync::Arc::new(
+                driftguard::policy::argocd::from_value(&tenant_app).unwrap(),
+            )],
+            ..Default::default()
+        })
+    };
+    let d = judged_with(&Policy::embedded(), &review, &listed_by_tenant);
+    assert_eq!(d.verdict, Verdict::Deny, "{d:?}");
 }
 
 /// The tool's own identity for the object creates it: the service account a

@@ -345,7 +345,8 @@ fn scale_replicas(scale: &Value) -> Value {
 /// Without the parent, ownership cannot be checked. Controllers and trusted
 /// identities pass; so does a write whose `/spec/replicas` every rule set
 /// that could apply ignores: the policy's when no tool's record lists the
-/// parent, else each lister's (the strictest reading). Otherwise
+/// parent, else each lister's, when every lister is an Application in Argo
+/// CD's own namespace (the strictest reading). Otherwise
 /// `unknownScaleParent` (warn by default) decides, and a listed parent is
 /// drift whatever it says.
 fn scale_blind(
@@ -377,12 +378,22 @@ fn scale_blind(
                     .any(|p| is_under("/spec/replicas", &p.to_pointer()))
             })
     };
+    // Only a record a tenant cannot write lends its rules: an Application in
+    // Argo CD's own namespace. A tenant's Application or Kustomization status
+    // lists what it likes, and the parent's real owner may list nothing.
+    let control_plane = ctx
+        .argocd()
+        .map_or(super::DEFAULT_ARGOCD_NAMESPACE, |a| a.namespace());
+    let trusted = |m: &Manager| {
+        matches!(m, Manager::ArgoCd { application_namespace, .. }
+            if application_namespace.as_deref().is_none_or(|ns| ns == control_plane))
+    };
     let listers = listed_parent(ctx, req);
     let ignored = match listers.as_slice() {
         [] => ignores_replicas(kind, None),
-        listers => listers
-            .iter()
-            .all(|(listed_kind, m)| ignores_replicas(listed_kind.unwrap_or(kind), Some(m))),
+        listers => listers.iter().all(|(listed_kind, m)| {
+            trusted(m) && ignores_replicas(listed_kind.unwrap_or(kind), Some(m))
+        }),
     };
     if ignored {
         return d;
