@@ -150,8 +150,28 @@ fn review(user: &str, operation: &str, old: Option<&Value>, new: Option<&Value>)
     .expect("a review")
 }
 
+/// `kubectl scale` of Deployment `name` to 5 replicas, from 1.
+fn scale(user: &str, name: &str) -> Vec<u8> {
+    let scale = |replicas: u32| {
+        json!({"apiVersion": "autoscaling/v1", "kind": "Scale",
+               "metadata": {"name": name, "namespace": "production"},
+               "spec": {"replicas": replicas}})
+    };
+    serde_json::to_vec(
+        &json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": "00000000-0000-4000-8000-000000000002",
+        "kind": {"group": "autoscaling", "version": "v1", "kind": "Scale"},
+        "resource": {"group": "apps", "version": "v1", "resource": "deployments"},
+        "subResource": "scale",
+        "name": name, "namespace": "production", "operation": "UPDATE",
+        "userInfo": {"username": user, "groups": ["developers", "system:authenticated"]},
+        "object": scale(5), "oldObject": scale(1), "dryRun": false}}),
+    )
+    .expect("a review")
+}
+
 /// The writes judged: updates of a Deployment each tool claims, creates of
-/// listed and unlisted names, and the DELETE of its namespace.
+/// listed and unlisted names and their scale writes, and the DELETE of its namespace.
 fn writes() -> Vec<(String, Vec<u8>)> {
     let claims = [
         json!({"annotations": {"argocd.argoproj.io/tracking-id": "myapp:apps/Deployment:production/web"}}),
@@ -186,6 +206,9 @@ fn writes() -> Vec<(String, Vec<u8>)> {
                 format!("{user} create {name}"),
                 review(user, "CREATE", None, Some(&new)),
             ));
+            // A scale write whose parent is not read (`verdict` passes none):
+            // what the listings and their Applications' rules say decides.
+            writes.push((format!("{user} scale {name}"), scale(user, name)));
         }
         let namespace =
             json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "production"}});
@@ -270,6 +293,23 @@ fn a_refused_source_lends_no_rule_and_keeps_its_listing() {
     assert_eq!(
         verdict(&policy, update, &case.sources(REFUSE_ALL)),
         Verdict::Deny
+    );
+    // A scale write whose parent is unread: the listing Application's
+    // replicas rule allows it admitted; refused, it lends none.
+    let scale = body("alice scale new");
+    assert_eq!(
+        verdict(&policy, scale, &case.sources(Limits::default())),
+        Verdict::Allow
+    );
+    assert_eq!(
+        verdict(&policy, scale, &case.sources(REFUSE_ALL)),
+        Verdict::Deny
+    );
+    // Unlisted: unknownScaleParent (warn) decides.
+    let unlisted = body("alice scale db");
+    assert_eq!(
+        verdict(&policy, unlisted, &case.sources(Limits::default())),
+        Verdict::Warn
     );
     for name in ["alice create new", "alice create db"] {
         let listed = name.ends_with("new");
