@@ -6,14 +6,13 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use jiff::Timestamp;
-use serde_json::Value;
 
-use crate::Endpoint;
-use crate::args::{DecisionTimeout, PolicySource};
-use crate::decider::{Decider, DeciderError};
+use crate::args::PolicySource;
 use crate::policy::{Policy, lint};
 use crate::server;
+
+mod check;
+use check::{CheckArgs, check};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -34,9 +33,11 @@ enum Command {
             "Longest the decision may take before `check` gives up (exit 2)"
         )),
         after_help = "Exit status: 0 allowed, 1 denied, 2 the review or policy could not be read.\n\
-            stdout is the AdmissionReview response; stderr says allowed or denied, and why.\n\n\
+            stdout is the response (-o json, yaml) or the verdict (-o text); otherwise stderr says \
+            allowed or denied, and why.\n\n\
             Examples:\n  \
             driftguard check review.json\n  \
+            driftguard check --old live.yaml --new edited.yaml --user alice -o text\n  \
             driftguard check --policy policy.yaml --argocd-application app.yaml review.json\n  \
             kubectl get --raw ... | driftguard check -"
     )]
@@ -123,26 +124,6 @@ struct CertsArgs {
     ip: Vec<std::net::IpAddr>,
 }
 
-#[derive(Debug, clap::Args)]
-struct CheckArgs {
-    #[command(flatten)]
-    source: PolicySource,
-    /// The parent object (JSON or YAML) of a `…/scale` review, or the target of a
-    /// scaler (HPA, ScaledObject) review, as the server would fetch it.
-    #[arg(long)]
-    parent: Option<PathBuf>,
-    /// Answer as the mutating webhook (/mutate) instead of the validating one.
-    #[arg(long)]
-    mutate: bool,
-    /// Judge as of this RFC 3339 time instead of now (break-glass expiry, drift annotation).
-    #[arg(long, hide = true)]
-    now: Option<Timestamp>,
-    #[command(flatten)]
-    deadline: DecisionTimeout,
-    /// AdmissionReview JSON file, or `-` for standard input.
-    review: PathBuf,
-}
-
 #[derive(Debug, Subcommand)]
 enum PolicyCommand {
     /// Load policy files and Argo CD Applications, and flag jq expressions that are not path expressions.
@@ -200,95 +181,6 @@ fn read_input(path: &Path) -> Result<Vec<u8>, Failure> {
         return Ok(buf);
     }
     std::fs::read(path).map_err(|e| Failure(format!("{}: cannot read: {e}", path.display())))
-}
-
-fn check(args: CheckArgs) -> Result<ExitCode, Failure> {
-    let policy = args.source.load()?;
-    let body = read_input(&args.review)?;
-    not_a_bare_object(&args.review, &body)?;
-    let parent = match &args.parent {
-        Some(path) => {
-            let text = read_text(path)?;
-            let value: Value = serde_saphyr::from_str(&text).map_err(|e| {
-                Failure(format!(
-                    "{}: not a JSON or YAML object: {e}",
-                    path.display()
-                ))
-            })?;
-            Some(value)
-        }
-        None => None,
-    };
-    let endpoint = if args.mutate {
-        Endpoint::Mutate
-    } else {
-        Endpoint::Validate
-    };
-    let now = args.now.unwrap_or_else(Timestamp::now);
-    // The server's deadline, on a thread of its own: a runaway jq rule cannot
-    // be interrupted, but `check` returns (and the process exits) regardless.
-    let deadline = args.deadline.decision_timeout;
-    let decider = Decider::new(1, 1)
-        .map_err(|e| Failure(format!("cannot start the decision thread: {e}")))?;
-    let judged = decider
-        .run_blocking(deadline, move || {
-            // As the server does: the body is dropped once parsed.
-            let req = crate::request::parse(&body)?;
-            drop(body);
-            crate::judge_request(&policy, &req, endpoint, parent.as_ref(), None, now)
-                .map_err(crate::ReviewError::from)
-        })
-        .map_err(|e| match e {
-            DeciderError::TimedOut(_) => Failure(format!(
-                "{}: {e} (--decision-timeout); a jq ignore rule is probably too slow",
-                args.review.display()
-            )),
-            _ => Failure(format!("{}: {e}", args.review.display())),
-        })?
-        .map_err(|e| Failure(format!("{}: {e}", args.review.display())))?;
-    let mut out = judged.to_json();
-    out.push(b'\n');
-    std::io::Write::write_all(&mut std::io::stdout().lock(), &out)
-        .map_err(|e| Failure(format!("stdout: cannot write: {e}")))?;
-    // stdout stays the response, for pipes; a person reads stderr and the status.
-    let answer = judged.response.response.as_ref();
-    for warning in answer.iter().flat_map(|r| r.warnings.iter().flatten()) {
-        eprintln!("Warning: {warning}");
-    }
-    match answer {
-        Some(r) if !r.allowed => {
-            eprintln!("driftguard: denied: {}", r.result.message);
-            Ok(ExitCode::from(1))
-        }
-        _ => {
-            eprintln!("driftguard: allowed ({})", judged.decision.verdict.as_str());
-            Ok(ExitCode::SUCCESS)
-        }
-    }
-}
-
-/// A manifest given where a review is expected: say what `check` reads
-/// instead of the parser's complaint about `apiVersion`.
-fn not_a_bare_object(path: &Path, body: &[u8]) -> Result<(), Failure> {
-    #[derive(serde::Deserialize)]
-    struct Head {
-        kind: Option<String>,
-    }
-    let head = serde_json::from_slice::<Head>(body).ok().or_else(|| {
-        let text = std::str::from_utf8(body).ok()?;
-        serde_saphyr::from_str::<Head>(text).ok()
-    });
-    match head {
-        Some(Head { kind: Some(kind) }) if kind != "AdmissionReview" => Err(Failure(format!(
-            "{}: a {kind}, not an AdmissionReview. `check` judges what the apiserver sends \
-             a webhook: {{\"apiVersion\": \"admission.k8s.io/v1\", \"kind\": \"AdmissionReview\", \
-             \"request\": {{\"uid\", \"kind\", \"resource\", \"operation\", \"userInfo\", \
-             \"object\", \"oldObject\", ...}}}} (examples: tests/data/*.json). To see what a change \
-             would get in a cluster: kubectl driftguard preview",
-            path.display()
-        ))),
-        _ => Ok(()),
-    }
 }
 
 fn report(records: &Path, top: usize) -> Result<ExitCode, Failure> {

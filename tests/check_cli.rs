@@ -530,3 +530,80 @@ fn a_runaway_jq_expression_is_refused_at_load_with_its_position() {
         "{err}"
     );
 }
+
+/// Every shipped review without a subresource, rebuilt from its objects and
+/// writer by `--old`/`--new`/`--user`/`--group`, gets the same answer as the
+/// apiserver's own review: the builder is the same write, not an approximation.
+#[test]
+fn a_review_built_from_manifests_is_judged_as_the_apiservers() {
+    let dir = std::env::temp_dir().join(format!("driftguard-built-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let data = format!("{}/tests/data", env!("CARGO_MANIFEST_DIR"));
+    let mut judged = 0;
+    for entry in std::fs::read_dir(&data).unwrap() {
+        let path = entry.unwrap().path();
+        let Ok(review) = serde_json::from_slice::<Value>(&std::fs::read(&path).unwrap_or_default())
+        else {
+            continue;
+        };
+        let request = &review["request"];
+        if review["kind"] != "AdmissionReview"
+            || request.get("subResource").is_some()
+            || request["operation"] == "CONNECT"
+        {
+            continue;
+        }
+        let mut args: Vec<String> = vec!["-o".into(), "json".into()];
+        for (field, flag) in [("oldObject", "--old"), ("object", "--new")] {
+            if request[field].is_object() {
+                let file = dir.join(format!("{field}.json"));
+                std::fs::write(&file, request[field].to_string()).unwrap();
+                args.extend([flag.into(), file.display().to_string()]);
+            }
+        }
+        let user = &request["userInfo"];
+        args.extend(["--user".into(), user["username"].as_str().unwrap().into()]);
+        for group in user["groups"].as_array().into_iter().flatten() {
+            args.extend(["--group".into(), group.as_str().unwrap().into()]);
+        }
+        if request["dryRun"] == true {
+            args.push("--dry-run".into());
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (built, _) = check(&args);
+        let (given, _) = check(&[path.to_str().unwrap()]);
+        let answer = |r: &Value| {
+            let r = &r["response"];
+            (
+                r["allowed"].clone(),
+                r["status"].clone(),
+                r["warnings"].clone(),
+                r["auditAnnotations"].clone(),
+            )
+        };
+        assert_eq!(answer(&built), answer(&given), "{}", path.display());
+        judged += 1;
+    }
+    assert!(judged >= 5, "only {judged} reviews rebuilt");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn text_and_yaml_say_what_json_says() {
+    let review = "tests/data/deployment-update-image.json";
+    let (json, _) = check(&[review]);
+    let text = driftguard(&["check", "--now", common::NOW, "-o", "text", review]);
+    assert_eq!(text.status.code(), Some(1));
+    let stdout = String::from_utf8_lossy(&text.stdout);
+    let message = json["response"]["status"]["message"].as_str().unwrap();
+    assert!(
+        stdout.starts_with("driftguard: denied: ")
+            && stdout.contains(message.trim_start_matches("driftguard: ")),
+        "{stdout}"
+    );
+    assert!(text.stderr.is_empty(), "text goes to stdout only");
+    let yaml = driftguard(&["check", "--now", common::NOW, "-o", "yaml", review]);
+    assert_eq!(yaml.status.code(), Some(1));
+    let parsed: Value = serde_saphyr::from_str(&String::from_utf8_lossy(&yaml.stdout)).unwrap();
+    assert_eq!(parsed, json);
+}
