@@ -175,3 +175,127 @@ fn the_readmes_first_command_runs_the_server() {
         "Cargo.toml sets no default-run"
     );
 }
+
+/// The chart README's values reference, generated from values.yaml: every key
+/// in file order with its default and the comments above and beside it, a
+/// section per top-level map. The policy is one row (docs/policy.md is its
+/// reference).
+fn values_reference(text: &str) -> String {
+    let values = yaml(text);
+    let mut top = String::from("\n### Top level\n\n| value | default | |\n|---|---|---|\n");
+    let mut sections = String::new();
+    let mut stack: Vec<(usize, String)> = Vec::new();
+    let mut comment: Vec<String> = Vec::new();
+    let mut list_indent: Option<usize> = None;
+    for line in text.lines() {
+        let indent = line.len() - line.trim_start().len();
+        let body = line.trim_start();
+        if body.is_empty() {
+            comment.clear();
+            continue;
+        }
+        if let Some(c) = body.strip_prefix('#') {
+            comment.push(c.trim().to_owned());
+            continue;
+        }
+        if body.starts_with("- ") {
+            list_indent = Some(indent);
+            continue;
+        }
+        if list_indent.is_some_and(|l| indent > l) {
+            continue;
+        }
+        list_indent = None;
+        let Some((key, rest)) = body.split_once(':') else {
+            continue;
+        };
+        stack.retain(|(i, _)| *i < indent);
+        stack.push((indent, key.to_owned()));
+        let path: Vec<&str> = stack.iter().map(|(_, k)| k.as_str()).collect();
+        let beside = rest.split_once(" #").map(|(_, c)| c.trim().to_owned());
+        let about = comment
+            .drain(..)
+            .chain(beside)
+            .collect::<Vec<_>>()
+            .join(" ");
+        let value = path.iter().fold(&values, |v, k| &v[*k]);
+        let section = path.len() == 1 && value.as_object().is_some_and(|m| !m.is_empty());
+        if section && key != "policy" {
+            sections.push_str(&format!("\n### `{key}`\n\n"));
+            if !about.is_empty() {
+                sections.push_str(&format!("{about}\n\n"));
+            }
+            sections.push_str("| value | default | |\n|---|---|---|\n");
+            continue;
+        }
+        if path[0] == "policy" && path.len() > 1 {
+            continue;
+        }
+        let default = match value {
+            _ if key == "policy" => {
+                "the embedded default policy (src/policy/default-policy.yaml)".to_owned()
+            }
+            Value::Object(m)
+                if !m.is_empty() && rest.split(" #").next().unwrap().trim().is_empty() =>
+            {
+                String::new()
+            }
+            v => format!("`{v}`"),
+        };
+        let row = format!(
+            "| `{}` | {default} | {} |\n",
+            path.join("."),
+            about.replace('|', "\\|")
+        );
+        if path.len() == 1 {
+            &mut top
+        } else {
+            &mut sections
+        }
+        .push_str(&row);
+    }
+    top + &sections
+}
+
+/// `DRIFTGUARD_BLESS=1 cargo test --test one_source` rewrites it.
+#[test]
+fn the_chart_readme_is_generated_from_the_values_comments() {
+    const BEGIN: &str = "<!-- values: generated from values.yaml by tests/one_source.rs; DRIFTGUARD_BLESS=1 cargo test --test one_source -->\n";
+    const END: &str = "<!-- values: end -->\n";
+    let dir = format!("{ROOT}/charts/driftguard");
+    let values = std::fs::read_to_string(format!("{dir}/values.yaml")).unwrap();
+    let readme_path = format!("{dir}/README.md");
+    let readme = std::fs::read_to_string(&readme_path).unwrap();
+    let (head, rest) = readme
+        .split_once(BEGIN)
+        .expect("the README has the BEGIN marker");
+    let (_, tail) = rest.split_once(END).expect("the README has the END marker");
+    let fresh = format!("{head}{BEGIN}{}{END}{tail}", values_reference(&values));
+    if std::env::var_os("DRIFTGUARD_BLESS").is_some() {
+        std::fs::write(&readme_path, &fresh).unwrap();
+    } else {
+        assert!(
+            readme == fresh,
+            "charts/driftguard/README.md is stale: DRIFTGUARD_BLESS=1 cargo test --test one_source"
+        );
+    }
+    // Every key of values.yaml is in it: a leaf as a row, a map as its
+    // section's rows, a flow map as a row's default.
+    fn rows(prefix: &str, v: &Value, readme: &str) {
+        for (k, v) in v.as_object().into_iter().flatten() {
+            let path = format!("{prefix}{k}");
+            let row = format!("| `{path}` | ");
+            match v {
+                Value::Object(m)
+                    if !m.is_empty()
+                        && path != "policy"
+                        && !readme.contains(&format!("{row}`")) =>
+                {
+                    rows(&format!("{path}."), v, readme)
+                }
+                _ => assert!(readme.contains(&row), "{path} is not in the chart README"),
+            }
+        }
+    }
+    rows("", &yaml(&values), &fresh);
+}
