@@ -9,6 +9,7 @@ mod breakglass_command;
 mod explain;
 mod installation;
 mod preview;
+mod report;
 mod status;
 mod trusted_reach;
 
@@ -26,12 +27,13 @@ use api::{Api, ConnectArgs, Refusal};
     name = "kubectl-driftguard",
     bin_name = "kubectl driftguard",
     version,
-    about = "driftguard from the terminal: explain, preview, break-glass and status",
+    about = "driftguard from the terminal: explain, preview, break-glass, status and report",
     after_help = "Examples:\n  \
         kubectl driftguard explain deploy/web -n shop\n  \
         kubectl driftguard preview deploy/web -n shop --replicas 5\n  \
         kubectl driftguard break-glass deploy/web -n shop --reason \"INC-7 checkout down\" --for 1h\n  \
-        kubectl driftguard status"
+        kubectl driftguard status\n  \
+        kubectl driftguard report --since 168h"
 )]
 pub struct Cli {
     #[command(flatten)]
@@ -82,6 +84,12 @@ enum Command {
         kubectl driftguard status\n  \
         kubectl driftguard status --driftguard-namespace platform -o yaml")]
     Status(status::Args),
+    /// What enforce would have denied over a window, from the driftguard pods' audit records:
+    /// by namespace, object, user and drifted path, with ignore rules for the frequent paths.
+    #[command(after_help = "Examples:\n  \
+        kubectl driftguard report                     # the last 24 hours\n  \
+        kubectl driftguard report --since 168h --top 20")]
+    Report(report::Args),
 }
 
 /// Why a command could not give an answer (exit 2). A "no" is not an error:
@@ -139,10 +147,12 @@ impl Cli {
     }
 
     async fn dispatch(self) -> Result<ExitCode, PluginError> {
-        if matches!(self.command, Command::Status(_)) && self.connect.namespace.is_some() {
+        if matches!(self.command, Command::Status(_) | Command::Report(_))
+            && self.connect.namespace.is_some()
+        {
             return Err(PluginError::Usage(
-                "status reports the installation, not an object: -n/--namespace does not apply \
-                 (driftguard's own namespace is --driftguard-namespace)"
+                "status and report are about the installation, not an object: -n/--namespace \
+                 does not apply (driftguard's own namespace is --driftguard-namespace)"
                     .into(),
             ));
         }
@@ -157,6 +167,7 @@ impl Cli {
             Command::Preview(args) => preview::run(&api, args).await,
             Command::Explain(args) => explain::run(&api, &source, args).await,
             Command::Status(args) => status::run(&api, &source, args).await,
+            Command::Report(args) => report::run(&api, &source.namespace, args).await,
         }
     }
 }

@@ -63,6 +63,7 @@ pub struct Report {
     by_verdict: BTreeMap<String, u64>,
     /// Writes allowed only because of the mode (audit or warn): enforce denies them.
     would_deny: u64,
+    namespaces: Tally,
     objects: Tally,
     users: Tally,
     /// `group\tKind\tpath` of the would-be denials.
@@ -75,12 +76,17 @@ impl Report {
     pub fn read(input: impl BufRead) -> std::io::Result<Self> {
         let mut report = Self::default();
         for line in input.lines() {
-            match serde_json::from_str::<Record>(&line?) {
-                Ok(record) => report.count(record),
-                Err(_) => report.other_lines += 1,
-            }
+            report.add_line(&line?);
         }
         Ok(report)
+    }
+
+    /// Counts one log line: a decision record, or another line.
+    pub fn add_line(&mut self, line: &str) {
+        match serde_json::from_str::<Record>(line) {
+            Ok(record) => self.count(record),
+            Err(_) => self.other_lines += 1,
+        }
     }
 
     fn count(&mut self, r: Record) {
@@ -96,6 +102,11 @@ impl Report {
         let group = if r.group.is_empty() { "core" } else { &r.group };
         self.objects
             .add(format!("{group}/{} {}/{}", r.kind, r.namespace, r.name));
+        self.namespaces.add(if r.namespace.is_empty() {
+            "(cluster-scoped)".into()
+        } else {
+            r.namespace
+        });
         self.users.add(r.user);
         for path in r.drifted_paths {
             self.paths.add(format!("{}\t{}\t{path}", r.group, r.kind));
@@ -121,7 +132,12 @@ impl Report {
             "{} writes allowed only by audit or warn mode: enforce would deny them",
             self.would_deny
         );
-        for (title, tally) in [("objects", &self.objects), ("users", &self.users)] {
+        let tables = [
+            ("namespaces", &self.namespaces),
+            ("objects", &self.objects),
+            ("users", &self.users),
+        ];
+        for (title, tally) in tables {
             let _ = writeln!(out, "\nTop {title}:");
             for (key, n) in tally.top(top) {
                 let _ = writeln!(out, "  {n:>6}  {key}");
@@ -218,6 +234,7 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("     2  alice"), "{text}");
+        assert!(text.contains("Top namespaces:\n       3  shop\n"), "{text}");
         assert!(text.contains("     3  apps/Deployment shop/web"), "{text}");
         let rule = "  # 3 writes\n  - {group: \"apps\", kind: Deployment, jsonPointers: [\"/spec/replicas\"]}";
         assert!(text.contains(rule), "{text}");
