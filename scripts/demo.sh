@@ -5,6 +5,7 @@
 #   scripts/demo.sh --flux   the real Flux controllers in the loop: a commit
 #                            synced, `kubectl edit` denied, break-glass that
 #                            survives Flux's reconciles, and Git wins at expiry
+#   scripts/demo.sh --adopt  the adoption path: audit, `driftguard report`, enforce
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Flux is built from the Go module proxy on first use and declares go 1.27.
@@ -13,8 +14,11 @@ case "${1:-}" in
   --flux)
     cargo build --release --bin driftguard --bin kubectl-driftguard --example demo_flux
     exec target/release/examples/demo_flux ;;
+  --adopt)
+    cargo build --release --bin driftguard --example demo_adopt
+    exec target/release/examples/demo_adopt ;;
   "")
     cargo build --release --bin driftguard --example demo
     exec target/release/examples/demo ;;
-  *) echo "usage: scripts/demo.sh [--flux]" >&2; exit 2 ;;
+  *) echo "usage: scripts/demo.sh [--flux|--adopt]" >&2; exit 2 ;;
 esac
