@@ -1,10 +1,10 @@
 # driftguard in an empty image: one statically linked binary, run as non-root.
 # scripts/build-image.sh compiles the binary on the host with
 #   RUSTFLAGS="-C target-feature=+crt-static" cargo build --profile dist --target x86_64-unknown-linux-gnu
-# so building the image needs no base image and no registry.
+# and copies it to target/image/, so building the image needs no base image and
+# no registry.
 FROM scratch
-ARG PROFILE=dist
-COPY target/x86_64-unknown-linux-gnu/${PROFILE}/driftguard /driftguard
+COPY target/image/driftguard /driftguard
 USER 65532:65532
 EXPOSE 8443 8080
 ENTRYPOINT ["/driftguard"]

@@ -22,7 +22,8 @@ rm -rf "${out}" && mkdir -p "${out}/stage"
 RUSTFLAGS="-C target-feature=+crt-static" CARGO_PROFILE_RELEASE_DEBUG=0 CARGO_PROFILE_RELEASE_STRIP=true \
   cargo build --locked --profile "${profile}" --target x86_64-unknown-linux-gnu \
   --bin driftguard --bin kubectl-driftguard >&2
-bin=target/x86_64-unknown-linux-gnu/${profile}
+target_dir=$(cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
+bin=${target_dir}/x86_64-unknown-linux-gnu/${profile}
 cp "${bin}/driftguard" LICENSE "${out}/stage/"
 tar -C "${out}/stage" -czf "${out}/driftguard_v${version}_linux_amd64.tar.gz" driftguard LICENSE
 KREW_BIN="${bin}/kubectl-driftguard" scripts/krew-package.sh "${base}" >&2

@@ -17,6 +17,17 @@ unset DRIFTGUARD_KUBE_VERSION
 # are explored by hand (ORACLE_SEED=<any> cargo test --features e2e --test e2e_oracle), and a
 # disagreement one finds becomes a fix and a unit test (docs/oracle.md).
 export ORACLE_SEED="${ORACLE_SEED:-7}"
+# Cargo builds outside the checkout unless told otherwise, like the Go tools
+# and the fuzz build: a clean clone (CI) reuses the dependencies every earlier
+# run built (minutes on 2 cores) and rebuilds only driftguard's own crates.
+# Each clone's path adds its own copy of those, so past 24 GiB it starts empty.
+if [ -z "${CARGO_TARGET_DIR:-}" ]; then
+  export CARGO_TARGET_DIR="${XDG_CACHE_HOME:-${HOME}/.cache}/driftguard/cargo-target"
+  if [ "$(du -s --block-size=1G "${CARGO_TARGET_DIR}" 2>/dev/null | cut -f1)" -gt 24 ] 2>/dev/null; then
+    echo "==> ${CARGO_TARGET_DIR} is over 24 GiB: starting it again" >&2
+    rm -rf "${CARGO_TARGET_DIR}"
+  fi
+fi
 cargo fmt --all -- --check
 # On a fresh machine the Go tools are most of a run: every one of them is
 # built in the background from here on, one at a time, in the order the tests
