@@ -44,6 +44,12 @@ macro_rules! metrics {
             $($(#[$doc])* pub $field: $ty,)*
         }
 
+        impl Metrics {
+            /// Every metric registered here, by its exported name (a labelled
+            /// family with no sample yet is absent from [`Metrics::encode`]).
+            pub const NAMES: &[&str] = &[$(concat!("driftguard_", $name)),*];
+        }
+
         impl Default for Metrics {
             fn default() -> Self {
                 let mut registry = Registry::with_prefix("driftguard");

@@ -94,17 +94,60 @@ fn every_serve_flag_is_documented() {
 }
 
 /// Every metric driftguard exports is named in docs/cli.md's metrics list.
+/// Every metric family the server exports: the registered ones (a labelled
+/// family shows no TYPE line before its first sample) and the process-wide ones.
+fn metric_families() -> Vec<String> {
+    use driftguard::metrics::Metrics;
+    let exported = Metrics::default().encode();
+    let mut names: Vec<String> = Metrics::NAMES.iter().map(|n| n.to_string()).collect();
+    names.extend(
+        exported
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .filter_map(|l| l.split_whitespace().next())
+            .map(str::to_owned),
+    );
+    names.sort();
+    names.dedup();
+    names
+}
+
 #[test]
 fn every_metric_is_documented() {
     let docs = std::fs::read_to_string(format!("{ROOT}/docs/cli.md")).unwrap();
-    let exported = driftguard::metrics::Metrics::default().encode();
-    let missing: Vec<&str> = exported
-        .lines()
-        .filter_map(|l| l.strip_prefix("# TYPE "))
-        .filter_map(|l| l.split_whitespace().next())
-        .filter(|name| !docs.contains(name))
+    let missing: Vec<String> = metric_families()
+        .into_iter()
+        .filter(|name| !docs.contains(name.as_str()))
         .collect();
     assert!(missing.is_empty(), "docs/cli.md names no {missing:?}");
+}
+
+/// The alerts and the dashboard query only metrics the server exports.
+#[test]
+fn the_charts_alerts_and_dashboard_read_metrics_that_exist() {
+    let families = metric_families();
+    let monitoring = std::fs::read_to_string(format!(
+        "{ROOT}/charts/driftguard/templates/monitoring.yaml"
+    ))
+    .unwrap();
+    let mut queried = 0;
+    for (at, _) in monitoring.match_indices("driftguard_") {
+        let name: String = monitoring[at..]
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        let known = families.iter().any(|family| {
+            ["", "_total", "_bucket", "_sum", "_count", "_info"]
+                .iter()
+                .any(|suffix| name == format!("{family}{suffix}"))
+        });
+        assert!(
+            known,
+            "monitoring.yaml queries {name}, which driftguard does not export"
+        );
+        queried += 1;
+    }
+    assert!(queried >= 10, "only {queried} metric names found");
 }
 
 /// Every YAML block in the docs that is a policy (its keys are policy keys),
