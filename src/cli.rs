@@ -1,4 +1,4 @@
-//! The command line: `check`, `serve`, `certs`, `register` and `policy lint`.
+//! The command line: `check`, `serve`, `certs`, `register`, `report`, `probe` and `policy lint`.
 //! `serve`'s flags are [`server::Config`] itself.
 
 use std::io::Read;
@@ -12,7 +12,9 @@ use crate::policy::{Policy, lint};
 use crate::server;
 
 mod check;
+mod probe;
 use check::{CheckArgs, check};
+use probe::{ProbeArgs, probe};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -65,6 +67,13 @@ enum Command {
         #[arg(long, default_value_t = 10)]
         top: usize,
     },
+    /// Ask a running webhook to judge a harmless write, verifying its certificate: `helm test`.
+    #[command(
+        after_help = "Exit status: 0 it answered and allowed it, 2 anything else (said on stderr).\n\n\
+        Example:\n  \
+        driftguard probe --url https://driftguard.driftguard.svc:443 --ca-file ca.crt"
+    )]
+    Probe(ProbeArgs),
     /// Work with policy files.
     Policy {
         #[command(subcommand)]
@@ -143,6 +152,7 @@ impl Cli {
             Command::Serve(args) => serve(*args),
             Command::Certs(args) => certs(args),
             Command::Register(args) => register(args),
+            Command::Probe(args) => probe(args),
             Command::Report { records, top } => report(&records, top),
             Command::Policy {
                 command: PolicyCommand::Lint { files },

@@ -1323,3 +1323,103 @@ fn the_usual_values_render_and_a_typo_is_refused() {
         assert!(!refused.ok, "{typo} was accepted");
     }
 }
+
+/// `helm test`'s pod runs `driftguard probe` against the Service with the CA
+/// of the serving Secret: run here with the pod's own arguments against a
+/// server serving that Secret's certificate, it passes. Where only the
+/// apiserver may call, there is no test pod; it never poses as a replica.
+#[test]
+fn the_helm_test_probes_the_webhook_with_the_serving_secrets_ca() {
+    let helm = helm();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("https://127.0.0.1:{port}");
+    let rendered = template(&helm, &[&format!("webhook.url={url}")], &[]);
+    assert!(rendered.ok, "{}", rendered.stderr);
+    let docs = documents(&rendered.yaml);
+    let pod = docs
+        .iter()
+        .find(|d| d["kind"] == "Pod")
+        .expect("a helm test pod");
+    assert_eq!(pod["metadata"]["annotations"]["helm.sh/hook"], "test");
+    let selector = find(&docs, "Service")["spec"]["selector"]
+        .as_object()
+        .unwrap();
+    let labels = &pod["metadata"]["labels"];
+    assert!(
+        selector.iter().any(|(k, v)| &labels[k] != v),
+        "the Service would select the test pod: {labels}"
+    );
+    let spec = &pod["spec"];
+    let secret = &spec["volumes"][0]["secret"];
+    assert_eq!(secret["secretName"], "dg-driftguard-tls");
+    assert_eq!(secret["items"][0]["key"], "ca.crt");
+    let generated = rendered_generated(&docs, "dg-driftguard");
+    let dir = std::env::temp_dir().join(format!("driftguard-helm-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (file, pem) in [
+        ("tls.crt", &generated.cert),
+        ("tls.key", &generated.key),
+        ("ca.crt", &generated.secret_bundle),
+    ] {
+        std::fs::write(dir.join(file), pem).unwrap();
+    }
+    let mut server = Command::new(env!("CARGO_BIN_EXE_driftguard"))
+        .args(["serve", "--no-cluster", "--probe-listen=127.0.0.1:0"])
+        .arg(format!("--listen=127.0.0.1:{port}"))
+        .arg(format!("--tls-cert={}", dir.join("tls.crt").display()))
+        .arg(format!("--tls-key={}", dir.join("tls.key").display()))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let args: Vec<String> = spec["containers"][0]["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            let a = a.as_str().unwrap();
+            a.replace("/tls/ca.crt", &dir.join("ca.crt").display().to_string())
+        })
+        .collect();
+    assert_eq!(args[1], format!("--url={url}"));
+    let probed = driftguard_testkit::process::poll(
+        "the probe to pass",
+        std::time::Duration::from_secs(30),
+        || {
+            let out = Command::new(env!("CARGO_BIN_EXE_driftguard"))
+                .args(&args)
+                .output()
+                .unwrap();
+            let said = String::from_utf8_lossy(&out.stdout).into_owned();
+            if out.status.success() {
+                Ok(said)
+            } else {
+                Err(String::from_utf8_lossy(&out.stderr).into_owned())
+            }
+        },
+    );
+    server.kill().unwrap();
+    server.wait().unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(probed.unwrap().starts_with("ok: "));
+    for closed in [
+        &["networkPolicy.webhookFrom[0].ipBlock.cidr=10.0.0.0/24"][..],
+        &[
+            "clientAuth.enabled=true",
+            "clientAuth.ca.pem=x",
+            "clientAuth.allowedNames[0]=kube-apiserver",
+        ],
+    ] {
+        let rendered = template(&helm, closed, &[]);
+        assert!(rendered.ok, "{closed:?}: {}", rendered.stderr);
+        let docs = documents(&rendered.yaml);
+        assert!(
+            !docs.iter().any(|d| d["kind"] == "Pod"),
+            "{closed:?}: a test pod where only the apiserver may call"
+        );
+    }
+}

@@ -94,6 +94,7 @@ impl BuiltReview {
         let old = read(self.old.as_deref())?;
         let new = read(self.new.as_deref())?;
         let (object, path) = new.as_ref().or(old.as_ref()).expect("clap requires one");
+        let path = path.to_path_buf();
         let types = object
             .types
             .clone()
@@ -107,50 +108,67 @@ impl BuiltReview {
                 old.as_ref().map_or(Path::new(""), |(_, p)| p).display()
             )));
         }
-        let gvk = GroupVersionKind::try_from(&types)
-            .map_err(|e| Failure(format!("{}: {e}", path.display())))?;
-        let resource = ApiResource::from_gvk(&gvk);
         let groups = if self.groups.is_empty() {
             vec!["system:masters".into(), "system:authenticated".into()]
         } else {
             self.groups.clone()
         };
-        let request = AdmissionRequest {
-            types: TypeMeta::default(),
-            uid: "driftguard-check".into(),
-            resource: GroupVersionResource::gvr(&gvk.group, &gvk.version, &resource.plural),
-            kind: gvk,
-            sub_resource: None,
-            request_kind: None,
-            request_resource: None,
-            request_sub_resource: None,
-            name: object.metadata.name.clone().unwrap_or_default(),
-            namespace: object.metadata.namespace.clone(),
-            operation: match (&old, &new) {
-                (Some(_), Some(_)) => Operation::Update,
-                (None, _) => Operation::Create,
-                (_, None) => Operation::Delete,
-            },
-            user_info: UserInfo {
-                username: Some(self.user.clone()),
-                groups: Some(groups),
-                ..UserInfo::default()
-            },
-            object: new.map(|(o, _)| o),
-            old_object: old.map(|(o, _)| o),
-            dry_run: self.dry_run,
-            options: None,
+        let who = UserInfo {
+            username: Some(self.user.clone()),
+            groups: Some(groups),
+            ..UserInfo::default()
         };
-        let review = AdmissionReview {
-            types: TypeMeta {
-                api_version: "admission.k8s.io/v1".into(),
-                kind: "AdmissionReview".into(),
-            },
-            request: Some(request),
-            response: None,
-        };
+        let old = old.map(|(o, _)| o);
+        let new = new.map(|(o, _)| o);
+        let review = review_of(&types, old, new, who, self.dry_run)
+            .map_err(|e| Failure(format!("{}: {e}", path.display())))?;
         serde_json::to_vec(&review).map_err(|e| Failure(format!("cannot build the review: {e}")))
     }
+}
+
+/// The AdmissionReview the apiserver sends for a write of `new` over `old`
+/// (UPDATE with both, CREATE or DELETE with one); the resource's plural is
+/// guessed from the kind as kube-rs does.
+pub(super) fn review_of(
+    types: &TypeMeta,
+    old: Option<DynamicObject>,
+    new: Option<DynamicObject>,
+    who: UserInfo,
+    dry_run: bool,
+) -> Result<AdmissionReview<DynamicObject>, String> {
+    let gvk = GroupVersionKind::try_from(types).map_err(|e| e.to_string())?;
+    let resource = ApiResource::from_gvk(&gvk);
+    let object = new.as_ref().or(old.as_ref()).ok_or("no object")?;
+    let request = AdmissionRequest {
+        types: TypeMeta::default(),
+        uid: "driftguard-check".into(),
+        resource: GroupVersionResource::gvr(&gvk.group, &gvk.version, &resource.plural),
+        kind: gvk,
+        sub_resource: None,
+        request_kind: None,
+        request_resource: None,
+        request_sub_resource: None,
+        name: object.metadata.name.clone().unwrap_or_default(),
+        namespace: object.metadata.namespace.clone(),
+        operation: match (&old, &new) {
+            (Some(_), Some(_)) => Operation::Update,
+            (None, _) => Operation::Create,
+            (_, None) => Operation::Delete,
+        },
+        user_info: who,
+        object: new,
+        old_object: old,
+        dry_run,
+        options: None,
+    };
+    Ok(AdmissionReview {
+        types: TypeMeta {
+            api_version: "admission.k8s.io/v1".into(),
+            kind: "AdmissionReview".into(),
+        },
+        request: Some(request),
+        response: None,
+    })
 }
 
 pub(super) fn check(args: CheckArgs) -> Result<ExitCode, Failure> {
