@@ -28,7 +28,7 @@ use crate::drift::inputs::Inputs;
 use crate::metrics::Metrics;
 use crate::policy::argocd::ThisCluster;
 use crate::service::PolicyHandle;
-use watches::{REDISCOVER, Update, Watched, type_key};
+use watches::{REDISCOVER, Update, Watches, type_key};
 
 /// How long an Application's pause must have been held by no armed object
 /// before the sweeper lifts it as left behind.
@@ -86,10 +86,8 @@ struct Sweeper {
     metrics: Arc<Metrics>,
     options: Options,
     /// The armed objects of each type, kept by a metadata watch selected by
-    /// the break-glass label, by `group/Kind`.
-    watched: BTreeMap<String, Watched>,
-    /// Types whose watch fails (logged when the set changes).
-    unlistable: BTreeSet<String>,
+    /// the break-glass label.
+    watches: Watches,
     /// Application pauses no armed object holds, as (in the hub, namespace,
     /// name, entry), with when they were first seen so: lifted once they have been
     /// orphaned for [`ORPHAN_GRACE`], so that the moment between pausing an
@@ -111,12 +109,11 @@ impl Sweeper {
         Sweeper {
             this_cluster: ThisCluster::named(&options.cluster_names),
             in_cluster: ThisCluster::default(),
+            watches: Watches::new(client.clone()),
             client,
             policy,
             metrics,
             options,
-            watched: BTreeMap::new(),
-            unlistable: BTreeSet::new(),
             orphans: BTreeMap::new(),
         }
     }
@@ -134,14 +131,14 @@ impl Sweeper {
         while leading.load(Ordering::SeqCst) {
             let now = Instant::now();
             if now >= rediscover {
-                self.rediscover(&tx).await;
+                self.watches.rediscover(&tx).await;
                 rediscover = now + REDISCOVER;
             }
-            self.retry_refused(&tx);
+            self.watches.retry_refused(&tx);
             let wake = check.min(rediscover).min(now + Duration::from_secs(1));
             tokio::select! {
                 Some((key, update)) = rx.recv() => {
-                    if self.update(&key, update) {
+                    if self.watches.update(&key, update) {
                         check = Instant::now();
                     }
                 }
@@ -159,7 +156,7 @@ impl Sweeper {
             }
         }
         tracing::info!("break-glass sweeper: not leading; watches stopped");
-        for w in std::mem::take(&mut self.watched).into_values() {
+        for w in std::mem::take(&mut self.watches.watched).into_values() {
             w.task.abort();
         }
         self.orphans.clear();
@@ -173,7 +170,7 @@ impl Sweeper {
         let policy = self.policy.current();
         let mut next = Instant::now() + self.options.interval;
         let mut due = Vec::new();
-        for w in self.watched.values() {
+        for w in self.watches.watched.values() {
             for object in w.objects.values() {
                 match sweep(object, &w.ar.group, &policy, now) {
                     Err(why) => {
@@ -199,7 +196,7 @@ impl Sweeper {
             // event arrives never ends it again from a stale copy (which
             // would first take a new break-glass's entry off the Application).
             if self.end(&ar, &object).await
-                && let Some(w) = self.watched.get_mut(&type_key(&ar))
+                && let Some(w) = self.watches.watched.get_mut(&type_key(&ar))
             {
                 let id = (
                     object["metadata"]["namespace"]
@@ -225,7 +222,7 @@ impl Sweeper {
         let policy = self.policy.current();
         let mut armed = BTreeSet::new();
         let mut listed = BTreeSet::new();
-        for (key, w) in &self.watched {
+        for (key, w) in &self.watches.watched {
             if !w.synced {
                 continue;
             }
