@@ -167,7 +167,7 @@ pub(super) mod tests {
 
     /// What may be left in text written through `Out`: its own line breaks
     /// and (documents only) tabs, and the color codes it paints with.
-    fn acted_on(written: &str, tabs: bool) -> Option<char> {
+    pub(crate) fn acted_on(written: &str, tabs: bool) -> Option<char> {
         let plain = written
             .replace("\x1b[31m", "")
             .replace("\x1b[32m", "")

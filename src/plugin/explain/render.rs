@@ -113,3 +113,82 @@ fn print_break_glass(out: &mut Out, bg: &BreakGlassReport) {
         outln!(out, "             grants nothing: {why}");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::report::{ModeReport, ObjectRef, OnObject};
+    use super::*;
+    use crate::plugin::api::Identity;
+    use crate::plugin::out::tests::{acted_on, hostile};
+
+    /// A report whose every string read from the cluster or the user is `s`.
+    fn report(s: &str) -> Report {
+        let v = || vec![s.to_owned(), s.to_owned()];
+        Report {
+            object: ObjectRef {
+                api_version: s.into(),
+                kind: s.into(),
+                namespace: s.into(),
+                name: s.into(),
+            },
+            policy: s.into(),
+            managed_by: Some(ManagedBy {
+                tool: "Argo CD",
+                kind: "Application",
+                namespace: s.into(),
+                name: s.into(),
+                repo_url: Some(Some(s.into())),
+                path: Some(Some(s.into())),
+                application_set: Some(s.into()),
+                diff: Some("three-way"),
+                source: Some(Some(s.into())),
+                service_account: Some(Some(s.into())),
+            }),
+            scope: s.into(),
+            mode: Some(ModeReport {
+                mode: "enforce",
+                why: s.into(),
+            }),
+            ignore_rules: vec![RuleReport {
+                from: s.into(),
+                rule: s.into(),
+                json_pointers: v(),
+                jq_path_expressions: v(),
+                managed_fields_managers: v(),
+                covers_now: v(),
+                errors: v(),
+            }],
+            break_glass: BreakGlassReport {
+                you: Identity {
+                    username: s.into(),
+                    groups: v(),
+                },
+                you_may_break_glass: true,
+                allowed_users: v(),
+                allowed_groups: v(),
+                max_duration: s.into(),
+                annotations: ["a", "b"],
+                on_object: Some(OnObject {
+                    reason: Some(s.into()),
+                    expires: Some(s.into()),
+                    state: "expired",
+                    why: Some(s.into()),
+                }),
+            },
+            notes: v(),
+        }
+    }
+
+    proptest::proptest! {
+        /// Whatever the cluster's strings hold, the text has the lines a
+        /// plain report has and nothing a terminal acts on.
+        #[test]
+        fn hostile_strings_print_inert(s in hostile()) {
+            let (mut out, mut plain) = (Out::buffer(), Out::buffer());
+            print_text(&mut out, &report(&s));
+            print_text(&mut plain, &report("x"));
+            proptest::prop_assert_eq!(acted_on(out.written(), false), None, "{}", out.written());
+            proptest::prop_assert_eq!(out.written().lines().count(), plain.written().lines().count());
+        }
+    }
+}
