@@ -4,7 +4,7 @@
 //! erase or forge lines of a report. `println!` and its kin are denied in the
 //! plugin (src/plugin.rs), so no print can go around `Out`.
 
-use std::fmt::{self, Display};
+use std::fmt::Display;
 use std::io::{IsTerminal, Write};
 
 use crate::text::printable;
@@ -97,24 +97,11 @@ impl Out {
         self.emit(&line);
     }
 
-    /// JSON or YAML, whose own escapes keep controls out of strings: written
-    /// as it is, but for what a terminal would act on other than its line
-    /// breaks and tabs (of which a well-formed document has none).
+    /// JSON or YAML: its line breaks kept, each line escaped (which leaves
+    /// one from `print_structured` as it is: its own escapes came first).
     pub fn document(&mut self, text: &str) {
-        let mut escaped = String::with_capacity(text.len() + 1);
-        for (i, line) in text.split('\n').enumerate() {
-            if i > 0 {
-                escaped.push('\n');
-            }
-            for (j, cell) in line.split('\t').enumerate() {
-                if j > 0 {
-                    escaped.push('\t');
-                }
-                escaped.push_str(&printable(cell));
-            }
-        }
-        escaped.push('\n');
-        self.emit(&escaped);
+        let lines: Vec<_> = text.split('\n').map(printable).collect();
+        self.emit(&(lines.join("\n") + "\n"));
     }
 
     /// Like `println!`, a line that cannot be written is a panic.
@@ -129,12 +116,6 @@ impl Out {
         if let Err(e) = written {
             panic!("failed printing: {e}");
         }
-    }
-}
-
-impl fmt::Debug for Out {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Out")
     }
 }
 
@@ -165,16 +146,16 @@ pub(super) mod tests {
         "([a-z \u{1b}\r\n\t\u{7f}\u{85}\u{9b}\u{200e}\u{202e}\u{2066}\u{0}-\u{1f}\u{80}-\u{9f}]|\u{1b}\\[2K){0,24}"
     }
 
-    /// What may be left in text written through `Out`: its own line breaks
-    /// and (documents only) tabs, and the color codes it paints with.
-    pub(crate) fn acted_on(written: &str, tabs: bool) -> Option<char> {
+    /// What may be left in text written through `Out` but its own line
+    /// breaks and the color codes it paints with.
+    pub(crate) fn acted_on(written: &str) -> Option<char> {
         let plain = written
             .replace("\x1b[31m", "")
             .replace("\x1b[32m", "")
             .replace("\x1b[0m", "");
-        plain.chars().find(|&c| {
-            printable(&c.to_string()) != c.to_string() && c != '\n' && !(tabs && c == '\t')
-        })
+        plain
+            .chars()
+            .find(|&c| printable(&c.to_string()) != c.to_string() && c != '\n')
     }
 
     proptest! {
@@ -184,12 +165,12 @@ pub(super) mod tests {
             out.text(&a).paint(&b, Color::Red).line(&c);
             outln!(out, "{a} and {b:?}: {c}");
             let written = out.written();
-            prop_assert_eq!(acted_on(written, false), None, "{:?}", written);
+            prop_assert_eq!(acted_on(written), None, "{:?}", written);
             prop_assert_eq!(written.matches('\n').count(), 2, "{:?}", written);
-            // A document keeps its line breaks and tabs, and nothing else.
+            // A document keeps its line breaks, and nothing else.
             let mut doc = Out::buffer();
             doc.document(&format!("{a}\n{b}"));
-            prop_assert_eq!(acted_on(doc.written(), true), None, "{:?}", doc.written());
+            prop_assert_eq!(acted_on(doc.written()), None, "{:?}", doc.written());
         }
     }
 

@@ -187,7 +187,7 @@ mod tests {
             let (mut out, mut plain) = (Out::buffer(), Out::buffer());
             print_text(&mut out, &report(&s));
             print_text(&mut plain, &report("x"));
-            proptest::prop_assert_eq!(acted_on(out.written(), false), None, "{}", out.written());
+            proptest::prop_assert_eq!(acted_on(out.written()), None, "{}", out.written());
             proptest::prop_assert_eq!(out.written().lines().count(), plain.written().lines().count());
         }
     }
