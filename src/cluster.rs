@@ -5,6 +5,7 @@
 pub mod bounded;
 pub mod events;
 pub mod guard;
+pub mod hub;
 pub mod parents;
 pub mod register;
 pub mod rules;

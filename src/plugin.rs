@@ -4,23 +4,29 @@
 //! Exit codes: 0 ok, 1 the answer is "no" (refused, denied), 2 usage or
 //! access error (the message names the object or the forbidden request).
 
+// Every print goes through `out::Out`, which escapes terminal controls
+// (clippy.toml lists the macros and functions that would go around it).
+#![deny(clippy::disallowed_macros, clippy::disallowed_methods)]
+
 mod api;
 mod breakglass_command;
 mod explain;
 mod installation;
+pub(crate) mod out;
 mod preview;
 mod report;
 mod status;
 mod trusted_reach;
 
+use std::borrow::Cow;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use k8s_openapi::api::core::v1::ConfigMap;
 
 use crate::policy::Policy;
-use crate::text::printable;
 use api::{Api, ConnectArgs, Refusal};
+use out::{Out, errln};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -133,14 +139,14 @@ impl Cli {
         {
             Ok(r) => r,
             Err(e) => {
-                eprintln!("kubectl-driftguard: cannot start the runtime: {e}");
+                errln!("kubectl-driftguard: cannot start the runtime: {e}");
                 return ExitCode::from(2);
             }
         };
         match runtime.block_on(self.dispatch()) {
             Ok(code) => code,
             Err(e) => {
-                eprintln!("error: {}", printable(&e.to_string()));
+                errln!("error: {e}");
                 ExitCode::from(2)
             }
         }
@@ -222,9 +228,8 @@ impl PolicySource {
             None => (self.namespace.as_str(), DEFAULT_CONFIGMAP),
         };
         let fallback = |why: String| {
-            eprintln!(
-                "warning: cannot read the policy from ConfigMap {ns}/{name} ({}); using driftguard's embedded default policy, which may differ from the one in force (give --policy-configmap NAMESPACE/NAME)",
-                printable(&why)
+            errln!(
+                "warning: cannot read the policy from ConfigMap {ns}/{name} ({why}); using driftguard's embedded default policy, which may differ from the one in force (give --policy-configmap NAMESPACE/NAME)"
             );
             Ok(LoadedPolicy {
                 policy: Policy::embedded(),
@@ -284,26 +289,6 @@ impl PolicySource {
     }
 }
 
-/// Colors for the few words that carry the answer: only when stdout is a
-/// terminal and `NO_COLOR` is unset, so pipes and scripts get plain text.
-#[derive(Clone, Copy)]
-pub(crate) enum Color {
-    Green,
-    Red,
-}
-
-pub(crate) fn paint(text: &str, color: Color) -> String {
-    use std::io::IsTerminal;
-    if !std::io::stdout().is_terminal() || std::env::var_os("NO_COLOR").is_some() {
-        return text.to_owned();
-    }
-    let code = match color {
-        Color::Green => 32,
-        Color::Red => 31,
-    };
-    format!("\x1b[{code}m{text}\x1b[0m")
-}
-
 /// Characters a Kubernetes object name may hold (RBAC names allow `:` and `@`),
 /// so that a name never changes the request's URL.
 fn is_name_char(c: char) -> bool {
@@ -327,17 +312,32 @@ fn split_target(target: &str) -> Result<(&str, &str), PluginError> {
     }
 }
 
-/// Writes `value` as JSON or YAML on stdout.
-fn print_structured(value: &impl serde::Serialize, output: Output) -> Result<(), PluginError> {
-    let text = match output {
-        Output::Yaml => serde_saphyr::to_string(value)
-            .map_err(|e| PluginError::Usage(format!("cannot write YAML: {e}")))?,
-        _ => serde_json::to_string_pretty(value)
-            .map(|json| crate::text::printable_json(&json).into_owned())
-            .map_err(|e| PluginError::Usage(format!("cannot write JSON: {e}")))?,
-    };
-    println!("{}", text.trim_end());
+/// Writes `value` as JSON or YAML.
+fn print_structured(
+    out: &mut Out,
+    value: &impl serde::Serialize,
+    output: Output,
+) -> Result<(), PluginError> {
+    out.document(structured(value, output)?.trim_end());
     Ok(())
+}
+
+/// `value` as JSON or YAML, holding nothing a terminal acts on but line
+/// breaks. serde_json leaves DEL, C1 and bidi controls raw (escaped by
+/// [`crate::text::printable_json`]), serde_saphyr bidi controls in plain
+/// scalars: such a YAML document is written as JSON, which is YAML 1.2 too.
+fn structured(value: &impl serde::Serialize, output: Output) -> Result<String, PluginError> {
+    if output == Output::Yaml {
+        let yaml = serde_saphyr::to_string(value)
+            .map_err(|e| PluginError::Usage(format!("cannot write YAML: {e}")))?;
+        let printable = |l: &str| matches!(crate::text::printable(l), Cow::Borrowed(_));
+        if yaml.lines().all(printable) {
+            return Ok(yaml);
+        }
+    }
+    serde_json::to_string_pretty(value)
+        .map(|json| crate::text::printable_json(&json).into_owned())
+        .map_err(|e| PluginError::Usage(format!("cannot write JSON: {e}")))
 }
 
 #[cfg(test)]
@@ -361,21 +361,46 @@ mod tests {
         );
     }
 
+    /// `-o json` read as JSON, `-o yaml` as YAML.
+    fn read(text: &str, output: Output) -> serde_json::Value {
+        match output {
+            Output::Json => serde_json::from_str(text).unwrap(),
+            _ => serde_saphyr::from_str(text).unwrap(),
+        }
+    }
+
     #[test]
     fn structured_output_escapes_terminal_controls() {
         let value = serde_json::json!({"reason": "INC\u{1b}[2K\rforged\u{9b}\nline"});
-        let yaml = serde_saphyr::to_string(&value).unwrap();
-        let json = serde_json::to_string_pretty(&value).unwrap();
-        let json = crate::text::printable_json(&json).into_owned();
-        assert_eq!(
-            serde_json::from_str::<serde_json::Value>(&json).unwrap(),
-            value
-        );
-        for text in [yaml, json] {
+        for output in [Output::Yaml, Output::Json] {
+            let text = structured(&value, output).unwrap();
+            assert_eq!(read(&text, output), value, "{text}");
             assert!(
                 !text.contains(['\u{1b}', '\r', '\u{9b}']) && text.trim_end().lines().count() <= 3,
                 "{text:?}"
             );
+        }
+    }
+
+    proptest::proptest! {
+        /// Whatever the strings, JSON and YAML come out holding nothing a
+        /// terminal acts on, mean the same value, and pass through `Out`
+        /// byte for byte.
+        #[test]
+        fn structured_output_is_printable_and_means_the_value(
+            a in out::tests::hostile(),
+            b in out::tests::hostile(),
+        ) {
+            let value = serde_json::json!({"reason": a, "list": [b, {"k": a}]});
+            for output in [Output::Json, Output::Yaml] {
+                let text = structured(&value, output).unwrap();
+                proptest::prop_assert_eq!(read(&text, output), value.clone(), "{}", text);
+                let mut o = Out::buffer();
+                o.document(text.trim_end());
+                proptest::prop_assert_eq!(o.written(), format!("{}\n", text.trim_end()));
+                let lines = text.lines().map(crate::text::printable);
+                proptest::prop_assert!(lines.clone().all(|l| matches!(l, Cow::Borrowed(_))), "{:?}", text);
+            }
         }
     }
 

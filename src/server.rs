@@ -13,7 +13,6 @@ pub mod probes;
 pub mod reload;
 pub mod tls;
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -23,6 +22,7 @@ use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
 use crate::cluster::events::EventRecorder;
+use crate::cluster::hub::ToolSources;
 use crate::cluster::watch::SourcesHandle;
 use crate::decider::Decider;
 use crate::metrics::Metrics;
@@ -216,36 +216,39 @@ async fn start_cluster_tasks(
     metrics: &Arc<Metrics>,
     health: &Arc<Health>,
 ) -> anyhow::Result<Option<SourcesHandle>> {
-    let hub = |path: &Option<PathBuf>, what: &'static str| {
-        let path = path.clone();
-        async move {
-            match path {
-                Some(path) => crate::cluster::client(Some(&path))
-                    .await
-                    .map(Some)
-                    .with_context(|| format!("{what}: {}", path.display())),
-                None => Ok(None),
-            }
-        }
-    };
     // One client for the hub's Argo CD: its watches read it, and the
     // sweeper lifts break-glass pauses there.
-    let argocd_hub = match client {
-        Some(_) => hub(&config.argocd_kubeconfig, "--argocd-kubeconfig").await?,
-        None => None,
+    let argocd = match client {
+        Some(_) => {
+            let kubeconfig = config.argocd_kubeconfig.as_deref();
+            let local = config.local_argocd_namespace.clone();
+            ToolSources::connect(
+                kubeconfig,
+                "--argocd-kubeconfig",
+                local,
+                &config.cluster_names,
+            )
+            .await?
+        }
+        None => ToolSources::default(),
     };
     let sources = match (client, config.watch_argocd || config.watch_flux) {
         (Some(client), true) => {
+            let kubeconfig = config.flux_kubeconfig.as_deref();
+            let local = config.local_flux.then_some(());
             let options = crate::cluster::watch::WatchOptions {
                 argocd: config.watch_argocd,
                 argocd_namespace: config.argocd_namespace.clone(),
-                local_argocd_namespace: config.local_argocd_namespace.clone(),
+                argocd_sources: argocd.clone(),
                 flux: config.watch_flux,
-                argocd_hub: argocd_hub.clone(),
-                flux_hub: hub(&config.flux_kubeconfig, "--flux-kubeconfig").await?,
-                cluster_names: config.cluster_names.clone(),
+                flux_sources: ToolSources::connect(
+                    kubeconfig,
+                    "--flux-kubeconfig",
+                    local,
+                    &config.cluster_names,
+                )
+                .await?,
                 flux_default_service_account: config.flux_default_service_account.clone(),
-                local_flux: config.local_flux,
                 limits: config.source_limits,
             };
             let watches = crate::cluster::watch::spawn(client.clone(), &options, metrics.clone());
@@ -268,9 +271,7 @@ async fn start_cluster_tasks(
                 interval: config.break_glass_sweep_interval,
                 argocd_namespace: config.argocd_namespace.clone(),
                 lease: config.break_glass_sweeper_lease.clone(),
-                argocd_hub: argocd_hub.clone(),
-                cluster_names: config.cluster_names.clone(),
-                local_argocd_namespace: config.local_argocd_namespace.clone(),
+                argocd,
             },
         );
     }

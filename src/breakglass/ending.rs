@@ -518,56 +518,66 @@ mod tests {
         }
     }
 
-    /// A hub's Argo CD and this cluster's own (in `gitops`) each have an
-    /// Application `myapp`: only the one listing the object is lifted.
-    // issue 37: split with the break-glass module
-    #[allow(clippy::too_many_lines)]
+    // A hub's Argo CD and this cluster's own (in `gitops`) each have an
+    // Application `myapp`: only the one listing the object is lifted.
+
     #[tokio::test]
-    async fn with_two_argo_cds_only_the_application_listing_the_object_is_lifted() {
-        let cases: [TwoArgoCds; 4] = [
-            (
-                true,
-                false,
-                SPOKE,
-                200,
-                &["PATCH object", "GET local", "PATCH local"],
-                &[],
-                "Lifted(\"gitops/myapp in this cluster\", Resumed)",
-            ),
-            (
-                false,
-                true,
-                SPOKE,
-                200,
-                &["PATCH object", "GET local"],
-                &["GET hub", "PATCH hub"],
-                "Lifted(\"argocd/myapp in the hub\", Resumed)",
-            ),
-            // The hub's deploys to another cluster, where an object of the
-            // same kind and name holds its pause: not ours to lift.
-            (
-                false,
-                true,
-                "https://spoke-2.example:6443",
-                200,
-                &["PATCH object", "GET local"],
-                &["GET hub"],
-                "Lifted(\"gitops/myapp in this cluster\", NotListed)",
-            ),
-            // The hub refuses: the object is ended, the pause left behind.
-            (
-                false,
-                true,
-                SPOKE,
-                403,
-                &["PATCH object", "GET local"],
-                &["GET hub", "PATCH hub"],
-                "Failed argocd/myapp hub=true",
-            ),
-        ];
-        for case in cases {
-            end_with_two_argo_cds(case).await;
-        }
+    async fn with_two_argo_cds_this_clusters_application_listing_the_object_is_lifted() {
+        end_with_two_argo_cds((
+            true,
+            false,
+            SPOKE,
+            200,
+            &["PATCH object", "GET local", "PATCH local"],
+            &[],
+            "Lifted(\"gitops/myapp in this cluster\", Resumed)",
+        ))
+        .await;
+    }
+
+    #[tokio::test]
+    async fn with_two_argo_cds_the_hubs_application_listing_the_object_is_lifted() {
+        end_with_two_argo_cds((
+            false,
+            true,
+            SPOKE,
+            200,
+            &["PATCH object", "GET local"],
+            &["GET hub", "PATCH hub"],
+            "Lifted(\"argocd/myapp in the hub\", Resumed)",
+        ))
+        .await;
+    }
+
+    /// The hub's deploys to another cluster, where an object of the same
+    /// kind and name holds its pause: not ours to lift.
+    #[tokio::test]
+    async fn with_two_argo_cds_a_hubs_application_deploying_elsewhere_is_left_paused() {
+        end_with_two_argo_cds((
+            false,
+            true,
+            "https://spoke-2.example:6443",
+            200,
+            &["PATCH object", "GET local"],
+            &["GET hub"],
+            "Lifted(\"gitops/myapp in this cluster\", NotListed)",
+        ))
+        .await;
+    }
+
+    /// The hub refuses: the object is ended, the pause left behind.
+    #[tokio::test]
+    async fn with_two_argo_cds_a_hub_refusing_the_lift_leaves_the_object_ended() {
+        end_with_two_argo_cds((
+            false,
+            true,
+            SPOKE,
+            403,
+            &["PATCH object", "GET local"],
+            &["GET hub", "PATCH hub"],
+            "Failed argocd/myapp hub=true",
+        ))
+        .await;
     }
 
     const LOCAL_APP: &str = "/apis/argoproj.io/v1alpha1/namespaces/gitops/applications/myapp";

@@ -23,12 +23,13 @@ use super::application::{self, AppChange, AppState};
 use super::ending::{self, Ending, Installation, Lift};
 use super::lease;
 use super::pause;
+use crate::cluster::hub::ToolSources;
 use crate::drift::breakglass_state::{self, EXPIRES};
 use crate::drift::inputs::Inputs;
 use crate::metrics::Metrics;
 use crate::policy::argocd::ThisCluster;
 use crate::service::PolicyHandle;
-use watches::{REDISCOVER, Update, Watched, type_key};
+use watches::{REDISCOVER, Update, Watches, type_key};
 
 /// How long an Application's pause must have been held by no armed object
 /// before the sweeper lifts it as left behind.
@@ -42,17 +43,12 @@ pub struct Options {
     /// The Lease (namespace, name) that elects the one replica that sweeps;
     /// `None`: this process sweeps alone (one replica, or outside a cluster).
     pub lease: Option<(String, String)>,
-    /// `--argocd-kubeconfig`: the hub holding the Applications, where their
-    /// pauses are lifted (lifting needs `patch` on applications there);
-    /// `None`: this cluster.
-    pub argocd_hub: Option<kube::Client>,
-    /// `--cluster-name`: with a hub, only the pauses of Applications that
-    /// deploy here are this sweeper's to find left behind.
-    pub cluster_names: Vec<String>,
-    /// `--local-argocd-namespace`: with a hub, this cluster runs its own
-    /// Argo CD too, its Applications here in this namespace (when a
-    /// tracking id names none): pauses are looked for in both clusters.
-    pub local_argocd_namespace: Option<String>,
+    /// Where the Applications are: with `--argocd-kubeconfig`, a hub's
+    /// (their pauses lifted there, which needs `patch` on applications) and,
+    /// with `--local-argocd-namespace`, this cluster's own too; only the
+    /// pauses of Applications that deploy here (`--cluster-name` in the
+    /// hub) are this sweeper's to find left behind.
+    pub argocd: ToolSources<String>,
 }
 
 /// Starts the sweeper on the current runtime.
@@ -86,10 +82,8 @@ struct Sweeper {
     metrics: Arc<Metrics>,
     options: Options,
     /// The armed objects of each type, kept by a metadata watch selected by
-    /// the break-glass label, by `group/Kind`.
-    watched: BTreeMap<String, Watched>,
-    /// Types whose watch fails (logged when the set changes).
-    unlistable: BTreeSet<String>,
+    /// the break-glass label.
+    watches: Watches,
     /// Application pauses no armed object holds, as (in the hub, namespace,
     /// name, entry), with when they were first seen so: lifted once they have been
     /// orphaned for [`ORPHAN_GRACE`], so that the moment between pausing an
@@ -109,14 +103,13 @@ impl Sweeper {
         options: Options,
     ) -> Self {
         Sweeper {
-            this_cluster: ThisCluster::named(&options.cluster_names),
+            this_cluster: options.argocd.this_cluster(),
             in_cluster: ThisCluster::default(),
+            watches: Watches::new(client.clone()),
             client,
             policy,
             metrics,
             options,
-            watched: BTreeMap::new(),
-            unlistable: BTreeSet::new(),
             orphans: BTreeMap::new(),
         }
     }
@@ -134,14 +127,14 @@ impl Sweeper {
         while leading.load(Ordering::SeqCst) {
             let now = Instant::now();
             if now >= rediscover {
-                self.rediscover(&tx).await;
+                self.watches.rediscover(&tx).await;
                 rediscover = now + REDISCOVER;
             }
-            self.retry_refused(&tx);
+            self.watches.retry_refused(&tx);
             let wake = check.min(rediscover).min(now + Duration::from_secs(1));
             tokio::select! {
                 Some((key, update)) = rx.recv() => {
-                    if self.update(&key, update) {
+                    if self.watches.update(&key, update) {
                         check = Instant::now();
                     }
                 }
@@ -159,7 +152,7 @@ impl Sweeper {
             }
         }
         tracing::info!("break-glass sweeper: not leading; watches stopped");
-        for w in std::mem::take(&mut self.watched).into_values() {
+        for w in std::mem::take(&mut self.watches.watched).into_values() {
             w.task.abort();
         }
         self.orphans.clear();
@@ -173,7 +166,7 @@ impl Sweeper {
         let policy = self.policy.current();
         let mut next = Instant::now() + self.options.interval;
         let mut due = Vec::new();
-        for w in self.watched.values() {
+        for w in self.watches.watched.values() {
             for object in w.objects.values() {
                 match sweep(object, &w.ar.group, &policy, now) {
                     Err(why) => {
@@ -199,7 +192,7 @@ impl Sweeper {
             // event arrives never ends it again from a stale copy (which
             // would first take a new break-glass's entry off the Application).
             if self.end(&ar, &object).await
-                && let Some(w) = self.watched.get_mut(&type_key(&ar))
+                && let Some(w) = self.watches.watched.get_mut(&type_key(&ar))
             {
                 let id = (
                     object["metadata"]["namespace"]
@@ -225,7 +218,7 @@ impl Sweeper {
         let policy = self.policy.current();
         let mut armed = BTreeSet::new();
         let mut listed = BTreeSet::new();
-        for (key, w) in &self.watched {
+        for (key, w) in &self.watches.watched {
             if !w.synced {
                 continue;
             }
@@ -326,15 +319,16 @@ impl Sweeper {
     /// one) calls this cluster: only an Application that deploys here holds
     /// a pause of ours, as only such is paused by the plugin.
     fn here(&self, hub: bool) -> &ThisCluster {
-        match &self.options.argocd_hub {
-            Some(_) if hub => &self.this_cluster,
-            _ => &self.in_cluster,
+        if hub {
+            &self.this_cluster
+        } else {
+            &self.in_cluster
         }
     }
 
     /// The client for Argo CD Applications: the hub's (`hub`), or this cluster's.
     fn argocd(&self, hub: bool) -> &kube::Client {
-        match &self.options.argocd_hub {
+        match &self.options.argocd.hub {
             Some(client) if hub => client,
             _ => &self.client,
         }
@@ -345,9 +339,9 @@ impl Sweeper {
     /// down, then the hub's, or the one cluster that holds them. In each,
     /// only an Application deploying here may hold a pause of ours.
     fn installations(&self) -> Vec<Installation<'_>> {
-        let hub = self.options.argocd_hub.as_ref();
+        let hub = self.options.argocd.hub.as_ref();
         let mut out = Vec::new();
-        if let (Some(_), Some(namespace)) = (hub, &self.options.local_argocd_namespace) {
+        if let Some(namespace) = self.options.argocd.beside_hub() {
             out.push(Installation {
                 client: &self.client,
                 namespace,
@@ -596,9 +590,11 @@ mod tests {
                 interval: Duration::from_secs(60),
                 argocd_namespace: "argocd".into(),
                 lease: None,
-                argocd_hub: Some(hub),
-                cluster_names: vec![SPOKE.into()],
-                local_argocd_namespace: local.then(|| "gitops".into()),
+                argocd: ToolSources {
+                    hub: Some(hub),
+                    local: local.then(|| "gitops".into()),
+                    cluster_names: vec![SPOKE.into()],
+                },
             };
             let policy = PolicyHandle::new(crate::policy::Policy::embedded());
             let mut sweeper = Sweeper::new(here, policy, Arc::new(Metrics::default()), options);
@@ -656,9 +652,7 @@ mod tests {
             interval: Duration::from_secs(60),
             argocd_namespace: "argocd".into(),
             lease: None,
-            argocd_hub: None,
-            cluster_names: Vec::new(),
-            local_argocd_namespace: None,
+            argocd: ToolSources::default(),
         };
         let policy = PolicyHandle::new(crate::policy::Policy::embedded());
         let mut sweeper = Sweeper::new(here, policy, Arc::new(Metrics::default()), options);
@@ -682,9 +676,11 @@ mod tests {
                 interval: Duration::from_secs(60),
                 argocd_namespace: "argocd".into(),
                 lease: None,
-                argocd_hub,
-                cluster_names: vec![SPOKE.into()],
-                local_argocd_namespace: local.then(|| "gitops".into()),
+                argocd: ToolSources {
+                    hub: argocd_hub,
+                    local: local.then(|| "gitops".into()),
+                    cluster_names: vec![SPOKE.into()],
+                },
             };
             let policy = PolicyHandle::new(crate::policy::Policy::embedded());
             let here = cluster(Vec::new(), Log::default());
@@ -698,7 +694,7 @@ mod tests {
                 (true, Some(ThisCluster::named(&[SPOKE.to_owned()]))),
                 (false, Some(ThisCluster::default())),
             );
-            let with_hub = sweeper.options.argocd_hub.is_some();
+            let with_hub = sweeper.options.argocd.hub.is_some();
             let want = match (with_hub, local) {
                 (true, true) => vec![in_here, in_hub],
                 (true, false) => vec![in_hub],

@@ -19,10 +19,10 @@ mod kinds;
 mod snapshot;
 mod task;
 
+use super::hub::ToolSources;
 use super::source_cache::{Kind, SourceCache};
 use super::source_cost::{Cap, Limits};
 use crate::metrics::Metrics;
-use crate::policy::argocd::ThisCluster;
 use crate::sources::Sources;
 use kinds::{watch_argocd, watch_flux};
 use snapshot::snapshot;
@@ -140,21 +140,13 @@ struct Source {
 pub struct WatchOptions {
     pub argocd: bool,
     pub argocd_namespace: String,
-    /// Beside a hub's Argo CD, this cluster's own, in this namespace.
-    pub local_argocd_namespace: Option<String>,
+    /// Where Argo CD is read (a hub's, this cluster's own in a namespace, or both).
+    pub argocd_sources: ToolSources<String>,
     pub flux: bool,
-    /// A hub's Argo CD (its Applications, AppProjects and argocd-cm live
-    /// there), instead of this cluster's.
-    pub argocd_hub: Option<kube::Client>,
-    /// A hub's Flux (its Kustomizations and HelmReleases), instead of this
-    /// cluster's.
-    pub flux_hub: Option<kube::Client>,
-    /// The names a hub knows this cluster by (`--cluster-name`).
-    pub cluster_names: Vec<String>,
+    /// Where Flux is read (a hub's, this cluster's own, or both).
+    pub flux_sources: ToolSources,
     /// Flux's `--default-service-account` (`--flux-default-service-account`).
     pub flux_default_service_account: Option<String>,
-    /// Beside a hub's Flux, this cluster's own (`--local-flux`).
-    pub local_flux: bool,
     /// What each source may cost (`--source-max-bytes` and the others),
     /// applied to each cache.
     pub limits: Limits,
@@ -162,34 +154,27 @@ pub struct WatchOptions {
 
 /// Starts the watches and returns the shared state they keep current.
 pub fn spawn(client: kube::Client, options: &WatchOptions, metrics: Arc<Metrics>) -> Arc<Watches> {
-    let this_cluster = match options.argocd_hub {
-        Some(_) => ThisCluster::named(&options.cluster_names),
-        None => ThisCluster::default(),
-    };
-    let mut cache = SourceCache::for_cluster(&options.argocd_namespace, this_cluster);
-    if options.flux_hub.is_some() {
-        cache = cache.with_hub_flux(options.cluster_names.clone());
+    let (argocd, flux) = (&options.argocd_sources, &options.flux_sources);
+    let mut cache = SourceCache::for_cluster(&options.argocd_namespace, argocd.this_cluster());
+    if flux.hub.is_some() {
+        cache = cache.with_hub_flux(flux.cluster_names.clone());
     }
     if !options.argocd {
         cache = cache.without_argocd();
     }
     cache = cache.with_flux_default_service_account(options.flux_default_service_account.clone());
-    let local_argocd = options
-        .local_argocd_namespace
-        .as_ref()
-        .filter(|_| options.argocd && options.argocd_hub.is_some());
+    let local_argocd = argocd.beside_hub().filter(|_| options.argocd);
     let mut caches = vec![cache];
     caches.extend(local_argocd.map(|ns| SourceCache::new(ns)));
     // This cluster's own Flux beside a hub's, in a cache of its own: a
     // Kustomization with `spec.kubeConfig` applies elsewhere from here.
-    let local_flux =
-        (options.local_flux && options.flux && options.flux_hub.is_some()).then(|| {
-            let flux = SourceCache::new(&options.argocd_namespace)
-                .without_argocd()
-                .with_flux_default_service_account(options.flux_default_service_account.clone());
-            caches.push(flux);
-            caches.len() - 1
-        });
+    let local_flux = (flux.beside_hub().is_some() && options.flux).then(|| {
+        let flux = SourceCache::new(&options.argocd_namespace)
+            .without_argocd()
+            .with_flux_default_service_account(options.flux_default_service_account.clone());
+        caches.push(flux);
+        caches.len() - 1
+    });
     let caches = caches
         .into_iter()
         .map(|c| c.with_limits(options.limits))
@@ -202,7 +187,7 @@ pub fn spawn(client: kube::Client, options: &WatchOptions, metrics: Arc<Metrics>
         mismatched: Mutex::new(BTreeMap::new()),
     });
     if options.argocd {
-        let first = options.argocd_hub.as_ref().unwrap_or(&client);
+        let first = argocd.client(&client);
         let labels = [
             "Application",
             "AppProject",
@@ -227,7 +212,7 @@ pub fn spawn(client: kube::Client, options: &WatchOptions, metrics: Arc<Metrics>
         watch_argocd(&watches, &client, namespace, (1, labels), &metrics);
     }
     if options.flux {
-        let first = options.flux_hub.as_ref().unwrap_or(&client);
+        let first = flux.client(&client);
         let labels = ["Kustomization", "HelmRelease"];
         watch_flux(&watches, first, (0, labels), &metrics);
     }

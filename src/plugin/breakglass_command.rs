@@ -24,8 +24,8 @@ use jiff::{SignedDuration, Timestamp};
 
 use super::api::{Api, ArgoCdArgs, Identity};
 use super::installation;
+use super::out::errln;
 use super::{LoadedPolicy, Output, PluginError, PolicySource, split_target};
-use crate::text::printable;
 use flow::Target;
 
 #[derive(Debug, clap::Args)]
@@ -88,7 +88,7 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
     let chosen =
         installation::choose_for(api, hub.as_ref(), argocd, argocd_namespace, object).await?;
     if let Some(why) = &chosen.unsure {
-        eprintln!("warning: {}", printable(why));
+        errln!("warning: {why}");
     }
     let target = Target {
         api,
@@ -116,8 +116,9 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
             ));
         }
     };
-    let out = render::Out {
-        args: &args,
+    let answer = render::Answer {
+        output: args.output,
+        target: &args.target,
         resource: &resource,
         name,
         namespace: &api.namespace,
@@ -125,7 +126,7 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
         user: &me.username,
         reason,
     };
-    out.written(written, expires, || hint(&loaded, &me, duration))
+    answer.written(written, expires, || hint(&loaded, &me, duration))
 }
 
 /// `--reason`, trimmed and not empty, and `--for`, read.

@@ -12,6 +12,7 @@ mod report;
 use std::process::ExitCode;
 
 use super::api::{Api, ArgoCdArgs, FluxArgs};
+use super::out::Out;
 use super::{Output, PluginError, PolicySource, print_structured, split_target};
 use crate::drift::inputs::Inputs;
 use crate::drift::ownership;
@@ -105,10 +106,11 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
         break_glass: break_glass_report(policy, &me, &inputs),
         notes,
     };
+    let out = &mut Out::stdout();
     if args.output != Output::Text {
-        print_structured(&report, args.output)?;
+        print_structured(out, &report, args.output)?;
     } else {
-        render::print_text(&report);
+        render::print_text(out, &report);
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -11,9 +11,9 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::api::Api;
-use super::{Color, Output, PluginError, paint, print_structured, split_target};
+use super::out::{Color, Out, outln};
+use super::{Output, PluginError, print_structured, split_target};
 use crate::response::drifted;
-use crate::text::printable;
 
 /// The field manager of preview's dry runs.
 const FIELD_MANAGER: &str = "kubectl-driftguard-preview";
@@ -159,10 +159,11 @@ pub async fn run(api: &Api, args: Args) -> Result<ExitCode, PluginError> {
         drifted_paths_complete: read.missing == 0,
         drifted_paths: read.paths,
     };
+    let out = &mut Out::stdout();
     if args.output != Output::Text {
-        print_structured(&report, args.output)?;
+        print_structured(out, &report, args.output)?;
     } else {
-        print_text(&report);
+        print_text(out, &report);
     }
     Ok(if allowed {
         ExitCode::SUCCESS
@@ -171,37 +172,39 @@ pub async fn run(api: &Api, args: Args) -> Result<ExitCode, PluginError> {
     })
 }
 
-fn print_text(report: &Report) {
+fn print_text(out: &mut Out, report: &Report) {
     match &report.message {
-        None => println!(
-            "verdict: {} (the real write would be allowed)",
-            paint("allowed", Color::Green)
-        ),
+        None => out
+            .text("verdict: ")
+            .paint("allowed", Color::Green)
+            .line(" (the real write would be allowed)"),
         Some(m) => {
-            println!(
-                "verdict: {} (the real write would be denied)",
-                paint("denied", Color::Red)
-            );
-            println!("message: {}", printable(m));
+            out.text("verdict: ")
+                .paint("denied", Color::Red)
+                .line(" (the real write would be denied)");
+            outln!(out, "message: {m}");
         }
     }
     if let Some(v) = &report.real_write_would {
-        println!("driftguard: the real write would {}", printable(v));
+        outln!(out, "driftguard: the real write would {v}");
     }
     for w in &report.warnings {
-        println!("Warning: {}", printable(w));
+        outln!(out, "Warning: {w}");
     }
     if !report.drifted_paths.is_empty() {
-        println!("drifted paths:");
+        outln!(out, "drifted paths:");
         for p in &report.drifted_paths {
             let p = if p.is_empty() { "(whole object)" } else { p };
-            println!("  {}", printable(p));
+            outln!(out, "  {p}");
         }
     }
     if !report.drifted_paths_complete {
-        println!("  (more drifted paths than driftguard's answer names whole)");
+        outln!(
+            out,
+            "  (more drifted paths than driftguard's answer names whole)"
+        );
     }
-    println!("next: {}", printable(&report.next));
+    outln!(out, "next: {}", report.next);
 }
 
 /// The object of `-f FILE`, which must be KIND/NAME.

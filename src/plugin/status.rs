@@ -16,6 +16,7 @@ use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use kube::api::ListParams;
 
 use super::api::{Api, answer};
+use super::out::Out;
 use super::{Output, PluginError, PolicySource, print_structured};
 use report::{PolicyReport, Report};
 #[cfg(test)]
@@ -76,10 +77,11 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
         trusted_identity_reach: reach,
         who_may_post_reviews,
     };
+    let out = &mut Out::stdout();
     if args.output != Output::Text {
-        print_structured(&report, args.output)?;
+        print_structured(out, &report, args.output)?;
     } else {
-        render::print_text(&report);
+        render::print_text(out, &report);
     }
     Ok(if healthy {
         ExitCode::SUCCESS

@@ -13,11 +13,11 @@ use serde_json::Value;
 
 use super::PluginError;
 use super::api::{Api, answer};
+use super::out::{Color, Out, outln};
 use crate::policy::Policy;
 use crate::policy::flux::FluxKind;
 use crate::policy::impersonation::{self, AppProject};
 use crate::policy::reach::{Finding, Rbac, Reach, SyncTrust, reach};
-use crate::text::printable;
 
 /// The `trustedIdentityReach` part of `status -o json`.
 #[derive(Debug, Serialize)]
@@ -249,8 +249,7 @@ async fn sync_accounts(
 
 /// The text of the report: a warning per trusted identity and namespace,
 /// each binding that reaches it on its own line.
-pub fn print(r: &ReachReport) {
-    let s = |text: &str| printable(text).into_owned();
+pub(crate) fn print(out: &mut Out, r: &ReachReport) {
     const TITLE: &str = "Trusted identities others can act as";
     let Some(found) = r.found.as_ref().filter(|_| r.checked) else {
         let more = r.not_readable.len().saturating_sub(1);
@@ -260,57 +259,56 @@ pub fn print(r: &ReachReport) {
             String::new()
         };
         let why = r.why.as_deref().unwrap_or_default();
-        println!("{TITLE}: not checked: {}{more}", s(why));
+        outln!(out, "{TITLE}: not checked: {why}{more}");
         return;
     };
     let findings = &found.findings;
     if findings.is_empty() {
-        println!("{TITLE}: none found");
+        outln!(out, "{TITLE}: none found");
     } else {
-        println!(
-            "{TITLE}: {} (warning: whoever can act as one is exempt from driftguard)",
-            super::paint(&findings.len().to_string(), super::Color::Red)
-        );
+        out.text(format_args!("{TITLE}: "))
+            .paint(&findings.len().to_string(), Color::Red)
+            .line(" (warning: whoever can act as one is exempt from driftguard)");
     }
     let mut last = String::new();
     for f in findings {
         let scope = match &f.namespace {
-            Some(ns) => format!("in namespace {}", s(ns)),
+            Some(ns) => format!("in namespace {ns}"),
             None => "in every namespace".to_owned(),
         };
-        let head = format!("  {} ({}), {scope}:", s(&f.identity), s(&f.trusted_by));
+        let head = format!("  {} ({}), {scope}:", f.identity, f.trusted_by);
         if head != last {
-            println!("{head}");
+            out.line(&head);
             last = head;
         }
         let ways: Vec<String> = f
             .ways
             .iter()
             .map(|w| {
-                let names: Vec<String> = w.names.iter().map(|n| s(n)).collect();
-                if names.is_empty() {
+                if w.names.is_empty() {
                     w.how.as_str().to_owned()
                 } else {
-                    format!("{} ({})", w.how.as_str(), names.join(", "))
+                    format!("{} ({})", w.how.as_str(), w.names.join(", "))
                 }
             })
             .collect();
-        let subjects: Vec<String> = f.subjects.iter().map(|n| s(n)).collect();
-        println!(
+        outln!(
+            out,
             "    {} through {} ({}): {}",
-            subjects.join(", "),
-            s(&f.binding),
-            s(&f.role),
+            f.subjects.join(", "),
+            f.binding,
+            f.role,
             ways.join(", ")
         );
     }
     if !findings.is_empty() {
-        println!(
+        outln!(
+            out,
             "  Place them out of reach: no edit, admin, impersonate or create pods for others in their namespaces, no trusted glob over tenants' namespaces (docs/gitops.md, Identities)."
         );
     }
     for why in &r.not_readable {
-        println!("  (not read: {})", s(why));
+        outln!(out, "  (not read: {why})");
     }
 }
 

@@ -13,7 +13,6 @@ use kube::discovery::{Discovery, verbs};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::{Value, json};
 
-use super::Sweeper;
 use crate::cluster::rules::{EXCLUDED_GROUPS, EXCLUDED_RESOURCES};
 use crate::drift::breakglass_state::LABEL;
 
@@ -46,7 +45,23 @@ pub(super) type Update = (
     Result<watcher::Event<PartialObjectMeta<DynamicObject>>, watcher::Error>,
 );
 
-impl Sweeper {
+/// Every type's watch, by `group/Kind`.
+pub(super) struct Watches {
+    client: kube::Client,
+    pub watched: BTreeMap<String, Watched>,
+    /// Types whose watch fails (logged when the set changes).
+    unlistable: BTreeSet<String>,
+}
+
+impl Watches {
+    pub(super) fn new(client: kube::Client) -> Self {
+        Watches {
+            client,
+            watched: BTreeMap::new(),
+            unlistable: BTreeSet::new(),
+        }
+    }
+
     /// Watches every type driftguard may list and patch, now: new types get
     /// a watch, types gone lose theirs. A failed discovery keeps the watches.
     pub(super) async fn rediscover(&mut self, tx: &tokio::sync::mpsc::Sender<Update>) {

@@ -27,8 +27,8 @@ use crate::drift::breakglass_state::PAUSED;
 use crate::plugin::PluginError;
 use crate::plugin::api::{Api, Refusal, Reply, Resource};
 use crate::plugin::installation;
+use crate::plugin::out::errln;
 use crate::policy::argocd::{IN_CLUSTER_NAME, IN_CLUSTER_SERVER, ThisCluster};
-use crate::text::printable;
 
 #[cfg(test)]
 mod fake_cluster_tests;
@@ -379,11 +379,8 @@ impl<'a> Target<'a> {
         if let Err(e) =
             update_application(self.apps, namespace, name, AppChange::Resume(entry)).await
         {
-            eprintln!(
-                "warning: Argo CD Application {} stays paused for {}: {}; remove it with `kubectl driftguard break-glass {} --end`",
-                printable(&format!("{namespace}/{name}")),
-                printable(entry),
-                printable(&e.to_string()),
+            errln!(
+                "warning: Argo CD Application {namespace}/{name} stays paused for {entry}: {e}; remove it with `kubectl driftguard break-glass {} --end`",
                 self.shown
             );
         }
@@ -511,7 +508,7 @@ impl<'a> Target<'a> {
         match lift {
             Lift::NotPaused => None,
             Lift::Unnamed => {
-                eprintln!(
+                errln!(
                     "warning: {} says it paused an Argo CD Application, but no longer names one: check {} on its Application",
                     self.shown,
                     crate::breakglass::application::SKIP_RECONCILE
@@ -519,9 +516,8 @@ impl<'a> Target<'a> {
                 None
             }
             Lift::Gone(app) => {
-                eprintln!(
-                    "warning: Argo CD Application {} not found: nothing to resume (if Applications live in another namespace, give --argocd-namespace)",
-                    printable(&app)
+                errln!(
+                    "warning: Argo CD Application {app} not found: nothing to resume (if Applications live in another namespace, give --argocd-namespace)"
                 );
                 Some((app, AppState::NotListed))
             }

@@ -7,16 +7,17 @@ use std::process::ExitCode;
 
 use jiff::{SignedDuration, Timestamp};
 
-use super::Args;
 use super::flow::Written;
 use super::report::{ObjectRef, PauseReport, Report};
 use crate::plugin::api::{Refusal, Reply, Resource};
+use crate::plugin::out::{Out, errln, outln};
 use crate::plugin::{Output, PluginError, print_structured};
-use crate::text::printable;
 
 /// The object and the caller, as every output names them.
-pub(super) struct Out<'a> {
-    pub args: &'a Args,
+pub(super) struct Answer<'a> {
+    pub output: Output,
+    /// KIND/NAME as given.
+    pub target: &'a str,
     pub resource: &'a Resource,
     pub name: &'a str,
     /// The command's namespace (the object's, when its type is namespaced).
@@ -26,7 +27,7 @@ pub(super) struct Out<'a> {
     pub reason: Option<&'a str>,
 }
 
-impl Out<'_> {
+impl Answer<'_> {
     /// Prints what a write did and returns the exit code: 1 for a refusal.
     /// `expires`: when arming, the expiry and the duration asked for;
     /// `hint`: after a refusal, what the policy's copy explains.
@@ -66,35 +67,39 @@ impl Out<'_> {
     }
 
     fn structured(&self) -> bool {
-        self.args.output != Output::Text
+        self.output != Output::Text
     }
 
     /// Refused by the server (its dry run or the write itself).
     fn denied(&self, refusal: &Refusal, hint: Option<String>) -> Result<ExitCode, PluginError> {
         for w in &refusal.warnings {
-            eprintln!("Warning: {}", printable(w));
+            errln!("Warning: {w}");
         }
         // The server's own words, whole: they are the answer.
-        eprintln!("denied: {}", printable(&refusal.message));
-        eprintln!("nothing was written");
+        errln!("denied: {}", refusal.message);
+        errln!("nothing was written");
         if let Some(hint) = &hint {
-            eprintln!("hint: {}", printable(hint));
+            errln!("hint: {hint}");
         }
         if self.structured() {
             let mut r = self.report("refused", None, Some(&refusal.message));
             r.hint = Some(hint);
-            print_structured(&r, self.args.output)?;
+            print_structured(&mut Out::stdout(), &r, self.output)?;
         }
         Ok(ExitCode::from(1))
     }
 
     /// `--require-pause` and the tool cannot be paused.
     fn unpausable(&self, why: &str) -> Result<ExitCode, PluginError> {
-        eprintln!("refused: --require-pause: {}", printable(why));
-        eprintln!("nothing was written");
+        errln!("refused: --require-pause: {why}");
+        errln!("nothing was written");
         if self.structured() {
             let why = format!("--require-pause: {why}");
-            print_structured(&self.report("refused", None, Some(&why)), self.args.output)?;
+            print_structured(
+                &mut Out::stdout(),
+                &self.report("refused", None, Some(&why)),
+                self.output,
+            )?;
         }
         Ok(ExitCode::from(1))
     }
@@ -107,10 +112,10 @@ impl Out<'_> {
         expires: Option<(Timestamp, SignedDuration)>,
     ) -> Result<ExitCode, PluginError> {
         for w in &reply.warnings {
-            eprintln!("Warning: {}", printable(w));
+            errln!("Warning: {w}");
         }
         if let Some(warning) = &pause.warning {
-            eprintln!("warning: {}", printable(warning));
+            errln!("warning: {warning}");
         }
         if self.structured() {
             let mut r = match expires {
@@ -118,9 +123,10 @@ impl Out<'_> {
                 None => self.report("ended", None, None),
             };
             r.pause = Some(pause);
-            print_structured(&r, self.args.output)?;
+            print_structured(&mut Out::stdout(), &r, self.output)?;
             return Ok(exit_code(pause));
         }
+        let out = &mut Out::stdout();
         let shown = self.shown;
         let where_ = if self.resource.namespaced {
             format!(" in namespace {}", self.namespace)
@@ -129,12 +135,14 @@ impl Out<'_> {
         };
         match expires {
             Some((at, duration)) => {
-                println!(
+                outln!(
+                    out,
                     "break-glass set on {shown}{where_} by {} for {duration:#}, until {at}",
-                    printable(self.user)
+                    self.user
                 );
-                println!("{}", printable(&pause.text));
-                println!(
+                out.line(&pause.text);
+                outln!(
+                    out,
                     "until then, manual changes to it by identities allowed to break glass are allowed (with a warning, audited, and a BreakGlassUsed Event)"
                 );
                 // Only a pause this break-glass holds is lifted at expiry.
@@ -143,17 +151,18 @@ impl Out<'_> {
                 } else {
                     "the break-glass"
                 };
-                println!(
+                outln!(
+                    out,
                     "at {at} it expires: driftguard removes {what} within its sweep interval, and the GitOps tool restores Git; end it earlier with `kubectl driftguard break-glass {} --end`; put the fix in Git",
-                    self.args.target
+                    self.target
                 );
             }
             None => {
-                println!("break-glass removed from {shown}{where_}");
+                outln!(out, "break-glass removed from {shown}{where_}");
                 if !pause.text.is_empty() {
-                    println!("{}", printable(&pause.text));
+                    out.line(&pause.text);
                 }
-                println!("changes to it by hand are judged as drift again");
+                outln!(out, "changes to it by hand are judged as drift again");
             }
         }
         Ok(exit_code(pause))

@@ -1,16 +1,15 @@
 //! What `status` prints as text.
 
 use super::report::{Configuration, Listing, Report};
-use crate::plugin::{Color, paint};
-use crate::text::printable;
+use crate::plugin::out::{Color, Out, outln};
 
-pub(super) fn print_text(report: &Report) {
-    let s = |text: &str| printable(text).into_owned();
-    print_configurations(&report.configurations);
+pub(super) fn print_text(out: &mut Out, report: &Report) {
+    print_configurations(out, &report.configurations);
     let policy = &report.policy;
-    println!(
+    outln!(
+        out,
         "Policy: {} (mode {}, break-glass {})",
-        s(&policy.from),
+        policy.from,
         policy.mode,
         if policy.break_glass_enabled {
             "enabled"
@@ -18,29 +17,28 @@ pub(super) fn print_text(report: &Report) {
             "disabled"
         }
     );
-    println!("Metrics: {}", s(&report.metrics.text));
+    outln!(out, "Metrics: {}", report.metrics.text);
     let server = report
         .metrics
         .counts
         .as_ref()
         .and_then(|c| c.policy_in_force.as_ref());
     if let Some(server) = server {
-        let agrees = if server.digest.as_deref() == Some(policy.digest.as_str()) {
-            format!("the same as {}", s(&policy.from))
-        } else {
-            format!(
-                "{} {} (a reload is pending or was refused: see the policy reloads above)",
-                paint("DIFFERS from", Color::Red),
-                s(&policy.from)
-            )
-        };
-        let label = |v: &Option<String>| s(v.as_deref().unwrap_or_default());
-        println!(
-            "Policy in force (server): {} from {}, mode {}: {agrees}",
+        let label = |v: &Option<String>| v.clone().unwrap_or_default();
+        out.text(format_args!(
+            "Policy in force (server): {} from {}, mode {}: ",
             label(&server.digest),
             label(&server.source),
             label(&server.mode),
-        );
+        ));
+        if server.digest.as_deref() == Some(policy.digest.as_str()) {
+            outln!(out, "the same as {}", policy.from);
+        } else {
+            out.paint("DIFFERS from", Color::Red).line(format_args!(
+                " {} (a reload is pending or was refused: see the policy reloads above)",
+                policy.from
+            ));
+        }
     }
     if let Some(unread) = report
         .metrics
@@ -49,96 +47,87 @@ pub(super) fn print_text(report: &Report) {
         .map(|c| &c.sources_unread)
         .filter(|u| !u.is_empty())
     {
-        println!(
-            "Sources: {} (ready, judging by the strictest reading until they list): not listed: {}",
-            paint("DEGRADED", Color::Red),
-            s(&unread.join(", "))
-        );
+        out.text("Sources: ")
+            .paint("DEGRADED", Color::Red)
+            .line(format_args!(
+                " (ready, judging by the strictest reading until they list): not listed: {}",
+                unread.join(", ")
+            ));
     }
     let posting = &report.who_may_post_reviews;
-    let text = s(&posting.text);
-    println!(
-        "Who may post reviews: {}",
-        if posting.open {
-            paint(&text, Color::Red)
-        } else {
-            text
-        }
-    );
-    print_events(report);
-    crate::plugin::trusted_reach::print(&report.trusted_identity_reach);
-    println!(
-        "status: {}",
-        if report.healthy {
-            paint("ok", Color::Green)
-        } else {
-            paint("NOT OK", Color::Red)
-        }
-    );
+    out.text("Who may post reviews: ");
+    if posting.open {
+        out.paint(&posting.text, Color::Red).line("");
+    } else {
+        out.line(&posting.text);
+    }
+    print_events(out, report);
+    crate::plugin::trusted_reach::print(out, &report.trusted_identity_reach);
+    out.text("status: ");
+    if report.healthy {
+        out.paint("ok", Color::Green).line("");
+    } else {
+        out.paint("NOT OK", Color::Red).line("");
+    }
 }
 
 /// Each webhook configuration, and where each of its webhooks calls.
-fn print_configurations(configurations: &[Configuration]) {
-    let s = |text: &str| printable(text).into_owned();
+fn print_configurations(out: &mut Out, configurations: &[Configuration]) {
     for c in configurations {
         let Some(hooks) = &c.webhooks else {
-            println!(
-                "{} {}: {}",
-                c.kind,
-                s(&c.name),
-                paint("MISSING", Color::Red)
-            );
+            out.text(format_args!("{} {}: ", c.kind, c.name))
+                .paint("MISSING", Color::Red)
+                .line("");
             continue;
         };
-        println!("{} {}: present", c.kind, s(&c.name));
+        outln!(out, "{} {}: present", c.kind, c.name);
         for h in hooks {
             let ready = match (h.ready_endpoints, &h.tls_from_here) {
                 (Some(n), _) => format!(", {n} ready endpoint(s)"),
-                (None, Some(tls)) => format!(", {}", s(&tls.text)),
+                (None, Some(tls)) => format!(", {}", tls.text),
                 (None, None) => String::new(),
             };
-            println!(
+            outln!(
+                out,
                 "  {}: failurePolicy {}, caBundle {}, calls {}{ready}",
-                s(&h.name),
-                s(h.failure_policy.as_deref().unwrap_or_default()),
+                h.name,
+                h.failure_policy.as_deref().unwrap_or_default(),
                 if h.ca_bundle { "present" } else { "MISSING" },
-                s(&h.calls),
+                h.calls,
             );
             if let Some(serving) = &h.serving_certificate {
-                println!("    {}", s(&serving.text));
+                outln!(out, "    {}", serving.text);
             }
         }
     }
 }
 
-fn print_events(report: &Report) {
-    let s = |text: &str| printable(text).into_owned();
-    let o = |text: &Option<String>| s(text.as_deref().unwrap_or_default());
+fn print_events(out: &mut Out, report: &Report) {
+    let o = |text: &Option<String>| text.clone().unwrap_or_default();
     match &report.recent_drift_blocked {
-        Listing::NotReadable(why) => {
-            println!("Recent DriftBlocked Events: not readable: {}", s(why))
-        }
-        Listing::Found(list) if list.is_empty() => println!("Recent DriftBlocked Events: none"),
+        Listing::NotReadable(why) => outln!(out, "Recent DriftBlocked Events: not readable: {why}"),
+        Listing::Found(list) if list.is_empty() => outln!(out, "Recent DriftBlocked Events: none"),
         Listing::Found(list) => {
-            println!("Recent DriftBlocked Events:");
+            outln!(out, "Recent DriftBlocked Events:");
             for e in list {
-                println!("  {} {}: {}", o(&e.time), s(&e.object), o(&e.note));
+                outln!(out, "  {} {}: {}", o(&e.time), e.object, o(&e.note));
             }
         }
     }
     match &report.active_break_glass {
-        Listing::NotReadable(why) => println!("Active break-glass: not readable: {}", s(why)),
-        Listing::Found(list) if list.is_empty() => println!("Active break-glass: none"),
+        Listing::NotReadable(why) => outln!(out, "Active break-glass: not readable: {why}"),
+        Listing::Found(list) if list.is_empty() => outln!(out, "Active break-glass: none"),
         Listing::Found(list) => {
-            println!("Active break-glass:");
+            outln!(out, "Active break-glass:");
             for e in list {
                 let paused = match &e.paused {
-                    Some(p) => format!(" (paused: {})", s(p)),
+                    Some(p) => format!(" (paused: {p})"),
                     None => " (nothing paused: the GitOps tool may revert it)".to_owned(),
                 };
-                println!(
+                outln!(
+                    out,
                     "  {} until {}: {}{paused}",
-                    s(&e.object),
+                    e.object,
                     o(&e.expires),
                     o(&e.reason)
                 );
@@ -146,28 +135,31 @@ fn print_events(report: &Report) {
         }
     }
     if !report.expired_break_glass.is_empty() {
-        println!("Break-glass that grants nothing, left on objects (the sweeper removes it):");
+        outln!(
+            out,
+            "Break-glass that grants nothing, left on objects (the sweeper removes it):"
+        );
         for e in &report.expired_break_glass {
             let why = if e.state == "ended" {
                 "ended, driftguard's pause marker left".to_owned()
             } else {
                 o(&e.why)
             };
-            println!("  {} {why}: {}", s(&e.object), o(&e.reason));
+            outln!(out, "  {} {why}: {}", e.object, o(&e.reason));
         }
     }
     let scan = &report.break_glass_scan;
     let names = scan.not_readable.as_deref().unwrap_or_default();
     if !names.is_empty() {
-        let shown: Vec<String> = names.iter().take(5).map(|n| s(n)).collect();
         let more = if names.len() > 5 { ", ..." } else { "" };
-        println!(
+        outln!(
+            out,
             "  ({} types not readable, not searched: {}{more})",
             names.len(),
-            shown.join(", ")
+            names[..names.len().min(5)].join(", ")
         );
     }
     for f in scan.failed.as_deref().unwrap_or_default() {
-        println!("  (not listed: {})", s(f));
+        outln!(out, "  (not listed: {f})");
     }
 }

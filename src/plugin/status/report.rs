@@ -232,9 +232,9 @@ async fn ready_endpoints(api: &Api, ns: &str, name: &str) -> Result<Option<u64>,
                 .count() as u64,
         ),
         Err(r) => {
-            eprintln!(
+            crate::plugin::out::errln!(
                 "warning: cannot read the endpoints of service {ns}/{name}: {}",
-                crate::text::printable(&r.message)
+                r.message
             );
             None
         }
