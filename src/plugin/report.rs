@@ -11,6 +11,7 @@ use kube::api::{ListParams, LogParams};
 
 use super::PluginError;
 use super::api::Api;
+use super::out::{Out, outln};
 use crate::audit::report::Report;
 
 #[derive(Debug, clap::Args)]
@@ -25,14 +26,16 @@ pub struct Args {
 
 pub async fn run(api: &Api, namespace: &str, args: Args) -> Result<ExitCode, PluginError> {
     let (report, names) = collect(api, namespace, args.since).await?;
-    print!("{}", crate::text::printable(&report.render(args.top)));
-    println!(
-        "\n(from the logs of pods {} over the last {}; a restarted container's earlier log is \
-         not read: for longer windows, keep the records in your log store and pipe them to \
-         `driftguard report -`)",
-        names.join(", "),
-        jiff::SignedDuration::try_from(args.since)
-            .map_or_else(|_| "?".into(), |d| format!("{d:#}"))
+    let mut out = Out::stdout();
+    out.document(report.render(args.top).trim_end());
+    let window = jiff::SignedDuration::try_from(args.since)
+        .map_or_else(|_| "?".into(), |d| format!("{d:#}"));
+    outln!(
+        out,
+        "\n(from the logs of pods {} over the last {window}; a restarted container's earlier \
+         log is not read: for longer windows, keep the records in your log store and pipe them \
+         to `driftguard report -`)",
+        names.join(", ")
     );
     Ok(ExitCode::SUCCESS)
 }
