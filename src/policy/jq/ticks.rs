@@ -7,10 +7,13 @@
 //! [`TICK`] after every step that can multiply work: on the right of every
 //! `|`, and on every output of a cartesian operator, `if`, `try`, a call with
 //! arguments or a path with computed indices. [`TICK`] is the identity (in
-//! path mode too) and a [`crate::deadline::checkpoint`], so a decision past
-//! its deadline unwinds out of jaq and frees its thread; `try` cannot catch
-//! that. Between two ticks a program does one leaf's work (`..`, `keys`,
-//! `sort`), which is bounded by the input.
+//! path mode too) and a [`Deadline::check_now`] on the run's deadline (jaq's
+//! custom data, [`super::RunData`]): past it, it halts the program, which no
+//! `try`, `?`, `//` or `label` catches, and the run ends there
+//! ([`super::run`]) with its thread free. The deadline is sticky, so a
+//! construct that runs its argument again (`//` in path mode) halts again.
+//! Between two ticks a program does one leaf's work (`..`, `keys`, `sort`),
+//! which is bounded by the input.
 
 use jaq_core::box_iter::box_once;
 use jaq_core::load::lex::StrPart;
@@ -19,9 +22,9 @@ use jaq_core::load::{Lexer, Parser};
 use jaq_core::native::Fun;
 use jaq_core::ops::{Cmp, Math};
 use jaq_core::path::{Opt, Part};
-use jaq_core::{Native, data};
-use jaq_json::Val;
+use jaq_core::{Ctx, Cv, Exn, Native};
 
+use super::Decision;
 use super::terminating::{MAX_DEPTH, Reason, Refusal, too_deep_to_parse};
 
 /// The checkpoint's name: no expression can call it, since the terminating
@@ -32,14 +35,25 @@ pub const TICK: &str = "__driftguard_tick";
 /// most one parenthesis or keyword (`if`, `try`) to its own.
 const PRINTED_DEPTH: usize = 2 * MAX_DEPTH + 2;
 
+/// The exit code of a checkpoint's halt. Only for the record: whether a run
+/// was stopped is the deadline's to say ([`Deadline::has_passed`]).
+const STOPPED_EXIT_CODE: i32 = 124;
+
 /// The native filter behind [`TICK`].
-pub fn tick() -> Fun<data::JustLut<Val>> {
-    let native = Native::new(|cv| {
-        crate::deadline::checkpoint_now();
+pub fn tick() -> Fun<Decision> {
+    fn passed(ctx: &Ctx<'_, Decision>) -> bool {
+        ctx.data().deadline.check_now().is_err()
+    }
+    let native = Native::new(|cv: Cv<'_, Decision>| {
+        if passed(&cv.0) {
+            return box_once(Err(Exn::halt(STOPPED_EXIT_CODE)));
+        }
         box_once(Ok(cv.1))
     })
-    .with_paths(|cv| {
-        crate::deadline::checkpoint_now();
+    .with_paths(|cv: Cv<'_, Decision, _>| {
+        if passed(&cv.0) {
+            return box_once(Err(Exn::halt(STOPPED_EXIT_CODE)));
+        }
         box_once(Ok(cv.1))
     });
     (TICK, Box::new([]), native)
