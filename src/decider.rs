@@ -481,6 +481,32 @@ mod tests {
         assert_eq!(pool.run_here_first(long, Some("A"), on).await, Ok(here));
     }
 
+    /// As the server runs a review with a jq rule: the try here stops where
+    /// the program would start, and the decision runs again on the pool.
+    #[tokio::test]
+    async fn a_decision_tried_here_that_reaches_a_jq_rule_runs_on_the_pool() {
+        use crate::policy::jq::{JqInput, JqPath};
+        let pool = Decider::new(1, 2).unwrap();
+        let here = std::thread::current().id();
+        let rule = Arc::new(JqPath::compile(".spec.replicas").unwrap());
+        let tries = Arc::new(AtomicUsize::new(0));
+        let counted = tries.clone();
+        let decide = move |deadline: &Deadline| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            let object = serde_json::json!({"spec": {"replicas": 2}});
+            let paths = rule.paths(&JqInput::new(&object), deadline)?;
+            Ok((
+                std::thread::current().id(),
+                paths.map_err(|e| e.to_string()),
+            ))
+        };
+        let long = Duration::from_secs(30);
+        let (on, paths) = pool.run_here_first(long, Some("C"), decide).await.unwrap();
+        assert_ne!(on, here);
+        assert_eq!(paths.unwrap().len(), 1);
+        assert_eq!(tries.load(Ordering::SeqCst), 2);
+    }
+
     #[tokio::test]
     async fn a_decision_tried_here_keeps_its_deadline_and_its_panics() {
         let pool = Decider::new(1, 2).unwrap();

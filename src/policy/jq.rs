@@ -244,6 +244,11 @@ fn run(
             return Ok(Err(RunError::TooMany));
         }
     }
+    // A stop the program swallowed would leave its paths short: none can
+    // (a halt is caught by nothing), but the deadline has the last word.
+    if deadline.has_passed() {
+        return Err(Stopped::Passed);
+    }
     Ok(Ok(out))
 }
 
