@@ -147,6 +147,10 @@ fn removed(view: &Node, mut paths: Vec<Path>) -> Vec<Path> {
     paths
 }
 
+/// The drifted paths read off the views, or the paths each object's rules
+/// name, for copies.
+pub(super) type ReadOff = Result<Vec<String>, (Vec<Path>, Vec<Path>)>;
+
 /// The drifted paths of `normalize::normalize_pair`'s two copies, when
 /// they follow from the views alone: the rules' paths in each object
 /// (`old_paths`, `new_paths`) remove nothing from either, or remove the same paths from both
@@ -161,7 +165,7 @@ pub(super) fn without_copies(
     (old, new): (&Value, &Value),
     (old_paths, new_paths): (Vec<Path>, Vec<Path>),
     deadline: &Deadline,
-) -> Result<Result<Vec<String>, (Vec<Path>, Vec<Path>)>, Stopped> {
+) -> Result<ReadOff, Stopped> {
     let (Some(old_view), Some(new_view)) = (of(old), of(new)) else {
         return Ok(Err((old_paths, new_paths)));
     };
