@@ -7,13 +7,13 @@
 //! [`TICK`] after every step that can multiply work: on the right of every
 //! `|`, and on every output of a cartesian operator, `if`, `try`, a call with
 //! arguments or a path with computed indices. [`TICK`] is the identity (in
-//! path mode too) and a [`Deadline::check_now`] on the run's deadline (jaq's
-//! custom data, [`super::RunData`]): past it, it halts the program, which no
-//! `try`, `?`, `//` or `label` catches, and the run ends there
-//! ([`super::run`]) with its thread free. The deadline is sticky, so a
-//! construct that runs its argument again (`//` in path mode) halts again.
-//! Between two ticks a program does one leaf's work (`..`, `keys`, `sort`),
-//! which is bounded by the input.
+//! path mode too) and a [`crate::deadline::Deadline::check_now`] on the
+//! run's deadline (jaq's custom data, [`super::RunData`]): past it, it halts
+//! the program, which no `try`, `?`, `//` or `label` catches, and the run
+//! ends there ([`super::run`]) with its thread free. The deadline is sticky,
+//! so a construct that runs its argument again (`//` in path mode) halts
+//! again. Between two ticks a program does one leaf's work (`..`, `keys`,
+//! `sort`), which is bounded by the input.
 
 use jaq_core::box_iter::box_once;
 use jaq_core::load::lex::StrPart;
@@ -36,7 +36,8 @@ pub const TICK: &str = "__driftguard_tick";
 const PRINTED_DEPTH: usize = 2 * MAX_DEPTH + 2;
 
 /// The exit code of a checkpoint's halt. Only for the record: whether a run
-/// was stopped is the deadline's to say ([`Deadline::has_passed`]).
+/// was stopped is the deadline's to say
+/// ([`crate::deadline::Deadline::has_passed`]).
 const STOPPED_EXIT_CODE: i32 = 124;
 
 /// The native filter behind [`TICK`].
