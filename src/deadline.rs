@@ -84,8 +84,8 @@ impl Deadline {
         }
     }
 
-    /// `Err` once the deadline has passed, reading the clock every
-    /// [`TICKS_PER_CLOCK_READ`] calls: for driftguard's own loops.
+    /// `Err` once the deadline has passed, reading the clock every 256
+    /// calls: for driftguard's own loops.
     #[inline]
     pub fn checkpoint(&self) -> Result<(), Stopped> {
         if self.at.is_none() {
