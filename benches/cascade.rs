@@ -62,9 +62,17 @@ fn bench(c: &mut Criterion) {
     let mut g = c.benchmark_group("cascade");
     let judge = |body: &[u8], sources: &Sources| {
         let req = driftguard::request::parse(body).unwrap();
-        judge_request(&policy, &req, Endpoint::Validate, None, Some(sources), now)
-            .unwrap()
-            .to_json()
+        judge_request(
+            &policy,
+            &req,
+            Endpoint::Validate,
+            None,
+            Some(sources),
+            now,
+            &driftguard::deadline::Deadline::none(),
+        )
+        .unwrap()
+        .to_json()
     };
     let none = Sources::default();
     g.bench_function("deployment-update", |b| {
@@ -73,8 +81,16 @@ fn bench(c: &mut Criterion) {
     for n in [1_000, 10_000, 100_000] {
         let sources = planned(n);
         let d = driftguard::request::parse(&delete).unwrap();
-        let judged =
-            judge_request(&policy, &d, Endpoint::Validate, None, Some(&sources), now).unwrap();
+        let judged = judge_request(
+            &policy,
+            &d,
+            Endpoint::Validate,
+            None,
+            Some(&sources),
+            now,
+            &driftguard::deadline::Deadline::none(),
+        )
+        .unwrap();
         assert_eq!(judged.decision.verdict.as_str(), "deny");
         g.bench_function(format!("namespace-delete-{n}-listed"), |b| {
             b.iter(|| judge(black_box(&delete), &sources))

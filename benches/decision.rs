@@ -77,16 +77,18 @@ fn bench(c: &mut Criterion) {
                 .to_json()
         })
     });
-    // The deadline's checkpoints as the server runs them (a deadline set),
-    // and the memory budget's reservation, taken and given back.
+    // The deadline's checkpoints as the server runs them (a deadline made
+    // per decision and passed down), and the memory budget's reservation,
+    // taken and given back.
     g.bench_function("decide-20-rules-deadline-set", |b| {
         let far = std::time::Instant::now() + std::time::Duration::from_secs(3600);
         b.iter(|| {
-            driftguard::deadline::with_deadline(far, || {
-                judge(&rules20, black_box(&body), Endpoint::Validate, None, now)
-                    .unwrap()
-                    .to_json()
-            })
+            let deadline = driftguard::deadline::Deadline::at(far);
+            let req = driftguard::request::parse(black_box(&body)).unwrap();
+            let validate = Endpoint::Validate;
+            driftguard::judge_request(&rules20, &req, validate, None, None, now, &deadline)
+                .unwrap()
+                .to_json()
         })
     });
     let runtime = tokio::runtime::Builder::new_current_thread()

@@ -159,6 +159,7 @@ async fn main() {
                         None,
                         None,
                         jiff::Timestamp::now(),
+                        &driftguard::deadline::Deadline::none(),
                     )
                     .unwrap();
                     std::hint::black_box(judged.to_json());

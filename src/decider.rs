@@ -4,7 +4,8 @@
 //! A jq ignore rule made only of allowed constructs can still run for hours
 //! (`(.,.)|(.,.)|…|select(false)` doubles its work at every step); its
 //! checkpoints ([`crate::policy::jq`]'s ticks) stop it at the deadline, as
-//! driftguard's own loops are. What this module guarantees: the caller gets
+//! driftguard's own loops are: each decision gets a [`Deadline`] made here,
+//! and a stopped one returns [`Stopped`]. What this module guarantees: the caller gets
 //! an answer by the deadline and the thread is freed with it; the async
 //! workers (which also serve the probes) never run a jq program; and the pool
 //! never grows. When every thread is busy, new decisions wait in the queue and
@@ -16,18 +17,21 @@
 //! pool thread and back costs two thread wake-ups, which on a VM are most of
 //! an ordinary review's latency. Everything a decision runs is bounded by
 //! its input and stopped at its deadline ([`crate::deadline`]), except a jq
-//! program: [`before_jq`] unwinds such a try before the program starts, and
-//! the decision runs again, whole, on the pool. Decisions are pure, so the
-//! second run gives the answer the first would have.
+//! program: such a try gets a deadline that refuses jq
+//! ([`Deadline::without_jq`]), stops with [`Stopped::NeedsPool`] before the
+//! program starts, and the decision runs again, whole, on the pool.
+//! Decisions are pure, so the second run gives the answer the first would
+//! have. The policy only reads its deadline; it never calls in here.
 //!
 //! Nothing here knows about HTTP: the server and `driftguard check` share it.
 
-use std::cell::Cell;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+use crate::deadline::{Deadline, Stopped};
 
 /// Why a decision produced no result.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -43,26 +47,8 @@ pub enum DeciderError {
     Panicked(String),
 }
 
-type Job = Box<dyn FnOnce() + Send + 'static>;
-
-thread_local! {
-    /// Set while a decision is tried on a thread that must not run jq.
-    static TRYING_HERE: Cell<bool> = const { Cell::new(false) };
-}
-
-/// The unwinding payload of a try that reached a jq program.
-#[derive(Debug)]
-struct NeedsPool;
-
-/// Called before a jq program runs: a decision tried on the caller's thread
-/// ([`Decider::run_here_first`]) unwinds here, to run again on the pool,
-/// where a runaway program holds a pool thread, never an async worker.
-/// `resume_unwind` skips the panic hook: nothing is logged as a panic.
-pub fn before_jq() {
-    if TRYING_HERE.with(Cell::get) {
-        std::panic::resume_unwind(Box::new(NeedsPool));
-    }
-}
+/// A decision as the pool runs it, given its task's deadline.
+type Job = Box<dyn FnOnce(&Deadline) + Send + 'static>;
 
 /// Decisions tried on the caller's thread, process-wide, by outcome:
 /// answered there, or moved to the pool for a jq program. Registered as
@@ -179,15 +165,16 @@ impl Decider {
     }
 
     /// Runs `decide` on the pool and waits at most `deadline` (queueing
-    /// included) without blocking the async worker.
+    /// included) without blocking the async worker. `decide` gets the
+    /// deadline to stop at; jq programs may run.
     pub async fn run<T, F>(&self, deadline: Duration, decide: F) -> Result<T, DeciderError>
     where
-        F: FnOnce() -> T + Send + 'static,
+        F: FnOnce(&Deadline) -> Result<T, Stopped> + Send + 'static,
         T: Send + 'static,
     {
         let (tx, rx) = tokio::sync::oneshot::channel();
-        self.submit(deadline, move || {
-            let _ = tx.send(guarded(decide));
+        self.submit(deadline, move |at: &Deadline| {
+            let _ = tx.send(on_pool(decide, at));
         })?;
         match tokio::time::timeout(deadline, rx).await {
             Ok(Ok(Err(DeciderError::TimedOut(_)))) => Err(DeciderError::TimedOut(deadline)),
@@ -198,9 +185,10 @@ impl Decider {
     }
 
     /// Runs `decide` on this thread when `here` names the kind of a small
-    /// input, unless it reaches a jq program: then, when not `here`, and for
-    /// a kind that reached jq in the last [`RETRY_HERE_AFTER`], on the pool
-    /// ([`Decider::run`]) within what is left of `deadline`.
+    /// input, unless it reaches a jq program ([`Stopped::NeedsPool`]): then,
+    /// when not `here`, and for a kind that reached jq in the last
+    /// [`RETRY_HERE_AFTER`], on the pool ([`Decider::run`]) within what is
+    /// left of `deadline`.
     pub async fn run_here_first<T, F>(
         &self,
         deadline: Duration,
@@ -208,7 +196,7 @@ impl Decider {
         decide: F,
     ) -> Result<T, DeciderError>
     where
-        F: Fn() -> T + Send + 'static,
+        F: Fn(&Deadline) -> Result<T, Stopped> + Send + 'static,
         T: Send + 'static,
     {
         let started = Instant::now();
@@ -233,12 +221,12 @@ impl Decider {
     /// [`Decider::run`] for a caller without a runtime (`driftguard check`).
     pub fn run_blocking<T, F>(&self, deadline: Duration, decide: F) -> Result<T, DeciderError>
     where
-        F: FnOnce() -> T + Send + 'static,
+        F: FnOnce(&Deadline) -> Result<T, Stopped> + Send + 'static,
         T: Send + 'static,
     {
         let (tx, rx) = mpsc::sync_channel(1);
-        self.submit(deadline, move || {
-            let _ = tx.send(guarded(decide));
+        self.submit(deadline, move |at: &Deadline| {
+            let _ = tx.send(on_pool(decide, at));
         })?;
         match rx.recv_timeout(deadline) {
             Ok(Err(DeciderError::TimedOut(_))) => Err(DeciderError::TimedOut(deadline)),
@@ -252,7 +240,7 @@ impl Decider {
     fn submit(
         &self,
         deadline: Duration,
-        job: impl FnOnce() + Send + 'static,
+        job: impl FnOnce(&Deadline) + Send + 'static,
     ) -> Result<(), DeciderError> {
         let task = Task {
             deadline: Instant::now() + deadline,
@@ -280,48 +268,55 @@ fn work(tasks: &Mutex<Receiver<Task>>, busy: &AtomicUsize) {
             SKIPPED.inc();
             continue;
         }
-        // Jobs catch their own panics (`guarded`); this one keeps the thread
-        // alive should a result channel ever panic.
         busy.fetch_add(1, Ordering::SeqCst);
-        let job = task.job;
-        let _ = std::panic::catch_unwind(AssertUnwindSafe(|| {
-            crate::deadline::with_deadline(task.deadline, job)
-        }));
+        let deadline = Deadline::at(task.deadline);
+        // Jobs catch their own panics (`guarded`); this safety net keeps the
+        // thread alive should a result channel ever panic. No deadline
+        // relies on it: a stopped decision returns.
+        let _ = std::panic::catch_unwind(AssertUnwindSafe(|| (task.job)(&deadline)));
         busy.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// A decision run on a pool thread, under `deadline`, as its answer.
+fn on_pool<T>(
+    decide: impl FnOnce(&Deadline) -> Result<T, Stopped>,
+    deadline: &Deadline,
+) -> Result<T, DeciderError> {
+    match guarded(|| decide(deadline))? {
+        Ok(value) => Ok(value),
+        // The caller knows the deadline's length.
+        Err(Stopped::Passed) => Err(DeciderError::TimedOut(Duration::ZERO)),
+        // A pool's deadline allows jq: this is a bug, answered as one.
+        Err(Stopped::NeedsPool) => Err(DeciderError::Panicked(
+            "internal error: a decision on the pool was refused jq".into(),
+        )),
     }
 }
 
 /// One try of `decide` on this thread under `deadline`, with jq refused:
 /// `None` when it reached a jq program.
-fn try_here<T>(deadline: Instant, decide: &impl Fn() -> T) -> Option<Result<T, DeciderError>> {
-    struct Reset(bool);
-    impl Drop for Reset {
-        fn drop(&mut self) {
-            TRYING_HERE.with(|t| t.set(self.0));
-        }
-    }
-    let _reset = Reset(TRYING_HERE.with(|t| t.replace(true)));
-    let out = std::panic::catch_unwind(AssertUnwindSafe(|| {
-        crate::deadline::with_deadline(deadline, decide)
-    }));
-    match out {
-        Ok(value) => Some(Ok(value)),
-        Err(payload) if payload.is::<NeedsPool>() => None,
-        Err(payload) => Some(Err(panic_error(payload))),
+fn try_here<T>(
+    deadline: Instant,
+    decide: &impl Fn(&Deadline) -> Result<T, Stopped>,
+) -> Option<Result<T, DeciderError>> {
+    let deadline = Deadline::at(deadline).without_jq();
+    match guarded(|| decide(&deadline)) {
+        Ok(Ok(value)) => Some(Ok(value)),
+        Ok(Err(Stopped::Passed)) => Some(Err(DeciderError::TimedOut(Duration::ZERO))),
+        Ok(Err(Stopped::NeedsPool)) => None,
+        Err(panicked) => Some(Err(panicked)),
     }
 }
 
 /// Runs `decide`, turning a panic into an error: a bug must cost one review
-/// its normal answer, never the server.
+/// its normal answer, never the server. A safety net for bugs only: a
+/// decision stopped at its deadline returns [`Stopped`], it does not unwind.
 pub fn guarded<T>(decide: impl FnOnce() -> T) -> Result<T, DeciderError> {
     std::panic::catch_unwind(AssertUnwindSafe(decide)).map_err(panic_error)
 }
 
 fn panic_error(panic: Box<dyn std::any::Any + Send>) -> DeciderError {
-    if crate::deadline::is_deadline(panic.as_ref()) {
-        // Stopped by a checkpoint; the caller knows the deadline's length.
-        return DeciderError::TimedOut(Duration::ZERO);
-    }
     let text = panic
         .downcast_ref::<&str>()
         .map(|s| s.to_string())
@@ -335,13 +330,27 @@ mod tests {
     use super::*;
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-    /// Blocks its thread until `release` is set (a stand-in for a runaway rule).
-    fn stuck(release: Arc<AtomicBool>) -> impl FnOnce() + Send + 'static {
-        move || {
+    /// Blocks its thread until `release` is set (a stand-in for a runaway
+    /// rule without checkpoints).
+    fn stuck(release: Arc<AtomicBool>) -> impl FnOnce(&Deadline) + Send + 'static {
+        move |_| {
             while !release.load(Ordering::SeqCst) {
                 std::thread::sleep(Duration::from_millis(5));
             }
         }
+    }
+
+    /// A decision that only ends at its deadline, checking it as driftguard's
+    /// loops do.
+    fn endless(deadline: &Deadline) -> Result<(), Stopped> {
+        loop {
+            deadline.checkpoint()?;
+        }
+    }
+
+    /// A decision that answers `value` at once.
+    fn answer<T: Send + 'static>(value: T) -> impl FnOnce(&Deadline) -> Result<T, Stopped> + Send {
+        move |_| Ok(value)
     }
 
     #[test]
@@ -354,14 +363,17 @@ mod tests {
     fn answers_and_survives_panics() {
         let pool = Decider::new(1, 4).unwrap();
         let long = Duration::from_secs(30);
-        assert_eq!(pool.run_blocking(long, || 41 + 1), Ok(42));
-        let panicked = pool.run_blocking(long, || -> u8 { panic!("boom") });
+        assert_eq!(pool.run_blocking(long, answer(41 + 1)), Ok(42));
+        let panicked = pool.run_blocking(long, |_| -> Result<u8, Stopped> { panic!("boom") });
         assert_eq!(
             panicked,
             Err(DeciderError::Panicked("internal error: boom".into()))
         );
         // The only thread is still there.
-        assert_eq!(pool.run_blocking(long, || "still here"), Ok("still here"));
+        assert_eq!(
+            pool.run_blocking(long, answer("still here")),
+            Ok("still here")
+        );
     }
 
     /// Fills the only thread of `pool` with a job that runs until released.
@@ -382,12 +394,12 @@ mod tests {
         let short = Duration::from_millis(50);
         // Waits in the queue, counted against its deadline.
         assert_eq!(
-            pool.run_blocking(short, || 1),
+            pool.run_blocking(short, answer(1)),
             Err(DeciderError::TimedOut(short))
         );
         // The queue still holds that expired task: refused at once.
         assert_eq!(
-            pool.run_blocking(short, || 1),
+            pool.run_blocking(short, answer(1)),
             Err(DeciderError::QueueFull(1))
         );
         assert_eq!(pool.busy(), 1);
@@ -396,7 +408,7 @@ mod tests {
         let long = Duration::from_secs(30);
         let started = Instant::now();
         loop {
-            match pool.run_blocking(long, || 7) {
+            match pool.run_blocking(long, answer(7)) {
                 Ok(v) => break assert_eq!(v, 7),
                 Err(DeciderError::QueueFull(_)) if started.elapsed() < long => {
                     std::thread::yield_now()
@@ -410,13 +422,19 @@ mod tests {
     fn a_decision_with_checkpoints_ends_at_its_deadline_and_frees_its_thread() {
         let pool = Decider::new(1, 4).unwrap();
         let short = Duration::from_millis(50);
-        let endless = || loop {
-            crate::deadline::checkpoint();
-        };
+        let stopped = crate::deadline::STOPPED.get();
+        let started = Instant::now();
         assert_eq!(
             pool.run_blocking(short, endless),
             Err(DeciderError::TimedOut(short))
         );
+        assert!(started.elapsed() >= short);
+        // Counted once it stopped (other tests may stop theirs meanwhile).
+        let counted = Instant::now();
+        while crate::deadline::STOPPED.get() == stopped {
+            assert!(counted.elapsed() < Duration::from_secs(30), "not counted");
+            std::thread::yield_now();
+        }
         // The only thread is free again, well before a stuck one would be.
         let started = Instant::now();
         while pool.busy() > 0 {
@@ -426,7 +444,7 @@ mod tests {
             );
             std::thread::yield_now();
         }
-        assert_eq!(pool.run_blocking(Duration::from_secs(30), || 5), Ok(5));
+        assert_eq!(pool.run_blocking(Duration::from_secs(30), answer(5)), Ok(5));
     }
 
     /// A current-thread runtime: a jq program run here would hold the only
@@ -436,16 +454,16 @@ mod tests {
         let pool = Decider::new(1, 2).unwrap();
         let here = std::thread::current().id();
         let long = Duration::from_secs(30);
-        let on = || std::thread::current().id();
+        let on = |_: &Deadline| Ok(std::thread::current().id());
         assert_eq!(pool.run_here_first(long, Some("A"), on).await, Ok(here));
         assert_ne!(pool.run_here_first(long, None, on).await.unwrap(), here);
         // A decision that reaches jq runs again, whole, on the pool.
         let tries = Arc::new(AtomicUsize::new(0));
         let counted = tries.clone();
-        let with_jq = move || {
+        let with_jq = move |deadline: &Deadline| {
             counted.fetch_add(1, Ordering::SeqCst);
-            before_jq();
-            std::thread::current().id()
+            deadline.allow_jq()?;
+            Ok(std::thread::current().id())
         };
         assert_ne!(
             pool.run_here_first(long, Some("B"), with_jq.clone())
@@ -461,22 +479,43 @@ mod tests {
         );
         assert_eq!(tries.load(Ordering::SeqCst), 3);
         assert_eq!(pool.run_here_first(long, Some("A"), on).await, Ok(here));
-        // Outside a try, jq may run anywhere (`check`, benchmarks).
-        before_jq();
+    }
+
+    /// As the server runs a review with a jq rule: the try here stops where
+    /// the program would start, and the decision runs again on the pool.
+    #[tokio::test]
+    async fn a_decision_tried_here_that_reaches_a_jq_rule_runs_on_the_pool() {
+        use crate::policy::jq::{JqInput, JqPath};
+        let pool = Decider::new(1, 2).unwrap();
+        let here = std::thread::current().id();
+        let rule = Arc::new(JqPath::compile(".spec.replicas").unwrap());
+        let tries = Arc::new(AtomicUsize::new(0));
+        let counted = tries.clone();
+        let decide = move |deadline: &Deadline| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            let object = serde_json::json!({"spec": {"replicas": 2}});
+            let paths = rule.paths(&JqInput::new(&object), deadline)?;
+            Ok((
+                std::thread::current().id(),
+                paths.map_err(|e| e.to_string()),
+            ))
+        };
+        let long = Duration::from_secs(30);
+        let (on, paths) = pool.run_here_first(long, Some("C"), decide).await.unwrap();
+        assert_ne!(on, here);
+        assert_eq!(paths.unwrap().len(), 1);
+        assert_eq!(tries.load(Ordering::SeqCst), 2);
     }
 
     #[tokio::test]
     async fn a_decision_tried_here_keeps_its_deadline_and_its_panics() {
         let pool = Decider::new(1, 2).unwrap();
         let short = Duration::from_millis(50);
-        let endless = || loop {
-            crate::deadline::checkpoint();
-        };
         assert_eq!(
             pool.run_here_first(short, Some("A"), endless).await,
             Err(DeciderError::TimedOut(short))
         );
-        let boom = || -> u8 { panic!("boom") };
+        let boom = |_: &Deadline| -> Result<u8, Stopped> { panic!("boom") };
         assert_eq!(
             pool.run_here_first(short, Some("A"), boom).await,
             Err(DeciderError::Panicked("internal error: boom".into()))
@@ -486,11 +525,11 @@ mod tests {
     #[tokio::test]
     async fn async_callers_get_the_same_answers() {
         let pool = Decider::new(1, 2).unwrap();
-        assert_eq!(pool.run(Duration::from_secs(30), || 3).await, Ok(3));
+        assert_eq!(pool.run(Duration::from_secs(30), answer(3)).await, Ok(3));
         let release = occupy(&pool);
         let short = Duration::from_millis(50);
         assert_eq!(
-            pool.run(short, || 4).await,
+            pool.run(short, answer(4)).await,
             Err(DeciderError::TimedOut(short))
         );
         release.store(true, Ordering::SeqCst);

@@ -31,6 +31,7 @@ pub use inputs::{Input, Inputs, MODE_ANNOTATION};
 pub use ownership::Manager;
 pub use steps::exemption;
 
+use crate::deadline::{Deadline, Stopped};
 use crate::policy::flux::{FluxKind, FluxSource};
 use crate::policy::impersonation::SyncAccount;
 use crate::policy::{Application, Mode, Policy, RuleFailure, RuleSet};
@@ -222,6 +223,20 @@ pub enum DecideError {
     /// CREATE and UPDATE must carry the new object.
     #[error("{0} request has no object")]
     MissingObject(&'static str),
+    /// Not judged: stopped at a checkpoint. No answer for the request; the
+    /// decider turns it into a timed-out decision or a run on its pool.
+    #[error(transparent)]
+    Stopped(#[from] Stopped),
+}
+
+impl DecideError {
+    /// A stop apart from the request's own errors, for the decider.
+    pub fn split<T>(judged: Result<T, Self>) -> Result<Result<T, Self>, Stopped> {
+        match judged {
+            Err(Self::Stopped(stopped)) => Err(stopped),
+            other => Ok(other),
+        }
+    }
 }
 
 /// What Argo CD and Flux themselves know, as plain data: read from the cluster
@@ -463,6 +478,9 @@ pub struct Context<'a> {
     /// Which Argo CD installation tracks the object. Set by the decision
     /// itself; callers pass `Installation::Unresolved`.
     pub installation: Installation<'a>,
+    /// When the decision must stop ([`crate::deadline`]): every long loop
+    /// checks it and returns [`DecideError::Stopped`] past it.
+    pub deadline: &'a Deadline,
 }
 
 impl<'a> Context<'a> {

@@ -53,7 +53,10 @@ impl Judged {
     }
 }
 
-/// The one code path shared by `check` and the server: body in, response out.
+/// The one code path shared by `check` and the server: body in, response
+/// out. Without a deadline ([`deadline::Deadline::none`]): for tests,
+/// benchmarks and fuzzing; the server and `check` run [`judge_request`]
+/// under the decider's.
 pub fn judge(
     policy: &Policy,
     body: &[u8],
@@ -62,10 +65,12 @@ pub fn judge(
     now: Timestamp,
 ) -> Result<Judged, ReviewError> {
     let req = request::parse(body)?;
-    judge_request(policy, &req, endpoint, parent, None, now).map_err(ReviewError::from)
+    let none = deadline::Deadline::none();
+    judge_request(policy, &req, endpoint, parent, None, now, &none).map_err(ReviewError::from)
 }
 
-/// [`judge`] for a request already parsed.
+/// [`judge`] for a request already parsed, stopped at `deadline`
+/// ([`drift::DecideError::Stopped`]).
 pub fn judge_request(
     policy: &Policy,
     req: &AdmissionRequest<request::RawObject>,
@@ -73,6 +78,7 @@ pub fn judge_request(
     parent: Option<&Value>,
     sources: Option<&sources::Sources>,
     now: Timestamp,
+    deadline: &deadline::Deadline,
 ) -> Result<Judged, drift::DecideError> {
     let view = request::view(req);
     let ctx = drift::Context {
@@ -80,6 +86,7 @@ pub fn judge_request(
         parent,
         sources,
         installation: Default::default(),
+        deadline,
     };
     let decision = drift::decide(policy, &view, &ctx)?;
     let response = response::respond(req, &view, &decision, endpoint, now).into_review();

@@ -17,8 +17,9 @@ use crate::audit::AuditRecord;
 use crate::cluster::events::{EventRecorder, Report};
 use crate::cluster::parents::ParentReader;
 use crate::cluster::watch::SourcesHandle;
+use crate::deadline::Deadline;
 use crate::decider::{Decider, DeciderError};
-use crate::drift::{self, Finding, Verdict};
+use crate::drift::{self, DecideError, Finding, Verdict};
 use crate::metrics::{Metrics, RequestLabels};
 use crate::request::{self, RawObject, ReviewError};
 use crate::response::{self, Endpoint};
@@ -138,16 +139,17 @@ impl Reviewer {
         let sources = self.sources.as_ref().map(|s| s.current());
         let job = {
             let (parsed, parent) = (parsed.clone(), parent.clone());
-            move || {
+            move |deadline: &Deadline| {
                 let _hold = &hold;
-                judge_request(
+                DecideError::split(judge_request(
                     &policy,
                     &parsed,
                     endpoint,
                     parent.as_deref(),
                     sources.as_deref(),
                     Timestamp::now(),
-                )
+                    deadline,
+                ))
             }
         };
         // Here when small, else (and for any jq program) on the pool, off the

@@ -324,8 +324,9 @@ fn decisions_past_their_deadline_free_their_threads() {
     }
     let timeouts = metric(server.probe, "driftguard_decision_timeouts_total");
     assert_eq!(timeouts, 4.0);
-    // None ran to its end: each was stopped at a checkpoint (counted when its
-    // thread unwinds, which without checkpoints never happens) or, its
+    // None ran to its end: each was stopped at a checkpoint (counted when a
+    // check finds its deadline passed, which without checkpoints never
+    // happens) or, its
     // deadline passed in the queue, never started. The wait covers a loaded
     // machine's scheduling, not the decisions' length.
     let ended = || {

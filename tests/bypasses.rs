@@ -621,9 +621,16 @@ fn outcome_with(
 ) -> Outcome {
     let body = serde_json::to_vec(&review.body()).unwrap();
     let req = driftguard::request::parse(&body).unwrap();
-    let judged =
-        driftguard::judge_request(policy, &req, Endpoint::Validate, None, Some(sources), now())
-            .unwrap();
+    let judged = driftguard::judge_request(
+        policy,
+        &req,
+        Endpoint::Validate,
+        None,
+        Some(sources),
+        now(),
+        &driftguard::deadline::Deadline::none(),
+    )
+    .unwrap();
     Outcome {
         response: serde_json::from_slice(&judged.to_json()).unwrap(),
         decision: judged.decision,

@@ -1187,6 +1187,7 @@ fn the_kustomizations_own_ignore_rule_still_allows() {
         None,
         Some(&sources),
         now(),
+        &driftguard::deadline::Deadline::none(),
     )
     .unwrap();
     assert_eq!(
@@ -1220,6 +1221,7 @@ fn a_decision_without_sources_says_so() {
         None,
         Some(&sources),
         now(),
+        &driftguard::deadline::Deadline::none(),
     )
     .unwrap();
     let d = &judged.decision;

@@ -987,6 +987,7 @@ fn evaluate(setups: &[Setup], s: &Scenario) -> Evaluation {
             case.parent.as_ref(),
             Some(&sources),
             now,
+            &driftguard::deadline::Deadline::none(),
         )
         .unwrap_or_else(|e| panic!("judge refused the review: {e}\n{s:?}"))
     };

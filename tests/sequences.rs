@@ -471,6 +471,7 @@ fn labels_a_flux_ignore_target_selects_on_are_decision_inputs() {
             None,
             Some(&sources),
             common::now(),
+            &driftguard::deadline::Deadline::none(),
         )
         .unwrap()
         .decision

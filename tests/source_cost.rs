@@ -232,10 +232,18 @@ fn rank(v: Verdict) -> u8 {
 fn verdict(policy: &Policy, body: &[u8], sources: &Sources) -> Verdict {
     let req = driftguard::request::parse(body).expect("a review");
     let now = "2026-11-29T10:00:00Z".parse().expect("a time");
-    judge_request(policy, &req, Endpoint::Validate, None, Some(sources), now)
-        .expect("judged")
-        .decision
-        .verdict
+    judge_request(
+        policy,
+        &req,
+        Endpoint::Validate,
+        None,
+        Some(sources),
+        now,
+        &driftguard::deadline::Deadline::none(),
+    )
+    .expect("judged")
+    .decision
+    .verdict
 }
 
 /// Every cap so small that every source is refused.

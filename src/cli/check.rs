@@ -207,12 +207,23 @@ pub(super) fn check(args: CheckArgs) -> Result<ExitCode, Failure> {
     let decider = Decider::new(1, 1)
         .map_err(|e| Failure(format!("cannot start the decision thread: {e}")))?;
     let judged = decider
-        .run_blocking(deadline, move || {
+        .run_blocking(deadline, move |deadline: &crate::deadline::Deadline| {
             // As the server does: the body is dropped once parsed.
-            let req = crate::request::parse(&body)?;
+            let req = match crate::request::parse(&body) {
+                Ok(req) => req,
+                Err(e) => return Ok(Err(e)),
+            };
             drop(body);
-            crate::judge_request(&policy, &req, endpoint, parent.as_ref(), None, now)
-                .map_err(crate::ReviewError::from)
+            let judged = crate::judge_request(
+                &policy,
+                &req,
+                endpoint,
+                parent.as_ref(),
+                None,
+                now,
+                deadline,
+            );
+            Ok(crate::drift::DecideError::split(judged)?.map_err(crate::ReviewError::from))
         })
         .map_err(|e| match e {
             DeciderError::TimedOut(_) => Failure(format!(

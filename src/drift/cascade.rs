@@ -384,11 +384,13 @@ mod tests {
             let mut req = delete("", "namespaces", "team", &ns);
             req.kind = "Namespace";
             req.username = username;
+            let none = crate::deadline::Deadline::none();
             let ctx = Context {
                 now: "2026-11-29T10:00:00Z".parse().unwrap(),
                 parent: None,
                 sources: Some(sources),
                 installation: Installation::Unresolved,
+                deadline: &none,
             };
             decide(&policy, &req, &ctx).unwrap()
         };

@@ -13,6 +13,7 @@ use super::applicable_rules::{self as rules, find_application};
 use super::inputs::{self, Inputs};
 use super::ownership::Manager;
 use super::{Context, Decision, Finding, Request, normalize, owned, reapplied, record};
+use crate::deadline::Stopped;
 use crate::policy::argocd::DiffMode;
 use crate::policy::ignore::owned_leaves;
 use crate::policy::overlap::PointerSet;
@@ -28,29 +29,29 @@ pub(super) fn diff(
     (old, new): (&Value, &Value),
     read: (&Inputs, &Inputs),
     d: &mut Decision,
-) -> (Vec<String>, Vec<String>) {
+) -> Result<(Vec<String>, Vec<String>), Stopped> {
     let (target, version) = target(req, old);
     let applying = rules::rules(policy, ctx, &target, d.manager.as_ref(), version, old);
     note_annotation(&applying.annotated, d);
     let rules: Vec<&IgnoreRule> = applying.iter().map(|(_, r)| r).collect();
     let mut failures = Vec::new();
-    let mut paths = normalize::drifted_paths_under(old, new, &rules, &mut failures);
+    let mut paths = normalize::drifted_paths_under(old, new, &rules, &mut failures, ctx.deadline)?;
     // Named even when a broader path covers it: it says what the change broke.
-    let inputs_changed = input_changes(policy, ctx, d.manager.as_ref(), &rules, (old, new), read);
+    let inputs_changed = input_changes(policy, ctx, d.manager.as_ref(), &rules, (old, new), read)?;
     let mut listed: HashSet<String> = paths.iter().cloned().collect();
     for p in &inputs_changed {
         if listed.insert(p.clone()) {
             paths.push(p.clone());
         }
     }
-    flux_reverts(ctx, (&target, version), (old, new), &mut paths, d);
+    flux_reverts(ctx, (&target, version), (old, new), &mut paths, d)?;
     // A rule usually fails on both objects alike; report each failure once.
     for f in failures {
         if !d.rule_failures.contains(&f) {
             d.rule_failures.push(f);
         }
     }
-    (paths, inputs_changed)
+    Ok((paths, inputs_changed))
 }
 
 /// What the ignore rules match for a write of `stored` (a scale write: its
@@ -89,18 +90,18 @@ fn flux_reverts(
     (old, new): (&Value, &Value),
     paths: &mut Vec<String>,
     d: &mut Decision,
-) {
+) -> Result<(), Stopped> {
     let Some(flux @ Manager::FluxKustomization { .. }) = d.manager.as_ref() else {
-        return;
+        return Ok(());
     };
     let own = ctx
         .sources
         .and_then(|s| s.flux_source(flux))
         .map(|source| rules::flux_rules(source, target, version, old))
         .unwrap_or_default();
-    d.reapplied = reapplied::hidden_reverts(old, new, paths, &own);
+    d.reapplied = reapplied::hidden_reverts(old, new, paths, &own, ctx.deadline)?;
     paths.extend(d.reapplied.iter().cloned());
-    d.kubectl_written = reapplied::cleaned_up(old, new, &[], &own);
+    d.kubectl_written = reapplied::cleaned_up(old, new, &[], &own, ctx.deadline)?;
     let shown: PointerSet = paths.iter().map(String::as_str).collect();
     d.cleaned_up = d
         .kubectl_written
@@ -109,6 +110,7 @@ fn flux_reverts(
         .cloned()
         .collect();
     paths.extend(d.cleaned_up.iter().cloned());
+    Ok(())
 }
 
 /// Pointer reported when a manual write changes field ownership that an
@@ -130,7 +132,8 @@ fn input_changes(
     rules: &[&IgnoreRule],
     (old, new): (&Value, &Value),
     (old_read, new_read): (&Inputs, &Inputs),
-) -> Vec<String> {
+) -> Result<Vec<String>, Stopped> {
+    let deadline = ctx.deadline;
     let mut out = inputs::changes(old_read, new_read, policy);
     // A watched argocd-cm's instance label is a claim, so an input like the policy's.
     for key in ctx.instance_labels() {
@@ -146,14 +149,14 @@ fn input_changes(
         .iter()
         .flat_map(|r| r.managers.iter().map(String::as_str))
         .collect();
-    let grown = |managers: &[&str]| {
-        !managers.is_empty() && !owned_leaves(new, managers).is_subset(&owned_leaves(old, managers))
-    };
+    let grown = !managers.is_empty()
+        && !owned_leaves(new, &managers, deadline)?
+            .is_subset(&owned_leaves(old, &managers, deadline)?);
     // Fields given to the GitOps tool's own manager by hand: its next
     // server-side apply removes what it owns and Git lacks (replicas, say).
-    let tool_grown = manager.is_some() && owned::tool_ownership_grown(old, new);
+    let tool_grown = manager.is_some() && owned::tool_ownership_grown(old, new, deadline)?;
     let flux = matches!(manager, Some(Manager::FluxKustomization { .. }));
-    if grown(&managers) || tool_grown || (flux && reapplied::ownership_rewritten(old, new)) {
+    if grown || tool_grown || (flux && reapplied::ownership_rewritten(old, new, deadline)?) {
         out.push(MANAGED_FIELDS.to_owned());
     }
     // Argo CD's legacy diff merges three ways against this record: what a
@@ -175,16 +178,18 @@ fn input_changes(
         // Fields handed to a manager of the writer's choosing, or to none,
         // changed or not, would look unowned to every later write; `kubectl`
         // writes move what they change to a `kubectl*` manager, not counted.
-        if owned::ownership_handed_off(old, new) && !out.iter().any(|p| p == MANAGED_FIELDS) {
+        if owned::ownership_handed_off(old, new, deadline)?
+            && !out.iter().any(|p| p == MANAGED_FIELDS)
+        {
             out.push(MANAGED_FIELDS.to_owned());
         }
-        for p in owned::ownership_taken(old, new, record_counts) {
+        for p in owned::ownership_taken(old, new, record_counts, deadline)? {
             if !out.contains(&p) {
                 out.push(p);
             }
         }
     }
-    out
+    Ok(out)
 }
 
 /// Whether the last-applied record says what the tool owns and compares:
@@ -210,20 +215,21 @@ pub(super) fn apply_precision(
     (old, new): (&Value, &Value),
     always: &[String],
     d: &mut Decision,
-) {
+) -> Result<(), Stopped> {
     if policy.precision != crate::policy::Precision::OwnedFields || d.finding != Finding::Drift {
-        return;
+        return Ok(());
     }
     let record_counts = last_applied_counts(policy, ctx, d.manager.as_ref());
-    let owned = owned::owned_pointers(old, record_counts);
+    let owned = owned::owned_pointers(old, record_counts, ctx.deadline)?;
     let paths = std::mem::take(&mut d.drifted_paths);
-    let (drift, other) = owned::partition(paths, &owned, always, (old, new));
+    let (drift, other) = owned::partition(paths, &owned, always, (old, new), ctx.deadline)?;
     if drift.is_empty() {
         d.finding = Finding::UnownedChange;
         d.drifted_paths = other;
     } else {
         d.drifted_paths = drift;
     }
+    Ok(())
 }
 
 /// The `driftguard.io/drift` record is driftguard's own: the mutating webhook

@@ -142,7 +142,7 @@ pub(super) fn judge(
         old: &old,
         new: &new,
     };
-    let mut judged = judge_change(policy, &write, &scoped, change, d.clone());
+    let mut judged = judge_change(policy, &write, &scoped, change, d.clone())?;
     if matches!(judged.finding, Finding::OutOfScope(_)) {
         return Ok(d);
     }

@@ -3,7 +3,7 @@
 use serde_json::Value;
 
 use super::{breakglass_state, view};
-use crate::deadline::checkpoint;
+use crate::deadline::{Deadline, Stopped};
 use crate::policy::jq::JqInput;
 use crate::policy::path::{self, Path};
 use crate::policy::{IgnoreRule, RuleFailure};
@@ -40,25 +40,26 @@ pub fn drifted_paths_under(
     new: &Value,
     rules: &[&IgnoreRule],
     failures: &mut Vec<RuleFailure>,
-) -> Vec<String> {
+    deadline: &Deadline,
+) -> Result<Vec<String>, Stopped> {
     if rules.iter().any(|r| !r.jq.is_empty()) {
-        let (old_n, new_n) = normalize_pair(old, new, rules, failures);
-        return drifted_paths(&old_n, &new_n);
+        let (old_n, new_n) = normalize_pair(old, new, rules, failures, deadline)?;
+        return drifted_paths(&old_n, &new_n, deadline);
     }
     let (old_in, new_in) = (JqInput::new(old), JqInput::new(new));
     let (mut old_paths, mut new_paths) = (Vec::new(), Vec::new());
     for rule in rules {
         // Pointers and managed fields only: what they name outside the
         // view (status, managedFields) the view leaves out.
-        let (o, n) = rule.paths_pair(&old_in, &new_in, Some((old, new)), failures);
+        let (o, n) = rule.paths_pair(&old_in, &new_in, Some((old, new)), failures, deadline)?;
         old_paths.extend(o);
         new_paths.extend(n);
     }
-    match view::without_copies((old, new), (old_paths, new_paths)) {
-        Ok(paths) => paths,
+    match view::without_copies((old, new), (old_paths, new_paths), deadline)? {
+        Ok(paths) => Ok(paths),
         Err(paths) => {
             let (old_n, new_n) = copies_without(old, new, paths);
-            drifted_paths(&old_n, &new_n)
+            drifted_paths(&old_n, &new_n, deadline)
         }
     }
 }
@@ -71,7 +72,8 @@ pub fn normalize_pair(
     new: &Value,
     rules: &[&IgnoreRule],
     failures: &mut Vec<RuleFailure>,
-) -> (Value, Value) {
+    deadline: &Deadline,
+) -> Result<(Value, Value), Stopped> {
     let old_n = normalized_copy(old);
     let new_n = normalized_copy(new);
     let (mut old_paths, mut new_paths) = (Vec::new(), Vec::new());
@@ -79,12 +81,12 @@ pub fn normalize_pair(
         let (old_in, new_in) = (JqInput::new(&old_n), JqInput::new(&new_n));
         for rule in rules {
             // The originals: normalizing dropped managedFields.
-            let (o, n) = rule.paths_pair(&old_in, &new_in, Some((old, new)), failures);
+            let (o, n) = rule.paths_pair(&old_in, &new_in, Some((old, new)), failures, deadline)?;
             old_paths.extend(o);
             new_paths.extend(n);
         }
     }
-    prune_pair((old_n, new_n), (old_paths, new_paths))
+    Ok(prune_pair((old_n, new_n), (old_paths, new_paths)))
 }
 
 /// Normalized copies of `old` and `new` without the rules' `paths` in each.
@@ -190,10 +192,14 @@ pub fn is_empty(v: &Value) -> bool {
 /// objects: the paths of `json_patch::diff`'s operations, in its order,
 /// without building the operations (which clone every added or replaced
 /// value), and with deadline checkpoints.
-pub fn drifted_paths(old: &Value, new: &Value) -> Vec<String> {
+pub fn drifted_paths(
+    old: &Value,
+    new: &Value,
+    deadline: &Deadline,
+) -> Result<Vec<String>, Stopped> {
     let mut out = Vec::new();
-    diff_into(old, new, &mut Vec::new(), &mut out);
-    out
+    diff_into(old, new, &mut Vec::new(), &mut out, deadline)?;
+    Ok(out)
 }
 
 /// A step of the path the diff is at. The pointer is written only for a
@@ -223,20 +229,21 @@ pub(super) fn diff_into<'a>(
     new: &'a Value,
     at: &mut Vec<Token<'a>>,
     out: &mut Vec<String>,
-) {
-    checkpoint();
+    deadline: &Deadline,
+) -> Result<(), Stopped> {
+    deadline.checkpoint()?;
     match (old, new) {
         (Value::Object(a), Value::Object(b)) => {
             for (key, after) in b {
                 at.push(Token::Key(key));
                 match a.get(key) {
-                    Some(before) => diff_into(before, after, at, out),
+                    Some(before) => diff_into(before, after, at, out, deadline)?,
                     None => out.push(pointer(at)),
                 }
                 at.pop();
             }
             for key in a.keys().filter(|k| !b.contains_key(*k)) {
-                checkpoint();
+                deadline.checkpoint()?;
                 at.push(Token::Key(key));
                 out.push(pointer(at));
                 at.pop();
@@ -245,12 +252,12 @@ pub(super) fn diff_into<'a>(
         (Value::Array(a), Value::Array(b)) => {
             for i in 0..a.len().min(b.len()) {
                 at.push(Token::Index(i));
-                diff_into(&a[i], &b[i], at, out);
+                diff_into(&a[i], &b[i], at, out, deadline)?;
                 at.pop();
             }
             // json_patch removes surplus items one by one at the same index.
             for i in (b.len()..a.len()).map(|_| b.len()).chain(a.len()..b.len()) {
-                checkpoint();
+                deadline.checkpoint()?;
                 at.push(Token::Index(i));
                 out.push(pointer(at));
                 at.pop();
@@ -259,6 +266,7 @@ pub(super) fn diff_into<'a>(
         _ if old == new => {}
         _ => out.push(pointer(at)),
     }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -272,7 +280,12 @@ mod tests {
         let new = json!({"spec": {"ingress": [{"from": [{"podSelector": {"matchLabels": {"a": "b"}},
                                                          "namespaceSelector": {}}]}]}});
         assert_eq!(
-            drifted_paths(&normalized_copy(&old), &normalized_copy(&new)),
+            drifted_paths(
+                &normalized_copy(&old),
+                &normalized_copy(&new),
+                &Deadline::none()
+            )
+            .unwrap(),
             vec!["/spec/ingress/0/from/0/namespaceSelector"]
         );
         for (a, b) in [
@@ -281,7 +294,12 @@ mod tests {
         ] {
             let (a, b) = (json!({"spec": a}), json!({"spec": b}));
             assert_eq!(
-                drifted_paths(&normalized_copy(&a), &normalized_copy(&b)),
+                drifted_paths(
+                    &normalized_copy(&a),
+                    &normalized_copy(&b),
+                    &Deadline::none()
+                )
+                .unwrap(),
                 vec!["/spec/x"]
             );
         }
@@ -310,7 +328,11 @@ mod tests {
                 .iter()
                 .map(|op| op.path().to_string())
                 .collect();
-            assert_eq!(drifted_paths(&old, &new), expected, "{old} -> {new}");
+            assert_eq!(
+                drifted_paths(&old, &new, &Deadline::none()).unwrap(),
+                expected,
+                "{old} -> {new}"
+            );
         }
     }
 
@@ -322,7 +344,12 @@ mod tests {
             json!({"metadata": {"name": "a", "labels": {"a": "b"}, "annotations": null}}),
         ] {
             assert_eq!(
-                drifted_paths(&normalized_copy(&old), &normalized_copy(&new)),
+                drifted_paths(
+                    &normalized_copy(&old),
+                    &normalized_copy(&new),
+                    &Deadline::none()
+                )
+                .unwrap(),
                 Vec::<String>::new()
             );
         }
@@ -341,7 +368,8 @@ mod tests {
         )
         .unwrap();
         let obj = json!({"spec": {"template": {"metadata": {"annotations": {"restartedAt": "now"}}}, "x": [{}]}});
-        let (out, _) = normalize_pair(&obj, &obj, &[&rule], &mut Vec::new());
+        let (out, _) =
+            normalize_pair(&obj, &obj, &[&rule], &mut Vec::new(), &Deadline::none()).unwrap();
         assert_eq!(out, json!({"spec": {"x": [{}]}}));
     }
 
@@ -350,11 +378,17 @@ mod tests {
         let obj = json!({"metadata": {"name": "a", "resourceVersion": "1", "generation": 2, "uid": "u",
                          "managedFields": [{}], "annotations": {"driftguard.io/drift": "x"}},
                          "spec": {"x": null, "y": []}, "status": {"ready": 1}});
-        let (once, _) = normalize_pair(&obj, &obj, &[], &mut Vec::new());
+        let (once, _) =
+            normalize_pair(&obj, &obj, &[], &mut Vec::new(), &Deadline::none()).unwrap();
         assert_eq!(
             once,
             json!({"metadata": {"name": "a"}, "spec": {"x": null, "y": []}})
         );
-        assert_eq!(normalize_pair(&once, &once, &[], &mut Vec::new()).0, once);
+        assert_eq!(
+            normalize_pair(&once, &once, &[], &mut Vec::new(), &Deadline::none())
+                .unwrap()
+                .0,
+            once
+        );
     }
 }

@@ -9,7 +9,7 @@ use serde_json::Value;
 use std::collections::{HashMap, HashSet};
 
 use super::atomic_maps;
-use crate::deadline::checkpoint;
+use crate::deadline::{Deadline, Stopped};
 use crate::policy::ignore::{
     FieldSet, Locator, entry_text, has_leaf_under, leaves_where, locate_leaves, owned_leaves,
 };
@@ -29,7 +29,11 @@ pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration
 /// in `old`. A map they owned keys of, left owning only itself (`"."`) when
 /// another writer took its last key, is not a new field: owning the map
 /// removes none of its keys at the next apply.
-pub fn tool_ownership_grown(old: &Value, new: &Value) -> bool {
+pub fn tool_ownership_grown(
+    old: &Value,
+    new: &Value,
+    deadline: &Deadline,
+) -> Result<bool, Stopped> {
     // Most writes leave the tools' entries as they were: skip the leaf sets.
     fn tool_entries(o: &Value) -> Vec<Option<&Value>> {
         o.get("metadata")
@@ -42,16 +46,19 @@ pub fn tool_ownership_grown(old: &Value, new: &Value) -> bool {
             .collect()
     }
     if tool_entries(old) == tool_entries(new) {
-        return false;
+        return Ok(false);
     }
     let (before, after) = (
-        owned_leaves(old, &GITOPS_MANAGERS),
-        owned_leaves(new, &GITOPS_MANAGERS),
+        owned_leaves(old, &GITOPS_MANAGERS, deadline)?,
+        owned_leaves(new, &GITOPS_MANAGERS, deadline)?,
     );
-    after.iter().any(|leaf| {
-        checkpoint();
-        !before.contains(leaf) && !has_leaf_under(&before, leaf)
-    })
+    for leaf in &after {
+        deadline.checkpoint()?;
+        if !before.contains(leaf) && !has_leaf_under(&before, leaf) {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 /// The last-applied annotation's pointer, when this write changes what it
@@ -104,28 +111,38 @@ impl Owned {
         pointer: &str,
         (old, new): (&'a Value, &'a Value),
         (in_old, in_new): (&mut Locator<'a>, &mut Locator<'a>),
-    ) -> bool {
-        let mut changed = |owned: &str| match self.keyed.get(owned) {
-            None => true,
-            Some(keys) => {
-                in_old.leaf(keys, old).map(|(_, v)| v) != in_new.leaf(keys, new).map(|(_, v)| v)
+    ) -> Result<bool, Stopped> {
+        for owned in self.whole.overlapping(pointer) {
+            let changed = match self.keyed.get(owned) {
+                None => true,
+                Some(keys) => {
+                    in_old.leaf(keys, old)?.map(|(_, v)| v)
+                        != in_new.leaf(keys, new)?.map(|(_, v)| v)
+                }
+            };
+            if changed {
+                return Ok(true);
             }
-        };
-        self.whole.overlapping(pointer).any(&mut changed)
-            || self.presence.contains(pointer)
-            || self.presence.has_below(pointer)
+        }
+        Ok(self.presence.contains(pointer) || self.presence.has_below(pointer))
     }
 
     /// A managedFields leaf, located in `stored`.
-    fn insert_leaf<'a>(&mut self, stored: &'a Value, keys: &[String], locator: &mut Locator<'a>) {
-        let Some((path, _)) = locator.leaf(keys, stored) else {
-            return;
+    fn insert_leaf<'a>(
+        &mut self,
+        stored: &'a Value,
+        keys: &[String],
+        locator: &mut Locator<'a>,
+    ) -> Result<(), Stopped> {
+        let Some((path, _)) = locator.leaf(keys, stored)? else {
+            return Ok(());
         };
         let pointer = path.to_pointer();
         if keys.iter().any(|k| k.starts_with("k:")) {
             self.keyed.insert(pointer.clone(), keys.to_vec());
         }
         self.insert(stored, pointer);
+        Ok(())
     }
 
     fn insert(&mut self, stored: &Value, pointer: String) {
@@ -154,25 +171,34 @@ impl Owned {
 /// ([`ownership_taken`]); never an entry a client-chosen fieldManager writes.
 /// Without `record_counts` (an Argo CD Application under Server-Side Diff,
 /// which syncs by server-side apply) the annotation is not read.
-pub fn owned_pointers(stored: &Value, record_counts: bool) -> Owned {
+pub fn owned_pointers(
+    stored: &Value,
+    record_counts: bool,
+    deadline: &Deadline,
+) -> Result<Owned, Stopped> {
     let mut owned = Owned::default();
-    let mut locator = Locator::new();
+    let mut locator = Locator::new(deadline);
     let Some(applied) = last_applied(stored).filter(|_| record_counts) else {
-        for keys in &owned_leaves(stored, &GITOPS_MANAGERS) {
-            checkpoint();
-            owned.insert_leaf(stored, keys, &mut locator);
+        for keys in &owned_leaves(stored, &GITOPS_MANAGERS, deadline)? {
+            deadline.checkpoint()?;
+            owned.insert_leaf(stored, keys, &mut locator)?;
         }
-        return owned;
+        return Ok(owned);
     };
-    let applied_entries = leaves_where(stored, |e| {
-        GITOPS_MANAGERS.contains(&entry_text(e, "manager")) && entry_text(e, "operation") == "Apply"
-    });
+    let applied_entries = leaves_where(
+        stored,
+        |e| {
+            GITOPS_MANAGERS.contains(&entry_text(e, "manager"))
+                && entry_text(e, "operation") == "Apply"
+        },
+        deadline,
+    )?;
     for keys in &applied_entries {
-        checkpoint();
-        owned.insert_leaf(stored, keys, &mut locator);
+        deadline.checkpoint()?;
+        owned.insert_leaf(stored, keys, &mut locator)?;
     }
     let mut declared = Vec::new();
-    leaves(&applied, &mut String::new(), &mut declared);
+    leaves(&applied, &mut String::new(), &mut declared, deadline)?;
     // A list Git declares that the apiserver keeps whole (atomic: a
     // container's args, a Role's rules, a custom resource's lists) is one
     // value to Argo CD's client-side diff, which patches it whole: an entry
@@ -180,7 +206,8 @@ pub fn owned_pointers(stored: &Value, record_counts: bool) -> Owned {
     // leaf, in whichever entry holds it (Argo CD writes RBAC objects under
     // another manager than `argocd-controller`); a keyed list's entries stay
     // apart (what the apiserver defaulted in them is not Git's).
-    let atomic: Vec<String> = locate_leaves(&leaves_where(stored, |_| true), stored)
+    let every_leaf = leaves_where(stored, |_| true, deadline)?;
+    let atomic: Vec<String> = locate_leaves(&every_leaf, stored, deadline)?
         .iter()
         .map(Path::to_pointer)
         .filter(|p| stored.pointer(p).is_some_and(Value::is_array))
@@ -194,7 +221,7 @@ pub fn owned_pointers(stored: &Value, record_counts: bool) -> Owned {
     for p in declared.into_iter().chain(atomic) {
         owned.insert(stored, p);
     }
-    owned
+    Ok(owned)
 }
 
 fn last_applied(obj: &Value) -> Option<Value> {
@@ -213,76 +240,96 @@ fn last_applied(obj: &Value) -> Option<Value> {
 /// Growth only makes later writes stricter, and `kubectl apply` grows the
 /// last-applied annotation, so it is not drift. Without `record_counts` the
 /// annotation says nothing about ownership ([`owned_pointers`]).
-pub fn ownership_taken(old: &Value, new: &Value, record_counts: bool) -> Vec<String> {
+pub fn ownership_taken(
+    old: &Value,
+    new: &Value,
+    record_counts: bool,
+    deadline: &Deadline,
+) -> Result<Vec<String>, Stopped> {
     let mut out = Vec::new();
     let (before, after): (FieldSet, FieldSet) = (
-        owned_leaves(old, &GITOPS_MANAGERS),
-        owned_leaves(new, &GITOPS_MANAGERS),
+        owned_leaves(old, &GITOPS_MANAGERS, deadline)?,
+        owned_leaves(new, &GITOPS_MANAGERS, deadline)?,
     );
     // A field this write changes moves to its writer (the apiserver records
     // that) and is judged as that change; ownership moved without a change
     // is what would make a later change to the field look unowned.
-    let (mut in_old, mut in_new) = (Locator::new(), Locator::new());
-    if before.difference(&after).any(|keys| {
-        checkpoint();
-        in_old.leaf(keys, old).map(|(_, v)| v) == in_new.leaf(keys, new).map(|(_, v)| v)
-    }) {
-        out.push("/metadata/managedFields".to_owned());
+    let (mut in_old, mut in_new) = (Locator::new(deadline), Locator::new(deadline));
+    for keys in before.difference(&after) {
+        deadline.checkpoint()?;
+        if in_old.leaf(keys, old)?.map(|(_, v)| v) == in_new.leaf(keys, new)?.map(|(_, v)| v) {
+            out.push("/metadata/managedFields".to_owned());
+            break;
+        }
     }
     let applied = |o: &Value| {
         let mut leaves_out = Vec::new();
         if let Some(applied) = last_applied(o) {
-            leaves(&applied, &mut String::new(), &mut leaves_out);
+            leaves(&applied, &mut String::new(), &mut leaves_out, deadline)?;
         }
-        leaves_out
+        Ok(leaves_out)
     };
     if !record_counts {
-        return out;
+        return Ok(out);
     }
-    let after: HashSet<String> = applied(new).into_iter().collect();
+    let after: HashSet<String> = applied(new)?.into_iter().collect();
     // Adding the annotation where there was none switches ownership to it
     // (owned_pointers), which could shrink what the tool owns.
     let added = last_applied(old).is_none() && last_applied(new).is_some();
-    if added || applied(old).iter().any(|p| !after.contains(p)) {
+    if added || applied(old)?.iter().any(|p| !after.contains(p)) {
         out.push(format!("/metadata/annotations/{}", escape(LAST_APPLIED)));
     }
-    out
+    Ok(out)
 }
 
 /// Whether `new` leaves a field the GitOps tool owns in `old` to neither the
 /// tool nor a person's `kubectl*` manager (where the apiserver moves what a
 /// `kubectl` write changes): a field-manager of the writer's choosing, or none.
-pub fn ownership_handed_off(old: &Value, new: &Value) -> bool {
-    let kept = leaves_where(new, |e| {
-        let manager = entry_text(e, "manager");
-        GITOPS_MANAGERS.contains(&manager) || manager.starts_with("kubectl")
-    });
-    owned_leaves(old, &GITOPS_MANAGERS)
+pub fn ownership_handed_off(
+    old: &Value,
+    new: &Value,
+    deadline: &Deadline,
+) -> Result<bool, Stopped> {
+    let kept = leaves_where(
+        new,
+        |e| {
+            let manager = entry_text(e, "manager");
+            GITOPS_MANAGERS.contains(&manager) || manager.starts_with("kubectl")
+        },
+        deadline,
+    )?;
+    Ok(owned_leaves(old, &GITOPS_MANAGERS, deadline)?
         .iter()
-        .any(|keys| !kept.contains(keys))
+        .any(|keys| !kept.contains(keys)))
 }
 
-fn leaves(value: &Value, prefix: &mut String, out: &mut Vec<String>) {
-    checkpoint();
+fn leaves(
+    value: &Value,
+    prefix: &mut String,
+    out: &mut Vec<String>,
+    deadline: &Deadline,
+) -> Result<(), Stopped> {
+    deadline.checkpoint()?;
     let len = prefix.len();
     match value {
         Value::Object(map) if !map.is_empty() => {
             for (k, v) in map {
                 prefix.push('/');
                 prefix.push_str(&escape(k));
-                leaves(v, prefix, out);
+                leaves(v, prefix, out, deadline)?;
                 prefix.truncate(len);
             }
         }
         Value::Array(items) if !items.is_empty() => {
             for (i, v) in items.iter().enumerate() {
                 prefix.push_str(&format!("/{i}"));
-                leaves(v, prefix, out);
+                leaves(v, prefix, out, deadline)?;
                 prefix.truncate(len);
             }
         }
         _ => out.push(prefix.clone()),
     }
+    Ok(())
 }
 
 /// Splits drifted paths into those touching owned fields and the rest. A path
@@ -293,13 +340,22 @@ pub fn partition(
     owned: &Owned,
     always: &[String],
     (old, new): (&Value, &Value),
-) -> (Vec<String>, Vec<String>) {
+    deadline: &Deadline,
+) -> Result<(Vec<String>, Vec<String>), Stopped> {
     let always: HashSet<&str> = always.iter().map(String::as_str).collect();
-    let (mut in_old, mut in_new) = (Locator::new(), Locator::new());
-    paths.into_iter().partition(|p| {
-        checkpoint();
-        always.contains(p.as_str()) || owned.touches(p, (old, new), (&mut in_old, &mut in_new))
-    })
+    let (mut in_old, mut in_new) = (Locator::new(deadline), Locator::new(deadline));
+    let (mut drift, mut other) = (Vec::new(), Vec::new());
+    for p in paths {
+        deadline.checkpoint()?;
+        if always.contains(p.as_str())
+            || owned.touches(&p, (old, new), (&mut in_old, &mut in_new))?
+        {
+            drift.push(p);
+        } else {
+            other.push(p);
+        }
+    }
+    Ok((drift, other))
 }
 
 #[cfg(test)]
@@ -312,12 +368,12 @@ mod tests {
         };
         let old = fields(serde_json::json!({"f:data": {".": {}, "f:LOG_LEVEL": {}}}));
         let taken = fields(serde_json::json!({"f:data": {".": {}}}));
-        assert!(!super::tool_ownership_grown(&old, &taken));
+        assert!(!super::tool_ownership_grown(&old, &taken, &Deadline::none()).unwrap());
         let grown = fields(serde_json::json!({"f:data": {".": {}, "f:LOG_LEVEL": {}, "f:X": {}}}));
-        assert!(super::tool_ownership_grown(&old, &grown));
+        assert!(super::tool_ownership_grown(&old, &grown, &Deadline::none()).unwrap());
         let replicas = fields(serde_json::json!({"f:data": {".": {}, "f:LOG_LEVEL": {}},
                                                   "f:spec": {"f:replicas": {}}}));
-        assert!(super::tool_ownership_grown(&old, &replicas));
+        assert!(super::tool_ownership_grown(&old, &replicas, &Deadline::none()).unwrap());
     }
 
     use super::*;
@@ -340,14 +396,15 @@ mod tests {
             "spec": {"ports": [8080, 9], "size": 1,
                      "containers": [{"name": "app", "args": ["run", "--x"], "imagePullPolicy": "Always"}]}
         });
-        let owned = owned_pointers(&stored, true);
+        let owned = owned_pointers(&stored, true, &Deadline::none()).unwrap();
         let paths = vec![
             "/spec/ports/1".to_owned(),
             "/spec/containers/0/args/1".to_owned(),
             "/spec/containers/0/imagePullPolicy".to_owned(),
             "/spec/size".to_owned(),
         ];
-        let (drift, other) = partition(paths, &owned, &[], (&stored, &stored));
+        let (drift, other) =
+            partition(paths, &owned, &[], (&stored, &stored), &Deadline::none()).unwrap();
         assert_eq!(drift, vec!["/spec/ports/1", "/spec/containers/0/args/1"]);
         assert_eq!(
             other,
@@ -368,7 +425,7 @@ mod tests {
             },
             "spec": {"paused": false, "minReadySeconds": 5, "template": {"spec": {"containers": [{"name": "app", "image": "a:1"}]}}}
         });
-        let owned = owned_pointers(&stored, true);
+        let owned = owned_pointers(&stored, true, &Deadline::none()).unwrap();
         assert!(
             owned
                 .whole
@@ -384,7 +441,8 @@ mod tests {
         ];
         let mut edited = stored.clone();
         edited["spec"]["template"]["spec"]["containers"][0]["image"] = json!("a:2");
-        let (drift, other) = partition(paths, &owned, &[], (&stored, &edited));
+        let (drift, other) =
+            partition(paths, &owned, &[], (&stored, &edited), &Deadline::none()).unwrap();
         assert_eq!(
             drift,
             vec![
@@ -411,14 +469,15 @@ mod tests {
             "spec": {"selector": {"matchLabels": {"app": "web"}},
                      "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"partition": 0}}}
         });
-        let owned = owned_pointers(&stored, true);
+        let owned = owned_pointers(&stored, true, &Deadline::none()).unwrap();
         let paths = vec![
             "/spec/updateStrategy/rollingUpdate/partition".to_owned(),
             "/spec/selector/matchLabels/app".to_owned(),
             "/spec/updateStrategy".to_owned(),
             "/spec".to_owned(),
         ];
-        let (drift, other) = partition(paths, &owned, &[], (&stored, &stored));
+        let (drift, other) =
+            partition(paths, &owned, &[], (&stored, &stored), &Deadline::none()).unwrap();
         assert_eq!(
             drift,
             vec![
@@ -432,13 +491,15 @@ mod tests {
         // A kind whose schema driftguard does not know: owned whole.
         let mut widget = stored.clone();
         widget["apiVersion"] = json!("example.com/v1");
-        let owned = owned_pointers(&widget, true);
+        let owned = owned_pointers(&widget, true, &Deadline::none()).unwrap();
         let (drift, _) = partition(
             vec!["/spec/updateStrategy/rollingUpdate/partition".to_owned()],
             &owned,
             &[],
             (&widget, &widget),
-        );
+            &Deadline::none(),
+        )
+        .unwrap();
         assert_eq!(drift.len(), 1);
     }
 
@@ -456,14 +517,21 @@ mod tests {
                     "k:{\"containerPort\":8080,\"protocol\":\"TCP\"}": {".": {}, "f:containerPort": {}}}}}}]},
             "spec": {"ports": [port(8080)]}
         });
-        let owned = owned_pointers(&stored, false);
+        let owned = owned_pointers(&stored, false, &Deadline::none()).unwrap();
         let inserted = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": stored["metadata"],
             "spec": {"ports": [port(9), port(8080)]}});
         let paths = vec![
             "/spec/ports/0/containerPort".to_owned(),
             "/spec/ports/1".to_owned(),
         ];
-        let (drift, _) = partition(paths.clone(), &owned, &[], (&stored, &inserted));
+        let (drift, _) = partition(
+            paths.clone(),
+            &owned,
+            &[],
+            (&stored, &inserted),
+            &Deadline::none(),
+        )
+        .unwrap();
         assert!(drift.is_empty(), "{drift:?}");
         // The owned entry itself changed, wherever it went: drift.
         let replaced = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": stored["metadata"],
@@ -473,7 +541,9 @@ mod tests {
             &owned,
             &[],
             (&stored, &replaced),
-        );
+            &Deadline::none(),
+        )
+        .unwrap();
         assert_eq!(drift, vec!["/spec/ports/0/containerPort"]);
     }
 }

@@ -13,6 +13,7 @@ use super::{
     Change, Context, DecideError, Decision, Finding, Manager, OutOfScope, Request, Verdict,
     breakglass_state, compare,
 };
+use crate::deadline::Stopped;
 use crate::policy::Policy;
 use crate::policy::Target;
 use crate::policy::path::is_under;
@@ -45,7 +46,7 @@ pub(super) fn judge(
             req.sub_resource
         ));
     }
-    Ok(judge_change(policy, req, ctx, change, d))
+    Ok(judge_change(policy, req, ctx, change, d)?)
 }
 
 /// The steps for `change`, from the decision so far (`d`): also how a
@@ -56,7 +57,7 @@ pub(super) fn judge_change(
     ctx: &Context,
     change: Change,
     d: Decision,
-) -> Decision {
+) -> Result<Decision, Stopped> {
     let object = match change {
         Change::Create { new } => {
             let listers = steps::planned_by(policy, ctx, req, new);
@@ -71,11 +72,11 @@ pub(super) fn judge_change(
                     let finding = Finding::CreatePlanned(by.to_string());
                     let planned = refused_unless_exempt(policy, ctx, req, planned, finding, "");
                     if planned.verdict == Verdict::Deny {
-                        return planned;
+                        return Ok(planned);
                     }
                     judged.push(planned);
                 }
-                return strictest(run(policy, req, ctx, change, new, d), judged);
+                return Ok(strictest(run(policy, req, ctx, change, new, d)?, judged));
             }
             new
         }
@@ -84,7 +85,7 @@ pub(super) fn judge_change(
             Some(parent) => parent,
             None => {
                 let changed = scale_replicas(old) != scale_replicas(new);
-                return scale_blind(policy, ctx, req, d, changed);
+                return Ok(scale_blind(policy, ctx, req, d, changed));
             }
         },
     };
@@ -101,22 +102,25 @@ fn run(
     change: Change,
     object: &Value,
     mut d: Decision,
-) -> Decision {
+) -> Result<Decision, Stopped> {
     let stored = Inputs::read(object, policy);
     let ctx = &steps::installation(policy, ctx, &stored, &mut d.notes);
     let owners = match steps::owners(policy, ctx, req, &stored) {
         Ok(owners) => owners,
-        Err(why) => return d.out_of_scope(why),
+        Err(why) => return Ok(d.out_of_scope(why)),
     };
     if !matches!(change, Change::Create { .. }) {
         set_mode(steps::mode(policy, req.namespace, Some(&stored)), &mut d);
     }
     let judge = |owner: &Owner, d| judge_as(policy, req, ctx, (change, object), &stored, owner, d);
     let Some((last, others)) = owners.split_last() else {
-        return d.out_of_scope(OutOfScope::NotManaged);
+        return Ok(d.out_of_scope(OutOfScope::NotManaged));
     };
-    let others: Vec<Decision> = others.iter().map(|o| judge(o, d.clone())).collect();
-    strictest(judge(last, d), others)
+    let others: Vec<Decision> = others
+        .iter()
+        .map(|o| judge(o, d.clone()))
+        .collect::<Result<_, _>>()?;
+    Ok(strictest(judge(last, d)?, others))
 }
 
 /// Of the decisions of every tool that claims the object (`others`, then
@@ -159,10 +163,10 @@ fn judge_as(
     stored: &Inputs,
     owner: &Owner,
     mut d: Decision,
-) -> Decision {
+) -> Result<Decision, Stopped> {
     steps::set_owner(policy, ctx, &mut d, owner);
     if steps::identity_allows(policy, ctx, req, &mut d) {
-        return d;
+        return Ok(d);
     }
     // Read only now: most writes are a controller's, allowed above.
     let incoming = match change {
@@ -170,9 +174,9 @@ fn judge_as(
         _ => None,
     };
     if let (Change::Update { old, new }, Some(incoming)) = (change, &incoming)
-        && steps::ends_break_glass(policy, ctx, req, (old, new), (stored, incoming), &mut d)
+        && steps::ends_break_glass(policy, ctx, req, (old, new), (stored, incoming), &mut d)?
     {
-        return d;
+        return Ok(d);
     }
     // Break-glass is carried by the new object (the stored one for a DELETE
     // and a scale write), and changed against the stored one.
@@ -185,7 +189,7 @@ fn judge_as(
         (stored, carrier),
         owner,
         &mut d,
-    );
+    )?;
     let previous = matches!(change, Change::Update { .. } | Change::Scale { .. }).then_some(stored);
     let (user, groups) = (req.username, req.groups);
     let bg = breakglass_state::evaluate(carrier, previous, user, groups, policy, ctx.now);
@@ -201,7 +205,7 @@ fn judge_as(
     if !matches!(change, Change::Scale { .. }) {
         steps::note_argocd_server(req, &mut d);
     }
-    d
+    Ok(d)
 }
 
 fn set_mode(choice: ModeChoice, d: &mut Decision) {
@@ -224,7 +228,7 @@ fn what_changed(
     read: (&Inputs, &Inputs),
     owner: &Owner,
     d: &mut Decision,
-) {
+) -> Result<(), Stopped> {
     let whole = |d: &mut Decision, finding| {
         d.finding = finding;
         d.drifted_paths = vec![String::new()];
@@ -238,13 +242,14 @@ fn what_changed(
             whole(d, Finding::DeleteDestination);
         }
         Change::Delete { .. } => whole(d, Finding::DeleteByHand),
-        Change::Update { old, new } => updated(policy, ctx, req, (old, new), read, true, d),
+        Change::Update { old, new } => updated(policy, ctx, req, (old, new), read, true, d)?,
         Change::Scale { old, new } => {
             let parent = |scale| with_replicas(object, scale_replicas(scale));
             let (old, new) = (parent(old), parent(new));
-            updated(policy, ctx, req, (&old, &new), read, false, d);
+            updated(policy, ctx, req, (&old, &new), read, false, d)?;
         }
     }
+    Ok(())
 }
 
 /// An update's drifted paths under the rules, then `precision`. With
@@ -259,8 +264,8 @@ fn updated(
     read: (&Inputs, &Inputs),
     written_here: bool,
     d: &mut Decision,
-) {
-    let (paths, mut always) = compare::diff(policy, ctx, req, (old, new), read, d);
+) -> Result<(), Stopped> {
+    let (paths, mut always) = compare::diff(policy, ctx, req, (old, new), read, d)?;
     d.inputs_changed.clone_from(&always);
     d.finding = if paths.is_empty() {
         Finding::NoDrift
@@ -271,7 +276,7 @@ fn updated(
     if written_here {
         always.extend(d.kubectl_written.iter().cloned());
     }
-    compare::apply_precision(policy, ctx, (old, new), &always, d);
+    compare::apply_precision(policy, ctx, (old, new), &always, d)
 }
 
 /// A write that changes what later writes are judged by, whatever else it

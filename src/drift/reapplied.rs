@@ -18,7 +18,7 @@
 use serde_json::Value;
 
 use super::{atomic_maps, normalize};
-use crate::deadline::checkpoint;
+use crate::deadline::{Deadline, Stopped};
 use crate::policy::IgnoreRule;
 use crate::policy::ignore::{
     FieldSet, Locator, entry_text, has_leaf_under, leaves_where, locate_leaves,
@@ -36,13 +36,13 @@ fn is_applied(entry: &Value) -> bool {
 }
 
 /// FieldsV1 leaves kustomize-controller owns in `obj` by applying it.
-pub fn applied_leaves(obj: &Value) -> FieldSet {
-    leaves_where(obj, is_applied)
+pub fn applied_leaves(obj: &Value, deadline: &Deadline) -> Result<FieldSet, Stopped> {
+    leaves_where(obj, is_applied, deadline)
 }
 
 /// FieldsV1 leaves every other managedFields entry of `obj` owns.
-fn other_leaves(obj: &Value) -> FieldSet {
-    leaves_where(obj, |e| !is_applied(e))
+fn other_leaves(obj: &Value, deadline: &Deadline) -> Result<FieldSet, Stopped> {
+    leaves_where(obj, |e| !is_applied(e), deadline)
 }
 
 /// Pointers of the fields kustomize-controller owns in `old` that this write
@@ -54,52 +54,57 @@ pub fn hidden_reverts(
     new: &Value,
     shown: &[String],
     flux_rules: &[&IgnoreRule],
-) -> Vec<String> {
-    let owned = applied_leaves(old);
+    deadline: &Deadline,
+) -> Result<Vec<String>, Stopped> {
+    let owned = applied_leaves(old, deadline)?;
     let shown: PointerSet = shown.iter().map(String::as_str).collect();
-    let (mut in_old, mut in_new) = (Locator::new(), Locator::new());
+    let (mut in_old, mut in_new) = (Locator::new(deadline), Locator::new(deadline));
     // Raw values first: most writes change no owned field that a rule hides,
     // and only those that do are normalized again.
-    let candidates: Vec<(&Vec<String>, String)> = owned
-        .iter()
-        .filter_map(|keys| {
-            checkpoint();
-            let (before, after) = (in_old.leaf(keys, old), in_new.leaf(keys, new));
-            if before.as_ref().map(|(_, v)| v) == after.as_ref().map(|(_, v)| v) {
-                return None;
-            }
-            let pointer = before.or(after)?.0.to_pointer();
-            (!shown.overlaps(&pointer)).then_some((keys, pointer))
-        })
-        .collect();
+    let mut candidates: Vec<(&Vec<String>, String)> = Vec::new();
+    for keys in &owned {
+        deadline.checkpoint()?;
+        let (before, after) = (in_old.leaf(keys, old)?, in_new.leaf(keys, new)?);
+        if before.as_ref().map(|(_, v)| v) == after.as_ref().map(|(_, v)| v) {
+            continue;
+        }
+        let Some((path, _)) = before.or(after) else {
+            continue;
+        };
+        let pointer = path.to_pointer();
+        if !shown.overlaps(&pointer) {
+            candidates.push((keys, pointer));
+        }
+    }
     if candidates.is_empty() {
-        return Vec::new();
+        return Ok(Vec::new());
     }
     // As Flux compares them: without its own ignored paths, empties as absent.
-    let (old_f, new_f) = normalize::normalize_pair(old, new, flux_rules, &mut Vec::new());
-    let others = other_leaves(old);
-    let (mut in_old, mut in_new) = (Locator::new(), Locator::new());
+    let (old_f, new_f) =
+        normalize::normalize_pair(old, new, flux_rules, &mut Vec::new(), deadline)?;
+    let others = other_leaves(old, deadline)?;
+    let (mut in_old, mut in_new) = (Locator::new(deadline), Locator::new(deadline));
     let (api_version, kind) = (
         old["apiVersion"].as_str().unwrap_or_default(),
         old["kind"].as_str().unwrap_or_default(),
     );
-    candidates
-        .into_iter()
-        .filter(|(keys, pointer)| {
-            checkpoint();
-            // Empty in the stored object: Git left it empty (or Flux keeps it).
-            let Some((_, stored)) = in_old.leaf(keys, &old_f) else {
-                return false;
-            };
-            // A map owned as one leaf that the schema keeps key by key was
-            // applied empty (`updateStrategy: {}`): Flux resets nothing in it.
-            let left_empty = normalize::is_empty(stored)
-                || ((stored.is_object() || stored.is_array()) && has_leaf_under(&others, keys))
-                || (stored.is_object() && atomic_maps::is_granular(api_version, kind, pointer));
-            !left_empty && Some(stored) != in_new.leaf(keys, &new_f).map(|(_, v)| v)
-        })
-        .map(|(_, pointer)| pointer)
-        .collect()
+    let mut out = Vec::new();
+    for (keys, pointer) in candidates {
+        deadline.checkpoint()?;
+        // Empty in the stored object: Git left it empty (or Flux keeps it).
+        let Some((_, stored)) = in_old.leaf(keys, &old_f)? else {
+            continue;
+        };
+        // A map owned as one leaf that the schema keeps key by key was
+        // applied empty (`updateStrategy: {}`): Flux resets nothing in it.
+        let left_empty = normalize::is_empty(stored)
+            || ((stored.is_object() || stored.is_array()) && has_leaf_under(&others, keys))
+            || (stored.is_object() && atomic_maps::is_granular(api_version, kind, &pointer));
+        if !left_empty && Some(stored) != in_new.leaf(keys, &new_f)?.map(|(_, v)| v) {
+            out.push(pointer);
+        }
+    }
+    Ok(out)
 }
 
 /// Whether this write rewrites managedFields in a way [`hidden_reverts`]
@@ -109,9 +114,12 @@ pub fn hidden_reverts(
 /// field a write changes moves to its writer (the apiserver records that) and
 /// is judged as that change; ownership moved without a change would make a
 /// later change to the field look like one Flux keeps.
-pub fn ownership_rewritten(old: &Value, new: &Value) -> bool {
-    let (applied, applied_new) = (applied_leaves(old), applied_leaves(new));
-    let (others, others_new) = (other_leaves(old), other_leaves(new));
+pub fn ownership_rewritten(old: &Value, new: &Value, deadline: &Deadline) -> Result<bool, Stopped> {
+    let (applied, applied_new) = (
+        applied_leaves(old, deadline)?,
+        applied_leaves(new, deadline)?,
+    );
+    let (others, others_new) = (other_leaves(old, deadline)?, other_leaves(new, deadline)?);
     let dropped = applied.difference(&applied_new);
     // Given inside one of kustomize-controller's leaves: one of its
     // prefixes is such a leaf.
@@ -120,14 +128,18 @@ pub fn ownership_rewritten(old: &Value, new: &Value) -> bool {
         .filter(|k| (1..k.len()).any(|n| applied.contains(&k[..n])));
     let moved: Vec<&Vec<String>> = dropped.chain(gained).collect();
     if moved.is_empty() {
-        return false;
+        return Ok(false);
     }
-    let (old_n, new_n) = normalize::normalize_pair(old, new, &[], &mut Vec::new());
-    let (mut in_old, mut in_new) = (Locator::new(), Locator::new());
-    moved.iter().any(|keys| {
-        checkpoint();
-        in_old.leaf(keys, &old_n).map(|(_, v)| v) == in_new.leaf(keys, &new_n).map(|(_, v)| v)
-    })
+    let (old_n, new_n) = normalize::normalize_pair(old, new, &[], &mut Vec::new(), deadline)?;
+    let (mut in_old, mut in_new) = (Locator::new(deadline), Locator::new(deadline));
+    for keys in moved {
+        deadline.checkpoint()?;
+        if in_old.leaf(keys, &old_n)?.map(|(_, v)| v) == in_new.leaf(keys, &new_n)?.map(|(_, v)| v)
+        {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 /// Managers whose fields kustomize-controller takes over before each apply
@@ -154,23 +166,27 @@ pub fn cleaned_up(
     new: &Value,
     shown: &[String],
     flux_rules: &[&IgnoreRule],
-) -> Vec<String> {
-    let kubectl_owned: PointerSet = locate_leaves(&leaves_where(new, is_cleaned_up), new)
+    deadline: &Deadline,
+) -> Result<Vec<String>, Stopped> {
+    let leaves = leaves_where(new, is_cleaned_up, deadline)?;
+    let kubectl_owned: PointerSet = locate_leaves(&leaves, new, deadline)?
         .iter()
         .map(|p| p.to_pointer())
         .collect();
     if kubectl_owned.is_empty() {
-        return Vec::new();
+        return Ok(Vec::new());
     }
     let shown: PointerSet = shown.iter().map(String::as_str).collect();
-    let (old_f, new_f) = normalize::normalize_pair(old, new, flux_rules, &mut Vec::new());
-    normalize::drifted_paths(&old_f, &new_f)
-        .into_iter()
-        .filter(|p| {
-            checkpoint();
-            !p.starts_with(MANAGED_FIELDS) && !shown.overlaps(p) && kubectl_owned.overlaps(p)
-        })
-        .collect()
+    let (old_f, new_f) =
+        normalize::normalize_pair(old, new, flux_rules, &mut Vec::new(), deadline)?;
+    let mut out = Vec::new();
+    for p in normalize::drifted_paths(&old_f, &new_f, deadline)? {
+        deadline.checkpoint()?;
+        if !p.starts_with(MANAGED_FIELDS) && !shown.overlaps(&p) && kubectl_owned.overlaps(&p) {
+            out.push(p);
+        }
+    }
+    Ok(out)
 }
 
 const MANAGED_FIELDS: &str = "/metadata/managedFields";
@@ -207,13 +223,20 @@ mod tests {
     #[test]
     fn an_owned_change_not_shown_is_reverted() {
         let (old, new) = (deployment(2, "web:1"), deployment(5, "web:1"));
-        assert_eq!(hidden_reverts(&old, &new, &[], &[]), ["/spec/replicas"]);
+        assert_eq!(
+            hidden_reverts(&old, &new, &[], &[], &Deadline::none()).unwrap(),
+            ["/spec/replicas"]
+        );
         // Already a drifted path (no rule hid it): nothing to add.
         let shown = ["/spec/replicas".to_owned()];
-        assert!(hidden_reverts(&old, &new, &shown, &[]).is_empty());
+        assert!(
+            hidden_reverts(&old, &new, &shown, &[], &Deadline::none())
+                .unwrap()
+                .is_empty()
+        );
         let image = deployment(2, "web:2");
         assert_eq!(
-            hidden_reverts(&old, &image, &[], &[]),
+            hidden_reverts(&old, &image, &[], &[], &Deadline::none()).unwrap(),
             ["/spec/template/spec/containers/0/image"]
         );
     }
@@ -225,12 +248,20 @@ mod tests {
         new["spec"]["paused"] = json!(true);
         new["spec"]["template"]["spec"]["containers"][0]["env"] =
             json!([{"name": "A", "value": "1"}]);
-        assert!(hidden_reverts(&old, &new, &[], &[]).is_empty());
+        assert!(
+            hidden_reverts(&old, &new, &[], &[], &Deadline::none())
+                .unwrap()
+                .is_empty()
+        );
         // Owned by kustomize-controller through Update (before SSA): not re-applied.
         let mut update = deployment(2, "web:1");
         update["metadata"]["managedFields"][0]["operation"] = json!("Update");
         let scaled = with_replicas(&update, 5);
-        assert!(hidden_reverts(&update, &scaled, &[], &[]).is_empty());
+        assert!(
+            hidden_reverts(&update, &scaled, &[], &[], &Deadline::none())
+                .unwrap()
+                .is_empty()
+        );
     }
 
     #[test]
@@ -243,7 +274,11 @@ mod tests {
         )
         .unwrap();
         let (old, new) = (deployment(2, "web:1"), deployment(5, "web:1"));
-        assert!(hidden_reverts(&old, &new, &[], &[&rule]).is_empty());
+        assert!(
+            hidden_reverts(&old, &new, &[], &[&rule], &Deadline::none())
+                .unwrap()
+                .is_empty()
+        );
     }
 
     /// `web`'s container as Git wrote it: `resources: {}` (a struct left
@@ -272,17 +307,25 @@ mod tests {
         // `kubectl set resources` on `resources: {}`, first and second time.
         let git = with_container(json!({}), json!(["serve"]), json!({}));
         let set = with_container(limits.clone(), json!(["serve"]), owns_limits.clone());
-        assert!(hidden_reverts(&git, &set, &[], &[]).is_empty());
+        assert!(
+            hidden_reverts(&git, &set, &[], &[], &Deadline::none())
+                .unwrap()
+                .is_empty()
+        );
         let again = with_container(
             json!({"limits": {"cpu": "2"}}),
             json!(["serve"]),
             owns_limits.clone(),
         );
-        assert!(hidden_reverts(&set, &again, &[], &[]).is_empty());
+        assert!(
+            hidden_reverts(&set, &again, &[], &[], &Deadline::none())
+                .unwrap()
+                .is_empty()
+        );
         // An atomic list is Git's whole value.
         let command = with_container(json!({}), json!(["debug"]), json!({}));
         assert_eq!(
-            hidden_reverts(&git, &command, &[], &[]),
+            hidden_reverts(&git, &command, &[], &[], &Deadline::none()).unwrap(),
             ["/spec/template/spec/containers/0/command"]
         );
         // A manual write claiming for another manager what is inside the atomic
@@ -293,9 +336,9 @@ mod tests {
             json!({"f:spec": {"f:template": {"f:spec": {
             "f:containers": {"k:{\"name\":\"web\"}": {"f:command": {"v:\"serve\"": {}}}}}}}}),
         );
-        assert!(ownership_rewritten(&git, &forged));
+        assert!(ownership_rewritten(&git, &forged, &Deadline::none()).unwrap());
         // The apiserver recording `kubectl set resources` is not a rewrite.
-        assert!(!ownership_rewritten(&git, &set));
+        assert!(!ownership_rewritten(&git, &set, &Deadline::none()).unwrap());
     }
 
     fn with_replicas(obj: &Value, replicas: i64) -> Value {
@@ -332,20 +375,29 @@ mod tests {
         ] {
             let new = annotated_by(&old, manager, None);
             assert_eq!(
-                cleaned_up(&old, &new, &[], &[]),
+                cleaned_up(&old, &new, &[], &[], &Deadline::none()).unwrap(),
                 ["/metadata/annotations"],
                 "{manager}"
             );
             // Already shown as drift: nothing to add.
             let shown = ["/metadata/annotations".to_owned()];
-            assert!(cleaned_up(&old, &new, &shown, &[]).is_empty());
+            assert!(
+                cleaned_up(&old, &new, &shown, &[], &Deadline::none())
+                    .unwrap()
+                    .is_empty()
+            );
         }
         for (manager, sub) in [
             ("mesh-injector", None),
             ("kubectl-annotate", Some("status")),
         ] {
             let new = annotated_by(&old, manager, sub);
-            assert!(cleaned_up(&old, &new, &[], &[]).is_empty(), "{manager}");
+            assert!(
+                cleaned_up(&old, &new, &[], &[], &Deadline::none())
+                    .unwrap()
+                    .is_empty(),
+                "{manager}"
+            );
         }
     }
 
@@ -357,7 +409,7 @@ mod tests {
             .as_array_mut()
             .unwrap()
             .remove(0);
-        assert!(ownership_rewritten(&old, &disowned));
+        assert!(ownership_rewritten(&old, &disowned, &Deadline::none()).unwrap());
         // The apiserver moving a changed field to its writer is not a drop.
         let mut scaled = with_replicas(&old, 5);
         scaled["metadata"]["managedFields"][0]["fieldsV1"]["f:spec"]
@@ -369,9 +421,9 @@ mod tests {
             .unwrap()
             .push(json!({"manager": "kubectl", "operation": "Update", "apiVersion": "apps/v1",
                          "fieldsType": "FieldsV1", "subresource": "scale", "fieldsV1": {"f:spec": {"f:replicas": {}}}}));
-        assert!(!ownership_rewritten(&old, &scaled));
+        assert!(!ownership_rewritten(&old, &scaled, &Deadline::none()).unwrap());
         // Growing it is not a drop either.
-        assert!(!ownership_rewritten(&disowned, &old));
-        assert!(!ownership_rewritten(&old, &old));
+        assert!(!ownership_rewritten(&disowned, &old, &Deadline::none()).unwrap());
+        assert!(!ownership_rewritten(&old, &old, &Deadline::none()).unwrap());
     }
 }

@@ -15,6 +15,7 @@ use super::ownership::{self, Manager};
 use super::{
     Context, Decision, Finding, Installation, Operation, OutOfScope, Request, Sources, Verdict,
 };
+use crate::deadline::Stopped;
 use crate::policy::pattern::PatternSet;
 use crate::policy::{Application, Mode, Policy, UnknownParent};
 
@@ -387,25 +388,25 @@ pub(super) fn ends_break_glass(
     (old, new): (&Value, &Value),
     (stored, incoming): (&Inputs, &Inputs),
     d: &mut Decision,
-) -> bool {
+) -> Result<bool, Stopped> {
     let may_end = policy
         .break_glass
         .allowed
         .contains(req.username, req.groups);
     let Some(trimmed) = breakglass_state::candidate(old, new, stored, may_end, policy, ctx.now)
     else {
-        return false;
+        return Ok(false);
     };
     let Some(manager) = d.manager.as_ref() else {
-        return false;
+        return Ok(false);
     };
     // Removing the marker must not leave a Flux opt-out that takes the object out of scope.
     if ownership::opted_out(incoming, manager).is_some() {
-        return false;
+        return Ok(false);
     }
     let source = ctx.sources.and_then(|s| s.flux_source(manager));
     if source.is_some_and(|s| !s.selector_changes(old, new).is_empty()) {
-        return false;
+        return Ok(false);
     }
     let trimmed_read = Inputs::read(&trimmed, policy);
     let mut probe = d.clone();
@@ -416,13 +417,13 @@ pub(super) fn ends_break_glass(
         (&trimmed, new),
         (&trimmed_read, incoming),
         &mut probe,
-    );
+    )?;
     if !paths.is_empty() {
-        return false;
+        return Ok(false);
     }
     *d = probe;
     d.finding = Finding::BreakGlassEnded;
-    true
+    Ok(true)
 }
 
 /// Records break-glass in `d`. A valid one grants a write only if it leaves

@@ -10,7 +10,7 @@
 use serde_json::Value;
 
 use super::normalize::{self, BOOKKEEPING_ANNOTATIONS, SERVER_METADATA, Token};
-use crate::deadline::checkpoint;
+use crate::deadline::{Deadline, Stopped};
 use crate::policy::path::{self, Path, Segment};
 
 /// A member of the view: an original value, or a map the view filtered.
@@ -89,43 +89,53 @@ fn contains(node: &Node, path: &[Segment]) -> bool {
 
 /// [`normalize::drifted_paths`] of the two copies, read off the views; `None`
 /// where the views' shapes part (they never do for the same locations).
-fn drifted_paths(old: &Node, new: &Node) -> Option<Vec<String>> {
+fn drifted_paths(
+    old: &Node,
+    new: &Node,
+    deadline: &Deadline,
+) -> Result<Option<Vec<String>>, Stopped> {
     let mut out = Vec::new();
-    diff_into(old, new, &mut Vec::new(), &mut out)?;
-    Some(out)
+    let walked = diff_into(old, new, &mut Vec::new(), &mut out, deadline)?;
+    Ok(walked.then_some(out))
 }
 
+/// Whether the views' shapes matched all the way (else `out` is partial).
 fn diff_into<'a>(
     old: &Node<'a>,
     new: &Node<'a>,
     at: &mut Vec<Token<'a>>,
     out: &mut Vec<String>,
-) -> Option<()> {
+    deadline: &Deadline,
+) -> Result<bool, Stopped> {
     match (old, new) {
         (Node::Value(a), Node::Value(b)) => {
-            normalize::diff_into(a, b, at, out);
-            Some(())
+            normalize::diff_into(a, b, at, out, deadline)?;
+            Ok(true)
         }
         // As `normalize::diff_into` walks two objects.
         (Node::Map(a), Node::Map(b)) => {
-            checkpoint();
+            deadline.checkpoint()?;
             for (key, after) in b {
                 at.push(Token::Key(key));
                 match member(a, key) {
-                    Some(before) => diff_into(before, after, at, out)?,
+                    Some(before) => {
+                        if !diff_into(before, after, at, out, deadline)? {
+                            return Ok(false);
+                        }
+                    }
                     None => out.push(normalize::pointer(at)),
                 }
                 at.pop();
             }
             for (key, _) in a.iter().filter(|(k, _)| member(b, k).is_none()) {
-                checkpoint();
+                deadline.checkpoint()?;
                 at.push(Token::Key(key));
                 out.push(normalize::pointer(at));
                 at.pop();
             }
-            Some(())
+            Ok(true)
         }
-        _ => None,
+        _ => Ok(false),
     }
 }
 
@@ -137,6 +147,10 @@ fn removed(view: &Node, mut paths: Vec<Path>) -> Vec<Path> {
     paths
 }
 
+/// The drifted paths read off the views, or the paths each object's rules
+/// name, for copies.
+pub(super) type ReadOff = Result<Vec<String>, (Vec<Path>, Vec<Path>)>;
+
 /// The drifted paths of `normalize::normalize_pair`'s two copies, when
 /// they follow from the views alone: the rules' paths in each object
 /// (`old_paths`, `new_paths`) remove nothing from either, or remove the same paths from both
@@ -146,19 +160,21 @@ fn removed(view: &Node, mut paths: Vec<Path>) -> Vec<Path> {
 /// paths each object names, for the copies. The property test below does
 /// not fail without the same-paths condition; it is kept because the
 /// argument above needs it.
+/// `Err` only when the decision must stop.
 pub(super) fn without_copies(
     (old, new): (&Value, &Value),
     (old_paths, new_paths): (Vec<Path>, Vec<Path>),
-) -> Result<Vec<String>, (Vec<Path>, Vec<Path>)> {
+    deadline: &Deadline,
+) -> Result<ReadOff, Stopped> {
     let (Some(old_view), Some(new_view)) = (of(old), of(new)) else {
-        return Err((old_paths, new_paths));
+        return Ok(Err((old_paths, new_paths)));
     };
     let (old_removed, new_removed) = (removed(&old_view, old_paths), removed(&new_view, new_paths));
-    let Some(drifted) = drifted_paths(&old_view, &new_view) else {
-        return Err((old_removed, new_removed));
+    let Some(drifted) = drifted_paths(&old_view, &new_view, deadline)? else {
+        return Ok(Err((old_removed, new_removed)));
     };
     if old_removed.is_empty() && new_removed.is_empty() {
-        return Ok(drifted);
+        return Ok(Ok(drifted));
     }
     if old_removed == new_removed {
         let pointers: Vec<String> = old_removed.iter().map(Path::to_pointer).collect();
@@ -166,10 +182,10 @@ pub(super) fn without_copies(
             .iter()
             .all(|d| pointers.iter().any(|p| path::is_under(d, p)))
         {
-            return Ok(Vec::new());
+            return Ok(Ok(Vec::new()));
         }
     }
-    Err((old_removed, new_removed))
+    Ok(Err((old_removed, new_removed)))
 }
 
 #[cfg(test)]
@@ -180,6 +196,7 @@ mod tests {
     use serde_json::{Value, json};
 
     use super::super::normalize::{drifted_paths, drifted_paths_under, normalize_pair};
+    use crate::deadline::Deadline;
     use crate::policy::IgnoreRule;
     use crate::policy::schema::IgnoreDifference;
 
@@ -368,8 +385,9 @@ mod tests {
     }
 
     fn by_copy(old: &Value, new: &Value, rules: &[&IgnoreRule]) -> Vec<String> {
-        let (old_n, new_n) = normalize_pair(old, new, rules, &mut Vec::new());
-        drifted_paths(&old_n, &new_n)
+        let none = Deadline::none();
+        let (old_n, new_n) = normalize_pair(old, new, rules, &mut Vec::new(), &none).unwrap();
+        drifted_paths(&old_n, &new_n, &none).unwrap()
     }
 
     proptest! {
@@ -378,7 +396,7 @@ mod tests {
         fn the_view_finds_what_the_copies_find((old, new, rules) in case()) {
             let rules: Vec<&IgnoreRule> = rules.iter().collect();
             prop_assert_eq!(
-                drifted_paths_under(&old, &new, &rules, &mut Vec::new()),
+                drifted_paths_under(&old, &new, &rules, &mut Vec::new(), &Deadline::none()).unwrap(),
                 by_copy(&old, &new, &rules)
             );
         }
@@ -395,16 +413,19 @@ mod tests {
             let rules: Vec<&IgnoreRule> = rules.iter().collect();
             let (mut o, mut n) = (Vec::new(), Vec::new());
             for rule in &rules {
-                let (a, b) = rule.paths_pair(
-                    &crate::policy::jq::JqInput::new(&old),
-                    &crate::policy::jq::JqInput::new(&new),
-                    Some((&old, &new)),
-                    &mut Vec::new(),
-                );
+                let (a, b) = rule
+                    .paths_pair(
+                        &crate::policy::jq::JqInput::new(&old),
+                        &crate::policy::jq::JqInput::new(&new),
+                        Some((&old, &new)),
+                        &mut Vec::new(),
+                        &Deadline::none(),
+                    )
+                    .unwrap();
                 o.extend(a);
                 n.extend(b);
             }
-            match super::without_copies((&old, &new), (o, n)) {
+            match super::without_copies((&old, &new), (o, n), &Deadline::none()).unwrap() {
                 // The rules hid every difference there was.
                 Ok(paths) if paths.is_empty() && !by_copy(&old, &new, &[]).is_empty() => {
                     all_ignored += 1
@@ -438,13 +459,19 @@ mod tests {
             "t".into(),
         )
         .unwrap();
-        let paths = rule.paths_pair(
-            &crate::policy::jq::JqInput::new(old),
-            &crate::policy::jq::JqInput::new(new),
-            None,
-            &mut Vec::new(),
-        );
+        let paths = rule
+            .paths_pair(
+                &crate::policy::jq::JqInput::new(old),
+                &crate::policy::jq::JqInput::new(new),
+                None,
+                &mut Vec::new(),
+                &Deadline::none(),
+            )
+            .unwrap();
         assert_ne!(old, new);
-        assert_eq!(super::without_copies((old, new), paths), Ok(Vec::new()));
+        assert_eq!(
+            super::without_copies((old, new), paths, &Deadline::none()),
+            Ok(Ok(Vec::new()))
+        );
     }
 }

@@ -9,7 +9,7 @@ pub use super::locator::Locator;
 use super::path::Path;
 use super::pattern::Pattern;
 use super::schema::IgnoreDifference;
-use crate::deadline::checkpoint;
+use crate::deadline::{Deadline, Stopped};
 
 /// What a rule is matched against: the object's group/kind and identity.
 #[derive(Clone, Copy, Debug)]
@@ -303,7 +303,8 @@ impl IgnoreRule {
         new: &JqInput,
         with_managed_fields: Option<(&Value, &Value)>,
         failures: &mut Vec<RuleFailure>,
-    ) -> (Vec<Path>, Vec<Path>) {
+        deadline: &Deadline,
+    ) -> Result<(Vec<Path>, Vec<Path>), Stopped> {
         let (mut old_paths, mut new_paths) = (self.pointers.clone(), self.pointers.clone());
         for jq in &self.jq {
             if jq.sees_no_change(old.value(), new.value()) {
@@ -311,7 +312,7 @@ impl IgnoreRule {
             }
             let mut error = None;
             for (input, out) in [(old, &mut old_paths), (new, &mut new_paths)] {
-                match jq.paths(input) {
+                match jq.paths(input, deadline)? {
                     Ok(paths) => out.extend(paths),
                     Err(e) => error = error.or(Some(e)),
                 }
@@ -329,15 +330,15 @@ impl IgnoreRule {
             // write: a manual change moves ownership away (Argo CD then sees the
             // field as drift too), and a field claimed for the manager by this
             // write (a client-chosen fieldManager) is not the manager's yet.
-            let before = owned_leaves(old_raw, &self.managers);
-            let owned: FieldSet = owned_leaves(new_raw, &self.managers)
+            let before = owned_leaves(old_raw, &self.managers, deadline)?;
+            let owned: FieldSet = owned_leaves(new_raw, &self.managers, deadline)?
                 .intersection(&before)
                 .cloned()
                 .collect();
-            old_paths.extend(locate_leaves(&owned, old.value()));
-            new_paths.extend(locate_leaves(&owned, new.value()));
+            old_paths.extend(locate_leaves(&owned, old.value(), deadline)?);
+            new_paths.extend(locate_leaves(&owned, new.value(), deadline)?);
         }
-        (old_paths, new_paths)
+        Ok((old_paths, new_paths))
     }
 }
 
@@ -347,15 +348,27 @@ pub type FieldSet = BTreeSet<Vec<String>>;
 /// The FieldsV1 leaves that any of `managers` own in `obj.metadata.managedFields`.
 /// A leaf is a node with no children but `"."`: owned whole. A node with
 /// children is not owned whole, so fields other managers own inside it stay.
-pub fn owned_leaves<M: AsRef<str>>(obj: &Value, managers: &[M]) -> FieldSet {
-    leaves_where(obj, |entry| {
-        let manager = entry_text(entry, "manager");
-        managers.iter().any(|m| m.as_ref() == manager)
-    })
+pub fn owned_leaves<M: AsRef<str>>(
+    obj: &Value,
+    managers: &[M],
+    deadline: &Deadline,
+) -> Result<FieldSet, Stopped> {
+    leaves_where(
+        obj,
+        |entry| {
+            let manager = entry_text(entry, "manager");
+            managers.iter().any(|m| m.as_ref() == manager)
+        },
+        deadline,
+    )
 }
 
 /// The FieldsV1 leaves of the managedFields entries that `keep` selects.
-pub fn leaves_where(obj: &Value, keep: impl Fn(&Value) -> bool) -> FieldSet {
+pub fn leaves_where(
+    obj: &Value,
+    keep: impl Fn(&Value) -> bool,
+    deadline: &Deadline,
+) -> Result<FieldSet, Stopped> {
     let mut out = FieldSet::new();
     let entries = obj
         .get("metadata")
@@ -363,10 +376,10 @@ pub fn leaves_where(obj: &Value, keep: impl Fn(&Value) -> bool) -> FieldSet {
         .and_then(Value::as_array);
     for entry in entries.into_iter().flatten().filter(|e| keep(e)) {
         if let Some(fields) = entry.get("fieldsV1") {
-            collect_leaves(fields, &mut Vec::new(), &mut out);
+            collect_leaves(fields, &mut Vec::new(), &mut out, deadline)?;
         }
     }
-    out
+    Ok(out)
 }
 
 /// Whether `set` holds a leaf strictly under `keys` (a longer leaf starting
@@ -384,38 +397,41 @@ pub fn entry_text<'a>(entry: &'a Value, field: &str) -> &'a str {
     entry.get(field).and_then(Value::as_str).unwrap_or_default()
 }
 
-fn collect_leaves(fields: &Value, prefix: &mut Vec<String>, out: &mut FieldSet) {
+fn collect_leaves(
+    fields: &Value,
+    prefix: &mut Vec<String>,
+    out: &mut FieldSet,
+    deadline: &Deadline,
+) -> Result<(), Stopped> {
     let Some(map) = fields.as_object() else {
-        return;
+        return Ok(());
     };
     for (key, sub) in map.iter().filter(|(k, _)| *k != ".") {
-        checkpoint();
+        deadline.checkpoint()?;
         prefix.push(key.clone());
         if sub.as_object().is_none_or(|m| m.keys().all(|k| k == ".")) {
             out.insert(prefix.clone());
         } else {
-            collect_leaves(sub, prefix, out);
+            collect_leaves(sub, prefix, out, deadline)?;
         }
         prefix.pop();
     }
+    Ok(())
 }
 
 /// Where each FieldsV1 leaf is in `obj`; leaves `obj` does not have are skipped.
-pub fn locate_leaves(leaves: &FieldSet, obj: &Value) -> Vec<Path> {
-    let mut locator = Locator::new();
-    leaves
-        .iter()
-        .filter_map(|keys| {
-            checkpoint();
-            locator.leaf(keys, obj).map(|(path, _)| path)
-        })
-        .collect()
-}
-
-/// Where one FieldsV1 leaf is in `obj`, and its value there. For many leaves
-/// of one object, keep a [`Locator`]: it indexes each list once.
-pub fn locate_leaf<'a>(keys: &[String], obj: &'a Value) -> Option<(Path, &'a Value)> {
-    Locator::new().leaf(keys, obj)
+pub fn locate_leaves(
+    leaves: &FieldSet,
+    obj: &Value,
+    deadline: &Deadline,
+) -> Result<Vec<Path>, Stopped> {
+    let mut locator = Locator::new(deadline);
+    let mut out = Vec::new();
+    for keys in leaves {
+        deadline.checkpoint()?;
+        out.extend(locator.leaf(keys, obj)?.map(|(path, _)| path));
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -457,7 +473,10 @@ mod tests {
         let obj = json!({"spec": {"replicas": 3, "paused": false, "containers": [
             {"name": "app", "image": "a:1"}, {"name": "istio-proxy"}]}});
         let managers = vec!["hpa".to_owned(), "mesh".to_owned()];
-        let mut got: Vec<String> = locate_leaves(&owned_leaves(&stored, &managers), &obj)
+        let none = Deadline::none();
+        let owned = owned_leaves(&stored, &managers, &none).unwrap();
+        let mut got: Vec<String> = locate_leaves(&owned, &obj, &none)
+            .unwrap()
             .iter()
             .map(Path::to_pointer)
             .collect();

@@ -10,15 +10,42 @@ pub mod terminating;
 mod ticks;
 
 use jaq_core::load::{Arena, File, Loader};
-use jaq_core::{Compiler, Ctx, Vars, data, unwrap_valr};
+use jaq_core::{Compiler, Ctx, Vars, data};
 use jaq_json::Val;
 use serde_json::Value;
 
 use super::path::{Path, Segment};
+use crate::deadline::{Deadline, Stopped};
 
 use std::sync::Arc;
 
-type JqFilter = jaq_core::compile::Filter<jaq_core::Native<data::JustLut<Val>>>;
+type JqFilter = jaq_core::Filter<Decision>;
+
+/// What a program runs on: jaq's values, with the decision's [`Deadline`]
+/// as the data its natives see (the checkpoints, [`ticks`]).
+pub(crate) struct Decision;
+
+impl data::DataT for Decision {
+    type V<'a> = Val;
+    type Data<'a> = RunData<'a>;
+}
+
+/// The data of one run: the program's definitions and the deadline.
+#[derive(Clone)]
+pub(crate) struct RunData<'a> {
+    lut: &'a jaq_core::Lut<Decision>,
+    deadline: &'a Deadline,
+}
+
+impl<'a> data::HasLut<'a, Decision> for RunData<'a> {
+    fn lut(&self) -> &'a jaq_core::Lut<Decision> {
+        self.lut
+    }
+}
+
+/// What one run of an expression gives when the decision goes on: its paths,
+/// or why the rule failed (reported, the decision goes on).
+pub type Ran = Result<Vec<Path>, RunError>;
 
 /// An expression that does not compile.
 #[derive(Debug, thiserror::Error)]
@@ -142,18 +169,20 @@ impl JqPath {
         })
     }
 
-    /// The paths the expression selects in `input`, as `del` would remove them.
-    pub fn paths(&self, input: &JqInput) -> Result<Vec<Path>, RunError> {
-        // A program may run for hours: only on a decision thread.
-        crate::decider::before_jq();
+    /// The paths the expression selects in `input`, as `del` would remove
+    /// them; `Err` when the decision must stop (its deadline passed, or no
+    /// program may run where it is tried: [`Deadline::allow_jq`]).
+    pub fn paths(&self, input: &JqInput, deadline: &Deadline) -> Result<Ran, Stopped> {
+        // A program may run for hours: only where the deadline allows it.
+        deadline.allow_jq()?;
         if let Some((prefix, filter)) = &self.narrowed
             && let Some(sub) = walk_objects(input.value, prefix)
         {
             let val = sub.map_or(Val::Null, to_val);
             let base: Vec<Segment> = prefix.iter().cloned().map(Segment::Key).collect();
-            return run(filter, val, &base);
+            return run(filter, val, &base, deadline);
         }
-        run(&self.filter, input.val().clone(), &[])
+        run(&self.filter, input.val().clone(), &[], deadline)
     }
 }
 
@@ -182,22 +211,62 @@ fn to_val(value: &Value) -> Val {
 }
 
 /// Runs a compiled `path(...)` filter and prefixes each path with `base`.
-fn run(filter: &JqFilter, input: Val, base: &[Segment]) -> Result<Vec<Path>, RunError> {
-    let ctx = Ctx::<data::JustLut<Val>>::new(&filter.lut, Vars::new([]));
+/// The run ends at its first error: a program's, or a checkpoint's halt
+/// ([`ticks`]), which no `try` catches.
+fn run(
+    filter: &JqFilter,
+    input: Val,
+    base: &[Segment],
+    deadline: &Deadline,
+) -> Result<Ran, Stopped> {
+    let data = RunData {
+        lut: &filter.lut,
+        deadline,
+    };
+    let ctx = Ctx::<Decision>::new(data, Vars::new([]));
     let mut out = Vec::new();
-    for item in filter.id.run((ctx, input)).map(unwrap_valr) {
-        let path = item.map_err(|e| RunError::Jaq(describe_error(&e)))?;
+    for item in filter.id.run((ctx, input)) {
+        let path = match item {
+            Ok(path) => path,
+            Err(exn) => return failed(exn, deadline).map(Err),
+        };
+        let path = match to_path(&path) {
+            Ok(path) => path,
+            Err(e) => return Ok(Err(e)),
+        };
         let mut full = base.to_vec();
-        full.extend(to_path(&path)?.0);
+        full.extend(path.0);
         if let Some(what) = whole_object(&full) {
-            return Err(RunError::WholeObject(what));
+            return Ok(Err(RunError::WholeObject(what)));
         }
         out.push(Path(full));
         if out.len() > MAX_PATHS {
-            return Err(RunError::TooMany);
+            return Ok(Err(RunError::TooMany));
         }
     }
-    Ok(out)
+    // A stop the program swallowed would leave its paths short: none can
+    // (a halt is caught by nothing), but the deadline has the last word.
+    if deadline.has_passed() {
+        return Err(Stopped::Passed);
+    }
+    Ok(Ok(out))
+}
+
+/// A run that ended with `exn`: stopped when the deadline says it has passed
+/// (what a checkpoint's halt means), else the program's own failure. Judged
+/// by the deadline, not the halt: a program cannot forge a stop, and a halt
+/// of its own (refused by the terminating subset anyway) stays its error.
+fn failed(exn: jaq_core::Exn<Val>, deadline: &Deadline) -> Result<RunError, Stopped> {
+    if deadline.has_passed() {
+        return Err(Stopped::Passed);
+    }
+    Ok(match exn.get_err() {
+        Ok(e) => RunError::Jaq(describe_error(&e)),
+        Err(other) => RunError::Jaq(match other.get_halt() {
+            Ok(code) => format!("the program halted (exit code {code})"),
+            Err(_) => "the program ended without a value".to_owned(),
+        }),
+    })
 }
 
 /// What a selected path takes with it if it stands for the whole object:
@@ -470,14 +539,19 @@ mod tests {
 
     /// Every output (or error) of `filter` on `input`, as text.
     fn outputs(filter: &JqFilter, input: &Value) -> Vec<String> {
-        let ctx = Ctx::<data::JustLut<Val>>::new(&filter.lut, Vars::new([]));
+        let deadline = Deadline::none();
+        let data = RunData {
+            lut: &filter.lut,
+            deadline: &deadline,
+        };
+        let ctx = Ctx::<Decision>::new(data, Vars::new([]));
         filter
             .id
             .run((ctx, to_val(input)))
-            .map(unwrap_valr)
-            .map(|r| match r {
+            .map(|r| match r.map_err(jaq_core::Exn::get_err) {
                 Ok(v) => v.to_string(),
-                Err(e) => format!("error: {e}"),
+                Err(Ok(e)) => format!("error: {e}"),
+                Err(Err(exn)) => format!("exception: {exn:?}"),
             })
             .collect()
     }
@@ -514,7 +588,8 @@ mod tests {
 
     fn paths(expr: &str, obj: Value) -> Result<Vec<String>, String> {
         let jq = JqPath::compile(expr).expect("compiles");
-        jq.paths(&JqInput::new(&obj))
+        jq.paths(&JqInput::new(&obj), &Deadline::none())
+            .expect("no deadline")
             .map(|ps| ps.iter().map(|p| p.to_pointer()).collect())
             .map_err(|e| e.to_string())
     }
@@ -638,8 +713,13 @@ mod tests {
             whole.narrowed = None;
             for obj in &objects {
                 let input = JqInput::new(obj);
-                let a = narrowed.paths(&input).map_err(|e| e.to_string().is_empty());
-                let b = whole.paths(&input).map_err(|e| e.to_string().is_empty());
+                let none = Deadline::none();
+                let a = narrowed.paths(&input, &none).unwrap();
+                let b = whole.paths(&input, &none).unwrap();
+                let (a, b) = (
+                    a.map_err(|e| e.to_string().is_empty()),
+                    b.map_err(|e| e.to_string().is_empty()),
+                );
                 assert_eq!(a, b, "{expr} on {obj}");
             }
         }

@@ -2,6 +2,8 @@
 //! jq expressions that are not path expressions (Argo CD's `del(...)` fails on
 //! them at run time and ignores nothing) and print a rewrite that works.
 
+use std::time::Instant;
+
 use serde_json::{Map, Value, json};
 
 use super::Policy;
@@ -9,6 +11,7 @@ use super::identity_traps::{self, Trap};
 use super::ignore::RuleSet;
 use super::jq::{JqInput, JqPath, RunError};
 use super::path::{Path, Segment};
+use crate::deadline::{Deadline, Stopped};
 
 /// Findings for one file. `problems` make `lint` exit non-zero.
 #[derive(Debug, Default)]
@@ -155,14 +158,19 @@ pub enum Probed {
 
 /// Compiles and probes `source` on this thread, however long that takes.
 pub fn probe_now(source: &str) -> Probed {
+    probe_until(source, &Deadline::none()).unwrap_or(Probed::TooSlow)
+}
+
+/// [`probe_now`], stopped at `deadline`.
+fn probe_until(source: &str, deadline: &Deadline) -> Result<Probed, Stopped> {
     let jq = match JqPath::compile(source) {
         Ok(jq) => jq,
-        Err(e) => return Probed::Finished(Some(e.to_string())),
+        Err(e) => return Ok(Probed::Finished(Some(e.to_string()))),
     };
-    if let Some(why) = selects_everything(&jq) {
-        return Probed::Everything(why);
+    if let Some(why) = selects_everything(&jq, deadline)? {
+        return Ok(Probed::Everything(why));
     }
-    Probed::Finished(check_expression(&jq))
+    Ok(Probed::Finished(check_expression(&jq, deadline)?))
 }
 
 /// Top-level keys of [`everything_probe`] that no rule names.
@@ -191,23 +199,23 @@ fn everything_probe() -> Value {
 /// `.[] | select(type == "object")`). Like the empty JSON pointer, such a
 /// rule would ignore every field. Tried on an empty object (where `X // .`
 /// falls back to `.`) and on [`everything_probe`].
-pub fn selects_everything(jq: &JqPath) -> Option<String> {
+pub fn selects_everything(jq: &JqPath, deadline: &Deadline) -> Result<Option<String>, Stopped> {
     for input in [json!({}), everything_probe()] {
-        match jq.paths(&JqInput::new(&input)) {
-            Err(e @ RunError::WholeObject(_)) => return Some(e.to_string()),
+        match jq.paths(&JqInput::new(&input), deadline)? {
+            Err(e @ RunError::WholeObject(_)) => return Ok(Some(e.to_string())),
             Ok(paths)
                 if paths.iter().any(
                     |p| matches!(p.0.as_slice(), [Segment::Key(k)] if k.starts_with(UNNAMED)),
                 ) =>
             {
-                return Some(
+                return Ok(Some(
                     "selects top-level fields it does not name, so it would ignore every field (like the empty JSON pointer): name the fields to ignore".into(),
-                );
+                ));
             }
             _ => {}
         }
     }
-    None
+    Ok(None)
 }
 
 /// [`selects_everything`] for `source`, under a deadline of `limit` (an
@@ -216,35 +224,25 @@ pub fn selects_everything(jq: &JqPath) -> Option<String> {
 /// time, or selects less than everything.
 pub fn selects_everything_within(source: &str, limit: std::time::Duration) -> Option<String> {
     let jq = JqPath::compile(source).ok()?;
-    within(limit, || selects_everything(&jq)).flatten()
-}
-
-/// `f` under a deadline of `limit`: `None` if the deadline stopped it.
-fn within<T>(limit: std::time::Duration, f: impl FnOnce() -> T) -> Option<T> {
-    let deadline = std::time::Instant::now() + limit;
-    let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        crate::deadline::with_deadline(deadline, f)
-    }));
-    match ran {
-        Ok(out) => Some(out),
-        Err(payload) if crate::deadline::is_deadline(payload.as_ref()) => None,
-        Err(payload) => std::panic::resume_unwind(payload),
-    }
+    selects_everything(&jq, &Deadline::at(Instant::now() + limit)).ok()?
 }
 
 /// [`check_expression`] under a deadline of `limit`: an expression in the
 /// terminating subset always ends, but `(.,.)|(.,.)|...` doubles its work at
 /// every stage, and lint must not hang on it. Its checkpoints stop it.
 fn probe_within(source: &str, limit: std::time::Duration) -> Probed {
-    within(limit, || probe_now(source)).unwrap_or(Probed::TooSlow)
+    probe_until(source, &Deadline::at(Instant::now() + limit)).unwrap_or(Probed::TooSlow)
 }
 
 /// Runs the expression on a probe object that has every key the expression
 /// names at every level, so that most branches are reached. A path expression
 /// yields paths (or nothing); anything else fails.
-pub fn check_expression(jq: &JqPath) -> Option<String> {
+pub fn check_expression(jq: &JqPath, deadline: &Deadline) -> Result<Option<String>, Stopped> {
     let probe = probe(jq.source());
-    jq.paths(&JqInput::new(&probe)).err().map(|e| e.to_string())
+    Ok(jq
+        .paths(&JqInput::new(&probe), deadline)?
+        .err()
+        .map(|e| e.to_string()))
 }
 
 fn probe(expr: &str) -> Value {
@@ -376,7 +374,12 @@ mod tests {
             "recurse",
         ] {
             let jq = JqPath::compile(expr).unwrap();
-            assert!(selects_everything(&jq).is_some(), "{expr}");
+            assert!(
+                selects_everything(&jq, &Deadline::none())
+                    .unwrap()
+                    .is_some(),
+                "{expr}"
+            );
             assert!(
                 selects_everything_within(expr, std::time::Duration::from_secs(5)).is_some(),
                 "{expr}"
@@ -392,7 +395,11 @@ mod tests {
             SEED_LABELS,
         ] {
             let jq = JqPath::compile(expr).unwrap();
-            assert_eq!(selects_everything(&jq), None, "{expr}");
+            assert_eq!(
+                selects_everything(&jq, &Deadline::none()).unwrap(),
+                None,
+                "{expr}"
+            );
         }
     }
 
@@ -464,11 +471,14 @@ mod tests {
         ];
         for expr in seeds {
             let jq = JqPath::compile(expr).unwrap();
-            assert!(check_expression(&jq).is_some(), "should flag {expr}");
+            assert!(
+                check_expression(&jq, &Deadline::none()).unwrap().is_some(),
+                "should flag {expr}"
+            );
             let fixed = rewrite(expr).unwrap();
             let jq = JqPath::compile(&fixed).unwrap();
             assert_eq!(
-                check_expression(&jq),
+                check_expression(&jq, &Deadline::none()).unwrap(),
                 None,
                 "rewrite {fixed} should be a path expression"
             );
@@ -535,7 +545,11 @@ mod tests {
             ".webhooks[]?.clientConfig.caBundle",
         ] {
             let jq = JqPath::compile(expr).unwrap();
-            assert_eq!(check_expression(&jq), None, "{expr}");
+            assert_eq!(
+                check_expression(&jq, &Deadline::none()).unwrap(),
+                None,
+                "{expr}"
+            );
         }
     }
 }

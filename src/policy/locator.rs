@@ -3,14 +3,14 @@
 //! locating n leaves in a list of n items costs O(n log n), not O(n²).
 //! Only scalar keys are indexed (every key the apiserver writes); an object
 //! or array as a key value, or a float, falls back to a scan, which the
-//! decision's deadline bounds ([`crate::deadline::checkpoint`]).
+//! decision's deadline bounds ([`Deadline::checkpoint`]).
 
 use std::collections::HashMap;
 
 use serde_json::{Map, Value};
 
 use super::path::{Path, Segment};
-use crate::deadline::checkpoint;
+use crate::deadline::{Deadline, Stopped};
 
 /// The index of one list for one key shape: the key fields (none for `v:`),
 /// and for each key, the position of the first item that has it.
@@ -18,89 +18,118 @@ type ListIndex = HashMap<Vec<String>, usize>;
 
 /// Locates leaves in objects that outlive it, remembering the lists it
 /// indexed (by address: the borrow keeps each list alive and unchanged).
-#[derive(Default)]
 pub struct Locator<'a> {
     /// By the list's address and the key's field names.
     lists: HashMap<(usize, Vec<String>), ListIndex>,
-    objects: std::marker::PhantomData<&'a Value>,
+    deadline: &'a Deadline,
 }
 
 impl<'a> Locator<'a> {
-    pub fn new() -> Self {
-        Self::default()
+    /// A locator for one decision, stopped with it at `deadline`.
+    pub fn new(deadline: &'a Deadline) -> Self {
+        Self {
+            lists: HashMap::new(),
+            deadline,
+        }
     }
 
     /// Where one FieldsV1 leaf is in `obj`, and its value there.
-    pub fn leaf(&mut self, keys: &[String], obj: &'a Value) -> Option<(Path, &'a Value)> {
+    pub fn leaf(
+        &mut self,
+        keys: &[String],
+        obj: &'a Value,
+    ) -> Result<Option<(Path, &'a Value)>, Stopped> {
         let mut node = obj;
         let mut path = Vec::with_capacity(keys.len());
         for key in keys {
-            let (seg, child) = self.step(key, node)?;
+            let Some((seg, child)) = self.step(key, node)? else {
+                return Ok(None);
+            };
             path.push(seg);
             node = child;
         }
-        Some((Path(path), node))
+        Ok(Some((Path(path), node)))
     }
 
-    fn step(&mut self, key: &str, obj: &'a Value) -> Option<(Segment, &'a Value)> {
+    fn step(&mut self, key: &str, obj: &'a Value) -> Result<Option<(Segment, &'a Value)>, Stopped> {
         if let Some(name) = key.strip_prefix("f:") {
-            return obj.get(name).map(|v| (Segment::Key(name.to_owned()), v));
+            return Ok(obj.get(name).map(|v| (Segment::Key(name.to_owned()), v)));
         }
-        let items = obj.as_array()?;
+        let Some(items) = obj.as_array() else {
+            return Ok(None);
+        };
         let position = if let Some(k) = key.strip_prefix("k:") {
-            let want: Map<String, Value> = serde_json::from_str(k).ok()?;
+            let Ok(want) = serde_json::from_str::<Map<String, Value>>(k) else {
+                return Ok(None);
+            };
             match scalar_keys(want.values()) {
                 Some(wanted) => {
                     let fields: Vec<String> = want.keys().cloned().collect();
-                    self.index(items, fields).get(&wanted).copied()
+                    self.index(items, fields)?.get(&wanted).copied()
                 }
-                None => items.iter().position(|item| {
-                    checkpoint();
+                None => self.scan(items, |item| {
                     want.iter().all(|(f, v)| item.get(f) == Some(v))
-                }),
+                })?,
             }
         } else if let Some(v) = key.strip_prefix("v:") {
-            let want: Value = serde_json::from_str(v).ok()?;
+            let Ok(want) = serde_json::from_str::<Value>(v) else {
+                return Ok(None);
+            };
             match scalar_key(&want) {
-                Some(wanted) => self.index(items, Vec::new()).get(&vec![wanted]).copied(),
-                None => items.iter().position(|item| {
-                    checkpoint();
-                    *item == want
-                }),
+                Some(wanted) => self.index(items, Vec::new())?.get(&vec![wanted]).copied(),
+                None => self.scan(items, |item| *item == want)?,
             }
         } else if let Some(i) = key.strip_prefix("i:") {
             i.parse::<usize>().ok().filter(|i| *i < items.len())
         } else {
             None
-        }?;
-        Some((Segment::Index(position as i64), &items[position]))
+        };
+        Ok(position.map(|p| (Segment::Index(p as i64), &items[p])))
+    }
+
+    /// The first of `items` that `is` selects, with a checkpoint per item.
+    fn scan(&self, items: &[Value], is: impl Fn(&Value) -> bool) -> Result<Option<usize>, Stopped> {
+        for (i, item) in items.iter().enumerate() {
+            self.deadline.checkpoint()?;
+            if is(item) {
+                return Ok(Some(i));
+            }
+        }
+        Ok(None)
     }
 
     /// The index of `items` by `fields` (by the whole item when empty),
     /// built on first use.
-    fn index(&mut self, items: &[Value], fields: Vec<String>) -> &ListIndex {
+    fn index(&mut self, items: &[Value], fields: Vec<String>) -> Result<&ListIndex, Stopped> {
+        use std::collections::hash_map::Entry;
         let address = items.as_ptr() as usize;
-        self.lists
-            .entry((address, fields))
-            .or_insert_with_key(|(_, fields)| {
-                let mut index = ListIndex::new();
-                for (i, item) in items.iter().enumerate() {
-                    checkpoint();
-                    let key = if fields.is_empty() {
-                        scalar_key(item).map(|k| vec![k])
-                    } else {
-                        fields
-                            .iter()
-                            .map(|f| item.get(f).and_then(scalar_key))
-                            .collect()
-                    };
-                    if let Some(key) = key {
-                        index.entry(key).or_insert(i);
-                    }
-                }
-                index
-            })
+        match self.lists.entry((address, fields)) {
+            Entry::Occupied(known) => Ok(known.into_mut()),
+            Entry::Vacant(new) => {
+                let index = index_of(items, &new.key().1, self.deadline)?;
+                Ok(new.insert(index))
+            }
+        }
     }
+}
+
+fn index_of(items: &[Value], fields: &[String], deadline: &Deadline) -> Result<ListIndex, Stopped> {
+    let mut index = ListIndex::new();
+    for (i, item) in items.iter().enumerate() {
+        deadline.checkpoint()?;
+        let key = if fields.is_empty() {
+            scalar_key(item).map(|k| vec![k])
+        } else {
+            fields
+                .iter()
+                .map(|f| item.get(f).and_then(scalar_key))
+                .collect()
+        };
+        if let Some(key) = key {
+            index.entry(key).or_insert(i);
+        }
+    }
+    Ok(index)
 }
 
 /// A text equal for two scalars exactly when `Value`'s `==` says so: strings,
@@ -150,7 +179,8 @@ mod tests {
         ]);
         let list = items.as_array().unwrap();
         let obj = json!({"spec": {"list": items.clone()}});
-        let mut locator = Locator::new();
+        let none = Deadline::none();
+        let mut locator = Locator::new(&none);
         for key in [
             r#"k:{"name":"a"}"#,
             r#"k:{"name":"a","port":80}"#,
@@ -166,7 +196,10 @@ mod tests {
             r#"k:{"port":80}"#,
         ] {
             let keys = vec!["f:spec".to_owned(), "f:list".to_owned(), key.to_owned()];
-            let found = locator.leaf(&keys, &obj).map(|(p, _)| p.0[2].clone());
+            let found = locator
+                .leaf(&keys, &obj)
+                .unwrap()
+                .map(|(p, _)| p.0[2].clone());
             assert_eq!(
                 found,
                 scan(key, list).map(|i| Segment::Index(i as i64)),
@@ -183,7 +216,10 @@ mod tests {
             ("v:3", None),
         ] {
             let keys = vec!["f:s".to_owned(), key.to_owned()];
-            let found = locator.leaf(&keys, &set).map(|(p, _)| p.0[1].clone());
+            let found = locator
+                .leaf(&keys, &set)
+                .unwrap()
+                .map(|(p, _)| p.0[1].clone());
             assert_eq!(found, at.map(Segment::Index), "{key}");
         }
     }

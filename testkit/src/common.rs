@@ -309,9 +309,17 @@ pub fn decided_with(
 ) -> driftguard::drift::Decision {
     let body = serde_json::to_vec(&review.body()).unwrap();
     let req = driftguard::request::parse(&body).unwrap();
-    driftguard::judge_request(policy, &req, Endpoint::Validate, None, Some(sources), now())
-        .unwrap()
-        .decision
+    driftguard::judge_request(
+        policy,
+        &req,
+        Endpoint::Validate,
+        None,
+        Some(sources),
+        now(),
+        &driftguard::deadline::Deadline::none(),
+    )
+    .unwrap()
+    .decision
 }
 
 /// `obj` with `value` written at RFC 6901 `pointer` (parents created as objects).

@@ -455,6 +455,7 @@ fn verdict(
         None,
         Some(&sources),
         at.parse().ok()?,
+        &driftguard::deadline::Deadline::none(),
     )
     .ok()?;
     Some(judged.decision.verdict)

@@ -5,6 +5,7 @@ use jiff::Timestamp;
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::deadline::Deadline;
 use crate::drift::annotated::Annotated;
 use crate::drift::breakglass_state::{EXPIRES, REASON};
 use crate::drift::inputs::{ARGO_IGNORE_DIFFERENCES, Input, Inputs, MODE_ANNOTATION};
@@ -144,13 +145,15 @@ impl<'a> Written<'a> {
     }
 }
 
-/// What the webhook would know now: `sources`, no scale parent.
-fn context(sources: &Sources) -> Context<'_> {
+/// What the webhook would know now: `sources`, no scale parent. The plugin
+/// runs on the user's machine: `deadline` is [`Deadline::none`].
+fn context<'a>(sources: &'a Sources, deadline: &'a Deadline) -> Context<'a> {
     Context {
         now: Timestamp::now(),
         parent: None,
         sources: Some(sources),
         installation: Default::default(),
+        deadline,
     }
 }
 
@@ -166,7 +169,8 @@ pub(super) struct Judged {
 /// the webhook's own steps ([`pipeline::outline`]) from what the webhook
 /// would know (`sources`); `origin` names the policy.
 pub(super) fn judged(policy: &Policy, origin: &str, sources: &Sources, at: &Written) -> Judged {
-    let outline = match pipeline::outline(policy, &context(sources), &at.update(at.object)) {
+    let none = Deadline::none();
+    let outline = match pipeline::outline(policy, &context(sources, &none), &at.update(at.object)) {
         Ok(outline) => outline,
         // Not reached: the request carries both objects.
         Err(e) => {
@@ -275,10 +279,13 @@ fn rule_report(origin: &str, rule: &IgnoreRule, object: &Value) -> RuleReport {
         .filter(|p| object.pointer(p).is_some())
         .collect();
     let mut errors = Vec::new();
+    // The plugin runs on the user's machine, without a deadline.
+    let none = Deadline::none();
     for jq in &rule.jq {
-        match jq.paths(&input) {
-            Ok(paths) => covers.extend(paths.iter().map(|p| p.to_pointer())),
-            Err(e) => errors.push(format!("{}: {e}", jq.source())),
+        match jq.paths(&input, &none) {
+            Ok(Ok(paths)) => covers.extend(paths.iter().map(|p| p.to_pointer())),
+            Ok(Err(e)) => errors.push(format!("{}: {e}", jq.source())),
+            Err(stopped) => errors.push(format!("{}: {stopped}", jq.source())),
         }
     }
     RuleReport {
@@ -474,7 +481,7 @@ ignoreDifferences:
             dry_run: false,
             ..at.update(&new)
         };
-        decide(policy, &req, &context(sources)).unwrap()
+        decide(policy, &req, &context(sources, &Deadline::none())).unwrap()
     }
 
     /// Whether explain says a rule covers `probe` in the object now.

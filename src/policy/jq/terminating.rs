@@ -567,7 +567,8 @@ mod tests {
                     let jq = crate::policy::jq::JqPath::compile(&input)
                         .unwrap_or_else(|e| panic!("{input}: {e}"));
                     let obj = serde_json::json!({"a": [[1, {"a": 2}]]});
-                    let _ = jq.paths(&crate::policy::jq::JqInput::new(&obj));
+                    let none = crate::deadline::Deadline::none();
+                    let _ = jq.paths(&crate::policy::jq::JqInput::new(&obj), &none);
                 }
             })
             .unwrap()

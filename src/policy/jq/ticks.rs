@@ -7,9 +7,12 @@
 //! [`TICK`] after every step that can multiply work: on the right of every
 //! `|`, and on every output of a cartesian operator, `if`, `try`, a call with
 //! arguments or a path with computed indices. [`TICK`] is the identity (in
-//! path mode too) and a [`crate::deadline::checkpoint`], so a decision past
-//! its deadline unwinds out of jaq and frees its thread; `try` cannot catch
-//! that. Between two ticks a program does one leaf's work (`..`, `keys`,
+//! path mode too) and a [`crate::deadline::Deadline::check_now`] on the
+//! run's deadline (jaq's custom data, [`super::RunData`]): past it, it halts
+//! the program, which no `try`, `?`, `//` or `label` catches, and the run
+//! ends there ([`super::run`]) with its thread free. The deadline is sticky,
+//! so a construct that runs its argument again (`//` in path mode) halts
+//! again. Between two ticks a program does one leaf's work (`..`, `keys`,
 //! `sort`), which is bounded by the input.
 
 use jaq_core::box_iter::box_once;
@@ -19,9 +22,9 @@ use jaq_core::load::{Lexer, Parser};
 use jaq_core::native::Fun;
 use jaq_core::ops::{Cmp, Math};
 use jaq_core::path::{Opt, Part};
-use jaq_core::{Native, data};
-use jaq_json::Val;
+use jaq_core::{Ctx, Cv, Exn, Native};
 
+use super::Decision;
 use super::terminating::{MAX_DEPTH, Reason, Refusal, too_deep_to_parse};
 
 /// The checkpoint's name: no expression can call it, since the terminating
@@ -32,14 +35,26 @@ pub const TICK: &str = "__driftguard_tick";
 /// most one parenthesis or keyword (`if`, `try`) to its own.
 const PRINTED_DEPTH: usize = 2 * MAX_DEPTH + 2;
 
+/// The exit code of a checkpoint's halt. Only for the record: whether a run
+/// was stopped is the deadline's to say
+/// ([`crate::deadline::Deadline::has_passed`]).
+const STOPPED_EXIT_CODE: i32 = 124;
+
 /// The native filter behind [`TICK`].
-pub fn tick() -> Fun<data::JustLut<Val>> {
-    let native = Native::new(|cv| {
-        crate::deadline::checkpoint_now();
+pub fn tick() -> Fun<Decision> {
+    fn passed(ctx: &Ctx<'_, Decision>) -> bool {
+        ctx.data().deadline.check_now().is_err()
+    }
+    let native = Native::new(|cv: Cv<'_, Decision>| {
+        if passed(&cv.0) {
+            return box_once(Err(Exn::halt(STOPPED_EXIT_CODE)));
+        }
         box_once(Ok(cv.1))
     })
-    .with_paths(|cv| {
-        crate::deadline::checkpoint_now();
+    .with_paths(|cv: Cv<'_, Decision, _>| {
+        if passed(&cv.0) {
+            return box_once(Err(Exn::halt(STOPPED_EXIT_CODE)));
+        }
         box_once(Ok(cv.1))
     });
     (TICK, Box::new([]), native)
@@ -394,6 +409,154 @@ mod tests {
                 let original = super::super::tests::outputs_of(&wrap.replace("{}", &code), &inputs);
                 let ticked = super::super::tests::outputs_of(&wrap.replace("{}", &printed), &inputs);
                 proptest::prop_assert_eq!(original, ticked, "{} printed {}", code, printed);
+            }
+        }
+    }
+}
+
+/// The checkpoints stop a program whatever it is wrapped in: a halt that
+/// `try`, `?`, `//`, `label` or a builtin caught would let a runaway rule
+/// hold its thread past the deadline.
+#[cfg(test)]
+mod stopping {
+    use std::sync::mpsc;
+    use std::time::{Duration, Instant};
+
+    use jaq_core::{Ctx, Vars};
+    use serde_json::json;
+
+    use super::super::{Decision, RunData, RunError, compile_with, run, to_val};
+    use super::ticked;
+    use crate::deadline::{Deadline, Stopped};
+
+    /// Doubles its work 30 times and never yields: hours without checkpoints.
+    fn slow() -> String {
+        ticked(&format!("{}|select(false)", vec!["(.,.)"; 30].join("|"))).unwrap()
+    }
+
+    /// Wrappers around `S` (the slow program): error handlers, alternatives,
+    /// labels, builtins that take the first output or test for one, and
+    /// constructs that collect outputs. Outside the terminating subset too.
+    const WRAPPERS: &[&str] = &[
+        "S",
+        "try (S)",
+        "try (S) catch 1",
+        "(S)?",
+        "(S) // 1",
+        "(S)? // 1",
+        "try (try (S) catch 1) catch 2",
+        "label $out | S",
+        "label $out | (S | ., break $out)",
+        "first(S)",
+        "last(S)",
+        "limit(1; S)",
+        "isempty(S)",
+        "any(S; .)",
+        "all(S; .)",
+        "def isvalid(f): try (f | true) catch false; isvalid(S)",
+        "[S]",
+        "{a: (S)}",
+        "(S) as $x | $x",
+        "reduce (S) as $x (0; .)",
+        "foreach (S) as $x (0; .)",
+        "if S then 1 else 2 end",
+        "[.[]?, (S)] | length",
+        "try error(S) catch 1",
+        "path(S)",
+        "path(try (S))",
+        "path((S)?)",
+        "path((S) // .a)",
+        "path((S)? // .a)",
+        "path(first(S))",
+        "path(label $out | S)",
+        "path(if S then .a else .b end)",
+    ];
+
+    /// Every wrapper's first error (none if it ran to its end) and whether
+    /// the deadline passed, each on a thread of its own: a wrapper that
+    /// swallowed the stop would run for hours, and fails here instead.
+    fn run_each(wrap: impl Fn(&str) -> String) -> Vec<(String, Option<String>, bool)> {
+        let slow = slow();
+        let mut out = Vec::new();
+        for wrapper in WRAPPERS {
+            let code = wrap(&wrapper.replace('S', &slow));
+            let (tx, rx) = mpsc::channel();
+            let program = code.clone();
+            std::thread::spawn(move || {
+                let all = jaq_core::defs()
+                    .chain(jaq_std::defs())
+                    .chain(jaq_json::defs())
+                    .collect();
+                let filter = compile_with(&program, all, |_| true).unwrap();
+                let deadline = Deadline::at(Instant::now() + Duration::from_millis(20));
+                let data = RunData {
+                    lut: &filter.lut,
+                    deadline: &deadline,
+                };
+                let ctx = Ctx::<Decision>::new(data, Vars::new([]));
+                let error = filter
+                    .id
+                    .run((ctx, to_val(&json!({"a": 1}))))
+                    .find_map(Result::err)
+                    .map(|e| format!("{e:?}"));
+                let _ = tx.send((error, deadline.has_passed()));
+            });
+            let (error, passed) = rx
+                .recv_timeout(Duration::from_secs(30))
+                .unwrap_or_else(|_| panic!("{wrapper}: not stopped at its deadline"));
+            out.push((wrapper.to_string(), error, passed));
+        }
+        out
+    }
+
+    #[test]
+    fn a_slow_program_stops_at_its_deadline_whatever_wraps_it() {
+        for (wrapper, error, passed) in run_each(str::to_owned) {
+            assert!(passed, "{wrapper}: the deadline did not pass");
+            let error = error.unwrap_or_else(|| panic!("{wrapper}: ended without the stop"));
+            assert!(error.contains("Halt"), "{wrapper}: {error}");
+        }
+    }
+
+    /// As the server reads a rule: `path(...)` run by [`run`], which tells
+    /// the decision it stopped.
+    #[test]
+    fn a_rule_run_stopped_anywhere_in_it_is_a_stopped_decision() {
+        let slow = slow();
+        for wrapper in WRAPPERS.iter().filter(|w| w.starts_with("path(")) {
+            let all = jaq_core::defs()
+                .chain(jaq_std::defs())
+                .chain(jaq_json::defs())
+                .collect();
+            let filter = compile_with(&wrapper.replace('S', &slow), all, |_| true).unwrap();
+            let deadline = Deadline::at(Instant::now() + Duration::from_millis(20));
+            let started = Instant::now();
+            let ran = run(&filter, to_val(&json!({"a": 1})), &[], &deadline);
+            assert!(matches!(ran, Err(Stopped::Passed)), "{wrapper}: {ran:?}");
+            assert!(started.elapsed() < Duration::from_secs(10), "{wrapper}");
+        }
+    }
+
+    /// A program's own halt (refused by the terminating subset anyway) is
+    /// its error, whatever its code: only the deadline says a run stopped.
+    #[test]
+    fn a_programs_own_halt_is_its_error_not_a_stop() {
+        assert!(super::super::JqPath::compile("halt").is_err());
+        assert!(super::super::JqPath::compile("halt_error(124)").is_err());
+        let all: Vec<_> = jaq_core::defs()
+            .chain(jaq_std::defs())
+            .chain(jaq_json::defs())
+            .collect();
+        for code in [3, super::STOPPED_EXIT_CODE] {
+            let program = format!("path(if halt({code}) then .a else .b end)");
+            let filter = compile_with(&program, all.clone(), |_| true).unwrap();
+            let far = Instant::now() + Duration::from_secs(600);
+            for deadline in [Deadline::none(), Deadline::at(far)] {
+                let ran = run(&filter, to_val(&json!({"a": 1})), &[], &deadline);
+                assert!(
+                    matches!(&ran, Ok(Err(RunError::Jaq(text))) if text.contains("halted")),
+                    "{program}: {ran:?}"
+                );
             }
         }
     }
