@@ -11,7 +11,7 @@
 #![warn(clippy::too_many_lines)]
 
 pub mod args;
-pub mod audit;
+pub(crate) mod audit;
 pub(crate) mod breakglass;
 pub mod certs;
 pub mod cli;
@@ -28,7 +28,7 @@ pub mod response;
 pub mod server;
 pub mod service;
 pub mod sources;
-pub mod text;
+pub(crate) mod text;
 
 use jiff::Timestamp;
 use kube::core::DynamicObject;
