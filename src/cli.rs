@@ -1,6 +1,8 @@
 //! The command line: `check`, `serve`, `certs`, `register` and `policy lint`.
 //! `serve`'s flags are [`server::Config`] itself.
 
+#![warn(missing_docs)]
+
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -14,6 +16,7 @@ use crate::server;
 mod check;
 use check::{CheckArgs, check};
 
+/// The `driftguard` command line, parsed.
 #[derive(Debug, Parser)]
 #[command(
     name = "driftguard",
@@ -137,6 +140,8 @@ enum PolicyCommand {
 struct Failure(String);
 
 impl Cli {
+    /// Runs the command and returns its exit status; a failure is printed on
+    /// stderr, with status 2.
     pub fn run(self) -> ExitCode {
         let result = match self.command {
             Command::Check(args) => check(args),
