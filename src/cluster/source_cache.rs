@@ -6,7 +6,7 @@
 //! cannot be the key. Entries are `Arc`s shared between snapshots: publishing
 //! copies pointers, never rules. No client here, so the cost is measurable
 //! (`examples/watch_cost.rs`). An Application Argo CD would not reconcile
-//! (its namespace or AppProject does not admit it, [`app_namespaces`]) and a
+//! (its namespace or AppProject does not admit it, `policy::app_namespaces`) and a
 //! Flux source applying to another cluster are kept but lend nothing, so a
 //! change of argocd-cmd-params-cm or of a project moves Applications in or
 //! out without a relist. Each object is charged its estimated cost before

@@ -1,7 +1,7 @@
 //! The webhook endpoints, `POST /validate` and `POST /mutate`: a handler reads
 //! the body within `--max-body-bytes`, `--body-timeout` and the byte budget
 //! (charged as it arrives, then for the decision), hands it to the
-//! [`Reviewer`] and wraps its answer; refusals become HTTP in [`HttpError`].
+//! [`Reviewer`] and wraps its answer; refusals become HTTP in `HttpError`.
 
 #![warn(missing_docs)]
 

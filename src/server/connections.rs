@@ -1,11 +1,11 @@
 //! The open connections of the webhook listener, bounded by
 //! `--max-connections`. When all slots are taken, a newcomer closes one that
-//! does nothing useful, chosen by [`choose_victim`], or is turned away when
+//! does nothing useful, chosen by `choose_victim`, or is turned away when
 //! its own peer would lose one and holds most slots unused (README,
 //! "Connection floods": why this order). A body arriving for longer than
-//! [`SLOW_BODY`] is slow and may be cut; each connection holds
+//! `SLOW_BODY` is slow and may be cut; each connection holds
 //! `budget::PER_CONNECTION_BYTES`, and a review waiting for budget cuts slow
-//! bodies and unused connections ([`Connections::cut_slow`]). With client
+//! bodies and unused connections (`Connections::cut_slow`). With client
 //! authentication on, a newcomer never evicts an authenticated connection.
 
 #![warn(missing_docs)]
