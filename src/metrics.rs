@@ -18,7 +18,7 @@ pub struct RequestLabels {
     pub endpoint: &'static str,
     /// `CREATE`, `UPDATE`, `DELETE` or `CONNECT`.
     pub operation: &'static str,
-    /// `allow` or `deny`.
+    /// `allow`, `warn`, `audit` or `deny`.
     pub verdict: &'static str,
 }
 

@@ -184,7 +184,7 @@ pub struct Policy {
     /// file it came from (`/metrics` and `kubectl driftguard status` show
     /// both, so anyone can tell which policy is in force).
     pub(crate) digest: String,
-    /// The file, or `<embedded default policy>`.
+    /// The file it came from, or `<embedded default policy>`.
     pub(crate) source: String,
 }
 

@@ -43,7 +43,7 @@ pub(crate) enum ParentError {
     },
 }
 
-/// Reads the parent of a `…/scale` write (the Deployment of a scale), with a
+/// Reads the parent of a `…/scale` write (a Deployment, say), with a
 /// time bound and a short-lived cache.
 pub struct ParentReader {
     client: kube::Client,

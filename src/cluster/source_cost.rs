@@ -77,7 +77,7 @@ pub(crate) enum Cap {
 }
 
 impl Cap {
-    /// Every cap, in the order the metrics list them.
+    /// Every cap, in a fixed order.
     pub(crate) const ALL: [Cap; 3] = [Cap::Source, Cap::Namespace, Cap::Total];
 
     /// Its name in the `cap` label of `driftguard_sources_refused`.
