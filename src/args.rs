@@ -2,6 +2,8 @@
 //! `register`), kept apart from the CLI so that the server can take them
 //! without importing the command line.
 
+#![warn(missing_docs)]
+
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -22,11 +24,14 @@ const MAX_DECISION_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A duration flag that cannot be used.
 #[derive(Debug, thiserror::Error)]
-pub enum DurationArgError {
+pub(crate) enum DurationArgError {
+    /// Not a duration at all.
     #[error("`{0}` is not a duration such as 5s: {1}")]
     Syntax(String, jiff::Error),
+    /// A duration below zero.
     #[error("`{0}` must not be negative")]
     Negative(String),
+    /// A decision deadline of zero, or one no apiserver would wait for.
     #[error(
         "`{0}` is out of range: the decision deadline must be more than 0 and less than {max}s (the longest an apiserver waits for a webhook); keep it below the webhooks' timeoutSeconds",
         max = MAX_DECISION_TIMEOUT.as_secs()

@@ -3,16 +3,19 @@
 //! The record has its own serializable shape: the decision's types stay free
 //! of wire formats, and the line's fields are fixed here, in one place.
 
-pub mod report;
+#![warn(missing_docs)]
+
+pub(crate) mod report;
 
 use serde::Serialize;
 
 use crate::drift::{BreakGlassUse, Decision, Request};
 
-pub const TARGET: &str = "driftguard::audit";
+/// The tracing target of audit lines, which the logging layers route to stdout.
+pub(crate) const TARGET: &str = "driftguard::audit";
 
 /// Bytes of drifted paths one record lists; the count says how many there were.
-pub const LISTED_PATH_BYTES: usize = 16 * 1024;
+pub(crate) const LISTED_PATH_BYTES: usize = 16 * 1024;
 /// Bytes of rule failures one record carries.
 const ERROR_BYTES: usize = 4 * 1024;
 
@@ -29,67 +32,69 @@ fn listed(paths: &[String]) -> &[String] {
     &paths[..fit]
 }
 
+/// One decided (or failed) review, as its audit line shows it.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct AuditRecord<'a> {
-    pub time: String,
+pub(crate) struct AuditRecord<'a> {
+    pub(crate) time: String,
     /// `validate` or `mutate`: which webhook asked.
-    pub endpoint: &'static str,
-    pub uid: &'a str,
-    pub user: &'a str,
-    pub groups: &'a [String],
-    pub operation: &'static str,
-    pub group: &'a str,
-    pub version: &'a str,
-    pub kind: &'a str,
-    pub resource: &'a str,
-    pub sub_resource: &'a str,
-    pub namespace: &'a str,
-    pub name: &'a str,
-    pub manager: Option<String>,
-    pub mode: Option<&'static str>,
-    pub verdict: &'static str,
-    pub reason: &'static str,
+    pub(crate) endpoint: &'static str,
+    pub(crate) uid: &'a str,
+    pub(crate) user: &'a str,
+    pub(crate) groups: &'a [String],
+    pub(crate) operation: &'static str,
+    pub(crate) group: &'a str,
+    pub(crate) version: &'a str,
+    pub(crate) kind: &'a str,
+    pub(crate) resource: &'a str,
+    pub(crate) sub_resource: &'a str,
+    pub(crate) namespace: &'a str,
+    pub(crate) name: &'a str,
+    pub(crate) manager: Option<String>,
+    pub(crate) mode: Option<&'static str>,
+    pub(crate) verdict: &'static str,
+    pub(crate) reason: &'static str,
     /// The first drifted paths, at most [`LISTED_PATH_BYTES`] of them: a
     /// review with 90,000 drifted paths would otherwise queue a 1.7 MiB line.
-    pub drifted_paths: &'a [String],
+    pub(crate) drifted_paths: &'a [String],
     /// How many paths drifted, listed or not.
-    pub drifted_path_count: usize,
-    pub break_glass: Option<BreakGlassRecord<'a>>,
-    pub dry_run: bool,
-    pub latency_micros: u64,
+    pub(crate) drifted_path_count: usize,
+    pub(crate) break_glass: Option<BreakGlassRecord<'a>>,
+    pub(crate) dry_run: bool,
+    pub(crate) latency_micros: u64,
     /// Of `latency_micros`, reading the review's JSON: the yardstick for the
     /// rest, measured in the same process at the same moment.
-    pub parse_micros: u64,
-    pub error: Option<String>,
+    pub(crate) parse_micros: u64,
+    pub(crate) error: Option<String>,
     /// Watched sources not read when deciding (a hub out of reach since
     /// start): judged by the strictest reading without them. Absent when all
     /// were read.
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
-    pub sources_unread: &'a [&'static str],
+    pub(crate) sources_unread: &'a [&'static str],
 }
 
 /// A change of one of driftguard's own objects (src/cluster/guard.rs): not a
 /// decision, so a line of its own shape, told apart by `guarded`.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct GuardedChangeRecord<'a> {
-    pub time: String,
+pub(crate) struct GuardedChangeRecord<'a> {
+    pub(crate) time: String,
     /// `created`, `changed` or `deleted`.
-    pub guarded: &'static str,
-    pub kind: &'static str,
-    pub namespace: &'a str,
-    pub name: &'a str,
+    pub(crate) guarded: &'static str,
+    pub(crate) kind: &'static str,
+    pub(crate) namespace: &'a str,
+    pub(crate) name: &'a str,
     /// sha256 digests of the deciding part (ConfigMap data, Deployment spec, webhooks).
-    pub before: Option<&'a str>,
-    pub after: Option<&'a str>,
-    pub resource_version: Option<&'a str>,
+    pub(crate) before: Option<&'a str>,
+    pub(crate) after: Option<&'a str>,
+    pub(crate) resource_version: Option<&'a str>,
     /// Client-chosen: a hint, never an identity.
-    pub field_manager: Option<&'a str>,
+    pub(crate) field_manager: Option<&'a str>,
 }
 
 impl GuardedChangeRecord<'_> {
-    pub fn emit(&self) {
+    /// Writes the record through tracing; the audit layer prints it as one line.
+    pub(crate) fn emit(&self) {
         emit(self);
     }
 }
@@ -102,10 +107,10 @@ fn emit(record: &impl Serialize) {
 
 /// A break-glass use as the audit line shows it.
 #[derive(Debug, Serialize)]
-pub struct BreakGlassRecord<'a> {
-    pub user: &'a str,
-    pub reason: &'a str,
-    pub expires: &'a str,
+pub(crate) struct BreakGlassRecord<'a> {
+    pub(crate) user: &'a str,
+    pub(crate) reason: &'a str,
+    pub(crate) expires: &'a str,
 }
 
 impl<'a> From<&'a BreakGlassUse> for BreakGlassRecord<'a> {
@@ -120,7 +125,7 @@ impl<'a> From<&'a BreakGlassUse> for BreakGlassRecord<'a> {
 
 impl<'a> AuditRecord<'a> {
     /// The record of a decided review.
-    pub fn decided(
+    pub(crate) fn decided(
         endpoint: &'static str,
         uid: &'a str,
         version: &'a str,
@@ -145,7 +150,7 @@ impl<'a> AuditRecord<'a> {
     }
 
     /// The record of a review answered by `--on-error` after an internal failure.
-    pub fn failed(
+    pub(crate) fn failed(
         endpoint: &'static str,
         uid: &'a str,
         version: &'a str,
@@ -163,7 +168,7 @@ impl<'a> AuditRecord<'a> {
 
     /// The record of a review whose request could not be read, answered by
     /// `--on-error`: only its uid is known.
-    pub fn unreadable(
+    pub(crate) fn unreadable(
         endpoint: &'static str,
         uid: &'a str,
         verdict: &'static str,
@@ -230,7 +235,7 @@ impl<'a> AuditRecord<'a> {
     }
 
     /// Writes the record through tracing; the audit layer prints it as one line.
-    pub fn emit(&self) {
+    pub(crate) fn emit(&self) {
         emit(self);
     }
 }

@@ -1,6 +1,8 @@
 //! Development certificates: a CA and a serving certificate signed by it,
 //! generated with rcgen. Nothing here is ever written into the repository.
 
+#![warn(missing_docs)]
+
 use std::path::Path;
 
 use rcgen::{
@@ -9,20 +11,22 @@ use rcgen::{
 };
 
 /// PEM text of a generated CA and a certificate it signed.
-pub struct Generated {
-    pub ca_cert_pem: String,
-    pub cert_pem: String,
-    pub key_pem: String,
+pub(crate) struct Generated {
+    pub(crate) ca_cert_pem: String,
+    pub(crate) cert_pem: String,
+    pub(crate) key_pem: String,
 }
 
 /// A CA that can sign more leaves: serving certificates, and client
 /// certificates for test users.
 pub struct Authority {
     issuer: Issuer<'static, KeyPair>,
+    /// The CA's own certificate, PEM: what clients trust.
     pub cert_pem: String,
 }
 
 impl Authority {
+    /// A new self-signed CA whose common name is `name`.
     pub fn new(name: &str) -> Result<Self, rcgen::Error> {
         let key = KeyPair::generate()?;
         let mut params = CertificateParams::new(Vec::<String>::new())?;
@@ -55,7 +59,7 @@ impl Authority {
 }
 
 /// A CA and a leaf for `names` signed by it, named `common_name`.
-pub fn generate(common_name: &str, names: &[String]) -> Result<Generated, rcgen::Error> {
+pub(crate) fn generate(common_name: &str, names: &[String]) -> Result<Generated, rcgen::Error> {
     let ca = Authority::new("driftguard development CA")?;
     let (cert_pem, key_pem) = ca.leaf(common_name, names, &[])?;
     Ok(Generated {
@@ -94,13 +98,15 @@ fn leaf(
 }
 
 /// Writes `ca.crt`, `tls.crt` and `tls.key` (mode 0600) into `dir`.
-pub fn write(dir: &Path, generated: &Generated) -> std::io::Result<()> {
+pub(crate) fn write(dir: &Path, generated: &Generated) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
     std::fs::write(dir.join("ca.crt"), &generated.ca_cert_pem)?;
     std::fs::write(dir.join("tls.crt"), &generated.cert_pem)?;
     write_private(&dir.join("tls.key"), &generated.key_pem)
 }
 
+/// Writes `pem` to `path`, created readable by its owner only (mode 0600 on
+/// Unix): for private keys.
 pub fn write_private(path: &Path, pem: &str) -> std::io::Result<()> {
     use std::io::Write;
     #[cfg(unix)]

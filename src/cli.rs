@@ -1,6 +1,8 @@
 //! The command line: `check`, `serve`, `certs`, `register`, `report`, `probe` and `policy lint`.
 //! `serve`'s flags are [`server::Config`] itself.
 
+#![warn(missing_docs)]
+
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -16,6 +18,7 @@ mod probe;
 use check::{CheckArgs, check};
 use probe::{ProbeArgs, probe};
 
+/// The `driftguard` command line, parsed.
 #[derive(Debug, Parser)]
 #[command(
     name = "driftguard",
@@ -146,6 +149,8 @@ enum PolicyCommand {
 struct Failure(String);
 
 impl Cli {
+    /// Runs the command and returns its exit status; a failure is printed on
+    /// stderr, with status 2.
     pub fn run(self) -> ExitCode {
         let result = match self.command {
             Command::Check(args) => check(args),

@@ -2,27 +2,32 @@
 //! registration, reading the parent of a `…/scale` write, the GitOps sources,
 //! and Events. Break-glass's own writes are in `crate::breakglass`.
 
-pub mod bounded;
+pub(crate) mod bounded;
 pub mod events;
 pub mod guard;
 pub mod hub;
 pub mod parents;
 pub mod register;
-pub mod rules;
+pub(crate) mod rules;
 pub mod source_cache;
 pub mod source_cost;
 pub mod watch;
 
 /// Why no kube client could be made.
 #[derive(Debug, thiserror::Error)]
-pub enum ClientError {
+pub(crate) enum ClientError {
+    /// The kubeconfig at `path` (or its context) could not be used.
     #[error("{path}: {source}")]
     Kubeconfig {
+        /// The file, or `(default)`.
         path: String,
+        /// Why.
         source: kube::config::KubeconfigError,
     },
+    /// No kubeconfig given, and none could be inferred.
     #[error("{0}")]
     Infer(#[from] kube::config::InferConfigError),
+    /// The configuration does not make a client.
     #[error("{0}")]
     Client(#[from] kube::Error),
 }
@@ -31,7 +36,7 @@ pub enum ClientError {
 /// current one), or without a file, from the default kubeconfig at
 /// `context`, or inferred (in-cluster, `$KUBECONFIG`, `~/.kube/config`).
 /// The server and the kubectl plugin build theirs alike.
-pub async fn config(
+pub(crate) async fn config(
     kubeconfig: Option<&std::path::Path>,
     context: Option<String>,
 ) -> Result<kube::Config, ClientError> {
@@ -59,6 +64,8 @@ pub async fn config(
 }
 
 /// A kube client from `kubeconfig`, or inferred ([`config`]).
-pub async fn client(kubeconfig: Option<&std::path::Path>) -> Result<kube::Client, ClientError> {
+pub(crate) async fn client(
+    kubeconfig: Option<&std::path::Path>,
+) -> Result<kube::Client, ClientError> {
     Ok(kube::Client::try_from(config(kubeconfig, None).await?)?)
 }

@@ -2,7 +2,7 @@
 //! GitOps-managed objects before it happens.
 //!
 //! Data flow: bytes → [`request::parse`] → [`drift::decide`] (pure) →
-//! [`response::respond`] → AdmissionReview JSON. `check` runs [`judge`];
+//! `response::respond` → AdmissionReview JSON. `check` runs [`judge`];
 //! the server's [`service::Reviewer`] runs [`judge_request`] and records the
 //! outcome; [`server`] only carries bytes over HTTPS.
 
@@ -11,7 +11,7 @@
 #![warn(clippy::too_many_lines)]
 
 pub mod args;
-pub mod audit;
+pub(crate) mod audit;
 pub(crate) mod breakglass;
 pub mod certs;
 pub mod cli;
@@ -28,7 +28,7 @@ pub mod response;
 pub mod server;
 pub mod service;
 pub mod sources;
-pub mod text;
+pub(crate) mod text;
 
 use jiff::Timestamp;
 use kube::core::DynamicObject;
@@ -42,12 +42,15 @@ pub use response::Endpoint;
 
 /// The result of judging one review: the reply and the decision behind it.
 pub struct Judged {
+    /// The AdmissionReview to send back.
     pub response: AdmissionReview<DynamicObject>,
+    /// What was decided, and why.
     pub decision: Decision,
 }
 
 impl Judged {
-    /// The reply as sent on the wire ([`response::to_bytes`]).
+    /// The reply as sent on the wire: every map sorted, so the same review
+    /// always yields the same bytes.
     pub fn to_json(&self) -> Vec<u8> {
         response::to_bytes(&self.response)
     }

@@ -3,6 +3,8 @@
 //! ([`audit_writer`]), and diagnostic logs, text or JSON, on stderr
 //! (`RUST_LOG` filters them).
 
+#![warn(missing_docs)]
+
 pub mod audit_writer;
 
 use tracing::field::{Field, Visit};
@@ -13,6 +15,10 @@ use tracing_subscriber::{EnvFilter, filter};
 
 use crate::audit;
 
+/// The format of diagnostic logs (`--log-format`): `json`, one object a
+/// line for log collectors, or `text`. Audit lines are always JSON.
+// clap would show variant docs as each value's help: documented here instead.
+#[allow(missing_docs)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum LogFormat {
     Json,
@@ -47,11 +53,13 @@ impl<S: Subscriber> Layer<S> for AuditLayer {
     }
 }
 
-pub fn init(format: LogFormat) {
+/// [`init_to`] stdout.
+pub(crate) fn init(format: LogFormat) {
     init_to(format, std::io::stdout());
 }
 
-/// [`init`], with audit lines written to `audit` instead of stdout.
+/// Installs the global subscriber: audit lines to `audit`, diagnostics to
+/// stderr in `format`. Later calls do nothing.
 pub fn init_to(format: LogFormat, audit: impl std::io::Write + Send + 'static) {
     let is_audit = filter::filter_fn(|meta| meta.target() == audit::TARGET);
     let not_audit = filter::filter_fn(|meta| meta.target() != audit::TARGET);

@@ -1,6 +1,8 @@
 //! Prometheus metrics: recorded by the review service, the reloaders and the
 //! cluster watches; served as text on the probe port.
 
+#![warn(missing_docs)]
+
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -9,39 +11,52 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use std::sync::atomic::AtomicU64;
 
+/// A decided review.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
+    /// `validate` or `mutate`.
     pub endpoint: &'static str,
+    /// `CREATE`, `UPDATE`, `DELETE` or `CONNECT`.
     pub operation: &'static str,
+    /// `allow`, `warn`, `audit` or `deny`.
     pub verdict: &'static str,
 }
 
+/// Why a request or client was refused.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabels {
+    /// A short code, such as `too-large` or `no_certificate`.
     pub reason: &'static str,
 }
 
 /// Which policy is in force.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PolicyLabels {
+    /// The policy's sha256 digest.
     pub digest: String,
+    /// The file it came from (or the embedded default).
     pub source: String,
+    /// Its default mode.
     pub mode: &'static str,
 }
 
+/// A reload's outcome.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabels {
+    /// `success` or `failure`.
     pub result: &'static str,
 }
 
 /// Declares [`Metrics`] from its table: each field, its type (made by
 /// `Default` unless `= INIT` follows), and its name under the `driftguard_`
-/// prefix and help text, registered in this order.
+/// prefix and help text (also the field's doc), registered in this order.
 macro_rules! metrics {
-    ($($(#[$doc:meta])* $field:ident: $ty:ty $(= $init:expr)? => $name:literal, $help:literal;)*) => {
+    ($($(#[$attr:meta])* $field:ident: $ty:ty $(= $init:expr)? => $name:literal, $help:literal;)*) => {
+        /// Every metric driftguard exports, in one registry; cheap to update
+        /// from any thread.
         pub struct Metrics {
             registry: Registry,
-            $($(#[$doc])* pub $field: $ty,)*
+            $($(#[$attr])* #[doc = $help] pub $field: $ty,)*
         }
 
         impl Metrics {
@@ -80,7 +95,6 @@ metrics! {
         "Expired break-glasses the sweeper ended, handing the object back to Git";
     break_glass_lift_failures: Counter => "break_glass_lift_failures",
         "Times the expiry sweeper could not lift an Argo CD Application's pause (in the hub with --argocd-kubeconfig); retried at the next sweep";
-    /// 1 on the replica whose expiry sweeper runs (it holds the Lease).
     break_glass_sweeper_leader: Gauge => "break_glass_sweeper_leader",
         "1 on the replica whose expiry sweeper runs (it holds the sweeper's Lease)";
     internal_errors: Counter => "internal_errors",
@@ -110,7 +124,6 @@ metrics! {
         "1 while a watched Argo CD / Flux kind is served at another API version only (driftguard stays unready; see /readyz)";
     sources_failing: Family<SourceLabels, Gauge<f64, AtomicU64>> => "sources_failing_seconds",
         "Seconds a watched Argo CD / Flux source has been failing (a hub out of reach), 0 while it works; the last good rules serve meanwhile";
-    /// 1 while a watch has never listed: decisions judge without it.
     sources_unread: Family<SourceLabels, Gauge> => "sources_unread",
         "1 while a watched Argo CD / Flux source has never been listed (a hub out of reach since start): decisions take the strictest reading without it and /readyz says degraded";
     decisions_without_sources: Counter => "decisions_without_sources",
@@ -127,7 +140,6 @@ metrics! {
         "New connections closed at once under --max-connections: their address held most slots, with connections that never sent a request";
     clients_refused: Family<ReasonLabels, Counter> => "clients_refused",
         "Webhook clients refused in the TLS handshake under --client-ca: no certificate, an untrusted one, or one naming no --client-name";
-    /// 1 when webhook clients must present a certificate (`--client-ca`).
     client_auth_required: Gauge => "client_auth_required",
         "1 when webhook clients must present a certificate from --client-ca; 0: any client that reaches the port can post reviews (close it with a NetworkPolicy, docs/install.md)";
     guarded_changes: Family<GuardLabels, Counter> => "guarded_changes",
@@ -171,33 +183,41 @@ fn register_statics(registry: &mut Registry) {
     }
 }
 
+/// A kind of driftguard's own objects (`--guard-*`).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct GuardKindLabels {
+    /// The guarded object's kind.
     pub kind: &'static str,
 }
 
 /// A change of one of driftguard's own objects (src/cluster/guard.rs).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct GuardLabels {
+    /// The guarded object's kind.
     pub kind: &'static str,
+    /// `created`, `changed` or `deleted`.
     pub change: &'static str,
 }
 
+/// A watched Argo CD / Flux source.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct SourceLabels {
+    /// The watched kind, such as `Application` or `Kustomization`.
     pub source: &'static str,
 }
 
-/// A watched kind's objects refused by a cost cap (`source`, `namespace`, `total`).
+/// A watched kind's objects refused by a cost cap.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RefusedLabels {
+    /// The watched kind.
     pub source: &'static str,
+    /// The cap exceeded: `source`, `namespace` or `total`.
     pub cap: &'static str,
 }
 
 impl Metrics {
     /// Shows `policy` as the one in force, and no other.
-    pub fn policy_in_force(&self, policy: &crate::policy::Policy) {
+    pub(crate) fn policy_in_force(&self, policy: &crate::policy::Policy) {
         self.policy_info.clear();
         self.policy_info
             .get_or_create(&PolicyLabels {
@@ -208,7 +228,8 @@ impl Metrics {
             .set(1);
     }
 
-    pub fn reloaded(family: &Family<ResultLabels, Counter>, ok: bool) {
+    /// Counts a reload (policy or certificate) in `family`, by outcome.
+    pub(crate) fn reloaded(family: &Family<ResultLabels, Counter>, ok: bool) {
         family
             .get_or_create(&ResultLabels {
                 result: if ok { "success" } else { "failure" },
@@ -216,16 +237,19 @@ impl Metrics {
             .inc();
     }
 
-    pub fn reject_watch(&self, source: &'static str) {
+    /// Counts a failed watch of `source`.
+    pub(crate) fn reject_watch(&self, source: &'static str) {
         self.watch_errors
             .get_or_create(&SourceLabels { source })
             .inc();
     }
 
-    pub fn reject(&self, reason: &'static str) {
+    /// Counts a request refused before a decision, for `reason`.
+    pub(crate) fn reject(&self, reason: &'static str) {
         self.rejected.get_or_create(&ReasonLabels { reason }).inc();
     }
 
+    /// The Prometheus text exposition of every metric, as served on `/metrics`.
     pub fn encode(&self) -> String {
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry)

@@ -1,22 +1,22 @@
 //! The policy: loaded from YAML, checked, and compiled once (globs, pointers, jq).
 
-pub mod app_namespaces;
+pub(crate) mod app_namespaces;
 pub mod argocd;
-pub mod flux;
-pub mod identity_traps;
+pub(crate) mod flux;
+pub(crate) mod identity_traps;
 pub mod ignore;
 pub mod impersonation;
 pub mod jq;
 pub mod lint;
-pub mod locate;
+pub(crate) mod locate;
 pub mod locator;
-pub mod overlap;
+pub(crate) mod overlap;
 pub mod path;
 pub mod pattern;
-pub mod planned;
-pub mod reach;
+pub(crate) mod planned;
+pub(crate) mod reach;
 pub mod schema;
-pub mod yaml;
+pub(crate) mod yaml;
 
 use std::path::Path as FsPath;
 
@@ -36,26 +36,34 @@ pub const DEFAULT_POLICY_YAML: &str = include_str!("policy/default-policy.yaml")
 /// the YAML parser knows it, and the reason.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
-pub struct PolicyError(pub String);
+pub struct PolicyError(pub(crate) String);
 
+/// Users and groups, as compiled globs.
 #[derive(Debug, Default)]
-pub struct Identities {
+pub(crate) struct Identities {
     users: PatternSet,
     groups: PatternSet,
 }
 
 /// A field of the policy file that does not compile; the caller adds the file.
 #[derive(Debug, thiserror::Error)]
-pub enum FieldError {
+pub(crate) enum FieldError {
     /// A user, group or namespace pattern that is not a glob.
     #[error("{field}: {source}")]
     Pattern {
+        /// The field, such as `trusted.users`.
         field: String,
+        /// Why the pattern is not a glob.
         source: pattern::PatternError,
     },
     /// An identity pattern that trusts more than it seems to.
     #[error("{field}: {why}")]
-    IdentityTrap { field: String, why: String },
+    IdentityTrap {
+        /// The field, such as `trusted.users`.
+        field: String,
+        /// What it would trust.
+        why: String,
+    },
     /// `breakGlass.maxDuration` that is not a positive duration.
     #[error("breakGlass.maxDuration: {0}")]
     MaxDuration(#[from] DurationError),
@@ -63,9 +71,16 @@ pub enum FieldError {
 
 /// A duration such as `4h` that is not one, or not positive.
 #[derive(Debug, thiserror::Error)]
-pub enum DurationError {
+pub(crate) enum DurationError {
+    /// Not a duration at all.
     #[error("`{text}` is not a duration such as 4h or 30m: {source}")]
-    Syntax { text: String, source: jiff::Error },
+    Syntax {
+        /// The text.
+        text: String,
+        /// Why it does not parse.
+        source: jiff::Error,
+    },
+    /// Zero or negative.
     #[error("`{0}` must be positive")]
     NotPositive(String),
 }
@@ -98,16 +113,18 @@ impl Identities {
         })
     }
 
-    pub fn contains(&self, username: &str, groups: &[String]) -> bool {
+    /// Whether `username`, or one of `groups`, matches.
+    pub(crate) fn contains(&self, username: &str, groups: &[String]) -> bool {
         self.users.is_match(username) || groups.iter().any(|g| self.groups.is_match(g))
     }
 
-    pub fn is_empty(&self) -> bool {
+    /// Whether no user and no group are named.
+    pub(crate) fn is_empty(&self) -> bool {
         self.users.is_empty() && self.groups.is_empty()
     }
 
     /// The user and group patterns as written.
-    pub fn patterns(&self) -> (Vec<&str>, Vec<&str>) {
+    pub(crate) fn patterns(&self) -> (Vec<&str>, Vec<&str>) {
         (
             self.users.sources().collect(),
             self.groups.sources().collect(),
@@ -118,39 +135,57 @@ impl Identities {
 /// Who may break glass and for how long (the decision's result is
 /// [`crate::drift::BreakGlass`]).
 #[derive(Debug)]
-pub struct BreakGlassPolicy {
-    pub allowed: Identities,
-    pub max_duration: SignedDuration,
+pub(crate) struct BreakGlassPolicy {
+    /// Who may.
+    pub(crate) allowed: Identities,
+    /// The longest break-glass.
+    pub(crate) max_duration: SignedDuration,
 }
 
+/// How Argo CD's ownership marks are read (`gitops.argocd`).
 #[derive(Debug)]
-pub struct ArgoDetector {
-    pub tracking_annotation: String,
-    pub instance_label: Option<String>,
+pub(crate) struct ArgoDetector {
+    /// The tracking annotation's key.
+    pub(crate) tracking_annotation: String,
+    /// The instance label's key; `None`: the label detector is off.
+    pub(crate) instance_label: Option<String>,
     /// Argo CD's `installationID` (argocd-cm), when it has one: only objects
     /// carrying it are tracked by the Applications driftguard reads.
-    pub installation_id: Option<String>,
+    pub(crate) installation_id: Option<String>,
 }
 
+/// A policy, checked and compiled: what every decision reads.
 #[derive(Debug)]
 pub struct Policy {
-    pub mode: Mode,
+    /// The default mode.
+    pub(crate) mode: Mode,
     namespaces: Vec<(PatternSet, Mode)>,
-    pub controllers: Identities,
-    pub trusted: Identities,
-    pub break_glass: BreakGlassPolicy,
-    pub argocd: Option<ArgoDetector>,
-    pub flux: bool,
-    pub unknown_scale_parent: UnknownParent,
-    pub precision: Precision,
-    pub planned_creates: PlannedCreates,
-    pub rules: RuleSet,
-    pub applications: Vec<Application>,
+    /// The GitOps tools: always allowed.
+    pub(crate) controllers: Identities,
+    /// Other identities whose writes are never manual.
+    pub(crate) trusted: Identities,
+    /// Who may break glass, and for how long.
+    pub(crate) break_glass: BreakGlassPolicy,
+    /// Argo CD's detector; `None`: Argo CD's marks are not read.
+    pub(crate) argocd: Option<ArgoDetector>,
+    /// Whether Flux's ownership labels are read.
+    pub(crate) flux: bool,
+    /// The verdict on a `…/scale` write whose parent cannot be read.
+    pub(crate) unknown_scale_parent: UnknownParent,
+    /// Which changes count as drift.
+    pub(crate) precision: Precision,
+    /// Whether manual CREATEs of planned objects are judged.
+    pub(crate) planned_creates: PlannedCreates,
+    /// The policy file's own ignore rules.
+    pub(crate) rules: RuleSet,
+    /// The Applications of `--argocd-application` files.
+    pub(crate) applications: Vec<Application>,
     /// Which policy this is: `sha256:` of the policy file's text, and the
     /// file it came from (`/metrics` and `kubectl driftguard status` show
     /// both, so anyone can tell which policy is in force).
-    pub digest: String,
-    pub source: String,
+    pub(crate) digest: String,
+    /// The file it came from, or `<embedded default policy>`.
+    pub(crate) source: String,
 }
 
 /// `sha256:<hex>` of a policy file's text, as `sha256sum` prints it.
@@ -161,15 +196,19 @@ pub fn digest(text: &str) -> String {
 }
 
 impl Policy {
+    /// The embedded default policy ([`DEFAULT_POLICY_YAML`]).
     pub fn embedded() -> Self {
         Self::from_yaml(DEFAULT_POLICY_YAML, "<embedded default policy>")
             .expect("the embedded policy is valid")
     }
 
-    pub fn load(path: &FsPath) -> Result<Self, PolicyError> {
+    /// The policy file at `path`.
+    #[cfg(test)]
+    pub(crate) fn load(path: &FsPath) -> Result<Self, PolicyError> {
         Self::from_yaml(&read_policy_file(path)?, &path.display().to_string())
     }
 
+    /// A policy file's text; `file` names it in errors.
     pub fn from_yaml(text: &str, file: &str) -> Result<Self, PolicyError> {
         let parsed: PolicyFile = if text.trim().is_empty() {
             serde_saphyr::from_str("{}")
@@ -286,7 +325,7 @@ impl Policy {
 
     /// The glob patterns of the `namespaces` entries whose mode is `mode`, as
     /// written (for the webhooks' matchConditions).
-    pub fn namespace_patterns(&self, mode: Mode) -> Vec<&str> {
+    pub(crate) fn namespace_patterns(&self, mode: Mode) -> Vec<&str> {
         self.namespaces
             .iter()
             .filter(|(_, m)| *m == mode)
@@ -296,7 +335,7 @@ impl Policy {
 
     /// The first `namespaces` entry matching `namespace`: its patterns and
     /// its mode (what [`Policy::mode_for_namespace`] uses).
-    pub fn namespace_entry(&self, namespace: &str) -> Option<(&PatternSet, Mode)> {
+    pub(crate) fn namespace_entry(&self, namespace: &str) -> Option<(&PatternSet, Mode)> {
         self.namespaces
             .iter()
             .find(|(names, _)| names.is_match(namespace))
@@ -304,7 +343,7 @@ impl Policy {
     }
 
     /// The global mode, overridden by the first matching `namespaces` entry.
-    pub fn mode_for_namespace(&self, namespace: &str) -> Mode {
+    pub(crate) fn mode_for_namespace(&self, namespace: &str) -> Mode {
         self.namespace_entry(namespace)
             .map_or(self.mode, |(_, mode)| mode)
     }
@@ -379,7 +418,7 @@ pub(crate) fn compile_rules<'a>(
 
 /// The policy from `--policy` (or the embedded default) plus the Applications
 /// of `--argocd-application` files, with notes for the operator.
-pub fn load_sources(
+pub(crate) fn load_sources(
     policy: Option<&FsPath>,
     applications: &[std::path::PathBuf],
 ) -> Result<(Policy, Vec<String>), PolicyError> {
@@ -427,17 +466,17 @@ fn read_policy_file(path: &FsPath) -> Result<String, PolicyError> {
 #[serde(rename_all = "camelCase")]
 pub(crate) struct ManifestHeader {
     #[serde(default)]
-    pub api_version: String,
+    pub(crate) api_version: String,
     #[serde(default)]
-    pub kind: String,
+    pub(crate) kind: String,
 }
 
 impl ManifestHeader {
-    pub fn is_application(&self) -> bool {
+    pub(crate) fn is_application(&self) -> bool {
         self.kind == "Application" && self.api_version.starts_with("argoproj.io/")
     }
 
-    pub fn advice(&self) -> &'static str {
+    pub(crate) fn advice(&self) -> &'static str {
         match (
             self.api_version.split('/').next().unwrap_or_default(),
             self.kind.as_str(),
@@ -455,7 +494,7 @@ impl ManifestHeader {
 }
 
 /// A positive duration as the policy writes `maxDuration` (`4h`, `30m`, `1h30m`).
-pub fn parse_duration(text: &str) -> Result<SignedDuration, DurationError> {
+pub(crate) fn parse_duration(text: &str) -> Result<SignedDuration, DurationError> {
     let d: SignedDuration = text.parse().map_err(|source| DurationError::Syntax {
         text: text.to_owned(),
         source,

@@ -2,6 +2,8 @@
 //! The objects stay as `serde_json::Value`: the engine diffs them as JSON, and
 //! parsing them once as plain values is the cheapest faithful representation.
 
+#![warn(missing_docs)]
+
 use std::borrow::Cow;
 
 use kube::core::admission::{AdmissionRequest, AdmissionReview, Operation as KubeOperation};
@@ -11,7 +13,8 @@ use serde_json::Value;
 
 use crate::drift::{Operation, Request};
 
-pub const API_VERSION: &str = "admission.k8s.io/v1";
+/// The only AdmissionReview version served.
+const API_VERSION: &str = "admission.k8s.io/v1";
 
 /// A Kubernetes object kept as JSON. kube's `Resource` wants an `ObjectMeta`:
 /// it holds the object's name, namespace and uid only. Nothing reads
@@ -21,8 +24,10 @@ pub const API_VERSION: &str = "admission.k8s.io/v1";
 /// parse checked it, for the fields the decision reads.
 #[derive(Clone, Debug)]
 pub struct RawObject {
-    pub metadata: ObjectMeta,
-    pub value: Value,
+    /// Its name, namespace and uid only.
+    pub(crate) metadata: ObjectMeta,
+    /// The whole object, as sent.
+    pub(crate) value: Value,
 }
 
 impl<'de> Deserialize<'de> for RawObject {
@@ -126,10 +131,13 @@ pub enum ReviewError {
     /// Only `admission.k8s.io/v1` is served.
     #[error("apiVersion is {0:?}, expected \"admission.k8s.io/v1\"")]
     WrongApiVersion(String),
+    /// Not an `AdmissionReview`.
     #[error("kind is {0:?}, expected \"AdmissionReview\"")]
     WrongKind(String),
+    /// A review without `request` (a response, perhaps).
     #[error("AdmissionReview has no request")]
     MissingRequest,
+    /// A request without the uid its answer must echo.
     #[error("AdmissionReview request has no uid")]
     MissingUid,
     /// The request lacks an object the operation needs.
@@ -140,13 +148,21 @@ pub enum ReviewError {
     /// `--on-error`), since the apiserver shows an HTTP error only as "failed
     /// calling webhook".
     #[error("AdmissionReview request {uid} cannot be read: {reason}")]
-    UnreadableRequest { uid: String, reason: String },
+    UnreadableRequest {
+        /// The request's uid, for the answer.
+        uid: String,
+        /// What could not be read.
+        reason: String,
+    },
     /// A name longer than Kubernetes allows: not from an apiserver, and
     /// never held or echoed (it would key caches and fill answers).
     #[error("request.{field} is {len} bytes, more than the {max} Kubernetes allows")]
     OverLimit {
+        /// The field, as `request.` + this.
         field: &'static str,
+        /// Its length, in bytes.
         len: usize,
+        /// The most Kubernetes allows.
         max: usize,
     },
 }
@@ -202,6 +218,8 @@ struct Envelope {
     request: Option<Value>,
 }
 
+/// Reads an `admission.k8s.io/v1` AdmissionReview's request, its names
+/// within Kubernetes' limits.
 pub fn parse(body: &[u8]) -> Result<AdmissionRequest<RawObject>, ReviewError> {
     let review: AdmissionReview<RawObject> = match serde_json::from_slice(body) {
         Ok(r) => r,
@@ -276,7 +294,7 @@ fn explain(body: &[u8], err: serde_json::Error) -> ReviewError {
 /// it is still answered with its uid, by `--on-error`. The apiserver writes
 /// `apiVersion`, `kind`, then `request` with `uid` first, so a few KiB hold
 /// it. Skips values without building them; `None` when the prefix ends first.
-pub fn uid_in_prefix(prefix: &[u8]) -> Option<String> {
+pub(crate) fn uid_in_prefix(prefix: &[u8]) -> Option<String> {
     let mut s = Scanner { b: prefix, i: 0 };
     s.eat(b'{')?;
     loop {
@@ -373,7 +391,7 @@ impl Scanner<'_> {
 }
 
 /// The engine's view of a parsed request.
-pub fn view(req: &AdmissionRequest<RawObject>) -> Request<'_> {
+pub(crate) fn view(req: &AdmissionRequest<RawObject>) -> Request<'_> {
     Request {
         operation: match req.operation {
             KubeOperation::Create => Operation::Create,

@@ -1,6 +1,8 @@
 //! A decision becomes an `AdmissionResponse`: status message, warnings, audit
 //! annotations, and on the mutating path a JSON patch recording the drift.
 
+#![warn(missing_docs)]
+
 use jiff::Timestamp;
 use json_patch::jsonptr::PointerBuf;
 use json_patch::{AddOperation, Patch, PatchOperation};
@@ -15,14 +17,16 @@ use crate::drift::{Decision, Finding, Operation, Request, Verdict};
 use crate::request::RawObject;
 use crate::text::ellipsize;
 
-pub mod drifted;
+pub(crate) mod drifted;
 
 /// Which webhook is answering. The validating webhook decides; the mutating one
 /// never denies and only records drift in warn mode, so `kubectl` shows each
 /// denial and warning once.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Endpoint {
+    /// `POST /validate`: decides, and denies in enforce mode.
     Validate,
+    /// `POST /mutate`: never denies; records drift on the object.
     Mutate,
 }
 
@@ -51,7 +55,8 @@ const SOURCES_UNREAD: &str =
 /// How a drifted path of `""` is named in text.
 const WHOLE_OBJECT: &str = "(whole object)";
 
-pub fn respond(
+/// The response to `req` for decision `d`, as `endpoint` answers it.
+pub(crate) fn respond(
     req: &AdmissionRequest<RawObject>,
     view: &Request,
     d: &Decision,
@@ -94,7 +99,7 @@ pub fn respond(
 /// The reply as sent on the wire. kube keeps `auditAnnotations` in a
 /// `HashMap`; going through `Value` sorts every map, so the same review always
 /// yields the same bytes (`check` and the server agree byte for byte).
-pub fn to_bytes(review: &AdmissionReview<DynamicObject>) -> Vec<u8> {
+pub(crate) fn to_bytes(review: &AdmissionReview<DynamicObject>) -> Vec<u8> {
     let value = serde_json::to_value(review).expect("a review serializes");
     serde_json::to_vec(&value).expect("a value serializes")
 }
@@ -403,7 +408,7 @@ fn is_cut(warning: &str) -> bool {
 
 /// Written into the apiserver's audit log next to the request (the apiserver
 /// prefixes each key with the webhook's name).
-pub fn audit_annotations(d: &Decision) -> Vec<(String, String)> {
+pub(crate) fn audit_annotations(d: &Decision) -> Vec<(String, String)> {
     let mut out = vec![
         ("verdict".to_owned(), d.verdict.as_str().to_owned()),
         ("reason".to_owned(), d.finding.code().to_owned()),

@@ -5,6 +5,8 @@
 //! (metrics, an Event, the audit record). The server only reads the body and
 //! maps [`ServiceError`] to HTTP.
 
+#![warn(missing_docs)]
+
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
@@ -25,7 +27,10 @@ use crate::request::{self, RawObject, ReviewError};
 use crate::response::{self, Endpoint};
 use crate::{Judged, Policy, judge_request};
 
-/// What the webhook answers when deciding fails inside driftguard.
+/// What the webhook answers when deciding fails inside driftguard
+/// (`--on-error`): `allow` lets the write through, `deny` refuses it.
+// clap would show variant docs as each value's help: documented here instead.
+#[allow(missing_docs)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum OnError {
     Allow,
@@ -37,15 +42,18 @@ pub enum OnError {
 pub struct PolicyHandle(Arc<RwLock<Arc<Policy>>>);
 
 impl PolicyHandle {
+    /// A handle on `policy`.
     pub fn new(policy: Policy) -> Self {
         Self(Arc::new(RwLock::new(Arc::new(policy))))
     }
 
-    pub fn current(&self) -> Arc<Policy> {
+    /// The policy in force now; a reload does not change the one returned.
+    pub(crate) fn current(&self) -> Arc<Policy> {
         self.0.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    pub fn replace(&self, policy: Policy) {
+    /// Puts `policy` in force for the reviews that start from now.
+    pub(crate) fn replace(&self, policy: Policy) {
         *self.0.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(policy);
     }
 }
@@ -62,6 +70,7 @@ pub enum ServiceError {
 
 /// Everything a review needs besides the body.
 pub struct Reviewer {
+    /// The policy in force.
     pub policy: PolicyHandle,
     /// What Argo CD and Flux know (`--watch-argocd`, `--watch-flux`).
     pub sources: Option<SourcesHandle>,
@@ -69,9 +78,11 @@ pub struct Reviewer {
     pub parents: Option<Arc<ParentReader>>,
     /// Writes DriftBlocked and BreakGlassUsed Events; `None` without cluster access.
     pub events: Option<Arc<EventRecorder>>,
+    /// Where the outcome is counted.
     pub metrics: Arc<Metrics>,
     /// The threads that decide; never the async workers.
     pub decider: Decider,
+    /// The answer when deciding fails inside driftguard (`--on-error`).
     pub on_error: OnError,
     /// Longest a decision may take, queueing included (`--decision-timeout`).
     pub decision_timeout: Duration,
@@ -243,7 +254,7 @@ impl Reviewer {
 
     /// A review refused before it was parsed (the server's memory budget),
     /// answered by `--on-error` with the uid read from its first bytes.
-    pub fn refuse(&self, endpoint: Endpoint, uid: &str, reason: &str) -> Vec<u8> {
+    pub(crate) fn refuse(&self, endpoint: Endpoint, uid: &str, reason: &str) -> Vec<u8> {
         let why = format!("not judged: {reason}");
         tracing::warn!(%uid, error = %why, "review refused unread; answering with --on-error");
         self.answer_on_error(endpoint, uid, why, Instant::now())
@@ -457,7 +468,7 @@ fn event_report(
 }
 
 /// Still an AdmissionReview: allowed or denied by `--on-error`, saying why.
-pub fn on_error_response(
+fn on_error_response(
     req: &AdmissionRequest<RawObject>,
     on_error: OnError,
     why: &str,

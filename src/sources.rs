@@ -2,22 +2,27 @@
 //! and their ignoreDifferences, the `argocd-cm` resource customizations, the
 //! account Argo CD syncs each Application as (AppProjects, with impersonation
 //! on in `argocd-cm`), and Flux Kustomizations and HelmReleases (the service
-//! account each impersonates, its ignore rules, its source). The result is the plain [`Sources`] the
-//! decision reads; this module depends on the core, never the reverse.
+//! account each impersonates, its ignore rules, its source). The result is
+//! the plain [`Sources`] the decision reads; this module depends on the core,
+//! never the reverse.
+
+#![warn(missing_docs)]
 
 use regex::RegexBuilder;
 use serde::Deserialize;
 use serde_json::Value;
 
 pub use crate::drift::Sources;
-pub use crate::policy::flux::{FluxKind, FluxRule, FluxSource};
+use crate::policy::flux::FluxRule;
+pub use crate::policy::flux::{FluxKind, FluxSource};
 use crate::policy::ignore::{IgnoreRule, RuleError, RuleSet};
 pub use crate::policy::impersonation::{AppProject, SyncAccount, sync_accounts};
 use crate::policy::schema::IgnoreDifference;
 use crate::policy::{Application, argocd};
 
 mod selector;
-pub use selector::{SelectorError, parse_selector};
+pub use selector::SelectorError;
+pub(crate) use selector::parse_selector;
 
 /// A watched object that cannot be read: it is left out and reported, and the
 /// objects it manages keep the policy's rules.
@@ -27,7 +32,9 @@ pub enum SourceError {
     /// should make this impossible).
     #[error("{kind}: {source}")]
     Shape {
+        /// The object's kind.
         kind: &'static str,
+        /// Where its shape is wrong.
         source: serde_json::Error,
     },
     /// A Flux object without a name.
@@ -36,16 +43,22 @@ pub enum SourceError {
     /// A target's `name` or `namespace` that is not a regular expression.
     #[error("{origin}.target.{field}: {source}")]
     Regex {
+        /// The object and its rule, as `Kind namespace/name ignore[i]`.
         origin: String,
+        /// `name` or `namespace`.
         field: &'static str,
+        /// Why it does not compile.
         source: regex::Error,
     },
     /// A target's `labelSelector` or `annotationSelector` that is not a
     /// Kubernetes selector: Flux would refuse it too.
     #[error("{origin}.target.{field}: {source}")]
     Selector {
+        /// The object and its rule, as `Kind namespace/name ignore[i]`.
         origin: String,
+        /// `labelSelector` or `annotationSelector`.
         field: &'static str,
+        /// Why it does not parse.
         source: SelectorError,
     },
     /// An ignore rule that does not compile.
@@ -54,21 +67,29 @@ pub enum SourceError {
     /// An `argocd-cm` entry that is not YAML of the expected shape.
     #[error("argocd-cm {key}: {}", first_line(.source))]
     Override {
+        /// The `argocd-cm` key.
         key: String,
+        /// Why it does not read.
         source: Box<serde_saphyr::Error>,
     },
     /// An AppProject that does not have the shape of one.
     #[error("AppProject {namespace}/{name}: {source}")]
     Project {
+        /// The AppProject's namespace.
         namespace: String,
+        /// Its name.
         name: String,
+        /// Where its shape is wrong.
         source: serde_json::Error,
     },
     /// An Application that does not compile.
     #[error("Application {namespace}/{name}: {source}")]
     Application {
+        /// The Application's namespace.
         namespace: String,
+        /// Its name.
         name: String,
+        /// Why it does not compile.
         source: Box<argocd::ApplicationError>,
     },
 }
@@ -171,7 +192,7 @@ fn given(field: &Option<String>) -> Option<&str> {
 /// The compiled size a Flux target's `name` or `namespace` regex may take
 /// (the regex crate's default is 10 MiB): what the source's cost charges for
 /// it. A larger one is reported like one that does not parse.
-pub const TARGET_REGEX_SIZE: usize = 64 * 1024;
+pub(crate) const TARGET_REGEX_SIZE: usize = 64 * 1024;
 
 /// Reads a watched Kustomization or HelmRelease.
 pub fn flux_from_value(kind: FluxKind, value: &Value) -> Result<FluxSource, SourceError> {
@@ -337,7 +358,7 @@ fn named(value: &Value) -> (String, String) {
 
 /// AppProjects read from the cluster; one that cannot be read is reported and
 /// left out (its Applications get no sync account).
-pub fn app_projects(values: &[Value]) -> (Vec<AppProject>, Vec<SourceError>) {
+pub(crate) fn app_projects(values: &[Value]) -> (Vec<AppProject>, Vec<SourceError>) {
     let mut projects = Vec::new();
     let mut errors = Vec::new();
     for value in values {
@@ -363,7 +384,7 @@ pub fn applications(values: &[Value]) -> (Vec<Application>, Vec<SourceError>) {
 }
 
 /// [`applications`], for an Argo CD that knows this cluster by `this`.
-pub fn applications_for(
+pub(crate) fn applications_for(
     values: &[Value],
     this: &argocd::ThisCluster,
 ) -> (Vec<Application>, Vec<SourceError>) {

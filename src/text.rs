@@ -3,11 +3,13 @@
 //! making text from the cluster safe to print on a terminal; and the
 //! Kubernetes name rules (DNS labels and subdomains).
 
+#![warn(missing_docs)]
+
 use std::borrow::Cow;
 
 /// The longest prefix of `s` that is at most `max` bytes and ends on a
 /// character boundary.
-pub fn prefix(s: &str, max: usize) -> &str {
+pub(crate) fn prefix(s: &str, max: usize) -> &str {
     if s.len() <= max {
         return s;
     }
@@ -19,7 +21,7 @@ pub fn prefix(s: &str, max: usize) -> &str {
 }
 
 /// `s` itself if it fits in `max` bytes, else its [`prefix`] followed by `...`.
-pub fn ellipsize(s: &str, max: usize) -> String {
+pub(crate) fn ellipsize(s: &str, max: usize) -> String {
     if s.len() <= max {
         s.to_owned()
     } else {
@@ -37,7 +39,7 @@ fn unsafe_char(c: char) -> bool {
 /// JSON text with the characters serde_json leaves raw that a terminal may
 /// act on (DEL, C1 controls, bidi overrides) written as `\uXXXX` escapes:
 /// still the same JSON. Outside strings JSON holds none of them.
-pub fn printable_json(json: &str) -> Cow<'_, str> {
+pub(crate) fn printable_json(json: &str) -> Cow<'_, str> {
     if !json.chars().any(unsafe_char) {
         return Cow::Borrowed(json);
     }
@@ -58,7 +60,7 @@ pub fn printable_json(json: &str) -> Cow<'_, str> {
 /// Text read from the cluster (annotations, names, messages) is anyone's to
 /// write: an escape sequence could erase or rewrite lines of a report, and a
 /// newline could forge one.
-pub fn printable(s: &str) -> Cow<'_, str> {
+pub(crate) fn printable(s: &str) -> Cow<'_, str> {
     if !s.chars().any(unsafe_char) {
         return Cow::Borrowed(s);
     }

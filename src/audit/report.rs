@@ -3,6 +3,8 @@
 //! with the ignore rules that would let the frequent paths through: the step
 //! between installing in audit mode and turning enforce on.
 
+#![warn(missing_docs)]
+
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::io::BufRead;
@@ -57,8 +59,9 @@ impl Tally {
     }
 }
 
+/// What a trial's audit records add up to.
 #[derive(Default)]
-pub struct Report {
+pub(crate) struct Report {
     decisions: u64,
     by_verdict: BTreeMap<String, u64>,
     /// Writes allowed only because of the mode (audit or warn): enforce denies them.
@@ -73,7 +76,8 @@ pub struct Report {
 }
 
 impl Report {
-    pub fn read(input: impl BufRead) -> std::io::Result<Self> {
+    /// Reads audit records, one JSON line each, to the end of `input`.
+    pub(crate) fn read(input: impl BufRead) -> std::io::Result<Self> {
         let mut report = Self::default();
         for line in input.lines() {
             report.add_line(&line?);
@@ -82,7 +86,7 @@ impl Report {
     }
 
     /// Counts one log line: a decision record, or another line.
-    pub fn add_line(&mut self, line: &str) {
+    pub(crate) fn add_line(&mut self, line: &str) {
         match serde_json::from_str::<Record>(line) {
             Ok(record) => self.count(record),
             Err(_) => self.other_lines += 1,
@@ -114,7 +118,7 @@ impl Report {
     }
 
     /// The report as text, `top` rows per table.
-    pub fn render(&self, top: usize) -> String {
+    pub(crate) fn render(&self, top: usize) -> String {
         let mut out = String::new();
         let verdicts: Vec<String> = self
             .by_verdict

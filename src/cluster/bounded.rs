@@ -5,13 +5,15 @@
 //! old one dropped: the callers then skip the work the entry would have
 //! deduplicated (an Event) or just do not cache (a parent read).
 
+#![warn(missing_docs)]
+
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 /// What an entry costs besides its key and value: the map's own bookkeeping.
 const ENTRY_OVERHEAD: usize = 64;
 
-pub struct BoundedMap<V> {
+pub(crate) struct BoundedMap<V> {
     entries: HashMap<String, Entry<V>>,
     bytes: usize,
     max_bytes: usize,
@@ -25,7 +27,7 @@ struct Entry<V> {
 }
 
 impl<V> BoundedMap<V> {
-    pub fn new(max_bytes: usize, max_entries: usize) -> Self {
+    pub(crate) fn new(max_bytes: usize, max_entries: usize) -> Self {
         Self {
             entries: HashMap::new(),
             bytes: 0,
@@ -35,20 +37,23 @@ impl<V> BoundedMap<V> {
     }
 
     /// The bytes held, as counted against the budget.
-    pub fn bytes(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn bytes(&self) -> usize {
         self.bytes
     }
 
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.entries.len()
     }
 
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
 
     /// The entry and when it was stored (or last touched).
-    pub fn get_mut(&mut self, key: &str) -> Option<(&mut Instant, &mut V)> {
+    pub(crate) fn get_mut(&mut self, key: &str) -> Option<(&mut Instant, &mut V)> {
         self.entries.get_mut(key).map(|e| (&mut e.at, &mut e.value))
     }
 
@@ -56,7 +61,13 @@ impl<V> BoundedMap<V> {
     /// `value_bytes` for the value. If that would pass a bound, entries older
     /// than `horizon` are dropped first; if it still would, nothing is stored
     /// and `false` is returned.
-    pub fn insert(&mut self, key: String, value: V, value_bytes: usize, horizon: Duration) -> bool {
+    pub(crate) fn insert(
+        &mut self,
+        key: String,
+        value: V,
+        value_bytes: usize,
+        horizon: Duration,
+    ) -> bool {
         self.remove(&key);
         let cost = key
             .len()
@@ -81,7 +92,7 @@ impl<V> BoundedMap<V> {
         true
     }
 
-    pub fn remove(&mut self, key: &str) {
+    pub(crate) fn remove(&mut self, key: &str) {
         if let Some(old) = self.entries.remove(key) {
             self.bytes -= old.cost;
         }

@@ -14,6 +14,8 @@
 //! fire-and-forget, and a capped cache; layering that over `Recorder` would
 //! leave it only the Event's construction.
 
+#![warn(missing_docs)]
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -23,15 +25,20 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 
-pub const REPORTING_CONTROLLER: &str = "driftguard";
+/// The `reportingController` of every Event driftguard writes.
+pub(crate) const REPORTING_CONTROLLER: &str = "driftguard";
 
 /// What to report about which object.
 #[derive(Clone, Debug)]
-pub struct Report {
-    pub reason: &'static str,
-    pub action: &'static str,
-    pub note: String,
-    pub regarding: ObjectReference,
+pub(crate) struct Report {
+    /// Why, such as `DriftBlocked` or `BreakGlassUsed`.
+    pub(crate) reason: &'static str,
+    /// What driftguard did, such as `Denied`.
+    pub(crate) action: &'static str,
+    /// The human-readable message.
+    pub(crate) note: String,
+    /// The object the Event is about.
+    pub(crate) regarding: ObjectReference,
 }
 
 /// The longest name, namespace or kind that enters a de-duplication key: the
@@ -48,7 +55,7 @@ const RECENT_ENTRIES: usize = 10_000;
 /// the interval, further new objects get no Event until entries age out:
 /// a flood of denials (or of forged reviews) writes at most
 /// [`RECENT_ENTRIES`] Events per interval, and never grows memory.
-pub struct Recent {
+pub(crate) struct Recent {
     folded: BoundedMap<u32>,
 }
 
@@ -63,7 +70,7 @@ impl Default for Recent {
 impl Recent {
     /// `Some(reports folded since the last Event)` when an Event is due now,
     /// `None` when this report is folded into the next one (or dropped).
-    pub fn admit(&mut self, report: &Report, interval: Duration) -> Option<u32> {
+    pub(crate) fn admit(&mut self, report: &Report, interval: Duration) -> Option<u32> {
         let key = Self::key(report);
         match self.folded.get_mut(&key) {
             Some((at, count)) if at.elapsed() < interval => {
@@ -94,11 +101,13 @@ impl Recent {
         )
     }
 
-    pub fn bytes(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn bytes(&self) -> usize {
         self.folded.bytes()
     }
 }
 
+/// Writes Events for the webhook: folded, rate-limited, fire-and-forget.
 pub struct EventRecorder {
     client: kube::Client,
     instance: String,
@@ -108,7 +117,9 @@ pub struct EventRecorder {
 }
 
 impl EventRecorder {
-    pub fn new(client: kube::Client, interval: Duration) -> Arc<Self> {
+    /// A recorder writing through `client`, at most one Event per object and
+    /// reason each `interval`.
+    pub(crate) fn new(client: kube::Client, interval: Duration) -> Arc<Self> {
         let instance = std::env::var("HOSTNAME").unwrap_or_else(|_| "driftguard".into());
         Arc::new(Self {
             client,
@@ -120,7 +131,7 @@ impl EventRecorder {
     }
 
     /// Queues the Event and returns at once.
-    pub fn report(self: &Arc<Self>, report: Report) {
+    pub(crate) fn report(self: &Arc<Self>, report: Report) {
         let folded = {
             let mut recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
             match recent.admit(&report, self.interval) {
@@ -135,7 +146,7 @@ impl EventRecorder {
     /// Queues the Event, named by `suffix`, and returns at once: no folding,
     /// for rare reports that each matter. Replicas reporting the same thing
     /// with the same suffix write one Event (the others get AlreadyExists).
-    pub fn report_once(self: &Arc<Self>, report: Report, suffix: &str) {
+    pub(crate) fn report_once(self: &Arc<Self>, report: Report, suffix: &str) {
         self.send(report, 0, suffix.to_owned());
     }
 

@@ -15,6 +15,8 @@
 //! watch was down is still reported. Every replica watches; the Event's name
 //! is derived from the change, so replicas write one Event, not one each.
 
+#![warn(missing_docs)]
+
 use std::sync::Arc;
 
 use futures_util::StreamExt;
@@ -32,7 +34,8 @@ use super::events::{EventRecorder, Report};
 use crate::audit::GuardedChangeRecord;
 use crate::metrics::{GuardKindLabels, GuardLabels, Metrics};
 
-pub const REASON: &str = "GuardedObjectChanged";
+/// The reason of the Warning Event a change raises.
+pub(crate) const REASON: &str = "GuardedObjectChanged";
 
 /// `--guard-*`: which objects are driftguard's own.
 #[derive(Clone, Debug, Default, clap::Args)]
@@ -109,7 +112,7 @@ impl Target {
 }
 
 /// The part of an object that decides how writes are judged, by kind.
-pub fn deciding_part(kind: &str, object: &Value) -> Value {
+pub(crate) fn deciding_part(kind: &str, object: &Value) -> Value {
     let pick = |fields: &[&str]| {
         let picked: serde_json::Map<String, Value> = fields
             .iter()
@@ -133,47 +136,52 @@ fn digest_of(kind: &str, object: &DynamicObject) -> String {
 
 /// What happened to a watched object between two states.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Change {
-    pub what: &'static str,
-    pub before: Option<String>,
-    pub after: Option<String>,
+pub(crate) struct Change {
+    /// `created`, `changed` or `deleted`.
+    pub(crate) what: &'static str,
+    /// The deciding digest before, if the object existed.
+    pub(crate) before: Option<String>,
+    /// The deciding digest after, if the object exists.
+    pub(crate) after: Option<String>,
 }
 
 /// Follows one object's deciding digest across watch events: `None` until
 /// the first list completes; then `Some(None)` when absent.
 #[derive(Debug, Default)]
-pub struct Tracker {
+pub(crate) struct Tracker {
     known: Option<Option<String>>,
     listing: Option<String>,
 }
 
 impl Tracker {
     /// A relist begins.
-    pub fn init(&mut self) {
+    pub(crate) fn init(&mut self) {
         self.listing = None;
     }
 
     /// The relist found the object with this digest.
-    pub fn listed(&mut self, digest: String) {
+    pub(crate) fn listed(&mut self, digest: String) {
         self.listing = Some(digest);
     }
 
     /// The relist is complete: a change since the last state seen, if any.
-    pub fn listed_all(&mut self) -> Option<Change> {
+    pub(crate) fn listed_all(&mut self) -> Option<Change> {
         let now = self.listing.take();
         self.move_to(now)
     }
 
-    pub fn applied(&mut self, digest: String) -> Option<Change> {
+    /// The object was created or changed: its new digest.
+    pub(crate) fn applied(&mut self, digest: String) -> Option<Change> {
         self.move_to(Some(digest))
     }
 
     /// Whether the object exists, once the first list completed.
-    pub fn present(&self) -> Option<bool> {
+    pub(crate) fn present(&self) -> Option<bool> {
         self.known.as_ref().map(Option::is_some)
     }
 
-    pub fn deleted(&mut self) -> Option<Change> {
+    /// The object was deleted.
+    pub(crate) fn deleted(&mut self) -> Option<Change> {
         self.move_to(None)
     }
 
@@ -194,7 +202,7 @@ impl Tracker {
 }
 
 /// Starts one watch per guarded object.
-pub fn spawn(
+pub(crate) fn spawn(
     client: kube::Client,
     guarded: &Guarded,
     events: Option<Arc<EventRecorder>>,

@@ -6,6 +6,8 @@
 //! time, and results are cached briefly so that a burst of scale writes costs
 //! one read.
 
+#![warn(missing_docs)]
+
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -23,7 +25,7 @@ const CACHE_ENTRIES: usize = 10_000;
 
 /// Why the parent could not be read; the decision then applies `unknownScaleParent`.
 #[derive(Debug, thiserror::Error)]
-pub enum ParentError {
+pub(crate) enum ParentError {
     /// The apiserver did not answer within the bound.
     #[error("reading {what} took longer than {timeout:?}")]
     Timeout { what: String, timeout: Duration },
@@ -41,6 +43,8 @@ pub enum ParentError {
     },
 }
 
+/// Reads the parent of a `…/scale` write (a Deployment, say), with a
+/// time bound and a short-lived cache.
 pub struct ParentReader {
     client: kube::Client,
     timeout: Duration,
@@ -51,6 +55,8 @@ pub struct ParentReader {
 }
 
 impl ParentReader {
+    /// A reader through `client`: each read bounded by `timeout`, each parent
+    /// read kept for `ttl`.
     pub fn new(client: kube::Client, timeout: Duration, ttl: Duration) -> Self {
         Self {
             client,
@@ -62,7 +68,7 @@ impl ParentReader {
     }
 
     /// The object `group/version/resource` `namespace/name`, or why not.
-    pub async fn read(
+    pub(crate) async fn read(
         &self,
         group: &str,
         version: &str,
@@ -110,7 +116,7 @@ impl ParentReader {
     /// target by kind, so the resource comes from a table of the built-in
     /// scalable kinds, else from discovery (as the HPA controller maps it:
     /// the group's preferred version).
-    pub async fn read_kind(
+    pub(crate) async fn read_kind(
         &self,
         group: &str,
         kind: &str,

@@ -1,6 +1,8 @@
 //! `driftguard register`: both webhook configurations, written with server-side
 //! apply under field manager `driftguard` (idempotent), or printed as YAML.
 
+#![warn(missing_docs)]
+
 use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::{
     MatchCondition, MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations,
@@ -19,8 +21,10 @@ use crate::policy::Policy;
 /// A `--service` that is not `NAME.NAMESPACE[:PORT]`.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum AddressError {
+    /// What follows the last `:` is not a port number.
     #[error("`{0}` is not a port")]
     Port(String),
+    /// No `.` between the Service's name and namespace.
     #[error("`{0}` is not NAME.NAMESPACE[:PORT]")]
     Service(String),
 }
@@ -29,11 +33,16 @@ pub enum AddressError {
 /// is the webhook path, validate or mutate).
 #[derive(Clone, Debug)]
 pub enum WebhookAddress {
+    /// A Service in the cluster (`--service`).
     Service {
+        /// The Service's name.
         name: String,
+        /// Its namespace, which is also never sent to driftguard.
         namespace: String,
+        /// Its port.
         port: i32,
     },
+    /// A URL, for a driftguard out of the cluster (`--url`); the paths are appended.
     Url(String),
 }
 
@@ -87,13 +96,20 @@ impl WebhookAddress {
     }
 }
 
+/// What `driftguard register` was told.
 #[derive(Clone, Debug)]
 pub struct Options {
+    /// The name of both configurations.
     pub name: String,
+    /// Where the apiserver reaches driftguard.
     pub endpoint: WebhookAddress,
+    /// PEM of the CA that signed driftguard's serving certificate.
     pub ca_bundle: Vec<u8>,
+    /// `Fail` or `Ignore`.
     pub failure_policy: String,
+    /// Seconds the apiserver waits for an answer.
     pub timeout_seconds: i32,
+    /// Namespaces never sent to driftguard, besides kube-system and driftguard's own.
     pub exclude_namespaces: Vec<String>,
 }
 
@@ -242,7 +258,7 @@ pub fn configurations(
 }
 
 /// Both configurations as one YAML stream (for `--dry-run`).
-pub fn to_yaml(
+pub(crate) fn to_yaml(
     validating: &ValidatingWebhookConfiguration,
     mutating: &MutatingWebhookConfiguration,
 ) -> String {
@@ -255,7 +271,7 @@ pub fn to_yaml(
 }
 
 /// Server-side apply of both configurations under field manager `driftguard`.
-pub async fn apply(
+pub(crate) async fn apply(
     client: kube::Client,
     validating: &ValidatingWebhookConfiguration,
     mutating: &MutatingWebhookConfiguration,

@@ -7,17 +7,19 @@
 //! writes driftguard must judge, so a write to an unmanaged object costs
 //! nothing and does not depend on driftguard being up.
 
+#![warn(missing_docs)]
+
 use k8s_openapi::api::admissionregistration::v1::MatchCondition;
 
 use crate::drift::MODE_ANNOTATION;
 use crate::drift::ownership::{FLUX_HELM_NAME, FLUX_KUSTOMIZE_NAME};
 use crate::policy::{Mode, PlannedCreates, Policy, Precision};
 
-pub struct Rule {
-    pub api_groups: &'static [&'static str],
-    pub api_versions: &'static [&'static str],
-    pub resources: &'static [&'static str],
-    pub scope: &'static str,
+pub(crate) struct Rule {
+    pub(crate) api_groups: &'static [&'static str],
+    pub(crate) api_versions: &'static [&'static str],
+    pub(crate) resources: &'static [&'static str],
+    pub(crate) scope: &'static str,
 }
 
 /// Every resource and every subresource, namespaced and cluster-wide
@@ -26,7 +28,7 @@ pub struct Rule {
 /// the apiserver keeps metadata changes sent through `status` (a
 /// Deployment's annotations) and others (`finalize`, `ephemeralcontainers`).
 /// CONNECT (exec, attach, port-forward) is not an operation registered here.
-pub const RULES: &[Rule] = &[Rule {
+pub(crate) const RULES: &[Rule] = &[Rule {
     api_groups: &["*"],
     api_versions: &["*"],
     resources: &["*/*"],
@@ -37,7 +39,7 @@ pub const RULES: &[Rule] = &[Rule {
 /// without a `namespaceSelector`: for a write to a Namespace the apiserver
 /// matches the selector against that Namespace's new labels, so the write
 /// that labels it `driftguard.io/ignore=true` would exempt itself.
-pub const NAMESPACE_RULES: &[Rule] = &[Rule {
+pub(crate) const NAMESPACE_RULES: &[Rule] = &[Rule {
     api_groups: &[""],
     api_versions: &["*"],
     resources: &["namespaces", "namespaces/*"],
@@ -46,7 +48,7 @@ pub const NAMESPACE_RULES: &[Rule] = &[Rule {
 
 /// The creates webhook's rules: every object itself, namespaced or not
 /// (subresource CREATEs carry an Eviction or a TokenRequest, never one).
-pub const CREATE_RULES: &[Rule] = &[Rule {
+pub(crate) const CREATE_RULES: &[Rule] = &[Rule {
     api_groups: &["*"],
     api_versions: &["*"],
     resources: &["*"],
@@ -55,20 +57,20 @@ pub const CREATE_RULES: &[Rule] = &[Rule {
 
 /// The condition that keeps Namespaces out of the webhook with the
 /// `namespaceSelector`: the Namespace webhook judges them, once.
-pub const NOT_NAMESPACES: &str =
+pub(crate) const NOT_NAMESPACES: &str =
     "!(request.resource.group == '' && request.resource.resource == 'namespaces')";
 
 /// The label that exempts a namespace through the `namespaceSelector`.
-pub const IGNORE_NAMESPACE_LABEL: &str = "driftguard.io/ignore";
+pub(crate) const IGNORE_NAMESPACE_LABEL: &str = "driftguard.io/ignore";
 
 /// A write that labels a Namespace `driftguard.io/ignore=true` where it was
 /// not: it exempts every object in it, so it is judged whatever else it carries.
 const EXEMPTS_A_NAMESPACE: &str = "(request.resource.group == '' && request.resource.resource == 'namespaces' && object != null && has(object.metadata.labels) && 'driftguard.io/ignore' in object.metadata.labels && object.metadata.labels['driftguard.io/ignore'] == 'true' && !(oldObject != null && has(oldObject.metadata.labels) && 'driftguard.io/ignore' in oldObject.metadata.labels && oldObject.metadata.labels['driftguard.io/ignore'] == 'true'))";
 
-pub const OPERATIONS: &[&str] = &["CREATE", "UPDATE", "DELETE"];
+pub(crate) const OPERATIONS: &[&str] = &["CREATE", "UPDATE", "DELETE"];
 
 /// Never sent to driftguard: the decision calls them out of scope too.
-pub use crate::drift::excluded::{EXCLUDED_GROUPS, EXCLUDED_RESOURCES};
+pub(crate) use crate::drift::excluded::{EXCLUDED_GROUPS, EXCLUDED_RESOURCES};
 
 /// A DELETE of a Namespace: it may be an Argo CD Application's destination,
 /// or hold objects the tools manage (the namespace controller's deletes
@@ -89,26 +91,27 @@ const DELETE_CRD: &str = "(request.operation == 'DELETE' && request.resource.gro
 const CREATE_OF_AN_OBJECT: &str =
     "(request.operation == 'CREATE' && (!has(request.subResource) || request.subResource == ''))";
 
-/// The apiserver refuses a webhook with more.
-pub const MAX_MATCH_CONDITIONS: usize = 64;
+/// The apiserver refuses a webhook with more (checked by the tests).
+#[cfg(test)]
+const MAX_MATCH_CONDITIONS: usize = 64;
 
 /// The `matchConditions` of both webhooks (all must hold for a call).
 #[derive(Debug)]
-pub struct Conditions {
-    pub validating: Vec<MatchCondition>,
+pub(crate) struct Conditions {
+    pub(crate) validating: Vec<MatchCondition>,
     /// The validating ones, plus one that calls the mutating webhook only
     /// where it may patch.
-    pub mutating: Vec<MatchCondition>,
+    pub(crate) mutating: Vec<MatchCondition>,
     /// Identity patterns that CEL cannot express: driftguard still allows
     /// them, after a call.
-    pub left_out: Vec<String>,
+    pub(crate) left_out: Vec<String>,
     /// The creates webhook's (`plannedCreates: guard`): untracked CREATEs,
     /// which may be objects the tools' records list. It fails open: an
     /// outage of driftguard never stops everyone's `kubectl create`.
-    pub creates: Option<Vec<MatchCondition>>,
+    pub(crate) creates: Option<Vec<MatchCondition>>,
 }
 
-pub fn conditions(policy: &Policy) -> Conditions {
+pub(crate) fn conditions(policy: &Policy) -> Conditions {
     let mut validating = vec![MatchCondition {
         name: "exclude-unmanaged-kinds".into(),
         expression: exclusion_expression(),
@@ -153,7 +156,7 @@ fn exclusion_expression() -> String {
 /// apiserver never calls driftguard for GitOps or system traffic. Exact names
 /// and `prefix*` globs are expressed; other globs still work, judged by
 /// driftguard itself. Returns the condition and the patterns left out.
-pub fn identity_condition(policy: &Policy) -> (Option<MatchCondition>, Vec<String>) {
+pub(crate) fn identity_condition(policy: &Policy) -> (Option<MatchCondition>, Vec<String>) {
     let mut users = Vec::new();
     let mut groups = Vec::new();
     for identities in [&policy.controllers, &policy.trusted] {
@@ -256,7 +259,7 @@ fn carries_tracking(policy: &Policy, object: &str) -> Option<String> {
 /// of an object itself that carries no tracking metadata (those go to the
 /// main webhook), which may be one an Application or a Kustomization lists.
 /// `None` when the policy does not guard planned creates.
-pub fn creates_expression(policy: &Policy) -> Option<String> {
+pub(crate) fn creates_expression(policy: &Policy) -> Option<String> {
     if policy.planned_creates != PlannedCreates::Guard {
         return None;
     }

@@ -6,13 +6,15 @@
 //! cannot be the key. Entries are `Arc`s shared between snapshots: publishing
 //! copies pointers, never rules. No client here, so the cost is measurable
 //! (`examples/watch_cost.rs`). An Application Argo CD would not reconcile
-//! (its namespace or AppProject does not admit it, [`app_namespaces`]) and a
+//! (its namespace or AppProject does not admit it, `policy::app_namespaces`) and a
 //! Flux source applying to another cluster are kept but lend nothing, so a
 //! change of argocd-cmd-params-cm or of a project moves Applications in or
 //! out without a relist. Each object is charged its estimated cost before
 //! it is compiled or indexed ([`source_cost`]); one over a cap is refused in
 //! the stricter direction: it lends no ignore rule, and what it lists is
 //! widened to whole namespaces, never dropped.
+
+#![warn(missing_docs)]
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::hash::Hash;
@@ -42,14 +44,19 @@ pub(crate) use listed::add_lister;
 /// The watched kinds held as dynamic objects.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Kind {
+    /// An Argo CD Application.
     Application,
+    /// An Argo CD AppProject.
     AppProject,
+    /// A Flux Kustomization.
     Kustomization,
+    /// A Flux HelmRelease.
     HelmRelease,
 }
 
 impl Kind {
-    pub fn as_str(self) -> &'static str {
+    /// The kind's name, as in metrics and logs.
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Kind::Application => "Application",
             Kind::AppProject => "AppProject",
@@ -66,6 +73,7 @@ struct Entry<T> {
     value: Option<Arc<T>>,
 }
 
+/// Every watched source's compiled entry, and the cost charged for each.
 #[derive(Default)]
 pub struct SourceCache {
     /// Whether this cache holds an Argo CD installation (its snapshot then
@@ -135,13 +143,14 @@ fn report(errors: impl IntoIterator<Item = SourceError>) {
 }
 
 impl SourceCache {
+    /// A cache of an Argo CD installed in `argocd_namespace` (and of Flux).
     pub fn new(argocd_namespace: &str) -> Self {
         Self::for_cluster(argocd_namespace, ThisCluster::default())
     }
 
     /// A cache of an Argo CD that knows this cluster by `this_cluster` (a
     /// hub's, in a fleet).
-    pub fn for_cluster(argocd_namespace: &str, this_cluster: ThisCluster) -> Self {
+    pub(crate) fn for_cluster(argocd_namespace: &str, this_cluster: ThisCluster) -> Self {
         Self {
             argocd_watched: true,
             argocd_namespace: argocd_namespace.to_owned(),
@@ -151,14 +160,14 @@ impl SourceCache {
     }
 
     /// A cache of Flux alone: its snapshot holds no Argo CD installation.
-    pub fn without_argocd(mut self) -> Self {
+    pub(crate) fn without_argocd(mut self) -> Self {
         self.argocd_watched = false;
         self
     }
 
     /// Reads Flux from a hub that reaches this cluster through the kubeconfig
     /// Secrets named `secrets`.
-    pub fn with_hub_flux(mut self, secrets: Vec<String>) -> Self {
+    pub(crate) fn with_hub_flux(mut self, secrets: Vec<String>) -> Self {
         self.flux_secrets = Some(secrets);
         self
     }
@@ -170,7 +179,7 @@ impl SourceCache {
     }
 
     /// Objects of `kind` refused by `cap`.
-    pub fn refused(&self, kind: Kind, cap: Cap) -> usize {
+    pub(crate) fn refused(&self, kind: Kind, cap: Cap) -> usize {
         self.refused.values().filter(|r| **r == (kind, cap)).count()
     }
 
@@ -182,7 +191,7 @@ impl SourceCache {
     /// Flux runs with `--default-service-account=name` (multi-tenancy
     /// lockdown): what a Kustomization or HelmRelease without its own
     /// account impersonates.
-    pub fn with_flux_default_service_account(mut self, name: Option<String>) -> Self {
+    pub(crate) fn with_flux_default_service_account(mut self, name: Option<String>) -> Self {
         self.flux_default_account = name.filter(|n| !n.is_empty());
         self
     }
@@ -205,9 +214,8 @@ impl SourceCache {
         }
     }
 
-    /// An added or changed object. Returns whether the sources changed.
     /// Objects of `kind` cached (those that do not compile included).
-    pub fn count(&self, kind: Kind) -> usize {
+    pub(crate) fn count(&self, kind: Kind) -> usize {
         match kind {
             Kind::Application => self.applications.len(),
             Kind::AppProject => self.projects.len(),
@@ -216,6 +224,7 @@ impl SourceCache {
         }
     }
 
+    /// An added or changed object. Returns whether the sources changed.
     pub fn apply(&mut self, kind: Kind, object: &DynamicObject) -> bool {
         let Some(uid) = uid(object) else {
             return false;
@@ -358,7 +367,7 @@ impl SourceCache {
     }
 
     /// A deleted object. Returns whether the sources changed.
-    pub fn delete(&mut self, kind: Kind, object: &DynamicObject) -> bool {
+    pub(crate) fn delete(&mut self, kind: Kind, object: &DynamicObject) -> bool {
         let Some(uid) = uid(object) else {
             return false;
         };
@@ -391,13 +400,13 @@ impl SourceCache {
     }
 
     /// A relist of `kind` begins.
-    pub fn relist_start(&mut self, kind: Kind) {
+    pub(crate) fn relist_start(&mut self, kind: Kind) {
         self.relisting.insert(kind, HashSet::new());
     }
 
     /// One object of a relist in progress, applied now. Returns whether the
     /// sources changed.
-    pub fn relist_apply(&mut self, kind: Kind, object: &DynamicObject) -> bool {
+    pub(crate) fn relist_apply(&mut self, kind: Kind, object: &DynamicObject) -> bool {
         if let Some(uid) = uid(object) {
             self.relisting
                 .entry(kind)
@@ -409,7 +418,7 @@ impl SourceCache {
 
     /// The relist of `kind` is complete: what it did not list is gone.
     /// Returns whether the sources changed.
-    pub fn relist_done(&mut self, kind: Kind) -> bool {
+    pub(crate) fn relist_done(&mut self, kind: Kind) -> bool {
         let Some(listed) = self.relisting.remove(&kind) else {
             return false;
         };

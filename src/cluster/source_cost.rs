@@ -28,6 +28,8 @@
 //! argocd-cm and AppProjects live in Argo CD's namespace, written by its
 //! administrators alone, and are not charged.
 
+#![warn(missing_docs)]
+
 use std::collections::HashMap;
 
 use serde_json::Value;
@@ -65,16 +67,21 @@ impl Default for Limits {
 
 /// Which cap refused a source.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Cap {
+pub(crate) enum Cap {
+    /// `--source-max-bytes`: the source alone.
     Source,
+    /// `--namespace-sources-max-bytes`: its namespace's sources together.
     Namespace,
+    /// `--sources-max-bytes`: every watched source together.
     Total,
 }
 
 impl Cap {
-    pub const ALL: [Cap; 3] = [Cap::Source, Cap::Namespace, Cap::Total];
+    /// Every cap, in a fixed order.
+    pub(crate) const ALL: [Cap; 3] = [Cap::Source, Cap::Namespace, Cap::Total];
 
-    pub fn as_str(self) -> &'static str {
+    /// Its name in the `cap` label of `driftguard_sources_refused`.
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Cap::Source => "source",
             Cap::Namespace => "namespace",
@@ -195,7 +202,7 @@ fn ignore_rules(flux: bool, spec: &Value) -> Vec<&Value> {
 
 /// The same object, refused: without its ignore rules, the only part of it
 /// that loosens a decision.
-pub fn without_rules(flux: bool, data: &mut Value) {
+pub(crate) fn without_rules(flux: bool, data: &mut Value) {
     let spec = data.get_mut("spec").and_then(Value::as_object_mut);
     if let Some(spec) = spec {
         if flux {
@@ -213,14 +220,15 @@ pub fn without_rules(flux: bool, data: &mut Value) {
 }
 
 /// The estimate for listing `keys` by a source named `lister` bytes long.
-pub fn listed(keys: &[String], lister: usize) -> usize {
+pub(crate) fn listed(keys: &[String], lister: usize) -> usize {
     keys.iter().map(|k| LISTED + 3 * k.len() + lister).sum()
 }
 
 /// What each source is charged, by uid, and the sums.
 #[derive(Debug, Default)]
-pub struct Ledger {
-    pub limits: Limits,
+pub(crate) struct Ledger {
+    /// The caps charged against.
+    pub(crate) limits: Limits,
     charged: HashMap<String, (String, usize)>,
     by_namespace: HashMap<String, usize>,
     total: usize,
@@ -232,7 +240,7 @@ pub struct Ledger {
 }
 
 impl Ledger {
-    pub fn new(limits: Limits) -> Self {
+    pub(crate) fn new(limits: Limits) -> Self {
         Self {
             limits,
             ..Self::default()
@@ -241,7 +249,7 @@ impl Ledger {
 
     /// Charges `uid` (of `namespace`) `cost` in place of what it was charged,
     /// unless that passes a cap; `capped`: whether the namespace cap binds.
-    pub fn charge(
+    pub(crate) fn charge(
         &mut self,
         uid: &str,
         namespace: &str,
@@ -272,7 +280,7 @@ impl Ledger {
 
     /// Charges a refused source's strict form, whatever the caps: it lends
     /// nothing, and what it holds is bounded by [`listed`] of its namespaces.
-    pub fn force(&mut self, uid: &str, namespace: &str, cost: usize) {
+    pub(crate) fn force(&mut self, uid: &str, namespace: &str, cost: usize) {
         self.release(uid);
         self.forced.insert(uid.to_owned(), cost);
         self.forced_total += cost;
@@ -282,7 +290,7 @@ impl Ledger {
         self.total += cost;
     }
 
-    pub fn release(&mut self, uid: &str) {
+    pub(crate) fn release(&mut self, uid: &str) {
         self.forced_total -= self.forced.remove(uid).unwrap_or(0);
         if let Some((namespace, cost)) = self.charged.remove(uid) {
             self.total -= cost;
@@ -295,11 +303,11 @@ impl Ledger {
         }
     }
 
-    pub fn total(&self) -> usize {
+    pub(crate) fn total(&self) -> usize {
         self.total
     }
 
-    pub fn limit(&self, cap: Cap) -> usize {
+    pub(crate) fn limit(&self, cap: Cap) -> usize {
         match cap {
             Cap::Source => self.limits.per_source,
             Cap::Namespace => self.limits.per_namespace,

@@ -5,10 +5,12 @@
 //! (`driftguard_audit_dropped_total`).
 //!
 //! Queueing a line never makes a system call while lines keep coming: the
-//! writer looks at the queue every [`POLL`] for [`STAY_AWAKE`] after the last
+//! writer looks at the queue every `POLL` for `STAY_AWAKE` after the last
 //! line, and only then sleeps until the next line wakes it. Waking a sleeping
 //! thread for every line cost as much as a third of a small review's decision,
-//! on the path the apiserver waits on; a line now waits at most [`POLL`].
+//! on the path the apiserver waits on; a line now waits at most `POLL`.
+
+#![warn(missing_docs)]
 
 use std::io::Write;
 use std::sync::{Arc, Condvar, LazyLock, Mutex, MutexGuard, OnceLock};
@@ -20,25 +22,21 @@ use prometheus_client::metrics::counter::Counter;
 /// records. A record lists at most `audit::LISTED_PATH_BYTES` of paths.
 pub const CAPACITY_BYTES: usize = 4 * 1024 * 1024;
 /// How often an awake writer looks for lines.
-pub const POLL: Duration = Duration::from_millis(1);
+pub(crate) const POLL: Duration = Duration::from_millis(1);
 /// How long the writer stays awake after its last line.
-pub const STAY_AWAKE: Duration = Duration::from_millis(200);
+pub(crate) const STAY_AWAKE: Duration = Duration::from_millis(200);
 
 static QUEUE: OnceLock<Arc<Queue>> = OnceLock::new();
 static DROPPED: LazyLock<Counter> = LazyLock::new(Counter::default);
 
 /// Records dropped because the queue was full (or its writer gone).
-pub fn dropped() -> &'static Counter {
+pub(crate) fn dropped() -> &'static Counter {
     &DROPPED
 }
 
-/// Starts the writer thread, writing to stdout; later calls do nothing.
-pub fn start() {
-    start_to(std::io::stdout());
-}
-
-/// [`start`], writing to `out` (a benchmark's sink).
-pub fn start_to(out: impl Write + Send + 'static) {
+/// Starts the writer thread, writing to `out` (stdout, or a benchmark's
+/// sink); later calls do nothing.
+pub(crate) fn start_to(out: impl Write + Send + 'static) {
     QUEUE.get_or_init(|| {
         let queue = Arc::new(Queue::default());
         let writer = queue.clone();
@@ -54,7 +52,7 @@ pub fn start_to(out: impl Write + Send + 'static) {
 }
 
 /// Queues one line without waiting; drops and counts it if the queue is full.
-pub fn submit(line: String) {
+pub(crate) fn submit(line: String) {
     match QUEUE.get() {
         Some(queue) => queue.submit(line),
         None => {
@@ -66,7 +64,7 @@ pub fn submit(line: String) {
 /// Waits at most `within` for the queued lines to be written: at shutdown,
 /// so that a live reader gets every record and a stuck one does not hold the
 /// exit. Returns whether everything was written.
-pub fn flush(within: Duration) -> bool {
+pub(crate) fn flush(within: Duration) -> bool {
     QUEUE.get().is_none_or(|queue| queue.flush(within))
 }
 

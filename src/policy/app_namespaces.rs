@@ -25,6 +25,8 @@
 //! expressions are read with Rust's `regex`, so one only regexp2 accepts
 //! (lookaround, backreferences) matches nothing here.
 
+#![warn(missing_docs)]
+
 use regex::Regex;
 use serde::Deserialize;
 
@@ -32,14 +34,14 @@ use super::impersonation::AppProject;
 
 /// The ConfigMap, in Argo CD's namespace, whose `application.namespaces`
 /// the controller reads.
-pub const CMD_PARAMS_CM: &str = "argocd-cmd-params-cm";
-pub const NAMESPACES_KEY: &str = "application.namespaces";
+pub(crate) const CMD_PARAMS_CM: &str = "argocd-cmd-params-cm";
+pub(crate) const NAMESPACES_KEY: &str = "application.namespaces";
 
 /// A namespace list (`application.namespaces`, an AppProject's
 /// `spec.sourceNamespaces`), compiled once.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(from = "Vec<String>")]
-pub struct NamespaceList(Vec<Matcher>);
+pub(crate) struct NamespaceList(Vec<Matcher>);
 
 #[derive(Clone, Debug)]
 enum Matcher {
@@ -67,7 +69,7 @@ impl From<Vec<String>> for NamespaceList {
 }
 
 impl NamespaceList {
-    pub fn matches(&self, namespace: &str) -> bool {
+    pub(crate) fn matches(&self, namespace: &str) -> bool {
         self.0.iter().any(|m| match m {
             Matcher::Exact(e) => e == namespace,
             Matcher::Regex(r) => r.is_match(namespace),
@@ -77,7 +79,7 @@ impl NamespaceList {
 
 /// `application.namespaces` as the controller gets it through its
 /// environment: none when empty, else split at `,`, each item trimmed.
-pub fn enabled_namespaces(value: Option<&str>) -> NamespaceList {
+pub(crate) fn enabled_namespaces(value: Option<&str>) -> NamespaceList {
     let entries = value.filter(|v| !v.is_empty()).map_or_else(Vec::new, |v| {
         v.split(',').map(|s| s.trim().to_owned()).collect()
     });
@@ -86,7 +88,7 @@ pub fn enabled_namespaces(value: Option<&str>) -> NamespaceList {
 
 /// `IsAppNamespacePermitted`: whether `project` admits an Application in
 /// `namespace`; Argo CD's own namespace always.
-pub fn permits(project: &AppProject, namespace: &str, argocd_namespace: &str) -> bool {
+pub(crate) fn permits(project: &AppProject, namespace: &str, argocd_namespace: &str) -> bool {
     namespace.is_empty()
         || namespace == argocd_namespace
         || project.spec.source_namespaces.matches(namespace)
@@ -97,7 +99,7 @@ pub fn permits(project: &AppProject, namespace: &str, argocd_namespace: &str) ->
 /// CD's own namespace it does whatever the project: only its admins write
 /// there, and a project the watch has not delivered yet must not switch the
 /// installation's own Applications off.
-pub fn reconciles(
+pub(crate) fn reconciles(
     namespace: &str,
     argocd_namespace: &str,
     enabled: &NamespaceList,

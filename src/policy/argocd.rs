@@ -1,15 +1,18 @@
 //! Argo CD `Application` manifests as policy input: each application's
 //! `spec.ignoreDifferences` applies only to the objects that application tracks.
 
+#![warn(missing_docs)]
+
 use serde::Deserialize;
 
 use super::PolicyError;
 use super::ignore::{RuleError, RuleSet};
 use super::schema::IgnoreDifference;
 
-/// The server URL and name Argo CD gives the cluster it runs in.
-pub const IN_CLUSTER_SERVER: &str = "https://kubernetes.default.svc";
-pub const IN_CLUSTER_NAME: &str = "in-cluster";
+/// The server URL Argo CD gives the cluster it runs in.
+pub(crate) const IN_CLUSTER_SERVER: &str = "https://kubernetes.default.svc";
+/// The name Argo CD gives the cluster it runs in.
+pub(crate) const IN_CLUSTER_NAME: &str = "in-cluster";
 
 /// The names Argo CD gives the cluster driftguard guards, as an
 /// Application's `spec.destination` writes them: `server` URLs and cluster
@@ -39,7 +42,7 @@ impl Default for ThisCluster {
 impl ThisCluster {
     /// The names a hub knows this cluster by: a value with `://` is a server
     /// URL (a trailing `/` dropped, as Argo CD drops it), any other a name.
-    pub fn named(names: &[String]) -> Self {
+    pub(crate) fn named(names: &[String]) -> Self {
         let (servers, names): (Vec<&String>, Vec<&String>) =
             names.iter().partition(|n| n.contains("://"));
         Self {
@@ -58,7 +61,11 @@ impl ThisCluster {
     /// (`isDestinationMatched`, globs, `!` denies), a cluster-scoped one
     /// against `clusterResourceWhitelist`. A key that is not one object
     /// (a listing of every namespace, or of a project's) is kept.
-    pub fn lets_deploy(&self, project: &super::impersonation::AppProject, key: &str) -> bool {
+    pub(crate) fn lets_deploy(
+        &self,
+        project: &super::impersonation::AppProject,
+        key: &str,
+    ) -> bool {
         let Some((group, kind, namespace)) = key
             .split_once(':')
             .and_then(|(gk, rest)| Some((gk.split_once('/')?, rest.split_once('/')?.0)))
@@ -122,7 +129,7 @@ impl ThisCluster {
     /// Whether an Application (as read from the cluster) deploys somewhere
     /// else: its destination names a cluster, and not this one. One without
     /// a destination is not read as elsewhere (Argo CD refuses to sync it).
-    pub fn deploys_elsewhere(&self, application: &serde_json::Value) -> bool {
+    pub(crate) fn deploys_elsewhere(&self, application: &serde_json::Value) -> bool {
         let Some(destination) = application.pointer("/spec/destination") else {
             return false;
         };
@@ -148,8 +155,8 @@ fn argo_glob(pattern: &str, value: &str, negation: bool) -> bool {
 
 /// argocd-cm's resource-tracking keys (argo-cd v3.6.1
 /// `util/settings/settings.go:487,489`).
-pub const INSTANCE_LABEL_KEY: &str = "application.instanceLabelKey";
-pub const TRACKING_METHOD_KEY: &str = "application.resourceTrackingMethod";
+pub(crate) const INSTANCE_LABEL_KEY: &str = "application.instanceLabelKey";
+pub(crate) const TRACKING_METHOD_KEY: &str = "application.resourceTrackingMethod";
 
 /// From argocd-cm's data, the instance label Argo CD v3.6.1 tracks objects
 /// with: `Some` only when the tracking method uses labels. The method is
@@ -162,7 +169,7 @@ pub const TRACKING_METHOD_KEY: &str = "application.resourceTrackingMethod";
 /// Under `annotation+label` Argo CD writes the label too (:182-186) but
 /// reads ownership from the annotation (:84-85); the label is still its
 /// claim, kept for the strictest reading.
-pub fn instance_label(data: &serde_json::Map<String, serde_json::Value>) -> Option<String> {
+pub(crate) fn instance_label(data: &serde_json::Map<String, serde_json::Value>) -> Option<String> {
     let get = |k: &str| {
         data.get(k)
             .and_then(|v| v.as_str())
@@ -178,19 +185,24 @@ pub fn instance_label(data: &serde_json::Map<String, serde_json::Value>) -> Opti
 /// An imported Application: where its objects come from, and its ignore rules.
 #[derive(Debug)]
 pub struct Application {
+    /// `metadata.name`.
     pub name: String,
+    /// `metadata.namespace`; `None` in a file that names none (Argo CD's own
+    /// namespace, then).
     pub namespace: Option<String>,
-    pub repo_url: Option<String>,
-    pub path: Option<String>,
+    /// `spec.source.repoURL` (or the first of `spec.sources`).
+    pub(crate) repo_url: Option<String>,
+    /// Its `path`, likewise.
+    pub(crate) path: Option<String>,
     /// `spec.destination.namespace`, when the destination is this cluster
     /// (`https://kubernetes.default.svc` or `in-cluster`).
     pub destination_namespace: Option<String>,
     /// `spec.project`; Argo CD reads an empty one as `default`.
-    pub project: String,
+    pub(crate) project: String,
     /// `spec.destination.namespace` as written (possibly empty), when Argo CD
     /// resolves the destination to this cluster; `None` for another cluster or
     /// a destination it refuses. What sync impersonation is derived from.
-    pub sync_destination: Option<String>,
+    pub(crate) sync_destination: Option<String>,
     /// The server URL Argo CD resolves that destination to
     /// (`destCluster.Server`, which AppProject `destinationServiceAccounts`
     /// server globs are matched against): the `server` as written, without a
@@ -198,19 +210,20 @@ pub struct Application {
     /// Secret holds one; driftguard knows those `--cluster-name` gives, or
     /// `https://kubernetes.default.svc` without a hub). Empty when the
     /// destination is not this cluster.
-    pub sync_servers: Vec<String>,
+    pub(crate) sync_servers: Vec<String>,
     /// The ApplicationSet that generated it (its controller owner, in the
     /// same namespace), which rewrites it to the set's template.
-    pub application_set: Option<String>,
-    pub rules: RuleSet,
+    pub(crate) application_set: Option<String>,
+    /// Its `ignoreDifferences`, compiled.
+    pub(crate) rules: RuleSet,
     /// How Argo CD compares this Application's objects with Git.
-    pub diff: DiffMode,
+    pub(crate) diff: DiffMode,
 }
 
 /// Argo CD's diff strategy for an Application (`controller/state.go`,
 /// `shouldUseServerSideDiff`, v3.6).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum DiffMode {
+pub(crate) enum DiffMode {
     /// The legacy three-way diff against the last-applied record. Also
     /// driftguard's reading when the controller-wide flag
     /// (`controller.diff.server.side` in `argocd-cmd-params-cm`, a key
@@ -385,8 +398,10 @@ struct Source {
 /// What a manifest file held: the Applications, and a note for every other document.
 #[derive(Debug, Default)]
 pub struct Imported {
+    /// The Applications, in file order.
     pub applications: Vec<Application>,
-    pub skipped: Vec<String>,
+    /// Why each other document was skipped.
+    pub(crate) skipped: Vec<String>,
 }
 
 /// Reads a manifest file; the error names the file, and the line when known.
@@ -457,7 +472,7 @@ pub fn from_value(value: &serde_json::Value) -> Result<Application, ApplicationE
 }
 
 /// [`from_value`], for an Argo CD that knows this cluster by `this`.
-pub fn from_value_for(
+pub(crate) fn from_value_for(
     value: &serde_json::Value,
     this: &ThisCluster,
 ) -> Result<Application, ApplicationError> {

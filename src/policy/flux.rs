@@ -2,6 +2,8 @@
 //! account it impersonates, its source, and its ignore rules with their
 //! targets. Read from the cluster by [`crate::sources`]; plain data here.
 
+#![warn(missing_docs)]
+
 use std::collections::BTreeMap;
 
 use kube::core::{Expression, SelectorExt};
@@ -11,14 +13,18 @@ use serde_json::Value;
 use super::ignore::{IgnoreRule, Target};
 use super::path::escape;
 
+/// The Flux kinds driftguard reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FluxKind {
+    /// `kustomize.toolkit.fluxcd.io/v1` Kustomization.
     Kustomization,
+    /// `helm.toolkit.fluxcd.io/v2` HelmRelease.
     HelmRelease,
 }
 
 impl FluxKind {
-    pub fn as_str(self) -> &'static str {
+    /// The kind's name.
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             FluxKind::Kustomization => "Kustomization",
             FluxKind::HelmRelease => "HelmRelease",
@@ -26,32 +32,43 @@ impl FluxKind {
     }
 }
 
+/// A Kustomization or HelmRelease, as the decision reads it.
 #[derive(Debug)]
 pub struct FluxSource {
-    pub kind: FluxKind,
-    pub namespace: String,
-    pub name: String,
+    /// Which kind it is.
+    pub(crate) kind: FluxKind,
+    /// Its namespace.
+    pub(crate) namespace: String,
+    /// Its name.
+    pub(crate) name: String,
     /// `system:serviceaccount:<ns>:<sa>` the controller impersonates for it.
-    pub service_account: Option<String>,
+    pub(crate) service_account: Option<String>,
     /// `GitRepository flux-system/repo, path ./apps`, for messages.
-    pub source: Option<String>,
-    pub rules: Vec<FluxRule>,
+    pub(crate) source: Option<String>,
+    /// Its ignore rules.
+    pub(crate) rules: Vec<FluxRule>,
     /// A HelmRelease's release namespace (`spec.targetNamespace`, else its
     /// own), where its objects live: Flux lists them nowhere, so a Namespace
     /// delete is judged by this ([`crate::drift::cascade`]).
-    pub release_namespace: Option<String>,
+    pub(crate) release_namespace: Option<String>,
 }
 
 /// A Flux ignore rule: JSON pointers and a target with regex name/namespace
 /// and label/annotation selectors (all expressions must match, as in Flux).
 #[derive(Debug)]
-pub struct FluxRule {
-    pub rule: IgnoreRule,
-    pub version: Option<String>,
-    pub name: Option<Regex>,
-    pub namespace: Option<Regex>,
-    pub labels: Vec<Expression>,
-    pub annotations: Vec<Expression>,
+pub(crate) struct FluxRule {
+    /// The pointers, with the target's group and kind.
+    pub(crate) rule: IgnoreRule,
+    /// The target's `version`; `None`: any.
+    pub(crate) version: Option<String>,
+    /// The target's `name` regex, anchored.
+    pub(crate) name: Option<Regex>,
+    /// The target's `namespace` regex, anchored.
+    pub(crate) namespace: Option<Regex>,
+    /// The target's `labelSelector`.
+    pub(crate) labels: Vec<Expression>,
+    /// The target's `annotationSelector`.
+    pub(crate) annotations: Vec<Expression>,
 }
 
 impl FluxSource {
@@ -60,7 +77,7 @@ impl FluxSource {
     /// Flux impersonates it in the source's own namespace
     /// (`WithServiceAccount(r.DefaultServiceAccount, obj.Spec.ServiceAccountName, obj.GetNamespace())`
     /// in kustomize-controller and helm-controller).
-    pub fn with_default_account(mut self, default: Option<&str>) -> Self {
+    pub(crate) fn with_default_account(mut self, default: Option<&str>) -> Self {
         if self.service_account.is_none()
             && let Some(name) = default.filter(|n| !n.is_empty())
         {
@@ -74,7 +91,7 @@ impl FluxSource {
     /// so they are decision inputs (see [`crate::drift::inputs`]). Every key an
     /// expression names counts, whatever its operator: `!a` and `a notin (x)`
     /// change their answer when `a` is added, just as `a=b` does.
-    pub fn selector_changes(&self, old: &Value, new: &Value) -> Vec<String> {
+    pub(crate) fn selector_changes(&self, old: &Value, new: &Value) -> Vec<String> {
         let mut out = Vec::new();
         for rule in &self.rules {
             for (section, exprs) in [("labels", &rule.labels), ("annotations", &rule.annotations)] {
@@ -92,7 +109,7 @@ impl FluxSource {
 }
 
 impl FluxRule {
-    pub fn matches(&self, target: &Target, version: &str, obj: &Value) -> bool {
+    pub(crate) fn matches(&self, target: &Target, version: &str, obj: &Value) -> bool {
         let selects = |section: &str, exprs: &[Expression]| {
             exprs.is_empty() || {
                 let map = string_map(obj.get("metadata").and_then(|m| m.get(section)));
@@ -112,7 +129,7 @@ impl FluxRule {
 }
 
 /// The key an expression reads.
-pub fn key_of(expr: &Expression) -> &str {
+pub(crate) fn key_of(expr: &Expression) -> &str {
     match expr {
         Expression::In(key, _)
         | Expression::NotIn(key, _)

@@ -6,9 +6,11 @@
 //! the namespaces instead. A glob elsewhere before a `:` is only a warning
 //! (`policy lint`): it spans `:`-separated parts, which may be what was meant.
 
+#![warn(missing_docs)]
+
 /// What is wrong with a pattern.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Trap {
+pub(crate) enum Trap {
     /// Refused at load: the text says what it matches and what to write.
     Refused(String),
     /// Reported by `policy lint`.
@@ -16,14 +18,14 @@ pub enum Trap {
 }
 
 /// [`user`] or [`group`].
-pub type Check = fn(&str) -> Option<Trap>;
+pub(crate) type Check = fn(&str) -> Option<Trap>;
 
 const SERVICE_ACCOUNT: &str = "system:serviceaccount:";
 const SERVICE_ACCOUNTS_GROUP: &str = "system:serviceaccounts:";
 const GLOB: &[char] = &['*', '?', '['];
 
 /// A user pattern's trap, if it has one.
-pub fn user(pattern: &str) -> Option<Trap> {
+pub(crate) fn user(pattern: &str) -> Option<Trap> {
     if let Some(rest) = pattern.strip_prefix(SERVICE_ACCOUNT) {
         let (namespace, name) = rest.split_once(':').unwrap_or((rest, "*"));
         if !names_namespaces(namespace) {
@@ -37,7 +39,7 @@ pub fn user(pattern: &str) -> Option<Trap> {
 }
 
 /// A group pattern's trap, if it has one.
-pub fn group(pattern: &str) -> Option<Trap> {
+pub(crate) fn group(pattern: &str) -> Option<Trap> {
     if let Some(namespace) = pattern.strip_prefix(SERVICE_ACCOUNTS_GROUP)
         && !names_namespaces(namespace)
     {

@@ -5,6 +5,8 @@
 //! v3.6 does (`util/settings/impersonation.go`), so that driftguard can trust
 //! it for that Application's objects and no others.
 
+#![warn(missing_docs)]
+
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -13,60 +15,79 @@ use super::argocd::Application;
 use super::pattern::Pattern;
 
 /// The argocd-cm key that turns sync impersonation on (exactly `"true"`).
-pub const ENABLED_KEY: &str = "application.sync.impersonation.enabled";
+pub(crate) const ENABLED_KEY: &str = "application.sync.impersonation.enabled";
 
 /// The parts of an AppProject (`argoproj.io/v1alpha1`) impersonation reads.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(default)]
 pub struct AppProject {
-    pub metadata: ProjectMeta,
-    pub spec: ProjectSpec,
+    /// Its name and namespace.
+    pub(crate) metadata: ProjectMeta,
+    /// What impersonation and destinations read of its spec.
+    pub(crate) spec: ProjectSpec,
 }
 
+/// An AppProject's `metadata`.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(default)]
-pub struct ProjectMeta {
-    pub name: String,
-    pub namespace: String,
+pub(crate) struct ProjectMeta {
+    /// `metadata.name`.
+    pub(crate) name: String,
+    /// `metadata.namespace`.
+    pub(crate) namespace: String,
 }
 
+/// An AppProject's `spec`, the parts driftguard reads.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(default, rename_all = "camelCase")]
-pub struct ProjectSpec {
+pub(crate) struct ProjectSpec {
     /// Namespaces outside Argo CD's own whose Applications may use the project.
-    pub source_namespaces: NamespaceList,
-    pub destination_service_accounts: Vec<DestinationServiceAccount>,
+    pub(crate) source_namespaces: NamespaceList,
+    /// The accounts its Applications are synced as, by destination.
+    pub(crate) destination_service_accounts: Vec<DestinationServiceAccount>,
     /// Where its Applications may deploy: what they list elsewhere Argo CD
     /// would never sync ([`super::argocd::ThisCluster::lets_deploy`]).
-    pub destinations: Vec<ProjectDestination>,
+    pub(crate) destinations: Vec<ProjectDestination>,
     /// The cluster-scoped kinds its Applications may deploy.
-    pub cluster_resource_whitelist: Vec<GroupKind>,
+    pub(crate) cluster_resource_whitelist: Vec<GroupKind>,
 }
 
+/// A `spec.destinations` entry; each field a glob.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(default)]
-pub struct ProjectDestination {
-    pub server: String,
-    pub name: String,
-    pub namespace: String,
+pub(crate) struct ProjectDestination {
+    /// The cluster's server URL.
+    pub(crate) server: String,
+    /// The cluster's name.
+    pub(crate) name: String,
+    /// The namespace.
+    pub(crate) namespace: String,
 }
 
+/// A `spec.clusterResourceWhitelist` entry; each field a glob.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(default)]
-pub struct GroupKind {
-    pub group: String,
-    pub kind: String,
+pub(crate) struct GroupKind {
+    /// The API group.
+    pub(crate) group: String,
+    /// The kind.
+    pub(crate) kind: String,
 }
 
+/// A `spec.destinationServiceAccounts` entry.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(default, rename_all = "camelCase")]
-pub struct DestinationServiceAccount {
-    pub server: String,
-    pub namespace: String,
-    pub default_service_account: String,
+pub(crate) struct DestinationServiceAccount {
+    /// The destination's server URL, a glob.
+    pub(crate) server: String,
+    /// The destination's namespace, a glob.
+    pub(crate) namespace: String,
+    /// The account, `name` or `namespace:name`.
+    pub(crate) default_service_account: String,
 }
 
 impl AppProject {
+    /// An AppProject read from its JSON.
     pub fn from_value(value: &Value) -> Result<Self, serde_json::Error> {
         Self::deserialize(value)
     }
@@ -75,18 +96,21 @@ impl AppProject {
 /// The account Argo CD syncs one Application as.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SyncAccount {
-    pub application: String,
-    pub namespace: String,
+    /// The Application's name.
+    pub(crate) application: String,
+    /// The Application's namespace.
+    pub(crate) namespace: String,
     /// The Application lives in Argo CD's own namespace, where tracking ids
     /// name it without a namespace.
-    pub control_plane: bool,
-    pub service_account: String,
+    pub(crate) control_plane: bool,
+    /// The user it syncs as, `system:serviceaccount:<ns>:<sa>`.
+    pub(crate) service_account: String,
 }
 
 impl SyncAccount {
     /// Whether a tracking id's `<namespace>_<application>` (or bare
     /// `<application>`, in Argo CD's own namespace) names this Application.
-    pub fn is_for(&self, application: &str, namespace: Option<&str>) -> bool {
+    pub(crate) fn is_for(&self, application: &str, namespace: Option<&str>) -> bool {
         self.application == application
             && namespace.map_or(self.control_plane, |ns| ns == self.namespace)
     }
@@ -121,7 +145,7 @@ pub fn sync_accounts(
 }
 
 /// `application.sync.impersonation.enabled` of argocd-cm's data.
-pub fn enabled(data: &serde_json::Map<String, Value>) -> bool {
+pub(crate) fn enabled(data: &serde_json::Map<String, Value>) -> bool {
     data.get(ENABLED_KEY).and_then(Value::as_str) == Some("true")
 }
 
@@ -133,7 +157,7 @@ const DISALLOWED: [char; 8] = ['!', '*', '[', ']', '{', '}', '\\', '/'];
 /// `None` where Argo CD would not impersonate or would fail the sync: a
 /// destination on another cluster, an Application the project does not admit
 /// from its namespace, no matching entry, an invalid glob or account.
-pub fn sync_account(
+pub(crate) fn sync_account(
     project: &AppProject,
     app: &Application,
     argocd_namespace: &str,

@@ -7,12 +7,14 @@
 //! (escapes, folding) is not found, and the caller falls back to naming the
 //! entry and the position within the expression.
 
+#![warn(missing_docs)]
+
 use super::ignore::RuleError;
 
 /// `file:line:column: item: reason` when the refused expression is found in
 /// `text`, else `file: item: at column C of the expression: reason`.
 /// `before` holds every jq expression written earlier in the file.
-pub fn describe(file: &str, text: &str, before: &[&str], err: &RuleError) -> String {
+pub(crate) fn describe(file: &str, text: &str, before: &[&str], err: &RuleError) -> String {
     let at = |(line, column)| format!("{file}:{line}:{column}: {}: {}", err.item, err.reason);
     let Some(spot) = &err.jq else {
         // A refused pointer: its first occurrence (the same text is refused anywhere).

@@ -3,6 +3,8 @@
 //! instead of a scan: drifted paths are checked against owned and shown
 //! paths, and a write can carry hundreds of thousands of each.
 
+#![warn(missing_docs)]
+
 use std::collections::BTreeSet;
 use std::ops::Bound;
 
@@ -10,29 +12,29 @@ use std::ops::Bound;
 use super::path::is_under;
 
 #[derive(Debug, Default, Clone)]
-pub struct PointerSet(BTreeSet<String>);
+pub(crate) struct PointerSet(BTreeSet<String>);
 
 impl PointerSet {
-    pub fn insert(&mut self, pointer: String) {
+    pub(crate) fn insert(&mut self, pointer: String) {
         self.0.insert(pointer);
     }
 
-    pub fn contains(&self, pointer: &str) -> bool {
+    pub(crate) fn contains(&self, pointer: &str) -> bool {
         self.0.contains(pointer)
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
 
     /// Whether some pointer of the set is `pointer`, above it or below it:
     /// `any(|q| is_under(pointer, q) || is_under(q, pointer))`.
-    pub fn overlaps(&self, pointer: &str) -> bool {
+    pub(crate) fn overlaps(&self, pointer: &str) -> bool {
         self.has_at_or_above(pointer) || self.has_below(pointer)
     }
 
     /// `pointer` itself or one of its ancestors ("" is everyone's).
-    pub fn has_at_or_above(&self, pointer: &str) -> bool {
+    pub(crate) fn has_at_or_above(&self, pointer: &str) -> bool {
         self.0.contains(pointer)
             || pointer
                 .match_indices('/')
@@ -41,7 +43,7 @@ impl PointerSet {
 
     /// A pointer strictly below `pointer`: those starting with `pointer/`
     /// sort together, right after it.
-    pub fn has_below(&self, pointer: &str) -> bool {
+    pub(crate) fn has_below(&self, pointer: &str) -> bool {
         let prefix = format!("{pointer}/");
         self.0
             .range::<str, _>((Bound::Included(prefix.as_str()), Bound::Unbounded))
@@ -53,7 +55,10 @@ impl PointerSet {
 impl PointerSet {
     /// The pointers of the set that overlap `pointer`: itself, its
     /// ancestors, and those below it.
-    pub fn overlapping<'a>(&'a self, pointer: &'a str) -> impl Iterator<Item = &'a str> + 'a {
+    pub(crate) fn overlapping<'a>(
+        &'a self,
+        pointer: &'a str,
+    ) -> impl Iterator<Item = &'a str> + 'a {
         let prefix = format!("{pointer}/");
         let at_or_above = pointer
             .match_indices('/')

@@ -2,12 +2,14 @@
 //! and a set of them is removed from an object in an order that keeps array
 //! indices valid.
 
+#![warn(missing_docs)]
+
 use std::cmp::Ordering;
 
 use serde_json::Value;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Segment {
+pub(crate) enum Segment {
     Key(String),
     /// An array index from jq; negative counts from the end.
     Index(i64),
@@ -15,7 +17,7 @@ pub enum Segment {
 
 /// A JSON pointer an ignore rule cannot use.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum PointerError {
+pub(crate) enum PointerError {
     /// `""` is the whole document.
     #[error("the empty pointer would ignore the whole object")]
     Empty,
@@ -27,13 +29,14 @@ pub enum PointerError {
     BadEscape(String),
 }
 
+/// A path into a JSON document: object keys and array indices, from the root.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
-pub struct Path(pub Vec<Segment>);
+pub struct Path(pub(crate) Vec<Segment>);
 
 impl Path {
     /// Parses an RFC 6901 pointer. The empty pointer (the whole document) is
     /// refused: as an ignore rule it would silently ignore everything.
-    pub fn parse_pointer(pointer: &str) -> Result<Self, PointerError> {
+    pub(crate) fn parse_pointer(pointer: &str) -> Result<Self, PointerError> {
         if pointer.is_empty() {
             return Err(PointerError::Empty);
         }
@@ -50,7 +53,7 @@ impl Path {
         Ok(Self(segments))
     }
 
-    pub fn to_pointer(&self) -> String {
+    pub(crate) fn to_pointer(&self) -> String {
         let mut out = String::new();
         for seg in &self.0 {
             out.push('/');
@@ -71,14 +74,14 @@ fn has_bad_escape(token: &str) -> bool {
         .any(|(i, b)| *b == b'~' && !matches!(bytes.get(i + 1), Some(b'0' | b'1')))
 }
 
-pub fn escape(token: &str) -> String {
+pub(crate) fn escape(token: &str) -> String {
     let mut out = String::with_capacity(token.len());
     escape_into(&mut out, token);
     out
 }
 
 /// [`escape`], appended to `out` (no String per token on the diff's path).
-pub fn escape_into(out: &mut String, token: &str) {
+pub(crate) fn escape_into(out: &mut String, token: &str) {
     // Nearly every key has neither: copied whole.
     if !token.contains(['~', '/']) {
         out.push_str(token);
@@ -98,7 +101,7 @@ pub fn escape_into(out: &mut String, token: &str) {
 /// equals an absent one. Missing paths are skipped, as in Argo CD. Paths are
 /// treated as a set: deeper and higher-indexed paths go first, so removing
 /// `/a/0` never shifts the element `/a/1` meant.
-pub fn remove_all_pruning(doc: &mut Value, mut paths: Vec<Path>) -> Vec<Path> {
+pub(crate) fn remove_all_pruning(doc: &mut Value, mut paths: Vec<Path>) -> Vec<Path> {
     // Most ignore pointers name fields an object does not have: drop those
     // before sorting.
     paths.retain(|p| exists(doc, &p.0));
@@ -111,7 +114,7 @@ pub fn remove_all_pruning(doc: &mut Value, mut paths: Vec<Path>) -> Vec<Path> {
 
 /// Deeper and higher-indexed paths first, without repeats: the order in
 /// which removing them never shifts an element a later path means.
-pub fn sort_for_removal(paths: &mut Vec<Path>) {
+pub(crate) fn sort_for_removal(paths: &mut Vec<Path>) {
     paths.sort_by(|a, b| compare(b, a));
     paths.dedup();
 }
@@ -120,7 +123,7 @@ fn exists(doc: &Value, path: &[Segment]) -> bool {
     get(doc, path).is_some()
 }
 
-pub fn get<'a>(doc: &'a Value, path: &[Segment]) -> Option<&'a Value> {
+pub(crate) fn get<'a>(doc: &'a Value, path: &[Segment]) -> Option<&'a Value> {
     let mut node = doc;
     for seg in path {
         node = match node {
@@ -136,7 +139,7 @@ pub fn get<'a>(doc: &'a Value, path: &[Segment]) -> Option<&'a Value> {
 /// ones it removed) pruned a container from one object, the same container left empty in the
 /// other (written as `{}` or `[]` there, around the ignored field) is pruned
 /// too. Either way it held only ignored fields.
-pub fn prune_like(a: &mut Value, b: &mut Value, paths: &[Path]) {
+pub(crate) fn prune_like(a: &mut Value, b: &mut Value, paths: &[Path]) {
     for path in paths {
         for len in (1..path.0.len()).rev() {
             let prefix = &path.0[..len];
@@ -227,7 +230,7 @@ fn index_of(seg: &Segment) -> Option<i64> {
     }
 }
 
-pub fn key_str(seg: &Segment) -> std::borrow::Cow<'_, str> {
+pub(crate) fn key_str(seg: &Segment) -> std::borrow::Cow<'_, str> {
     match seg {
         Segment::Key(k) => k.as_str().into(),
         Segment::Index(i) => i.to_string().into(),
@@ -241,7 +244,7 @@ fn resolve_index(seg: &Segment, len: usize) -> Option<usize> {
 }
 
 /// True when `path` equals `prefix` or lies beneath it.
-pub fn is_under(path: &str, prefix: &str) -> bool {
+pub(crate) fn is_under(path: &str, prefix: &str) -> bool {
     path == prefix || (path.starts_with(prefix) && path.as_bytes().get(prefix.len()) == Some(&b'/'))
 }
 

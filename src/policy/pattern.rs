@@ -1,17 +1,19 @@
 //! `*` globs, as Argo CD uses for group/kind and we use for identities and namespaces.
 
+#![warn(missing_docs)]
+
 use globset::{Glob, GlobMatcher};
 
 /// A pattern globset refuses.
 #[derive(Debug, thiserror::Error)]
 #[error("bad glob `{pattern}`: {source}")]
-pub struct PatternError {
-    pub pattern: String,
-    pub source: globset::Error,
+pub(crate) struct PatternError {
+    pub(crate) pattern: String,
+    pub(crate) source: globset::Error,
 }
 
 #[derive(Clone, Debug)]
-pub struct Pattern {
+pub(crate) struct Pattern {
     source: String,
     /// `None` for a pattern without glob syntax, compared as a string: a
     /// compiled matcher holds a regex of about 8 KiB, and most group and kind
@@ -23,7 +25,7 @@ pub struct Pattern {
 const GLOB_SYNTAX: &[char] = &['*', '?', '[', ']', '{', '}', '\\'];
 
 impl Pattern {
-    pub fn new(source: &str) -> Result<Self, PatternError> {
+    pub(crate) fn new(source: &str) -> Result<Self, PatternError> {
         let matcher = if source.contains(GLOB_SYNTAX) {
             let glob = Glob::new(source).map_err(|e| PatternError {
                 pattern: source.to_owned(),
@@ -39,14 +41,14 @@ impl Pattern {
         })
     }
 
-    pub fn is_match(&self, s: &str) -> bool {
+    pub(crate) fn is_match(&self, s: &str) -> bool {
         match &self.matcher {
             Some(m) => m.is_match(s),
             None => self.source == s,
         }
     }
 
-    pub fn source(&self) -> &str {
+    pub(crate) fn source(&self) -> &str {
         &self.source
     }
 
@@ -56,7 +58,7 @@ impl Pattern {
     /// then any name). Globset's syntax (`*`, `?`, `[...]`, `{a,b}`, `\`)
     /// read again as a small automaton; a pattern it cannot read is assumed
     /// to match (the caller reports, so a doubt is a finding).
-    pub fn may_match(&self, parts: &[Part]) -> bool {
+    pub(crate) fn may_match(&self, parts: &[Part]) -> bool {
         match glob_tokens(&self.source) {
             Some(alternatives) => alternatives.iter().any(|t| automaton_matches(t, parts)),
             None => true,
@@ -66,7 +68,7 @@ impl Pattern {
 
 /// A piece of a string known only in part (see [`Pattern::may_match`]).
 #[derive(Clone, Copy, Debug)]
-pub enum Part<'a> {
+pub(crate) enum Part<'a> {
     Text(&'a str),
     /// One or more characters, each one of these.
     Run(&'a str),
@@ -252,7 +254,7 @@ fn automaton_matches(tokens: &[Token], parts: &[Part]) -> bool {
 pub struct PatternSet(Vec<Pattern>);
 
 impl PatternSet {
-    pub fn new(sources: &[String]) -> Result<Self, PatternError> {
+    pub(crate) fn new(sources: &[String]) -> Result<Self, PatternError> {
         sources
             .iter()
             .map(|s| Pattern::new(s))
@@ -260,19 +262,19 @@ impl PatternSet {
             .map(Self)
     }
 
-    pub fn is_match(&self, s: &str) -> bool {
+    pub(crate) fn is_match(&self, s: &str) -> bool {
         self.0.iter().any(|p| p.is_match(s))
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
 
-    pub fn sources(&self) -> impl Iterator<Item = &str> {
+    pub(crate) fn sources(&self) -> impl Iterator<Item = &str> {
         self.0.iter().map(Pattern::source)
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = &Pattern> {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &Pattern> {
         self.0.iter()
     }
 }

@@ -5,11 +5,13 @@
 //! creates one of these first would have the tool adopt whatever they put in
 //! it (server-side and client-side apply both keep fields Git does not name).
 
+#![warn(missing_docs)]
+
 use serde_json::Value;
 
 /// One object, as `group/Kind:namespace/name` (the format of an Argo CD
 /// tracking id and of driftguard's pause list).
-pub fn key(group: &str, kind: &str, namespace: &str, name: &str) -> String {
+pub(crate) fn key(group: &str, kind: &str, namespace: &str, name: &str) -> String {
     format!("{group}/{kind}:{namespace}/{name}")
 }
 
@@ -23,10 +25,10 @@ fn one_object(group: &str, kind: &str, namespace: &str, name: &str) -> bool {
 
 /// What a source refused for its cost lists ([`crate::cluster::source_cost`]):
 /// every object of a namespace it names, or of every namespace.
-pub const EVERYWHERE: &str = "*/*:*/*";
+pub(crate) const EVERYWHERE: &str = "*/*:*/*";
 
 /// Every object of `namespace` (`""`: every cluster-scoped one).
-pub fn everything_in(namespace: &str) -> String {
+pub(crate) fn everything_in(namespace: &str) -> String {
     key("*", "*", namespace, "*")
 }
 
@@ -34,22 +36,22 @@ pub fn everything_in(namespace: &str) -> String {
 /// Applications deploy to here (`@` is in no namespace's name): what a
 /// refused Application lists past [`widen`]'s bound, resolved by
 /// [`crate::drift::Sources::covers`].
-pub fn within_project(project: &str) -> String {
+pub(crate) fn within_project(project: &str) -> String {
     key("*", "*", &format!("@{project}"), "*")
 }
 
 /// The project a [`within_project`] listing names.
-pub fn project_of(key: &str) -> Option<&str> {
+pub(crate) fn project_of(key: &str) -> Option<&str> {
     key.strip_prefix("*/*:@")?.strip_suffix("/*")
 }
 
 /// Whether `key` is a whole-namespace listing ([`widen`]).
-pub fn is_wide(key: &str) -> bool {
+pub(crate) fn is_wide(key: &str) -> bool {
     key.starts_with("*/*:")
 }
 
 /// Whether the whole-namespace listing `key` covers `namespace`.
-pub fn covers(key: &str, namespace: &str) -> bool {
+pub(crate) fn covers(key: &str, namespace: &str) -> bool {
     key == EVERYWHERE || key.strip_prefix("*/*:") == Some(&format!("{namespace}/*"))
 }
 
@@ -58,7 +60,7 @@ pub fn covers(key: &str, namespace: &str) -> bool {
 /// namespace's, so nothing there can be created). When even the namespaces
 /// pass `at_most`, every object of every namespace `project` deploys to (of
 /// every namespace, with no project).
-pub fn widen(keys: &[String], at_most: usize, project: Option<&str>) -> Vec<String> {
+pub(crate) fn widen(keys: &[String], at_most: usize, project: Option<&str>) -> Vec<String> {
     let mut namespaces: Vec<&str> = keys
         .iter()
         .filter_map(|k| k.split_once(':')?.1.split_once('/'))
@@ -74,7 +76,7 @@ pub fn widen(keys: &[String], at_most: usize, project: Option<&str>) -> Vec<Stri
 }
 
 /// The objects an Application's `status` lists in `resources`.
-pub fn application_keys(status: &Value) -> Vec<String> {
+pub(crate) fn application_keys(status: &Value) -> Vec<String> {
     fn text<'v>(r: &'v Value, k: &str) -> &'v str {
         r.get(k).and_then(Value::as_str).unwrap_or_default()
     }
@@ -94,7 +96,7 @@ pub fn application_keys(status: &Value) -> Vec<String> {
 /// The objects in a Kustomization's `status.inventory.entries`, whose ids are
 /// `<namespace>_<name>_<group>_<kind>` (fluxcd/pkg `object.ObjMetadata`;
 /// Kubernetes names, groups and kinds hold no `_`).
-pub fn kustomization_keys(status: &Value) -> Vec<String> {
+pub(crate) fn kustomization_keys(status: &Value) -> Vec<String> {
     status
         .pointer("/inventory/entries")
         .and_then(Value::as_array)

@@ -35,6 +35,8 @@
 //! apiserver also checks `impersonate-on:<mode>:<verb>` on the write itself;
 //! that grant may come from any other binding, so it is not required here.
 
+#![warn(missing_docs)]
+
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::rbac::v1::{
@@ -50,7 +52,7 @@ use rbac::{Member, grants, is_everything, resolve};
 mod rbac;
 
 /// `system:serviceaccount:` (k8s.io/apiserver `ServiceAccountUsernamePrefix`).
-pub const SA_PREFIX: &str = "system:serviceaccount:";
+pub(crate) const SA_PREFIX: &str = "system:serviceaccount:";
 /// The groups every service account of a namespace is in, besides
 /// `system:serviceaccounts:<namespace>`.
 const SA_GROUPS: [&str; 2] = ["system:serviceaccounts", "system:authenticated"];
@@ -63,26 +65,26 @@ const NAME_CHARS: &str = "abcdefghijklmnopqrstuvwxyz0123456789-.";
 /// objects (a Flux Kustomization's `spec.serviceAccountName`, Argo CD's sync
 /// impersonation).
 #[derive(Clone, Debug)]
-pub struct SyncTrust {
+pub(crate) struct SyncTrust {
     /// `system:serviceaccount:<ns>:<name>`.
-    pub username: String,
+    pub(crate) username: String,
     /// `Flux Kustomization team-a/apps`.
-    pub origin: String,
+    pub(crate) origin: String,
 }
 
 /// The cluster's RBAC objects, as listed. Aggregated ClusterRoles (`edit`,
 /// `admin`) are read with the rules their controller filled in.
 #[derive(Clone, Debug, Default)]
-pub struct Rbac {
-    pub cluster_roles: Vec<ClusterRole>,
-    pub roles: Vec<Role>,
-    pub cluster_role_bindings: Vec<ClusterRoleBinding>,
-    pub role_bindings: Vec<RoleBinding>,
+pub(crate) struct Rbac {
+    pub(crate) cluster_roles: Vec<ClusterRole>,
+    pub(crate) roles: Vec<Role>,
+    pub(crate) cluster_role_bindings: Vec<ClusterRoleBinding>,
+    pub(crate) role_bindings: Vec<RoleBinding>,
 }
 
 /// How a subject may act as an identity.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-pub enum How {
+pub(crate) enum How {
     /// `kubectl --as=system:serviceaccount:NS:NAME`.
     #[serde(rename = "impersonate serviceaccounts")]
     ImpersonateServiceAccounts,
@@ -110,7 +112,7 @@ pub enum How {
 }
 
 impl How {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             How::ImpersonateServiceAccounts => "impersonate serviceaccounts",
             How::CreateToken => "create serviceaccounts/token",
@@ -136,45 +138,45 @@ impl How {
 
 /// One way in: the permission and the names it is limited to.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct Way {
-    pub how: How,
+pub(crate) struct Way {
+    pub(crate) how: How,
     /// The `resourceNames` through which the identity is reached; empty:
     /// every name.
-    pub names: Vec<String>,
+    pub(crate) names: Vec<String>,
 }
 
 /// A trusted identity that the subjects of one binding may act as.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Finding {
+pub(crate) struct Finding {
     /// The pattern, username or group as the policy (or source) trusts it.
-    pub identity: String,
+    pub(crate) identity: String,
     /// `trusted.users`, `controllers.groups`, `Flux Kustomization team-a/apps`.
-    pub trusted_by: String,
+    pub(crate) trusted_by: String,
     /// The binding's namespace; `None`: every namespace (a ClusterRoleBinding).
-    pub namespace: Option<String>,
+    pub(crate) namespace: Option<String>,
     /// `RoleBinding kube-system/alice-sa` or `ClusterRoleBinding name`.
-    pub binding: String,
+    pub(crate) binding: String,
     /// `ClusterRole edit` or `Role kube-system/name`.
-    pub role: String,
+    pub(crate) role: String,
     /// `User alice`, `Group developers`, `ServiceAccount ci/runner`: those
     /// not exempt themselves.
-    pub subjects: Vec<String>,
-    pub ways: Vec<Way>,
+    pub(crate) subjects: Vec<String>,
+    pub(crate) ways: Vec<Way>,
 }
 
 /// What [`reach`] found.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Reach {
-    pub findings: Vec<Finding>,
+pub(crate) struct Reach {
+    pub(crate) findings: Vec<Finding>,
     /// ClusterRoleBindings to a role with every verb on every resource, and
     /// their subjects that are not exempt: they may delete driftguard's
     /// webhook configurations (no webhook is called for those), so acting
     /// as a trusted identity gives them nothing more. Named, not findings.
-    pub cluster_admins: Vec<String>,
+    pub(crate) cluster_admins: Vec<String>,
     /// Bindings whose role does not exist (they grant nothing).
-    pub missing_roles: Vec<String>,
+    pub(crate) missing_roles: Vec<String>,
 }
 
 /// One trusted pattern and where it comes from.
@@ -186,7 +188,7 @@ struct Trust {
 
 /// Every trusted identity that a subject of some binding, other than exempt
 /// identities and the account itself, may act as; see the module's text.
-pub fn reach(
+pub(crate) fn reach(
     controllers: &Identities,
     trusted: &Identities,
     sync: &[SyncTrust],

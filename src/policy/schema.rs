@@ -2,6 +2,8 @@
 //! A key left out takes its value in the embedded default policy
 //! (`default-policy.yaml`), the one place defaults are written.
 
+#![warn(missing_docs)]
+
 use std::sync::LazyLock;
 
 use serde::Deserialize;
@@ -41,15 +43,16 @@ defaults! {
 }
 
 /// The GitOps tools' own identities, for a `controllers` list that names no users.
-pub fn default_controller_users() -> Vec<String> {
+pub(crate) fn default_controller_users() -> Vec<String> {
     default_at("/controllers/users")
 }
 
 /// Kubernetes' own components, for a `trusted` list that names no users.
-pub fn default_trusted_users() -> Vec<String> {
+pub(crate) fn default_trusted_users() -> Vec<String> {
     default_at("/trusted/users")
 }
 
+/// What happens to drift: recorded, warned about, or denied.
 #[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
@@ -68,7 +71,8 @@ impl Default for Mode {
 }
 
 impl Mode {
-    pub fn as_str(self) -> &'static str {
+    /// Its name in the policy file, metrics and audit records.
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Mode::Audit => "audit",
             Mode::Warn => "warn",
@@ -76,7 +80,8 @@ impl Mode {
         }
     }
 
-    pub fn parse(s: &str) -> Option<Self> {
+    /// The mode named `s` (an annotation's value), if any.
+    pub(crate) fn parse(s: &str) -> Option<Self> {
         match s {
             "audit" => Some(Mode::Audit),
             "warn" => Some(Mode::Warn),
@@ -86,36 +91,45 @@ impl Mode {
     }
 }
 
+/// A whole policy file.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct PolicyFile {
+pub(crate) struct PolicyFile {
+    /// The default mode.
     #[serde(default = "default_mode")]
-    pub mode: Mode,
+    pub(crate) mode: Mode,
+    /// Modes of their own for some namespaces.
     #[serde(default = "default_namespaces")]
-    pub namespaces: Vec<NamespaceOverride>,
+    pub(crate) namespaces: Vec<NamespaceOverride>,
+    /// The GitOps tools: always allowed.
     #[serde(default)]
-    pub controllers: IdentityList,
+    pub(crate) controllers: IdentityList,
+    /// Other identities whose writes are never manual (the HPA, the kubelet).
     #[serde(default)]
-    pub trusted: IdentityList,
+    pub(crate) trusted: IdentityList,
+    /// Who may break glass, and for how long.
     #[serde(default)]
-    pub break_glass: BreakGlassFile,
+    pub(crate) break_glass: BreakGlassFile,
+    /// Which GitOps tools' ownership marks are read.
     #[serde(default)]
-    pub gitops: GitopsFile,
+    pub(crate) gitops: GitopsFile,
     /// What a `…/scale` write gets when the parent object is not available.
     #[serde(default = "default_unknown_scale_parent")]
-    pub unknown_scale_parent: UnknownParent,
+    pub(crate) unknown_scale_parent: UnknownParent,
     /// None in a file of one's own: the embedded policy's are its own rules.
     #[serde(default)]
-    pub ignore_differences: Vec<IgnoreDifference>,
+    pub(crate) ignore_differences: Vec<IgnoreDifference>,
     /// Which changes count as drift.
     #[serde(default = "default_precision")]
-    pub precision: Precision,
+    pub(crate) precision: Precision,
     /// Whether a manual CREATE of an object the GitOps tool's records list
     /// is judged (and so whether every manual CREATE reaches driftguard).
     #[serde(default = "default_planned_creates")]
-    pub planned_creates: PlannedCreates,
+    pub(crate) planned_creates: PlannedCreates,
 }
 
+/// `plannedCreates`: whether a manual CREATE of an object the GitOps tool
+/// plans to create is judged.
 #[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum PlannedCreates {
@@ -126,6 +140,7 @@ pub enum PlannedCreates {
     Ignore,
 }
 
+/// `precision`: which changes count as drift.
 #[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub enum Precision {
@@ -138,9 +153,12 @@ pub enum Precision {
 
 #[derive(Clone, Debug, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct NamespaceOverride {
-    pub names: Vec<String>,
-    pub mode: Mode,
+/// A `namespaces` entry: a mode for the namespaces matching `names`.
+pub(crate) struct NamespaceOverride {
+    /// Namespace names, globs allowed.
+    pub(crate) names: Vec<String>,
+    /// Their mode.
+    pub(crate) mode: Mode,
 }
 
 /// `controllers` and `trusted`: users and groups, globs allowed. Users left
@@ -148,11 +166,13 @@ pub struct NamespaceOverride {
 /// [`default_trusted_users`]); groups default to none.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct IdentityList {
+pub(crate) struct IdentityList {
+    /// Usernames; `None` when the key is left out.
     #[serde(default)]
-    pub users: Option<Vec<String>>,
+    pub(crate) users: Option<Vec<String>>,
+    /// Group names.
     #[serde(default = "default_groups")]
-    pub groups: Vec<String>,
+    pub(crate) groups: Vec<String>,
 }
 
 impl Default for IdentityList {
@@ -166,20 +186,24 @@ impl Default for IdentityList {
 
 impl IdentityList {
     /// The users as written, or `default` when the key is left out.
-    pub fn users_or(&self, default: fn() -> Vec<String>) -> Vec<String> {
+    pub(crate) fn users_or(&self, default: fn() -> Vec<String>) -> Vec<String> {
         self.users.clone().unwrap_or_else(default)
     }
 }
 
+/// `breakGlass`: who may break glass, and for how long at most.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct BreakGlassFile {
+pub(crate) struct BreakGlassFile {
+    /// Groups allowed, globs allowed.
     #[serde(default = "default_allowed")]
-    pub allowed_groups: Vec<String>,
+    pub(crate) allowed_groups: Vec<String>,
+    /// Users allowed, globs allowed.
     #[serde(default = "default_allowed")]
-    pub allowed_users: Vec<String>,
+    pub(crate) allowed_users: Vec<String>,
+    /// The longest break-glass, such as `4h`.
     #[serde(default = "default_max_duration")]
-    pub max_duration: String,
+    pub(crate) max_duration: String,
 }
 
 impl Default for BreakGlassFile {
@@ -192,28 +216,34 @@ impl Default for BreakGlassFile {
     }
 }
 
+/// `gitops`: the ownership detectors.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct GitopsFile {
+pub(crate) struct GitopsFile {
+    /// Argo CD's.
     #[serde(default)]
-    pub argocd: ArgoDetectorFile,
+    pub(crate) argocd: ArgoDetectorFile,
+    /// Flux's.
     #[serde(default)]
-    pub flux: FluxDetectorFile,
+    pub(crate) flux: FluxDetectorFile,
 }
 
+/// `gitops.argocd`: how Argo CD marks what it manages.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct ArgoDetectorFile {
+pub(crate) struct ArgoDetectorFile {
+    /// Whether Argo CD's marks are read.
     #[serde(default = "default_argocd_enabled")]
-    pub enabled: bool,
+    pub(crate) enabled: bool,
+    /// The tracking annotation Argo CD writes.
     #[serde(default = "default_tracking_annotation")]
-    pub tracking_annotation: String,
+    pub(crate) tracking_annotation: String,
     /// Empty turns the label detector off.
     #[serde(default = "default_instance_label")]
-    pub instance_label: String,
+    pub(crate) instance_label: String,
     /// Argo CD's `installationID`; empty: none.
     #[serde(default = "default_installation_id", rename = "installationID")]
-    pub installation_id: String,
+    pub(crate) installation_id: String,
 }
 
 impl Default for ArgoDetectorFile {
@@ -227,11 +257,13 @@ impl Default for ArgoDetectorFile {
     }
 }
 
+/// `gitops.flux`.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct FluxDetectorFile {
+pub(crate) struct FluxDetectorFile {
+    /// Whether Flux's ownership labels are read.
     #[serde(default = "default_flux_enabled")]
-    pub enabled: bool,
+    pub(crate) enabled: bool,
 }
 
 impl Default for FluxDetectorFile {
@@ -242,6 +274,8 @@ impl Default for FluxDetectorFile {
     }
 }
 
+/// `unknownScaleParent`: the verdict on a `…/scale` write whose parent
+/// cannot be read.
 #[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum UnknownParent {
@@ -255,17 +289,24 @@ pub enum UnknownParent {
 #[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct IgnoreDifference {
+    /// The API group; empty: the core group.
     #[serde(default)]
     pub group: String,
+    /// The kind.
     pub kind: String,
+    /// The object's name; empty: any.
     #[serde(default)]
     pub name: String,
+    /// The object's namespace; empty: any.
     #[serde(default)]
     pub namespace: String,
+    /// RFC 6901 pointers to ignore.
     #[serde(default)]
     pub json_pointers: Vec<String>,
+    /// jq path expressions of the fields to ignore.
     #[serde(default)]
     pub jq_path_expressions: Vec<String>,
+    /// Field managers whose fields are ignored.
     #[serde(default)]
     pub managed_fields_managers: Vec<String>,
 }

@@ -4,6 +4,8 @@
 //! so a kilobyte can stand for gigabytes; go-yaml, which the tools decode
 //! with, refuses "excessive aliasing" too.
 
+#![warn(missing_docs)]
+
 use serde::de::DeserializeOwned;
 
 /// Parser events (replayed aliases included), nodes, scalar bytes and
@@ -14,7 +16,7 @@ use serde::de::DeserializeOwned;
 const FLOOR: usize = 4096;
 
 /// [`serde_saphyr::from_str`] within a budget of the text's length.
-pub fn from_str<T: DeserializeOwned>(text: &str) -> Result<T, serde_saphyr::Error> {
+pub(crate) fn from_str<T: DeserializeOwned>(text: &str) -> Result<T, serde_saphyr::Error> {
     let scale = text.len().max(FLOOR);
     let mut budget = serde_saphyr::Budget::default();
     budget.max_events = scale;

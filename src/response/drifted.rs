@@ -17,20 +17,22 @@
 //! Both are bounded: a huge object's thousands of paths become the first
 //! ones and a count of the rest.
 
+#![warn(missing_docs)]
+
 use kube::core::response::{StatusCause, StatusDetails};
 
 /// The cause reason of one drifted path, as the apiserver names a field a
 /// write may not set.
-pub const DRIFTED: &str = "FieldValueForbidden";
+pub(crate) const DRIFTED: &str = "FieldValueForbidden";
 /// The cause reason of the count of paths not listed.
-pub const OMITTED: &str = "DriftguardPathsOmitted";
+pub(crate) const OMITTED: &str = "DriftguardPathsOmitted";
 /// Paths carried as causes at most.
-pub const MAX_CAUSES: usize = 200;
+pub(crate) const MAX_CAUSES: usize = 200;
 /// All causes' paths together stay under this many bytes.
 const MAX_CAUSE_BYTES: usize = 32 * 1024;
 /// Paths carried as warnings at most: the verdict's own warnings follow them
 /// and must stay within the warnings' 4 KiB.
-pub const MAX_PATH_WARNINGS: usize = 10;
+pub(crate) const MAX_PATH_WARNINGS: usize = 10;
 
 /// The prefix of a warning naming one drifted path.
 const WARNING_PREFIX: &str = "driftguard: drifted ";
@@ -38,7 +40,7 @@ const WARNING_PREFIX: &str = "driftguard: drifted ";
 const MORE_PREFIX: &str = "driftguard: drifted paths not named: ";
 
 /// `details` for a denial of `name` (`resource` in `group`) drifting at `paths`.
-pub fn details(group: &str, resource: &str, name: &str, paths: &[String]) -> StatusDetails {
+pub(crate) fn details(group: &str, resource: &str, name: &str, paths: &[String]) -> StatusDetails {
     let mut causes = Vec::new();
     let mut bytes = 0;
     for path in paths {
@@ -71,7 +73,7 @@ pub fn details(group: &str, resource: &str, name: &str, paths: &[String]) -> Sta
 }
 
 /// One warning per path, then one counting the rest.
-pub fn warnings(paths: &[String]) -> Vec<String> {
+pub(crate) fn warnings(paths: &[String]) -> Vec<String> {
     let mut out: Vec<String> = paths
         .iter()
         .take(MAX_PATH_WARNINGS)
@@ -85,11 +87,11 @@ pub fn warnings(paths: &[String]) -> Vec<String> {
 
 /// Drifted paths as a client read them.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Read {
+pub(crate) struct Read {
     /// Whole paths, in the webhook's order, each once.
-    pub paths: Vec<String>,
+    pub(crate) paths: Vec<String>,
     /// Paths the webhook named only cut, or counted without naming.
-    pub missing: usize,
+    pub(crate) missing: usize,
 }
 
 impl Read {
@@ -101,7 +103,7 @@ impl Read {
 }
 
 /// The paths of a denial's Status `details`.
-pub fn from_details(details: Option<&StatusDetails>) -> Read {
+pub(crate) fn from_details(details: Option<&StatusDetails>) -> Read {
     let mut read = Read::default();
     for cause in details.iter().flat_map(|d| &d.causes) {
         match cause.reason.as_str() {
@@ -114,7 +116,7 @@ pub fn from_details(details: Option<&StatusDetails>) -> Read {
 }
 
 /// The paths named in warnings (the `Warning:` headers of a reply).
-pub fn from_warnings(warnings: &[String]) -> Read {
+pub(crate) fn from_warnings(warnings: &[String]) -> Read {
     let mut read = Read::default();
     for w in warnings {
         if let Some(n) = w.strip_prefix(MORE_PREFIX) {

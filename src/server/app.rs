@@ -1,7 +1,9 @@
 //! The webhook endpoints, `POST /validate` and `POST /mutate`: a handler reads
 //! the body within `--max-body-bytes`, `--body-timeout` and the byte budget
 //! (charged as it arrives, then for the decision), hands it to the
-//! [`Reviewer`] and wraps its answer; refusals become HTTP in [`HttpError`].
+//! [`Reviewer`] and wraps its answer; refusals become HTTP in `HttpError`.
+
+#![warn(missing_docs)]
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -22,15 +24,19 @@ use super::probes::Health;
 use crate::Endpoint;
 use crate::service::Reviewer;
 
+/// What the webhook endpoints share.
 pub struct App {
     /// Decides and records; knows nothing of HTTP.
     pub reviewer: Reviewer,
+    /// The largest body read (`--max-body-bytes`); larger ones get 413.
     pub max_body_bytes: usize,
+    /// Longest a body may take to arrive (`--body-timeout`).
     pub body_timeout: Duration,
     /// Bytes all reviews in flight may hold (`--memory-budget-bytes`).
     pub budget: Arc<MemoryBudget>,
 }
 
+/// The webhook's routes: `POST /validate` and `POST /mutate`.
 pub fn router(app: Arc<App>) -> Router {
     Router::new()
         .route("/validate", post(validate))
@@ -45,7 +51,7 @@ pub fn router(app: Arc<App>) -> Router {
 /// that the Service routes to a ready replica, instead of reusing this one
 /// as it closes at the end of the delay, where a POST would fail and the
 /// apiserver would not retry it. HTTP/2 gets its GOAWAY from the shutdown.
-pub async fn close_when_draining(
+pub(crate) async fn close_when_draining(
     State(health): State<Arc<Health>>,
     request: Request,
     next: Next,
@@ -121,8 +127,10 @@ async fn handle(app: &App, endpoint: Endpoint, mut request: Request) -> Response
 
 /// Marks a request whose body is still arriving (see
 /// `connections::Slot::arriving`); the handler drops it once the body is read.
+// Never read: held by the request, its drop is the signal.
+#[allow(dead_code)]
 #[derive(Clone)]
-pub struct Arriving(pub std::sync::Arc<super::connections::BodyArriving>);
+pub(crate) struct Arriving(pub(crate) std::sync::Arc<super::connections::BodyArriving>);
 
 /// What a body may take: bytes, time to arrive, and the review's deadline
 /// for growing its memory reservation.

@@ -1,8 +1,8 @@
 //! The byte budget: an upper bound on what clients can make the server hold,
 //! charged before it is held. Each connection reserves
-//! [`PER_CONNECTION_BYTES`] (TLS and HTTP buffers, headers capped to fit); a
+//! `PER_CONNECTION_BYTES` (TLS and HTTP buffers, headers capped to fit); a
 //! review reserves its body's bytes as they arrive, never the length it
-//! declares, and [`BYTES_PER_BODY_BYTE`] times its body once complete, before
+//! declares, and `BYTES_PER_BODY_BYTE` times its body once complete, before
 //! it is parsed (one review's peak, see `scripts/review-rss.sh`).
 //!
 //! A review that cannot get its share before its deadline is answered by
@@ -15,9 +15,11 @@
 //!
 //! A reservation that waits holds what it has (its body) meanwhile; enough
 //! waiting bodies would leave room for none of them to grow. So waiters
-//! together hold at most [`WAITING_SHARE`] of the budget, and the smallest are
+//! together hold at most `WAITING_SHARE` of the budget, and the smallest are
 //! kept: a waiter that does not fit makes a larger one give way, or is
 //! refused at once if none is larger.
+
+#![warn(missing_docs)]
 
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -31,17 +33,17 @@ use tokio::sync::Notify;
 /// their normalized copies, the managedFields leaf sets and the path lists);
 /// a Deployment with 70,000 env vars takes 15x as a CREATE and 21x as an
 /// UPDATE.
-pub const BYTES_PER_BODY_BYTE: usize = 40;
+pub(crate) const BYTES_PER_BODY_BYTE: usize = 40;
 
 /// What any review may hold beyond its body's share: an Argo CD
 /// `ignore-differences` annotation at its bounds (`drift::annotated`),
 /// whose pointers cost more per byte than the rest of a body. Measured with
 /// `scripts/review-rss.sh` (row `configmap-annotated 32`): RSS grows in the
 /// allocator's 2 MiB steps, none up to 16 long pointers, one at 24 to 32.
-pub const PER_REVIEW_BYTES: usize = 2 * 1024 * 1024;
+pub(crate) const PER_REVIEW_BYTES: usize = 2 * 1024 * 1024;
 
 /// What a review of `body` bytes reserves before it is parsed.
-pub fn review_bytes(body: usize) -> usize {
+pub(crate) fn review_bytes(body: usize) -> usize {
     body.saturating_mul(BYTES_PER_BODY_BYTE)
         .saturating_add(PER_REVIEW_BYTES)
 }
@@ -50,20 +52,20 @@ pub fn review_bytes(body: usize) -> usize {
 /// measured for a served keep-alive TLS connection, 60 KiB with 15 KiB of
 /// headers pending (`scripts/conn-rss.py`). Bodies are charged apart, as
 /// they arrive, so 1,024 connections take at most half the default budget.
-pub const PER_CONNECTION_BYTES: usize = 64 * 1024;
+pub(crate) const PER_CONNECTION_BYTES: usize = 64 * 1024;
 /// Request headers, and HTTP/1's read buffer: the apiserver sends under 1 KiB.
-pub const HEADER_BYTES: usize = 16 * 1024;
+pub(crate) const HEADER_BYTES: usize = 16 * 1024;
 /// HTTP/2 stream and connection windows: what a peer may send unread.
-pub const H2_WINDOW: u32 = 64 * 1024;
+pub(crate) const H2_WINDOW: u32 = 64 * 1024;
 
 /// Waiting reservations together hold at most 1/this of the budget.
-pub const WAITING_SHARE: usize = 16;
+pub(crate) const WAITING_SHARE: usize = 16;
 
 /// Reservations holding up to this many bytes always wait (the apiserver's
 /// reviews are a few KiB): the share is for large bodies, which a client
 /// can make as many of as it likes, so a flood of small ones parked by an
 /// attacker never gets the apiserver's refused at once.
-pub const ALWAYS_WAITS: usize = 64 * 1024;
+pub(crate) const ALWAYS_WAITS: usize = 64 * 1024;
 
 /// How often a waiting reservation asks for relief again: a body becomes
 /// slow enough to cut while others wait.
@@ -71,6 +73,7 @@ const RELIEF_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
 
 type Relief = Box<dyn Fn() + Send + Sync>;
 
+/// The byte budget shared by all connections and reviews (`--memory-budget-bytes`).
 pub struct MemoryBudget {
     capacity: usize,
     used: Mutex<usize>,
@@ -126,10 +129,18 @@ impl std::fmt::Debug for MemoryBudget {
 pub enum OverBudget {
     /// Larger than the whole budget: it can never fit.
     #[error("the review needs {needed} bytes, more than the whole memory budget of {capacity}")]
-    Never { needed: usize, capacity: usize },
+    Never {
+        /// Bytes the review needs.
+        needed: usize,
+        /// The whole budget.
+        capacity: usize,
+    },
     /// Other reviews held the budget until the deadline.
     #[error("the memory budget of {capacity} bytes stayed in use by other reviews")]
-    Busy { capacity: usize },
+    Busy {
+        /// The whole budget.
+        capacity: usize,
+    },
 }
 
 /// Bytes held for one review; given back when dropped.
@@ -140,6 +151,7 @@ pub struct Reservation {
 }
 
 impl MemoryBudget {
+    /// A budget of `capacity` bytes, showing what is reserved in `in_use`.
     pub fn new(capacity: usize, in_use: Gauge) -> Arc<Self> {
         Arc::new(Self {
             capacity,
@@ -200,24 +212,25 @@ impl MemoryBudget {
     }
 
     /// What a waiting reservation calls first; later calls are ignored.
-    pub fn set_relief(&self, relief: impl Fn() + Send + Sync + 'static) {
+    pub(crate) fn set_relief(&self, relief: impl Fn() + Send + Sync + 'static) {
         let _ = self.relief.set(Box::new(relief));
     }
 
     /// `bytes` now, or `None` without waiting.
-    pub fn try_reserve(self: &Arc<Self>, bytes: usize) -> Option<Reservation> {
+    pub(crate) fn try_reserve(self: &Arc<Self>, bytes: usize) -> Option<Reservation> {
         self.try_take(bytes).then(|| Reservation {
             budget: self.clone(),
             bytes,
         })
     }
 
-    pub fn capacity(&self) -> usize {
+    /// The whole budget's size.
+    pub(crate) fn capacity(&self) -> usize {
         self.capacity
     }
 
     /// Bytes reserved right now.
-    pub fn used(&self) -> usize {
+    pub(crate) fn used(&self) -> usize {
         *self.used.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -294,18 +307,15 @@ impl Reservation {
         }
     }
 
-    pub fn bytes(&self) -> usize {
+    /// Bytes held now.
+    #[cfg(test)]
+    pub(crate) fn bytes(&self) -> usize {
         self.bytes
-    }
-
-    /// The whole budget's size.
-    pub fn capacity(&self) -> usize {
-        self.budget.capacity
     }
 
     /// An empty reservation on the same budget (assigning it over this one
     /// gives this one's bytes back).
-    pub fn empty(&self) -> Reservation {
+    pub(crate) fn empty(&self) -> Reservation {
         self.budget.reservation()
     }
 }

@@ -9,6 +9,8 @@
 //! is read, so a forged review has no side effect at all: no decision, no
 //! audit line, no Event, no metric other than the refusal's.
 
+#![warn(missing_docs)]
+
 use std::io;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -19,29 +21,32 @@ use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::{CertificateError, DigitallySignedStruct, DistinguishedName, OtherError};
 use rustls_pki_types::{CertificateDer, UnixTime};
 
-/// Why a client was refused, as the `reason` label of
-/// `driftguard_clients_refused_total`.
-pub const NO_CERTIFICATE: &str = "no_certificate";
-pub const UNTRUSTED: &str = "untrusted_certificate";
-pub const NAME_NOT_ALLOWED: &str = "name_not_allowed";
+// Why a client was refused, as the `reason` label of
+// `driftguard_clients_refused_total`.
+/// The client presented no certificate.
+pub(crate) const NO_CERTIFICATE: &str = "no_certificate";
+/// Its certificate is invalid: not signed by a `--client-ca`, or expired.
+pub(crate) const UNTRUSTED: &str = "untrusted_certificate";
+/// Its certificate is trusted but names no `--client-name`.
+pub(crate) const NAME_NOT_ALLOWED: &str = "name_not_allowed";
 
 /// The client certificate chains to the CA but names no allowed client.
 #[derive(Debug, thiserror::Error)]
 #[error("client certificate names {presented:?}, none of the allowed clients {allowed:?}")]
-pub struct NameNotAllowed {
-    pub presented: Vec<String>,
-    pub allowed: Vec<String>,
+pub(crate) struct NameNotAllowed {
+    pub(crate) presented: Vec<String>,
+    pub(crate) allowed: Vec<String>,
 }
 
 /// Wraps the CA check with the allowed-name check.
 #[derive(Debug)]
-pub struct AllowedNames {
+pub(crate) struct AllowedNames {
     inner: Arc<dyn ClientCertVerifier>,
     allowed: Vec<String>,
 }
 
 impl AllowedNames {
-    pub fn new(inner: Arc<dyn ClientCertVerifier>, allowed: Vec<String>) -> Self {
+    pub(crate) fn new(inner: Arc<dyn ClientCertVerifier>, allowed: Vec<String>) -> Self {
         Self { inner, allowed }
     }
 
@@ -113,7 +118,7 @@ impl ClientCertVerifier for AllowedNames {
 /// The common names, DNS names and URIs a certificate names (each at most
 /// 256 bytes, at most 32 of them: they end up in a log line). A certificate
 /// that does not parse names nothing, so it matches no allowed name.
-pub fn certificate_names(der: &[u8]) -> Vec<String> {
+pub(crate) fn certificate_names(der: &[u8]) -> Vec<String> {
     use x509_parser::extensions::GeneralName;
     let Ok((_, cert)) = x509_parser::parse_x509_certificate(der) else {
         return Vec::new();
@@ -141,7 +146,7 @@ pub fn certificate_names(der: &[u8]) -> Vec<String> {
 /// True at most once per second: a refusal is logged as a warning then, and
 /// at debug level otherwise, so a flood of forged connections cannot flood
 /// the log (the metric still counts every one).
-pub fn warn_now() -> bool {
+pub(crate) fn warn_now() -> bool {
     static LAST: AtomicU64 = AtomicU64::new(0);
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -152,7 +157,7 @@ pub fn warn_now() -> bool {
 /// Which refusal a failed handshake was, if it was one: the client sent no
 /// certificate, one no trusted CA signed, or one naming no allowed client.
 /// Other handshake failures (timeouts, protocol errors) are not refusals.
-pub fn refusal(error: &io::Error) -> Option<(&'static str, String)> {
+pub(crate) fn refusal(error: &io::Error) -> Option<(&'static str, String)> {
     let tls = error.get_ref()?.downcast_ref::<rustls::Error>()?;
     match tls {
         rustls::Error::NoCertificatesPresented => Some((NO_CERTIFICATE, tls.to_string())),

@@ -1,12 +1,14 @@
 //! The open connections of the webhook listener, bounded by
 //! `--max-connections`. When all slots are taken, a newcomer closes one that
-//! does nothing useful, chosen by [`choose_victim`], or is turned away when
+//! does nothing useful, chosen by `choose_victim`, or is turned away when
 //! its own peer would lose one and holds most slots unused (README,
 //! "Connection floods": why this order). A body arriving for longer than
-//! [`SLOW_BODY`] is slow and may be cut; each connection holds
+//! `SLOW_BODY` is slow and may be cut; each connection holds
 //! `budget::PER_CONNECTION_BYTES`, and a review waiting for budget cuts slow
-//! bodies and unused connections ([`Connections::cut_slow`]). With client
+//! bodies and unused connections (`Connections::cut_slow`). With client
 //! authentication on, a newcomer never evicts an authenticated connection.
+
+#![warn(missing_docs)]
 
 use std::cmp::Reverse;
 use std::collections::HashMap;
@@ -44,7 +46,7 @@ pub(crate) const IDLE_KEPT_PER_PEER: usize = 4;
 /// Why a connection was told to close.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
-pub enum CloseReason {
+pub(crate) enum CloseReason {
     /// Not told to close.
     None = 0,
     /// Evicted to make room for a new connection.
@@ -58,7 +60,7 @@ pub enum CloseReason {
 /// One connection's state, shared between its task (which updates it) and
 /// the registry (which reads it to choose a victim).
 #[derive(Debug)]
-pub struct Slot {
+pub(crate) struct Slot {
     id: u64,
     peer: IpAddr,
     epoch: Instant,
@@ -85,30 +87,30 @@ impl Slot {
     }
 
     /// The TLS handshake completed: idle from now on.
-    pub fn handshake_done(&self) {
+    pub(crate) fn handshake_done(&self) {
         self.since_ms.store(self.now_ms(), Ordering::SeqCst);
     }
 
     /// A request started; the connection is busy until the guard is dropped
     /// (when its response is produced, or the request is abandoned).
-    pub fn begin(self: &Arc<Self>) -> Busy {
+    pub(crate) fn begin(self: &Arc<Self>) -> Busy {
         self.served.store(true, Ordering::SeqCst);
         self.in_flight.fetch_add(1, Ordering::SeqCst);
         Busy(self.clone())
     }
 
-    pub fn served(&self) -> bool {
+    pub(crate) fn served(&self) -> bool {
         self.served.load(Ordering::SeqCst)
     }
 
     /// The client proved who it is (client authentication is on).
-    pub fn authenticated(&self) {
+    pub(crate) fn authenticated(&self) {
         self.authenticated.store(true, Ordering::SeqCst);
     }
 
     /// A request's body started arriving; it counts as slow once it has
     /// been arriving for [`SLOW_BODY`], until the guard is dropped.
-    pub fn arriving(self: &Arc<Self>) -> BodyArriving {
+    pub(crate) fn arriving(self: &Arc<Self>) -> BodyArriving {
         if self.arriving.fetch_add(1, Ordering::SeqCst) == 0 {
             self.arriving_since_ms
                 .store(self.now_ms(), Ordering::SeqCst);
@@ -124,17 +126,17 @@ impl Slot {
                 >= SLOW_BODY.as_millis() as u64
     }
 
-    pub fn in_flight(&self) -> usize {
+    pub(crate) fn in_flight(&self) -> usize {
         self.in_flight.load(Ordering::SeqCst)
     }
 
     /// Resolves when the connection is told to close (at once if it already was).
-    pub async fn closed(&self) -> CloseReason {
+    pub(crate) async fn closed(&self) -> CloseReason {
         self.close.notified().await;
         self.reason()
     }
 
-    pub fn reason(&self) -> CloseReason {
+    pub(crate) fn reason(&self) -> CloseReason {
         match self.reason.load(Ordering::SeqCst) {
             1 => CloseReason::Evicted,
             2 => CloseReason::Shutdown,
@@ -176,7 +178,7 @@ impl Slot {
 }
 
 /// A request whose body is still arriving (see [`Slot::arriving`]).
-pub struct BodyArriving(Arc<Slot>);
+pub(crate) struct BodyArriving(Arc<Slot>);
 
 impl Drop for BodyArriving {
     fn drop(&mut self) {
@@ -185,7 +187,7 @@ impl Drop for BodyArriving {
 }
 
 /// A request in flight on a connection.
-pub struct Busy(Arc<Slot>);
+pub(crate) struct Busy(Arc<Slot>);
 
 impl Drop for Busy {
     fn drop(&mut self) {
@@ -196,7 +198,7 @@ impl Drop for Busy {
 }
 
 /// The registry of open connections.
-pub struct Connections {
+pub(crate) struct Connections {
     max: usize,
     budget: Arc<MemoryBudget>,
     epoch: Instant,
@@ -210,15 +212,19 @@ pub struct Connections {
 }
 
 /// The registry's metrics.
-pub struct ConnectionMetrics {
-    pub open: Gauge,
-    pub evicted: Counter,
-    pub turned_away: Counter,
+pub(crate) struct ConnectionMetrics {
+    pub(crate) open: Gauge,
+    pub(crate) evicted: Counter,
+    pub(crate) turned_away: Counter,
 }
 
 impl Connections {
     /// The registry, which also relieves `budget` when reviews wait on it.
-    pub fn new(max: usize, metrics: ConnectionMetrics, budget: Arc<MemoryBudget>) -> Arc<Self> {
+    pub(crate) fn new(
+        max: usize,
+        metrics: ConnectionMetrics,
+        budget: Arc<MemoryBudget>,
+    ) -> Arc<Self> {
         let connections = Arc::new(Self {
             max: max.max(1),
             budget: budget.clone(),
@@ -244,7 +250,7 @@ impl Connections {
     /// handshake, the apiserver sends at once) is closed, and so are the
     /// longest idle of any peer's served connections beyond its newest
     /// [`IDLE_KEPT_PER_PEER`] (authenticated ones never).
-    pub fn cut_slow(&self) {
+    pub(crate) fn cut_slow(&self) {
         let open = self.lock();
         let now = self.epoch.elapsed().as_millis() as u64;
         let mut idle_by_peer: HashMap<IpAddr, Vec<(u64, &Arc<Slot>)>> = HashMap::new();
@@ -279,11 +285,11 @@ impl Connections {
         self.open.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.lock().len()
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
@@ -293,7 +299,7 @@ impl Connections {
     /// away) when the victim would be `peer`'s own never-used connection and
     /// `peer` holds more than half the slots with such connections. Scans the
     /// connections only when full.
-    pub async fn admit(self: &Arc<Self>, peer: IpAddr) -> Option<Admitted> {
+    pub(crate) async fn admit(self: &Arc<Self>, peer: IpAddr) -> Option<Admitted> {
         loop {
             {
                 let mut open = self.lock();
@@ -355,14 +361,14 @@ impl Connections {
     }
 
     /// Tells every connection to finish what is in flight and close.
-    pub fn close_all(&self) {
+    pub(crate) fn close_all(&self) {
         for slot in self.lock().values() {
             slot.tell(CloseReason::Shutdown);
         }
     }
 
     /// Resolves when no connection is open.
-    pub async fn all_closed(&self) {
+    pub(crate) async fn all_closed(&self) {
         while !self.is_empty() {
             // A connection ending between the check and the wait leaves a permit.
             self.room.notified().await;
@@ -379,13 +385,13 @@ impl Connections {
 }
 
 /// A connection's slot, given back when dropped (when its task ends).
-pub struct Admitted {
+pub(crate) struct Admitted {
     registry: Arc<Connections>,
     slot: Arc<Slot>,
 }
 
 impl Admitted {
-    pub fn slot(&self) -> &Arc<Slot> {
+    pub(crate) fn slot(&self) -> &Arc<Slot> {
         &self.slot
     }
 }

@@ -2,6 +2,8 @@
 //! and a JSON body naming the problem. A v1 review whose uid reads is never
 //! answered here; it always gets an AdmissionReview.
 
+#![warn(missing_docs)]
+
 use std::time::Duration;
 
 use axum::Json;
@@ -11,8 +13,9 @@ use serde_json::json;
 
 use crate::service::ServiceError;
 
+/// A request refused with an HTTP error instead of an AdmissionReview.
 #[derive(Debug, thiserror::Error)]
-pub enum HttpError {
+pub(crate) enum HttpError {
     /// Not JSON, not an AdmissionReview v1, or missing request/uid.
     #[error("{0}")]
     BadRequest(String),
@@ -22,8 +25,10 @@ pub enum HttpError {
     /// The client did not send the whole body in time.
     #[error("body not received within {0:?}")]
     BodyTimeout(Duration),
+    /// A path other than `/validate` and `/mutate`.
     #[error("no such path; the webhook serves POST /validate and POST /mutate")]
     NotFound,
+    /// A method other than POST.
     #[error("method not allowed; use POST")]
     MethodNotAllowed,
     /// Refused before it was read (the memory budget), with no uid to answer to.
@@ -32,7 +37,8 @@ pub enum HttpError {
 }
 
 impl HttpError {
-    pub fn status(&self) -> StatusCode {
+    /// The HTTP status it is answered with.
+    pub(crate) fn status(&self) -> StatusCode {
         match self {
             HttpError::BadRequest(_) => StatusCode::BAD_REQUEST,
             HttpError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
@@ -44,7 +50,7 @@ impl HttpError {
     }
 
     /// The metric label for a refused request.
-    pub fn reason(&self) -> &'static str {
+    pub(crate) fn reason(&self) -> &'static str {
         match self {
             HttpError::BadRequest(_) => "unreadable",
             HttpError::TooLarge(_) => "too-large",

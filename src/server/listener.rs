@@ -2,6 +2,8 @@
 //! `--max-connections` at once (see [`connections`](super::connections)),
 //! serves HTTP/1.1 or HTTP/2 on each, and drains them on shutdown.
 
+#![warn(missing_docs)]
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -26,8 +28,7 @@ const MAX_STREAMS: u32 = 4;
 /// Accepts TLS connections and serves HTTP/1.1 or HTTP/2 on each (public so
 /// that the load benchmark's fixed-answer baseline runs the very same stack),
 /// at most `--max-connections` at once (see [`super::connections`]).
-/// On SIGTERM
-/// or SIGINT: unready at once, keep accepting for the shutdown delay so that
+/// On SIGTERM or SIGINT: unready at once, keep accepting for the shutdown delay so that
 /// endpoints update, then stop accepting and let in-flight reviews finish.
 pub async fn serve_tls(
     listener: TcpListener,

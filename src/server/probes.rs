@@ -7,6 +7,8 @@
 //! ([`crate::drift::Sources::unread`]). An unready replica judges nothing:
 //! human writes fail closed on its webhook and creates fail open.
 
+#![warn(missing_docs)]
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -18,19 +20,23 @@ use axum::routing::get;
 
 use crate::metrics::Metrics;
 
+/// What `/readyz` reports, set by the server as it starts and stops.
 #[derive(Debug)]
 pub struct Health {
+    /// A policy has been loaded.
     pub policy_loaded: AtomicBool,
+    /// The webhook's TLS listener is bound.
     pub tls_bound: AtomicBool,
-    pub shutting_down: AtomicBool,
+    /// SIGTERM arrived: unready, so the Service stops routing here.
+    pub(crate) shutting_down: AtomicBool,
     /// Watched GitOps sources never listed yet, by name.
-    pub sources_unread: Mutex<Vec<&'static str>>,
+    pub(crate) sources_unread: Mutex<Vec<&'static str>>,
     /// Set once `--sources-wait` has passed since the watches started: from
     /// then on, unread sources leave the server ready, degraded.
-    pub sources_wait_over: AtomicBool,
+    pub(crate) sources_wait_over: AtomicBool,
     /// Watched kinds the apiserver serves at another version only: each
     /// named, since "not listed yet" would hide that it never will be.
-    pub sources_mismatched: Mutex<Vec<String>>,
+    pub(crate) sources_mismatched: Mutex<Vec<String>>,
 }
 
 impl Default for Health {
@@ -48,7 +54,7 @@ impl Default for Health {
 
 impl Health {
     /// Why the server is not ready, if it is not.
-    pub fn not_ready(&self) -> Option<String> {
+    pub(crate) fn not_ready(&self) -> Option<String> {
         let mismatched = self
             .sources_mismatched
             .lock()
@@ -70,7 +76,7 @@ impl Health {
     }
 
     /// Why a ready server judges by less than it was told to read, if it does.
-    pub fn degraded(&self) -> Option<String> {
+    pub(crate) fn degraded(&self) -> Option<String> {
         let unread = self.unread();
         (!unread.is_empty()).then(|| {
             format!(
@@ -102,7 +108,7 @@ const CONNECTION_LIFETIME: std::time::Duration = std::time::Duration::from_secs(
 /// its one-second probe (the chart's `failureThreshold` is 1). HTTP/1 only,
 /// with bounded connections, headers and lifetimes, since any pod may reach
 /// it. Serves until the returned sender is dropped.
-pub fn serve_apart(
+pub(crate) fn serve_apart(
     listener: std::net::TcpListener,
     router: Router,
 ) -> std::io::Result<tokio::sync::oneshot::Sender<()>> {

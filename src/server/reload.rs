@@ -6,6 +6,8 @@
 //! Each reloader is a thread of its own: reading files and compiling a policy
 //! block, and the async workers must keep answering reviews and probes.
 
+#![warn(missing_docs)]
+
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -64,7 +66,9 @@ fn spawn_poller(
     Ok(())
 }
 
-pub fn spawn_policy_reloader(
+/// Every `interval`, reloads the policy into `handle` when the policy file
+/// or an Argo CD Application file changed.
+pub(crate) fn spawn_policy_reloader(
     policy_path: PathBuf,
     app_paths: Vec<PathBuf>,
     handle: PolicyHandle,
@@ -103,7 +107,9 @@ fn reload_policy(
     }
 }
 
-pub fn spawn_certificate_reloader(
+/// Every `interval`, loads the serving pair into `store` when the
+/// certificate or key file changed.
+pub(crate) fn spawn_certificate_reloader(
     cert: PathBuf,
     key: PathBuf,
     store: Arc<CertStore>,

@@ -1,7 +1,9 @@
 //! rustls for the webhook listener: TLS 1.2 and 1.3 only, ring as the
 //! explicitly chosen crypto provider, HTTP/2 and HTTP/1.1 through ALPN, an
-//! optional client-CA check with allowed client names, and a certificate pair that can be swapped while
-//! serving (new handshakes use the new pair).
+//! optional client-CA check with allowed client names, and a certificate
+//! pair that can be swapped while serving (new handshakes use the new pair).
+
+#![warn(missing_docs)]
 
 use std::sync::{Arc, RwLock};
 
@@ -14,46 +16,59 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
 /// ring, chosen explicitly: it needs no C toolchain beyond cc and links
 /// statically; rustls refuses to guess when more than one provider is built in.
-pub fn provider() -> Arc<CryptoProvider> {
+pub(crate) fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
 /// Makes [`provider`] the process default as well: the kube client's TLS asks
 /// rustls for the process default rather than taking a provider. Call it before
 /// building a kube client; a second call is a no-op.
-pub fn install_process_default() {
+pub(crate) fn install_process_default() {
     let _ = Arc::unwrap_or_clone(provider()).install_default();
 }
 
 /// Why a certificate, key or client CA cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
+    /// A file could not be read.
     #[error("{0}")]
     Read(#[from] std::io::Error),
+    /// The certificate file is not PEM.
     #[error("certificate PEM: {0}")]
     CertificatePem(rustls_pki_types::pem::Error),
+    /// The certificate file is PEM without a certificate.
     #[error("certificate PEM holds no certificate")]
     NoCertificate,
+    /// The key file is not a PEM private key.
     #[error("private key PEM: {0}")]
     KeyPem(rustls_pki_types::pem::Error),
+    /// A private key of a kind ring cannot sign with.
     #[error("private key: {0}")]
     Key(rustls::Error),
+    /// The key is not the certificate's.
     #[error("certificate and key do not match: {0}")]
     Mismatch(rustls::Error),
+    /// The provider does not offer TLS 1.2 and 1.3.
     #[error("{0}")]
     Versions(rustls::Error),
+    /// The client CA file is not PEM.
     #[error("client CA PEM: {0}")]
     ClientCaPem(rustls_pki_types::pem::Error),
+    /// A client CA certificate rustls cannot use as a trust anchor.
     #[error("client CA: {0}")]
     ClientCa(rustls::Error),
+    /// The client CA file is PEM without a certificate.
     #[error("client CA PEM holds no certificate")]
     NoClientCa,
+    /// The client verifier could not be built.
     #[error("client CA: {0}")]
     Verifier(rustls::server::VerifierBuilderError),
+    /// `--client-name` without `--client-ca`.
     #[error(
         "--client-name needs --client-ca: without a CA no client certificate is asked for, so no name can be checked"
     )]
     NamesWithoutCa,
+    /// An empty `--client-name`.
     #[error("--client-name: an empty name")]
     EmptyName,
 }
@@ -83,13 +98,15 @@ pub struct CertStore {
 }
 
 impl CertStore {
+    /// A store serving `pair`.
     pub fn new(pair: CertifiedKey) -> Self {
         Self {
             current: RwLock::new(Arc::new(pair)),
         }
     }
 
-    pub fn replace(&self, pair: CertifiedKey) {
+    /// Serves `pair` from the next handshake on.
+    pub(crate) fn replace(&self, pair: CertifiedKey) {
         *self.current.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(pair);
     }
 }

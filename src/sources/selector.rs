@@ -3,6 +3,8 @@
 //! and `annotationSelector`: parsed into kube's [`Expression`]s, refusing
 //! what Flux would refuse.
 
+#![warn(missing_docs)]
+
 use std::collections::BTreeSet;
 
 use kube::core::Expression;
@@ -14,20 +16,35 @@ pub enum SelectorError {
     /// Not the selector grammar.
     #[error("`{selector}`: expected {expected} at column {column}")]
     Syntax {
+        /// The whole selector.
         selector: String,
+        /// Where it goes wrong, from 1.
         column: usize,
+        /// What the grammar wants there.
         expected: &'static str,
     },
     /// A key that is not a qualified name (`[prefix/]name`).
     #[error("`{selector}`: `{key}` is not a valid label key")]
-    Key { selector: String, key: String },
+    Key {
+        /// The whole selector.
+        selector: String,
+        /// The key.
+        key: String,
+    },
     /// A value that is not a valid label value.
     #[error("`{selector}`: `{value}` is not a valid label value")]
-    Value { selector: String, value: String },
+    Value {
+        /// The whole selector.
+        selector: String,
+        /// The value.
+        value: String,
+    },
     /// `a > 1` and `a < 1`: apimachinery has them, kube's `Expression` does not.
     #[error("`{selector}`: `{operator}` is not supported")]
     Unsupported {
+        /// The whole selector.
         selector: String,
+        /// The operator.
         operator: &'static str,
     },
 }
@@ -87,7 +104,7 @@ fn tokens(text: &str) -> Vec<(Token<'_>, usize)> {
 /// kube's expressions, whose `matches` has apimachinery's semantics (`!=` and
 /// `notin` match an object without the key). kube-core has the types but no
 /// string parser.
-pub fn parse_selector(text: &str) -> Result<Vec<Expression>, SelectorError> {
+pub(crate) fn parse_selector(text: &str) -> Result<Vec<Expression>, SelectorError> {
     let mut p = Parser {
         text,
         tokens: tokens(text),

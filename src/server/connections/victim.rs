@@ -8,14 +8,14 @@ use std::net::IpAddr;
 /// What the eviction choice looks at.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Snapshot {
-    pub busy: bool,
+    pub(crate) busy: bool,
     /// A body has been arriving for [`SLOW_BODY`](super::SLOW_BODY) or longer.
-    pub slow: bool,
-    pub closing: bool,
-    pub served: bool,
-    pub authenticated: bool,
-    pub since_ms: u64,
-    pub peer: IpAddr,
+    pub(crate) slow: bool,
+    pub(crate) closing: bool,
+    pub(crate) served: bool,
+    pub(crate) authenticated: bool,
+    pub(crate) since_ms: u64,
+    pub(crate) peer: IpAddr,
 }
 
 impl Snapshot {
