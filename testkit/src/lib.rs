@@ -12,6 +12,7 @@
 pub mod agreement;
 pub mod apiserver;
 pub mod atomic_maps;
+pub mod big_reviews;
 pub mod common;
 pub mod control_plane;
 pub mod fleet;
