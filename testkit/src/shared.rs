@@ -34,8 +34,12 @@ type Job = Box<dyn FnOnce() + Send>;
 /// Runs `job` on the keeper thread (started on first use, never ended) and
 /// returns what it returned; a panic in `job` is resumed here. For whatever
 /// starts a child that must outlive the calling test's thread: its setup, a
-/// restart.
+/// restart, a whole test (`on_keeper(|| ENV.with(...))`). Jobs run one at a
+/// time; one that calls `on_keeper` runs that job at once.
 pub fn on_keeper<R: Send + 'static>(job: impl FnOnce() -> R + Send + 'static) -> R {
+    if on_keeper_thread() {
+        return job();
+    }
     static JOBS: OnceLock<Mutex<mpsc::Sender<Job>>> = OnceLock::new();
     let jobs = JOBS.get_or_init(|| {
         let (tx, rx) = mpsc::channel::<Job>();
@@ -143,7 +147,8 @@ impl Drop for MarkFailed<'_> {
     }
 }
 
-fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
+/// A panic's message.
+pub fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
     panic
         .downcast_ref::<String>()
         .cloned()
