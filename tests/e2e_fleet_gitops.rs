@@ -416,9 +416,12 @@ fn image_is(spoke: &ControlPlane, deploy: &str, want: &str) -> Result<(), String
 }
 
 /// A named step of the story, on the fleet as the steps before left it.
+/// A step's name (its test's) and what it does.
+type Step = (&'static str, fn(&mut Fleet));
+
 /// The steps, in order: each builds on the ones before (one hub, one spoke,
 /// one Git history).
-const STEPS: [(&str, fn(&mut Fleet)); 11] = [
+const STEPS: [Step; 11] = [
     ("first_syncs", |f| f.first_syncs()),
     ("denials", |f| f.denials()),
     ("each_installations_rules", |f| f.each_installations_rules()),
