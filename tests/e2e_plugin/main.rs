@@ -192,12 +192,14 @@ macro_rules! ensure {
     };
 }
 
+/// Fields drop in order: driftguard before the control plane, whose
+/// apiserver would otherwise wait on driftguard's watches as it shuts down.
 struct Env {
+    /// `None` only while a test restarts it.
+    dg: Option<Driftguard>,
     plane: ControlPlane,
     /// A directory holding only a `kubectl-driftguard` symlink, first on PATH.
     bin: PathBuf,
-    /// `None` only while a test restarts it.
-    dg: Option<Driftguard>,
 }
 
 /// The environment every test here runs in.
@@ -416,9 +418,9 @@ fn setup() -> Env {
     )
     .unwrap();
     Env {
+        dg: Some(dg),
         plane,
         bin,
-        dg: Some(dg),
     }
 }
 
