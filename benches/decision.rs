@@ -24,9 +24,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[path = "support/policy.rs"]
 mod policy;
 
-#[path = "support/big.rs"]
-mod big;
-
+use driftguard_testkit::big_reviews as big;
 use policy::{thousand_other_kinds, twenty_rules};
 
 fn bench(c: &mut Criterion) {

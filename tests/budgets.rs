@@ -4,9 +4,7 @@
 //! an ordinary review from its answer, and reviews that would run long end
 //! at their deadline and free their decision thread.
 
-/// The costliest reviews by drifted paths, shared with the decision bench.
-#[path = "../benches/support/big.rs"]
-mod big;
+use driftguard_testkit::big_reviews as big;
 use driftguard_testkit::flood;
 use driftguard_testkit::process;
 

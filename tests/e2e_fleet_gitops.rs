@@ -20,6 +20,7 @@ use driftguard_testkit::control_plane;
 use driftguard_testkit::fleet;
 use driftguard_testkit::gitops;
 use driftguard_testkit::gitops_e2e;
+use driftguard_testkit::shared::{Shared, on_keeper, panic_text};
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -415,34 +416,120 @@ fn image_is(spoke: &ControlPlane, deploy: &str, want: &str) -> Result<(), String
 }
 
 /// A named step of the story, on the fleet as the steps before left it.
-type Step = (&'static str, fn(&Fleet));
+/// A step's name (its test's) and what it does.
+type Step = (&'static str, fn(&mut Fleet));
+
+/// The steps, in order: each builds on the ones before (one hub, one spoke,
+/// one Git history).
+const STEPS: [Step; 11] = [
+    ("first_syncs", |f| f.first_syncs()),
+    ("denials", |f| f.denials()),
+    ("each_installations_rules", |f| f.each_installations_rules()),
+    ("installation_id_kept", |f| f.installation_id_kept()),
+    ("explain_in_the_spoke", |f| f.explain_in_the_spoke()),
+    ("guarded_namespaces", |f| f.guarded_namespaces()),
+    ("ignored_fields_kept", |f| f.ignored_fields_kept()),
+    ("a_new_hub_rule", |f| f.a_new_hub_rule()),
+    ("sync_impersonation", |f| f.sync_impersonation()),
+    ("break_glass", |f| f.break_glass()),
+    // Last: the hub's apiserver is stopped and started again.
+    ("hub_outage", Fleet::hub_outage),
+];
+
+/// The fleet every test here runs in, and how each step ended so far.
+struct Env {
+    fleet: Fleet,
+    done: Vec<Result<(), String>>,
+}
+
+static ENV: Shared<Env> = Shared::new();
+
+fn setup() -> Env {
+    Env {
+        fleet: Fleet::start(),
+        done: Vec::new(),
+    }
+}
+
+/// Each step is its own test, which reports that step's result: the steps
+/// before it that have not run yet run first, in order (whichever test runs
+/// them), and a step after a failed one is not run. On the keeper thread,
+/// as the hub's apiserver is started again there (`hub_outage`).
+fn step(name: &'static str) {
+    on_keeper(move || {
+        ENV.with(setup, |env| {
+            let i = STEPS.iter().position(|(n, _)| *n == name).unwrap();
+            while env.done.len() <= i {
+                let (next, run) = STEPS[env.done.len()];
+                let result = match env.done.iter().position(Result::is_err) {
+                    Some(failed) => Err(format!("not run: step {} failed", STEPS[failed].0)),
+                    None => std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        run(&mut env.fleet)
+                    }))
+                    .map_err(|panic| format!("step {next}: {}", panic_text(&*panic))),
+                };
+                env.done.push(result);
+            }
+            if let Err(why) = &env.done[i] {
+                panic!("{why}");
+            }
+        })
+    })
+}
 
 #[test]
-fn the_hubs_real_argo_cd_and_flux_deploy_to_a_spoke_judged_by_their_rules() {
-    // Each step builds on the ones before (one hub, one spoke, one Git
-    // history); a failure names its step.
-    let mut fleet = {
-        let _step = Named("start");
-        Fleet::start()
-    };
-    let steps: [Step; 10] = [
-        ("first syncs", Fleet::first_syncs),
-        ("denials", Fleet::denials),
-        ("each installation's rules", Fleet::each_installations_rules),
-        ("installation id kept", Fleet::installation_id_kept),
-        ("explain in the spoke", Fleet::explain_in_the_spoke),
-        ("guarded namespaces", Fleet::guarded_namespaces),
-        ("ignored fields kept", Fleet::ignored_fields_kept),
-        ("a new hub rule", Fleet::a_new_hub_rule),
-        ("sync impersonation", Fleet::sync_impersonation),
-        ("break-glass", Fleet::break_glass),
-    ];
-    for (name, step) in steps {
-        let _step = Named(name);
-        step(&fleet);
-    }
-    let _step = Named("hub outage");
-    fleet.hub_outage();
+fn first_syncs() {
+    step("first_syncs");
+}
+
+#[test]
+fn denials() {
+    step("denials");
+}
+
+#[test]
+fn each_installations_rules() {
+    step("each_installations_rules");
+}
+
+#[test]
+fn installation_id_kept() {
+    step("installation_id_kept");
+}
+
+#[test]
+fn explain_in_the_spoke() {
+    step("explain_in_the_spoke");
+}
+
+#[test]
+fn guarded_namespaces() {
+    step("guarded_namespaces");
+}
+
+#[test]
+fn ignored_fields_kept() {
+    step("ignored_fields_kept");
+}
+
+#[test]
+fn a_new_hub_rule() {
+    step("a_new_hub_rule");
+}
+
+#[test]
+fn sync_impersonation() {
+    step("sync_impersonation");
+}
+
+#[test]
+fn break_glass() {
+    step("break_glass");
+}
+
+#[test]
+fn hub_outage() {
+    step("hub_outage");
 }
 
 /// The two clusters, the hub's tools, and driftguard in the spoke (fields

@@ -139,7 +139,8 @@ fn admin(plane: &ControlPlane, args: &[&str]) {
 
 #[test]
 fn changes_of_driftguards_own_objects_are_audited_and_raise_one_event() {
-    let mut plane = ControlPlane::start("guard");
+    // Audited: a replica's refused write of an Event is seen only there.
+    let mut plane = ControlPlane::start_audited("guard");
     plane.create_namespaces(&["driftguard", "argocd", "production"]);
     plane.add_user(SA, &[]);
 
@@ -343,10 +344,39 @@ fn changes_of_driftguards_own_objects_are_audited_and_raise_one_event() {
         "changed",
         1,
     );
-    // A fixed wait, kept: each replica counts the change before it writes
-    // the Event, and nothing observable says the second replica's write (of
-    // the same name, refused) is done; only the apiserver's audit log would.
-    std::thread::sleep(Duration::from_secs(2));
+    // The other replica's write of the same Event is refused (409): once the
+    // apiserver's audit log records it, both replicas have written.
+    let event = events(
+        &plane,
+        "default",
+        "ValidatingWebhookConfiguration",
+        "dg-driftguard",
+        "changed",
+    )[0]
+    .0
+    .clone();
+    wait_for(
+        "the second replica's write of the Event, refused",
+        Duration::from_secs(20),
+        || {
+            let refused = plane
+                .audit_events()
+                .into_iter()
+                .filter(|a| {
+                    a["verb"] == "create"
+                        && a["objectRef"]["resource"] == "events"
+                        && a["objectRef"]["namespace"] == "default"
+                        && a["objectRef"]["name"].as_str().is_none_or(|n| n == event)
+                        && a["responseStatus"]["code"] == 409
+                })
+                .count();
+            if refused == 1 {
+                Ok(())
+            } else {
+                Err(format!("{refused} refused writes of Event {event}"))
+            }
+        },
+    );
     assert_eq!(
         events(
             &plane,

@@ -8,6 +8,7 @@
 //! watching the break-glass label on one replica.
 
 use driftguard_testkit::control_plane;
+use driftguard_testkit::flood::metric;
 use driftguard_testkit::rbac_audit;
 
 use std::collections::BTreeMap;
@@ -125,11 +126,37 @@ metadata:
     flags.extend(args);
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let first = Driftguard::start(&plane, &flags);
-    let _second = first.replica();
+    let second = first.replica();
 
-    // A minute after both started and settled (first discovery, first
-    // lists or watches), counted from the apiserver's audit log.
-    std::thread::sleep(Duration::from_secs(20));
+    // Settled: one replica leads, and driftguard's account has sent nothing
+    // but Lease renewals and watches for 3 s. The first discovery, lists and
+    // watches come as one burst; the next periodic request (the
+    // Applications' list) is an interval (15 s) away.
+    let quiet = jiff::SignedDuration::from_secs(3);
+    wait_for("both replicas to settle", Duration::from_secs(90), || {
+        let leaders = [&first, &second]
+            .iter()
+            .filter(|dg| metric(dg.probe, "driftguard_break_glass_sweeper_leader") == 1.0)
+            .count();
+        let last = plane
+            .audit_events()
+            .iter()
+            .filter(|e| {
+                e["user"]["username"] == SA
+                    && e["verb"] != "watch"
+                    && e["objectRef"]["resource"] != "leases"
+            })
+            .filter_map(received)
+            .max();
+        let now = jiff::Timestamp::now();
+        match last {
+            Some(last) if leaders == 1 && now.duration_since(last) >= quiet => Ok(()),
+            last => Err(format!(
+                "{leaders} leaders; last request at {last:?}, now {now}"
+            )),
+        }
+    });
+    // The measurement window: a minute of steady state, whatever it holds.
     let from = jiff::Timestamp::now();
     std::thread::sleep(Duration::from_secs(60));
     let to = jiff::Timestamp::now();

@@ -242,6 +242,8 @@ fn bodies_that_never_arrive_hold_neither_slots_nor_budget() {
             }
         },
     );
+    // Not a wait for a state: the bodies must have been arriving for over a
+    // second before one may be cut to make room (the load's shape).
     std::thread::sleep(Duration::from_millis(1500));
     let took = review(addr, &ca, Duration::ZERO).expect("a review past slow bodies");
     assert!(took < Duration::from_secs(5), "the review took {took:?}");

@@ -629,6 +629,8 @@ pub struct Driftguard {
     pub port: u16,
     pub probe: u16,
     args: Vec<String>,
+    /// Environment variables beyond the test's own, kept across restarts.
+    env: Vec<(String, String)>,
 }
 
 impl Driftguard {
@@ -640,13 +642,30 @@ impl Driftguard {
     /// [`Driftguard::start`] with a certificate for `names` (IP addresses
     /// and DNS names).
     pub fn start_with_names(plane: &ControlPlane, names: &[&str], extra: &[&str]) -> Driftguard {
+        Self::start_with_env(plane, names, extra, &[])
+    }
+
+    /// [`Driftguard::start_with_names`] with environment variables
+    /// (`RUST_LOG` for a module's debug lines, say).
+    pub fn start_with_env(
+        plane: &ControlPlane,
+        names: &[&str],
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Driftguard {
         let args = Self::serve_args(plane, names, extra);
-        let Served { proc, port, probe } = serve_driftguard(&Self::binary(), 0, &args);
+        let env: Vec<(String, String)> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let Served { proc, port, probe } =
+            serve_driftguard_with_env(&Self::binary(), 0, &args, &env);
         Driftguard {
             proc,
             port,
             probe,
             args,
+            env,
         }
     }
 
@@ -691,7 +710,7 @@ impl Driftguard {
             .cloned()
             .collect();
         args.extend(add.iter().map(|a| a.to_string()));
-        let served = serve_driftguard(&Self::binary(), self.port, &args);
+        let served = serve_driftguard_with_env(&Self::binary(), self.port, &args, &self.env);
         assert_eq!(served.port, self.port, "restarted on another port");
         (self.proc, self.probe) = (served.proc, served.probe);
         self.args = args;
@@ -711,12 +730,14 @@ impl Driftguard {
     /// Another replica with the same flags, the same certificate and key
     /// files, on a port of its own.
     pub fn replica(&self) -> Driftguard {
-        let Served { proc, port, probe } = serve_driftguard(&Self::binary(), 0, &self.args);
+        let Served { proc, port, probe } =
+            serve_driftguard_with_env(&Self::binary(), 0, &self.args, &self.env);
         Driftguard {
             proc,
             port,
             probe,
             args: self.args.clone(),
+            env: self.env.clone(),
         }
     }
 

@@ -2,7 +2,8 @@
 //! crate instead of files each test includes by `#[path]`: a real control
 //! plane (`control_plane`, etcd and kube-apiserver from scripts/build-tools.sh)
 //! and the GitOps tools beside it (`gitops`), child processes and waits
-//! (`process`), floods and hostile clients, the oracles of the property tests
+//! (`process`), one environment shared by a binary's tests (`shared`),
+//! floods and hostile clients, the oracles of the property tests
 //! (`two_step`, `loosening`, `apiserver`) and of the generative e2e
 //! (`generate`, `agreement`), and the builders of reviews (`common`).
 //!
@@ -11,6 +12,7 @@
 pub mod agreement;
 pub mod apiserver;
 pub mod atomic_maps;
+pub mod big_reviews;
 pub mod common;
 pub mod control_plane;
 pub mod fleet;
@@ -25,5 +27,6 @@ pub mod measure;
 pub mod process;
 pub mod rbac_audit;
 pub mod renewal;
+pub mod shared;
 pub mod tcp_proxy;
 pub mod two_step;

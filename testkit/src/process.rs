@@ -166,6 +166,9 @@ pub struct Proc {
 
 impl Proc {
     pub fn spawn(name: &str, cmd: &mut Command) -> Proc {
+        if crate::shared::on_keeper_thread() {
+            die_with_parent(cmd);
+        }
         let mut child = cmd
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -247,6 +250,11 @@ impl Proc {
 
     /// SIGTERM, then SIGKILL if it is still running after 10 s.
     pub fn stop(&mut self) {
+        if !self.alive() {
+            // Exited (or stopped before): reaped, nothing to signal.
+            let _ = self.child.wait();
+            return;
+        }
         self.terminate();
         let deadline = Instant::now() + Duration::from_secs(10);
         while self.alive() && Instant::now() < deadline {
@@ -264,6 +272,28 @@ impl Drop for Proc {
     }
 }
 
+/// Has the kernel SIGKILL the child when the thread that spawns it ends: a
+/// shared environment's processes, spawned on a thread that ends only with
+/// the process ([`crate::shared`]), which never drops them.
+fn die_with_parent(cmd: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    let parent = std::process::id() as libc::pid_t;
+    // SAFETY: between fork and exec only async-signal-safe calls (prctl,
+    // getppid) and no allocation (errors from raw codes).
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // The parent already gone: the signal would never come.
+            if libc::getppid() != parent {
+                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+            }
+            Ok(())
+        });
+    }
+}
+
 /// `driftguard serve` with its webhook and probe ports.
 pub struct Served {
     pub proc: Proc,
@@ -277,13 +307,27 @@ pub struct Served {
 /// the probe port is not logged, so it is picked here and the start is
 /// retried when another process took it meanwhile.
 pub fn serve_driftguard(binary: &Path, port: u16, args: &[String]) -> Served {
-    let served = serve_driftguard_unready(binary, port, args);
+    serve_driftguard_with_env(binary, port, args, &[])
+}
+
+/// [`serve_driftguard`] with environment variables (`RUST_LOG`, say).
+pub fn serve_driftguard_with_env(
+    binary: &Path,
+    port: u16,
+    args: &[String],
+    env: &[(String, String)],
+) -> Served {
+    let served = serve_unready(binary, port, args, env);
     served.wait_ready();
     served
 }
 
 /// [`serve_driftguard`] without waiting for `/readyz`: serving, maybe not ready.
 pub fn serve_driftguard_unready(binary: &Path, port: u16, args: &[String]) -> Served {
+    serve_unready(binary, port, args, &[])
+}
+
+fn serve_unready(binary: &Path, port: u16, args: &[String], env: &[(String, String)]) -> Served {
     retry_bind("driftguard", || {
         let probe = unused_port();
         let mut proc = Proc::spawn(
@@ -292,7 +336,8 @@ pub fn serve_driftguard_unready(binary: &Path, port: u16, args: &[String]) -> Se
                 .arg("serve")
                 .arg(format!("--listen=127.0.0.1:{port}"))
                 .arg(format!("--probe-listen=127.0.0.1:{probe}"))
-                .args(args),
+                .args(args)
+                .envs(env.iter().map(|(k, v)| (k, v))),
         );
         // Both ports are bound by this process once it logs the line.
         let serving = poll("driftguard is serving", Duration::from_secs(20), || {

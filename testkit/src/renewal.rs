@@ -68,6 +68,7 @@ pub fn under_load<T>(plane: &ControlPlane, during: impl FnOnce() -> T) -> (usize
     let (ok, value) = std::thread::scope(|s| {
         let writer = s.spawn(|| write_until(plane, &stop, &failures));
         let stopper = StopOnDrop(&stop);
+        // The load's shape, not waits: writes before and after `during`.
         std::thread::sleep(Duration::from_secs(2));
         let value = during();
         std::thread::sleep(Duration::from_secs(3));

@@ -1,7 +1,8 @@
-//! The costliest reviews by number of drifted paths (as
-//! scripts/gen-big-reviews.py configmap-patch writes them): `kubectl patch`
-//! adding `n` keys to a ConfigMap that Flux's kustomize-controller or Argo CD
-//! applies. On Flux every key is also checked against what kubectl owns.
+//! The costliest reviews by number of drifted paths, for tests/budgets.rs and
+//! the decision bench (as scripts/gen-big-reviews.py configmap-patch writes
+//! them): `kubectl patch` adding `n` keys to a ConfigMap that Flux's
+//! kustomize-controller or Argo CD applies. On Flux every key is also checked
+//! against what kubectl owns.
 
 use serde_json::{Value, json};
 
