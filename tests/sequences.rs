@@ -101,6 +101,79 @@ fn break_glass_bookkeeping_is_armed_whole_or_not_at_all() {
     }
 }
 
+/// A generated finding, spelled out: in warn mode, with Flux's detector off,
+/// an object claimed only by Argo CD's instance label (`other-app`) is
+/// deleted and created again by a person with Helm's release annotation (or
+/// without the label), which unclaims it. The same change as an UPDATE is an
+/// input change, refused in every mode; as a CREATE it is refused because
+/// Application `other-app`, which the label names, lists the object in its
+/// `status.resources` (Argo CD lists what carries its label, in Git or not).
+#[test]
+fn re_creating_an_object_by_hand_keeps_the_instance_labels_listing() {
+    use loosening::{Extra, Sequence, Step};
+    let found = Sequence::from_bytes(&[
+        28, 103, 1, 103, 195, 24, 2, 0, 52, 0, 0, 0, 5, 0, 0, 119, 6, 1,
+    ]);
+    assert_eq!(
+        (found.mode, found.argocd, found.flux),
+        ("warn", true, false)
+    );
+    assert!(found.instance_label && found.extras.contains(&Extra::InstanceLabel));
+    assert!(matches!(
+        &found.steps[..],
+        [Step::Recreate { sre: false, .. }]
+    ));
+    if let Err(e) = found.check() {
+        panic!("{found:?}\n{e}");
+    }
+    let unclaims = [
+        Edit::Annotation("meta.helm.sh/release-name", Some("audit")),
+        Edit::Label("app.kubernetes.io/instance", None),
+        Edit::Label("app.kubernetes.io/instance", Some("other")),
+    ];
+    for mode in ["enforce", "warn", "audit"] {
+        for manager in [
+            Manager::ArgoAnnotation,
+            Manager::ArgoLabel,
+            Manager::FluxKustomization,
+            Manager::FluxHelm,
+        ] {
+            for flux in [false, true] {
+                for edit in &unclaims {
+                    for sre in [false, true] {
+                        let steps = [
+                            Step::Recreate {
+                                sre,
+                                edits: vec![edit.clone()],
+                            },
+                            Step::Write {
+                                sre,
+                                edits: vec![edit.clone()],
+                            },
+                        ];
+                        for step in steps {
+                            let sequence = Sequence {
+                                mode,
+                                owned_fields: false,
+                                argocd: true,
+                                instance_label: true,
+                                flux,
+                                rules: vec![],
+                                manager,
+                                extras: vec![Extra::InstanceLabel],
+                                steps: vec![step],
+                            };
+                            if let Err(e) = sequence.check() {
+                                panic!("{sequence:?}\n{e}");
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// The issue's own example, and one of each class, spelled out: each first
 /// write is allowed by some rule, and none may unlock the second.
 #[test]

@@ -315,7 +315,7 @@ impl Sequence {
 
     /// Both invariants; the error says how one broke.
     pub fn check(&self) -> Result<(), String> {
-        RECORDS.with(|m| *m.borrow_mut() = self.lister());
+        RECORDS.with(|m| *m.borrow_mut() = self.listers());
         let policy = self.policy();
         let before = self.probes(&policy, &self.stored(&self.extras));
         let after_obj = self.after_steps(&policy);
@@ -438,12 +438,15 @@ fn verdict(
 ) -> Option<Verdict> {
     let body = two_step::review_by(user, groups, operation, old, new, "");
     let req = driftguard::request::parse(&body).ok()?;
-    let manager = RECORDS.with(|m| m.borrow().clone());
+    let mut listers = RECORDS.with(|m| m.borrow().clone()).into_iter();
+    let first = listers.next().map(|m| (LISTED.to_owned(), m));
+    let more: Vec<DgManager> = listers.collect();
     let sources = Sources {
-        planned: Arc::new(
-            manager
+        planned: Arc::new(first.into_iter().collect()),
+        more_listers: Arc::new(
+            (!more.is_empty())
+                .then(|| (LISTED.to_owned(), more))
                 .into_iter()
-                .map(|m| (LISTED.to_owned(), m))
                 .collect(),
         ),
         ..Sources::default()
@@ -466,32 +469,51 @@ const LISTED: &str = "apps/Deployment:production/web";
 
 thread_local! {
     /// Who lists the object in the sequence being checked.
-    static RECORDS: std::cell::RefCell<Option<DgManager>> = const { std::cell::RefCell::new(None) };
+    static RECORDS: std::cell::RefCell<Vec<DgManager>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 impl Sequence {
-    /// Whose records list the stored object: a tool that claims it and that
-    /// the policy watches (a disabled detector's sources are not read).
-    fn lister(&self) -> Option<DgManager> {
+    /// Whose records list the stored object: every tool that claims it and
+    /// that the policy watches (a disabled detector's sources are not read).
+    /// Each claim is its tool's: the manager's own, Flux's labels (the
+    /// Kustomization's inventory, the HelmRelease's), and the instance label
+    /// `other-app`, by which Application other-app tracks the object and so
+    /// lists it in `status.resources` (Argo CD lists what carries its label,
+    /// in Git or not, `requiresPruning`). A copied tracking id is no claim,
+    /// and no Application lists the object for it. An instance label naming
+    /// no Application that lists the object is a claim only driftguard sees:
+    /// in warn and audit a person may delete it and create it again without
+    /// the claim, and nothing remembers the name (docs/threat-model.md,
+    /// section 8).
+    fn listers(&self) -> Vec<DgManager> {
         let argo = matches!(self.manager, Manager::ArgoAnnotation | Manager::ArgoLabel);
-        let claims = std::iter::once((self.manager, if argo { self.argocd } else { self.flux }))
-            .chain(self.extras.iter().filter_map(|e| match e {
-                Extra::FluxLabels => Some((Manager::FluxKustomization, self.flux)),
-                Extra::HelmLabels => Some((Manager::FluxHelm, self.flux)),
-                _ => None,
-            }));
-        claims
-            .filter(|(_, watched)| *watched)
-            .map(|(m, _)| lister(m))
-            .next()
+        let own = lister(self.manager, "myapp");
+        let claims = std::iter::once((own, if argo { self.argocd } else { self.flux })).chain(
+            self.extras.iter().filter_map(|e| match e {
+                Extra::FluxLabels => Some((lister(Manager::FluxKustomization, ""), self.flux)),
+                Extra::HelmLabels => Some((lister(Manager::FluxHelm, ""), self.flux)),
+                Extra::InstanceLabel => {
+                    Some((lister(Manager::ArgoLabel, "other-app"), self.argocd))
+                }
+                Extra::CopiedTrackingId => None,
+            }),
+        );
+        let mut out: Vec<DgManager> = Vec::new();
+        for (m, _) in claims.filter(|(_, watched)| *watched) {
+            if !out.contains(&m) {
+                out.push(m);
+            }
+        }
+        out
     }
 }
 
-/// The manager whose records list the stored object.
-fn lister(manager: Manager) -> DgManager {
+/// The manager whose records list the stored object (`application`, for
+/// Argo CD).
+fn lister(manager: Manager, application: &str) -> DgManager {
     match manager {
         Manager::ArgoAnnotation | Manager::ArgoLabel => DgManager::ArgoCd {
-            application: "myapp".into(),
+            application: application.into(),
             application_namespace: None,
         },
         Manager::FluxKustomization => DgManager::FluxKustomization {
