@@ -14,7 +14,7 @@ mod explain;
 mod installation;
 pub(crate) mod out;
 mod preview;
-mod report;
+mod report_command;
 mod status;
 mod trusted_reach;
 
@@ -95,7 +95,7 @@ enum Command {
     #[command(after_help = "Examples:\n  \
         kubectl driftguard report                     # the last 24 hours\n  \
         kubectl driftguard report --since 168h --top 20")]
-    Report(report::Args),
+    Report(report_command::Args),
 }
 
 /// Why a command could not give an answer (exit 2). A "no" is not an error:
@@ -173,7 +173,7 @@ impl Cli {
             Command::Preview(args) => preview::run(&api, args).await,
             Command::Explain(args) => explain::run(&api, &source, args).await,
             Command::Status(args) => status::run(&api, &source, args).await,
-            Command::Report(args) => report::run(&api, &source.namespace, args).await,
+            Command::Report(args) => report_command::run(&api, &source.namespace, args).await,
         }
     }
 }
