@@ -1,32 +1,14 @@
-//! What one watched source may cost (principle 7, "one byte budget"): an
-//! estimate of the bytes its compiled entry holds, counted from the object
-//! before anything is compiled or indexed, charged against a cap per source,
-//! per namespace (the sum of its sources) and in total.
-//!
-//! The figures over-approximate what `cargo run --example source_cost`
-//! measured (live heap per rule, each rule its own text, so nothing is
-//! shared; held / charged bytes): a literal rule with one pointer 802 / 986;
-//! one manager 503 / 1,015; a glob kind 9,516 / 11,460, 23,828 / 26,870 at
-//! 300 bytes, 15,954 / 21,805 with 100 one-letter choices; a jq expression
-//! of 60 bytes 11,030 / 17,607, of 60 short paths 44,479 / 58,931 (jq is
-//! bounded at 4,096 bytes and 128 parts); a listed object (`status.resources`,
-//! `status.inventory`) 296 / about 430. A glob's or regex's lazy DFA cache
-//! grows as it matches, up to the regex crate's limit; kinds and names are
-//! short, so it stays at a few KiB and is not charged.
+//! What one watched source may cost ("one byte budget"): an over-estimate of
+//! the bytes its compiled entry will hold, counted from the object before
+//! anything is compiled or indexed, and charged against a cap per source, per
+//! namespace and in total. The figures it over-approximates are measured by
+//! `cargo run --example source_cost` (docs/testing.md).
 //!
 //! A source over a cap is refused in the stricter direction only
-//! ([`super::source_cache`]), by what each use of it does to a decision:
-//! - ignore rules loosen: a refused source lends none;
-//! - what it lists (planned creates, listed children, scale parents, a
-//!   Namespace or CRD delete's cascade) guards: widened to every object of
-//!   each namespace it names, never dropped;
-//! - its claims (an Application's destination namespace, a HelmRelease's
-//!   release namespace), its account (from its AppProject or
-//!   `serviceAccountName`) and its diff mode are read as without rules, the
-//!   same as admitted: nothing else it carries is dropped.
-//!
-//! argocd-cm and AppProjects live in Argo CD's namespace, written by its
-//! administrators alone, and are not charged.
+//! ([`super::source_cache`]): it lends no ignore rule; what it lists still
+//! guards, widened to each namespace it names; its claims, account and diff
+//! mode are read as if admitted. argocd-cm and AppProjects, written by Argo CD's
+//! administrators alone, are not charged.
 
 #![warn(missing_docs)]
 

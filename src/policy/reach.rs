@@ -1,39 +1,15 @@
-//! Who else may act as an identity driftguard trusts. The policy's
-//! `controllers` and `trusted`, and the sync service accounts Flux and Argo CD
-//! impersonate, are exempt; a subject that RBAC lets act as one of them is
-//! exempt too, in effect. Kubernetes' built-in `edit` ClusterRole (and so
-//! `admin`) grants exactly that inside a namespace: k8s.io/kubernetes v1.34 to v1.37,
-//! plugin/pkg/auth/authorizer/rbac/bootstrappolicy/policy.go, `editRules()`
-//! (aggregated into `edit` through `system:aggregate-to-edit`):
-//!
-//! ```go
-//! rbacv1helpers.NewRule("impersonate").Groups(legacyGroup).Resources("serviceaccounts").RuleOrDie(),
-//! rbacv1helpers.NewRule(Write...).Groups(legacyGroup).Resources("pods", ...).RuleOrDie(),
-//! rbacv1helpers.NewRule("create").Groups(legacyGroup).Resources("serviceaccounts/token").RuleOrDie(),
-//! ```
-//!
-//! So anyone with `edit` in `kube-system` may run `kubectl
-//! --as=system:serviceaccount:kube-system:x` and be trusted by the default
-//! `system:serviceaccount:kube-system:*`. This reads RBAC objects as plain
-//! data and names every such path: the trusted identity, the binding, its
-//! role and its subjects. Pure: the caller lists the objects.
-//!
-//! Matching follows the RBAC authorizer (`pkg/apis/rbac/v1/evaluation_helpers.go`):
-//! `*` verbs, groups and resources, `*/token` for the subresource, and
-//! `resourceNames` (empty: every name; never limits `create`). The
-//! impersonation filter (`k8s.io/apiserver/pkg/endpoints/filters/impersonation.go`)
-//! checks `impersonate` on `serviceaccounts` in the account's namespace for a
-//! valid `system:serviceaccount:NS:NAME`, and on cluster-scoped `users` for any
-//! other name (so only ClusterRoleBindings count there), which a glob such as
-//! `system:serviceaccount:kube-system:*` also matches (`...:kube-system:a:b`).
-//!
-//! Constrained impersonation (beta and on by default since v1.36,
-//! `ConstrainedImpersonation`; `impersonation/mode.go`) is a second way to
-//! `--as`: the verb `impersonate:serviceaccount` on `serviceaccounts`, or
-//! `impersonate:user-info` on `users` and `groups`, in the
-//! `authentication.k8s.io` group, tried before the legacy `impersonate`. The
-//! apiserver also checks `impersonate-on:<mode>:<verb>` on the write itself;
-//! that grant may come from any other binding, so it is not required here.
+//! Who else may act as an identity driftguard trusts: RBAC objects read as
+//! plain data (the caller lists them), every path named as the trusted
+//! identity, the binding, its role and its subjects. `edit` grants such paths
+//! inside its namespace (docs/gitops.md, "Sync service accounts out of reach").
+//! Matching follows Kubernetes v1.34 to v1.37 as read there: the RBAC
+//! authorizer (`pkg/apis/rbac/v1/evaluation_helpers.go`: `*`, `*/token`,
+//! `resourceNames`, which never limit `create`), legacy impersonation
+//! (`endpoints/filters/impersonation.go`: `serviceaccounts` in the account's
+//! namespace, cluster-scoped `users` for any other name, which a glob such as
+//! `system:serviceaccount:kube-system:*` also matches: `...:kube-system:a:b`) and constrained
+//! impersonation (`impersonation/mode.go`, on by default since v1.36;
+//! `impersonate-on:` may come from any binding, so it is not required here).
 
 #![warn(missing_docs)]
 
