@@ -8,21 +8,6 @@ use driftguard_testkit::control_plane;
 
 use control_plane::*;
 
-const APP: &str = r#"
-apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: myapp
-  namespace: production
-  annotations: {argocd.argoproj.io/tracking-id: "myapp:apps/Deployment:production/myapp"}
-spec:
-  replicas: 2
-  selector: {matchLabels: {app: myapp}}
-  template:
-    metadata: {labels: {app: myapp}}
-    spec: {containers: [{name: app, image: "nginx:1.27"}]}
-"#;
-
 fn say(text: &str) {
     println!("\n### {text}");
 }
@@ -59,7 +44,7 @@ fn main() {
     dg.register(&plane, &policy.display().to_string());
     assert!(
         plane
-            .kubectl_as_stdin(ARGO, &["apply", "-f", "-"], Some(APP))
+            .kubectl_as_stdin(ARGO, &["apply", "-f", "-"], Some(MYAPP_DEPLOYMENT))
             .ok
     );
     plane.echo = true;
