@@ -5,15 +5,22 @@
 
 #![warn(missing_docs)]
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use crate::text::printable;
 use std::fmt::Write as _;
 use std::io::BufRead;
 
 use serde::Deserialize;
 
-/// Distinct objects, users or paths counted; past it, new ones are counted
-/// under "others" (a month of logs stays a few MiB).
-const DISTINCT: usize = 100_000;
+/// Distinct objects, users or paths counted per table. Past it, the least
+/// counted key gives way to a new one (Space-Saving), so keys that came early
+/// cannot keep a later frequent one out.
+const DISTINCT: usize = 20_000;
+
+/// Bytes of a key kept (a drifted path can be any map key): with
+/// [`DISTINCT`], a table holds at most about 20 MiB.
+const MAX_KEY: usize = 512;
 
 /// The fields of an audit record the report reads.
 #[derive(Deserialize)]
@@ -37,22 +44,48 @@ struct Record {
     dry_run: bool,
 }
 
-/// Counts by key, at most [`DISTINCT`] keys; the rest in `.1`.
+/// Counts by key, at most [`DISTINCT`] keys (Space-Saving: a new key past
+/// it takes the place, and the count plus one, of the least counted, so a
+/// count is high by at most the `replaced` minimum it inherited).
 #[derive(Default)]
-struct Tally(HashMap<String, u64>, u64);
+struct Tally {
+    counts: HashMap<String, u64>,
+    by_count: BTreeSet<(u64, String)>,
+    /// Keys replaced, and the largest count a newcomer inherited.
+    replaced: u64,
+    inherited: u64,
+}
 
 impl Tally {
-    fn add(&mut self, key: String) {
-        if self.0.len() < DISTINCT || self.0.contains_key(&key) {
-            *self.0.entry(key).or_default() += 1;
-        } else {
-            self.1 += 1;
+    fn add(&mut self, mut key: String) {
+        if key.len() > MAX_KEY {
+            let cut = (0..=MAX_KEY).rev().find(|i| key.is_char_boundary(*i));
+            key.truncate(cut.unwrap_or(0));
+            key.push('…');
         }
+        let count = match self.counts.get(&key) {
+            Some(&n) => {
+                self.by_count.remove(&(n, key.clone()));
+                n + 1
+            }
+            None if self.counts.len() < DISTINCT => 1,
+            None => {
+                let Some((least, gone)) = self.by_count.pop_first() else {
+                    return;
+                };
+                self.counts.remove(&gone);
+                self.replaced += 1;
+                self.inherited = self.inherited.max(least);
+                least + 1
+            }
+        };
+        self.counts.insert(key.clone(), count);
+        self.by_count.insert((count, key));
     }
 
     /// The `n` largest, largest first, ties by key.
     fn top(&self, n: usize) -> Vec<(&str, u64)> {
-        let mut all: Vec<_> = self.0.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+        let mut all: Vec<_> = self.counts.iter().map(|(k, v)| (k.as_str(), *v)).collect();
         all.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
         all.truncate(n);
         all
@@ -69,7 +102,7 @@ pub(crate) struct Report {
     namespaces: Tally,
     objects: Tally,
     users: Tally,
-    /// `group\tKind\tpath` of the would-be denials.
+    /// `["group", "Kind", "path"]` (JSON) of the would-be denials.
     paths: Tally,
     /// Lines that are not decision records (guarded changes, other logs).
     other_lines: u64,
@@ -113,7 +146,8 @@ impl Report {
         });
         self.users.add(r.user);
         for path in r.drifted_paths {
-            self.paths.add(format!("{}\t{}\t{path}", r.group, r.kind));
+            let key = serde_json::to_string(&(&r.group, &r.kind, &path)).unwrap_or_default();
+            self.paths.add(key);
         }
     }
 
@@ -123,7 +157,7 @@ impl Report {
         let verdicts: Vec<String> = self
             .by_verdict
             .iter()
-            .map(|(v, n)| format!("{v} {n}"))
+            .map(|(v, n)| format!("{} {n}", printable(v)))
             .collect();
         let _ = writeln!(
             out,
@@ -143,11 +177,17 @@ impl Report {
         ];
         for (title, tally) in tables {
             let _ = writeln!(out, "\nTop {title}:");
+            // Recorded fields are anyone's to write (a drifted map key):
+            // escaped, so none can forge a line or move the cursor.
             for (key, n) in tally.top(top) {
-                let _ = writeln!(out, "  {n:>6}  {key}");
+                let _ = writeln!(out, "  {n:>6}  {}", printable(key));
             }
-            if tally.1 > 0 {
-                let _ = writeln!(out, "  {:>6}  (others)", tally.1);
+            if tally.replaced > 0 {
+                let _ = writeln!(
+                    out,
+                    "  ({} rarer keys gave way past {DISTINCT}; a count above may include up to {} of theirs)",
+                    tally.replaced, tally.inherited
+                );
             }
         }
         self.render_rules(top, &mut out);
@@ -179,15 +219,23 @@ impl Report {
              ignoreDifferences:"
         );
         for (key, n) in frequent {
-            let mut parts = key.splitn(3, '\t');
-            if let (Some(group), Some(kind), Some(path)) =
-                (parts.next(), parts.next(), parts.next())
-            {
-                let _ = writeln!(
-                    out,
-                    "  # {n} writes\n  - {{group: \"{group}\", kind: {kind}, jsonPointers: [\"{path}\"]}}"
-                );
-            }
+            // JSON strings are YAML flow scalars: a recorded path or kind
+            // cannot close its quotes and write another rule.
+            let Ok((group, kind, path)) = serde_json::from_str::<(String, String, String)>(key)
+            else {
+                continue;
+            };
+            let scalar = |s: &str| {
+                let json = serde_json::to_string(s).unwrap_or_default();
+                crate::text::printable_json(&json).into_owned()
+            };
+            let _ = writeln!(
+                out,
+                "  # {n} writes\n  - {{group: {}, kind: {}, jsonPointers: [{}]}}",
+                scalar(&group),
+                scalar(&kind),
+                scalar(&path)
+            );
         }
     }
 }
@@ -240,7 +288,7 @@ mod tests {
         assert!(text.contains("     2  alice"), "{text}");
         assert!(text.contains("Top namespaces:\n       3  shop\n"), "{text}");
         assert!(text.contains("     3  apps/Deployment shop/web"), "{text}");
-        let rule = "  # 3 writes\n  - {group: \"apps\", kind: Deployment, jsonPointers: [\"/spec/replicas\"]}";
+        let rule = "  # 3 writes\n  - {group: \"apps\", kind: \"Deployment\", jsonPointers: [\"/spec/replicas\"]}";
         assert!(text.contains(rule), "{text}");
         // A path seen once is not suggested.
         assert!(!text.contains("/metadata/labels/x\"]"), "{text}");
@@ -248,5 +296,63 @@ mod tests {
         let start = text.find("ignoreDifferences:").unwrap();
         let yaml = &text[start..text.find("\n(").unwrap()];
         crate::policy::Policy::from_yaml(yaml, "suggested").unwrap();
+    }
+
+    /// A drifted path is any map key a writer chose: whatever it holds, the
+    /// report's lines stay its own and each suggested rule ignores exactly
+    /// that path of that kind.
+    #[test]
+    fn a_recorded_path_cannot_forge_a_rule_or_a_line() {
+        let forged = [
+            "/spec/values/x\"]}\n  - {group: apps, kind: Deployment, jsonPointers: [\"/spec",
+            "/spec/values/x\", \"/spec",
+            "/spec/\u{1b}[2J\u{1b}[1;1H\r\u{202e}",
+        ];
+        let log: Vec<String> = forged
+            .iter()
+            .flat_map(|p| {
+                let rec = serde_json::json!({"verdict": "audit", "reason": "drift", "user": "mallory\nx",
+                    "group": "example.io", "kind": "Widget", "namespace": "t", "name": "w",
+                    "driftedPaths": [p]});
+                [rec.to_string(), rec.to_string()]
+            })
+            .collect();
+        let text = Report::read(log.join("\n").as_bytes()).unwrap().render(10);
+        assert!(!text.chars().any(|c| c.is_control() && c != '\n'), "{text}");
+        let start = text.find("ignoreDifferences:").unwrap();
+        let yaml = &text[start..];
+        let value: serde_json::Value = serde_saphyr::from_str(yaml).unwrap();
+        let rules = value["ignoreDifferences"].as_array().unwrap();
+        assert_eq!(rules.len(), forged.len(), "{yaml}");
+        for rule in rules {
+            assert_eq!(rule["kind"], "Widget");
+            assert_eq!(rule["jsonPointers"].as_array().unwrap().len(), 1);
+            assert!(
+                forged.contains(&rule["jsonPointers"][0].as_str().unwrap()),
+                "{rule}"
+            );
+        }
+    }
+
+    /// Past the table's size, a path drifted often after thousands of
+    /// one-off keys is still counted and suggested.
+    #[test]
+    fn early_keys_cannot_keep_a_later_frequent_one_out() {
+        let mut tally = Tally::default();
+        for i in 0..DISTINCT + 500 {
+            tally.add(format!("junk-{i}"));
+        }
+        for _ in 0..50 {
+            tally.add("/spec/replicas".into());
+        }
+        tally.add("x".repeat(10 * MAX_KEY));
+        assert_eq!(tally.top(1)[0].0, "/spec/replicas");
+        assert!(tally.counts.len() <= DISTINCT);
+        assert!(
+            tally
+                .counts
+                .keys()
+                .all(|k| k.len() <= MAX_KEY + '…'.len_utf8())
+        );
     }
 }
