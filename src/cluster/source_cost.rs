@@ -28,8 +28,6 @@
 //! argocd-cm and AppProjects live in Argo CD's namespace, written by its
 //! administrators alone, and are not charged.
 
-#![warn(missing_docs)]
-
 use std::collections::HashMap;
 
 use serde_json::Value;

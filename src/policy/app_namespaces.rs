@@ -28,8 +28,6 @@
 //! The lists are here; the checks that read an AppProject (`permits`,
 //! `reconciles`) are in [`super::app_project`].
 
-#![warn(missing_docs)]
-
 use regex::Regex;
 use serde::Deserialize;
 

@@ -3,8 +3,6 @@
 //! [`super::impersonation`], [`super::argocd`] and [`super::app_namespaces`]
 //! (the namespace lists' rules) need not import one another.
 
-#![warn(missing_docs)]
-
 use serde::Deserialize;
 use serde_json::Value;
 

@@ -1,8 +1,6 @@
 //! Argo CD `Application` manifests as policy input: each application's
 //! `spec.ignoreDifferences` applies only to the objects that application tracks.
 
-#![warn(missing_docs)]
-
 use serde::Deserialize;
 
 use super::PolicyError;

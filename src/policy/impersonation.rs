@@ -5,8 +5,6 @@
 //! v3.6 does (`util/settings/impersonation.go`), so that driftguard can trust
 //! it for that Application's objects and no others.
 
-#![warn(missing_docs)]
-
 use serde_json::Value;
 
 pub use super::app_project::AppProject;

@@ -35,8 +35,6 @@
 //! apiserver also checks `impersonate-on:<mode>:<verb>` on the write itself;
 //! that grant may come from any other binding, so it is not required here.
 
-#![warn(missing_docs)]
-
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::rbac::v1::{
