@@ -122,7 +122,7 @@ pub enum Finding {
     /// destination of an Argo CD Application: pruning it is Argo CD's call.
     DeleteDestination,
     /// A DELETE of a Namespace or a CRD that is not itself managed, but would
-    /// take managed objects with it ([`cascade`]), described here.
+    /// take managed objects with it (`cascade`), described here.
     DeleteCascade(String),
     /// A manual CREATE of an object carrying a GitOps tool's tracking.
     CreateWithTracking,
@@ -130,7 +130,7 @@ pub enum Finding {
     BreakGlassUnauthorized,
     /// Break-glass annotations that grant nothing; why.
     BreakGlassInvalid(String),
-    /// An UPDATE that only ends a break-glass ([`restore`]): expired or
+    /// An UPDATE that only ends a break-glass (`breakglass_state::candidate`): expired or
     /// invalid (anyone), or still in force (identities allowed to break glass).
     BreakGlassEnded,
     /// A `…/scale` write whose parent could not be read.
@@ -215,11 +215,11 @@ pub struct Decision {
     /// Remarks for the user, returned as admission warnings.
     pub notes: Vec<String>,
     /// Drifted paths that an ignore rule would have hidden, but that Flux's
-    /// kustomize-controller owns and re-applies from Git (see [`reapplied`]).
+    /// kustomize-controller owns and re-applies from Git (see `reapplied`).
     pub reapplied: Vec<String>,
     /// Changes an ignore rule hid that a `kubectl*` field manager wrote on a
     /// Flux Kustomization's object: Flux removes or resets them
-    /// ([`reapplied::cleaned_up`]).
+    /// (`reapplied::cleaned_up`).
     pub cleaned_up: Vec<String>,
     /// Every change a `kubectl*` field manager wrote on a Flux Kustomization's
     /// object, hidden by a rule or not: `precision: ownedFields` keeps them.
@@ -275,7 +275,7 @@ pub struct Sources {
     /// one is refused whatever it carries.
     pub planned: Arc<std::collections::HashMap<String, Manager>>,
     /// The listers of a key in `planned` beyond the one named there: an
-    /// object several tools list is judged by each ([`Self::listers`]).
+    /// object several tools list is judged by each (`Self::listers`).
     pub more_listers: Arc<std::collections::HashMap<String, Vec<Manager>>>,
     /// The projects the `policy::planned::within_project` listings
     /// in `planned` name, to resolve them with.
@@ -284,7 +284,7 @@ pub struct Sources {
     /// name. What their tool would loosen is left out (ignore rules, the
     /// accounts it impersonates; `src/cluster/watch.rs`); what it would make
     /// stricter (what it lists, its instance label) cannot be known, and a
-    /// Namespace or CRD delete is refused for it ([`cascade`]). Every
+    /// Namespace or CRD delete is refused for it (`cascade`). Every
     /// decision says so.
     pub unread: Vec<&'static str>,
 }
@@ -322,10 +322,10 @@ pub struct ArgoCdSources {
     /// the service account each watched Application is synced as.
     pub sync_accounts: Vec<Arc<SyncAccount>>,
     /// Argo CD's control-plane namespace (`--argocd-namespace`), where a bare
-    /// tracking name resolves; empty reads as [`DEFAULT_ARGOCD_NAMESPACE`].
+    /// tracking name resolves; empty reads as `DEFAULT_ARGOCD_NAMESPACE`.
     pub namespace: String,
     /// argocd-cm's `installationID`: this installation tracks only the
-    /// objects that carry it ([`ownership::installation_tracks`]).
+    /// objects that carry it (`ownership::installation_tracks`).
     pub installation_id: Option<String>,
     /// The label argocd-cm makes Argo CD track objects by
     /// (`application.instanceLabelKey` under label tracking), when it does.

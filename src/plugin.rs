@@ -199,7 +199,7 @@ const DEFAULT_CONFIGMAP: &str = "driftguard-policy";
 pub struct LoadedPolicy {
     /// The policy.
     pub policy: Policy,
-    /// `ConfigMap driftguard/driftguard-policy` or [`EMBEDDED`].
+    /// `ConfigMap driftguard/driftguard-policy` or `EMBEDDED`.
     pub origin: String,
 }
 

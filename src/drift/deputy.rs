@@ -6,7 +6,7 @@
 //! and have the controller do it. So a CREATE, or an UPDATE that changes what
 //! the scaler does, of a scaler that is not itself GitOps-managed is judged
 //! as the scale write it causes on its target, by the same code as a real
-//! `kubectl scale` ([`super::pipeline`]).
+//! `kubectl scale` (`super::pipeline`).
 //!
 //! Why the writes left out are safe: a DELETE stops the scaler; a `status`
 //! write cannot move it (the HPA status strategy keeps the stored spec, a

@@ -6,9 +6,9 @@
 //! must not be able to change by hand in an allowed write, or a later denied
 //! write becomes allowed (annotate `driftguard.io/mode=audit` under an ignored
 //! `/metadata/annotations`, then edit the spec). The readers in
-//! [`super::ownership`], `breakglass_state` and the mode take an [`Inputs`],
+//! `super::ownership`, `breakglass_state` and the mode take an `Inputs`,
 //! never the object, so a new input can only be added as an [`Input`] variant,
-//! and [`changes`] compares every variant: it cannot be forgotten.
+//! and `changes` compares every variant: it cannot be forgotten.
 
 use serde_json::Value;
 
@@ -163,7 +163,7 @@ impl Location<'_> {
 }
 
 impl Input {
-    /// Every input. [`Input::index`] is an exhaustive match, so a new variant
+    /// Every input. `Input::index` is an exhaustive match, so a new variant
     /// does not compile until it is placed here too (a test checks the order).
     pub const ALL: [Input; 33] = [
         Input::ArgoTrackingAnnotation,

@@ -3,7 +3,7 @@
 //! Argo CD runs `del(EXPR)`. We compile `path(EXPR)` instead: it yields the same
 //! set of paths `del` would remove, so jq and JSON-pointer rules end up as one
 //! kind of thing (paths to drop) and failures can be reported per rule.
-//! Only expressions in the terminating subset ([`terminating`]) compile.
+//! Only expressions in the terminating subset (`terminating`) compile.
 
 mod prune;
 pub(crate) mod terminating;

@@ -202,7 +202,7 @@ fn everything_probe() -> Value {
 /// `getpath([])`, `X // .`) or top-level fields it does not name (`.[]`,
 /// `.[] | select(type == "object")`). Like the empty JSON pointer, such a
 /// rule would ignore every field. Tried on an empty object (where `X // .`
-/// falls back to `.`) and on [`everything_probe`].
+/// falls back to `.`) and on `everything_probe`.
 pub fn selects_everything(jq: &JqPath, deadline: &Deadline) -> Result<Option<String>, Stopped> {
     for input in [json!({}), everything_probe()] {
         match jq.paths(&JqInput::new(&input), deadline)? {
