@@ -2,8 +2,6 @@
 //! `register`), kept apart from the CLI so that the server can take them
 //! without importing the command line.
 
-#![warn(missing_docs)]
-
 use std::path::PathBuf;
 use std::time::Duration;
 

@@ -3,8 +3,6 @@
 //! The record has its own serializable shape: the decision's types stay free
 //! of wire formats, and the line's fields are fixed here, in one place.
 
-#![warn(missing_docs)]
-
 pub(crate) mod report;
 
 use serde::Serialize;

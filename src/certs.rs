@@ -1,8 +1,6 @@
 //! Development certificates: a CA and a serving certificate signed by it,
 //! generated with rcgen. Nothing here is ever written into the repository.
 
-#![warn(missing_docs)]
-
 use std::path::Path;
 
 use rcgen::{

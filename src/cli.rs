@@ -1,8 +1,6 @@
 //! The command line: `check`, `serve`, `certs`, `register`, `report`, `probe` and `policy lint`.
 //! `serve`'s flags are [`server::Config`] itself.
 
-#![warn(missing_docs)]
-
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;

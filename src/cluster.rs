@@ -11,7 +11,7 @@ pub mod register;
 pub(crate) mod rules;
 pub mod source_cache;
 pub mod source_cost;
-pub mod watch;
+pub(crate) mod watch;
 
 /// Why no kube client could be made.
 #[derive(Debug, thiserror::Error)]

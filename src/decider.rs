@@ -55,6 +55,7 @@ type Job = Box<dyn FnOnce(&Deadline) + Send + 'static>;
 /// `driftguard_decisions_tried_here_total` and `…_moved_to_pool_total`.
 pub static TRIED_HERE: std::sync::LazyLock<prometheus_client::metrics::counter::Counter> =
     std::sync::LazyLock::new(Default::default);
+/// Decisions moved to the pool (see [`TRIED_HERE`]).
 pub static MOVED_TO_POOL: std::sync::LazyLock<prometheus_client::metrics::counter::Counter> =
     std::sync::LazyLock::new(Default::default);
 
@@ -155,6 +156,7 @@ impl Decider {
             .max(2)
     }
 
+    /// How many threads the pool runs.
     pub fn threads(&self) -> usize {
         self.threads
     }

@@ -1,23 +1,23 @@
 //! The decision: plain data in, a verdict out. No I/O, no clock: the caller
 //! passes `now`, and the scale parent when it has one.
 
-pub mod annotated;
+pub(crate) mod annotated;
 pub mod applicable_rules;
-pub mod atomic_maps;
+pub(crate) mod atomic_maps;
 pub(crate) mod breakglass_state;
-pub mod cascade;
-pub mod change;
+pub(crate) mod cascade;
+pub(crate) mod change;
 mod compare;
 pub mod deputy;
 pub mod excluded;
 pub mod inputs;
 pub mod normalize;
-pub mod owned;
-pub mod ownership;
-pub mod pipeline;
-pub mod reapplied;
-pub mod record;
-pub mod steps;
+pub(crate) mod owned;
+pub(crate) mod ownership;
+pub(crate) mod pipeline;
+pub(crate) mod reapplied;
+pub(crate) mod record;
+pub(crate) mod steps;
 mod view;
 
 use std::sync::Arc;
@@ -25,11 +25,11 @@ use std::sync::Arc;
 use jiff::{SignedDuration, Timestamp};
 use serde_json::Value;
 
-pub use breakglass_state::{BreakGlass, BreakGlassUse};
-pub use change::{Change, OutOfScope};
-pub use inputs::{Input, Inputs, MODE_ANNOTATION};
+pub use breakglass_state::BreakGlassUse;
+pub(crate) use change::{Change, OutOfScope};
+pub(crate) use inputs::{Inputs, MODE_ANNOTATION};
 pub use ownership::Manager;
-pub use steps::exemption;
+pub(crate) use steps::exemption;
 
 use crate::deadline::{Deadline, Stopped};
 use crate::policy::flux::{FluxKind, FluxSource};
@@ -37,7 +37,7 @@ use crate::policy::impersonation::SyncAccount;
 use crate::policy::{Application, Mode, Policy, RuleFailure, RuleSet};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Operation {
+pub(crate) enum Operation {
     Create,
     Update,
     Delete,
@@ -57,7 +57,7 @@ impl Operation {
 
 /// The parts of an admission request the decision reads.
 #[derive(Clone, Copy, Debug)]
-pub struct Request<'a> {
+pub(crate) struct Request<'a> {
     pub operation: Operation,
     /// The object's group and kind (`request.kind`).
     pub group: &'a str,
@@ -75,6 +75,7 @@ pub struct Request<'a> {
     pub dry_run: bool,
 }
 
+/// What the webhook answers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Verdict {
     /// Not drift, or allowed by identity or break-glass.
@@ -88,6 +89,7 @@ pub enum Verdict {
 }
 
 impl Verdict {
+    /// `allow`, `warn`, `audit` or `deny`, as logs, metrics and reports name it.
     pub fn as_str(self) -> &'static str {
         match self {
             Verdict::Allow => "allow",
@@ -101,24 +103,34 @@ impl Verdict {
 /// Why the write is, or is not, drift.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Finding {
+    /// Not an object driftguard judges; the reason.
     OutOfScope(String),
+    /// Written by a policy `controllers` identity, or the account the
+    /// managing tool syncs as.
     Controller,
+    /// Written by a policy `trusted` identity.
     Trusted,
     /// Only ignored fields changed.
     NoDrift,
+    /// Drift allowed by a break-glass in force.
     BreakGlass,
+    /// A manual change to a managed object.
     Drift,
+    /// A manual DELETE of a managed object.
     DeleteByHand,
     /// A DELETE of a Namespace that is not itself tracked but is the
     /// destination of an Argo CD Application: pruning it is Argo CD's call.
     DeleteDestination,
     /// A DELETE of a Namespace or a CRD that is not itself managed, but would
-    /// take managed objects with it ([`cascade`]), described here.
+    /// take managed objects with it (`cascade`), described here.
     DeleteCascade(String),
+    /// A manual CREATE of an object carrying a GitOps tool's tracking.
     CreateWithTracking,
+    /// Break-glass annotations written by an identity not allowed to.
     BreakGlassUnauthorized,
+    /// Break-glass annotations that grant nothing; why.
     BreakGlassInvalid(String),
-    /// An UPDATE that only ends a break-glass ([`restore`]): expired or
+    /// An UPDATE that only ends a break-glass (`breakglass_state::candidate`): expired or
     /// invalid (anyone), or still in force (identities allowed to break glass).
     BreakGlassEnded,
     /// A `…/scale` write whose parent could not be read.
@@ -139,6 +151,7 @@ pub enum Finding {
 }
 
 impl Finding {
+    /// The finding's stable name in logs, metrics and the response.
     pub fn code(&self) -> &'static str {
         match self {
             Finding::OutOfScope(_) => "out-of-scope",
@@ -180,29 +193,38 @@ impl Finding {
     }
 }
 
+/// The outcome of judging one request, with what explains it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Decision {
+    /// The answer.
     pub verdict: Verdict,
+    /// Why.
     pub finding: Finding,
+    /// The mode in force for the object.
     pub mode: Mode,
+    /// The GitOps tool managing the object, when one does.
     pub manager: Option<Manager>,
     /// Where the manager's desired state lives (repository, path), when known.
     pub source: Option<String>,
     /// RFC 6901 pointers; `""` is the whole object (CREATE, DELETE).
     pub drifted_paths: Vec<String>,
+    /// The break-glass in force, when one is.
     pub break_glass: Option<BreakGlassUse>,
+    /// Ignore rules that could not be applied (and so hid nothing).
     pub rule_failures: Vec<RuleFailure>,
+    /// Remarks for the user, returned as admission warnings.
     pub notes: Vec<String>,
     /// Drifted paths that an ignore rule would have hidden, but that Flux's
-    /// kustomize-controller owns and re-applies from Git (see [`reapplied`]).
+    /// kustomize-controller owns and re-applies from Git (see `reapplied`).
     pub reapplied: Vec<String>,
     /// Changes an ignore rule hid that a `kubectl*` field manager wrote on a
     /// Flux Kustomization's object: Flux removes or resets them
-    /// ([`reapplied::cleaned_up`]).
+    /// (`reapplied::cleaned_up`).
     pub cleaned_up: Vec<String>,
     /// Every change a `kubectl*` field manager wrote on a Flux Kustomization's
     /// object, hidden by a rule or not: `precision: ownedFields` keeps them.
     pub kubectl_written: Vec<String>,
+    /// The request was a dry run.
     pub dry_run: bool,
     /// The longest break-glass the policy allows, for the denial's hint;
     /// `None` when break-glass is disabled (no identity may use it).
@@ -246,33 +268,37 @@ pub struct Sources {
     /// The Argo CD installations watched: this cluster's, a hub's, or both
     /// (`--local-argocd-namespace`), each with its own rules.
     pub argocd: Vec<ArgoCdSources>,
+    /// The Flux Kustomizations and HelmReleases watched.
     pub flux: Vec<Arc<FluxSource>>,
-    /// The objects the tools' records list ([`crate::policy::planned`]), as
+    /// The objects the tools' records list (`policy::planned`), as
     /// `group/Kind:namespace/name`, with who lists them: a manual CREATE of
     /// one is refused whatever it carries.
     pub planned: Arc<std::collections::HashMap<String, Manager>>,
     /// The listers of a key in `planned` beyond the one named there: an
-    /// object several tools list is judged by each ([`Self::listers`]).
+    /// object several tools list is judged by each (`Self::listers`).
     pub more_listers: Arc<std::collections::HashMap<String, Vec<Manager>>>,
-    /// The projects the [`crate::policy::planned::within_project`] listings
+    /// The projects the `policy::planned::within_project` listings
     /// in `planned` name, to resolve them with.
     pub scopes: Arc<Vec<Scope>>,
     /// Watched sources never listed yet (a hub out of reach since start), by
     /// name. What their tool would loosen is left out (ignore rules, the
     /// accounts it impersonates; `src/cluster/watch.rs`); what it would make
     /// stricter (what it lists, its instance label) cannot be known, and a
-    /// Namespace or CRD delete is refused for it ([`cascade`]). Every
+    /// Namespace or CRD delete is refused for it (`cascade`). Every
     /// decision says so.
     pub unread: Vec<&'static str>,
 }
 
-/// What a [`crate::policy::planned::within_project`] listing (`key`)
+/// What a `policy::planned::within_project` listing (`key`)
 /// covers: what `project` lets its Applications deploy to `here`; every
 /// object while the project is not known (not read yet, or gone).
 #[derive(Clone, Debug)]
 pub struct Scope {
+    /// The listing's key in [`Sources::planned`].
     pub key: String,
+    /// The AppProject, when read.
     pub project: Option<Arc<crate::policy::impersonation::AppProject>>,
+    /// Which names mean this cluster to the installation.
     pub here: crate::policy::argocd::ThisCluster,
 }
 
@@ -296,10 +322,10 @@ pub struct ArgoCdSources {
     /// the service account each watched Application is synced as.
     pub sync_accounts: Vec<Arc<SyncAccount>>,
     /// Argo CD's control-plane namespace (`--argocd-namespace`), where a bare
-    /// tracking name resolves; empty reads as [`DEFAULT_ARGOCD_NAMESPACE`].
+    /// tracking name resolves; empty reads as `DEFAULT_ARGOCD_NAMESPACE`.
     pub namespace: String,
     /// argocd-cm's `installationID`: this installation tracks only the
-    /// objects that carry it ([`ownership::installation_tracks`]).
+    /// objects that carry it (`ownership::installation_tracks`).
     pub installation_id: Option<String>,
     /// The label argocd-cm makes Argo CD track objects by
     /// (`application.instanceLabelKey` under label tracking), when it does.
@@ -307,7 +333,7 @@ pub struct ArgoCdSources {
 }
 
 /// Where Argo CD runs unless `--argocd-namespace` says otherwise.
-pub const DEFAULT_ARGOCD_NAMESPACE: &str = "argocd";
+pub(crate) const DEFAULT_ARGOCD_NAMESPACE: &str = "argocd";
 
 impl ArgoCdSources {
     /// Argo CD's control-plane namespace.
@@ -341,8 +367,8 @@ impl Sources {
     /// Who lists the object `key` names (`group/Kind:namespace/name`), each
     /// once: by its own entry, or by a listing that covers it (a whole
     /// namespace's, every namespace's, a project's) of a source refused for
-    /// its cost ([`crate::policy::planned::widen`]).
-    pub fn listers(&self, key: &str) -> Vec<&Manager> {
+    /// its cost (`policy::planned::widen`).
+    pub(crate) fn listers(&self, key: &str) -> Vec<&Manager> {
         use crate::policy::planned;
         if self.planned.is_empty() {
             return Vec::new();
@@ -366,12 +392,13 @@ impl Sources {
     }
 
     /// The first of [`Self::listers`].
-    pub fn lister(&self, key: &str) -> Option<&Manager> {
+    #[cfg(test)]
+    pub(crate) fn lister(&self, key: &str) -> Option<&Manager> {
         self.listers(key).into_iter().next()
     }
 
     /// Every listing, with each of its listers.
-    pub fn listings(&self) -> impl Iterator<Item = (&String, &Manager)> {
+    pub(crate) fn listings(&self) -> impl Iterator<Item = (&String, &Manager)> {
         let more = self.more_listers.iter();
         self.planned
             .iter()
@@ -379,8 +406,8 @@ impl Sources {
     }
 
     /// Whether the whole-namespace listing `wide` covers `namespace`
-    /// ([`crate::policy::planned::covers`], and project listings).
-    pub fn covers(&self, wide: &str, namespace: &str) -> bool {
+    /// (`policy::planned::covers`, and project listings).
+    pub(crate) fn covers(&self, wide: &str, namespace: &str) -> bool {
         use crate::policy::planned;
         planned::covers(wide, namespace)
             || self
@@ -400,7 +427,7 @@ impl Sources {
     /// a hub's Flux and this cluster's own can both have one of that
     /// namespace and name, and Flux's labels on the object do not say which
     /// applied it, so two are not guessed between.
-    pub fn flux_source(&self, manager: &Manager) -> Option<&FluxSource> {
+    pub(crate) fn flux_source(&self, manager: &Manager) -> Option<&FluxSource> {
         let (kind, namespace, name) = match manager {
             Manager::FluxKustomization { namespace, name } => {
                 (FluxKind::Kustomization, namespace, name)
@@ -422,7 +449,7 @@ impl Sources {
     /// impersonates one: in the installation that tracks the object; before
     /// that is worked out, only when one installation alone has an account
     /// for that name (never a guess between two).
-    pub fn argocd_sync_account(
+    pub(crate) fn argocd_sync_account(
         &self,
         manager: &Manager,
         installation: Installation<'_>,
@@ -452,7 +479,7 @@ impl Sources {
 /// decision's first step ([`steps::installation`]) from the stored object's
 /// `installation-id`.
 #[derive(Clone, Copy, Debug, Default)]
-pub enum Installation<'a> {
+pub(crate) enum Installation<'a> {
     /// Not worked out yet (what callers pass): every source counts.
     #[default]
     Unresolved,
@@ -469,7 +496,7 @@ pub enum Installation<'a> {
 
 /// Inputs that are not part of the request.
 #[derive(Clone, Copy, Debug)]
-pub struct Context<'a> {
+pub(crate) struct Context<'a> {
     pub now: Timestamp,
     /// The parent of a `…/scale` write, when the caller could read it.
     pub parent: Option<&'a Value>,
@@ -522,7 +549,11 @@ impl<'a> Context<'a> {
     }
 }
 
-pub fn decide(policy: &Policy, req: &Request, ctx: &Context) -> Result<Decision, DecideError> {
+pub(crate) fn decide(
+    policy: &Policy,
+    req: &Request,
+    ctx: &Context,
+) -> Result<Decision, DecideError> {
     let d = pipeline::judge(policy, req, ctx)?;
     // A Namespace or CRD delete out of scope itself may take managed
     // objects with it; a scaler out of scope may still drive one.

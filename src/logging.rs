@@ -3,8 +3,6 @@
 //! ([`audit_writer`]), and diagnostic logs, text or JSON, on stderr
 //! (`RUST_LOG` filters them).
 
-#![warn(missing_docs)]
-
 pub mod audit_writer;
 
 use tracing::field::{Field, Visit};

@@ -1,8 +1,6 @@
 //! Prometheus metrics: recorded by the review service, the reloaders and the
 //! cluster watches; served as text on the probe port.
 
-#![warn(missing_docs)]
-
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;

@@ -28,6 +28,9 @@ use crate::policy::Policy;
 use api::{Api, ConnectArgs, Refusal};
 use out::{Out, errln};
 
+// The kubectl plugin's command line: a doc comment here would become clap's
+// help text, which `about` already gives.
+#[allow(missing_docs)]
 #[derive(Debug, Parser)]
 #[command(
     name = "kubectl-driftguard",
@@ -102,6 +105,7 @@ enum Command {
 /// commands return exit code 1 for it.
 #[derive(Debug, thiserror::Error)]
 pub enum PluginError {
+    /// The command line or its input is wrong.
     #[error("{0}")]
     Usage(String),
     /// The apiserver could not be reached or refused a request (RBAC, not found).
@@ -123,7 +127,7 @@ impl PluginError {
 
 /// `-o` for commands that print a report.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
-pub enum Output {
+pub(crate) enum Output {
     #[default]
     Text,
     Json,
@@ -131,6 +135,7 @@ pub enum Output {
 }
 
 impl Cli {
+    /// Runs the command on a current-thread runtime; the exit code it returns.
     pub fn run(self) -> ExitCode {
         crate::server::tls::install_process_default();
         let runtime = match tokio::runtime::Builder::new_current_thread()
@@ -192,8 +197,9 @@ const DEFAULT_CONFIGMAP: &str = "driftguard-policy";
 
 /// The policy in force and where it came from.
 pub struct LoadedPolicy {
+    /// The policy.
     pub policy: Policy,
-    /// `ConfigMap driftguard/driftguard-policy` or [`EMBEDDED`].
+    /// `ConfigMap driftguard/driftguard-policy` or `EMBEDDED`.
     pub origin: String,
 }
 

@@ -1,6 +1,7 @@
 //! The policy: loaded from YAML, checked, and compiled once (globs, pointers, jq).
 
 pub(crate) mod app_namespaces;
+pub(crate) mod app_project;
 pub mod argocd;
 pub(crate) mod flux;
 pub(crate) mod identity_traps;
@@ -133,7 +134,7 @@ impl Identities {
 }
 
 /// Who may break glass and for how long (the decision's result is
-/// [`crate::drift::BreakGlass`]).
+/// [`crate::drift::breakglass_state::BreakGlass`]).
 #[derive(Debug)]
 pub(crate) struct BreakGlassPolicy {
     /// Who may.

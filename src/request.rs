@@ -2,8 +2,6 @@
 //! The objects stay as `serde_json::Value`: the engine diffs them as JSON, and
 //! parsing them once as plain values is the cheapest faithful representation.
 
-#![warn(missing_docs)]
-
 use std::borrow::Cow;
 
 use kube::core::admission::{AdmissionRequest, AdmissionReview, Operation as KubeOperation};

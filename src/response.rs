@@ -1,8 +1,6 @@
 //! A decision becomes an `AdmissionResponse`: status message, warnings, audit
 //! annotations, and on the mutating path a JSON patch recording the drift.
 
-#![warn(missing_docs)]
-
 use jiff::Timestamp;
 use json_patch::jsonptr::PointerBuf;
 use json_patch::{AddOperation, Patch, PatchOperation};

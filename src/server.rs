@@ -38,6 +38,8 @@ use tls::CertStore;
 /// `http.Transport` as client-go sets it up).
 const APISERVER_KEEP_ALIVE: Duration = Duration::from_secs(90);
 
+/// `driftguard serve`: the admission endpoint and the probe port, until the
+/// server drains and stops.
 pub async fn run(config: Config) -> anyhow::Result<()> {
     let tls_source = config.tls_source()?;
     if config.limits.idle_timeout <= APISERVER_KEEP_ALIVE {

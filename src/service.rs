@@ -5,8 +5,6 @@
 //! (metrics, an Event, the audit record). The server only reads the body and
 //! maps [`ServiceError`] to HTTP.
 
-#![warn(missing_docs)]
-
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 

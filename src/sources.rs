@@ -6,8 +6,6 @@
 //! the plain [`Sources`] the decision reads; this module depends on the core,
 //! never the reverse.
 
-#![warn(missing_docs)]
-
 use regex::RegexBuilder;
 use serde::Deserialize;
 use serde_json::Value;

@@ -3,8 +3,6 @@
 //! making text from the cluster safe to print on a terminal; and the
 //! Kubernetes name rules (DNS labels and subdomains).
 
-#![warn(missing_docs)]
-
 use std::borrow::Cow;
 
 /// The longest prefix of `s` that is at most `max` bytes and ends on a

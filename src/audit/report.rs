@@ -3,8 +3,6 @@
 //! with the ignore rules that would let the frequent paths through: the step
 //! between installing in audit mode and turning enforce on.
 
-#![warn(missing_docs)]
-
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::text::printable;

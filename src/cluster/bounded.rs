@@ -5,8 +5,6 @@
 //! old one dropped: the callers then skip the work the entry would have
 //! deduplicated (an Event) or just do not cache (a parent read).
 
-#![warn(missing_docs)]
-
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 

@@ -14,8 +14,6 @@
 //! fire-and-forget, and a capped cache; layering that over `Recorder` would
 //! leave it only the Event's construction.
 
-#![warn(missing_docs)]
-
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 

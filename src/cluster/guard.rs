@@ -15,8 +15,6 @@
 //! watch was down is still reported. Every replica watches; the Event's name
 //! is derived from the change, so replicas write one Event, not one each.
 
-#![warn(missing_docs)]
-
 use std::sync::Arc;
 
 use futures_util::StreamExt;

@@ -6,8 +6,6 @@
 //! time, and results are cached briefly so that a burst of scale writes costs
 //! one read.
 
-#![warn(missing_docs)]
-
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;

@@ -1,8 +1,6 @@
 //! `driftguard register`: both webhook configurations, written with server-side
 //! apply under field manager `driftguard` (idempotent), or printed as YAML.
 
-#![warn(missing_docs)]
-
 use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::{
     MatchCondition, MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations,

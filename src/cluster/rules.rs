@@ -7,8 +7,6 @@
 //! writes driftguard must judge, so a write to an unmanaged object costs
 //! nothing and does not depend on driftguard being up.
 
-#![warn(missing_docs)]
-
 use k8s_openapi::api::admissionregistration::v1::MatchCondition;
 
 use crate::drift::MODE_ANNOTATION;

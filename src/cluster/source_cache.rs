@@ -14,8 +14,6 @@
 //! the stricter direction: it lends no ignore rule, and what it lists is
 //! widened to whole namespaces, never dropped.
 
-#![warn(missing_docs)]
-
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::hash::Hash;
 use std::sync::Arc;

@@ -10,8 +10,6 @@
 //! mode are read as if admitted. argocd-cm and AppProjects, written by Argo CD's
 //! administrators alone, are not charged.
 
-#![warn(missing_docs)]
-
 use std::collections::HashMap;
 
 use serde_json::Value;

@@ -48,10 +48,13 @@ pub(crate) fn find_application<'p>(
 /// Where an ignore rule that applies comes from.
 #[derive(Clone, Copy, Debug)]
 pub enum RuleFrom<'p> {
+    /// The policy file's own `ignore` rules.
     Policy,
     /// argocd-cm's `resource.customizations.ignoreDifferences.*`.
     ArgoCdOverrides,
+    /// The Argo CD Application's `spec.ignoreDifferences`.
     Application(&'p Application),
+    /// The Flux object's ignore rules.
     Flux(&'p FluxSource),
     /// Argo CD's per-resource `ignore-differences` annotation.
     Annotation,
@@ -81,7 +84,7 @@ impl Rules<'_> {
 /// Application's rules and Argo CD's resource customizations, or the Flux
 /// object's ignore rules; then Argo CD's per-resource annotation on `stored`.
 /// `version` and `stored` are what Flux's rule targets select on.
-pub fn rules<'p>(
+pub(crate) fn rules<'p>(
     policy: &'p Policy,
     ctx: &Context<'p>,
     target: &Target,

@@ -28,10 +28,14 @@ pub use super::inputs::{
     BREAK_GLASS_REASON as REASON,
 };
 
+/// A break-glass in force on the object, as the decision reports it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BreakGlassUse {
+    /// Who set it.
     pub user: String,
+    /// The reason annotation.
     pub reason: String,
+    /// The expiry annotation, as written.
     pub expires: String,
 }
 

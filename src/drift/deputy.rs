@@ -6,7 +6,7 @@
 //! and have the controller do it. So a CREATE, or an UPDATE that changes what
 //! the scaler does, of a scaler that is not itself GitOps-managed is judged
 //! as the scale write it causes on its target, by the same code as a real
-//! `kubectl scale` ([`super::pipeline`]).
+//! `kubectl scale` (`super::pipeline`).
 //!
 //! Why the writes left out are safe: a DELETE stops the scaler; a `status`
 //! write cannot move it (the HPA status strategy keeps the stored spec, a
@@ -22,7 +22,7 @@ use crate::policy::Policy;
 
 /// The object a scaler scales: its group, kind and name, in the scaler's namespace.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ScaleTarget {
+pub(crate) struct ScaleTarget {
     pub group: String,
     pub kind: String,
     pub name: String,
@@ -49,7 +49,7 @@ pub const SCALERS: &[(&str, &str)] = &[
 /// and hold), and autoscaling/v1 keeps v2 fields in annotations. Any change
 /// there counts, so no field of a scaler can be changed to reach the target
 /// without being judged; labels and status never move a target.
-pub fn scaler_target(req: &Request) -> Option<ScaleTarget> {
+pub(crate) fn scaler_target(req: &Request) -> Option<ScaleTarget> {
     if !req.sub_resource.is_empty() || !SCALERS.contains(&(req.resource_group, req.resource)) {
         return None;
     }
@@ -217,7 +217,7 @@ fn proposed_replicas(req: &Request, current: i64) -> i64 {
 }
 
 /// The resource of the scalable built-in kinds, without discovery.
-pub fn builtin_plural(group: &str, kind: &str) -> Option<&'static str> {
+pub(crate) fn builtin_plural(group: &str, kind: &str) -> Option<&'static str> {
     Some(match (group, kind) {
         ("apps", "Deployment") => "deployments",
         ("apps", "StatefulSet") => "statefulsets",

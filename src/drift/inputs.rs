@@ -6,9 +6,9 @@
 //! must not be able to change by hand in an allowed write, or a later denied
 //! write becomes allowed (annotate `driftguard.io/mode=audit` under an ignored
 //! `/metadata/annotations`, then edit the spec). The readers in
-//! [`super::ownership`], `breakglass_state` and the mode take an [`Inputs`],
+//! `super::ownership`, `breakglass_state` and the mode take an `Inputs`,
 //! never the object, so a new input can only be added as an [`Input`] variant,
-//! and [`changes`] compares every variant: it cannot be forgotten.
+//! and `changes` compares every variant: it cannot be forgotten.
 
 use serde_json::Value;
 
@@ -18,23 +18,23 @@ use crate::policy::path::escape;
 /// The annotation, on the stored object, that overrides the mode for that object.
 pub const MODE_ANNOTATION: &str = "driftguard.io/mode";
 
-pub const ARGO_SYNC_OPTIONS: &str = "argocd.argoproj.io/sync-options";
-pub const ARGO_COMPARE_OPTIONS: &str = "argocd.argoproj.io/compare-options";
-pub const ARGO_IGNORE_DIFFERENCES: &str = "argocd.argoproj.io/ignore-differences";
-pub const FLUX_SSA: &str = "kustomize.toolkit.fluxcd.io/ssa";
-pub const FLUX_PRUNE: &str = "kustomize.toolkit.fluxcd.io/prune";
-pub const FLUX_FORCE: &str = "kustomize.toolkit.fluxcd.io/force";
+pub(crate) const ARGO_SYNC_OPTIONS: &str = "argocd.argoproj.io/sync-options";
+pub(crate) const ARGO_COMPARE_OPTIONS: &str = "argocd.argoproj.io/compare-options";
+pub(crate) const ARGO_IGNORE_DIFFERENCES: &str = "argocd.argoproj.io/ignore-differences";
+pub(crate) const FLUX_SSA: &str = "kustomize.toolkit.fluxcd.io/ssa";
+pub(crate) const FLUX_PRUNE: &str = "kustomize.toolkit.fluxcd.io/prune";
+pub(crate) const FLUX_FORCE: &str = "kustomize.toolkit.fluxcd.io/force";
 
-pub const FLUX_KUSTOMIZE_NAME: &str = "kustomize.toolkit.fluxcd.io/name";
-pub const FLUX_KUSTOMIZE_NAMESPACE: &str = "kustomize.toolkit.fluxcd.io/namespace";
-pub const FLUX_HELM_NAME: &str = "helm.toolkit.fluxcd.io/name";
-pub const FLUX_HELM_NAMESPACE: &str = "helm.toolkit.fluxcd.io/namespace";
+pub(crate) const FLUX_KUSTOMIZE_NAME: &str = "kustomize.toolkit.fluxcd.io/name";
+pub(crate) const FLUX_KUSTOMIZE_NAMESPACE: &str = "kustomize.toolkit.fluxcd.io/namespace";
+pub(crate) const FLUX_HELM_NAME: &str = "helm.toolkit.fluxcd.io/name";
+pub(crate) const FLUX_HELM_NAMESPACE: &str = "helm.toolkit.fluxcd.io/namespace";
 /// Set by `helm install/upgrade`, never by `helm template` (which Argo CD uses):
 /// an instance label next to it names a Helm release, not an Argo CD application.
 pub const HELM_RELEASE_ANNOTATION: &str = "meta.helm.sh/release-name";
 /// Flux's per-object opt-outs (label or annotation, value `disabled`).
 pub const FLUX_RECONCILE: &str = "kustomize.toolkit.fluxcd.io/reconcile";
-pub const HELM_DRIFT_DETECTION: &str = "helm.toolkit.fluxcd.io/driftDetection";
+pub(crate) const HELM_DRIFT_DETECTION: &str = "helm.toolkit.fluxcd.io/driftDetection";
 
 /// Break-glass: why, as an annotation (`breakglass_state` judges it).
 pub const BREAK_GLASS_REASON: &str = "driftguard.io/break-glass";
@@ -60,18 +60,27 @@ pub enum Input {
     /// `meta.helm.sh/release-name`: an instance label next to it names a Helm
     /// release, not an Argo CD Application.
     HelmReleaseAnnotation,
+    /// kustomize-controller's owner labels: the Kustomization's name...
     FluxKustomizeName,
+    /// ...and namespace.
     FluxKustomizeNamespace,
+    /// helm-controller's owner labels: the HelmRelease's name...
     FluxHelmName,
+    /// ...and namespace.
     FluxHelmNamespace,
     /// Flux's per-object opt-outs, as a label or an annotation.
     FluxReconcileLabel,
+    /// `kustomize.toolkit.fluxcd.io/reconcile` as an annotation.
     FluxReconcileAnnotation,
+    /// `helm.toolkit.fluxcd.io/driftDetection` as a label...
     HelmDriftDetectionLabel,
+    /// ...or an annotation.
     HelmDriftDetectionAnnotation,
     /// `driftguard.io/mode`.
     Mode,
+    /// The break-glass reason annotation.
     BreakGlassReason,
+    /// The break-glass expiry annotation.
     BreakGlassExpires,
     /// `driftguard.io/break-glass-paused`: which GitOps control the plugin
     /// paused; while present, a Flux opt-out is driftguard's own pause and
@@ -99,7 +108,9 @@ pub enum Input {
     /// Argo CD's `hook`, `hook-delete-policy` and `sync-wave`: a live object
     /// marked as a hook is left out of the comparison, and waves order pruning.
     ArgoHook,
+    /// Argo CD's `hook-delete-policy`.
     ArgoHookDeletePolicy,
+    /// Argo CD's `sync-wave`.
     ArgoSyncWave,
     /// Argo CD's `installation-id`: which Argo CD instance tracks the object.
     ArgoInstallationId,
@@ -110,20 +121,30 @@ pub enum Input {
     /// applying it), `prune` (`disabled` on the live object stops pruning it)
     /// and `force`, each a label or an annotation (fluxcd/pkg `AnyInMetadata`).
     FluxSsaLabel,
+    /// `kustomize.toolkit.fluxcd.io/ssa` as an annotation.
     FluxSsaAnnotation,
+    /// `kustomize.toolkit.fluxcd.io/prune` as a label...
     FluxPruneLabel,
+    /// ...or an annotation.
     FluxPruneAnnotation,
+    /// `kustomize.toolkit.fluxcd.io/force` as a label...
     FluxForceLabel,
+    /// ...or an annotation.
     FluxForceAnnotation,
 }
 
 /// Where an input lives in an object.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Location<'p> {
+    /// The label with this key.
     Label(&'p str),
+    /// The annotation with this key.
     Annotation(&'p str),
+    /// The ownerReference with `controller: true`.
     ControllerOwnerReference,
+    /// `metadata.ownerReferences`.
     OwnerReferences,
+    /// `metadata.finalizers`.
     Finalizers,
 }
 
@@ -142,7 +163,7 @@ impl Location<'_> {
 }
 
 impl Input {
-    /// Every input. [`Input::index`] is an exhaustive match, so a new variant
+    /// Every input. `Input::index` is an exhaustive match, so a new variant
     /// does not compile until it is placed here too (a test checks the order).
     pub const ALL: [Input; 33] = [
         Input::ArgoTrackingAnnotation,
@@ -180,7 +201,7 @@ impl Input {
         Input::FluxForceAnnotation,
     ];
 
-    pub const fn index(self) -> usize {
+    pub(crate) const fn index(self) -> usize {
         match self {
             Input::ArgoTrackingAnnotation => 0,
             Input::ArgoInstanceLabel => 1,
@@ -333,7 +354,7 @@ impl Input {
 
 /// The decision inputs of one object, read once.
 #[derive(Clone, Debug)]
-pub struct Inputs<'a> {
+pub(crate) struct Inputs<'a> {
     values: [Option<&'a Value>; Input::ALL.len()],
     /// The object's identity: an Argo CD tracking id must name this object.
     /// Kind, name and namespace never change in an update.
@@ -415,7 +436,7 @@ fn controller_owner(owners: Option<&Value>) -> Option<&Value> {
 /// Pointers of the inputs that differ between the stored and the incoming
 /// object: adding, changing or removing one. Break-glass inputs are left to
 /// `breakglass_state::evaluate`.
-pub fn changes(old: &Inputs, new: &Inputs, policy: &Policy) -> Vec<String> {
+pub(crate) fn changes(old: &Inputs, new: &Inputs, policy: &Policy) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     for input in Input::ALL {
         if input.is_break_glass() || old.get(input) == new.get(input) {

@@ -33,7 +33,7 @@ pub(super) const BOOKKEEPING_ANNOTATIONS: [&str; 4] = [
 
 /// The drifted paths between `old` and `new` once both are normalized under
 /// `rules` ([`normalize_pair`], then [`drifted_paths`]), read off the
-/// originals where the rules' paths allow it ([`view::without_copies`]):
+/// originals where the rules' paths allow it (`view::without_copies`):
 /// jq programs read a copy, and so does a removal the objects differ in.
 pub fn drifted_paths_under(
     old: &Value,

@@ -10,9 +10,8 @@ use super::inputs::{Input, Inputs};
 
 /// The keys ownership is read from: defined with the other decision
 /// inputs ([`super::inputs`]), so that inputs does not import ownership.
-pub use super::inputs::{
-    FLUX_HELM_NAME, FLUX_HELM_NAMESPACE, FLUX_KUSTOMIZE_NAME, FLUX_KUSTOMIZE_NAMESPACE,
-    FLUX_RECONCILE, HELM_DRIFT_DETECTION, HELM_RELEASE_ANNOTATION,
+pub(crate) use super::inputs::{
+    FLUX_HELM_NAME, FLUX_KUSTOMIZE_NAME, FLUX_RECONCILE, HELM_DRIFT_DETECTION,
 };
 /// Which Argo CD installation tracks an object (`common.AnnotationInstallationID`).
 pub const ARGOCD_INSTALLATION_ID: &str = "argocd.argoproj.io/installation-id";
@@ -30,23 +29,35 @@ pub fn installation_tracks(installation: Option<&str>, object: Option<&str>) -> 
     }
 }
 
+/// The GitOps object that manages an object.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Manager {
+    /// An Argo CD Application.
     ArgoCd {
+        /// Its name.
         application: String,
+        /// Its namespace, when the tracking names one (apps in any namespace);
+        /// `None` is Argo CD's own namespace.
         application_namespace: Option<String>,
     },
+    /// A Flux Kustomization.
     FluxKustomization {
+        /// Its namespace.
         namespace: String,
+        /// Its name.
         name: String,
     },
+    /// A Flux HelmRelease.
     FluxHelmRelease {
+        /// Its namespace.
         namespace: String,
+        /// Its name.
         name: String,
     },
 }
 
 impl Manager {
+    /// `Argo CD` or `Flux`.
     pub fn tool(&self) -> &'static str {
         match self {
             Manager::ArgoCd { .. } => "Argo CD",

@@ -7,7 +7,7 @@
 use serde_json::Value;
 
 pub(super) use super::applicable_rules::find_application;
-pub use super::applicable_rules::{RuleFrom, Rules, rules};
+pub(crate) use super::applicable_rules::{RuleFrom, Rules, rules};
 use super::breakglass_state::{self, BreakGlass};
 use super::compare;
 use super::inputs::{Input, Inputs, Location};

@@ -10,8 +10,6 @@
 //! thread for every line cost as much as a third of a small review's decision,
 //! on the path the apiserver waits on; a line now waits at most `POLL`.
 
-#![warn(missing_docs)]
-
 use std::io::Write;
 use std::sync::{Arc, Condvar, LazyLock, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};

@@ -22,6 +22,15 @@ use report::{PolicyReport, Report};
 #[cfg(test)]
 pub(crate) use scan::break_glass_entry;
 
+/// A list, or why it could not be read (a string in JSON): what `report` and
+/// `scan` both return, so it lives here.
+#[derive(Debug, serde::Serialize)]
+#[serde(untagged)]
+enum Listing<T> {
+    NotReadable(String),
+    Found(Vec<T>),
+}
+
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Name of both webhook configurations (`driftguard register --name`; the

@@ -24,13 +24,12 @@
 //! A pattern that does not compile matches nothing, as there. Regular
 //! expressions are read with Rust's `regex`, so one only regexp2 accepts
 //! (lookaround, backreferences) matches nothing here.
-
-#![warn(missing_docs)]
+//!
+//! The lists are here; the checks that read an AppProject (`permits`,
+//! `reconciles`) are in [`super::app_project`].
 
 use regex::Regex;
 use serde::Deserialize;
-
-use super::impersonation::AppProject;
 
 /// The ConfigMap, in Argo CD's namespace, whose `application.namespaces`
 /// the controller reads.
@@ -84,31 +83,6 @@ pub(crate) fn enabled_namespaces(value: Option<&str>) -> NamespaceList {
         v.split(',').map(|s| s.trim().to_owned()).collect()
     });
     NamespaceList::from(entries)
-}
-
-/// `IsAppNamespacePermitted`: whether `project` admits an Application in
-/// `namespace`; Argo CD's own namespace always.
-pub(crate) fn permits(project: &AppProject, namespace: &str, argocd_namespace: &str) -> bool {
-    namespace.is_empty()
-        || namespace == argocd_namespace
-        || project.spec.source_namespaces.matches(namespace)
-}
-
-/// Whether Argo CD reconciles an Application in `namespace` whose AppProject
-/// (in Argo CD's namespace) is `project`, `None` when there is none. In Argo
-/// CD's own namespace it does whatever the project: only its admins write
-/// there, and a project the watch has not delivered yet must not switch the
-/// installation's own Applications off.
-pub(crate) fn reconciles(
-    namespace: &str,
-    argocd_namespace: &str,
-    enabled: &NamespaceList,
-    project: Option<&AppProject>,
-) -> bool {
-    namespace.is_empty()
-        || namespace == argocd_namespace
-        || (enabled.matches(namespace)
-            && project.is_some_and(|p| permits(p, namespace, argocd_namespace)))
 }
 
 /// A gobwas/glob v1.0.0 pattern without separators as an anchored regex;
@@ -272,21 +246,5 @@ mod tests {
         assert!(!enabled.matches("team-b"));
         assert!(!enabled_namespaces(Some("")).matches(""));
         assert!(!enabled_namespaces(None).matches("team-a"));
-    }
-
-    #[test]
-    fn an_application_counts_in_argocd_or_where_both_lists_admit_it() {
-        let project: AppProject = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": "team", "namespace": "argocd"},
-            "spec": {"sourceNamespaces": ["team-*"]}
-        }))
-        .unwrap();
-        let enabled = enabled_namespaces(Some("team-a,other"));
-        let counts = |ns: &str, p: Option<&AppProject>| reconciles(ns, "argocd", &enabled, p);
-        assert!(counts("argocd", None) && counts("argocd", Some(&project)));
-        assert!(counts("team-a", Some(&project)));
-        assert!(!counts("team-a", None), "no project");
-        assert!(!counts("team-b", Some(&project)), "not enabled");
-        assert!(!counts("other", Some(&project)), "not in sourceNamespaces");
     }
 }

@@ -1,8 +1,6 @@
 //! Argo CD `Application` manifests as policy input: each application's
 //! `spec.ignoreDifferences` applies only to the objects that application tracks.
 
-#![warn(missing_docs)]
-
 use serde::Deserialize;
 
 use super::PolicyError;
@@ -61,11 +59,7 @@ impl ThisCluster {
     /// (`isDestinationMatched`, globs, `!` denies), a cluster-scoped one
     /// against `clusterResourceWhitelist`. A key that is not one object
     /// (a listing of every namespace, or of a project's) is kept.
-    pub(crate) fn lets_deploy(
-        &self,
-        project: &super::impersonation::AppProject,
-        key: &str,
-    ) -> bool {
+    pub(crate) fn lets_deploy(&self, project: &super::app_project::AppProject, key: &str) -> bool {
         let Some((group, kind, namespace)) = key
             .split_once(':')
             .and_then(|(gk, rest)| Some((gk.split_once('/')?, rest.split_once('/')?.0)))
@@ -595,7 +589,7 @@ mod tests {
     fn a_project_lets_deploy_where_argo_cd_would_sync() {
         let this = ThisCluster::default();
         let project = |destinations: serde_json::Value, whitelist: serde_json::Value| {
-            super::super::impersonation::AppProject::from_value(&json!({
+            super::super::app_project::AppProject::from_value(&json!({
                 "spec": {"destinations": destinations, "clusterResourceWhitelist": whitelist}
             }))
             .unwrap()

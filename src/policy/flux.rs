@@ -2,8 +2,6 @@
 //! account it impersonates, its source, and its ignore rules with their
 //! targets. Read from the cluster by [`crate::sources`]; plain data here.
 
-#![warn(missing_docs)]
-
 use std::collections::BTreeMap;
 
 use kube::core::{Expression, SelectorExt};

@@ -6,8 +6,6 @@
 //! the namespaces instead. A glob elsewhere before a `:` is only a warning
 //! (`policy lint`): it spans `:`-separated parts, which may be what was meant.
 
-#![warn(missing_docs)]
-
 /// What is wrong with a pattern.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Trap {

@@ -14,20 +14,29 @@ use crate::deadline::{Deadline, Stopped};
 /// What a rule is matched against: the object's group/kind and identity.
 #[derive(Clone, Copy, Debug)]
 pub struct Target<'a> {
+    /// The object's API group (`""` for the core group).
     pub group: &'a str,
+    /// Its kind.
     pub kind: &'a str,
+    /// Its name.
     pub name: &'a str,
+    /// Its namespace (`""` when cluster-scoped).
     pub namespace: &'a str,
 }
 
+/// One compiled `ignoreDifferences` entry: which objects it applies to and
+/// the paths it hides there.
 #[derive(Debug)]
 pub struct IgnoreRule {
     group: Pattern,
     kind: Pattern,
     name: String,
     namespace: String,
+    /// Its `jsonPointers`.
     pub pointers: Vec<Path>,
+    /// Its `jqPathExpressions`.
     pub jq: Vec<JqPath>,
+    /// Its `managedFieldsManagers`: fields these field managers own are ignored.
     pub managers: Vec<String>,
     /// Where the rule came from, for messages: `policy ignoreDifferences[2]`.
     pub origin: String,
@@ -43,6 +52,7 @@ pub struct RuleSet {
 }
 
 impl RuleSet {
+    /// The set of `rules`, indexed.
     pub fn new(rules: Vec<IgnoreRule>) -> Self {
         let mut set = Self::default();
         for (i, rule) in rules.iter().enumerate() {
@@ -71,14 +81,17 @@ impl RuleSet {
             .collect()
     }
 
+    /// Every rule, in the order written.
     pub fn iter(&self) -> impl Iterator<Item = &IgnoreRule> {
         self.rules.iter()
     }
 
+    /// How many rules.
     pub fn len(&self) -> usize {
         self.rules.len()
     }
 
+    /// Whether there are none.
     pub fn is_empty(&self) -> bool {
         self.rules.is_empty()
     }
@@ -87,12 +100,16 @@ impl RuleSet {
 /// A rule that could not be evaluated on an object: it ignored nothing there.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RuleFailure {
+    /// The rule's [`IgnoreRule::origin`].
     pub origin: String,
+    /// The jq expression that failed.
     pub expression: String,
+    /// jq's error.
     pub error: String,
 }
 
 impl RuleFailure {
+    /// One line for notes and logs.
     pub fn describe(&self) -> String {
         format!(
             "{} jq `{}` failed: {}",
@@ -104,7 +121,9 @@ impl RuleFailure {
 /// A rule that does not compile: `item` names the entry (`ignoreDifferences[2].jqPathExpressions[0]`).
 #[derive(Clone, Debug, thiserror::Error)]
 pub struct RuleError {
+    /// The refused entry.
     pub item: String,
+    /// Why it was refused.
     pub reason: String,
     /// Set when a jq expression was refused at a known place in its text, so
     /// that a caller holding the file can point into it.
@@ -116,7 +135,9 @@ pub struct RuleError {
 /// Which `jqPathExpressions` entry of the rule was refused, and where in it.
 #[derive(Clone, Debug)]
 pub struct JqSpot {
+    /// The entry's index in `jqPathExpressions`.
     pub index: usize,
+    /// The expression as written.
     pub expression: String,
     /// Byte offset in `expression`.
     pub offset: usize,
@@ -173,6 +194,7 @@ impl std::fmt::Display for RuleError {
 }
 
 impl IgnoreRule {
+    /// Compiles one `ignoreDifferences` entry; `origin` names it in messages.
     pub fn compile(def: &IgnoreDifference, origin: String) -> Result<Self, RuleError> {
         let at = |what: &str, i: usize| format!("{origin}.{what}[{i}]");
         let pointers = def

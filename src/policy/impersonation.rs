@@ -5,93 +5,15 @@
 //! v3.6 does (`util/settings/impersonation.go`), so that driftguard can trust
 //! it for that Application's objects and no others.
 
-#![warn(missing_docs)]
-
-use serde::Deserialize;
 use serde_json::Value;
 
-use super::app_namespaces::{NamespaceList, permits};
+pub use super::app_project::AppProject;
+use super::app_project::permits;
 use super::argocd::Application;
 use super::pattern::Pattern;
 
 /// The argocd-cm key that turns sync impersonation on (exactly `"true"`).
 pub(crate) const ENABLED_KEY: &str = "application.sync.impersonation.enabled";
-
-/// The parts of an AppProject (`argoproj.io/v1alpha1`) impersonation reads.
-#[derive(Clone, Debug, Default, Deserialize)]
-#[serde(default)]
-pub struct AppProject {
-    /// Its name and namespace.
-    pub(crate) metadata: ProjectMeta,
-    /// What impersonation and destinations read of its spec.
-    pub(crate) spec: ProjectSpec,
-}
-
-/// An AppProject's `metadata`.
-#[derive(Clone, Debug, Default, Deserialize)]
-#[serde(default)]
-pub(crate) struct ProjectMeta {
-    /// `metadata.name`.
-    pub(crate) name: String,
-    /// `metadata.namespace`.
-    pub(crate) namespace: String,
-}
-
-/// An AppProject's `spec`, the parts driftguard reads.
-#[derive(Clone, Debug, Default, Deserialize)]
-#[serde(default, rename_all = "camelCase")]
-pub(crate) struct ProjectSpec {
-    /// Namespaces outside Argo CD's own whose Applications may use the project.
-    pub(crate) source_namespaces: NamespaceList,
-    /// The accounts its Applications are synced as, by destination.
-    pub(crate) destination_service_accounts: Vec<DestinationServiceAccount>,
-    /// Where its Applications may deploy: what they list elsewhere Argo CD
-    /// would never sync ([`super::argocd::ThisCluster::lets_deploy`]).
-    pub(crate) destinations: Vec<ProjectDestination>,
-    /// The cluster-scoped kinds its Applications may deploy.
-    pub(crate) cluster_resource_whitelist: Vec<GroupKind>,
-}
-
-/// A `spec.destinations` entry; each field a glob.
-#[derive(Clone, Debug, Default, Deserialize)]
-#[serde(default)]
-pub(crate) struct ProjectDestination {
-    /// The cluster's server URL.
-    pub(crate) server: String,
-    /// The cluster's name.
-    pub(crate) name: String,
-    /// The namespace.
-    pub(crate) namespace: String,
-}
-
-/// A `spec.clusterResourceWhitelist` entry; each field a glob.
-#[derive(Clone, Debug, Default, Deserialize)]
-#[serde(default)]
-pub(crate) struct GroupKind {
-    /// The API group.
-    pub(crate) group: String,
-    /// The kind.
-    pub(crate) kind: String,
-}
-
-/// A `spec.destinationServiceAccounts` entry.
-#[derive(Clone, Debug, Default, Deserialize)]
-#[serde(default, rename_all = "camelCase")]
-pub(crate) struct DestinationServiceAccount {
-    /// The destination's server URL, a glob.
-    pub(crate) server: String,
-    /// The destination's namespace, a glob.
-    pub(crate) namespace: String,
-    /// The account, `name` or `namespace:name`.
-    pub(crate) default_service_account: String,
-}
-
-impl AppProject {
-    /// An AppProject read from its JSON.
-    pub fn from_value(value: &Value) -> Result<Self, serde_json::Error> {
-        Self::deserialize(value)
-    }
-}
 
 /// The account Argo CD syncs one Application as.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -3,10 +3,10 @@
 //! Argo CD runs `del(EXPR)`. We compile `path(EXPR)` instead: it yields the same
 //! set of paths `del` would remove, so jq and JSON-pointer rules end up as one
 //! kind of thing (paths to drop) and failures can be reported per rule.
-//! Only expressions in the terminating subset ([`terminating`]) compile.
+//! Only expressions in the terminating subset (`terminating`) compile.
 
 mod prune;
-pub mod terminating;
+pub(crate) mod terminating;
 mod ticks;
 
 use jaq_core::load::{Arena, File, Loader};
@@ -63,10 +63,16 @@ pub enum CompileError {
 pub enum JaqError {
     /// jaq's parser found `count` problems.
     #[error("jq syntax error ({count} problem{})", if *count == 1 { "" } else { "s" })]
-    Syntax { count: usize },
+    Syntax {
+        /// How many.
+        count: usize,
+    },
     /// Names that are neither jq's, jaq-std's nor jaq-json's.
     #[error("jq compile error: undefined {}", names.join(", "))]
-    Undefined { names: Vec<String> },
+    Undefined {
+        /// The names.
+        names: Vec<String>,
+    },
 }
 
 /// Why a compiled expression failed on an object; the rule then ignores
@@ -156,6 +162,7 @@ impl JqPath {
         })
     }
 
+    /// The expression as written.
     pub fn source(&self) -> &str {
         &self.source
     }
@@ -406,6 +413,7 @@ pub struct JqInput<'a> {
 }
 
 impl<'a> JqInput<'a> {
+    /// `value`, not converted yet.
     pub fn new(value: &'a Value) -> Self {
         Self {
             value,
@@ -413,6 +421,7 @@ impl<'a> JqInput<'a> {
         }
     }
 
+    /// The object as JSON.
     pub fn value(&self) -> &'a Value {
         self.value
     }

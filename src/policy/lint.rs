@@ -16,10 +16,13 @@ use crate::deadline::{Deadline, Stopped};
 /// Findings for one file. `problems` make `lint` exit non-zero.
 #[derive(Debug, Default)]
 pub struct Report {
+    /// Remarks that do not fail the lint.
     pub notes: Vec<String>,
+    /// What is wrong.
     pub problems: Vec<String>,
 }
 
+/// Lints policy `text` read from `file` (the name messages use).
 pub fn lint(text: &str, file: &str) -> Report {
     lint_with(text, file, &|source| probe_within(source, PROBE_LIMIT))
 }
@@ -153,6 +156,7 @@ pub enum Probed {
     Finished(Option<String>),
     /// It selects the whole object: why.
     Everything(String),
+    /// It did not end within the probe's limit.
     TooSlow,
 }
 
@@ -198,7 +202,7 @@ fn everything_probe() -> Value {
 /// `getpath([])`, `X // .`) or top-level fields it does not name (`.[]`,
 /// `.[] | select(type == "object")`). Like the empty JSON pointer, such a
 /// rule would ignore every field. Tried on an empty object (where `X // .`
-/// falls back to `.`) and on [`everything_probe`].
+/// falls back to `.`) and on `everything_probe`.
 pub fn selects_everything(jq: &JqPath, deadline: &Deadline) -> Result<Option<String>, Stopped> {
     for input in [json!({}), everything_probe()] {
         match jq.paths(&JqInput::new(&input), deadline)? {

@@ -7,8 +7,6 @@
 //! (escapes, folding) is not found, and the caller falls back to naming the
 //! entry and the position within the expression.
 
-#![warn(missing_docs)]
-
 use super::ignore::RuleError;
 
 /// `file:line:column: item: reason` when the refused expression is found in

@@ -3,8 +3,6 @@
 //! instead of a scan: drifted paths are checked against owned and shown
 //! paths, and a write can carry hundreds of thousands of each.
 
-#![warn(missing_docs)]
-
 use std::collections::BTreeSet;
 use std::ops::Bound;
 

@@ -2,8 +2,6 @@
 //! and a set of them is removed from an object in an order that keeps array
 //! indices valid.
 
-#![warn(missing_docs)]
-
 use std::cmp::Ordering;
 
 use serde_json::Value;

@@ -1,7 +1,5 @@
 //! `*` globs, as Argo CD uses for group/kind and we use for identities and namespaces.
 
-#![warn(missing_docs)]
-
 use globset::{Glob, GlobMatcher};
 
 /// A pattern globset refuses.

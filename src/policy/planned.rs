@@ -5,8 +5,6 @@
 //! creates one of these first would have the tool adopt whatever they put in
 //! it (server-side and client-side apply both keep fields Git does not name).
 
-#![warn(missing_docs)]
-
 use serde_json::Value;
 
 /// One object, as `group/Kind:namespace/name` (the format of an Argo CD

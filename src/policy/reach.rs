@@ -11,8 +11,6 @@
 //! impersonation (`impersonation/mode.go`, on by default since v1.36;
 //! `impersonate-on:` may come from any binding, so it is not required here).
 
-#![warn(missing_docs)]
-
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::rbac::v1::{

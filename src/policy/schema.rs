@@ -2,8 +2,6 @@
 //! A key left out takes its value in the embedded default policy
 //! (`default-policy.yaml`), the one place defaults are written.
 
-#![warn(missing_docs)]
-
 use std::sync::LazyLock;
 
 use serde::Deserialize;

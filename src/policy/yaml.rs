@@ -4,8 +4,6 @@
 //! so a kilobyte can stand for gigabytes; go-yaml, which the tools decode
 //! with, refuses "excessive aliasing" too.
 
-#![warn(missing_docs)]
-
 use serde::de::DeserializeOwned;
 
 /// Parser events (replayed aliases included), nodes, scalar bytes and

@@ -17,8 +17,6 @@
 //! Both are bounded: a huge object's thousands of paths become the first
 //! ones and a count of the rest.
 
-#![warn(missing_docs)]
-
 use kube::core::response::{StatusCause, StatusDetails};
 
 /// The cause reason of one drifted path, as the apiserver names a field a

@@ -3,8 +3,6 @@
 //! (charged as it arrives, then for the decision), hands it to the
 //! [`Reviewer`] and wraps its answer; refusals become HTTP in `HttpError`.
 
-#![warn(missing_docs)]
-
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};

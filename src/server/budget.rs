@@ -19,8 +19,6 @@
 //! kept: a waiter that does not fit makes a larger one give way, or is
 //! refused at once if none is larger.
 
-#![warn(missing_docs)]
-
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 

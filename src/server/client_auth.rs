@@ -9,8 +9,6 @@
 //! is read, so a forged review has no side effect at all: no decision, no
 //! audit line, no Event, no metric other than the refusal's.
 
-#![warn(missing_docs)]
-
 use std::io;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

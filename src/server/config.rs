@@ -68,6 +68,7 @@ pub struct Config {
     #[arg(long, env = "DRIFTGUARD_SELF_SIGNED_CA_OUT", default_value_os_t = std::env::temp_dir().join("driftguard-ca.crt"))]
     #[arg(help_heading = "Listening and TLS")]
     pub self_signed_ca_out: PathBuf,
+    #[allow(missing_docs)] // flattened: its own flags carry the help text
     #[command(flatten, next_help_heading = "Policy and decisions")]
     pub source: PolicySource,
     /// Diagnostic log format on stderr (audit records are always JSON lines on stdout).
@@ -83,6 +84,7 @@ pub struct Config {
     #[arg(long, env = "DRIFTGUARD_ON_ERROR", value_enum, default_value = "deny")]
     #[arg(help_heading = "Policy and decisions")]
     pub on_error: OnError,
+    #[allow(missing_docs)] // flattened: its own flags carry the help text
     #[command(flatten, next_help_heading = "Policy and decisions")]
     pub deadline: DecisionTimeout,
     /// Threads that run decisions [default: one per CPU, at least 2]; runaway jq rules take at most these.
@@ -108,6 +110,7 @@ pub struct Config {
     #[arg(long, env = "DRIFTGUARD_MEMORY_BUDGET_BYTES", default_value_t = 128 * 1024 * 1024, value_parser = clap::value_parser!(u64).range(1024 * 1024..))]
     #[arg(help_heading = "Bounds and timeouts")]
     pub memory_budget_bytes: u64,
+    #[allow(missing_docs)] // flattened: its own flags carry the help text
     #[command(flatten, next_help_heading = "Bounds and timeouts")]
     pub limits: ConnectionLimits,
     /// Kubeconfig for reading scale parents; without it, in-cluster or $KUBECONFIG is used if present.
@@ -201,11 +204,13 @@ pub struct Config {
     #[arg(long, env = "DRIFTGUARD_BREAK_GLASS_SWEEPER_LEASE", value_parser = lease_name)]
     #[arg(help_heading = "Break-glass and driftguard's own objects")]
     pub break_glass_sweeper_lease: Option<(String, String)>,
+    #[allow(missing_docs)] // flattened: its own flags carry the help text
     #[command(
         flatten,
         next_help_heading = "Break-glass and driftguard's own objects"
     )]
     pub guarded: crate::cluster::guard::Guarded,
+    #[allow(missing_docs)] // flattened: its own flags carry the help text
     #[command(flatten, next_help_heading = "Cluster and GitOps sources")]
     pub source_limits: crate::cluster::source_cost::Limits,
     /// How often the policy and certificate files are checked for changes.

@@ -8,8 +8,6 @@
 //! bodies and unused connections (`Connections::cut_slow`). With client
 //! authentication on, a newcomer never evicts an authenticated connection.
 
-#![warn(missing_docs)]
-
 use std::cmp::Reverse;
 use std::collections::HashMap;
 use std::net::IpAddr;

@@ -2,8 +2,6 @@
 //! and a JSON body naming the problem. A v1 review whose uid reads is never
 //! answered here; it always gets an AdmissionReview.
 
-#![warn(missing_docs)]
-
 use std::time::Duration;
 
 use axum::Json;

@@ -2,8 +2,6 @@
 //! `--max-connections` at once (see [`connections`](super::connections)),
 //! serves HTTP/1.1 or HTTP/2 on each, and drains them on shutdown.
 
-#![warn(missing_docs)]
-
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;

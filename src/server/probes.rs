@@ -7,8 +7,6 @@
 //! ([`crate::drift::Sources::unread`]). An unready replica judges nothing:
 //! human writes fail closed on its webhook and creates fail open.
 
-#![warn(missing_docs)]
-
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 

@@ -6,8 +6,6 @@
 //! Each reloader is a thread of its own: reading files and compiling a policy
 //! block, and the async workers must keep answering reviews and probes.
 
-#![warn(missing_docs)]
-
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;

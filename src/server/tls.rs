@@ -3,8 +3,6 @@
 //! optional client-CA check with allowed client names, and a certificate
 //! pair that can be swapped while serving (new handshakes use the new pair).
 
-#![warn(missing_docs)]
-
 use std::sync::{Arc, RwLock};
 
 use rustls::crypto::CryptoProvider;

@@ -3,8 +3,6 @@
 //! and `annotationSelector`: parsed into kube's [`Expression`]s, refusing
 //! what Flux would refuse.
 
-#![warn(missing_docs)]
-
 use std::collections::BTreeSet;
 
 use kube::core::Expression;

@@ -14,9 +14,9 @@ use super::{SourceCache, report};
 use crate::cluster::source_cost;
 use crate::drift::ownership::ARGOCD_CM_INSTALLATION_ID;
 use crate::policy::Application;
-use crate::policy::app_namespaces;
 use crate::policy::argocd::instance_label;
 use crate::policy::impersonation::{self, AppProject, SyncAccount};
+use crate::policy::{app_namespaces, app_project};
 use crate::sources;
 
 pub(super) struct AppEntry {
@@ -117,7 +117,7 @@ impl SourceCache {
     /// Whether Argo CD reconciles the Application, and its sync account if so.
     pub(super) fn count_in(&self, entry: &mut AppEntry) {
         let project = self.project(&entry.project);
-        entry.counts = app_namespaces::reconciles(
+        entry.counts = app_project::reconciles(
             &entry.namespace,
             &self.argocd_namespace,
             &self.app_namespaces,

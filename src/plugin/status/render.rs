@@ -1,6 +1,7 @@
 //! What `status` prints as text.
 
-use super::report::{Configuration, Listing, Report};
+use super::Listing;
+use super::report::{Configuration, Report};
 use crate::plugin::out::{Color, Out, outln};
 
 pub(super) fn print_text(out: &mut Out, report: &Report) {

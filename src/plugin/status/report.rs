@@ -11,6 +11,7 @@ use kube::api::ListParams;
 use serde::Serialize;
 use serde_json::{Value, json};
 
+use super::Listing;
 use super::metrics::MetricsReport;
 use super::posting;
 use super::scan::{BreakGlassEntry, Scan};
@@ -76,14 +77,6 @@ pub(super) struct Report {
     pub(super) break_glass_scan: Scan,
     pub(super) trusted_identity_reach: crate::plugin::trusted_reach::ReachReport,
     pub(super) who_may_post_reviews: posting::Posting,
-}
-
-/// A list, or why it could not be read (a string in JSON).
-#[derive(Debug, Serialize)]
-#[serde(untagged)]
-pub(super) enum Listing<T> {
-    NotReadable(String),
-    Found(Vec<T>),
 }
 
 /// One webhook configuration.

@@ -5,7 +5,7 @@ use kube::api::ObjectMeta;
 use serde::Serialize;
 use serde_json::json;
 
-use super::report::Listing;
+use super::Listing;
 use crate::drift::breakglass_state;
 use crate::plugin::PluginError;
 use crate::plugin::api::{Api, Resource};
