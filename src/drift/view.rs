@@ -7,6 +7,8 @@
 //! the copy is needed only where an ignore rule removes something the two
 //! objects differ in: [`without_copies`] says when it is not.
 
+use std::collections::HashSet;
+
 use serde_json::Value;
 
 use super::normalize::{self, BOOKKEEPING_ANNOTATIONS, SERVER_METADATA, Token};
@@ -177,11 +179,20 @@ pub(super) fn without_copies(
         return Ok(Ok(drifted));
     }
     if old_removed == new_removed {
-        let pointers: Vec<String> = old_removed.iter().map(Path::to_pointer).collect();
-        if drifted
-            .iter()
-            .all(|d| pointers.iter().any(|p| path::is_under(d, p)))
-        {
+        // Each drifted path's own prefixes looked up, not every pointer
+        // tried: drifted × pointers was quadratic in what a writer and an
+        // Application's rules can make large.
+        let pointers: HashSet<String> = old_removed.iter().map(Path::to_pointer).collect();
+        let mut all_under = true;
+        for d in &drifted {
+            deadline.checkpoint()?;
+            let prefixes = d.match_indices('/').map(|(i, _)| &d[..i]);
+            if !prefixes.chain([d.as_str()]).any(|p| pointers.contains(p)) {
+                all_under = false;
+                break;
+            }
+        }
+        if all_under {
             return Ok(Ok(Vec::new()));
         }
     }
