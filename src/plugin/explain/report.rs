@@ -1,6 +1,8 @@
 //! What `explain` reports: scope, mode and ignore rules worked out by the
 //! webhook's own steps, and the caller's and the object's break-glass.
 
+use std::time::{Duration, Instant};
+
 use jiff::Timestamp;
 use serde::Serialize;
 use serde_json::Value;
@@ -165,23 +167,28 @@ pub(super) struct Judged {
     pub(super) notes: Vec<String>,
 }
 
+/// How long explaining may run a tenant's rules: a jq rule slower than this
+/// would be answered by `--on-error` in the webhook anyway.
+const LIMIT: Duration = Duration::from_secs(5);
+
 /// Scope, mode and ignore rules of an UPDATE of the object, worked out by
 /// the webhook's own steps ([`pipeline::outline`]) from what the webhook
 /// would know (`sources`); `origin` names the policy.
 pub(super) fn judged(policy: &Policy, origin: &str, sources: &Sources, at: &Written) -> Judged {
-    let none = Deadline::none();
-    let outline = match pipeline::outline(policy, &context(sources, &none), &at.update(at.object)) {
-        Ok(outline) => outline,
-        // Not reached: the request carries both objects.
-        Err(e) => {
-            return Judged {
-                scope: format!("unknown: {e}"),
-                mode: None,
-                rules: Vec::new(),
-                notes: Vec::new(),
-            };
-        }
-    };
+    let deadline = Deadline::at(Instant::now() + LIMIT);
+    let outline =
+        match pipeline::outline(policy, &context(sources, &deadline), &at.update(at.object)) {
+            Ok(outline) => outline,
+            // Not reached: the request carries both objects.
+            Err(e) => {
+                return Judged {
+                    scope: format!("unknown: {e}"),
+                    mode: None,
+                    rules: Vec::new(),
+                    notes: Vec::new(),
+                };
+            }
+        };
     let mut notes = outline.notes;
     if outline.claims.len() > 1 {
         let claims: Vec<String> = outline
@@ -279,10 +286,9 @@ fn rule_report(origin: &str, rule: &IgnoreRule, object: &Value) -> RuleReport {
         .filter(|p| object.pointer(p).is_some())
         .collect();
     let mut errors = Vec::new();
-    // The plugin runs on the user's machine, without a deadline.
-    let none = Deadline::none();
+    let deadline = Deadline::at(Instant::now() + LIMIT);
     for jq in &rule.jq {
-        match jq.paths(&input, &none) {
+        match jq.paths(&input, &deadline) {
             Ok(Ok(paths)) => covers.extend(paths.iter().map(|p| p.to_pointer())),
             Ok(Err(e)) => errors.push(format!("{}: {e}", jq.source())),
             Err(stopped) => errors.push(format!("{}: {stopped}", jq.source())),
