@@ -80,13 +80,7 @@ impl BuiltReview {
     fn to_review(&self) -> Result<Vec<u8>, Failure> {
         fn read(path: Option<&Path>) -> Result<Option<(DynamicObject, &Path)>, Failure> {
             let Some(path) = path else { return Ok(None) };
-            let value: Value = serde_saphyr::from_str(&read_text(path)?).map_err(|e| {
-                Failure(format!(
-                    "{}: not a JSON or YAML object: {e}",
-                    path.display()
-                ))
-            })?;
-            let object = serde_json::from_value(value).map_err(|e| {
+            let object = serde_json::from_value(read_yaml(path)?).map_err(|e| {
                 Failure(format!("{}: not a Kubernetes object: {e}", path.display()))
             })?;
             Ok(Some((object, path)))
@@ -182,19 +176,7 @@ pub(super) fn check(args: CheckArgs) -> Result<ExitCode, Failure> {
         None if args.built.given() => (args.built.to_review()?, "the built review".into()),
         None => return Err(Failure("give a review file, or --old and/or --new".into())),
     };
-    let parent = match &args.parent {
-        Some(path) => {
-            let text = read_text(path)?;
-            let value: Value = serde_saphyr::from_str(&text).map_err(|e| {
-                Failure(format!(
-                    "{}: not a JSON or YAML object: {e}",
-                    path.display()
-                ))
-            })?;
-            Some(value)
-        }
-        None => None,
-    };
+    let parent = args.parent.as_deref().map(read_yaml).transpose()?;
     let endpoint = if args.mutate {
         Endpoint::Mutate
     } else {
@@ -279,6 +261,16 @@ fn print(judged: &crate::Judged, output: CheckOutput) -> Result<ExitCode, Failur
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS
+    })
+}
+
+/// A JSON or YAML file, whole.
+fn read_yaml(path: &Path) -> Result<Value, Failure> {
+    serde_saphyr::from_str(&read_text(path)?).map_err(|e| {
+        Failure(format!(
+            "{}: not a JSON or YAML object: {e}",
+            path.display()
+        ))
     })
 }
 
