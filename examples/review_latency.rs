@@ -118,6 +118,7 @@ async fn main() {
         sources: None,
         parents: None,
         events: None,
+        records: None,
         metrics: Arc::new(Metrics::default()),
         decider: Decider::new(Decider::default_threads(), 64).unwrap(),
         on_error: OnError::Allow,

@@ -7,6 +7,7 @@
 //! - [`pause`]: what arming pauses and ending undoes, as merge patches;
 //! - [`application`]: the Argo CD Application's shared pause;
 //! - [`ending`]: ending one break-glass (the object, then its Application);
+//! - [`record`]: the armed set, one ConfigMap per armed object;
 //! - [`sweeper`]: ending every break-glass that expired, on one replica;
 //! - [`lease`]: the Lease that elects that replica.
 
@@ -14,4 +15,5 @@ pub mod application;
 pub mod ending;
 pub mod lease;
 pub mod pause;
+pub mod record;
 pub mod sweeper;

@@ -84,6 +84,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let events = client
         .clone()
         .map(|c| EventRecorder::new(c, Duration::from_secs(60)));
+    let records = recorder(&config, client.as_ref());
     let sources = start_cluster_tasks(
         &config,
         client.as_ref(),
@@ -91,6 +92,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         &events,
         &metrics,
         &health,
+        records.clone(),
     )
     .await?;
     let reviewer = Reviewer {
@@ -98,6 +100,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         sources,
         parents,
         events,
+        records,
         metrics: metrics.clone(),
         decider: decider(&config)?,
         on_error: config.on_error,
@@ -217,6 +220,7 @@ async fn start_cluster_tasks(
     events: &Option<Arc<EventRecorder>>,
     metrics: &Arc<Metrics>,
     health: &Arc<Health>,
+    records: Option<crate::breakglass::record::Recorder>,
 ) -> anyhow::Result<Option<SourcesHandle>> {
     // One client for the hub's Argo CD: its watches read it, and the
     // sweeper lifts break-glass pauses there.
@@ -262,9 +266,7 @@ async fn start_cluster_tasks(
         ),
         _ => None,
     };
-    if let Some(client) = client
-        && !config.break_glass_sweep_interval.is_zero()
-    {
+    if let (Some(client), Some(records)) = (client, records) {
         crate::breakglass::sweeper::spawn(
             client.clone(),
             policy.clone(),
@@ -274,6 +276,7 @@ async fn start_cluster_tasks(
                 argocd_namespace: config.argocd_namespace.clone(),
                 lease: config.break_glass_sweeper_lease.clone(),
                 argocd,
+                records,
             },
         );
     }
@@ -292,6 +295,25 @@ async fn start_cluster_tasks(
         None => {}
     }
     Ok(sources)
+}
+
+/// Where armed break-glasses are recorded, when the sweeper ends them:
+/// `--break-glass-namespace`, else the Lease's, else the client's namespace.
+fn recorder(
+    config: &Config,
+    client: Option<&kube::Client>,
+) -> Option<crate::breakglass::record::Recorder> {
+    let client = client.filter(|_| !config.break_glass_sweep_interval.is_zero())?;
+    let namespace = (config.break_glass_namespace.as_deref())
+        .or(config
+            .break_glass_sweeper_lease
+            .as_ref()
+            .map(|(ns, _)| ns.as_str()))
+        .unwrap_or(client.default_namespace());
+    Some(crate::breakglass::record::Recorder::new(
+        client.clone(),
+        namespace,
+    ))
 }
 
 /// The decision pool, `--decision-threads` wide.

@@ -14,6 +14,7 @@ use kube::core::response::StatusSummary;
 use serde_json::Value;
 
 use crate::audit::AuditRecord;
+use crate::breakglass::record::{Armed, Recorder};
 use crate::cluster::events::{EventRecorder, Report};
 use crate::cluster::parents::ParentReader;
 use crate::cluster::watch::SourcesHandle;
@@ -76,6 +77,9 @@ pub struct Reviewer {
     pub parents: Option<Arc<ParentReader>>,
     /// Writes DriftBlocked and BreakGlassUsed Events; `None` without cluster access.
     pub events: Option<Arc<EventRecorder>>,
+    /// Where armed break-glasses are recorded for the sweeper; `None`
+    /// without cluster access or with the sweeper off.
+    pub records: Option<Recorder>,
     /// Where the outcome is counted.
     pub metrics: Arc<Metrics>,
     /// The threads that decide; never the async workers.
@@ -140,6 +144,7 @@ impl Reviewer {
         hold: Arc<Box<dyn std::any::Any + Send + Sync>>,
     ) -> Vec<u8> {
         let policy = self.policy.current();
+        let policy_then = policy.clone();
         // The parent's read counts against the review's deadline, like the
         // body, the budget and the decision: one `--decision-timeout` in all.
         let until = tokio::time::Instant::from_std(deadline);
@@ -179,7 +184,10 @@ impl Reviewer {
         let micros = started.elapsed().as_micros() as u64;
         let view = request::view(&parsed);
         let why = match outcome {
-            Ok(Ok(judged)) => {
+            Ok(Ok(mut judged)) => {
+                let armed = (endpoint == Endpoint::Validate && !parsed.dry_run).then_some(&*parsed);
+                self.record_arming(&policy_then, armed, &mut judged, deadline)
+                    .await;
                 self.record(endpoint, &parsed, &judged);
                 if endpoint == Endpoint::Validate && !parsed.dry_run {
                     self.emit_event(&parsed, parent.as_deref(), &judged);
@@ -239,6 +247,53 @@ impl Reviewer {
             .decision_seconds
             .observe(started.elapsed().as_secs_f64());
         response::to_bytes(&response.into_review())
+    }
+
+    /// Records the armed object an allowed write (`req`: validated, not a
+    /// dry run) leaves before answering ([`crate::breakglass::record`]). An arming allowed by break-glass that cannot be recorded
+    /// is refused, since the sweeper would never end it; any other allowed
+    /// write (a trusted writer's, warn mode's) is warned.
+    async fn record_arming(
+        &self,
+        policy: &Policy,
+        req: Option<&AdmissionRequest<RawObject>>,
+        judged: &mut Judged,
+        deadline: Instant,
+    ) {
+        let (Some(records), Some(req)) = (&self.records, req) else {
+            return;
+        };
+        let Some(response) = judged.response.response.as_mut().filter(|r| r.allowed) else {
+            return;
+        };
+        let Some(armed) = Armed::by_write(&request::view(req), policy) else {
+            return;
+        };
+        let left = deadline.saturating_duration_since(Instant::now());
+        let Err(why) = records
+            .record(&armed, left.max(Duration::from_secs(1)))
+            .await
+        else {
+            return;
+        };
+        let object = format!("{} {}", armed.ar.kind, armed.entry());
+        tracing::warn!(object = %object, error = %why, "cannot record an armed break-glass");
+        if judged.decision.finding != drift::Finding::BreakGlass {
+            let warning = format!(
+                "driftguard: this break-glass is not recorded ({why}): driftguard's sweeper will not end it at expiry; end it by hand"
+            );
+            response.warnings.get_or_insert_default().push(warning);
+            return;
+        }
+        let message = format!(
+            "driftguard: this write arms a break-glass on {object}, but driftguard {why}; without that record its sweeper would never end it, so nothing was changed. Try again; if it keeps failing, driftguard needs create and patch on ConfigMaps in namespace {} (docs/break-glass.md)",
+            records.namespace()
+        );
+        let mut denied = response.clone().deny(message);
+        denied.result.code = 500;
+        denied.result.reason = "InternalError".into();
+        *response = denied;
+        judged.decision.verdict = Verdict::Deny;
     }
 
     /// A v1 review whose uid reads but whose request does not: answered by

@@ -32,6 +32,7 @@ fn app_with(policy: Policy, on_error: OnError, decider: Decider) -> App {
             sources: None,
             parents: None,
             events: None,
+            records: None,
             metrics: Arc::new(Metrics::default()),
             decider,
             on_error,

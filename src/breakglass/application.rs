@@ -106,14 +106,9 @@ pub fn application_set_drops(set: &Value, app_name: &str) -> Vec<&'static str> {
 /// The entries of an Application's `PAUSED_FOR` list (its annotations) that
 /// no armed object holds any more: their break-glass ended without lifting
 /// the pause (its keys removed by hand, the object deleted). `armed` are the
-/// entries of every object that still carries the break-glass label;
-/// `listed` says whether an entry's type was listed (otherwise its object
-/// could not be seen, and its pause stays).
-pub fn orphaned(
-    annotations: &Value,
-    armed: &BTreeSet<String>,
-    listed: impl Fn(&str) -> bool,
-) -> Vec<String> {
+/// entries of every recorded armed object; the sweeper reads each entry's
+/// object before it lifts one.
+pub fn orphaned(annotations: &Value, armed: &BTreeSet<String>) -> Vec<String> {
     if annotations.get(SKIP_RECONCILE).and_then(Value::as_str) != Some("true") {
         return Vec::new();
     }
@@ -124,10 +119,6 @@ pub fn orphaned(
         .split(',')
         .map(str::trim)
         .filter(|e| !e.is_empty() && !armed.contains(*e))
-        .filter(|e| {
-            e.split_once(':')
-                .is_some_and(|(group_kind, _)| listed(group_kind))
-        })
         .map(str::to_owned)
         .collect()
 }
@@ -368,16 +359,15 @@ mod tests {
         let annotations = json!({SKIP_RECONCILE: "true",
             PAUSED_FOR: "/ConfigMap:prod/a,apps/Deployment:prod/web,example.com/Widget:prod/w"});
         let armed: BTreeSet<String> = ["apps/Deployment:prod/web".to_owned()].into();
-        let listed = |gk: &str| gk != "example.com/Widget";
         assert_eq!(
-            orphaned(&annotations, &armed, listed),
-            vec!["/ConfigMap:prod/a"]
+            orphaned(&annotations, &armed),
+            vec!["/ConfigMap:prod/a", "example.com/Widget:prod/w"]
         );
         // Someone else's pause (no list), or no pause at all: nothing of ours.
         let theirs = json!({SKIP_RECONCILE: "true"});
-        assert!(orphaned(&theirs, &BTreeSet::new(), |_| true).is_empty());
+        assert!(orphaned(&theirs, &BTreeSet::new()).is_empty());
         let lifted = json!({PAUSED_FOR: "/ConfigMap:prod/a"});
-        assert!(orphaned(&lifted, &BTreeSet::new(), |_| true).is_empty());
+        assert!(orphaned(&lifted, &BTreeSet::new()).is_empty());
     }
 
     #[test]

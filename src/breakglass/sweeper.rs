@@ -1,15 +1,16 @@
 //! The break-glass expiry sweeper: when a break-glass stops granting, hand
 //! the object back to Git. One replica sweeps, the holder of a Lease
-//! ([`crate::breakglass::lease`]). It watches, as metadata only, every type it
-//! may list and patch with the label selector `driftguard.io/break-glass`
-//! (the label alone is not enough, see [`pause::not_armable`]), and checks
-//! the armed objects when one changes and when the earliest expiry comes: for
-//! each whose break-glass grants nothing any more ([`breakglass_state::state`]) it
-//! removes what arming added, then lifts the pause the marker recorded
-//! ([`ending`]); a lift that fails is retried by the pass over pauses left
-//! behind ([`Sweeper::lift_orphaned_pauses`]). The webhook allows that write whoever sends it
-//! (`break-glass-ended`), so the sweeper needs no special identity. Errors
-//! are logged and retried at the next check; nothing here can fail a review.
+//! ([`crate::breakglass::lease`]). It watches the armed set's records alone
+//! ([`record`]: one ConfigMap per armed object, written by the webhook before
+//! it allows the arming), never a type per CRD, and reads an armed object
+//! when its recorded expiry comes (and every [`VERIFY`] in any case): for
+//! each whose break-glass grants nothing any more ([`breakglass_state::state`])
+//! it removes what arming added, then lifts the pause the marker recorded
+//! ([`ending`]), then drops the record; a lift that fails is retried by the
+//! pass over pauses left behind ([`Sweeper::lift_orphaned_pauses`]). The
+//! webhook allows that write whoever sends it (`break-glass-ended`), so the
+//! sweeper needs no special identity. Errors are logged and retried at the
+//! next check; nothing here can fail a review.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -17,23 +18,32 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, PartialObjectMeta};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use super::application::{self, AppChange, AppState};
 use super::ending::{self, Ending, Installation, Lift};
 use super::lease;
 use super::pause;
+use super::record::{self, Armed, Recorder};
 use crate::cluster::hub::ToolSources;
 use crate::drift::breakglass_state::{self, EXPIRES};
 use crate::drift::inputs::Inputs;
 use crate::metrics::Metrics;
 use crate::policy::argocd::ThisCluster;
 use crate::service::PolicyHandle;
-use watches::{REDISCOVER, Update, Watches, type_key};
+use records::Records;
 
 /// How long an Application's pause must have been held by no armed object
 /// before the sweeper lifts it as left behind.
 const ORPHAN_GRACE: Duration = Duration::from_secs(20);
+/// Every recorded object is read at least this often, whatever its
+/// recorded expiry: a break-glass ended or changed by a write the webhook
+/// did not see (an excluded namespace, a webhook failing open) is found.
+const VERIFY: Duration = Duration::from_secs(300);
+/// How often the types the records name are listed for armed objects
+/// without a record (an arming the webhook did not see).
+const FALLBACK: Duration = Duration::from_secs(600);
+
 /// How the sweeper runs (`driftguard serve`'s flags).
 pub struct Options {
     /// The longest wait between two checks of the armed objects.
@@ -49,11 +59,13 @@ pub struct Options {
     /// pauses of Applications that deploy here (`--cluster-name` in the
     /// hub) are this sweeper's to find left behind.
     pub argocd: ToolSources<String>,
+    /// Where the armed set's records are (`--break-glass-namespace`).
+    pub records: Recorder,
 }
 
 /// Starts the sweeper on the current runtime.
 pub fn spawn(client: kube::Client, policy: PolicyHandle, metrics: Arc<Metrics>, options: Options) {
-    tracing::info!(interval = ?options.interval, lease = ?options.lease, "break-glass expiry sweeper started");
+    tracing::info!(interval = ?options.interval, lease = ?options.lease, records = options.records.namespace(), "break-glass expiry sweeper started");
     let leading = match &options.lease {
         Some((namespace, name)) => lease::elect(client.clone(), namespace, name, metrics.clone()),
         None => {
@@ -81,9 +93,8 @@ struct Sweeper {
     policy: PolicyHandle,
     metrics: Arc<Metrics>,
     options: Options,
-    /// The armed objects of each type, kept by a metadata watch selected by
-    /// the break-glass label.
-    watches: Watches,
+    /// The armed set's records, kept by one watch.
+    records: Records,
     /// Application pauses no armed object holds, as (in the hub, namespace,
     /// name, entry), with when they were first seen so: lifted once they have been
     /// orphaned for [`ORPHAN_GRACE`], so that the moment between pausing an
@@ -95,6 +106,16 @@ struct Sweeper {
 /// An Application's pause entry: (in the hub, namespace, name, entry).
 type Orphan = (bool, String, String, String);
 
+/// What reading a recorded object found.
+enum Read {
+    /// Its metadata, as `{kind, metadata}`.
+    Object(Value),
+    /// It does not exist.
+    Gone,
+    /// It could not be read now.
+    Failed(kube::Error),
+}
+
 impl Sweeper {
     fn new(
         client: kube::Client,
@@ -105,7 +126,7 @@ impl Sweeper {
         Sweeper {
             this_cluster: options.argocd.this_cluster(),
             in_cluster: ThisCluster::default(),
-            watches: Watches::new(client.clone()),
+            records: Records::default(),
             client,
             policy,
             metrics,
@@ -114,134 +135,268 @@ impl Sweeper {
         }
     }
 
-    /// Sweeps while this replica leads: one metadata watch per type selected
-    /// by the break-glass label (each type costs the apiserver a watch, not
-    /// a list every interval), a check when an armed object changes or the
-    /// earliest expiry comes, and the Applications' pauses read once per
-    /// interval. Every watch stops when the lead is lost.
+    /// Sweeps while this replica leads: one watch of the records, a check
+    /// when a record changes or the earliest expiry comes, the Applications'
+    /// pauses read once per interval, and the types the records name listed
+    /// once per [`FALLBACK`]. The watch stops when the lead is lost.
     async fn lead(&mut self, leading: &AtomicBool) {
-        let (tx, mut rx) = tokio::sync::mpsc::channel::<Update>(1024);
-        let mut rediscover = Instant::now();
+        let (tx, mut rx) = tokio::sync::mpsc::channel(1024);
+        let namespace = self.options.records.namespace().to_owned();
+        let watch = records::watch(self.client.clone(), &namespace, tx);
         let mut check = Instant::now();
         let mut orphan_check = Instant::now() + self.options.interval;
+        let mut fallback = Instant::now() + self.options.interval;
         while leading.load(Ordering::SeqCst) {
-            let now = Instant::now();
-            if now >= rediscover {
-                self.watches.rediscover(&tx).await;
-                rediscover = now + REDISCOVER;
-            }
-            self.watches.retry_refused(&tx);
-            let wake = check.min(rediscover).min(now + Duration::from_secs(1));
+            let wake = check.min(Instant::now() + Duration::from_secs(1));
             tokio::select! {
-                Some((key, update)) = rx.recv() => {
-                    if self.watches.update(&key, update) {
+                Some(update) = rx.recv() => {
+                    if self.records.update(update) {
                         check = Instant::now();
                     }
                 }
                 () = tokio::time::sleep_until(wake.into()) => {}
             }
+            if !self.records.synced {
+                continue;
+            }
             if Instant::now() >= check {
                 check = self.check().await;
             }
-            // Only types whose watch has listed everything count: a pause
-            // held for an object of a type not yet (or never) listed stays.
+            if Instant::now() >= fallback {
+                self.record_unrecorded().await;
+                fallback = Instant::now() + FALLBACK;
+            }
             if Instant::now() >= orphan_check {
-                let (armed, listed) = self.armed_and_listed();
-                self.lift_orphaned_pauses(&armed, &listed).await;
+                self.lift_orphaned_pauses().await;
                 orphan_check = Instant::now() + self.options.interval;
             }
         }
-        tracing::info!("break-glass sweeper: not leading; watches stopped");
-        for w in std::mem::take(&mut self.watches.watched).into_values() {
-            w.task.abort();
-        }
+        tracing::info!("break-glass sweeper: not leading; watch stopped");
+        watch.abort();
+        self.records = Records::default();
         self.orphans.clear();
     }
 
-    /// Ends every armed break-glass that grants nothing any more, and
-    /// returns when to check again: at the earliest expiry still ahead, or
-    /// one interval from now, whichever comes first.
+    /// Reads every recorded object that is due (its recorded expiry passed,
+    /// never read, or not read for [`VERIFY`]), ends each break-glass that
+    /// grants nothing any more and drops records whose object is not armed;
+    /// returns when to check again: the earliest expiry still ahead, or one
+    /// interval from now, whichever comes first.
     async fn check(&mut self) -> Instant {
         let now = jiff::Timestamp::now();
         let policy = self.policy.current();
         let mut next = Instant::now() + self.options.interval;
-        let mut due = Vec::new();
-        for w in self.watches.watched.values() {
-            for object in w.objects.values() {
-                match sweep(object, &w.ar.group, &policy, now) {
-                    Err(why) => {
-                        tracing::debug!(kind = %w.ar.kind, name = %object["metadata"]["name"], why, "break-glass sweeper: labelled but not armed by driftguard; left alone");
+        let due: Vec<String> = (self.records.held.iter())
+            .filter(|(_, h)| {
+                h.verified.is_none_or(|at| at.elapsed() >= VERIFY)
+                    || h.armed.expires.is_none_or(|at| at <= now)
+            })
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in due {
+            let Some(held) = self.records.held.get(&name) else {
+                continue;
+            };
+            let (armed, rv) = (held.armed.clone(), held.resource_version.clone());
+            let object = match self.read(&armed).await {
+                Read::Object(object) => object,
+                Read::Gone => {
+                    self.forget_if_settled(&name, &armed, &rv).await;
+                    continue;
+                }
+                Read::Failed(e) => {
+                    tracing::warn!(object = %armed.entry(), error = %e, "break-glass sweeper: cannot read an armed object (it needs get and patch on its type); next tick");
+                    continue;
+                }
+            };
+            match sweep(&object, &armed.ar.group, &policy, now) {
+                Err(why) => {
+                    tracing::debug!(object = %armed.entry(), why, "break-glass sweeper: recorded but not armed");
+                    self.forget_if_settled(&name, &armed, &rv).await;
+                }
+                Ok(true) => {
+                    if self.end(&armed.ar, &object).await {
+                        self.forget(&name, &rv).await;
                     }
-                    Ok(true) => due.push((w.ar.clone(), object.clone())),
-                    Ok(false) => {
-                        let expires = object["metadata"]["annotations"][EXPIRES]
-                            .as_str()
-                            .and_then(|e| e.parse::<jiff::Timestamp>().ok());
-                        let left =
-                            expires.and_then(|at| Duration::try_from(at.duration_since(now)).ok());
-                        if let Some(left) = left {
-                            // A moment past the expiry, so that it is expired when checked.
-                            next = next.min(Instant::now() + left + Duration::from_millis(50));
-                        }
+                }
+                Ok(false) => {
+                    let expires = object["metadata"]["annotations"][EXPIRES]
+                        .as_str()
+                        .and_then(|e| e.parse::<jiff::Timestamp>().ok());
+                    if let Some(held) = self.records.held.get_mut(&name) {
+                        held.verified = Some(Instant::now());
+                        held.armed.expires = expires;
                     }
                 }
             }
         }
-        for (ar, object) in due {
-            // Forgotten once done with, so that a check before its watch
-            // event arrives never ends it again from a stale copy (which
-            // would first take a new break-glass's entry off the Application).
-            if self.end(&ar, &object).await
-                && let Some(w) = self.watches.watched.get_mut(&type_key(&ar))
-            {
-                let id = (
-                    object["metadata"]["namespace"]
-                        .as_str()
-                        .unwrap_or_default()
-                        .to_owned(),
-                    object["metadata"]["name"]
-                        .as_str()
-                        .unwrap_or_default()
-                        .to_owned(),
-                );
-                if w.objects.get(&id) == Some(&object) {
-                    w.objects.remove(&id);
-                }
+        for held in self.records.held.values() {
+            let left =
+                (held.armed.expires).and_then(|at| Duration::try_from(at.duration_since(now)).ok());
+            if let Some(left) = left {
+                // A moment past the expiry, so that it is expired when checked.
+                next = next.min(Instant::now() + left + Duration::from_millis(50));
             }
         }
         next
     }
 
-    /// The armed objects (`pause::entry`) and the types whose watch has
-    /// listed them all, for [`Sweeper::lift_orphaned_pauses`].
-    fn armed_and_listed(&self) -> (BTreeSet<String>, BTreeSet<String>) {
-        let policy = self.policy.current();
-        let mut armed = BTreeSet::new();
-        let mut listed = BTreeSet::new();
-        for (key, w) in &self.watches.watched {
-            if !w.synced {
-                continue;
+    /// The recorded object's metadata, as `{kind, metadata}`.
+    async fn read(&self, armed: &Armed) -> Read {
+        let api = match armed.namespace.as_str() {
+            "" => Api::<DynamicObject>::all_with(self.client.clone(), &armed.ar),
+            ns => Api::<DynamicObject>::namespaced_with(self.client.clone(), ns, &armed.ar),
+        };
+        match api.get_metadata_opt(&armed.name).await {
+            Ok(Some(meta)) => {
+                Read::Object(json!({"kind": armed.ar.kind, "metadata": meta.metadata}))
             }
-            listed.insert(key.clone());
-            for object in w.objects.values() {
-                if pause::not_armable(object, &w.ar.group, &policy).is_none() {
-                    armed.insert(pause::entry(
-                        &w.ar.group,
-                        &w.ar.kind,
-                        object["metadata"]["namespace"].as_str().unwrap_or_default(),
-                        object["metadata"]["name"].as_str().unwrap_or_default(),
-                    ));
+            Ok(None) => Read::Gone,
+            Err(e) => Read::Failed(e),
+        }
+    }
+
+    /// Drops record `name` (at `rv`) unless the webhook wrote it within
+    /// [`record::GRACE`]: its write may still be on its way.
+    async fn forget_if_settled(&mut self, name: &str, armed: &Armed, rv: &str) {
+        let recent = armed.recorded.is_none_or(|at| {
+            jiff::Timestamp::now().duration_since(at)
+                < jiff::SignedDuration::try_from(record::GRACE).unwrap_or_default()
+        });
+        if recent {
+            if let Some(held) = self.records.held.get_mut(name) {
+                held.verified = Some(Instant::now());
+            }
+            return;
+        }
+        self.forget(name, rv).await;
+    }
+
+    /// Deletes record `name` if still at `rv` (a new arming rewrote it otherwise).
+    async fn forget(&mut self, name: &str, rv: &str) {
+        match self.options.records.forget(name, rv).await {
+            Ok(()) => {
+                self.records.held.remove(name);
+            }
+            Err(e) => {
+                tracing::warn!(record = name, error = %e, "break-glass sweeper: cannot delete a record (it needs delete on ConfigMaps in its namespace); next tick")
+            }
+        }
+    }
+
+    /// The fallback for armings the webhook did not see: lists, a page at a
+    /// time and as metadata, the types the records name, and records every
+    /// armed object found without one. Never every type.
+    async fn record_unrecorded(&mut self) {
+        let types: BTreeMap<String, ApiResource> = (self.records.held.values())
+            .map(|h| {
+                (
+                    format!("{}/{}", h.armed.ar.group, h.armed.ar.plural),
+                    h.armed.ar.clone(),
+                )
+            })
+            .collect();
+        let recorded: BTreeSet<String> = self
+            .records
+            .held
+            .values()
+            .map(|h| h.armed.entry())
+            .collect();
+        let policy = self.policy.current();
+        for ar in types.values() {
+            let api = Api::<DynamicObject>::all_with(self.client.clone(), ar);
+            let mut params = ListParams::default().limit(500);
+            loop {
+                let page = match api.list_metadata(&params).await {
+                    Ok(page) => page,
+                    Err(e) => {
+                        tracing::warn!(r#type = %ar.plural, error = %e, "break-glass sweeper: cannot list a recorded type");
+                        break;
+                    }
+                };
+                for meta in &page.items {
+                    let object = json!({"kind": ar.kind, "metadata": meta.metadata});
+                    let namespace = meta.metadata.namespace.clone().unwrap_or_default();
+                    let name = meta.metadata.name.clone().unwrap_or_default();
+                    let entry = pause::entry(&ar.group, &ar.kind, &namespace, &name);
+                    if recorded.contains(&entry)
+                        || pause::not_armable(&object, &ar.group, &policy).is_some()
+                    {
+                        continue;
+                    }
+                    let armed = Armed {
+                        ar: ar.clone(),
+                        namespace,
+                        name,
+                        expires: None,
+                        recorded: None,
+                    };
+                    self.record(&armed).await;
+                }
+                match page.metadata.continue_ {
+                    Some(token) if !token.is_empty() => params = params.continue_token(&token),
+                    _ => break,
                 }
             }
         }
-        (armed, listed)
+    }
+
+    /// Records `armed`, found armed without a record.
+    async fn record(&self, armed: &Armed) {
+        match self
+            .options
+            .records
+            .record(armed, Duration::from_secs(10))
+            .await
+        {
+            Ok(()) => {
+                tracing::info!(object = %armed.entry(), "break-glass sweeper: found an armed object without a record; recorded it")
+            }
+            Err(e) => {
+                tracing::warn!(object = %armed.entry(), error = %e, "break-glass sweeper: cannot record an armed object")
+            }
+        }
+    }
+
+    /// Whether the object a pause entry (`group/Kind:namespace/name`) names
+    /// is armed, read now; recorded if it is. Unreadable counts as armed:
+    /// a pause is lifted only when its object is known to hold none.
+    async fn entry_armed(&self, entry: &str) -> bool {
+        let Some((ar, namespace, name)) = resolve_entry(&self.client, entry).await else {
+            return true;
+        };
+        let armed = Armed {
+            ar,
+            namespace,
+            name,
+            expires: None,
+            recorded: None,
+        };
+        match self.read(&armed).await {
+            Read::Gone => false,
+            Read::Failed(_) => true,
+            Read::Object(object) => {
+                let policy = self.policy.current();
+                let is_armed = pause::not_armable(&object, &armed.ar.group, &policy).is_none();
+                if is_armed {
+                    self.record(&armed).await;
+                }
+                is_armed
+            }
+        }
     }
 
     /// However a break-glass ended (its keys removed by hand, its object
     /// deleted, a restart in between), the Application pause it held is
     /// lifted: found from the Applications' own `PAUSED_FOR` lists, not from
     /// the armed objects alone, in every cluster holding Applications.
-    async fn lift_orphaned_pauses(&mut self, armed: &BTreeSet<String>, listed: &BTreeSet<String>) {
+    async fn lift_orphaned_pauses(&mut self) {
+        let armed: BTreeSet<String> = self
+            .records
+            .held
+            .values()
+            .map(|h| h.armed.entry())
+            .collect();
         let (mut orphans, mut unlisted) = (BTreeMap::new(), BTreeSet::new());
         for at in self.installations() {
             let Some(apps) = list_applications(at.client).await else {
@@ -257,9 +412,7 @@ impl Sweeper {
                     app.metadata.namespace.unwrap_or_default(),
                     app.metadata.name.unwrap_or_default(),
                 );
-                for entry in
-                    application::orphaned(&meta["annotations"], armed, |gk| listed.contains(gk))
-                {
+                for entry in application::orphaned(&meta["annotations"], &armed) {
                     let key = (at.hub, namespace.clone(), name.clone(), entry);
                     let since = self.orphans.get(&key).copied().unwrap_or_else(Instant::now);
                     orphans.insert(key, since);
@@ -276,6 +429,11 @@ impl Sweeper {
             let app = (*hub, namespace.clone(), name.clone());
             if elsewhere.contains(&app) || self.deploys_elsewhere(*hub, namespace, name).await {
                 elsewhere.insert(app);
+                continue;
+            }
+            // Its object read now: one armed without a record (an arming the
+            // webhook did not see) keeps its pause, and is recorded.
+            if self.entry_armed(entry).await {
                 continue;
             }
             // Judged again on the read the lift writes from.
@@ -491,237 +649,22 @@ pub(crate) fn sweep(
     Ok(!breakglass_state::state(&Inputs::read(object, policy), policy, now).grants())
 }
 
-mod watches;
+/// The type and object a pause entry (`group/Kind:namespace/name`) names,
+/// its type found by one discovery request for its group; `None` when the
+/// entry does not read or its type is not served.
+async fn resolve_entry(
+    client: &kube::Client,
+    entry: &str,
+) -> Option<(ApiResource, String, String)> {
+    let (group_kind, object) = entry.split_once(':')?;
+    let (group, kind) = group_kind.rsplit_once('/')?;
+    let (namespace, name) = object.split_once('/')?;
+    let served = kube::discovery::oneshot::group(client, group).await.ok()?;
+    let (ar, _) = served.recommended_kind(kind)?;
+    Some((ar, namespace.to_owned(), name.to_owned()))
+}
+
+mod records;
 
 #[cfg(test)]
-mod tests {
-    use std::sync::Mutex;
-
-    use http::{Request, Response};
-    use http_body_util::BodyExt;
-    use kube::client::Body;
-
-    use super::*;
-    use crate::breakglass::application::{PAUSED_FOR, SKIP_RECONCILE};
-    use serde_json::json;
-
-    const SPOKE: &str = "https://spoke-1.example:6443";
-    const APPS: &str = "/apis/argoproj.io/v1alpha1";
-
-    /// `METHOD path` of every request, in order.
-    type Log = Arc<Mutex<Vec<String>>>;
-
-    /// An Application paused by driftguard for `entry`, deploying to `server`.
-    fn app(namespace: &str, name: &str, entry: &str, server: &str) -> Value {
-        json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
-            "metadata": {"name": name, "namespace": namespace, "resourceVersion": "3",
-                "annotations": {SKIP_RECONCILE: "true", PAUSED_FOR: entry}},
-            "spec": {"destination": {"server": server, "namespace": "prod"}}})
-    }
-
-    /// A fake apiserver holding `apps`: listed, read and patched.
-    fn cluster(apps: Vec<Value>, log: Log) -> kube::Client {
-        let service = tower::service_fn(move |request: Request<Body>| {
-            let (apps, log) = (apps.clone(), log.clone());
-            async move {
-                let (method, path) = (
-                    request.method().to_string(),
-                    request.uri().path().to_owned(),
-                );
-                let _ = request.into_body().collect().await;
-                log.lock().unwrap().push(format!("{method} {path}"));
-                let named = |a: &&Value| {
-                    let m = &a["metadata"];
-                    path == format!(
-                        "{APPS}/namespaces/{}/applications/{}",
-                        m["namespace"].as_str().unwrap(),
-                        m["name"].as_str().unwrap()
-                    )
-                };
-                let (code, body) = if path == format!("{APPS}/applications") {
-                    (
-                        200,
-                        json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "ApplicationList", "metadata": {}, "items": apps}),
-                    )
-                } else if let Some(app) = apps.iter().find(named) {
-                    (200, app.clone())
-                } else {
-                    (
-                        404,
-                        json!({"kind": "Status", "code": 404, "message": "not found"}),
-                    )
-                };
-                let response = Response::builder()
-                    .status(code)
-                    .body(Body::from(body.to_string().into_bytes()))
-                    .unwrap();
-                Ok::<_, std::convert::Infallible>(response)
-            }
-        });
-        kube::Client::new(service, "default")
-    }
-
-    /// A hub's Argo CD and this cluster's own: pauses no armed object holds
-    /// any more are lifted in both, but in the hub only on Applications that
-    /// deploy here; without --local-argocd-namespace, only the hub is asked.
-    #[tokio::test]
-    async fn pauses_left_behind_are_lifted_in_both_clusters_never_another_clusters() {
-        let entry = "apps/Deployment:prod/web";
-        for local in [true, false] {
-            let (here_log, hub_log) = (Log::default(), Log::default());
-            let here = cluster(
-                vec![app(
-                    "gitops",
-                    "web",
-                    entry,
-                    "https://kubernetes.default.svc",
-                )],
-                here_log.clone(),
-            );
-            // Another cluster's web holds the same entry, for its own Deployment.
-            let hub = cluster(
-                vec![
-                    app("argocd", "web", entry, "https://spoke-2.example:6443"),
-                    app("argocd", "api", entry, SPOKE),
-                ],
-                hub_log.clone(),
-            );
-            let options = Options {
-                interval: Duration::from_secs(60),
-                argocd_namespace: "argocd".into(),
-                lease: None,
-                argocd: ToolSources {
-                    hub: Some(hub),
-                    local: local.then(|| "gitops".into()),
-                    cluster_names: vec![SPOKE.into()],
-                },
-            };
-            let policy = PolicyHandle::new(crate::policy::Policy::embedded());
-            let mut sweeper = Sweeper::new(here, policy, Arc::new(Metrics::default()), options);
-            look_twice(&mut sweeper).await;
-            let patched = |log: &Log| -> Vec<String> {
-                log.lock()
-                    .unwrap()
-                    .iter()
-                    .filter(|r| r.starts_with("PATCH"))
-                    .cloned()
-                    .collect()
-            };
-            let here_patched: &[String] = if local {
-                &[format!("PATCH {APPS}/namespaces/gitops/applications/web")]
-            } else {
-                assert!(here_log.lock().unwrap().is_empty(), "{here_log:?}");
-                &[]
-            };
-            assert_eq!(patched(&here_log), here_patched, "local {local}");
-            assert_eq!(
-                patched(&hub_log),
-                [format!("PATCH {APPS}/namespaces/argocd/applications/api")],
-                "local {local}"
-            );
-        }
-    }
-
-    /// Two looks at pauses left behind, the second past the grace.
-    async fn look_twice(sweeper: &mut Sweeper) {
-        let (armed, listed) = (
-            BTreeSet::new(),
-            BTreeSet::from(["apps/Deployment".to_owned()]),
-        );
-        sweeper.lift_orphaned_pauses(&armed, &listed).await;
-        for since in sweeper.orphans.values_mut() {
-            *since -= ORPHAN_GRACE * 2;
-        }
-        sweeper.lift_orphaned_pauses(&armed, &listed).await;
-    }
-
-    /// Without a hub, this cluster may be another's hub: its Applications
-    /// that deploy there hold that cluster's pauses, never lifted from here.
-    #[tokio::test]
-    async fn without_a_hub_only_pauses_of_applications_deploying_here_are_lifted() {
-        let entry = "apps/Deployment:prod/web";
-        let log = Log::default();
-        let here = cluster(
-            vec![
-                app("argocd", "web", entry, SPOKE),
-                app("argocd", "api", entry, "https://kubernetes.default.svc"),
-            ],
-            log.clone(),
-        );
-        let options = Options {
-            interval: Duration::from_secs(60),
-            argocd_namespace: "argocd".into(),
-            lease: None,
-            argocd: ToolSources::default(),
-        };
-        let policy = PolicyHandle::new(crate::policy::Policy::embedded());
-        let mut sweeper = Sweeper::new(here, policy, Arc::new(Metrics::default()), options);
-        look_twice(&mut sweeper).await;
-        let log = log.lock().unwrap();
-        let patched: Vec<&String> = log.iter().filter(|r| r.starts_with("PATCH")).collect();
-        assert_eq!(
-            patched,
-            [&format!("PATCH {APPS}/namespaces/argocd/applications/api")]
-        );
-    }
-
-    /// An expired break-glass lifts the pause only of an Application that
-    /// deploys here, in whichever cluster it looks: the hub's as
-    /// --cluster-name names this cluster, this cluster's own as in-cluster.
-    #[tokio::test]
-    async fn every_installation_lifts_only_applications_deploying_here() {
-        let hub = || Some(cluster(Vec::new(), Log::default()));
-        for (argocd_hub, local) in [(hub(), true), (hub(), false), (None, false)] {
-            let options = Options {
-                interval: Duration::from_secs(60),
-                argocd_namespace: "argocd".into(),
-                lease: None,
-                argocd: ToolSources {
-                    hub: argocd_hub,
-                    local: local.then(|| "gitops".into()),
-                    cluster_names: vec![SPOKE.into()],
-                },
-            };
-            let policy = PolicyHandle::new(crate::policy::Policy::embedded());
-            let here = cluster(Vec::new(), Log::default());
-            let sweeper = Sweeper::new(here, policy, Arc::new(Metrics::default()), options);
-            let judged: Vec<_> = sweeper
-                .installations()
-                .iter()
-                .map(|at| (at.hub, at.deploys_here.cloned()))
-                .collect();
-            let (in_hub, in_here) = (
-                (true, Some(ThisCluster::named(&[SPOKE.to_owned()]))),
-                (false, Some(ThisCluster::default())),
-            );
-            let with_hub = sweeper.options.argocd.hub.is_some();
-            let want = match (with_hub, local) {
-                (true, true) => vec![in_here, in_hub],
-                (true, false) => vec![in_hub],
-                _ => vec![in_here],
-            };
-            assert_eq!(judged, want, "hub {with_hub}, local {local}");
-        }
-    }
-
-    #[test]
-    fn a_refused_lift_says_where_and_how_to_lift_it_by_hand() {
-        let entry = "apps/Deployment:production/web";
-        let hub = lift_failed("argocd/web", entry, true);
-        for said in [
-            "Application argocd/web's pause in the hub (--argocd-kubeconfig) for apps/Deployment:production/web",
-            "tries again at each sweep, as a pause left behind",
-            "hub identity needs patch on applications.argoproj.io",
-            "`kubectl --kubeconfig <hub kubeconfig> annotate applications.argoproj.io -n argocd web argocd.argoproj.io/skip-reconcile- driftguard.io/break-glass-paused-for-`",
-            "remove only apps/Deployment:production/web",
-        ] {
-            assert!(hub.contains(said), "{said:?} not in {hub}");
-        }
-        let here = lift_failed("argocd/web", entry, false);
-        assert!(!here.contains("hub"), "{here}");
-        assert!(
-            here.contains("`kubectl annotate applications.argoproj.io -n argocd web "),
-            "{here}"
-        );
-    }
-}
+mod tests;

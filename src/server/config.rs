@@ -204,6 +204,14 @@ pub struct Config {
     #[arg(long, env = "DRIFTGUARD_BREAK_GLASS_SWEEPER_LEASE", value_parser = lease_name)]
     #[arg(help_heading = "Break-glass and driftguard's own objects")]
     pub break_glass_sweeper_lease: Option<(String, String)>,
+    /// Where the armed set is recorded: one ConfigMap per armed object,
+    /// written by the webhook when it allows an arming and deleted by the
+    /// sweeper when it ends it (needs get, list, watch, create, patch and
+    /// delete on ConfigMaps there). Default: the Lease's namespace, else the
+    /// namespace of the in-cluster service account or the kubeconfig context.
+    #[arg(long, env = "DRIFTGUARD_BREAK_GLASS_NAMESPACE", value_parser = namespace_name)]
+    #[arg(help_heading = "Break-glass and driftguard's own objects")]
+    pub break_glass_namespace: Option<String>,
     #[allow(missing_docs)] // flattened: its own flags carry the help text
     #[command(
         flatten,
@@ -227,6 +235,15 @@ fn lease_name(text: &str) -> Result<(String, String), String> {
             Ok((ns.to_owned(), name.to_owned()))
         }
         _ => Err(format!("`{text}`: expected NAMESPACE/NAME")),
+    }
+}
+
+/// `--break-glass-namespace`: a namespace name.
+fn namespace_name(text: &str) -> Result<String, String> {
+    if is_dns_label(text) {
+        Ok(text.to_owned())
+    } else {
+        Err(format!("`{text}`: not a namespace name"))
     }
 }
 

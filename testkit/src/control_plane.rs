@@ -857,6 +857,22 @@ roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: driftguard-argo
 subjects:
   - {kind: User, name: driftguard, apiGroup: rbac.authorization.k8s.io}
 ---
+# The armed break-glasses' records, in its kubeconfig's namespace (default).
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: driftguard-break-glass-records, namespace: default}
+rules:
+  - apiGroups: [""]
+    resources: [configmaps]
+    verbs: [get, list, watch, create, patch, delete]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: driftguard-break-glass-records, namespace: default}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: driftguard-break-glass-records}
+subjects:
+  - {kind: User, name: driftguard, apiGroup: rbac.authorization.k8s.io}
+---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRoleBinding
 metadata: {name: driftguard}

@@ -1,0 +1,281 @@
+//! The armed set, written down: one small ConfigMap per armed object in
+//! driftguard's own namespace, written by the webhook before it allows the
+//! write that leaves the object armed, and deleted by the sweeper once that
+//! break-glass is ended. The sweeper watches these records alone, so its
+//! cost follows the armed objects, never the number of types in the cluster.
+//!
+//! Why the order makes a crash harmless: the record is written before the
+//! answer, so a write the apiserver lands armed was recorded first. A crash
+//! in between leaves at most a record whose object is not armed, which the
+//! sweeper drops once [`GRACE`] has passed (a write can still be on its way
+//! until the webhook's timeout). Records are not decision inputs: deleting
+//! one loosens nothing, it only leaves a break-glass that already grants
+//! nothing to be ended by hand (threat model §7).
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, ApiResource, DeleteParams, Patch, PatchParams, Preconditions};
+use serde_json::{Value, json};
+
+use super::pause;
+use crate::drift::Request;
+use crate::drift::breakglass_state::EXPIRES;
+use crate::policy::Policy;
+
+/// The label every record carries; the sweeper's watch selects on it.
+pub(crate) const RECORD_LABEL: &str = "driftguard.io/break-glass-record";
+/// How long a record whose object is not armed is kept: longer than any
+/// admission webhook may hold a write (30 s).
+pub(crate) const GRACE: Duration = Duration::from_secs(60);
+const FIELD_MANAGER: &str = "driftguard-break-glass";
+
+/// One armed object, as its record names it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Armed {
+    /// The type, as the sweeper reads and patches it.
+    pub ar: ApiResource,
+    /// Empty for a cluster-scoped object.
+    pub namespace: String,
+    pub name: String,
+    /// The expiry annotation when recorded: when to look at it first.
+    pub expires: Option<jiff::Timestamp>,
+    /// When the webhook last wrote the record.
+    pub recorded: Option<jiff::Timestamp>,
+}
+
+impl Armed {
+    /// The object a write leaves armed, when it does: the object the
+    /// sweeper would end ([`pause::not_armable`] is the sweeper's own test).
+    pub(crate) fn by_write(view: &Request, policy: &Policy) -> Option<Armed> {
+        let object = view.object?;
+        if !view.sub_resource.is_empty() || pause::not_armable(object, view.group, policy).is_some()
+        {
+            return None;
+        }
+        let name = object["metadata"]["name"].as_str().unwrap_or(view.name);
+        let annotations = &object["metadata"]["annotations"];
+        Some(Armed {
+            ar: ApiResource {
+                group: view.resource_group.to_owned(),
+                version: object["apiVersion"]
+                    .as_str()
+                    .and_then(|v| v.rsplit('/').next())
+                    .unwrap_or_default()
+                    .to_owned(),
+                api_version: object["apiVersion"].as_str().unwrap_or_default().to_owned(),
+                kind: view.kind.to_owned(),
+                plural: view.resource.to_owned(),
+            },
+            namespace: view.namespace.to_owned(),
+            name: name.to_owned(),
+            expires: annotations[EXPIRES].as_str().and_then(|e| e.parse().ok()),
+            recorded: None,
+        })
+        .filter(|a| !a.name.is_empty() && !a.ar.version.is_empty())
+    }
+
+    /// The record's name: one per object, the same from every replica.
+    pub(crate) fn record_name(&self) -> String {
+        let id = format!(
+            "{}/{}/{}/{}",
+            self.ar.group, self.ar.plural, self.namespace, self.name
+        );
+        let digest = ring::digest::digest(&ring::digest::SHA256, id.as_bytes());
+        let hex: String = digest.as_ref()[..10]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        format!("driftguard-armed-{hex}")
+    }
+
+    /// The record as a ConfigMap in `namespace`, written at `now`.
+    fn to_config_map(&self, namespace: &str, now: jiff::Timestamp) -> Value {
+        json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": self.record_name(), "namespace": namespace,
+                "labels": {RECORD_LABEL: "true"}},
+            "data": {
+                "apiVersion": self.ar.api_version, "kind": self.ar.kind,
+                "resource": self.ar.plural, "namespace": self.namespace, "name": self.name,
+                "expires": self.expires.map(|e| e.to_string()).unwrap_or_default(),
+                "recorded": now.to_string(),
+            }
+        })
+    }
+
+    /// Reads a record back; `None` for a ConfigMap that is not one.
+    pub(crate) fn from_config_map(cm: &ConfigMap) -> Option<Armed> {
+        let data = cm.data.as_ref()?;
+        let get = |k: &str| data.get(k).map(String::as_str).unwrap_or_default();
+        let (api_version, kind, plural, name) =
+            (get("apiVersion"), get("kind"), get("resource"), get("name"));
+        if api_version.is_empty() || kind.is_empty() || plural.is_empty() || name.is_empty() {
+            return None;
+        }
+        let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+        Some(Armed {
+            ar: ApiResource {
+                group: group.to_owned(),
+                version: version.to_owned(),
+                api_version: api_version.to_owned(),
+                kind: kind.to_owned(),
+                plural: plural.to_owned(),
+            },
+            namespace: get("namespace").to_owned(),
+            name: name.to_owned(),
+            expires: get("expires").parse().ok(),
+            recorded: get("recorded").parse().ok(),
+        })
+    }
+
+    /// `group/Kind:namespace/name`, as a pause entry names the object.
+    pub(crate) fn entry(&self) -> String {
+        pause::entry(&self.ar.group, &self.ar.kind, &self.namespace, &self.name)
+    }
+}
+
+/// Writes records: every replica's webhook, and the sweeper for an armed
+/// object it finds unrecorded.
+#[derive(Clone)]
+pub struct Recorder {
+    api: Api<ConfigMap>,
+    namespace: String,
+}
+
+impl Recorder {
+    /// Records in `namespace` (`--break-glass-namespace`).
+    pub fn new(client: kube::Client, namespace: &str) -> Self {
+        Recorder {
+            api: Api::namespaced(client, namespace),
+            namespace: namespace.to_owned(),
+        }
+    }
+
+    /// The namespace records are written in.
+    pub(crate) fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    /// Writes (or refreshes) the record of `armed`, within `timeout`.
+    pub(crate) async fn record(&self, armed: &Armed, timeout: Duration) -> Result<(), String> {
+        let (name, params) = (
+            armed.record_name(),
+            PatchParams::apply(FIELD_MANAGER).force(),
+        );
+        let body = Patch::Apply(armed.to_config_map(&self.namespace, jiff::Timestamp::now()));
+        let write = self.api.patch(&name, &params, &body);
+        match tokio::time::timeout(timeout, write).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(format!(
+                "cannot write its record ConfigMap {}/{name}: {e}",
+                self.namespace
+            )),
+            Err(_) => Err(format!(
+                "writing its record ConfigMap {}/{name} took longer than {timeout:?}",
+                self.namespace
+            )),
+        }
+    }
+
+    /// Deletes record `name` if it is still at `resource_version`: a record
+    /// the webhook wrote again since it was read (a new arming) is kept.
+    pub(crate) async fn forget(
+        &self,
+        name: &str,
+        resource_version: &str,
+    ) -> Result<(), kube::Error> {
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                resource_version: Some(resource_version.to_owned()),
+                uid: None,
+            }),
+            ..DeleteParams::default()
+        };
+        match self.api.delete(name, &params).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::drift::Operation;
+
+    fn armed_deployment() -> Value {
+        json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web", "namespace": "prod",
+                "annotations": {"argocd.argoproj.io/tracking-id": "web:apps/Deployment:prod/web",
+                    crate::drift::breakglass_state::REASON: "INC-7", EXPIRES: "2030-01-01T00:00:00Z"}}})
+    }
+
+    fn write(object: &Value) -> Request<'_> {
+        Request {
+            operation: Operation::Update,
+            group: "apps",
+            kind: "Deployment",
+            resource_group: "apps",
+            resource: "deployments",
+            sub_resource: "",
+            name: "web",
+            namespace: "prod",
+            username: "sam",
+            groups: &[],
+            object: Some(object),
+            old_object: None,
+            dry_run: false,
+        }
+    }
+
+    #[test]
+    fn a_record_reads_back_as_the_object_it_names() {
+        let policy = Policy::embedded();
+        let object = armed_deployment();
+        let armed = Armed::by_write(&write(&object), &policy).expect("armed");
+        let cm: ConfigMap =
+            serde_json::from_value(armed.to_config_map("driftguard", jiff::Timestamp::now()))
+                .unwrap();
+        let back = Armed::from_config_map(&cm).expect("a record");
+        assert_eq!(armed.entry(), "apps/Deployment:prod/web");
+        assert_eq!(
+            (back.ar, back.namespace, back.name, back.expires),
+            (armed.ar, armed.namespace, armed.name, armed.expires)
+        );
+        assert!(cm.metadata.name.unwrap().len() <= 63);
+    }
+
+    #[test]
+    fn only_a_write_the_sweeper_would_end_is_recorded() {
+        let policy = Policy::embedded();
+        let mut object = armed_deployment();
+        assert!(Armed::by_write(&write(&object), &policy).is_some());
+        // Unmanaged, or without both annotations: nothing for the sweeper.
+        let mut unmanaged = object.clone();
+        unmanaged["metadata"]["annotations"]
+            .as_object_mut()
+            .unwrap()
+            .remove("argocd.argoproj.io/tracking-id");
+        assert_eq!(Armed::by_write(&write(&unmanaged), &policy), None);
+        object["metadata"]["annotations"]
+            .as_object_mut()
+            .unwrap()
+            .remove(EXPIRES);
+        assert_eq!(Armed::by_write(&write(&object), &policy), None);
+    }
+
+    #[test]
+    fn records_of_different_objects_have_different_names() {
+        let policy = Policy::embedded();
+        let object = armed_deployment();
+        let a = Armed::by_write(&write(&object), &policy).unwrap();
+        let mut b = a.clone();
+        b.namespace = "prod2".into();
+        let mut c = a.clone();
+        c.ar.plural = "statefulsets".into();
+        assert_ne!(a.record_name(), b.record_name());
+        assert_ne!(a.record_name(), c.record_name());
+    }
+}

@@ -1,0 +1,162 @@
+//! The sweeper's view of the armed set: one watch, of the record
+//! ConfigMaps in driftguard's namespace ([`record`]), whatever the number of
+//! types in the cluster. At most [`MAX_RECORDS`] are held; more are counted
+//! and logged, and wait for a relist once some are gone.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use futures_util::StreamExt;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::Api;
+use kube::runtime::{WatchStreamExt, watcher};
+
+use crate::breakglass::record::{self, Armed};
+
+/// The most records held: each is a few hundred bytes, and only an identity
+/// allowed to break glass (or a write allowed in warn mode) makes one.
+pub(crate) const MAX_RECORDS: usize = 10_000;
+
+/// One record, and when the sweeper last read its object.
+pub(super) struct Held {
+    pub armed: Armed,
+    pub resource_version: String,
+    /// `None`: not read since it was (re)written.
+    pub verified: Option<Instant>,
+}
+
+/// One watch event (or error).
+pub(super) type Update = Result<watcher::Event<ConfigMap>, watcher::Error>;
+
+/// The records, by ConfigMap name.
+#[derive(Default)]
+pub(super) struct Records {
+    pub held: BTreeMap<String, Held>,
+    relist: Option<BTreeMap<String, Held>>,
+    /// Whether the first list is complete: until then no pause is lifted.
+    pub synced: bool,
+    /// Records left out over [`MAX_RECORDS`] since the last list.
+    pub over: usize,
+}
+
+/// Starts the watch of the records in `namespace`; its events go to `tx`.
+pub(super) fn watch(
+    client: kube::Client,
+    namespace: &str,
+    tx: tokio::sync::mpsc::Sender<Update>,
+) -> tokio::task::AbortHandle {
+    let api = Api::<ConfigMap>::namespaced(client, namespace);
+    let config = watcher::Config::default().labels(record::RECORD_LABEL);
+    let stream = watcher::watcher(api, config).default_backoff();
+    tokio::spawn(async move {
+        futures_util::pin_mut!(stream);
+        while let Some(update) = stream.next().await {
+            if tx.send(update).await.is_err() {
+                return;
+            }
+        }
+    })
+    .abort_handle()
+}
+
+impl Records {
+    /// Takes one watch update in; true when the armed set may have changed.
+    pub(super) fn update(&mut self, update: Update) -> bool {
+        let event = match update {
+            Ok(event) => event,
+            Err(e) => {
+                tracing::warn!(error = %e, "break-glass sweeper: cannot watch its records (it needs get, list and watch on ConfigMaps in its namespace); retrying");
+                return false;
+            }
+        };
+        match event {
+            watcher::Event::Init => {
+                self.relist = Some(BTreeMap::new());
+                self.over = 0;
+            }
+            watcher::Event::InitApply(cm) => {
+                let into = self.relist.get_or_insert_default();
+                Self::hold(into, &mut self.over, cm);
+                return false;
+            }
+            watcher::Event::InitDone => {
+                self.held = self.relist.take().unwrap_or_default();
+                self.synced = true;
+                if self.over > 0 {
+                    tracing::warn!(
+                        over = self.over,
+                        max = MAX_RECORDS,
+                        "break-glass sweeper: more armed objects than it holds; the rest wait until some end"
+                    );
+                }
+            }
+            watcher::Event::Apply(cm) => Self::hold(&mut self.held, &mut self.over, cm),
+            watcher::Event::Delete(cm) => {
+                self.held
+                    .remove(cm.metadata.name.as_deref().unwrap_or_default());
+            }
+        }
+        true
+    }
+
+    /// Holds `cm` if it is a record and there is room (counted before it is held).
+    fn hold(into: &mut BTreeMap<String, Held>, over: &mut usize, cm: ConfigMap) {
+        let (Some(name), Some(rv)) = (
+            cm.metadata.name.clone(),
+            cm.metadata.resource_version.clone(),
+        ) else {
+            return;
+        };
+        let Some(armed) = Armed::from_config_map(&cm) else {
+            tracing::debug!(record = %name, "break-glass sweeper: not a record it can read; left alone");
+            return;
+        };
+        if !into.contains_key(&name) && into.len() >= MAX_RECORDS {
+            *over += 1;
+            return;
+        }
+        let held = Held {
+            armed,
+            resource_version: rv,
+            verified: None,
+        };
+        into.insert(name, held);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn record(i: usize) -> ConfigMap {
+        serde_json::from_value(json!({
+            "metadata": {"name": format!("r{i}"), "resourceVersion": "1"},
+            "data": {"apiVersion": "apps/v1", "kind": "Deployment", "resource": "deployments",
+                "namespace": "prod", "name": format!("web{i}")}}))
+        .unwrap()
+    }
+
+    #[test]
+    fn records_past_the_bound_are_counted_not_held() {
+        let mut records = Records::default();
+        records.update(Ok(watcher::Event::Init));
+        for i in 0..MAX_RECORDS + 3 {
+            records.update(Ok(watcher::Event::InitApply(record(i))));
+        }
+        records.update(Ok(watcher::Event::InitDone));
+        assert_eq!((records.held.len(), records.over), (MAX_RECORDS, 3));
+        // A record already held is updated in place, even at the bound.
+        records.update(Ok(watcher::Event::Apply(record(0))));
+        assert_eq!(records.held.len(), MAX_RECORDS);
+        records.update(Ok(watcher::Event::Delete(record(0))));
+        records.update(Ok(watcher::Event::Apply(record(MAX_RECORDS))));
+        assert!(records.held.contains_key(&format!("r{MAX_RECORDS}")));
+        // A ConfigMap that names no object is not held.
+        let mut other = record(1);
+        other.data = None;
+        other.metadata.name = Some("other".into());
+        records.update(Ok(watcher::Event::Apply(other)));
+        assert!(!records.held.contains_key("other"));
+    }
+}
