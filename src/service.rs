@@ -14,7 +14,7 @@ use kube::core::response::StatusSummary;
 use serde_json::Value;
 
 use crate::audit::AuditRecord;
-use crate::breakglass::record::{Armed, Recorder};
+use crate::breakglass::record::Recorder;
 use crate::cluster::events::{EventRecorder, Report};
 use crate::cluster::parents::ParentReader;
 use crate::cluster::watch::SourcesHandle;
@@ -249,8 +249,8 @@ impl Reviewer {
         response::to_bytes(&response.into_review())
     }
 
-    /// Records the armed object an allowed write (`req`: validated, not a
-    /// dry run) leaves before answering ([`crate::breakglass::record`]). An arming allowed by break-glass that cannot be recorded
+    /// Keeps the armed set true for an allowed write (`req`: validated, not
+    /// a dry run) before answering ([`crate::breakglass::record`]). An arming allowed by break-glass that cannot be recorded
     /// is refused, since the sweeper would never end it; any other allowed
     /// write (a trusted writer's, warn mode's) is warned.
     async fn record_arming(
@@ -266,17 +266,14 @@ impl Reviewer {
         let Some(response) = judged.response.response.as_mut().filter(|r| r.allowed) else {
             return;
         };
-        let Some(armed) = Armed::by_write(&request::view(req), policy) else {
+        let (view, left) = (
+            request::view(req),
+            deadline.saturating_duration_since(Instant::now()),
+        );
+        let kept = records.keep(&view, policy, left.max(Duration::from_secs(1)));
+        let Err((object, why)) = kept.await else {
             return;
         };
-        let left = deadline.saturating_duration_since(Instant::now());
-        let Err(why) = records
-            .record(&armed, left.max(Duration::from_secs(1)))
-            .await
-        else {
-            return;
-        };
-        let object = format!("{} {}", armed.ar.kind, armed.entry());
         tracing::warn!(object = %object, error = %why, "cannot record an armed break-glass");
         if judged.decision.finding != drift::Finding::BreakGlass {
             let warning = format!(

@@ -4,10 +4,10 @@
 //! flags; one holds the Lease and sweeps, the other waits. The holder is
 //! killed with SIGKILL (no chance to hand over), and the other takes the
 //! Lease over and ends a break-glass that expires after the kill. The
-//! chart's `breakGlass.sweepRules` are narrowed to ConfigMaps: every other
-//! type refuses the sweeper (403), and each leader asks each such type again
-//! only after a wait that doubles from 15 s, not at every backoff step (read
-//! from the apiserver's audit log).
+//! chart's `breakGlass.sweepRules` are narrowed to ConfigMaps, and no request
+//! of the sweeper is refused: it reads the recorded objects, never every
+//! type (read from the apiserver's audit log). And a SIGKILL at any moment
+//! of an arming never leaves an armed object without its record.
 
 use driftguard_testkit::control_plane;
 use driftguard_testkit::rbac_audit;
@@ -61,10 +61,8 @@ fn lease_version(plane: &ControlPlane) -> String {
     out.stdout.trim().to_owned()
 }
 
-/// A Flux-managed ConfigMap as `kubectl driftguard break-glass` leaves it
-/// (both annotations, the pause marker and Flux's opt-out, the label),
-/// expiring at `expires`.
-fn armed_configmap(name: &str, expires: &str) -> String {
+/// A Flux-managed ConfigMap, not armed.
+fn flux_configmap(name: &str) -> String {
     format!(
         r#"apiVersion: v1
 kind: ConfigMap
@@ -74,15 +72,49 @@ metadata:
   labels:
     kustomize.toolkit.fluxcd.io/name: apps
     kustomize.toolkit.fluxcd.io/namespace: flux-system
-    driftguard.io/break-glass: "true"
-  annotations:
-    driftguard.io/break-glass: INC-7 hotfix
-    driftguard.io/break-glass-expires: "{expires}"
-    driftguard.io/break-glass-paused: kustomize.toolkit.fluxcd.io/reconcile
-    kustomize.toolkit.fluxcd.io/reconcile: disabled
 data: {{LOG_LEVEL: debug}}
 "#
     )
+}
+
+/// Arms ConfigMap `name` as `kubectl driftguard break-glass` does (both
+/// annotations, the pause marker and Flux's opt-out, the label), as sam,
+/// through the webhook, for `seconds`; retried while the webhook starts.
+fn arm(plane: &ControlPlane, name: &str, seconds: i64) {
+    let patch = |expires: &str| {
+        serde_json::json!({"metadata": {
+            "labels": {"driftguard.io/break-glass": "true"},
+            "annotations": {
+                "driftguard.io/break-glass": "INC-7 hotfix",
+                "driftguard.io/break-glass-expires": expires,
+                "driftguard.io/break-glass-paused": "kustomize.toolkit.fluxcd.io/reconcile",
+                "kustomize.toolkit.fluxcd.io/reconcile": "disabled"}}})
+        .to_string()
+    };
+    wait_for("sam to arm a break-glass", Duration::from_secs(30), || {
+        let expires = (jiff::Timestamp::now() + jiff::SignedDuration::from_secs(seconds))
+            .round(jiff::Unit::Second)
+            .unwrap()
+            .to_string();
+        let out = plane.kubectl(
+            "sam",
+            &[
+                "-n",
+                "production",
+                "patch",
+                "configmap",
+                name,
+                "--type=merge",
+                "-p",
+                &patch(&expires),
+            ],
+        );
+        if out.ok {
+            Ok(())
+        } else {
+            Err(format!("{out}"))
+        }
+    });
 }
 
 fn break_glass_of(plane: &ControlPlane, name: &str) -> Value {
@@ -149,6 +181,13 @@ fn one_replica_sweeps_and_another_takes_over_when_it_is_killed() {
 
     // Exactly one leads, and the Lease names it.
     let started = Instant::now();
+    // Break-glass goes through the webhook, which records each armed
+    // object; sam may break glass (group sre-oncall) and edit production.
+    plane.add_user("sam", &["sre-oncall"]);
+    plane.apply_admin(SAM_EDITS_PRODUCTION);
+    for name in ["before-kill", "after-kill"] {
+        plane.apply_admin(&flux_configmap(name));
+    }
     let leading = wait_for(
         "one replica to hold the lease",
         Duration::from_secs(60),
@@ -194,12 +233,10 @@ fn one_replica_sweeps_and_another_takes_over_when_it_is_killed() {
     assert_eq!(leader(&replicas[1 - leading]), Some(0.0));
     assert_eq!(lease_holder(&plane), holder, "renewed, not handed over");
 
-    // The leader sweeps: an expired break-glass is ended.
-    let past = (jiff::Timestamp::now() - jiff::SignedDuration::from_mins(1))
-        .round(jiff::Unit::Second)
-        .unwrap()
-        .to_string();
-    plane.apply_admin(&armed_configmap("before-kill", &past));
+    // The webhook is the replica that survives; the leader sweeps: a
+    // break-glass armed for 2 s is ended.
+    replicas[1 - leading].register(&plane, &policy.display().to_string());
+    arm(&plane, "before-kill", 2);
     wait_for(
         "the leader to end the expired break-glass",
         Duration::from_secs(30),
@@ -211,11 +248,7 @@ fn one_replica_sweeps_and_another_takes_over_when_it_is_killed() {
 
     // SIGKILL the leader; a break-glass expiring after that is the
     // survivor's to end, once it has taken the Lease over.
-    let soon = (jiff::Timestamp::now() + jiff::SignedDuration::from_secs(5))
-        .round(jiff::Unit::Second)
-        .unwrap()
-        .to_string();
-    plane.apply_admin(&armed_configmap("after-kill", &soon));
+    arm(&plane, "after-kill", 5);
     let killed = Instant::now();
     let _ = replicas[leading].proc.child.kill();
     let _ = replicas[leading].proc.child.wait();
@@ -244,23 +277,152 @@ fn one_replica_sweeps_and_another_takes_over_when_it_is_killed() {
         "ended only after it expired"
     );
 
-    // Every type but ConfigMaps refused the sweeper: asked again after 15 s,
-    // then 30 s, ... by each of the two leaders, at most four times in all
-    // in this test's half minute (a retry per backoff step asked 11 or 12).
-    let refused = rbac_audit::requests_of(&plane.audit_events(), SA)
+    // The sweeper asked no type it may not read: it reads the recorded
+    // objects only (a watch per type asked every other type, refused).
+    let refused: Vec<String> = rbac_audit::requests_of(&plane.audit_events(), SA)
         .into_iter()
-        .filter(|r| r.code == 403);
-    let mut by_type: std::collections::BTreeMap<String, usize> = Default::default();
-    for r in refused {
-        *by_type.entry(r.key()).or_default() += 1;
+        .filter(|r| r.code == 403)
+        .map(|r| r.key())
+        .collect();
+    assert!(refused.is_empty(), "refused requests: {refused:?}");
+}
+
+/// The sweeper's grant on the type it ends, for driftguard's own user.
+const SWEEPS_CONFIGMAPS: &str = r#"
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: driftguard-sweeps-configmaps}
+rules: [{apiGroups: [""], resources: [configmaps], verbs: [get, list, patch]}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: driftguard-sweeps-configmaps}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: driftguard-sweeps-configmaps}
+subjects: [{kind: User, name: driftguard, apiGroup: rbac.authorization.k8s.io}]
+"#;
+
+/// sam may patch ConfigMaps in production (the aggregated `edit` role is
+/// empty without kube-controller-manager).
+const SAM_EDITS_PRODUCTION: &str = r#"
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: sam-edits, namespace: production}
+rules: [{apiGroups: [""], resources: [configmaps], verbs: [get, list, patch]}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: sam-edits, namespace: production}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: sam-edits}
+subjects: [{kind: User, name: sam, apiGroup: rbac.authorization.k8s.io}]
+"#;
+
+/// A Flux-managed ConfigMap armed, or ended: whether it carries an expiry.
+fn armed(plane: &ControlPlane, name: &str) -> bool {
+    !break_glass_of(plane, name).is_null()
+}
+
+/// The objects the records in `namespace` name, as `namespace/name`.
+fn recorded(plane: &ControlPlane, namespace: &str) -> Vec<String> {
+    let out = plane.kubectl(
+        "admin",
+        &[
+            "-n",
+            namespace,
+            "get",
+            "configmaps",
+            "-l",
+            "driftguard.io/break-glass-record",
+            "-o",
+            "jsonpath={range .items[*]}{.data.namespace}/{.data.name}{\"\\n\"}{end}",
+        ],
+    );
+    assert!(out.ok, "{out}");
+    out.stdout.lines().map(str::to_owned).collect()
+}
+
+/// driftguard is killed (SIGKILL) at spread moments of an arming write:
+/// before the record, between the record and the answer, after. Whatever
+/// the moment, an object the apiserver left armed was recorded first, and
+/// the sweeper (restarted) ends it at expiry.
+#[test]
+fn a_kill_at_any_moment_of_an_arming_leaves_nothing_armed_unswept() {
+    const WRITES: usize = 8;
+    let mut plane = ControlPlane::start("sweeper-crash");
+    plane.prepare(&["production"]);
+    plane.add_user("sam", &[]);
+    plane.apply_admin(SAM_EDITS_PRODUCTION);
+    plane.apply_admin(SWEEPS_CONFIGMAPS);
+    let policy = plane.dir.join("crash-policy.yaml");
+    std::fs::write(
+        &policy,
+        "breakGlass:\n  allowedUsers: [sam]\n  maxDuration: 1h\n",
+    )
+    .unwrap();
+    let names: Vec<String> = (0..WRITES).map(|i| format!("crash-{i}")).collect();
+    for name in &names {
+        plane.apply_admin(&flux_configmap(name));
+    }
+    let mut dg = Driftguard::start(
+        &plane,
+        &[
+            &format!("--policy={}", policy.display()),
+            &plane.driftguard_kubeconfig_flag(),
+            "--break-glass-sweep-interval=1s",
+        ],
+    );
+    dg.register(&plane, &policy.display().to_string());
+    arm(&plane, "crash-0", 8);
+    for (i, name) in names.iter().enumerate().skip(1) {
+        let (plane_ref, name) = (&plane, name.clone());
+        std::thread::scope(|s| {
+            let writer = s.spawn(move || {
+                let expires = (jiff::Timestamp::now() + jiff::SignedDuration::from_secs(8))
+                    .round(jiff::Unit::Second)
+                    .unwrap()
+                    .to_string();
+                let patch = serde_json::json!({"metadata": {"annotations": {
+                    "driftguard.io/break-glass": "INC-9", "driftguard.io/break-glass-expires": expires}}});
+                plane_ref.kubectl(
+                    "sam",
+                    &["-n", "production", "patch", "configmap", &name, "--type=merge", "-p", &patch.to_string()],
+                )
+            });
+            // Spread over a write's few milliseconds through the webhook.
+            std::thread::sleep(Duration::from_millis((i as u64 * 3) % 20));
+            let _ = dg.proc.child.kill();
+            let _ = dg.proc.child.wait();
+            let out = writer.join().unwrap();
+            eprintln!(
+                "{}: killed after {} ms; landed {}",
+                names[i],
+                (i * 3) % 20,
+                out.ok
+            );
+        });
+        dg.restart(None);
+        // The invariant at every step: armed implies recorded.
+        let records = recorded(&plane, "default");
+        for name in &names {
+            assert!(
+                !armed(&plane, name) || records.contains(&format!("production/{name}")),
+                "{name} is armed without a record: {records:?}"
+            );
+        }
     }
     assert!(
-        by_type.len() > 10,
-        "the other types were refused: {by_type:?}"
+        armed(&plane, "crash-0"),
+        "an arming with driftguard up lands"
     );
-    let asked_again: Vec<_> = by_type.iter().filter(|(_, n)| **n > 4).collect();
-    assert!(
-        asked_again.is_empty(),
-        "types asked again after a refusal: {asked_again:?}"
+    wait_for(
+        "every armed ConfigMap to be ended at expiry",
+        Duration::from_secs(60),
+        || {
+            let left: Vec<&String> = names.iter().filter(|n| armed(&plane, n)).collect();
+            if left.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("still armed: {left:?}; {}", dg.proc.stderr_tail(5)))
+            }
+        },
     );
 }

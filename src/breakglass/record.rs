@@ -48,7 +48,17 @@ impl Armed {
     /// The object a write leaves armed, when it does: the object the
     /// sweeper would end ([`pause::not_armable`] is the sweeper's own test).
     pub(crate) fn by_write(view: &Request, policy: &Policy) -> Option<Armed> {
-        let object = view.object?;
+        Self::in_object(view, view.object?, policy)
+    }
+
+    /// The object a write finds armed and leaves unarmed (ended, deleted).
+    pub(crate) fn ended_by_write(view: &Request, policy: &Policy) -> Option<Armed> {
+        let old = Self::in_object(view, view.old_object?, policy)?;
+        Self::by_write(view, policy).is_none().then_some(old)
+    }
+
+    /// `object`, of `view`'s type, when the sweeper would end it.
+    fn in_object(view: &Request, object: &Value, policy: &Policy) -> Option<Armed> {
         if !view.sub_resource.is_empty() || pause::not_armable(object, view.group, policy).is_some()
         {
             return None;
@@ -184,7 +194,7 @@ impl Recorder {
         &self,
         name: &str,
         resource_version: &str,
-    ) -> Result<(), kube::Error> {
+    ) -> Result<bool, kube::Error> {
         let params = DeleteParams {
             preconditions: Some(Preconditions {
                 resource_version: Some(resource_version.to_owned()),
@@ -193,9 +203,52 @@ impl Recorder {
             ..DeleteParams::default()
         };
         match self.api.delete(name, &params).await {
-            Ok(_) => Ok(()),
-            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
+            Ok(_) => Ok(true),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(true),
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
             Err(e) => Err(e),
+        }
+    }
+
+    /// Keeps the armed set true for one allowed write: records the object
+    /// it leaves armed, or asks the sweeper to look again at one it leaves
+    /// unarmed. `Err((object, why))` when an armed object could not be
+    /// recorded; a look-again that fails is only logged (the sweeper reads
+    /// every recorded object within [`super::sweeper`]'s verify period).
+    pub(crate) async fn keep(
+        &self,
+        view: &Request<'_>,
+        policy: &Policy,
+        timeout: Duration,
+    ) -> Result<(), (String, String)> {
+        if let Some(armed) = Armed::by_write(view, policy) {
+            let object = format!("{} {}", armed.ar.kind, armed.entry());
+            return self
+                .record(&armed, timeout)
+                .await
+                .map_err(|why| (object, why));
+        }
+        if let Some(armed) = Armed::ended_by_write(view, policy)
+            && let Err(why) = self.look_again(&armed, timeout).await
+        {
+            tracing::warn!(object = %armed.entry(), error = %why, "cannot ask the sweeper to look at an ended break-glass's record");
+        }
+        Ok(())
+    }
+
+    /// Asks the sweeper to read `armed`'s object now: a write that leaves
+    /// it unarmed (ended by hand, deleted) was allowed. Only a key of its
+    /// own changes, so the record still names the object if that write
+    /// never lands; no record, nothing to do.
+    async fn look_again(&self, armed: &Armed, timeout: Duration) -> Result<(), String> {
+        let patch = Patch::Merge(json!({"data": {"look": jiff::Timestamp::now().to_string()}}));
+        let (name, params) = (armed.record_name(), PatchParams::default());
+        let write = self.api.patch(&name, &params, &patch);
+        match tokio::time::timeout(timeout, write).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(kube::Error::Api(s))) if s.code == 404 => Ok(()),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err(format!("took longer than {timeout:?}")),
         }
     }
 }
@@ -264,6 +317,34 @@ mod tests {
             .unwrap()
             .remove(EXPIRES);
         assert_eq!(Armed::by_write(&write(&object), &policy), None);
+    }
+
+    #[test]
+    fn a_write_that_leaves_an_armed_object_unarmed_asks_for_a_look() {
+        let policy = Policy::embedded();
+        let armed = armed_deployment();
+        let mut ended = armed.clone();
+        ended["metadata"]["annotations"]
+            .as_object_mut()
+            .unwrap()
+            .remove(EXPIRES);
+        let update = |old: &'static Value, new: Option<&'static Value>| Request {
+            old_object: Some(old),
+            object: new,
+            ..write(old)
+        };
+        let (armed, ended): (&'static Value, &'static Value) =
+            (Box::leak(Box::new(armed)), Box::leak(Box::new(ended)));
+        assert!(Armed::ended_by_write(&update(armed, Some(ended)), &policy).is_some());
+        assert!(Armed::ended_by_write(&update(armed, None), &policy).is_some());
+        assert_eq!(
+            Armed::ended_by_write(&update(armed, Some(armed)), &policy),
+            None
+        );
+        assert_eq!(
+            Armed::ended_by_write(&update(ended, Some(ended)), &policy),
+            None
+        );
     }
 
     #[test]

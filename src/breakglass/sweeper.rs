@@ -24,7 +24,7 @@ use super::application::{self, AppChange, AppState};
 use super::ending::{self, Ending, Installation, Lift};
 use super::lease;
 use super::pause;
-use super::record::{self, Armed, Recorder};
+use super::record::{Armed, Recorder};
 use crate::cluster::hub::ToolSources;
 use crate::drift::breakglass_state::{self, EXPIRES};
 use crate::drift::inputs::Inputs;
@@ -177,68 +177,61 @@ impl Sweeper {
         self.orphans.clear();
     }
 
-    /// Reads every recorded object that is due (its recorded expiry passed,
-    /// never read, or not read for [`VERIFY`]), ends each break-glass that
-    /// grants nothing any more and drops records whose object is not armed;
-    /// returns when to check again: the earliest expiry still ahead, or one
-    /// interval from now, whichever comes first.
+    /// Reads every recorded object that is due ([`Held::due`]), ends each
+    /// break-glass that grants nothing any more and drops records whose
+    /// object is not armed once settled; returns when to check again: the
+    /// earliest expiry or settling still ahead, or one interval from now.
     async fn check(&mut self) -> Instant {
         let now = jiff::Timestamp::now();
         let policy = self.policy.current();
-        let mut next = Instant::now() + self.options.interval;
         let due: Vec<String> = (self.records.held.iter())
-            .filter(|(_, h)| {
-                h.verified.is_none_or(|at| at.elapsed() >= VERIFY)
-                    || h.armed.expires.is_none_or(|at| at <= now)
-            })
+            .filter(|(_, h)| h.due(now))
             .map(|(name, _)| name.clone())
             .collect();
         for name in due {
-            let Some(held) = self.records.held.get(&name) else {
+            let Some(armed) = self.records.held.get(&name).map(|h| h.armed.clone()) else {
                 continue;
             };
-            let (armed, rv) = (held.armed.clone(), held.resource_version.clone());
             let object = match self.read(&armed).await {
-                Read::Object(object) => object,
-                Read::Gone => {
-                    self.forget_if_settled(&name, &armed, &rv).await;
-                    continue;
-                }
+                Read::Object(object) => Some(object),
+                Read::Gone => None,
                 Read::Failed(e) => {
                     tracing::warn!(object = %armed.entry(), error = %e, "break-glass sweeper: cannot read an armed object (it needs get and patch on its type); next tick");
                     continue;
                 }
             };
-            match sweep(&object, &armed.ar.group, &policy, now) {
-                Err(why) => {
-                    tracing::debug!(object = %armed.entry(), why, "break-glass sweeper: recorded but not armed");
-                    self.forget_if_settled(&name, &armed, &rv).await;
-                }
-                Ok(true) => {
-                    if self.end(&armed.ar, &object).await {
-                        self.forget(&name, &rv).await;
+            match object
+                .as_ref()
+                .map(|o| (o, sweep(o, &armed.ar.group, &policy, now)))
+            {
+                Some((object, Ok(true))) => {
+                    if self.end(&armed.ar, object).await {
+                        self.forget(&name).await;
                     }
                 }
-                Ok(false) => {
+                Some((object, Ok(false))) => {
                     let expires = object["metadata"]["annotations"][EXPIRES]
                         .as_str()
-                        .and_then(|e| e.parse::<jiff::Timestamp>().ok());
-                    if let Some(held) = self.records.held.get_mut(&name) {
-                        held.verified = Some(Instant::now());
-                        held.armed.expires = expires;
+                        .and_then(|e| e.parse().ok());
+                    self.records.read(&name, true, expires);
+                }
+                None | Some((_, Err(_))) => {
+                    tracing::debug!(object = %armed.entry(), "break-glass sweeper: recorded but not armed");
+                    match self.records.held.get(&name).is_some_and(|h| h.settled(now)) {
+                        true => self.forget(&name).await,
+                        false => self.records.read(&name, false, None),
                     }
                 }
             }
         }
-        for held in self.records.held.values() {
-            let left =
-                (held.armed.expires).and_then(|at| Duration::try_from(at.duration_since(now)).ok());
-            if let Some(left) = left {
-                // A moment past the expiry, so that it is expired when checked.
-                next = next.min(Instant::now() + left + Duration::from_millis(50));
-            }
-        }
-        next
+        let next = (self.records.held.values())
+            .filter_map(|h| h.next_look(now))
+            .filter_map(|at| Duration::try_from(at.duration_since(now)).ok())
+            // A moment past it, so that it has passed when checked.
+            .map(|left| Instant::now() + left + Duration::from_millis(50))
+            .min();
+        let every = Instant::now() + self.options.interval;
+        next.map_or(every, |at| at.min(every))
     }
 
     /// The recorded object's metadata, as `{kind, metadata}`.
@@ -256,28 +249,22 @@ impl Sweeper {
         }
     }
 
-    /// Drops record `name` (at `rv`) unless the webhook wrote it within
-    /// [`record::GRACE`]: its write may still be on its way.
-    async fn forget_if_settled(&mut self, name: &str, armed: &Armed, rv: &str) {
-        let recent = armed.recorded.is_none_or(|at| {
-            jiff::Timestamp::now().duration_since(at)
-                < jiff::SignedDuration::try_from(record::GRACE).unwrap_or_default()
-        });
-        if recent {
-            if let Some(held) = self.records.held.get_mut(name) {
-                held.verified = Some(Instant::now());
-            }
+    /// Deletes record `name` if it is still the version held: one the
+    /// webhook wrote again meanwhile (a new arming) stays, and is read again.
+    async fn forget(&mut self, name: &str) {
+        let Some(rv) = self
+            .records
+            .held
+            .get(name)
+            .map(|h| h.resource_version.clone())
+        else {
             return;
-        }
-        self.forget(name, rv).await;
-    }
-
-    /// Deletes record `name` if still at `rv` (a new arming rewrote it otherwise).
-    async fn forget(&mut self, name: &str, rv: &str) {
-        match self.options.records.forget(name, rv).await {
-            Ok(()) => {
+        };
+        match self.options.records.forget(name, &rv).await {
+            Ok(true) => {
                 self.records.held.remove(name);
             }
+            Ok(false) => self.records.unread(name),
             Err(e) => {
                 tracing::warn!(record = name, error = %e, "break-glass sweeper: cannot delete a record (it needs delete on ConfigMaps in its namespace); next tick")
             }
@@ -391,10 +378,8 @@ impl Sweeper {
     /// lifted: found from the Applications' own `PAUSED_FOR` lists, not from
     /// the armed objects alone, in every cluster holding Applications.
     async fn lift_orphaned_pauses(&mut self) {
-        let armed: BTreeSet<String> = self
-            .records
-            .held
-            .values()
+        let armed: BTreeSet<String> = (self.records.held.values())
+            .filter(|h| h.may_be_armed())
             .map(|h| h.armed.entry())
             .collect();
         let (mut orphans, mut unlisted) = (BTreeMap::new(), BTreeSet::new());

@@ -150,7 +150,7 @@ metadata: {name: driftguard-break-glass-sweeper}
 rules:
   - apiGroups: ["", apps]
     resources: [configmaps, deployments, pods, replicasets]
-    verbs: [list, watch, patch]
+    verbs: [get, list, patch]
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRoleBinding
@@ -287,6 +287,26 @@ impl Env {
     }
 
     /// `{annotations, labels}` of `kind/name` in production, as admin.
+    /// The objects the armed set's records name (`kind namespace/name`), in
+    /// driftguard's kubeconfig namespace.
+    fn records(&self) -> Vec<String> {
+        let out = self.plane.kubectl(
+            "admin",
+            &[
+                "-n",
+                "default",
+                "get",
+                "configmaps",
+                "-l",
+                "driftguard.io/break-glass-record",
+                "-o",
+                "jsonpath={range .items[*]}{.data.kind} {.data.namespace}/{.data.name}{\"\\n\"}{end}",
+            ],
+        );
+        assert!(out.ok, "{out}");
+        out.stdout.lines().map(str::to_owned).collect()
+    }
+
     fn metadata(&self, target: &str) -> serde_json::Value {
         let out = self.plane.kubectl(
             "admin",

@@ -11,18 +11,60 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::Api;
 use kube::runtime::{WatchStreamExt, watcher};
 
+use super::VERIFY;
 use crate::breakglass::record::{self, Armed};
 
 /// The most records held: each is a few hundred bytes, and only an identity
 /// allowed to break glass (or a write allowed in warn mode) makes one.
 pub(crate) const MAX_RECORDS: usize = 10_000;
 
-/// One record, and when the sweeper last read its object.
+/// One record, and what the sweeper last read of its object.
 pub(super) struct Held {
     pub armed: Armed,
     pub resource_version: String,
-    /// `None`: not read since it was (re)written.
-    pub verified: Option<Instant>,
+    /// When its object was last read, and whether it was armed then;
+    /// `None`: not read since the record was (re)written.
+    read: Option<(Instant, bool)>,
+}
+
+impl Held {
+    /// Whether its object is to be read now: never read since the record
+    /// changed, not read for [`VERIFY`], its recorded expiry passed, or
+    /// found not armed and now settled.
+    pub fn due(&self, now: jiff::Timestamp) -> bool {
+        match self.read {
+            None => true,
+            Some((at, _)) if at.elapsed() >= VERIFY => true,
+            Some((_, true)) => self.armed.expires.is_none_or(|at| at <= now),
+            Some((_, false)) => self.settled(now),
+        }
+    }
+
+    /// Whether it was written longer than [`record::GRACE`] ago: a write it
+    /// was recorded for is no longer on its way.
+    pub fn settled(&self, now: jiff::Timestamp) -> bool {
+        let grace = jiff::SignedDuration::try_from(record::GRACE).unwrap_or_default();
+        self.armed
+            .recorded
+            .is_none_or(|at| now.duration_since(at) >= grace)
+    }
+
+    /// When it is next due by time: its expiry, or its settling.
+    pub fn next_look(&self, now: jiff::Timestamp) -> Option<jiff::Timestamp> {
+        match self.read {
+            Some((_, true)) => self.armed.expires,
+            Some((_, false)) if !self.settled(now) => self.armed.recorded.and_then(|at| {
+                at.checked_add(jiff::SignedDuration::try_from(record::GRACE).ok()?)
+                    .ok()
+            }),
+            _ => None,
+        }
+    }
+
+    /// Whether its object may hold a pause: armed when last read, or not read yet.
+    pub fn may_be_armed(&self) -> bool {
+        self.read.is_none_or(|(_, armed)| armed)
+    }
 }
 
 /// One watch event (or error).
@@ -60,6 +102,24 @@ pub(super) fn watch(
 }
 
 impl Records {
+    /// Notes what reading record `name`'s object found: armed or not, and
+    /// the expiry it carries.
+    pub(super) fn read(&mut self, name: &str, armed: bool, expires: Option<jiff::Timestamp>) {
+        if let Some(held) = self.held.get_mut(name) {
+            held.read = Some((Instant::now(), armed));
+            if armed {
+                held.armed.expires = expires;
+            }
+        }
+    }
+
+    /// Makes record `name` due again.
+    pub(super) fn unread(&mut self, name: &str) {
+        if let Some(held) = self.held.get_mut(name) {
+            held.read = None;
+        }
+    }
+
     /// Takes one watch update in; true when the armed set may have changed.
     pub(super) fn update(&mut self, update: Update) -> bool {
         let event = match update {
@@ -118,7 +178,7 @@ impl Records {
         let held = Held {
             armed,
             resource_version: rv,
-            verified: None,
+            read: None,
         };
         into.insert(name, held);
     }
@@ -135,6 +195,56 @@ mod tests {
             "data": {"apiVersion": "apps/v1", "kind": "Deployment", "resource": "deployments",
                 "namespace": "prod", "name": format!("web{i}")}}))
         .unwrap()
+    }
+
+    /// A record found not armed is dropped only once settled, and lends
+    /// no pause meanwhile; one found armed is read again at its expiry.
+    #[test]
+    fn a_record_is_read_when_due_and_dropped_only_once_settled() {
+        let now = jiff::Timestamp::now();
+        let mut cm = record(1);
+        let data = cm.data.as_mut().unwrap();
+        data.insert("recorded".into(), now.to_string());
+        data.insert(
+            "expires".into(),
+            (now + jiff::SignedDuration::from_mins(5)).to_string(),
+        );
+        let mut records = Records::default();
+        records.update(Ok(watcher::Event::Apply(cm)));
+        let held = |r: &Records| r.held.values().next().unwrap().clone_state();
+        assert_eq!(
+            held(&records),
+            (true, false, true),
+            "unread: due, not settled, may be armed"
+        );
+        records.read("r1", true, Some(now + jiff::SignedDuration::from_mins(5)));
+        assert_eq!(held(&records), (false, false, true));
+        let h = records.held.values().next().unwrap();
+        assert!(
+            h.due(now + jiff::SignedDuration::from_mins(6)),
+            "due at its expiry"
+        );
+        records.read("r1", false, None);
+        assert_eq!(
+            held(&records),
+            (false, false, false),
+            "not armed: no pause, kept"
+        );
+        let h = records.held.values().next().unwrap();
+        let later = now + jiff::SignedDuration::from_secs(61);
+        assert!(h.settled(later) && h.due(later), "settled after the grace");
+        assert_eq!(
+            h.next_look(now),
+            now.checked_add(jiff::SignedDuration::from_secs(60)).ok()
+        );
+    }
+
+    impl Held {
+        /// (due now, settled now, may be armed).
+        fn clone_state(&self) -> (bool, bool, bool) {
+            let now = jiff::Timestamp::now();
+            (self.due(now), self.settled(now), self.may_be_armed())
+        }
     }
 
     #[test]
