@@ -79,8 +79,10 @@ data: {{LOG_LEVEL: debug}}
 
 /// Arms ConfigMap `name` as `kubectl driftguard break-glass` does (both
 /// annotations, the pause marker and Flux's opt-out, the label), as sam,
-/// through the webhook, for `seconds`; retried while the webhook starts.
-fn arm(plane: &ControlPlane, name: &str, seconds: i64) {
+/// through the webhook, for `seconds`, until its record (in `records`)
+/// shows the webhook judged it: a new webhook configuration takes a moment
+/// to apply.
+fn arm(plane: &ControlPlane, name: &str, seconds: i64, records: &str) {
     let patch = |expires: &str| {
         serde_json::json!({"metadata": {
             "labels": {"driftguard.io/break-glass": "true"},
@@ -109,10 +111,13 @@ fn arm(plane: &ControlPlane, name: &str, seconds: i64) {
                 &patch(&expires),
             ],
         );
-        if out.ok {
-            Ok(())
-        } else {
-            Err(format!("{out}"))
+        if !out.ok {
+            return Err(format!("{out}"));
+        }
+        let recorded = recorded(plane, records);
+        match recorded.contains(&format!("production/{name}")) {
+            true => Ok(()),
+            false => Err(format!("armed, not recorded: {recorded:?}")),
         }
     });
 }
@@ -236,7 +241,7 @@ fn one_replica_sweeps_and_another_takes_over_when_it_is_killed() {
     // The webhook is the replica that survives; the leader sweeps: a
     // break-glass armed for 2 s is ended.
     replicas[1 - leading].register(&plane, &policy.display().to_string());
-    arm(&plane, "before-kill", 2);
+    arm(&plane, "before-kill", 2, "driftguard");
     wait_for(
         "the leader to end the expired break-glass",
         Duration::from_secs(30),
@@ -248,7 +253,7 @@ fn one_replica_sweeps_and_another_takes_over_when_it_is_killed() {
 
     // SIGKILL the leader; a break-glass expiring after that is the
     // survivor's to end, once it has taken the Lease over.
-    arm(&plane, "after-kill", 5);
+    arm(&plane, "after-kill", 5, "driftguard");
     let killed = Instant::now();
     let _ = replicas[leading].proc.child.kill();
     let _ = replicas[leading].proc.child.wait();
@@ -348,7 +353,7 @@ fn recorded(plane: &ControlPlane, namespace: &str) -> Vec<String> {
 fn a_kill_at_any_moment_of_an_arming_leaves_nothing_armed_unswept() {
     const WRITES: usize = 8;
     let mut plane = ControlPlane::start("sweeper-crash");
-    plane.prepare(&["production"]);
+    plane.prepare(&["production", "argocd"]);
     plane.add_user("sam", &[]);
     plane.apply_admin(SAM_EDITS_PRODUCTION);
     plane.apply_admin(SWEEPS_CONFIGMAPS);
@@ -371,7 +376,7 @@ fn a_kill_at_any_moment_of_an_arming_leaves_nothing_armed_unswept() {
         ],
     );
     dg.register(&plane, &policy.display().to_string());
-    arm(&plane, "crash-0", 8);
+    arm(&plane, "crash-0", 8, "default");
     for (i, name) in names.iter().enumerate().skip(1) {
         let (plane_ref, name) = (&plane, name.clone());
         std::thread::scope(|s| {

@@ -40,8 +40,18 @@ pub(crate) struct Armed {
     pub name: String,
     /// The expiry annotation when recorded: when to look at it first.
     pub expires: Option<jiff::Timestamp>,
-    /// When the webhook last wrote the record.
+    /// When the webhook last recorded an arming of it.
     pub recorded: Option<jiff::Timestamp>,
+    /// When the webhook last asked the sweeper to look again at it.
+    pub look: Option<jiff::Timestamp>,
+}
+
+impl Armed {
+    /// When the webhook last wrote the record: a write it was written for
+    /// may land up to [`GRACE`] later.
+    pub(crate) fn written(&self) -> Option<jiff::Timestamp> {
+        self.recorded.max(self.look)
+    }
 }
 
 impl Armed {
@@ -81,6 +91,7 @@ impl Armed {
             name: name.to_owned(),
             expires: annotations[EXPIRES].as_str().and_then(|e| e.parse().ok()),
             recorded: None,
+            look: None,
         })
         .filter(|a| !a.name.is_empty() && !a.ar.version.is_empty())
     }
@@ -136,6 +147,7 @@ impl Armed {
             name: name.to_owned(),
             expires: get("expires").parse().ok(),
             recorded: get("recorded").parse().ok(),
+            look: get("look").parse().ok(),
         })
     }
 

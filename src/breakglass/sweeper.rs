@@ -206,6 +206,7 @@ impl Sweeper {
             {
                 Some((object, Ok(true))) => {
                     if self.end(&armed.ar, object).await {
+                        self.records.ended(&name);
                         self.forget(&name).await;
                     }
                 }
@@ -217,7 +218,8 @@ impl Sweeper {
                 }
                 None | Some((_, Err(_))) => {
                     tracing::debug!(object = %armed.entry(), "break-glass sweeper: recorded but not armed");
-                    match self.records.held.get(&name).is_some_and(|h| h.settled(now)) {
+                    let settled = self.records.held.get(&name).is_some_and(|h| h.settled(now));
+                    match settled || self.records.ended_here(&name) {
                         true => self.forget(&name).await,
                         false => self.records.read(&name, false, None),
                     }
@@ -261,9 +263,7 @@ impl Sweeper {
             return;
         };
         match self.options.records.forget(name, &rv).await {
-            Ok(true) => {
-                self.records.held.remove(name);
-            }
+            Ok(true) => self.records.remove(name),
             Ok(false) => self.records.unread(name),
             Err(e) => {
                 tracing::warn!(record = name, error = %e, "break-glass sweeper: cannot delete a record (it needs delete on ConfigMaps in its namespace); next tick")
@@ -317,6 +317,7 @@ impl Sweeper {
                         name,
                         expires: None,
                         recorded: None,
+                        look: None,
                     };
                     self.record(&armed).await;
                 }
@@ -350,6 +351,10 @@ impl Sweeper {
     /// a pause is lifted only when its object is known to hold none.
     async fn entry_armed(&self, entry: &str) -> bool {
         let Some((ar, namespace, name)) = resolve_entry(&self.client, entry).await else {
+            tracing::warn!(
+                object = entry,
+                "break-glass sweeper: a pause entry names a type it cannot find; the pause stays"
+            );
             return true;
         };
         let armed = Armed {
@@ -358,10 +363,14 @@ impl Sweeper {
             name,
             expires: None,
             recorded: None,
+            look: None,
         };
         match self.read(&armed).await {
             Read::Gone => false,
-            Read::Failed(_) => true,
+            Read::Failed(e) => {
+                tracing::warn!(object = entry, error = %e, "break-glass sweeper: cannot read the object a pause entry names; the pause stays");
+                true
+            }
             Read::Object(object) => {
                 let policy = self.policy.current();
                 let is_armed = pause::not_armable(&object, &armed.ar.group, &policy).is_none();

@@ -69,7 +69,9 @@ fn the_sweeper_ends_expired_break_glass() {
                     Ok(())
                 } else {
                     Err(format!(
-                        "flux-hotfix {flux}; argo-hotfix {argo}; application {app}"
+                        "flux-hotfix {flux}; argo-hotfix {argo}; application {app}; records {:?}; {}",
+                        e.records(),
+                        e.dg().proc.stderr_tail(300)
                     ))
                 }
             },
@@ -149,7 +151,11 @@ fn a_pause_left_behind_is_lifted() {
                 {
                     Ok(())
                 } else {
-                    Err(format!("application {app}"))
+                    Err(format!(
+                        "application {app}; records {:?}; {}",
+                        e.records(),
+                        e.dg().proc.stderr_tail(300)
+                    ))
                 }
             },
         )
@@ -240,7 +246,10 @@ fn the_sweeper_touches_only_what_driftguard_armed() {
                 let records = e.records();
                 match meta["labels"].get("driftguard.io/break-glass") {
                     None if records.is_empty() => Ok(()),
-                    _ => Err(format!("flux-hotfix {meta}; records {records:?}")),
+                    _ => Err(format!(
+                        "flux-hotfix {meta}; records {records:?}; {}",
+                        e.dg().proc.stderr_tail(300)
+                    )),
                 }
             },
         )?;

@@ -4,7 +4,7 @@
 //! and logged, and wait for a relist once some are gone.
 
 use std::collections::BTreeMap;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -13,6 +13,11 @@ use kube::runtime::{WatchStreamExt, watcher};
 
 use super::VERIFY;
 use crate::breakglass::record::{self, Armed};
+
+/// How often a recorded object is read while a write its record was
+/// written for may still land (armed, or ended, at admission, before the
+/// write is stored).
+const RECHECK: Duration = Duration::from_secs(3);
 
 /// The most records held: each is a few hundred bytes, and only an identity
 /// allowed to break glass (or a write allowed in warn mode) makes one.
@@ -29,36 +34,37 @@ pub(super) struct Held {
 
 impl Held {
     /// Whether its object is to be read now: never read since the record
-    /// changed, not read for [`VERIFY`], its recorded expiry passed, or
+    /// changed, not read for [`VERIFY`], or for [`RECHECK`] while a write
+    /// it was written for may still land, its recorded expiry passed, or
     /// found not armed and now settled.
     pub fn due(&self, now: jiff::Timestamp) -> bool {
         match self.read {
             None => true,
             Some((at, _)) if at.elapsed() >= VERIFY => true,
+            Some((at, _)) if !self.settled(now) && at.elapsed() >= RECHECK => true,
             Some((_, true)) => self.armed.expires.is_none_or(|at| at <= now),
             Some((_, false)) => self.settled(now),
         }
     }
 
     /// Whether it was written longer than [`record::GRACE`] ago: a write it
-    /// was recorded for is no longer on its way.
+    /// was written for is no longer on its way.
     pub fn settled(&self, now: jiff::Timestamp) -> bool {
         let grace = jiff::SignedDuration::try_from(record::GRACE).unwrap_or_default();
-        self.armed
-            .recorded
-            .is_none_or(|at| now.duration_since(at) >= grace)
+        (self.armed.written()).is_none_or(|at| now.duration_since(at) >= grace)
     }
 
-    /// When it is next due by time: its expiry, or its settling.
+    /// When it is next due by time: a recheck while unsettled, else its
+    /// expiry (armed) or its settling (not armed).
     pub fn next_look(&self, now: jiff::Timestamp) -> Option<jiff::Timestamp> {
-        match self.read {
-            Some((_, true)) => self.armed.expires,
-            Some((_, false)) if !self.settled(now) => self.armed.recorded.and_then(|at| {
-                at.checked_add(jiff::SignedDuration::try_from(record::GRACE).ok()?)
-                    .ok()
-            }),
-            _ => None,
+        let (at, armed) = self.read?;
+        if !self.settled(now) {
+            let left = RECHECK.saturating_sub(at.elapsed());
+            return now
+                .checked_add(jiff::SignedDuration::try_from(left).ok()?)
+                .ok();
         }
+        if armed { self.armed.expires } else { None }
     }
 
     /// Whether its object may hold a pause: armed when last read, or not read yet.
@@ -79,6 +85,10 @@ pub(super) struct Records {
     pub synced: bool,
     /// Records left out over [`MAX_RECORDS`] since the last list.
     pub over: usize,
+    /// Records whose break-glass this sweeper ended, with the arming's
+    /// `recorded` then: the ending write's own look-again rewrote them, and
+    /// they are dropped at once unless a new arming recorded them again.
+    ended: BTreeMap<String, Option<jiff::Timestamp>>,
 }
 
 /// Starts the watch of the records in `namespace`; its events go to `tx`.
@@ -113,6 +123,26 @@ impl Records {
         }
     }
 
+    /// Notes that this sweeper ended record `name`'s break-glass.
+    pub(super) fn ended(&mut self, name: &str) {
+        if let Some(held) = self.held.get(name) {
+            self.ended.insert(name.to_owned(), held.armed.recorded);
+        }
+    }
+
+    /// Whether record `name` may be dropped though not settled: this
+    /// sweeper ended the very arming it records.
+    pub(super) fn ended_here(&self, name: &str) -> bool {
+        let held = self.held.get(name).map(|h| h.armed.recorded);
+        held.is_some() && self.ended.get(name) == held.as_ref()
+    }
+
+    /// Forgets record `name`, deleted.
+    pub(super) fn remove(&mut self, name: &str) {
+        self.held.remove(name);
+        self.ended.remove(name);
+    }
+
     /// Makes record `name` due again.
     pub(super) fn unread(&mut self, name: &str) {
         if let Some(held) = self.held.get_mut(name) {
@@ -141,6 +171,7 @@ impl Records {
             }
             watcher::Event::InitDone => {
                 self.held = self.relist.take().unwrap_or_default();
+                self.ended.retain(|name, _| self.held.contains_key(name));
                 self.synced = true;
                 if self.over > 0 {
                     tracing::warn!(
@@ -220,6 +251,8 @@ mod tests {
         records.read("r1", true, Some(now + jiff::SignedDuration::from_mins(5)));
         assert_eq!(held(&records), (false, false, true));
         let h = records.held.values().next().unwrap();
+        let settled = now + jiff::SignedDuration::from_secs(61);
+        assert!(!h.due(settled), "armed and settled: read at its expiry");
         assert!(
             h.due(now + jiff::SignedDuration::from_mins(6)),
             "due at its expiry"
@@ -233,9 +266,16 @@ mod tests {
         let h = records.held.values().next().unwrap();
         let later = now + jiff::SignedDuration::from_secs(61);
         assert!(h.settled(later) && h.due(later), "settled after the grace");
+        // Unsettled, read again soon: the write may land yet.
+        let recheck = h.next_look(now).unwrap();
+        assert!(
+            recheck <= now + jiff::SignedDuration::from_secs(3),
+            "{recheck}"
+        );
         assert_eq!(
-            h.next_look(now),
-            now.checked_add(jiff::SignedDuration::from_secs(60)).ok()
+            h.next_look(later),
+            None,
+            "settled and not armed: dropped, not waited on"
         );
     }
 
