@@ -9,6 +9,7 @@
 //! type (read from the apiserver's audit log). And a SIGKILL at any moment
 //! of an arming never leaves an armed object without its record.
 
+use driftguard_testkit::armed::*;
 use driftguard_testkit::control_plane;
 use driftguard_testkit::rbac_audit;
 
@@ -59,67 +60,6 @@ fn lease_version(plane: &ControlPlane) -> String {
     );
     assert!(out.ok, "{out}");
     out.stdout.trim().to_owned()
-}
-
-/// A Flux-managed ConfigMap, not armed.
-fn flux_configmap(name: &str) -> String {
-    format!(
-        r#"apiVersion: v1
-kind: ConfigMap
-metadata:
-  name: {name}
-  namespace: production
-  labels:
-    kustomize.toolkit.fluxcd.io/name: apps
-    kustomize.toolkit.fluxcd.io/namespace: flux-system
-data: {{LOG_LEVEL: debug}}
-"#
-    )
-}
-
-/// Arms ConfigMap `name` as `kubectl driftguard break-glass` does (both
-/// annotations, the pause marker and Flux's opt-out, the label), as sam,
-/// through the webhook, for `seconds`, until its record (in `records`)
-/// shows the webhook judged it: a new webhook configuration takes a moment
-/// to apply.
-fn arm(plane: &ControlPlane, name: &str, seconds: i64, records: &str) {
-    let patch = |expires: &str| {
-        serde_json::json!({"metadata": {
-            "labels": {"driftguard.io/break-glass": "true"},
-            "annotations": {
-                "driftguard.io/break-glass": "INC-7 hotfix",
-                "driftguard.io/break-glass-expires": expires,
-                "driftguard.io/break-glass-paused": "kustomize.toolkit.fluxcd.io/reconcile",
-                "kustomize.toolkit.fluxcd.io/reconcile": "disabled"}}})
-        .to_string()
-    };
-    wait_for("sam to arm a break-glass", Duration::from_secs(30), || {
-        let expires = (jiff::Timestamp::now() + jiff::SignedDuration::from_secs(seconds))
-            .round(jiff::Unit::Second)
-            .unwrap()
-            .to_string();
-        let out = plane.kubectl(
-            "sam",
-            &[
-                "-n",
-                "production",
-                "patch",
-                "configmap",
-                name,
-                "--type=merge",
-                "-p",
-                &patch(&expires),
-            ],
-        );
-        if !out.ok {
-            return Err(format!("{out}"));
-        }
-        let recorded = recorded(plane, records);
-        match recorded.contains(&format!("production/{name}")) {
-            true => Ok(()),
-            false => Err(format!("armed, not recorded: {recorded:?}")),
-        }
-    });
 }
 
 fn break_glass_of(plane: &ControlPlane, name: &str) -> Value {
@@ -306,43 +246,9 @@ roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: driftgua
 subjects: [{kind: User, name: driftguard, apiGroup: rbac.authorization.k8s.io}]
 "#;
 
-/// sam may patch ConfigMaps in production (the aggregated `edit` role is
-/// empty without kube-controller-manager).
-const SAM_EDITS_PRODUCTION: &str = r#"
-apiVersion: rbac.authorization.k8s.io/v1
-kind: Role
-metadata: {name: sam-edits, namespace: production}
-rules: [{apiGroups: [""], resources: [configmaps], verbs: [get, list, patch]}]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata: {name: sam-edits, namespace: production}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: sam-edits}
-subjects: [{kind: User, name: sam, apiGroup: rbac.authorization.k8s.io}]
-"#;
-
 /// A Flux-managed ConfigMap armed, or ended: whether it carries an expiry.
 fn armed(plane: &ControlPlane, name: &str) -> bool {
     !break_glass_of(plane, name).is_null()
-}
-
-/// The objects the records in `namespace` name, as `namespace/name`.
-fn recorded(plane: &ControlPlane, namespace: &str) -> Vec<String> {
-    let out = plane.kubectl(
-        "admin",
-        &[
-            "-n",
-            namespace,
-            "get",
-            "configmaps",
-            "-l",
-            "driftguard.io/break-glass-record",
-            "-o",
-            "jsonpath={range .items[*]}{.data.namespace}/{.data.name}{\"\\n\"}{end}",
-        ],
-    );
-    assert!(out.ok, "{out}");
-    out.stdout.lines().map(str::to_owned).collect()
 }
 
 /// driftguard is killed (SIGKILL) at spread moments of an arming write:

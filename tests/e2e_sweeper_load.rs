@@ -5,8 +5,10 @@
 //! the apiserver's own audit log and printed by verb and resource; the test
 //! fails when the sweeper lists types on a timer (every type, every interval,
 //! on every replica: over a thousand requests a minute here) instead of
-//! watching the break-glass label on one replica.
+//! watching its records of the armed objects on one replica.
+//! `examples/sweeper_crds.rs` measures how the cost grows with CRDs.
 
+use driftguard_testkit::armed::*;
 use driftguard_testkit::control_plane;
 use driftguard_testkit::flood::metric;
 use driftguard_testkit::rbac_audit;
@@ -95,27 +97,10 @@ fn the_sweeper_watches_instead_of_listing_every_type() {
         "interval, lease and Argo CD namespace: {args:?}"
     );
     apply_chart_rbac_and_lease(&plane, &docs);
-    // One break-glass armed, an hour to go.
-    let expires = (jiff::Timestamp::now() + jiff::SignedDuration::from_hours(1))
-        .round(jiff::Unit::Second)
-        .unwrap();
-    plane.apply_admin(&format!(
-        r#"apiVersion: v1
-kind: ConfigMap
-metadata:
-  name: settings
-  namespace: production
-  labels:
-    kustomize.toolkit.fluxcd.io/name: apps
-    kustomize.toolkit.fluxcd.io/namespace: flux-system
-    driftguard.io/break-glass: "true"
-  annotations:
-    driftguard.io/break-glass: INC-9
-    driftguard.io/break-glass-expires: "{expires}"
-    driftguard.io/break-glass-paused: kustomize.toolkit.fluxcd.io/reconcile
-    kustomize.toolkit.fluxcd.io/reconcile: disabled
-"#
-    ));
+    // One break-glass armed through the webhook (below), an hour to go.
+    plane.add_user("sam", &["sre-oncall"]);
+    plane.apply_admin(SAM_EDITS_PRODUCTION);
+    plane.apply_admin(&flux_configmap("settings"));
 
     let policy = plane.dir.join("load-policy.yaml");
     std::fs::write(&policy, &chart.policy).unwrap();
@@ -127,6 +112,8 @@ metadata:
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let first = Driftguard::start(&plane, &flags);
     let second = first.replica();
+    first.register(&plane, &policy.display().to_string());
+    arm(&plane, "settings", 3600, "driftguard");
 
     // Settled: one replica leads, and driftguard's account has sent nothing
     // but Lease renewals and watches for 3 s. The first discovery, lists and

@@ -11,6 +11,7 @@
 
 pub mod agreement;
 pub mod apiserver;
+pub mod armed;
 pub mod atomic_maps;
 pub mod big_reviews;
 pub mod common;

@@ -287,24 +287,10 @@ impl Env {
     }
 
     /// `{annotations, labels}` of `kind/name` in production, as admin.
-    /// The objects the armed set's records name (`kind namespace/name`), in
+    /// The objects the armed set's records name (`namespace/name`), in
     /// driftguard's kubeconfig namespace.
     fn records(&self) -> Vec<String> {
-        let out = self.plane.kubectl(
-            "admin",
-            &[
-                "-n",
-                "default",
-                "get",
-                "configmaps",
-                "-l",
-                "driftguard.io/break-glass-record",
-                "-o",
-                "jsonpath={range .items[*]}{.data.kind} {.data.namespace}/{.data.name}{\"\\n\"}{end}",
-            ],
-        );
-        assert!(out.ok, "{out}");
-        out.stdout.lines().map(str::to_owned).collect()
+        driftguard_testkit::armed::recorded(&self.plane, "default")
     }
 
     fn metadata(&self, target: &str) -> serde_json::Value {

@@ -42,7 +42,7 @@ fn the_sweeper_ends_expired_break_glass() {
         ensure!(
             ["argo-hotfix", "flux-hotfix"]
                 .iter()
-                .all(|n| recorded.contains(&format!("ConfigMap production/{n}"))),
+                .all(|n| recorded.contains(&format!("production/{n}"))),
             "the armed objects are not recorded: {recorded:?}"
         );
         poll(

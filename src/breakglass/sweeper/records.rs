@@ -34,14 +34,14 @@ pub(super) struct Held {
 
 impl Held {
     /// Whether its object is to be read now: never read since the record
-    /// changed, not read for [`VERIFY`], or for [`RECHECK`] while a write
-    /// it was written for may still land, its recorded expiry passed, or
-    /// found not armed and now settled.
+    /// changed, not read for [`VERIFY`], or for [`RECHECK`] while the write
+    /// it was last written for may still land ([`Held::landing`]), its
+    /// recorded expiry passed, or found not armed and now settled.
     pub fn due(&self, now: jiff::Timestamp) -> bool {
         match self.read {
             None => true,
             Some((at, _)) if at.elapsed() >= VERIFY => true,
-            Some((at, _)) if !self.settled(now) && at.elapsed() >= RECHECK => true,
+            Some((at, armed)) if self.landing(armed, now) && at.elapsed() >= RECHECK => true,
             Some((_, true)) => self.armed.expires.is_none_or(|at| at <= now),
             Some((_, false)) => self.settled(now),
         }
@@ -54,11 +54,20 @@ impl Held {
         (self.armed.written()).is_none_or(|at| now.duration_since(at) >= grace)
     }
 
-    /// When it is next due by time: a recheck while unsettled, else its
-    /// expiry (armed) or its settling (not armed).
+    /// Whether the last read (`armed` or not) is not yet what the write the
+    /// record was last written for will make it (an arming, or an ending
+    /// for a look-again), and that write may still land.
+    fn landing(&self, armed: bool, now: jiff::Timestamp) -> bool {
+        let arming =
+            (self.armed.look).is_none_or(|look| self.armed.recorded.is_some_and(|r| r >= look));
+        armed != arming && !self.settled(now)
+    }
+
+    /// When it is next due by time: a recheck while a write may land, else
+    /// its expiry (armed) or its settling (not armed).
     pub fn next_look(&self, now: jiff::Timestamp) -> Option<jiff::Timestamp> {
         let (at, armed) = self.read?;
-        if !self.settled(now) {
+        if self.landing(armed, now) {
             let left = RECHECK.saturating_sub(at.elapsed());
             return now
                 .checked_add(jiff::SignedDuration::try_from(left).ok()?)
@@ -266,7 +275,7 @@ mod tests {
         let h = records.held.values().next().unwrap();
         let later = now + jiff::SignedDuration::from_secs(61);
         assert!(h.settled(later) && h.due(later), "settled after the grace");
-        // Unsettled, read again soon: the write may land yet.
+        // Recorded as armed but read unarmed: read again soon, the arming may land yet.
         let recheck = h.next_look(now).unwrap();
         assert!(
             recheck <= now + jiff::SignedDuration::from_secs(3),
@@ -276,6 +285,33 @@ mod tests {
             h.next_look(later),
             None,
             "settled and not armed: dropped, not waited on"
+        );
+    }
+
+    /// After a look-again (a write that ends the break-glass), an object
+    /// still read armed is read again soon; read unarmed, it lends no pause.
+    #[test]
+    fn a_look_again_is_followed_until_the_ending_lands() {
+        let now = jiff::Timestamp::now();
+        let mut cm = record(2);
+        let data = cm.data.as_mut().unwrap();
+        data.insert(
+            "recorded".into(),
+            (now - jiff::SignedDuration::from_mins(10)).to_string(),
+        );
+        data.insert("look".into(), now.to_string());
+        let mut records = Records::default();
+        records.update(Ok(watcher::Event::Apply(cm)));
+        records.read("r2", true, Some(now + jiff::SignedDuration::from_mins(30)));
+        let h = records.held.values().next().unwrap();
+        assert!(h.next_look(now).unwrap() <= now + jiff::SignedDuration::from_secs(3));
+        records.read("r2", false, None);
+        let h = records.held.values().next().unwrap();
+        assert_eq!(h.next_look(now), None);
+        assert!(!h.may_be_armed() && !h.due(now));
+        assert!(
+            h.due(now + jiff::SignedDuration::from_secs(61)),
+            "dropped once settled"
         );
     }
 
