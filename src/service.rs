@@ -14,7 +14,7 @@ use kube::core::response::StatusSummary;
 use serde_json::Value;
 
 use crate::audit::AuditRecord;
-use crate::breakglass::record::Recorder;
+use crate::breakglass::record::{Armed, Recorder};
 use crate::cluster::events::{EventRecorder, Report};
 use crate::cluster::parents::ParentReader;
 use crate::cluster::watch::SourcesHandle;
@@ -270,14 +270,20 @@ impl Reviewer {
             request::view(req),
             deadline.saturating_duration_since(Instant::now()),
         );
-        let kept = records.keep(&view, policy, left.max(Duration::from_secs(1)));
+        let break_glass = judged.decision.finding == drift::Finding::BreakGlass;
+        // What is left of the decision's deadline, with a floor that stays
+        // well within any webhook timeout.
+        let timeout = left.max(Duration::from_millis(250));
+        let kept = records.keep(&view, policy, break_glass, timeout);
         let Err((object, why)) = kept.await else {
             return;
         };
         tracing::warn!(object = %object, error = %why, "cannot record an armed break-glass");
-        if judged.decision.finding != drift::Finding::BreakGlass {
+        // Refused only where it arms or changes the break-glass: a hotfix
+        // under one already recorded is only warned.
+        if !Armed::changes_keys(&view) {
             let warning = format!(
-                "driftguard: this break-glass is not recorded ({why}): driftguard's sweeper will not end it at expiry; end it by hand"
+                "driftguard: cannot refresh this break-glass's record ({why}); the record written when it was armed still stands"
             );
             response.warnings.get_or_insert_default().push(warning);
             return;

@@ -108,6 +108,9 @@ pub fn application_set_drops(set: &Value, app_name: &str) -> Vec<&'static str> {
 /// the pause (its keys removed by hand, the object deleted). `armed` are the
 /// entries of every recorded armed object; the sweeper reads each entry's
 /// object before it lifts one.
+/// The most entries of one Application's `PAUSED_FOR` list the sweeper reads.
+pub const MAX_PAUSED_ENTRIES: usize = 64;
+
 pub fn orphaned(annotations: &Value, armed: &BTreeSet<String>) -> Vec<String> {
     if annotations.get(SKIP_RECONCILE).and_then(Value::as_str) != Some("true") {
         return Vec::new();
@@ -118,7 +121,11 @@ pub fn orphaned(annotations: &Value, armed: &BTreeSet<String>) -> Vec<String> {
         .unwrap_or_default()
         .split(',')
         .map(str::trim)
-        .filter(|e| !e.is_empty() && !armed.contains(*e))
+        .filter(|e| !e.is_empty())
+        // The plugin lists one entry per armed object; more than this many
+        // are a forged list, not read (its pause stays, for a person to lift).
+        .take(MAX_PAUSED_ENTRIES)
+        .filter(|e| !armed.contains(*e))
         .map(str::to_owned)
         .collect()
 }
@@ -368,6 +375,17 @@ mod tests {
         assert!(orphaned(&theirs, &BTreeSet::new()).is_empty());
         let lifted = json!({PAUSED_FOR: "/ConfigMap:prod/a"});
         assert!(orphaned(&lifted, &BTreeSet::new()).is_empty());
+    }
+
+    /// A forged list is read only up to its bound (attacker review, issue
+    /// 40, finding 4): each entry costs the sweeper requests.
+    #[test]
+    fn only_the_first_entries_of_a_long_pause_list_are_read() {
+        let list: Vec<String> = (0..1000).map(|i| format!("x/K:a/b{i}")).collect();
+        let annotations = json!({SKIP_RECONCILE: "true", PAUSED_FOR: list.join(",")});
+        let orphaned = orphaned(&annotations, &BTreeSet::new());
+        assert_eq!(orphaned.len(), MAX_PAUSED_ENTRIES);
+        assert_eq!(orphaned[0], "x/K:a/b0");
     }
 
     #[test]

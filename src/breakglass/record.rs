@@ -69,8 +69,9 @@ impl Armed {
 
     /// `object`, of `view`'s type, when the sweeper would end it.
     fn in_object(view: &Request, object: &Value, policy: &Policy) -> Option<Armed> {
-        if !view.sub_resource.is_empty() || pause::not_armable(object, view.group, policy).is_some()
-        {
+        // A status write carries the object's metadata, break-glass keys included.
+        let whole = view.sub_resource.is_empty() || crate::drift::change::carries_the_object(view);
+        if !whole || pause::not_armable(object, view.group, policy).is_some() {
             return None;
         }
         let name = object["metadata"]["name"].as_str().unwrap_or(view.name);
@@ -103,8 +104,8 @@ impl Armed {
             self.ar.group, self.ar.plural, self.namespace, self.name
         );
         let digest = ring::digest::digest(&ring::digest::SHA256, id.as_bytes());
-        let hex: String = digest.as_ref()[..10]
-            .iter()
+        // The whole digest: a record names one object, with no collision to craft.
+        let hex: String = (digest.as_ref().iter())
             .map(|b| format!("{b:02x}"))
             .collect();
         format!("driftguard-armed-{hex}")
@@ -149,6 +150,24 @@ impl Armed {
             recorded: get("recorded").parse().ok(),
             look: get("look").parse().ok(),
         })
+    }
+
+    /// Whether `view` changes a break-glass key (arms, re-arms, changes
+    /// the expiry): a write under a break-glass that leaves them as they
+    /// were is not refused for a record that already exists.
+    pub(crate) fn changes_keys(view: &Request) -> bool {
+        use crate::drift::breakglass_state::{LABEL, PAUSED, REASON};
+        let key = |o: Option<&Value>, section: &str, k: &str| {
+            o.map(|o| o["metadata"][section][k].clone())
+        };
+        [
+            ("annotations", REASON),
+            ("annotations", EXPIRES),
+            ("annotations", PAUSED),
+            ("labels", LABEL),
+        ]
+        .into_iter()
+        .any(|(section, k)| key(view.object, section, k) != key(view.old_object, section, k))
     }
 
     /// `group/Kind:namespace/name`, as a pause entry names the object.
@@ -223,17 +242,20 @@ impl Recorder {
     }
 
     /// Keeps the armed set true for one allowed write: records the object
-    /// it leaves armed, or asks the sweeper to look again at one it leaves
-    /// unarmed. `Err((object, why))` when an armed object could not be
+    /// a `break_glass` write (its decision's finding) leaves armed, or asks
+    /// the sweeper to look again at one any write leaves unarmed. `Err((object, why))` when an armed object could not be
     /// recorded; a look-again that fails is only logged (the sweeper reads
     /// every recorded object within [`super::sweeper`]'s verify period).
     pub(crate) async fn keep(
         &self,
         view: &Request<'_>,
         policy: &Policy,
+        break_glass: bool,
         timeout: Duration,
     ) -> Result<(), (String, String)> {
-        if let Some(armed) = Armed::by_write(view, policy) {
+        // Only a write break-glass allowed records: a tool's own account
+        // applying objects that carry the keys makes no record to hold.
+        if let Some(armed) = Armed::by_write(view, policy).filter(|_| break_glass) {
             let object = format!("{} {}", armed.ar.kind, armed.entry());
             return self
                 .record(&armed, timeout)
@@ -309,7 +331,7 @@ mod tests {
             (back.ar, back.namespace, back.name, back.expires),
             (armed.ar, armed.namespace, armed.name, armed.expires)
         );
-        assert!(cm.metadata.name.unwrap().len() <= 63);
+        assert!(cm.metadata.name.unwrap().len() <= 253, "a ConfigMap name");
     }
 
     #[test]
@@ -356,6 +378,33 @@ mod tests {
         assert_eq!(
             Armed::ended_by_write(&update(ended, Some(ended)), &policy),
             None
+        );
+    }
+
+    /// A status write carries the object's metadata: arming through it is
+    /// recorded like any other (attacker review, issue 40, finding 2).
+    #[test]
+    fn an_arming_through_the_status_subresource_is_recorded() {
+        let policy = Policy::embedded();
+        let object = armed_deployment();
+        let status = Request {
+            sub_resource: "status",
+            old_object: Some(&object),
+            ..write(&object)
+        };
+        assert!(Armed::by_write(&status, &policy).is_some());
+        let scale =
+            json!({"apiVersion": "autoscaling/v1", "kind": "Scale", "metadata": {"name": "web"}});
+        let scaled = Request {
+            sub_resource: "scale",
+            object: Some(&scale),
+            old_object: Some(&scale),
+            ..write(&object)
+        };
+        assert_eq!(
+            Armed::by_write(&scaled, &policy),
+            None,
+            "a Scale is not the object"
         );
     }
 

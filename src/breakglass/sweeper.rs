@@ -142,10 +142,11 @@ impl Sweeper {
     async fn lead(&mut self, leading: &AtomicBool) {
         let (tx, mut rx) = tokio::sync::mpsc::channel(1024);
         let namespace = self.options.records.namespace().to_owned();
-        let watch = records::watch(self.client.clone(), &namespace, tx);
+        let mut watch = records::watch(self.client.clone(), &namespace, tx.clone());
         let mut check = Instant::now();
         let mut orphan_check = Instant::now() + self.options.interval;
         let mut fallback = Instant::now() + self.options.interval;
+        let mut relist = Instant::now();
         while leading.load(Ordering::SeqCst) {
             let wake = check.min(Instant::now() + Duration::from_secs(1));
             tokio::select! {
@@ -165,6 +166,12 @@ impl Sweeper {
             if Instant::now() >= fallback {
                 self.record_unrecorded().await;
                 fallback = Instant::now() + FALLBACK;
+            }
+            // Records left out at the bound are read again once there is room.
+            if self.records.room_for_more() && Instant::now() >= relist {
+                watch.abort();
+                watch = records::watch(self.client.clone(), &namespace, tx.clone());
+                relist = Instant::now() + self.options.interval;
             }
             if Instant::now() >= orphan_check {
                 self.lift_orphaned_pauses().await;
@@ -196,7 +203,8 @@ impl Sweeper {
                 Read::Object(object) => Some(object),
                 Read::Gone => None,
                 Read::Failed(e) => {
-                    tracing::warn!(object = %armed.entry(), error = %e, "break-glass sweeper: cannot read an armed object (it needs get and patch on its type); next tick");
+                    tracing::warn!(object = %armed.entry(), error = %e, "break-glass sweeper: cannot read an armed object (it needs get and patch on its type); tried again later");
+                    self.records.failed(&name);
                     continue;
                 }
             };
@@ -204,12 +212,13 @@ impl Sweeper {
                 .as_ref()
                 .map(|o| (o, sweep(o, &armed.ar.group, &policy, now)))
             {
-                Some((object, Ok(true))) => {
-                    if self.end(&armed.ar, object).await {
+                Some((object, Ok(true))) => match self.end(&armed.ar, object).await {
+                    true => {
                         self.records.ended(&name);
                         self.forget(&name).await;
                     }
-                }
+                    false => self.records.unread(&name),
+                },
                 Some((object, Ok(false))) => {
                     let expires = object["metadata"]["annotations"][EXPIRES]
                         .as_str()
@@ -271,9 +280,10 @@ impl Sweeper {
         }
     }
 
-    /// The fallback for armings the webhook did not see: lists, a page at a
-    /// time and as metadata, the types the records name, and records every
-    /// armed object found without one. Never every type.
+    /// The fallback for armings the webhook did not see: lists, 50 at a
+    /// time, as metadata and by the break-glass label (an arming by
+    /// `kubectl driftguard break-glass` carries it), the types the records
+    /// name, and records every armed object found without one. Never every type.
     async fn record_unrecorded(&mut self) {
         let types: BTreeMap<String, ApiResource> = (self.records.held.values())
             .map(|h| {
@@ -292,7 +302,9 @@ impl Sweeper {
         let policy = self.policy.current();
         for ar in types.values() {
             let api = Api::<DynamicObject>::all_with(self.client.clone(), ar);
-            let mut params = ListParams::default().limit(500);
+            let mut params = ListParams::default()
+                .labels(breakglass_state::LABEL)
+                .limit(50);
             loop {
                 let page = match api.list_metadata(&params).await {
                     Ok(page) => page,
@@ -349,8 +361,8 @@ impl Sweeper {
     /// Whether the object a pause entry (`group/Kind:namespace/name`) names
     /// is armed, read now; recorded if it is. Unreadable counts as armed:
     /// a pause is lifted only when its object is known to hold none.
-    async fn entry_armed(&self, entry: &str) -> bool {
-        let Some((ar, namespace, name)) = resolve_entry(&self.client, entry).await else {
+    async fn entry_armed(&self, entry: &str, groups: &mut Groups) -> bool {
+        let Some((ar, namespace, name)) = resolve_entry(&self.client, entry, groups).await else {
             tracing::warn!(
                 object = entry,
                 "break-glass sweeper: a pause entry names a type it cannot find; the pause stays"
@@ -413,21 +425,26 @@ impl Sweeper {
                 }
             }
         }
-        let mut elsewhere = BTreeSet::new();
-        for ((hub, namespace, name, entry), since) in &orphans {
-            if since.elapsed() < ORPHAN_GRACE || unlisted.contains(hub) {
-                continue;
-            }
+        // Each Application and group read once a pass, and at most
+        // MAX_ORPHANS_PER_PASS objects: forged lists cost a bounded pass.
+        let (mut elsewhere, mut groups) = (BTreeMap::new(), Groups::new());
+        let due = (orphans.iter())
+            .filter(|(key, since)| since.elapsed() >= ORPHAN_GRACE && !unlisted.contains(&key.0));
+        for ((hub, namespace, name, entry), _) in due.take(MAX_ORPHANS_PER_PASS) {
             // An Application that deploys to another cluster lists that
             // cluster's armed objects, not ours: never lifted from here.
             let app = (*hub, namespace.clone(), name.clone());
-            if elsewhere.contains(&app) || self.deploys_elsewhere(*hub, namespace, name).await {
-                elsewhere.insert(app);
+            let away = match elsewhere.get(&app) {
+                Some(away) => *away,
+                None => self.deploys_elsewhere(*hub, namespace, name).await,
+            };
+            elsewhere.insert(app, away);
+            if away {
                 continue;
             }
             // Its object read now: one armed without a record (an arming the
             // webhook did not see) keeps its pause, and is recorded.
-            if self.entry_armed(entry).await {
+            if self.entry_armed(entry, &mut groups).await {
                 continue;
             }
             // Judged again on the read the lift writes from.
@@ -511,9 +528,9 @@ impl Sweeper {
     }
 
     /// Ends the break-glass on the object ([`ending::end_break_glass`]);
-    /// failures wait for the next tick. Returns whether the object is done
-    /// with: ended, or changed or gone since it was seen (its next watch
-    /// event says what it is now).
+    /// failures wait for the next tick. Returns whether it was ended: an
+    /// object changed since it was read (a 409, which no webhook saw) is
+    /// read again, its record kept.
     async fn end(&self, ar: &ApiResource, object: &Value) -> bool {
         let meta = &object["metadata"];
         let name = meta["name"].as_str().unwrap_or_default();
@@ -566,7 +583,7 @@ impl Sweeper {
             // Changed since it was listed (or another replica won): the next tick sees it again.
             Ending::Changed => {
                 tracing::debug!(object = %shown, "break-glass sweeper: object changed; next tick");
-                true
+                false
             }
             Ending::Refused { message, .. } => {
                 tracing::warn!(object = %shown, error = %message, "break-glass sweeper: a webhook refused ending the break-glass; trying again next tick");
@@ -649,14 +666,24 @@ pub(crate) fn sweep(
 async fn resolve_entry(
     client: &kube::Client,
     entry: &str,
+    groups: &mut Groups,
 ) -> Option<(ApiResource, String, String)> {
     let (group_kind, object) = entry.split_once(':')?;
     let (group, kind) = group_kind.rsplit_once('/')?;
     let (namespace, name) = object.split_once('/')?;
-    let served = kube::discovery::oneshot::group(client, group).await.ok()?;
-    let (ar, _) = served.recommended_kind(kind)?;
+    if !groups.contains_key(group) {
+        let served = kube::discovery::oneshot::group(client, group).await.ok();
+        groups.insert(group.to_owned(), served);
+    }
+    let (ar, _) = groups.get(group)?.as_ref()?.recommended_kind(kind)?;
     Some((ar, namespace.to_owned(), name.to_owned()))
 }
+
+/// The groups discovered in one pass over pauses left behind, each asked once.
+type Groups = BTreeMap<String, Option<kube::discovery::ApiGroup>>;
+
+/// The most pauses left behind one pass reads objects for; the rest wait.
+const MAX_ORPHANS_PER_PASS: usize = 256;
 
 mod records;
 

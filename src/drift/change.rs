@@ -106,7 +106,7 @@ impl<'a> Change<'a> {
 /// A subresource write whose old and new objects are the resource itself
 /// (`status`, `finalize`, ...), not another kind (an Eviction, a
 /// TokenRequest, a Binding), so they can be compared.
-fn carries_the_object(req: &Request) -> bool {
+pub(crate) fn carries_the_object(req: &Request) -> bool {
     fn kind_of(o: Option<&Value>) -> Option<&str> {
         o?.get("kind")?.as_str()
     }

@@ -19,6 +19,9 @@ use crate::breakglass::record::{self, Armed};
 /// write is stored).
 const RECHECK: Duration = Duration::from_secs(3);
 
+/// How long a record whose object could not be read waits to be read again.
+const FAILED_WAIT: Duration = Duration::from_secs(60);
+
 /// The most records held: each is a few hundred bytes, and only an identity
 /// allowed to break glass (or a write allowed in warn mode) makes one.
 pub(crate) const MAX_RECORDS: usize = 10_000;
@@ -30,6 +33,8 @@ pub(super) struct Held {
     /// When its object was last read, and whether it was armed then;
     /// `None`: not read since the record was (re)written.
     read: Option<(Instant, bool)>,
+    /// When reading its object last failed (403, a type not served).
+    failed: Option<Instant>,
 }
 
 impl Held {
@@ -38,6 +43,9 @@ impl Held {
     /// it was last written for may still land ([`Held::landing`]), its
     /// recorded expiry passed, or found not armed and now settled.
     pub fn due(&self, now: jiff::Timestamp) -> bool {
+        if self.failed.is_some_and(|at| at.elapsed() < FAILED_WAIT) {
+            return false;
+        }
         match self.read {
             None => true,
             Some((at, _)) if at.elapsed() >= VERIFY => true,
@@ -126,6 +134,7 @@ impl Records {
     pub(super) fn read(&mut self, name: &str, armed: bool, expires: Option<jiff::Timestamp>) {
         if let Some(held) = self.held.get_mut(name) {
             held.read = Some((Instant::now(), armed));
+            held.failed = None;
             if armed {
                 held.armed.expires = expires;
             }
@@ -150,6 +159,19 @@ impl Records {
     pub(super) fn remove(&mut self, name: &str) {
         self.held.remove(name);
         self.ended.remove(name);
+    }
+
+    /// Notes that record `name`'s object could not be read: asked again
+    /// after [`FAILED_WAIT`], not at every check.
+    pub(super) fn failed(&mut self, name: &str) {
+        if let Some(held) = self.held.get_mut(name) {
+            held.failed = Some(Instant::now());
+        }
+    }
+
+    /// Whether records were left out at the bound and some room is free.
+    pub(super) fn room_for_more(&self) -> bool {
+        self.over > 0 && self.held.len() < MAX_RECORDS
     }
 
     /// Makes record `name` due again.
@@ -219,6 +241,7 @@ impl Records {
             armed,
             resource_version: rv,
             read: None,
+            failed: None,
         };
         into.insert(name, held);
     }

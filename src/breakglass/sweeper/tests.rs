@@ -292,3 +292,67 @@ fn a_refused_lift_says_where_and_how_to_lift_it_by_hand() {
         "{here}"
     );
 }
+
+/// An ending that meets a conflict (the object changed since it was read:
+/// a status write, a rollout) keeps the record, to be read again; it is
+/// never taken for ended (attacker review, issue 40, finding 1).
+#[tokio::test]
+async fn an_ending_that_conflicts_keeps_the_record() {
+    let log = Log::default();
+    let object = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "cm", "namespace": "prod", "resourceVersion": "7",
+            "labels": {"kustomize.toolkit.fluxcd.io/name": "apps", "kustomize.toolkit.fluxcd.io/namespace": "flux-system"},
+            "annotations": {breakglass_state::PAUSED: "kustomize.toolkit.fluxcd.io/reconcile",
+                "kustomize.toolkit.fluxcd.io/reconcile": "disabled",
+                breakglass_state::REASON: "INC-7", EXPIRES: "2020-01-01T00:00:00Z"}}});
+    let service = {
+        let log = log.clone();
+        tower::service_fn(move |request: Request<Body>| {
+            let (object, log) = (object.clone(), log.clone());
+            async move {
+                let (method, path) = (
+                    request.method().to_string(),
+                    request.uri().path().to_owned(),
+                );
+                log.lock().unwrap().push(format!("{method} {path}"));
+                let (code, body) = match (method.as_str(), path.as_str()) {
+                    ("GET", "/api/v1/namespaces/prod/configmaps/cm") => (200, object),
+                    ("PATCH", "/api/v1/namespaces/prod/configmaps/cm") => (
+                        409,
+                        json!({"kind": "Status", "code": 409, "reason": "Conflict", "message": "changed"}),
+                    ),
+                    _ => (200, json!({"kind": "Status", "code": 200})),
+                };
+                let response = Response::builder()
+                    .status(code)
+                    .body(Body::from(body.to_string().into_bytes()))
+                    .unwrap();
+                Ok::<_, std::convert::Infallible>(response)
+            }
+        })
+    };
+    let here = kube::Client::new(service, "default");
+    let policy = PolicyHandle::new(crate::policy::Policy::embedded());
+    let options = options(ToolSources::default(), &here);
+    let mut sweeper = Sweeper::new(here, policy, Arc::new(Metrics::default()), options);
+    let record: k8s_openapi::api::core::v1::ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "driftguard-armed-x", "resourceVersion": "3"},
+        "data": {"apiVersion": "v1", "kind": "ConfigMap", "resource": "configmaps",
+            "namespace": "prod", "name": "cm", "expires": "2020-01-01T00:00:00Z",
+            "recorded": "2020-01-01T00:00:00Z"}}))
+    .unwrap();
+    sweeper
+        .records
+        .update(Ok(kube::runtime::watcher::Event::Apply(record)));
+    sweeper.check().await;
+    let asked = log.lock().unwrap().clone();
+    assert!(
+        asked.contains(&"PATCH /api/v1/namespaces/prod/configmaps/cm".to_owned()),
+        "{asked:?}"
+    );
+    assert!(
+        !asked.iter().any(|r| r.starts_with("DELETE")),
+        "the record was deleted: {asked:?}"
+    );
+    assert!(sweeper.records.held.contains_key("driftguard-armed-x"));
+}
