@@ -206,7 +206,7 @@ pub struct Config {
     pub break_glass_sweeper_lease: Option<(String, String)>,
     /// Where the armed set is recorded: one ConfigMap per armed object,
     /// written by the webhook when it allows an arming and deleted by the
-    /// sweeper when it ends it (needs get, list, watch, create, patch and
+    /// sweeper when it ends it (needs list, watch, create, patch and
     /// delete on ConfigMaps there). Default: the Lease's namespace, else the
     /// namespace of the in-cluster service account or the kubeconfig context.
     #[arg(long, env = "DRIFTGUARD_BREAK_GLASS_NAMESPACE", value_parser = namespace_name)]

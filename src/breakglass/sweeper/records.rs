@@ -186,7 +186,7 @@ impl Records {
         let event = match update {
             Ok(event) => event,
             Err(e) => {
-                tracing::warn!(error = %e, "break-glass sweeper: cannot watch its records (it needs get, list and watch on ConfigMaps in its namespace); retrying");
+                tracing::warn!(error = %e, "break-glass sweeper: cannot watch its records (it needs list and watch on ConfigMaps in its namespace); retrying");
                 return false;
             }
         };
