@@ -1,10 +1,15 @@
-//! What a fleet's spoke costs (issue 24): driftguard in a spoke reading a
-//! hub's Argo CD, with N Applications in the hub of which M deploy to this
-//! spoke. Prints driftguard's resident memory before and after the hub's
-//! Applications are listed, and the hub apiserver's watch events and bytes
-//! sent for Applications while one Application changes a second. A
-//! benchmark, never part of the tests:
-//!   cargo run --release --example fleet_cost -- [N] [M]    (default 2000 20)
+//! What a fleet's spoke costs (issues 24 and 39): driftguard in a spoke
+//! reading a hub's Argo CD, with N Applications in the hub of which M deploy
+//! to this spoke. Creates them first, then starts driftguard and reports its
+//! time to ready (every Application listed), its resident memory, and under
+//! Argo CD-like status churn the hub's watch events and bytes sent to it and
+//! the CPU it spends. Churn runs for S seconds at the rate the machine
+//! allows, round-robin over every Application; the per-minute figure is
+//! scaled to Argo CD's default (every status rewritten every 3 minutes,
+//! N/3 events a minute) from the bytes per event measured. Prints one CSV
+//! line. A benchmark, never part of the tests:
+//!   cargo run --release --example fleet_cost -- [N] [M] [S] [LABEL]   (default 20000 50 60 after)
+//! `CARGO_BIN_EXE_driftguard=path` measures another driftguard binary.
 
 use driftguard_testkit::control_plane;
 
@@ -34,8 +39,8 @@ subjects: [{kind: User, name: spoke-1-driftguard}]
 "#;
 
 /// Application `i`: three ignore rules and ten listed objects, like a
-/// small real one.
-fn application(i: usize, server: &str) -> String {
+/// small real one; `tick` stands for the status Argo CD rewrites.
+fn application(i: usize, server: &str, tick: usize) -> String {
     let resources: Vec<String> = (0..10)
         .map(|r| {
             format!(
@@ -50,9 +55,23 @@ fn application(i: usize, server: &str) -> String {
          \x20 ignoreDifferences:\n    - {{group: apps, kind: Deployment, jsonPointers: [/spec/replicas]}}\n\
          \x20   - {{group: '', kind: Service, jsonPointers: [/metadata/annotations]}}\n\
          \x20   - {{group: apps, kind: Deployment, jqPathExpressions: ['.spec.template.spec.containers[] | select(.name == \"istio-proxy\")']}}\n\
-         status:\n  resources: [{}]\n",
+         status:\n  reconciledAt: '2026-12-04T00:00:{:02}Z'\n  resources: [{}]\n",
+        tick % 60,
         resources.join(", ")
     )
+}
+
+/// driftguard's CPU time so far (user and system), in milliseconds.
+fn cpu_ms(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let after_name = stat.rsplit_once(") ").map_or("", |(_, rest)| rest);
+    let fields: Vec<u64> = after_name
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .filter_map(|f| f.parse().ok())
+        .collect();
+    fields.iter().sum::<u64>() * 10
 }
 
 fn rss_kib(pid: u32) -> u64 {
@@ -64,8 +83,8 @@ fn rss_kib(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
-fn metric(dg: &Driftguard, line_prefix: &str) -> Option<f64> {
-    let (_, body) = probe_get(dg.probe, "/metrics");
+fn metric(probe: u16, line_prefix: &str) -> Option<f64> {
+    let (_, body) = probe_get(probe, "/metrics");
     body.lines()
         .find_map(|l| l.strip_prefix(line_prefix)?.trim().parse().ok())
 }
@@ -96,15 +115,46 @@ fn watch_sent(hub: &ControlPlane) -> (f64, f64) {
     (events, bytes)
 }
 
+/// Server-side applies Applications `range` (tick `tick`) to the hub in
+/// chunks, from `threads` kubectl processes at once.
+fn apply_all(hub: &ControlPlane, range: std::ops::Range<usize>, m: usize, tick: usize) {
+    let all: Vec<usize> = range.collect();
+    let threads = 3;
+    let per = all.len().div_ceil(threads).max(1);
+    std::thread::scope(|s| {
+        for part in all.chunks(per) {
+            s.spawn(move || {
+                for chunk in part.chunks(500) {
+                    let yaml: Vec<String> = chunk
+                        .iter()
+                        .map(|&i| {
+                            let server = if i < m { SPOKE } else { ELSEWHERE };
+                            application(i, server, tick)
+                        })
+                        .collect();
+                    let args = [
+                        "apply",
+                        "--server-side",
+                        "--field-manager=argocd",
+                        "-f",
+                        "-",
+                    ];
+                    let out = hub.kubectl_stdin("admin", &args, Some(&yaml.join("---\n")));
+                    assert!(out.ok, "{out}");
+                }
+            });
+        }
+    });
+}
+
+const ELSEWHERE: &str = "https://elsewhere.example.com:6443";
+
 fn main() {
-    let args: Vec<usize> = std::env::args()
-        .skip(1)
-        .filter_map(|a| a.parse().ok())
-        .collect();
-    let (n, m) = (
-        args.first().copied().unwrap_or(2000),
-        args.get(1).copied().unwrap_or(20),
-    );
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let number =
+        |i: usize, default: usize| args.get(i).and_then(|a| a.parse().ok()).unwrap_or(default);
+    let (n, m, churn_secs) = (number(0, 20000), number(1, 50), number(2, 60));
+    let label = args.get(3).cloned().unwrap_or_else(|| "after".into());
     let mut hub = ControlPlane::start("fleet-cost-hub");
     hub.create_namespaces(&["argocd"]);
     hub.apply_crds(&["argocd-application", "argocd-appproject"]);
@@ -112,79 +162,81 @@ fn main() {
     hub.apply_admin(HUB_READER_RBAC);
     let mut spoke = ControlPlane::start("fleet-cost-spoke");
     spoke.prepare(&["argocd"]);
-    let hub_kubeconfig = hub.kubeconfig("spoke-1-driftguard").display().to_string();
-    let dg = Driftguard::start(
-        &spoke,
-        &[
-            "--watch-argocd",
-            &spoke.driftguard_kubeconfig_flag(),
-            &format!("--argocd-kubeconfig={hub_kubeconfig}"),
-            &format!("--cluster-name={SPOKE}"),
-        ],
-    );
-    let pid = dg.proc.child.id();
-    std::thread::sleep(Duration::from_secs(3));
-    let before = rss_kib(pid);
 
     let started = Instant::now();
-    for chunk in (0..n).collect::<Vec<_>>().chunks(200) {
-        let yaml: Vec<String> = chunk
-            .iter()
-            .map(|&i| {
-                let server = if i < m {
-                    SPOKE
-                } else {
-                    "https://elsewhere.example.com:6443"
-                };
-                application(i, server)
-            })
-            .collect();
-        let out = hub.kubectl_stdin("admin", &["apply", "-f", "-"], Some(&yaml.join("---\n")));
-        assert!(out.ok, "{out}");
-    }
-    let objects = "driftguard_sources_objects{source=\"Application\"} ";
+    apply_all(&hub, 0..n, m, 0);
+    let create_s = started.elapsed().as_secs_f64();
+    eprintln!("{n} Applications created in {create_s:.1} s");
+
+    // Ready only once every source has listed (a long --sources-wait).
+    let hub_kubeconfig = hub.kubeconfig("spoke-1-driftguard").display().to_string();
+    let extra = [
+        "--watch-argocd".to_owned(),
+        spoke.driftguard_kubeconfig_flag(),
+        format!("--argocd-kubeconfig={hub_kubeconfig}"),
+        format!("--cluster-name={SPOKE}"),
+        "--sources-wait=600s".to_owned(),
+    ];
+    let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+    let serve_args = Driftguard::serve_args(&spoke, &["127.0.0.1"], &extra);
+    let started = Instant::now();
+    let dg = serve_driftguard_unready(&Driftguard::binary(), 0, &serve_args);
     wait_for(
-        "every Application listed",
+        "driftguard ready",
         Duration::from_secs(600),
-        || match metric(&dg, objects) {
-            Some(v) if v as usize == n => Ok(()),
-            other => Err(format!("{other:?}")),
+        || match probe_get(dg.probe, "/readyz") {
+            (200, _) => Ok(()),
+            (status, body) => Err(format!("{status} {body}")),
         },
     );
-    println!(
-        "{n} Applications created and listed in {:.1} s",
-        started.elapsed().as_secs_f64()
-    );
+    let ready_s = started.elapsed().as_secs_f64();
+    let objects = "driftguard_sources_objects{source=\"Application\"} ";
+    let listed = metric(dg.probe, objects).unwrap_or(-1.0);
+    assert_eq!(listed as usize, n, "every Application listed when ready");
+    let pid = dg.proc.child.id();
     std::thread::sleep(Duration::from_secs(5));
-    let after = rss_kib(pid);
+    let rss = rss_kib(pid);
 
-    // One Application of another cluster changes a second, for 30 s.
+    // Status churn: every Application's status rewritten, round-robin.
     let (e0, b0) = watch_sent(&hub);
-    for i in 0..30 {
-        let app = format!("application/app-{}", m + i);
-        let out = hub.kubectl(
-            "admin",
-            &[
-                "-n",
-                "argocd",
-                "annotate",
-                "--overwrite",
-                &app,
-                &format!("example.com/tick={i}"),
-            ],
-        );
-        assert!(out.ok, "{out}");
-        std::thread::sleep(Duration::from_secs(1));
+    let cpu0 = cpu_ms(pid);
+    let churn = Instant::now();
+    let mut next = 0;
+    let mut tick = 1;
+    let mut peak = rss;
+    while n > 0 && churn.elapsed() < Duration::from_secs(churn_secs as u64) {
+        let end = (next + 1500).min(n);
+        apply_all(&hub, next..end, m, tick);
+        next = if end == n { 0 } else { end };
+        tick += usize::from(next == 0);
+        peak = peak.max(rss_kib(pid));
     }
+    let minutes = churn.elapsed().as_secs_f64() / 60.0;
+    let cpu = cpu_ms(pid) - cpu0;
     let (e1, b1) = watch_sent(&hub);
-    println!(
-        "driftguard RSS: {before} KiB with no Application, {after} KiB with {n} ({m} deploying here): {:.1} KiB per Application",
-        (after as f64 - before as f64) / n as f64
+    // What stays once the last events are handled and freed pages returned.
+    std::thread::sleep(Duration::from_secs(15));
+    let settled = rss_kib(pid);
+    let (events, bytes) = (e1 - e0, b1 - b0);
+    let per_event = if events > 0.0 { bytes / events } else { 0.0 };
+    let cpu_per_1k = if events > 0.0 {
+        cpu as f64 * 1000.0 / events
+    } else {
+        0.0
+    };
+    // Argo CD's default: every Application's status rewritten every 3 minutes.
+    let per_minute = n as f64 / 3.0;
+    eprintln!(
+        "ready in {ready_s:.1} s; RSS {rss} KiB, at most {peak} KiB during churn, {settled} KiB 15 s after; churn: {events:.0} events in {minutes:.2} min ({:.0}/min), {per_event:.0} bytes each, {cpu} ms CPU",
+        events / minutes.max(1e-9)
     );
     println!(
-        "hub watch traffic for Applications while one changed a second for 30 s: {:.0} events, {:.0} bytes ({:.0} bytes per event)",
-        e1 - e0,
-        b1 - b0,
-        if e1 > e0 { (b1 - b0) / (e1 - e0) } else { 0.0 }
+        "version,applications,here,create_s,ready_s,rss_kib,rss_churn_peak_kib,rss_settled_kib,churn_events_per_min_measured,bytes_per_event,cpu_ms_per_1k_events,mb_per_min_at_3min_period,cpu_s_per_min_at_3min_period"
+    );
+    println!(
+        "{label},{n},{m},{create_s:.1},{ready_s:.1},{rss},{peak},{settled},{:.0},{per_event:.0},{cpu_per_1k:.0},{:.2},{:.2}",
+        events / minutes.max(1e-9),
+        per_event * per_minute / 1e6,
+        cpu_per_1k * per_minute / 1e6
     );
 }

@@ -118,6 +118,10 @@ metrics! {
         "Argo CD / Flux objects read from the cluster, by kind";
     sources_refused: Family<RefusedLabels, Gauge> => "sources_refused",
         "Argo CD / Flux objects over a cost cap, by kind and cap: their ignore rules do not apply, and what they list guards whole namespaces";
+    sources_foreign: Family<SourceLabels, Gauge> => "sources_foreign",
+        "Applications that deploy to another cluster, held as their uid alone (part of sources_objects)";
+    sources_foreign_events: Family<SourceLabels, Counter> => "sources_foreign_events",
+        "Watch events of Applications that deploy to another cluster, each skipped without parsing or compiling it";
     sources_version_mismatch: Family<SourceLabels, Gauge> => "sources_version_mismatch",
         "1 while a watched Argo CD / Flux kind is served at another API version only (driftguard stays unready; see /readyz)";
     sources_failing: Family<SourceLabels, Gauge<f64, AtomicU64>> => "sources_failing_seconds",

@@ -328,6 +328,91 @@ fn a_refused_source_lends_no_rule_and_keeps_its_listing() {
     }
 }
 
+/// Allocations on this thread, to tell what one event costs.
+struct Counting;
+
+thread_local! {
+    static ALLOCATIONS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+// SAFETY: every call is passed to the system allocator unchanged.
+unsafe impl std::alloc::GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        ALLOCATIONS.with(|n| n.set(n.get() + 1));
+        unsafe { std::alloc::System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        unsafe { std::alloc::System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static COUNTING: Counting = Counting;
+
+/// Application myapp deploying to `server`, with a replicas rule, listing
+/// Deployments web and new in production, its sync status `status`.
+fn myapp(server: &str, status: &str) -> DynamicObject {
+    object(json!({
+        "apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
+        "metadata": {"name": "myapp", "namespace": "argocd", "uid": "a1"},
+        "spec": {"project": "default",
+                 "destination": {"server": server, "namespace": "production"},
+                 "ignoreDifferences": [argocd_rule(0), argocd_rule(2)]},
+        "status": {"sync": {"status": status}, "resources": [
+            {"group": "apps", "kind": "Deployment", "namespace": "production", "name": "web"},
+            {"group": "apps", "kind": "Deployment", "namespace": "production", "name": "new"}]}
+    }))
+}
+
+const ELSEWHERE: &str = "https://10.0.0.1:6443";
+
+/// Argo CD rewrites an Application's status at every reconcile: for one of
+/// another cluster that costs the cache no allocation, and holding it a few bytes.
+#[test]
+fn a_foreign_applications_status_change_allocates_nothing() {
+    let mut cache = SourceCache::new("argocd");
+    cache.apply(Kind::Application, &myapp(ELSEWHERE, "Synced"));
+    assert_eq!(
+        cache.charged(),
+        driftguard::cluster::source_cache::FOREIGN_COST
+    );
+    assert!(cache.charged() <= 256);
+    for status in ["OutOfSync", "Synced"] {
+        let event = myapp(ELSEWHERE, status);
+        let before = ALLOCATIONS.with(std::cell::Cell::get);
+        let changed = cache.apply(Kind::Application, &event);
+        let allocated = ALLOCATIONS.with(std::cell::Cell::get) - before;
+        assert_eq!((changed, allocated), (false, 0), "{status}");
+    }
+}
+
+/// An Application of another cluster decides every write exactly as no
+/// Application at all: its rules never apply here, even to an object whose
+/// tracking id names it, and what it lists is not here.
+#[test]
+fn a_foreign_application_decides_as_no_application() {
+    let policy = Policy::from_yaml(
+        "mode: enforce\ngitops: {argocd: {enabled: true}}\n",
+        "policy.yaml",
+    )
+    .unwrap();
+    let mut foreign = SourceCache::new("argocd");
+    foreign.apply(Kind::Application, &myapp(ELSEWHERE, "Synced"));
+    let (foreign, none) = (foreign.snapshot(), SourceCache::new("argocd").snapshot());
+    for (name, body) in writes() {
+        let verdicts = (
+            verdict(&policy, &body, &foreign),
+            verdict(&policy, &body, &none),
+        );
+        assert_eq!(verdicts.0, verdicts.1, "{name}");
+    }
+    let (_, update) = writes()
+        .into_iter()
+        .find(|(w, _)| w == "alice claim 0 replicas")
+        .unwrap();
+    assert_eq!(verdict(&policy, &update, &foreign), Verdict::Deny);
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(128))]
     #[test]

@@ -9,7 +9,8 @@
 //! (its namespace or AppProject does not admit it, `policy::app_namespaces`) and a
 //! Flux source applying to another cluster are kept but lend nothing, so a
 //! change of argocd-cmd-params-cm or of a project moves Applications in or
-//! out without a relist. Each object is charged its estimated cost before
+//! out without a relist. An Application deploying to another cluster is
+//! held as its uid alone ([`foreign`]). Each object is charged its estimated cost before
 //! it is compiled or indexed ([`source_cost`]); one over a cap is refused in
 //! the stricter direction: it lends no ignore rule, and what it lists is
 //! widened to whole namespaces, never dropped.
@@ -23,6 +24,7 @@ use serde_json::Value;
 
 mod argocd;
 mod content;
+mod foreign;
 mod listed;
 
 use super::source_cost::{self, Cap, Ledger, Limits};
@@ -36,7 +38,9 @@ use crate::sources::{self, FluxKind, FluxSource, SourceError, Sources};
 use argocd::{AppEntry, project_of};
 pub(crate) use content::content_hash;
 pub use content::strip;
+pub(crate) use content::strip_foreign;
 use content::to_value;
+pub use foreign::FOREIGN_COST;
 pub(crate) use listed::add_lister;
 
 /// The watched kinds held as dynamic objects.
@@ -91,6 +95,8 @@ pub struct SourceCache {
     /// own namespace.
     flux_default_account: Option<String>,
     applications: BTreeMap<String, AppEntry>,
+    /// Applications of another cluster, uids alone.
+    foreign: foreign::Foreign,
     projects: BTreeMap<String, Entry<AppProject>>,
     /// The projects as a list, what sync-account derivation reads; rebuilt
     /// on a project change (there are few, and they change rarely).
@@ -215,7 +221,7 @@ impl SourceCache {
     /// Objects of `kind` cached (those that do not compile included).
     pub(crate) fn count(&self, kind: Kind) -> usize {
         match kind {
-            Kind::Application => self.applications.len(),
+            Kind::Application => self.applications.len() + self.foreign.uids.len(),
             Kind::AppProject => self.projects.len(),
             Kind::Kustomization => self.kustomizations.len(),
             Kind::HelmRelease => self.helmreleases.len(),
@@ -227,6 +233,9 @@ impl SourceCache {
         let Some(uid) = uid(object) else {
             return false;
         };
+        if let Some(changed) = self.apply_foreign(kind, uid, object) {
+            return changed;
+        }
         let listing = self.listing(kind, object);
         let refusal = self.charge(kind, uid, object, listing.as_ref());
         // Content first: whether an Application counts decides whether what
@@ -261,8 +270,7 @@ impl SourceCache {
         let lister = namespace.len() + name.len();
         let listed = source_cost::listed(keys, lister);
         let cost = source_cost::entry(flux, &object.data, true) + listed;
-        // Only Argo CD's administrators write in its namespace.
-        let capped = !(self.argocd_watched && namespace == self.argocd_namespace);
+        let capped = self.capped(namespace);
         let Err(cap) = self.budget.charge(uid, namespace, cost, capped) else {
             if self.refused.remove(uid).is_some() {
                 tracing::info!(
@@ -300,6 +308,12 @@ impl SourceCache {
             );
         }
         Some(wide)
+    }
+
+    /// Whether the namespace cap binds `namespace`'s sources: only Argo CD's
+    /// administrators write in its namespace.
+    fn capped(&self, namespace: &str) -> bool {
+        !(self.argocd_watched && namespace == self.argocd_namespace)
     }
 
     fn apply_content(
@@ -373,7 +387,10 @@ impl SourceCache {
         self.budget.release(uid);
         self.refused.remove(uid);
         let removed = match kind {
-            Kind::Application => self.applications.remove(uid).is_some(),
+            Kind::Application => {
+                self.foreign.uids.remove(uid);
+                self.applications.remove(uid).is_some()
+            }
             Kind::AppProject => {
                 let removed = self.projects.remove(uid).is_some();
                 if removed {
@@ -427,7 +444,18 @@ impl SourceCache {
                 .collect()
         }
         let gone = match kind {
-            Kind::Application => unlisted(&self.applications, &listed),
+            Kind::Application => {
+                let foreign = self.foreign.uids.iter();
+                let gone: Vec<String> = foreign
+                    .filter(|k| !listed.contains(&***k))
+                    .map(|k| k.to_string())
+                    .collect();
+                for uid in &gone {
+                    self.foreign.uids.remove(uid.as_str());
+                    self.budget.release(uid);
+                }
+                unlisted(&self.applications, &listed)
+            }
             Kind::AppProject => unlisted(&self.projects, &listed),
             Kind::Kustomization => unlisted(&self.kustomizations, &listed),
             Kind::HelmRelease => unlisted(&self.helmreleases, &listed),

@@ -82,11 +82,12 @@ impl Watches {
         self.handle.replace(snapshot(caches, &unread));
     }
 
-    /// Objects of `kind` in cache `at`, and those refused by each cap.
-    fn count(&self, at: usize, kind: Kind) -> (usize, [usize; 3]) {
+    /// Objects of `kind` in cache `at`, those refused by each cap, and the
+    /// foreign Applications and their events so far.
+    fn count(&self, at: usize, kind: Kind) -> (usize, [usize; 3], (usize, u64)) {
         let caches = lock(&self.caches);
         let refused = Cap::ALL.map(|cap| caches[at].refused(kind, cap));
-        (caches[at].count(kind), refused)
+        (caches[at].count(kind), refused, caches[at].foreign())
     }
 
     /// Watched kinds served at another version only, described.
@@ -194,13 +195,8 @@ pub fn spawn(client: kube::Client, options: &WatchOptions, metrics: Arc<Metrics>
             "argocd-cm",
             "argocd-cmd-params-cm",
         ];
-        watch_argocd(
-            &watches,
-            first,
-            &options.argocd_namespace,
-            (0, labels),
-            &metrics,
-        );
+        let namespace = (options.argocd_namespace.as_str(), argocd.this_cluster());
+        watch_argocd(&watches, first, namespace, (0, labels), &metrics);
     }
     if let Some(namespace) = local_argocd {
         let labels = [
@@ -209,6 +205,7 @@ pub fn spawn(client: kube::Client, options: &WatchOptions, metrics: Arc<Metrics>
             "local argocd-cm",
             "local argocd-cmd-params-cm",
         ];
+        let namespace = (namespace.as_str(), Default::default());
         watch_argocd(&watches, &client, namespace, (1, labels), &metrics);
     }
     if options.flux {

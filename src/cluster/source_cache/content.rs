@@ -82,6 +82,16 @@ pub fn strip(object: &mut DynamicObject) {
     }
 }
 
+/// [`strip`] for an Application of another cluster, of which nothing is
+/// read ([`super::foreign`]): its status is dropped whole, never copied.
+pub(crate) fn strip_foreign(object: &mut DynamicObject) {
+    object.metadata.managed_fields = None;
+    if let Some(data) = object.data.as_object_mut() {
+        data.remove("status");
+        data.remove("operation");
+    }
+}
+
 /// An Application's `status.resources` (group, kind, namespace and name of
 /// each) and a Kustomization's `status.inventory`, without the rest.
 pub(super) fn listed_objects(status: &Value) -> Option<Value> {

@@ -53,20 +53,19 @@ fn a_hub_application_counts_only_where_it_deploys_here() {
     assert!(snapshot.planned.contains_key("apps/Deployment:shop/here"));
     assert!(!snapshot.planned.contains_key("apps/Deployment:shop/hub"));
     assert!(!snapshot.planned.contains_key("apps/Deployment:shop/other"));
-    let destination = |name: &str| {
-        let a = snapshot.argocd[0]
-            .applications
-            .iter()
-            .find(|a| a.name == name)
-            .unwrap();
-        (a.destination_namespace.clone(), a.sync_destination.clone())
+    // The others are not compiled at all: no destination, rule or account.
+    let [a] = &snapshot.argocd[0].applications[..] else {
+        panic!("only the Application deploying here is held compiled");
     };
     assert_eq!(
-        destination("here"),
-        (Some("shop".into()), Some("shop".into()))
+        (
+            a.name.as_str(),
+            a.destination_namespace.clone(),
+            a.sync_destination.clone()
+        ),
+        ("here", Some("shop".into()), Some("shop".into()))
     );
-    assert_eq!(destination("hub"), (None, None));
-    assert_eq!(destination("other"), (None, None));
+    assert_eq!(cache.foreign().0, 2);
     // Moved to another cluster: what it listed here is forgotten.
     cache.apply(
         Kind::Application,
@@ -78,6 +77,97 @@ fn a_hub_application_counts_only_where_it_deploys_here() {
             .planned
             .contains_key("apps/Deployment:shop/here")
     );
+}
+
+/// A spoke's cache, an Application `uid` named `name` deploying to `server`
+/// with a rule and a listed object, and its status.
+fn spoke() -> SourceCache {
+    SourceCache::for_cluster(
+        "argocd",
+        ThisCluster::named(&["https://spoke-1:6443".into()]),
+    )
+}
+
+fn deploying(uid: &str, name: &str, server: &str, status: &str) -> DynamicObject {
+    let mut a = app(uid, name, true, status);
+    a.data["spec"]["destination"]["server"] = json!(server);
+    a.data["status"]["resources"] = json!([{"group": "apps", "kind": "Deployment",
+        "namespace": "shop", "name": name, "status": status}]);
+    a
+}
+
+const HERE: &str = "https://spoke-1:6443";
+const THERE: &str = "https://spoke-2:6443";
+
+/// Argo CD rewrites every Application's status at each reconcile: one of
+/// another cluster is counted, and changes nothing held (the same compiled
+/// entries, index and charge), and is held for a few bytes.
+#[test]
+fn a_foreign_applications_status_change_is_counted_and_changes_nothing() {
+    let mut cache = spoke();
+    assert!(cache.apply(Kind::Application, &deploying("u1", "web", HERE, "Synced")));
+    let alone = cache.charged();
+    // Arriving, it changes nothing published either: it lends nothing.
+    assert!(!cache.apply(Kind::Application, &deploying("u2", "db", THERE, "Synced")));
+    assert_eq!(cache.charged() - alone, FOREIGN_COST);
+    const { assert!(FOREIGN_COST <= 256) };
+    let before = cache.snapshot();
+    for status in ["OutOfSync", "Synced", "Unknown"] {
+        assert!(!cache.apply(Kind::Application, &deploying("u2", "db", THERE, status)));
+    }
+    assert_eq!(cache.foreign(), (1, 4));
+    assert_eq!(cache.count(Kind::Application), 2);
+    assert_eq!(cache.charged() - alone, FOREIGN_COST);
+    let after = cache.snapshot();
+    let [here] = &after.argocd[0].applications[..] else {
+        panic!("the foreign Application is not compiled");
+    };
+    assert!(Arc::ptr_eq(&before.argocd[0].applications[0], here));
+    assert!(Arc::ptr_eq(&before.planned, &after.planned));
+    assert!(!after.planned.contains_key("apps/Deployment:shop/db"));
+}
+
+/// A destination that turns to this cluster counts at once, rules, listing
+/// and guarded namespace; turning away, all of it goes and a uid stays.
+#[test]
+fn an_application_moving_here_counts_at_once_and_moving_away_lends_nothing() {
+    let mut cache = spoke();
+    assert!(!cache.apply(Kind::Application, &deploying("u2", "db", THERE, "Synced")));
+    let foreign_only = cache.charged();
+    assert!(cache.apply(Kind::Application, &deploying("u2", "db", HERE, "Synced")));
+    let moved = cache.snapshot();
+    let [db] = &moved.argocd[0].applications[..] else {
+        panic!("moved here, it is compiled");
+    };
+    assert_eq!(db.destination_namespace.as_deref(), Some("shop"));
+    assert!(!db.rules.is_empty());
+    assert!(moved.planned.contains_key("apps/Deployment:shop/db"));
+    assert_eq!(cache.foreign().0, 0);
+    assert!(cache.charged() > foreign_only);
+    assert!(cache.apply(Kind::Application, &deploying("u2", "db", THERE, "Synced")));
+    let away = cache.snapshot();
+    assert!(away.argocd[0].applications.is_empty());
+    assert!(!away.planned.contains_key("apps/Deployment:shop/db"));
+    assert_eq!(cache.foreign().0, 1);
+    assert_eq!(cache.charged(), foreign_only);
+}
+
+/// A relist that no longer lists a foreign Application, or its delete,
+/// forgets it and its charge.
+#[test]
+fn a_relist_or_a_delete_forgets_a_foreign_application() {
+    let mut cache = spoke();
+    let web = deploying("u1", "web", HERE, "Synced");
+    cache.apply(Kind::Application, &web);
+    let alone = cache.charged();
+    let db = deploying("u2", "db", THERE, "Synced");
+    cache.apply(Kind::Application, &db);
+    cache.relist(Kind::Application, std::slice::from_ref(&web));
+    assert_eq!((cache.foreign().0, cache.charged()), (0, alone));
+    cache.apply(Kind::Application, &db);
+    cache.delete(Kind::Application, &db);
+    assert_eq!((cache.foreign().0, cache.charged()), (0, alone));
+    assert_eq!(cache.count(Kind::Application), 1);
 }
 
 #[test]

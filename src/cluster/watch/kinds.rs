@@ -11,10 +11,11 @@ use kube::runtime::{WatchStreamExt, watcher};
 
 use super::task::{Served, run};
 use super::{Source, Watches};
-use crate::cluster::source_cache::{Kind, SourceCache, strip};
+use crate::cluster::source_cache::{Kind, SourceCache, strip, strip_foreign};
 use crate::cluster::source_cost::Cap;
 use crate::metrics::{Metrics, RefusedLabels, SourceLabels};
 use crate::policy::app_namespaces;
+use crate::policy::argocd::ThisCluster;
 
 /// The watches over one Flux, the Kustomizations and HelmReleases of the
 /// cluster `client` reaches, into cache `at`; `labels` name them in metrics
@@ -41,25 +42,34 @@ pub(super) fn watch_flux(
     for ((kind, ar), label) in kinds.into_iter().zip(labels) {
         let api = Api::<DynamicObject>::all_with(client.clone(), &ar);
         let served = Served::new(client, &ar);
-        watch_dynamic(watches, api, served, kind, (at, label), metrics.clone());
+        let watched = (kind, None);
+        watch_dynamic(watches, api, served, watched, (at, label), metrics.clone());
     }
 }
 
 /// The watches over one Argo CD installation, in `namespace` of the cluster
-/// `client` reaches, into cache `at`; `labels` name its Applications,
-/// AppProjects, argocd-cm and argocd-cmd-params-cm in metrics and logs.
+/// `client` reaches (which calls this cluster `here`), into cache `at`;
+/// `labels` name its Applications, AppProjects, argocd-cm and
+/// argocd-cmd-params-cm in metrics and logs.
 pub(super) fn watch_argocd(
     watches: &Arc<Watches>,
     client: &kube::Client,
-    namespace: &str,
+    (namespace, here): (&str, ThisCluster),
     (at, labels): (usize, [&'static str; 4]),
     metrics: &Arc<Metrics>,
 ) {
     let ar = crate::breakglass::application::application_resource();
     let api = Api::<DynamicObject>::all_with(client.clone(), &ar);
     let served = Served::new(client, &ar);
-    let kind = Kind::Application;
-    watch_dynamic(watches, api, served, kind, (at, labels[0]), metrics.clone());
+    let watched = (Kind::Application, Some(here));
+    watch_dynamic(
+        watches,
+        api,
+        served,
+        watched,
+        (at, labels[0]),
+        metrics.clone(),
+    );
     // Argo CD reads an Application's project from its own namespace only.
     let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(
         "argoproj.io",
@@ -68,8 +78,15 @@ pub(super) fn watch_argocd(
     ));
     let api = Api::<DynamicObject>::namespaced_with(client.clone(), namespace, &ar);
     let served = Served::new(client, &ar);
-    let kind = Kind::AppProject;
-    watch_dynamic(watches, api, served, kind, (at, labels[1]), metrics.clone());
+    let watched = (Kind::AppProject, None);
+    watch_dynamic(
+        watches,
+        api,
+        served,
+        watched,
+        (at, labels[1]),
+        metrics.clone(),
+    );
     type ApplyCm = fn(&mut SourceCache, Option<&ConfigMap>) -> bool;
     let cms: [(&str, ApplyCm); 2] = [
         ("argocd-cm", SourceCache::apply_cm),
@@ -106,21 +123,25 @@ pub(super) fn watch_argocd(
 /// Objects per list page of a watched source kind (kube's default is 500).
 const LIST_PAGE: u32 = 50;
 
-/// A watch over one dynamic kind. kube's `predicate_filter` is not used: it
-/// sees applied objects only, and a source cache needs deletes and relist
-/// boundaries too; [`SourceCache`] keeps the same per-uid hash itself.
+/// A watch over one dynamic kind (Applications with what Argo CD calls this
+/// cluster, whose others are held as foreign). kube's `predicate_filter` is
+/// not used: it sees applied objects only, and a source cache needs deletes
+/// and relist boundaries too; [`SourceCache`] keeps the same per-uid hash itself.
 fn watch_dynamic(
     watches: &Arc<Watches>,
     api: Api<DynamicObject>,
     served: Served,
-    kind: Kind,
+    (kind, here): (Kind, Option<ThisCluster>),
     (at, label): (usize, &'static str),
     metrics: Arc<Metrics>,
 ) {
     // Small pages: a page of tenants' objects (up to 1.5 MiB each in etcd)
     // is held whole before `strip` and the cost caps see it.
     let stream = watcher(api, watcher::Config::default().page_size(LIST_PAGE))
-        .modify(strip)
+        .modify(move |o| match &here {
+            Some(here) if here.deploys_elsewhere(&o.data) => strip_foreign(o),
+            _ => strip(o),
+        })
         .default_backoff();
     let cached = metrics
         .sources_objects
@@ -133,6 +154,12 @@ fn watch_dynamic(
         };
         metrics.sources_refused.get_or_create(&labels).clone()
     });
+    let labels = SourceLabels { source: label };
+    let foreign = metrics.sources_foreign.get_or_create(&labels).clone();
+    let skipped = metrics
+        .sources_foreign_events
+        .get_or_create(&labels)
+        .clone();
     run(
         watches,
         stream,
@@ -158,10 +185,14 @@ fn watch_dynamic(
                 Event::Apply(o) => w.update(at, |c| c.apply(kind, &o)),
                 Event::Delete(o) => w.update(at, |c| c.delete(kind, &o)),
             }
-            let (count, over) = w.count(at, kind);
+            let (count, over, (held, events)) = w.count(at, kind);
             cached.set(count as i64);
             for (gauge, n) in refused.iter().zip(over) {
                 gauge.set(n as i64);
+            }
+            if kind == Kind::Application {
+                foreign.set(held as i64);
+                skipped.inc_by(events.saturating_sub(skipped.get()));
             }
         },
     );
