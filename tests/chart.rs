@@ -41,14 +41,15 @@ fn template(helm: &PathBuf, sets: &[&str], extra: &[&str]) -> Rendered {
     }
 }
 
-/// The ClusterRole's rules that grant list, watch and patch (the expiry sweeper's),
-/// and the Deployment's `--break-glass-sweep-interval`.
+/// The ClusterRole's rules that grant get, list and patch (the expiry sweeper's,
+/// Applications' aside), and the Deployment's `--break-glass-sweep-interval`.
 fn sweeper_of(docs: &[Value]) -> (Vec<Value>, Option<String>) {
     let rules = find(docs, "ClusterRole")["rules"]
         .as_array()
         .unwrap()
         .iter()
-        .filter(|r| r["verbs"] == serde_json::json!(["list", "watch", "patch"]))
+        .filter(|r| r["verbs"] == serde_json::json!(["get", "list", "patch"]))
+        .filter(|r| r["resources"] != serde_json::json!(["applications"]))
         .cloned()
         .collect();
     let flag = find(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
@@ -430,7 +431,7 @@ fn the_chart_lints_renders_and_is_accepted_by_the_apiserver() {
                     sweeper_rules,
                     vec![
                         serde_json::json!({"apiGroups": ["apps"], "resources": ["deployments"],
-                                            "verbs": ["list", "watch", "patch"]})
+                                            "verbs": ["get", "list", "patch"]})
                     ],
                     "{name}"
                 );
@@ -441,7 +442,7 @@ fn the_chart_lints_renders_and_is_accepted_by_the_apiserver() {
                 assert_eq!(
                     sweeper_rules,
                     vec![serde_json::json!({"apiGroups": ["*"], "resources": ["*"],
-                                            "verbs": ["list", "watch", "patch"]})],
+                                            "verbs": ["get", "list", "patch"]})],
                     "{name}"
                 );
             }
