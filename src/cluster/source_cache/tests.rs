@@ -540,4 +540,5 @@ fn tenants(limits: Limits) -> SourceCache {
 }
 
 mod costs;
+mod index;
 mod listed;
