@@ -268,7 +268,7 @@ impl SourceCache {
         let name = object.metadata.name.as_deref().unwrap_or_default();
         let keys = listing.map_or(&[][..], |l| &l.0[..]);
         let lister = namespace.len() + name.len();
-        let listed = source_cost::listed(keys, lister);
+        let listed = source_cost::listed(keys, lister) + source_cost::indexed(keys, lister);
         let cost = source_cost::entry(flux, &object.data, true) + listed;
         // Only Argo CD's administrators write in its namespace.
         let capped = !(self.argocd_watched && namespace == self.argocd_namespace);
@@ -294,8 +294,9 @@ impl SourceCache {
         // Filtered by the project when indexed (`reindex`), so a
         // project that changes later moves it too.
         let wide = planned::widen(keys, at_most, project);
-        let strict =
-            source_cost::entry(flux, &object.data, false) + source_cost::listed(&wide, lister);
+        let strict = source_cost::entry(flux, &object.data, false)
+            + source_cost::listed(&wide, lister)
+            + source_cost::indexed(&wide, lister);
         self.budget.force(uid, namespace, strict);
         if self.refused.insert(uid.to_owned(), (kind, cap)) != Some((kind, cap)) {
             tracing::warn!(
