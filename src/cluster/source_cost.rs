@@ -91,7 +91,7 @@ const LISTED: usize = 320;
 /// cache's `planned_index`, its lists by uid, and their persistent map's
 /// nodes), plus 2 bytes per byte of its key and 1 per byte of its lister's
 /// name and namespace (held there again).
-const INDEXED: usize = 128;
+const INDEXED: usize = 192;
 
 /// What globset reads as syntax ([`crate::policy::pattern`]).
 fn glob(pattern: &str) -> usize {

@@ -99,7 +99,11 @@ impl SourceCache {
         let deploys = self.deploys(uid);
         if let Some(p) = self.planned.get(uid) {
             for (key, _) in p.keys.iter().zip(&deploys).filter(|(_, d)| **d) {
-                let uids = self.by_key.entry(key.clone()).or_default();
+                let Some(uids) = self.by_key.get_mut(key) else {
+                    // Most keys have one lister: no room for more.
+                    self.by_key.insert(key.clone(), vec![p.uid.clone()]);
+                    continue;
+                };
                 // Listers in uid order, as a scan of `planned` meets them.
                 if let Err(at) = uids.binary_search_by(|u| (**u).cmp(uid)) {
                     uids.insert(at, p.uid.clone());
