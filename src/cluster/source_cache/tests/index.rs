@@ -276,3 +276,27 @@ fn an_application_change_visits_only_its_own_keys() {
     assert_eq!(cache.keys_published, 2);
     assert_eq!(cache.snapshot().planned.len(), 999);
 }
+
+/// The index is charged before it is held: an Application whose listing
+/// fits the per-source cap only without its place in the index is refused.
+#[test]
+fn the_index_is_charged_before_it_is_held() {
+    let a = team_app("u1", "argocd", "web");
+    let keys = ["apps/Deployment:shop/web".to_owned()];
+    let lister = "argocd".len() * 2;
+    let unindexed = source_cost::entry(false, &a.data, true) + source_cost::listed(&keys, lister);
+    let limits = Limits {
+        per_source: unindexed,
+        ..Limits::default()
+    };
+    let mut cache = SourceCache::new("argocd").with_limits(limits);
+    cache.apply(Kind::Application, &a);
+    assert_eq!(cache.refused(Kind::Application, Cap::Source), 1);
+    let fits = Limits {
+        per_source: unindexed + source_cost::indexed(&keys, lister),
+        ..Limits::default()
+    };
+    let mut cache = SourceCache::new("argocd").with_limits(fits);
+    cache.apply(Kind::Application, &a);
+    assert_eq!(cache.refused(Kind::Application, Cap::Source), 0);
+}
