@@ -31,7 +31,7 @@ fn planned(objects: usize) -> Sources {
         })
         .collect();
     Sources {
-        planned: Arc::new(planned),
+        planned: Arc::new(planned.into()),
         ..Default::default()
     }
 }

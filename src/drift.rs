@@ -273,10 +273,10 @@ pub struct Sources {
     /// The objects the tools' records list (`policy::planned`), as
     /// `group/Kind:namespace/name`, with who lists them: a manual CREATE of
     /// one is refused whatever it carries.
-    pub planned: Arc<std::collections::HashMap<String, Manager>>,
+    pub planned: Arc<Listed<Manager>>,
     /// The listers of a key in `planned` beyond the one named there: an
     /// object several tools list is judged by each (`Self::listers`).
-    pub more_listers: Arc<std::collections::HashMap<String, Vec<Manager>>>,
+    pub more_listers: Arc<Listed<Vec<Manager>>>,
     /// The projects the `policy::planned::within_project` listings
     /// in `planned` name, to resolve them with.
     pub scopes: Arc<Vec<Scope>>,
@@ -288,6 +288,10 @@ pub struct Sources {
     /// decision says so.
     pub unread: Vec<&'static str>,
 }
+
+/// An index of listed objects by key: persistent, so that a snapshot shares
+/// it and an update copies only the path to the key it changes.
+pub type Listed<V> = imbl::HashMap<String, V>;
 
 /// What a `policy::planned::within_project` listing (`key`)
 /// covers: what `project` lets its Applications deploy to `here`; every

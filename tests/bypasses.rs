@@ -644,7 +644,7 @@ fn an_object_the_tools_list_cannot_be_created_by_hand() {
     let planned: std::collections::HashMap<String, Manager> =
         [("apps/Deployment:production/web".to_owned(), myapp())].into();
     let sources = driftguard::sources::Sources {
-        planned: std::sync::Arc::new(planned),
+        planned: std::sync::Arc::new(planned.into()),
         ..Default::default()
     };
     // Untracked, or claiming to be another object's child: refused in every mode.
@@ -830,7 +830,7 @@ fn an_unreadable_but_listed_scale_parent_is_not_allowed() {
     let planned: std::collections::HashMap<String, Manager> =
         [("argoproj.io/Rollout:production/web".to_owned(), myapp())].into();
     let sources = driftguard::sources::Sources {
-        planned: std::sync::Arc::new(planned),
+        planned: std::sync::Arc::new(planned.into()),
         ..Default::default()
     };
     let d = judged_with(&Policy::embedded(), &review, &sources);
@@ -861,8 +861,8 @@ fn an_unreadable_but_listed_scale_parent_is_not_allowed() {
     };
     let key = "argoproj.io/Rollout:production/web".to_owned();
     let listed_by = |more: Vec<Manager>| driftguard::sources::Sources {
-        planned: std::sync::Arc::new([(key.clone(), myapp())].into()),
-        more_listers: std::sync::Arc::new([(key.clone(), more)].into()),
+        planned: std::sync::Arc::new(vec![(key.clone(), myapp())].into()),
+        more_listers: std::sync::Arc::new(vec![(key.clone(), more)].into()),
         ..driftguard::sources::Sources::of_argocd(driftguard::drift::ArgoCdSources {
             applications: vec![application("myapp", true), application("other", false)],
             ..Default::default()
@@ -883,7 +883,7 @@ fn an_unreadable_but_listed_scale_parent_is_not_allowed() {
         "spec": {"ignoreDifferences": [{"group": "argoproj.io", "kind": "Rollout", "jsonPointers": ["/spec/replicas"]}]},
     });
     let listed_by_tenant = driftguard::sources::Sources {
-        planned: std::sync::Arc::new([(key.clone(), tenants)].into()),
+        planned: std::sync::Arc::new(vec![(key.clone(), tenants)].into()),
         ..driftguard::sources::Sources::of_argocd(driftguard::drift::ArgoCdSources {
             applications: vec![std::sync::Arc::new(
                 driftguard::policy::argocd::from_value(&tenant_app).unwrap(),
@@ -910,7 +910,9 @@ fn the_tools_own_account_creates_what_it_lists() {
         flux: vec![std::sync::Arc::new(
             flux_from_value(FluxKind::Kustomization, &kustomization).unwrap(),
         )],
-        planned: std::sync::Arc::new([("apps/Deployment:production/web".to_owned(), apps)].into()),
+        planned: std::sync::Arc::new(
+            vec![("apps/Deployment:production/web".to_owned(), apps)].into(),
+        ),
         ..Default::default()
     };
     let bare = without(
@@ -1212,7 +1214,7 @@ fn an_unreadable_scaler_target_follows_unknown_scale_parent() {
     let planned: std::collections::HashMap<String, Manager> =
         [("argoproj.io/Rollout:production/web".to_owned(), myapp())].into();
     let sources = driftguard::sources::Sources {
-        planned: std::sync::Arc::new(planned),
+        planned: std::sync::Arc::new(planned.into()),
         ..Default::default()
     };
     let d = judged_with(

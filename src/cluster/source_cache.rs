@@ -28,7 +28,7 @@ mod foreign;
 mod listed;
 
 use super::source_cost::{self, Cap, Ledger, Limits};
-use crate::drift::{ArgoCdSources, Manager};
+use crate::drift::{ArgoCdSources, Listed, Manager};
 use crate::policy::app_namespaces::NamespaceList;
 use crate::policy::argocd::ThisCluster;
 use crate::policy::ignore::RuleSet;
@@ -114,13 +114,20 @@ pub struct SourceCache {
     /// What each Application and Kustomization lists in its status, by uid:
     /// a hash of the keys, the keys, and who lists them.
     planned: BTreeMap<String, Planned>,
-    /// Every listed object and who lists it, rebuilt when a list changes
-    /// (rarely: status rewrites keep the same objects).
-    planned_index: Arc<HashMap<String, Manager>>,
+    /// Who lists each key, by uid in order: what `planned_index` and
+    /// `more_listers` publish for it.
+    by_key: HashMap<String, Vec<Arc<str>>>,
+    /// Every listed object and its first lister, updated by the keys of the
+    /// listing that changed ([`listed`]); persistent, so that a snapshot
+    /// shares it.
+    planned_index: Arc<Listed<Manager>>,
     /// Listers of a key beyond `planned_index`'s.
-    more_listers: Arc<HashMap<String, Vec<Manager>>>,
+    more_listers: Arc<Listed<Vec<Manager>>>,
     /// The projects `planned_index`'s project listings name.
     scopes: Arc<Vec<crate::drift::Scope>>,
+    /// Keys published since the count was reset: what an update cost.
+    #[cfg(test)]
+    keys_published: usize,
     /// What each object is charged, by uid.
     budget: Ledger,
     /// The objects over a cap, by uid, and which.
@@ -134,6 +141,8 @@ struct Planned {
     hash: u64,
     keys: Vec<String>,
     by: Manager,
+    /// Its uid, shared with the index's lists.
+    uid: Arc<str>,
 }
 
 fn uid(object: &DynamicObject) -> Option<&str> {
@@ -268,7 +277,7 @@ impl SourceCache {
         let name = object.metadata.name.as_deref().unwrap_or_default();
         let keys = listing.map_or(&[][..], |l| &l.0[..]);
         let lister = namespace.len() + name.len();
-        let listed = source_cost::listed(keys, lister);
+        let listed = source_cost::listed(keys, lister) + source_cost::indexed(keys, lister);
         let cost = source_cost::entry(flux, &object.data, true) + listed;
         let capped = self.capped(namespace);
         let Err(cap) = self.budget.charge(uid, namespace, cost, capped) else {
@@ -290,11 +299,12 @@ impl SourceCache {
             Some(_) => REFUSED_NAMESPACES,
             None => self.budget.limits.per_source / 1024,
         };
-        // Filtered by the project when indexed (`rebuild_planned`), so a
+        // Filtered by the project when indexed (`reindex`), so a
         // project that changes later moves it too.
         let wide = planned::widen(keys, at_most, project);
-        let strict =
-            source_cost::entry(flux, &object.data, false) + source_cost::listed(&wide, lister);
+        let strict = source_cost::entry(flux, &object.data, false)
+            + source_cost::listed(&wide, lister)
+            + source_cost::indexed(&wide, lister);
         self.budget.force(uid, namespace, strict);
         if self.refused.insert(uid.to_owned(), (kind, cap)) != Some((kind, cap)) {
             tracing::warn!(
@@ -331,11 +341,12 @@ impl SourceCache {
                     return false;
                 }
                 let entry = self.compile_app(object, hash, refused);
-                let counts = entry.counts;
+                let now = (entry.counts, entry.project.clone());
                 let before = self.applications.insert(uid.to_owned(), entry);
-                // What it lists is indexed only while it counts.
-                if before.is_some_and(|e| e.counts != counts) && self.planned.contains_key(uid) {
-                    self.rebuild_planned();
+                // What it lists is indexed only while it counts, where its
+                // project deploys.
+                if before.is_some_and(|e| (e.counts, e.project) != now) {
+                    self.reindex_listing(uid);
                 }
             }
             Kind::AppProject => {
@@ -348,7 +359,7 @@ impl SourceCache {
                     projects.pop().map(Arc::new)
                 });
                 self.projects.insert(uid.to_owned(), Entry { hash, value });
-                self.projects_changed();
+                self.projects_changed(&[object.metadata.name.clone().unwrap_or_default()]);
             }
             Kind::Kustomization | Kind::HelmRelease => {
                 let flux_kind = if kind == Kind::Kustomization {
@@ -394,7 +405,7 @@ impl SourceCache {
             Kind::AppProject => {
                 let removed = self.projects.remove(uid).is_some();
                 if removed {
-                    self.projects_changed();
+                    self.projects_changed(&[object.metadata.name.clone().unwrap_or_default()]);
                 }
                 removed
             }
@@ -461,20 +472,24 @@ impl SourceCache {
             Kind::HelmRelease => unlisted(&self.helmreleases, &listed),
         };
         let mut changed = false;
+        let mut projects = Vec::new();
         for uid in gone {
             changed |= self.forget_planned(&uid);
             self.budget.release(&uid);
             self.refused.remove(&uid);
             changed |= match kind {
                 Kind::Application => self.applications.remove(&uid).is_some(),
-                Kind::AppProject => self.projects.remove(&uid).is_some(),
+                Kind::AppProject => self.projects.remove(&uid).is_some_and(|e| {
+                    projects.extend(e.value.map(|p| p.metadata.name.clone()));
+                    true
+                }),
                 Kind::Kustomization | Kind::HelmRelease => {
                     self.flux_map(kind).remove(&uid).is_some()
                 }
             };
         }
         if changed && kind == Kind::AppProject {
-            self.projects_changed();
+            self.projects_changed(&projects);
         }
         changed
     }

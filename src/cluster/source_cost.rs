@@ -87,6 +87,12 @@ const REGEX: usize = crate::sources::TARGET_REGEX_SIZE;
 /// lister's name and namespace (cloned with each).
 const LISTED: usize = 320;
 
+/// A listed object's place in the index of who lists what (the source
+/// cache's `planned_index`, its lists by uid, and their persistent map's
+/// nodes), plus 2 bytes per byte of its key and 1 per byte of its lister's
+/// name and namespace (held there again).
+const INDEXED: usize = 192;
+
 /// What globset reads as syntax ([`crate::policy::pattern`]).
 fn glob(pattern: &str) -> usize {
     if pattern.contains(['*', '?', '[', ']', '{', '}', '\\']) {
@@ -202,6 +208,12 @@ pub(crate) fn without_rules(flux: bool, data: &mut Value) {
 /// The estimate for listing `keys` by a source named `lister` bytes long.
 pub(crate) fn listed(keys: &[String], lister: usize) -> usize {
     keys.iter().map(|k| LISTED + 3 * k.len() + lister).sum()
+}
+
+/// The estimate for indexing `keys` listed by a source named `lister` bytes
+/// long: charged with [`listed`], before the index holds them.
+pub(crate) fn indexed(keys: &[String], lister: usize) -> usize {
+    keys.iter().map(|k| INDEXED + 2 * k.len() + lister).sum()
 }
 
 /// What each source is charged, by uid, and the sums.

@@ -141,7 +141,8 @@ impl SourceCache {
         .map(Arc::new)
     }
 
-    pub(super) fn projects_changed(&mut self) {
+    /// After the AppProjects named `names` changed.
+    pub(super) fn projects_changed(&mut self, names: &[String]) {
         self.project_list = self
             .projects
             .values()
@@ -149,22 +150,25 @@ impl SourceCache {
             .collect();
         self.recompute_apps();
         // What each Application lists counts only where its project deploys.
-        self.rebuild_planned();
+        self.reindex_projects(names);
     }
 
     /// Whether each Application counts, and its sync account: after a
     /// project, argocd-cm or argocd-cmd-params-cm change.
     pub(super) fn recompute_apps(&mut self) {
         let mut applications = std::mem::take(&mut self.applications);
-        let mut moved = false;
-        for entry in applications.values_mut() {
+        let mut moved = Vec::new();
+        for (uid, entry) in applications.iter_mut() {
             let counted = entry.counts;
             self.count_in(entry);
-            moved |= entry.counts != counted;
+            if entry.counts != counted {
+                moved.push(uid.clone());
+            }
         }
         self.applications = applications;
-        if moved {
-            self.rebuild_planned();
+        // Only those that moved in or out are indexed again.
+        for uid in moved {
+            self.reindex_listing(&uid);
         }
     }
 

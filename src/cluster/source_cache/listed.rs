@@ -1,7 +1,7 @@
 //! The objects Applications and Kustomizations list in their status, and
 //! the index of who lists each, filtered by what each project deploys.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
@@ -9,7 +9,7 @@ use kube::api::DynamicObject;
 use serde_json::Value;
 
 use super::{Kind, Planned, SourceCache};
-use crate::drift::Manager;
+use crate::drift::{Listed, Manager};
 use crate::policy::planned;
 
 impl SourceCache {
@@ -52,7 +52,8 @@ impl SourceCache {
         }
     }
 
-    /// Records what `uid` lists. Returns whether it changed.
+    /// Records what `uid` lists and indexes the difference. Returns whether
+    /// it changed.
     pub(super) fn set_planned(&mut self, uid: &str, keys: Vec<String>, by: Manager) -> bool {
         let mut h = std::hash::DefaultHasher::new();
         keys.hash(&mut h);
@@ -60,9 +61,15 @@ impl SourceCache {
         if self.planned.get(uid).is_some_and(|p| p.hash == hash) {
             return false;
         }
-        self.planned
-            .insert(uid.to_owned(), Planned { hash, keys, by });
-        self.rebuild_planned();
+        let uid: Arc<str> = uid.into();
+        let entry = Planned {
+            hash,
+            keys,
+            by,
+            uid: uid.clone(),
+        };
+        let before = self.planned.insert(uid.to_string(), entry);
+        self.reindex(&uid, before.map(|p| p.keys).unwrap_or_default());
         true
     }
 
@@ -77,65 +84,174 @@ impl SourceCache {
         named || self.flux_default_account.is_some()
     }
 
-    pub(super) fn rebuild_planned(&mut self) {
-        let mut index = HashMap::new();
-        let mut more: HashMap<String, Vec<Manager>> = HashMap::new();
-        let mut memo: HashMap<(&str, &str), bool> = HashMap::new();
-        let counts = |uid: &str| self.applications.get(uid).is_none_or(|e| e.counts);
-        for (uid, p) in self.planned.iter().filter(|(uid, _)| counts(uid)) {
-            let project = self
-                .applications
-                .get(uid)
-                .and_then(|e| self.project(&e.project));
-            for key in &p.keys {
-                // A project's answer depends on the namespace (or, cluster-
-                // scoped, the kind) only: asked once per rebuild.
-                let deploys = project.is_none_or(|project| {
-                    let (gk, rest) = key.split_once(':').unwrap_or((key, ""));
-                    let scope = match rest.split_once('/') {
-                        Some(("", _)) => gk,
-                        Some((namespace, _)) => namespace,
-                        None => key,
-                    };
-                    *memo
-                        .entry((project.metadata.name.as_str(), scope))
-                        .or_insert_with(|| self.this_cluster.lets_deploy(project, key))
-                });
-                if deploys {
-                    add_lister(&mut index, &mut more, key, &p.by);
+    /// Moves `uid` in the index from the keys it listed (`before`) to those
+    /// it lists now where it counts and its project deploys: only those
+    /// keys are visited, so a change costs its own listing, never the
+    /// index's size.
+    pub(super) fn reindex(&mut self, uid: &str, before: Vec<String>) {
+        let mut touched: HashSet<String> = HashSet::new();
+        for key in before {
+            if let Some(uids) = self.by_key.get_mut(&key) {
+                uids.retain(|u| &**u != uid);
+            }
+            touched.insert(key);
+        }
+        let deploys = self.deploys(uid);
+        if let Some(p) = self.planned.get(uid) {
+            for (key, _) in p.keys.iter().zip(&deploys).filter(|(_, d)| **d) {
+                let Some(uids) = self.by_key.get_mut(key) else {
+                    // Most keys have one lister: no room for more.
+                    self.by_key.insert(key.clone(), vec![p.uid.clone()]);
+                    continue;
+                };
+                // Listers in uid order, as a scan of `planned` meets them.
+                if let Err(at) = uids.binary_search_by(|u| (**u).cmp(uid)) {
+                    uids.insert(at, p.uid.clone());
                 }
             }
+            touched.extend(p.keys.iter().cloned());
         }
-        self.more_listers = Arc::new(more);
-        let scopes = index
-            .keys()
-            .filter_map(|key| {
-                let project = self.project(planned::project_of(key)?);
-                Some(crate::drift::Scope {
-                    key: key.clone(),
-                    project: project.map(|p| Arc::new(p.clone())),
-                    here: self.this_cluster.clone(),
-                })
+        for key in touched {
+            self.publish_key(key);
+        }
+    }
+
+    /// For each key `uid` lists, whether it is indexed: while it counts,
+    /// where its project deploys.
+    fn deploys(&self, uid: &str) -> Vec<bool> {
+        let counts = self.applications.get(uid).is_none_or(|e| e.counts);
+        let Some(p) = self.planned.get(uid).filter(|_| counts) else {
+            return Vec::new();
+        };
+        let project = self
+            .applications
+            .get(uid)
+            .and_then(|e| self.project(&e.project));
+        // A project's answer depends on the namespace (or, cluster-scoped,
+        // the kind) only: asked once per listing.
+        let mut memo: HashMap<&str, bool> = HashMap::new();
+        let mut deploys = Vec::with_capacity(p.keys.len());
+        for key in &p.keys {
+            deploys.push(project.is_none_or(|project| {
+                let (gk, rest) = key.split_once(':').unwrap_or((key, ""));
+                let scope = match rest.split_once('/') {
+                    Some(("", _)) => gk,
+                    Some((namespace, _)) => namespace,
+                    None => key,
+                };
+                *memo
+                    .entry(scope)
+                    .or_insert_with(|| self.this_cluster.lets_deploy(project, key))
+            }));
+        }
+        deploys
+    }
+
+    /// Publishes who lists `key` now: the first in uid order in
+    /// `planned_index`, each other once in `more_listers`, as
+    /// [`add_lister`] would over a scan; writes only what changed.
+    fn publish_key(&mut self, key: String) {
+        #[cfg(test)]
+        {
+            self.keys_published += 1;
+        }
+        let uids = self.by_key.get(&key).map_or(&[][..], Vec::as_slice);
+        let mut listers = uids
+            .iter()
+            .filter_map(|u| self.planned.get(&**u))
+            .map(|p| &p.by);
+        let first = listers.next().cloned();
+        let mut more: Vec<Manager> = Vec::new();
+        for by in listers {
+            if Some(by) != first.as_ref() && !more.contains(by) {
+                more.push(by.clone());
+            }
+        }
+        if uids.is_empty() {
+            self.by_key.remove(&key);
+        }
+        if self.more_listers.get(&key) != Some(&more).filter(|m| !m.is_empty()) {
+            let map = Arc::make_mut(&mut self.more_listers);
+            if more.is_empty() {
+                map.remove(&key);
+            } else {
+                map.insert(key.clone(), more);
+            }
+        }
+        if self.planned_index.get(&key) == first.as_ref() {
+            return;
+        }
+        let index = Arc::make_mut(&mut self.planned_index);
+        let was = match first {
+            Some(by) => index.insert(key.clone(), by).is_some(),
+            None => index.remove(&key).is_some(),
+        };
+        let now = self.planned_index.contains_key(&key);
+        match planned::project_of(&key) {
+            Some(project) if !was && now => {
+                let scope = self.scope(&key, project);
+                Arc::make_mut(&mut self.scopes).push(scope);
+            }
+            Some(_) if was && !now => Arc::make_mut(&mut self.scopes).retain(|s| s.key != key),
+            _ => {}
+        }
+    }
+
+    /// What the project listing `key` covers.
+    fn scope(&self, key: &str, project: &str) -> crate::drift::Scope {
+        crate::drift::Scope {
+            key: key.to_owned(),
+            project: self.project(project).map(|p| Arc::new(p.clone())),
+            here: self.this_cluster.clone(),
+        }
+    }
+
+    /// After the AppProjects named `names` changed: what their
+    /// Applications list counts only where they deploy now, and their
+    /// project listings resolve to them.
+    pub(super) fn reindex_projects(&mut self, names: &[String]) {
+        let of_project = |e: &super::AppEntry| names.contains(&e.project);
+        let uids: Vec<String> = self
+            .applications
+            .iter()
+            .filter(|(uid, e)| of_project(e) && self.planned.contains_key(*uid))
+            .map(|(uid, _)| uid.clone())
+            .collect();
+        for uid in uids {
+            self.reindex_listing(&uid);
+        }
+        let scopes: Vec<crate::drift::Scope> = self
+            .scopes
+            .iter()
+            .map(|s| match planned::project_of(&s.key) {
+                Some(p) if names.iter().any(|n| n == p) => self.scope(&s.key, p),
+                _ => s.clone(),
             })
             .collect();
         self.scopes = Arc::new(scopes);
-        self.planned_index = Arc::new(index);
+    }
+
+    /// Indexes `uid`'s listing again, after whether or where it counts moved.
+    pub(super) fn reindex_listing(&mut self, uid: &str) {
+        if let Some(keys) = self.planned.get(uid).map(|p| p.keys.clone()) {
+            self.reindex(uid, keys);
+        }
     }
 
     pub(super) fn forget_planned(&mut self, uid: &str) -> bool {
-        let removed = self.planned.remove(uid).is_some();
-        if removed {
-            self.rebuild_planned();
-        }
-        removed
+        let Some(before) = self.planned.remove(uid) else {
+            return false;
+        };
+        self.reindex(uid, before.keys);
+        true
     }
 }
 
 /// Records `by` as a lister of `key`: in `index` if it is the first, in
 /// `more` if it is another.
 pub(crate) fn add_lister(
-    index: &mut HashMap<String, Manager>,
-    more: &mut HashMap<String, Vec<Manager>>,
+    index: &mut Listed<Manager>,
+    more: &mut Listed<Vec<Manager>>,
     key: &str,
     by: &Manager,
 ) {

@@ -630,4 +630,5 @@ fn tenants(limits: Limits) -> SourceCache {
 }
 
 mod costs;
+mod index;
 mod listed;

@@ -1,0 +1,90 @@
+//! The index of what sources list is charged to the byte budget: the heap a
+//! cache and its published snapshot hold for Applications' listings is at
+//! most what the Applications are charged for them. One test in this binary:
+//! it counts every allocation.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicIsize, Ordering};
+
+use driftguard::cluster::source_cache::{Kind, SourceCache, strip};
+use driftguard::cluster::source_cost::Limits;
+use kube::api::DynamicObject;
+use serde_json::{Value, json};
+
+struct Counting;
+
+static LIVE: AtomicIsize = AtomicIsize::new(0);
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        LIVE.fetch_add(
+            new_size as isize - layout.size() as isize,
+            Ordering::Relaxed,
+        );
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+fn application(i: usize, listed: usize) -> DynamicObject {
+    let resources: Vec<Value> = (0..listed)
+        .map(|r| {
+            json!({"group": "apps", "version": "v1", "kind": "Deployment",
+                   "namespace": format!("ns-{i}"), "name": format!("web-{r}")})
+        })
+        .collect();
+    let mut o: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
+        "metadata": {"name": format!("app-{i}"), "namespace": "argocd", "uid": format!("uid-{i}")},
+        "spec": {"project": "default",
+                 "destination": {"server": "https://kubernetes.default.svc", "namespace": format!("ns-{i}")}},
+        "status": {"resources": resources}
+    }))
+    .expect("an Application");
+    strip(&mut o);
+    o
+}
+
+/// The bytes held and charged for `apps` Applications listing `listed`
+/// objects each, with a snapshot published.
+fn held_and_charged(apps: usize, listed: usize) -> (isize, isize) {
+    let objects: Vec<_> = (0..apps).map(|i| application(i, listed)).collect();
+    let uncapped = Limits {
+        per_source: usize::MAX / 4,
+        per_namespace: usize::MAX / 4,
+        total: usize::MAX / 4,
+    };
+    let base = LIVE.load(Ordering::Relaxed);
+    let mut cache = SourceCache::new("argocd").with_limits(uncapped);
+    for o in &objects {
+        cache.apply(Kind::Application, o);
+    }
+    let snapshot = cache.snapshot();
+    let held = LIVE.load(Ordering::Relaxed) - base;
+    let charged = cache.charged() as isize;
+    drop((snapshot, cache));
+    (held, charged)
+}
+
+#[test]
+fn what_the_index_of_listed_objects_holds_is_charged() {
+    let (apps, listed) = (200, 50);
+    let (held_none, charged_none) = held_and_charged(apps, 0);
+    let (held, charged) = held_and_charged(apps, listed);
+    let keys = (apps * listed) as isize;
+    let (held, charged) = ((held - held_none) / keys, (charged - charged_none) / keys);
+    assert!(
+        held <= charged,
+        "per listed object: {held} bytes held, {charged} charged"
+    );
+}
