@@ -181,36 +181,7 @@ fn main() {
         "{label}: {rules} rules and {listed} listed objects per Application, {n} changes per row (µs)"
     );
     println!(
-        "{:>7} {:>9} {:>10} {:>10} {:>11} {:>10} {:>10} {:>10} {:>10} {:>8}",
-        "apps",
-        "create s",
-        "update p50",
-        "update p99",
-        "publish p50",
-        "change p50",
-        "change p99",
-        "charged MiB",
-        "live MiB",
-        "RSS MiB"
-    );
-    let mib = |b: f64| b / 1048576.0;
-    for r in &rows {
-        println!(
-            "{:>7} {:>9.2} {:>10.1} {:>10.1} {:>11.1} {:>10.1} {:>10.1} {:>11.1} {:>10.1} {:>8.1}",
-            r.apps,
-            r.create_s,
-            r.update_p50,
-            r.update_p99,
-            r.publish_p50,
-            r.change_p50,
-            r.change_p99,
-            mib(r.charged as f64),
-            mib(r.live as f64),
-            mib(r.rss as f64)
-        );
-    }
-    println!(
-        "\nlabel,apps,create_s,update_p50_us,update_p99_us,publish_p50_us,change_p50_us,change_p99_us,charged_bytes,live_bytes,rss_bytes"
+        "label,apps,create_s,update_p50_us,update_p99_us,publish_p50_us,change_p50_us,change_p99_us,charged_bytes,live_bytes,rss_bytes"
     );
     for r in &rows {
         println!(

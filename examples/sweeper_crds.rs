@@ -11,6 +11,7 @@
 //!   DRIFTGUARD_BEFORE=path/to/old/driftguard \
 //!     $CARGO_TARGET_DIR/release/examples/sweeper_crds [COUNTS...]
 
+use driftguard_testkit::armed::crds;
 use driftguard_testkit::control_plane;
 use driftguard_testkit::flood::rss_kib;
 use driftguard_testkit::process::serve_driftguard;
@@ -33,21 +34,6 @@ subjects:
   - {kind: User, name: dg-before, apiGroup: rbac.authorization.k8s.io}
   - {kind: User, name: dg-after, apiGroup: rbac.authorization.k8s.io}
 "#;
-
-fn crds(from: usize, to: usize) -> String {
-    (from..to)
-        .map(|i| {
-            format!(
-                "---\napiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\n\
-                 metadata: {{name: widgets.g{i}.example.com}}\n\
-                 spec:\n  group: g{i}.example.com\n  scope: Namespaced\n\
-                 \x20 names: {{kind: Widget, plural: widgets, singular: widget, listKind: WidgetList}}\n\
-                 \x20 versions:\n    - name: v1\n      served: true\n      storage: true\n\
-                 \x20     schema: {{openAPIV3Schema: {{type: object, x-kubernetes-preserve-unknown-fields: true}}}}\n"
-            )
-        })
-        .collect()
-}
 
 fn requests(plane: &ControlPlane, user: &str, from: jiff::Timestamp, to: jiff::Timestamp) -> usize {
     let events: Vec<serde_json::Value> = plane

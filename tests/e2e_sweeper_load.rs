@@ -27,29 +27,6 @@ const CRDS: usize = 200;
 /// at most, and the watches' occasional re-lists.
 const SWEEPER_PER_MINUTE: usize = 30;
 
-fn crds() -> String {
-    (0..CRDS)
-        .map(|i| {
-            format!(
-                r#"---
-apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata: {{name: widgets.load{i}.example.com}}
-spec:
-  group: load{i}.example.com
-  names: {{kind: Widget, plural: widgets, singular: widget, listKind: WidgetList}}
-  scope: Namespaced
-  versions:
-    - name: v1
-      served: true
-      storage: true
-      schema: {{openAPIV3Schema: {{type: object, x-kubernetes-preserve-unknown-fields: true}}}}
-"#
-            )
-        })
-        .collect()
-}
-
 fn received(e: &Value) -> Option<jiff::Timestamp> {
     e["requestReceivedTimestamp"].as_str()?.parse().ok()
 }
@@ -59,7 +36,7 @@ fn the_sweeper_watches_instead_of_listing_every_type() {
     let mut plane = ControlPlane::start_audited("sweeper-load");
     plane.create_namespaces(&["driftguard", "argocd", "production"]);
     plane.add_user(SA, &[]);
-    let out = plane.kubectl_stdin("admin", &["apply", "-f", "-"], Some(&crds()));
+    let out = plane.kubectl_stdin("admin", &["apply", "-f", "-"], Some(&crds(0, CRDS)));
     assert!(out.ok, "{out}");
     let out = plane.kubectl(
         "admin",

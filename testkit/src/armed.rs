@@ -101,3 +101,28 @@ metadata: {name: sam-edits, namespace: production}
 roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: sam-edits}
 subjects: [{kind: User, name: sam, apiGroup: rbac.authorization.k8s.io}]
 "#;
+
+/// CRDs `from..to`, each a namespaced `Widget` in group `load<i>.example.com`:
+/// types an apiserver serves that nothing refers to.
+pub fn crds(from: usize, to: usize) -> String {
+    (from..to)
+        .map(|i| {
+            format!(
+                r#"---
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {{name: widgets.load{i}.example.com}}
+spec:
+  group: load{i}.example.com
+  names: {{kind: Widget, plural: widgets, singular: widget, listKind: WidgetList}}
+  scope: Namespaced
+  versions:
+    - name: v1
+      served: true
+      storage: true
+      schema: {{openAPIV3Schema: {{type: object, x-kubernetes-preserve-unknown-fields: true}}}}
+"#
+            )
+        })
+        .collect()
+}

@@ -188,16 +188,11 @@ async fn a_pause_whose_object_is_armed_unrecorded_is_kept_and_recorded() {
         vec![armed],
         log.clone(),
     );
-    let options = options(ToolSources::default(), &here);
-    let policy = PolicyHandle::new(crate::policy::Policy::embedded());
-    let mut sweeper = Sweeper::new(here, policy, Arc::new(Metrics::default()), options);
-    look_twice(&mut sweeper).await;
-    let log = log.lock().unwrap();
-    let patched: Vec<&String> = log.iter().filter(|r| r.starts_with("PATCH")).collect();
-    assert_eq!(patched.len(), 1, "{log:?}");
+    let patched = patched_by_two_looks(here, &log).await;
+    assert_eq!(patched.len(), 1, "{patched:?}");
     assert!(
         patched[0].starts_with("PATCH /api/v1/namespaces/driftguard/configmaps/driftguard-armed-"),
-        "{log:?}"
+        "{patched:?}"
     );
 }
 
@@ -225,15 +220,10 @@ async fn without_a_hub_only_pauses_of_applications_deploying_here_are_lifted() {
         ],
         log.clone(),
     );
-    let options = options(ToolSources::default(), &here);
-    let policy = PolicyHandle::new(crate::policy::Policy::embedded());
-    let mut sweeper = Sweeper::new(here, policy, Arc::new(Metrics::default()), options);
-    look_twice(&mut sweeper).await;
-    let log = log.lock().unwrap();
-    let patched: Vec<&String> = log.iter().filter(|r| r.starts_with("PATCH")).collect();
+    let patched = patched_by_two_looks(here, &log).await;
     assert_eq!(
         patched,
-        [&format!("PATCH {APPS}/namespaces/argocd/applications/api")]
+        [format!("PATCH {APPS}/namespaces/argocd/applications/api")]
     );
 }
 
@@ -355,4 +345,17 @@ async fn an_ending_that_conflicts_keeps_the_record() {
         "the record was deleted: {asked:?}"
     );
     assert!(sweeper.records.held.contains_key("driftguard-armed-x"));
+}
+
+/// The PATCHes a sweeper without a hub sends over [`look_twice`].
+async fn patched_by_two_looks(here: kube::Client, log: &Log) -> Vec<String> {
+    let options = options(ToolSources::default(), &here);
+    let policy = PolicyHandle::new(crate::policy::Policy::embedded());
+    let mut sweeper = Sweeper::new(here, policy, Arc::new(Metrics::default()), options);
+    look_twice(&mut sweeper).await;
+    let log = log.lock().unwrap();
+    log.iter()
+        .filter(|r| r.starts_with("PATCH"))
+        .cloned()
+        .collect()
 }
