@@ -11,7 +11,7 @@
 //!   DRIFTGUARD_BEFORE=path/to/old/driftguard \
 //!     $CARGO_TARGET_DIR/release/examples/sweeper_crds [COUNTS...]
 
-use driftguard_testkit::armed::crds;
+use driftguard_testkit::armed::install_crds;
 use driftguard_testkit::control_plane;
 use driftguard_testkit::flood::rss_kib;
 use driftguard_testkit::process::serve_driftguard;
@@ -73,25 +73,10 @@ fn main() {
     println!("crds,build,rss_mib_60s,rss_mib_180s,requests_first_minute,requests_per_minute_after");
     let mut created = 0;
     for &count in &counts {
-        for chunk in (created..count).step_by(100) {
-            let to = (chunk + 100).min(count);
-            let out = plane.kubectl_stdin("admin", &["apply", "-f", "-"], Some(&crds(chunk, to)));
-            assert!(out.ok, "{out}");
+        if count > created {
+            install_crds(&plane, created, count);
         }
         created = created.max(count);
-        if count > 0 {
-            let out = plane.kubectl(
-                "admin",
-                &[
-                    "wait",
-                    "--for=condition=established",
-                    "crd",
-                    "--all",
-                    "--timeout=600s",
-                ],
-            );
-            assert!(out.ok, "{out}");
-        }
         let started = jiff::Timestamp::now();
         let running: Vec<_> = builds
             .iter()

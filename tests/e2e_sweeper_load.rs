@@ -36,19 +36,7 @@ fn the_sweeper_watches_instead_of_listing_every_type() {
     let mut plane = ControlPlane::start_audited("sweeper-load");
     plane.create_namespaces(&["driftguard", "argocd", "production"]);
     plane.add_user(SA, &[]);
-    let out = plane.kubectl_stdin("admin", &["apply", "-f", "-"], Some(&crds(0, CRDS)));
-    assert!(out.ok, "{out}");
-    let out = plane.kubectl(
-        "admin",
-        &[
-            "wait",
-            "--for=condition=established",
-            "crd",
-            "--all",
-            "--timeout=180s",
-        ],
-    );
-    assert!(out.ok, "{out}");
+    install_crds(&plane, 0, CRDS);
 
     let chart = render_chart(
         &plane,

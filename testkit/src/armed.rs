@@ -102,9 +102,28 @@ roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: sam-edits}
 subjects: [{kind: User, name: sam, apiGroup: rbac.authorization.k8s.io}]
 "#;
 
+/// Creates CRDs `from..to` ([`crds`]), 100 per apply, and waits until every
+/// CRD is established.
+pub fn install_crds(plane: &ControlPlane, from: usize, to: usize) {
+    for chunk in (from..to).step_by(100) {
+        let yaml = crds(chunk, (chunk + 100).min(to));
+        let out = plane.kubectl_stdin("admin", &["apply", "-f", "-"], Some(&yaml));
+        assert!(out.ok, "{out}");
+    }
+    let wait = [
+        "wait",
+        "--for=condition=established",
+        "crd",
+        "--all",
+        "--timeout=600s",
+    ];
+    let out = plane.kubectl("admin", &wait);
+    assert!(out.ok, "{out}");
+}
+
 /// CRDs `from..to`, each a namespaced `Widget` in group `load<i>.example.com`:
 /// types an apiserver serves that nothing refers to.
-pub fn crds(from: usize, to: usize) -> String {
+fn crds(from: usize, to: usize) -> String {
     (from..to)
         .map(|i| {
             format!(
