@@ -250,9 +250,10 @@ impl Reviewer {
     }
 
     /// Keeps the armed set true for an allowed write (`req`: validated, not
-    /// a dry run) before answering ([`crate::breakglass::record`]). An arming allowed by break-glass that cannot be recorded
-    /// is refused, since the sweeper would never end it; any other allowed
-    /// write (a trusted writer's, warn mode's) is warned.
+    /// a dry run) before answering ([`crate::breakglass::record`]). A write
+    /// that arms or changes a break-glass and cannot be recorded is refused,
+    /// since the sweeper would never end it; a hotfix under one already
+    /// recorded is warned.
     async fn record_arming(
         &self,
         policy: &Policy,
@@ -296,7 +297,9 @@ impl Reviewer {
         denied.result.code = 500;
         denied.result.reason = "InternalError".into();
         *response = denied;
+        // Refused: no break-glass was used, so no BreakGlassUsed Event.
         judged.decision.verdict = Verdict::Deny;
+        judged.decision.break_glass = None;
     }
 
     /// A v1 review whose uid reads but whose request does not: answered by
