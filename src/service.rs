@@ -296,6 +296,12 @@ impl Reviewer {
         let mut denied = response.clone().deny(message);
         denied.result.code = 500;
         denied.result.reason = "InternalError".into();
+        // Nothing was armed: no break-glass warnings, and the apiserver's
+        // audit log says what was decided.
+        denied.warnings = None;
+        let audit = &mut denied.audit_annotations;
+        audit.insert("verdict".into(), "deny".into());
+        audit.insert("reason".into(), "break-glass-unrecorded".into());
         *response = denied;
         // Refused: no break-glass was used, so no BreakGlassUsed Event.
         judged.decision.verdict = Verdict::Deny;
@@ -620,5 +626,105 @@ mod tests {
             "{}",
             report.note
         );
+    }
+}
+
+#[cfg(test)]
+mod record_tests {
+    use std::sync::Mutex;
+
+    use http::{Request, Response};
+    use kube::client::Body;
+
+    use super::*;
+
+    /// An arming whose record cannot be written (here, 403) is refused with
+    /// a 500 that says why and changes nothing; with the record written,
+    /// the same arming is allowed.
+    #[tokio::test]
+    async fn an_arming_that_cannot_be_recorded_is_refused() {
+        for code in [403u16, 200] {
+            let asked = Arc::new(Mutex::new(Vec::new()));
+            let service = {
+                let asked = asked.clone();
+                tower::service_fn(move |request: Request<Body>| {
+                    let asked = asked.clone();
+                    async move {
+                        asked.lock().unwrap().push(request.uri().path().to_owned());
+                        let body = match code {
+                            200 => {
+                                serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "r"}})
+                            }
+                            _ => {
+                                serde_json::json!({"kind": "Status", "code": code, "reason": "Forbidden"})
+                            }
+                        };
+                        let response = Response::builder().status(code);
+                        Ok::<_, std::convert::Infallible>(
+                            response
+                                .body(Body::from(body.to_string().into_bytes()))
+                                .unwrap(),
+                        )
+                    }
+                })
+            };
+            let client = kube::Client::new(service, "default");
+            let policy = Policy::from_yaml(
+                "breakGlass:\n  allowedUsers: [sam]\n  maxDuration: 1h\n",
+                "p",
+            )
+            .unwrap();
+            let reviewer = Reviewer {
+                policy: PolicyHandle::new(policy),
+                sources: None,
+                parents: None,
+                events: None,
+                records: Some(Recorder::new(client, "driftguard")),
+                metrics: Arc::new(Metrics::default()),
+                decider: Decider::new(1, 4).unwrap(),
+                on_error: OnError::Deny,
+                decision_timeout: Duration::from_secs(5),
+                decide_here_max_bytes: 64 * 1024,
+            };
+            let expires = (Timestamp::now() + jiff::SignedDuration::from_mins(30)).to_string();
+            let old = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "cm", "namespace": "prod",
+                    "annotations": {"argocd.argoproj.io/tracking-id": "app:/ConfigMap:prod/cm"}}});
+            let mut new = old.clone();
+            new["metadata"]["annotations"]["driftguard.io/break-glass"] = "INC-1".into();
+            new["metadata"]["annotations"]["driftguard.io/break-glass-expires"] = expires.into();
+            let body = serde_json::json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                "request": {"uid": "u-1", "operation": "UPDATE", "name": "cm", "namespace": "prod",
+                    "kind": {"group": "", "version": "v1", "kind": "ConfigMap"},
+                    "resource": {"group": "", "version": "v1", "resource": "configmaps"},
+                    "userInfo": {"username": "sam"}, "object": new, "oldObject": old}});
+            let deadline = Instant::now() + Duration::from_secs(5);
+            let answer = reviewer
+                .answer(
+                    Endpoint::Validate,
+                    serde_json::to_vec(&body).unwrap(),
+                    Box::new(()),
+                    deadline,
+                )
+                .await
+                .unwrap();
+            let answer: Value = serde_json::from_slice(&answer).unwrap();
+            let asked = asked.lock().unwrap().clone();
+            assert_eq!(asked.len(), 1, "one record write: {asked:?}");
+            assert!(
+                asked[0].starts_with("/api/v1/namespaces/driftguard/configmaps/driftguard-armed-")
+            );
+            let response = &answer["response"];
+            if code == 403 {
+                assert_eq!(response["allowed"], false, "{answer}");
+                assert_eq!(response["status"]["code"], 500, "{answer}");
+                let message = response["status"]["message"].as_str().unwrap();
+                assert!(message.contains("nothing was changed"), "{message}");
+                assert!(response["warnings"].is_null(), "{answer}");
+                assert_eq!(response["auditAnnotations"]["verdict"], "deny", "{answer}");
+            } else {
+                assert_eq!(response["allowed"], true, "{answer}");
+            }
+        }
     }
 }
