@@ -10,7 +10,7 @@
 //! sweeper drops once [`GRACE`] has passed (a write can still be on its way
 //! until the webhook's timeout). Records are not decision inputs: deleting
 //! one loosens nothing, it only leaves a break-glass that already grants
-//! nothing to be ended by hand (threat model §7).
+//! nothing to be ended by hand (threat model §5).
 
 use std::time::Duration;
 
@@ -52,9 +52,7 @@ impl Armed {
     pub(crate) fn written(&self) -> Option<jiff::Timestamp> {
         self.recorded.max(self.look)
     }
-}
 
-impl Armed {
     /// The object a write leaves armed, when it does: the object the
     /// sweeper would end ([`pause::not_armable`] is the sweeper's own test).
     pub(crate) fn by_write(view: &Request, policy: &Policy) -> Option<Armed> {
