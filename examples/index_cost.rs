@@ -18,9 +18,10 @@ use driftguard::cluster::source_cost::Limits;
 use kube::api::DynamicObject;
 use serde_json::{Value, json};
 
-#[path = "support/counting.rs"]
-mod counting;
-use counting::LIVE;
+use driftguard_testkit::counting::{Counting, LIVE, arg};
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
 
 /// Application `i` with `rules` ignore rules (one in five a jq expression)
 /// listing `listed` Deployments of its namespace; `variant` renames the
@@ -122,12 +123,6 @@ fn quantile(v: &mut [f64], q: f64) -> f64 {
 }
 
 fn main() {
-    let arg = |i: usize, default: usize| {
-        std::env::args()
-            .nth(i)
-            .and_then(|a| a.parse().ok())
-            .unwrap_or(default)
-    };
     let (apps, rules, objects, n) = (arg(1, 10_000), arg(2, 10), arg(3, 100_000), arg(4, 200));
     let label = std::env::args()
         .nth(5)

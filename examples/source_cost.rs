@@ -15,9 +15,10 @@ use driftguard::cluster::source_cost::{self, Limits};
 use kube::api::DynamicObject;
 use serde_json::{Value, json};
 
-#[path = "support/counting.rs"]
-mod counting;
-use counting::LIVE;
+use driftguard_testkit::counting::{Counting, LIVE, arg};
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
 
 fn application(ns: &str, rules: Vec<Value>, listed: usize) -> DynamicObject {
     let resources: Vec<Value> = (0..listed)
@@ -61,12 +62,6 @@ fn held_with(object: &DynamicObject, limits: Limits) -> isize {
 }
 
 fn main() {
-    let arg = |i: usize, default: usize| {
-        std::env::args()
-            .nth(i)
-            .and_then(|a| a.parse().ok())
-            .unwrap_or(default)
-    };
     let (rules, listed) = (arg(1, 6000), arg(2, 0));
     let n = 500;
     let empty = held(&application("t", vec![], 0));

@@ -20,9 +20,10 @@ use kube::runtime::reflector::store::Writer;
 use kube::runtime::watcher::Event;
 use serde_json::{Value, json};
 
-#[path = "support/counting.rs"]
-mod counting;
-use counting::LIVE;
+use driftguard_testkit::counting::{Counting, LIVE, arg};
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
 
 fn live() -> isize {
     LIVE.load(Ordering::Relaxed)
@@ -106,12 +107,6 @@ fn per_event(n: usize, mut f: impl FnMut(usize)) -> f64 {
 }
 
 fn main() {
-    let arg = |i: usize, default: usize| {
-        std::env::args()
-            .nth(i)
-            .and_then(|a| a.parse().ok())
-            .unwrap_or(default)
-    };
     let (apps, rules, events) = (arg(1, 2000), arg(2, 10), arg(3, 20));
     JQ_EVERY.store(arg(4, 5), Ordering::Relaxed);
     OWN_JQ.store(arg(5, 0), Ordering::Relaxed);

@@ -16,6 +16,7 @@ pub mod atomic_maps;
 pub mod big_reviews;
 pub mod common;
 pub mod control_plane;
+pub mod counting;
 pub mod fleet;
 pub mod flood;
 pub mod generate;

@@ -1,12 +1,14 @@
-//! The examples' allocator: mimalloc, as the server runs, counting live
-//! bytes in [`LIVE`].
+//! An allocator for benchmarks and memory tests: mimalloc, as the server
+//! runs, counting live bytes in [`LIVE`]. A binary installs it with
+//! `#[global_allocator] static ALLOCATOR: Counting = Counting;`.
 
 use std::alloc::{GlobalAlloc, Layout};
 use std::sync::atomic::{AtomicIsize, Ordering};
 
 /// mimalloc, as the server runs, counting live bytes.
-struct Counting;
+pub struct Counting;
 
+/// The bytes allocated and not yet freed.
 pub static LIVE: AtomicIsize = AtomicIsize::new(0);
 static INNER: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -28,5 +30,10 @@ unsafe impl GlobalAlloc for Counting {
     }
 }
 
-#[global_allocator]
-static ALLOCATOR: Counting = Counting;
+/// The `i`th command-line argument as a number, or `default`.
+pub fn arg(i: usize, default: usize) -> usize {
+    std::env::args()
+        .nth(i)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(default)
+}
