@@ -23,6 +23,14 @@ use crate::drift::Request;
 use crate::drift::breakglass_state::EXPIRES;
 use crate::policy::Policy;
 
+/// Where break-glass keeps its keys on an object: nothing is armed without one.
+const KEYS: [(&str, &str); 4] = [
+    ("annotations", crate::drift::breakglass_state::REASON),
+    ("annotations", EXPIRES),
+    ("annotations", crate::drift::breakglass_state::PAUSED),
+    ("labels", crate::drift::breakglass_state::LABEL),
+];
+
 /// The label every record carries; the sweeper's watch selects on it.
 pub(crate) const RECORD_LABEL: &str = "driftguard.io/break-glass-record";
 /// How long a record whose object is not armed is kept: longer than any
@@ -60,6 +68,7 @@ impl Armed {
     }
 
     /// The object a write finds armed and leaves unarmed (ended, deleted).
+    #[cfg(test)]
     pub(crate) fn ended_by_write(view: &Request, policy: &Policy) -> Option<Armed> {
         let old = Self::in_object(view, view.old_object?, policy)?;
         Self::by_write(view, policy).is_none().then_some(old)
@@ -154,18 +163,11 @@ impl Armed {
     /// the expiry): a write under a break-glass that leaves them as they
     /// were is not refused for a record that already exists.
     pub(crate) fn changes_keys(view: &Request) -> bool {
-        use crate::drift::breakglass_state::{LABEL, PAUSED, REASON};
-        let key = |o: Option<&Value>, section: &str, k: &str| {
-            o.map(|o| o["metadata"][section][k].clone())
-        };
-        [
-            ("annotations", REASON),
-            ("annotations", EXPIRES),
-            ("annotations", PAUSED),
-            ("labels", LABEL),
-        ]
-        .into_iter()
-        .any(|(section, k)| key(view.object, section, k) != key(view.old_object, section, k))
+        fn key<'a>(o: Option<&'a Value>, section: &str, k: &str) -> Option<&'a Value> {
+            o.map(|o| &o["metadata"][section][k])
+        }
+        (KEYS.into_iter())
+            .any(|(section, k)| key(view.object, section, k) != key(view.old_object, section, k))
     }
 
     /// `group/Kind:namespace/name`, as a pause entry names the object.
@@ -251,16 +253,32 @@ impl Recorder {
         break_glass: bool,
         timeout: Duration,
     ) -> Result<(), (String, String)> {
+        // Nothing is armed without one of the keys: most writes stop here,
+        // before any input is read again.
+        let keyed = |o: &Value| {
+            (KEYS.into_iter()).any(|(section, k)| o["metadata"][section].get(k).is_some())
+        };
+        if ![view.object, view.old_object]
+            .into_iter()
+            .flatten()
+            .any(keyed)
+        {
+            return Ok(());
+        }
         // Only a write break-glass allowed records: a tool's own account
         // applying objects that carry the keys makes no record to hold.
-        if let Some(armed) = Armed::by_write(view, policy).filter(|_| break_glass) {
+        let armed_now = Armed::by_write(view, policy);
+        if let Some(armed) = armed_now.as_ref().filter(|_| break_glass) {
             let object = format!("{} {}", armed.ar.kind, armed.entry());
             return self
-                .record(&armed, timeout)
+                .record(armed, timeout)
                 .await
                 .map_err(|why| (object, why));
         }
-        if let Some(armed) = Armed::ended_by_write(view, policy)
+        // Armed before, unarmed now ([`Armed::ended_by_write`]).
+        let ended = (view.old_object.filter(|_| armed_now.is_none()))
+            .and_then(|old| Armed::in_object(view, old, policy));
+        if let Some(armed) = ended
             && let Err(why) = self.look_again(&armed, timeout).await
         {
             tracing::warn!(object = %armed.entry(), error = %why, "cannot ask the sweeper to look at an ended break-glass's record");
