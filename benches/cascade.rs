@@ -3,7 +3,6 @@
 //! scans them once per Namespace or CRD DELETE. Side by side with the
 //! Deployment UPDATE of benches/decision.rs, a normal review, for the ratio.
 
-use std::collections::HashMap;
 use std::hint::black_box;
 use std::sync::Arc;
 
@@ -18,20 +17,16 @@ use serde_json::{Value, json};
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn planned(objects: usize) -> Sources {
-    let by = Manager::FluxKustomization {
+    let by = Arc::new(Manager::FluxKustomization {
         namespace: "flux-system".into(),
         name: "apps".into(),
-    };
-    let planned: HashMap<String, Manager> = (0..objects)
-        .map(|i| {
-            (
-                format!("apps/Deployment:ns-{}/web-{i}", i % 500),
-                by.clone(),
-            )
-        })
-        .collect();
+    });
+    let planned = (0..objects).map(|i| {
+        let key = format!("apps/Deployment:ns-{}/web-{i}", i % 500);
+        (key.into(), by.clone())
+    });
     Sources {
-        planned: Arc::new(planned.into()),
+        planned: Arc::new(planned.collect()),
         ..Default::default()
     }
 }

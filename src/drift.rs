@@ -273,7 +273,7 @@ pub struct Sources {
     /// The objects the tools' records list (`policy::planned`), as
     /// `group/Kind:namespace/name`, with who lists them: a manual CREATE of
     /// one is refused whatever it carries.
-    pub planned: Arc<Listed<Manager>>,
+    pub planned: Arc<Listed<Arc<Manager>>>,
     /// The listers of a key in `planned` beyond the one named there: an
     /// object several tools list is judged by each (`Self::listers`).
     pub more_listers: Arc<Listed<Vec<Manager>>>,
@@ -290,8 +290,10 @@ pub struct Sources {
 }
 
 /// An index of listed objects by key: persistent, so that a snapshot shares
-/// it and an update copies only the path to the key it changes.
-pub type Listed<V> = imbl::HashMap<String, V>;
+/// it and an update copies only the path to the key it changes. Keys and
+/// listers are shared pointers: a hundred thousand listed objects each hold
+/// a key, and every listing of one Application the same lister.
+pub type Listed<V> = imbl::HashMap<Arc<str>, V>;
 
 /// What a `policy::planned::within_project` listing (`key`)
 /// covers: what `project` lets its Applications deploy to `here`; every
@@ -386,7 +388,7 @@ impl Sources {
         let mut listers: Vec<&Manager> = Vec::new();
         for k in keys {
             let more = self.more_listers.get(k).into_iter().flatten();
-            for by in self.planned.get(k).into_iter().chain(more) {
+            for by in self.planned.get(k).map(|m| &**m).into_iter().chain(more) {
                 if !listers.contains(&by) {
                     listers.push(by);
                 }
@@ -402,11 +404,10 @@ impl Sources {
     }
 
     /// Every listing, with each of its listers.
-    pub(crate) fn listings(&self) -> impl Iterator<Item = (&String, &Manager)> {
+    pub(crate) fn listings(&self) -> impl Iterator<Item = (&str, &Manager)> {
         let more = self.more_listers.iter();
-        self.planned
-            .iter()
-            .chain(more.flat_map(|(k, ms)| ms.iter().map(move |m| (k, m))))
+        let first = self.planned.iter().map(|(k, m)| (&**k, &**m));
+        first.chain(more.flat_map(|(k, ms)| ms.iter().map(move |m| (&**k, m))))
     }
 
     /// Whether the whole-namespace listing `wide` covers `namespace`

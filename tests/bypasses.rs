@@ -641,10 +641,9 @@ fn outcome_with(
 /// it with whatever the person put in it. The tools' records list it.
 #[test]
 fn an_object_the_tools_list_cannot_be_created_by_hand() {
-    let planned: std::collections::HashMap<String, Manager> =
-        [("apps/Deployment:production/web".to_owned(), myapp())].into();
+    let planned = [("apps/Deployment:production/web".into(), myapp().into())];
     let sources = driftguard::sources::Sources {
-        planned: std::sync::Arc::new(planned.into()),
+        planned: std::sync::Arc::new(planned.into_iter().collect()),
         ..Default::default()
     };
     // Untracked, or claiming to be another object's child: refused in every mode.
@@ -827,10 +826,9 @@ fn argocd_cms_instance_label_is_an_input_like_the_policys() {
 fn an_unreadable_but_listed_scale_parent_is_not_allowed() {
     let mut review = Review::scale("rollouts", "web", 3, 5);
     review.resource_override = Some(("argoproj.io".into(), "rollouts".into()));
-    let planned: std::collections::HashMap<String, Manager> =
-        [("argoproj.io/Rollout:production/web".to_owned(), myapp())].into();
+    let planned = [("argoproj.io/Rollout:production/web".into(), myapp().into())];
     let sources = driftguard::sources::Sources {
-        planned: std::sync::Arc::new(planned.into()),
+        planned: std::sync::Arc::new(planned.into_iter().collect()),
         ..Default::default()
     };
     let d = judged_with(&Policy::embedded(), &review, &sources);
@@ -859,9 +857,9 @@ fn an_unreadable_but_listed_scale_parent_is_not_allowed() {
         application: "other".into(),
         application_namespace: Some("argocd".into()),
     };
-    let key = "argoproj.io/Rollout:production/web".to_owned();
+    let key: std::sync::Arc<str> = "argoproj.io/Rollout:production/web".into();
     let listed_by = |more: Vec<Manager>| driftguard::sources::Sources {
-        planned: std::sync::Arc::new(vec![(key.clone(), myapp())].into()),
+        planned: std::sync::Arc::new(vec![(key.clone(), myapp().into())].into()),
         more_listers: std::sync::Arc::new(vec![(key.clone(), more)].into()),
         ..driftguard::sources::Sources::of_argocd(driftguard::drift::ArgoCdSources {
             applications: vec![application("myapp", true), application("other", false)],
@@ -883,7 +881,7 @@ fn an_unreadable_but_listed_scale_parent_is_not_allowed() {
         "spec": {"ignoreDifferences": [{"group": "argoproj.io", "kind": "Rollout", "jsonPointers": ["/spec/replicas"]}]},
     });
     let listed_by_tenant = driftguard::sources::Sources {
-        planned: std::sync::Arc::new(vec![(key.clone(), tenants)].into()),
+        planned: std::sync::Arc::new(vec![(key.clone(), tenants.into())].into()),
         ..driftguard::sources::Sources::of_argocd(driftguard::drift::ArgoCdSources {
             applications: vec![std::sync::Arc::new(
                 driftguard::policy::argocd::from_value(&tenant_app).unwrap(),
@@ -911,7 +909,7 @@ fn the_tools_own_account_creates_what_it_lists() {
             flux_from_value(FluxKind::Kustomization, &kustomization).unwrap(),
         )],
         planned: std::sync::Arc::new(
-            vec![("apps/Deployment:production/web".to_owned(), apps)].into(),
+            vec![("apps/Deployment:production/web".into(), apps.into())].into(),
         ),
         ..Default::default()
     };
@@ -1211,10 +1209,9 @@ fn an_unreadable_scaler_target_follows_unknown_scale_parent() {
         "/spec/scaleTargetRef",
         json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "Rollout", "name": "web"}),
     );
-    let planned: std::collections::HashMap<String, Manager> =
-        [("argoproj.io/Rollout:production/web".to_owned(), myapp())].into();
+    let planned = [("argoproj.io/Rollout:production/web".into(), myapp().into())];
     let sources = driftguard::sources::Sources {
-        planned: std::sync::Arc::new(planned.into()),
+        planned: std::sync::Arc::new(planned.into_iter().collect()),
         ..Default::default()
     };
     let d = judged_with(
@@ -1269,7 +1266,7 @@ fn listing(objects: &[(&str, Manager)]) -> driftguard::sources::Sources {
         planned: std::sync::Arc::new(
             objects
                 .iter()
-                .map(|(k, m)| (k.to_string(), m.clone()))
+                .map(|(k, m)| ((*k).into(), m.clone().into()))
                 .collect(),
         ),
         ..Default::default()

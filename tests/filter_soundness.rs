@@ -1021,7 +1021,7 @@ fn listed() -> Sources {
                 ("argoproj.io/Rollout:production/canary", argo),
             ]
             .into_iter()
-            .map(|(k, m)| (k.to_owned(), m))
+            .map(|(k, m)| (k.into(), m.into()))
             .collect(),
         ),
         ..Default::default()

@@ -116,11 +116,11 @@ pub struct SourceCache {
     planned: BTreeMap<String, Planned>,
     /// Who lists each key, by uid in order: what `planned_index` and
     /// `more_listers` publish for it.
-    by_key: HashMap<String, Vec<Arc<str>>>,
+    by_key: HashMap<Arc<str>, Vec<Arc<str>>>,
     /// Every listed object and its first lister, updated by the keys of the
     /// listing that changed ([`listed`]); persistent, so that a snapshot
     /// shares it.
-    planned_index: Arc<Listed<Manager>>,
+    planned_index: Arc<Listed<Arc<Manager>>>,
     /// Listers of a key beyond `planned_index`'s.
     more_listers: Arc<Listed<Vec<Manager>>>,
     /// The projects `planned_index`'s project listings name.
@@ -139,8 +139,9 @@ pub struct SourceCache {
 
 struct Planned {
     hash: u64,
-    keys: Vec<String>,
-    by: Manager,
+    /// Shared with `by_key` and the index: one copy of each key.
+    keys: Vec<Arc<str>>,
+    by: Arc<Manager>,
     /// Its uid, shared with the index's lists.
     uid: Arc<str>,
 }

@@ -189,7 +189,7 @@ pub fn lost(policy: &Policy, req: &Request, sources: &Sources) -> Option<Cascade
                 .as_ref()
                 .is_none_or(|kinds| kinds.iter().any(|k| k == gk))
     };
-    let objects: Vec<(&String, &Manager)> = sources
+    let objects: Vec<(&str, &Manager)> = sources
         .listings()
         .filter(|(_, by)| detects(policy, by))
         .filter(|(key, _)| {
@@ -202,7 +202,7 @@ pub fn lost(policy: &Policy, req: &Request, sources: &Sources) -> Option<Cascade
         .collect();
     let mut objects: Vec<(String, Manager)> = objects
         .into_iter()
-        .map(|(k, m)| (k.clone(), m.clone()))
+        .map(|(k, m)| (k.to_owned(), m.clone()))
         .collect();
     if let Some(namespace) = namespace.filter(|_| policy.flux) {
         objects.extend(releases_in(sources, namespace));
@@ -282,7 +282,11 @@ mod tests {
 
     fn sources(keys: &[&str]) -> Sources {
         Sources {
-            planned: Arc::new(keys.iter().map(|k| (k.to_string(), flux("apps"))).collect()),
+            planned: Arc::new(
+                keys.iter()
+                    .map(|k| ((*k).into(), flux("apps").into()))
+                    .collect(),
+            ),
             ..Default::default()
         }
     }

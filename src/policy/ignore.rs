@@ -43,40 +43,46 @@ pub struct IgnoreRule {
 }
 
 /// Rules indexed by literal kind, so that a thousand rules for other kinds cost
-/// a hash lookup, not a thousand glob matches.
+/// a binary search, not a thousand glob matches. The index holds positions
+/// only (the kinds are the rules' own): thousands of Applications each carry
+/// a set, and a map per set cost more than its rules.
 #[derive(Debug, Default)]
 pub struct RuleSet {
-    rules: Vec<IgnoreRule>,
-    by_kind: std::collections::HashMap<String, Vec<usize>>,
-    globbed: Vec<usize>,
+    rules: Box<[IgnoreRule]>,
+    /// The rules of a literal kind, by kind and then position.
+    by_kind: Box<[u32]>,
+    /// The rules whose kind is a glob, by position.
+    globbed: Box<[u32]>,
 }
 
 impl RuleSet {
     /// The set of `rules`, indexed.
     pub fn new(rules: Vec<IgnoreRule>) -> Self {
-        let mut set = Self::default();
-        for (i, rule) in rules.iter().enumerate() {
-            match rule.literal_kind() {
-                Some(kind) => set.by_kind.entry(kind.to_owned()).or_default().push(i),
-                None => set.globbed.push(i),
-            }
+        let rules = rules.into_boxed_slice();
+        let (mut by_kind, globbed): (Vec<u32>, Vec<u32>) =
+            (0..rules.len() as u32).partition(|&i| rules[i as usize].literal_kind().is_some());
+        by_kind.sort_by_key(|&i| (rules[i as usize].literal_kind(), i));
+        Self {
+            rules,
+            by_kind: by_kind.into(),
+            globbed: globbed.into(),
         }
-        set.rules = rules;
-        set
     }
 
     /// The rules that apply to `target`, in the order they were written.
     pub fn matching<'s>(&'s self, target: &Target) -> Vec<&'s IgnoreRule> {
-        let literal = self
+        let kind_of = |i: &u32| self.rules[*i as usize].literal_kind();
+        let from = self
             .by_kind
-            .get(target.kind)
-            .map(Vec::as_slice)
-            .unwrap_or_default();
-        let mut indices: Vec<usize> = literal.iter().chain(&self.globbed).copied().collect();
+            .partition_point(|i| kind_of(i) < Some(target.kind));
+        let literal = self.by_kind[from..]
+            .iter()
+            .take_while(|i| kind_of(i) == Some(target.kind));
+        let mut indices: Vec<u32> = literal.chain(&self.globbed).copied().collect();
         indices.sort_unstable();
         indices
             .into_iter()
-            .map(|i| &self.rules[i])
+            .map(|i| &self.rules[i as usize])
             .filter(|r| r.matches(target))
             .collect()
     }

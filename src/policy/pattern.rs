@@ -16,7 +16,8 @@ pub(crate) struct Pattern {
     /// `None` for a pattern without glob syntax, compared as a string: a
     /// compiled matcher holds a regex of about 8 KiB, and most group and kind
     /// patterns of the thousands of ignore rules Applications carry are literal.
-    matcher: Option<GlobMatcher>,
+    /// Boxed: a literal pattern then costs a pointer, not a matcher's 96 bytes.
+    matcher: Option<Box<GlobMatcher>>,
 }
 
 /// What globset reads as syntax; a pattern without any matches only itself.
@@ -29,7 +30,7 @@ impl Pattern {
                 pattern: source.to_owned(),
                 source: e,
             })?;
-            Some(glob.compile_matcher())
+            Some(Box::new(glob.compile_matcher()))
         } else {
             None
         };

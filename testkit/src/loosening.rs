@@ -439,13 +439,13 @@ fn verdict(
     let body = two_step::review_by(user, groups, operation, old, new, "");
     let req = driftguard::request::parse(&body).ok()?;
     let mut listers = RECORDS.with(|m| m.borrow().clone()).into_iter();
-    let first = listers.next().map(|m| (LISTED.to_owned(), m));
+    let first = listers.next().map(|m| (LISTED.into(), Arc::new(m)));
     let more: Vec<DgManager> = listers.collect();
     let sources = Sources {
         planned: Arc::new(first.into_iter().collect()),
         more_listers: Arc::new(
             (!more.is_empty())
-                .then(|| (LISTED.to_owned(), more))
+                .then(|| (LISTED.into(), more))
                 .into_iter()
                 .collect(),
         ),

@@ -62,10 +62,18 @@ impl SourceCache {
             return false;
         }
         let uid: Arc<str> = uid.into();
+        // A key already indexed is shared, not copied.
+        let keys = keys
+            .into_iter()
+            .map(|k| match self.by_key.get_key_value(k.as_str()) {
+                Some((shared, _)) => shared.clone(),
+                None => k.into(),
+            })
+            .collect();
         let entry = Planned {
             hash,
             keys,
-            by,
+            by: Arc::new(by),
             uid: uid.clone(),
         };
         let before = self.planned.insert(uid.to_string(), entry);
@@ -88,8 +96,8 @@ impl SourceCache {
     /// it lists now where it counts and its project deploys: only those
     /// keys are visited, so a change costs its own listing, never the
     /// index's size.
-    pub(super) fn reindex(&mut self, uid: &str, before: Vec<String>) {
-        let mut touched: HashSet<String> = HashSet::new();
+    pub(super) fn reindex(&mut self, uid: &str, before: Vec<Arc<str>>) {
+        let mut touched: HashSet<Arc<str>> = HashSet::new();
         for key in before {
             if let Some(uids) = self.by_key.get_mut(&key) {
                 uids.retain(|u| &**u != uid);
@@ -150,7 +158,7 @@ impl SourceCache {
     /// Publishes who lists `key` now: the first in uid order in
     /// `planned_index`, each other once in `more_listers`, as
     /// [`add_lister`] would over a scan; writes only what changed.
-    fn publish_key(&mut self, key: String) {
+    fn publish_key(&mut self, key: Arc<str>) {
         #[cfg(test)]
         {
             self.keys_published += 1;
@@ -164,7 +172,7 @@ impl SourceCache {
         let mut more: Vec<Manager> = Vec::new();
         for by in listers {
             if Some(by) != first.as_ref() && !more.contains(by) {
-                more.push(by.clone());
+                more.push((**by).clone());
             }
         }
         if uids.is_empty() {
@@ -192,7 +200,7 @@ impl SourceCache {
                 let scope = self.scope(&key, project);
                 Arc::make_mut(&mut self.scopes).push(scope);
             }
-            Some(_) if was && !now => Arc::make_mut(&mut self.scopes).retain(|s| s.key != key),
+            Some(_) if was && !now => Arc::make_mut(&mut self.scopes).retain(|s| *s.key != *key),
             _ => {}
         }
     }
@@ -250,20 +258,20 @@ impl SourceCache {
 /// Records `by` as a lister of `key`: in `index` if it is the first, in
 /// `more` if it is another.
 pub(crate) fn add_lister(
-    index: &mut Listed<Manager>,
+    index: &mut Listed<Arc<Manager>>,
     more: &mut Listed<Vec<Manager>>,
-    key: &str,
-    by: &Manager,
+    key: &Arc<str>,
+    by: &Arc<Manager>,
 ) {
     match index.get(key) {
         None => {
-            index.insert(key.to_owned(), by.clone());
+            index.insert(key.clone(), by.clone());
         }
         Some(first) if first == by => {}
         Some(_) => {
-            let others = more.entry(key.to_owned()).or_default();
+            let others = more.entry(key.clone()).or_default();
             if !others.contains(by) {
-                others.push(by.clone());
+                others.push((**by).clone());
             }
         }
     }

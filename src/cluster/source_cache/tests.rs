@@ -506,7 +506,7 @@ fn a_flux_source_applying_elsewhere_lends_nothing() {
         let s = cache.snapshot();
         let mut lenders: Vec<String> = s.flux.iter().map(|f| f.name.clone()).collect();
         lenders.sort();
-        let listed: Vec<String> = s.planned.keys().cloned().collect();
+        let listed: Vec<String> = s.planned.keys().map(|k| k.to_string()).collect();
         (lenders, listed)
     };
     let local = SourceCache::new("argocd").without_argocd();
@@ -597,7 +597,12 @@ fn a_tenants_inventory_speaks_only_for_its_namespace() {
         let mut cache = SourceCache::new("argocd")
             .with_flux_default_service_account(default.map(str::to_owned));
         cache.apply(Kind::Kustomization, &k);
-        let mut keys: Vec<String> = cache.snapshot().planned.keys().cloned().collect();
+        let mut keys: Vec<String> = cache
+            .snapshot()
+            .planned
+            .keys()
+            .map(|k| k.to_string())
+            .collect();
         keys.sort();
         keys
     };

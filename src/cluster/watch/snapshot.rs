@@ -42,8 +42,13 @@ pub(super) fn snapshot(caches: &[SourceCache], unread: &[Source]) -> Sources {
         if !part.planned.is_empty() {
             let mut merged = (*all.planned).clone();
             let mut more = (*all.more_listers).clone();
-            for (key, by) in part.listings() {
+            for (key, by) in part.planned.iter() {
                 add_lister(&mut merged, &mut more, key, by);
+            }
+            for (key, others) in part.more_listers.iter() {
+                for by in others {
+                    add_lister(&mut merged, &mut more, key, &Arc::new(by.clone()));
+                }
             }
             all.planned = Arc::new(merged);
             all.more_listers = Arc::new(more);
@@ -118,7 +123,7 @@ mod tests {
         let namespaces: Vec<_> = all.argocd.iter().map(|a| a.namespace()).collect();
         assert_eq!(namespaces, ["argocd", "team-argocd"]);
         assert_eq!(all.argocd[1].applications.len(), 2);
-        let lister = |key: &str| match all.planned.get(key) {
+        let lister = |key: &str| match all.planned.get(key).map(|m| &**m) {
             Some(crate::drift::Manager::ArgoCd {
                 application_namespace,
                 ..
@@ -166,7 +171,7 @@ mod tests {
         assert_eq!(names, ["here", "hub"]);
         assert!(all.argocd.is_empty());
         // What each lists counts only where it applies: here.
-        let listed: Vec<_> = all.planned.keys().map(String::as_str).collect();
+        let listed: Vec<_> = all.planned.keys().map(|k| &**k).collect();
         assert!(listed.contains(&"apps/Deployment:shop/hub"), "{listed:?}");
         assert!(listed.contains(&"apps/Deployment:shop/here"), "{listed:?}");
         assert!(

@@ -10,7 +10,7 @@ use proptest::prelude::*;
 use super::*;
 
 /// The index as the full scan built it before it was incremental.
-fn rebuilt(cache: &SourceCache) -> (Listed<Manager>, Listed<Vec<Manager>>) {
+fn rebuilt(cache: &SourceCache) -> (Listed<Arc<Manager>>, Listed<Vec<Manager>>) {
     let (mut index, mut more) = (Listed::new(), Listed::new());
     let counts = |uid: &str| cache.applications.get(uid).is_none_or(|e| e.counts);
     for (uid, p) in cache.planned.iter().filter(|(uid, _)| counts(uid)) {
@@ -38,13 +38,13 @@ fn scopes(sources: &Sources) -> Vec<(String, String)> {
     scopes
 }
 
-fn expected_scopes(cache: &SourceCache, index: &Listed<Manager>) -> Vec<(String, String)> {
+fn expected_scopes(cache: &SourceCache, index: &Listed<Arc<Manager>>) -> Vec<(String, String)> {
     let mut scopes: Vec<_> = index
         .keys()
         .filter_map(|key| {
             let project = cache.project(planned::project_of(key)?);
             Some((
-                key.clone(),
+                key.to_string(),
                 format!("{:?}", project.map(|p| Arc::new(p.clone()))),
             ))
         })
@@ -275,6 +275,36 @@ fn an_application_change_visits_only_its_own_keys() {
     cache.delete(Kind::Application, &app(8, &[]));
     assert_eq!(cache.keys_published, 2);
     assert_eq!(cache.snapshot().planned.len(), 999);
+}
+
+/// A key is held once, however many listings and maps name it, and every
+/// key of a listing points at one lister: 100,000 listed objects cost their
+/// text once.
+#[test]
+fn a_key_and_its_lister_are_held_once() {
+    let mut cache = tenants(Limits::default());
+    let app = |uid: &str, name: &str| {
+        let mut a = team_app(uid, "team-a", "web");
+        a.metadata.name = Some(name.into());
+        a.data["status"]["resources"] = json!([
+            {"group": "apps", "kind": "Deployment", "namespace": "shop", "name": "web"},
+            {"group": "apps", "kind": "Deployment", "namespace": "shop", "name": "db"}]);
+        a
+    };
+    cache.apply(Kind::Application, &app("u1", "one"));
+    cache.apply(Kind::Application, &app("u2", "two"));
+    let index = cache.snapshot().planned;
+    let (key, first) = index.get_key_value("apps/Deployment:shop/web").unwrap();
+    for uid in ["u1", "u2"] {
+        let listed = &cache.planned[uid].keys[0];
+        assert!(Arc::ptr_eq(listed, key), "{uid} holds a copy of the key");
+        assert!(Arc::ptr_eq(
+            cache.by_key.get_key_value(&**key).unwrap().0,
+            key
+        ));
+    }
+    let db = index.get("apps/Deployment:shop/db").unwrap();
+    assert!(Arc::ptr_eq(first, db) && Arc::ptr_eq(first, &cache.planned["u1"].by));
 }
 
 /// The index is charged before it is held: an Application whose listing
