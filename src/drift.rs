@@ -11,6 +11,7 @@ mod compare;
 pub mod deputy;
 pub mod excluded;
 pub mod inputs;
+pub(crate) mod listed;
 pub mod normalize;
 pub(crate) mod owned;
 pub(crate) mod ownership;
@@ -28,13 +29,14 @@ use serde_json::Value;
 pub use breakglass_state::BreakGlassUse;
 pub(crate) use change::{Change, OutOfScope};
 pub(crate) use inputs::{Inputs, MODE_ANNOTATION};
+pub use listed::{Index, Listed};
 pub use ownership::Manager;
 pub(crate) use steps::exemption;
 
 use crate::deadline::{Deadline, Stopped};
 use crate::policy::flux::{FluxKind, FluxSource};
 use crate::policy::impersonation::SyncAccount;
-use crate::policy::{Application, Mode, Policy, RuleFailure, RuleSet};
+use crate::policy::{Application, Mode, Policy, RuleFailure, RuleSet, planned};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Operation {
@@ -273,7 +275,7 @@ pub struct Sources {
     /// The objects the tools' records list (`policy::planned`), as
     /// `group/Kind:namespace/name`, with who lists them: a manual CREATE of
     /// one is refused whatever it carries.
-    pub planned: Arc<Listed<Arc<Manager>>>,
+    pub planned: Arc<Index>,
     /// The listers of a key in `planned` beyond the one named there: an
     /// object several tools list is judged by each (`Self::listers`).
     pub more_listers: Arc<Listed<Vec<Manager>>>,
@@ -288,12 +290,6 @@ pub struct Sources {
     /// decision says so.
     pub unread: Vec<&'static str>,
 }
-
-/// An index of listed objects by key: persistent, so that a snapshot shares
-/// it and an update copies only the path to the key it changes. Keys and
-/// listers are shared pointers: a hundred thousand listed objects each hold
-/// a key, and every listing of one Application the same lister.
-pub type Listed<V> = imbl::HashMap<Arc<str>, V>;
 
 /// What a `policy::planned::within_project` listing (`key`)
 /// covers: what `project` lets its Applications deploy to `here`; every
@@ -375,7 +371,6 @@ impl Sources {
     /// namespace's, every namespace's, a project's) of a source refused for
     /// its cost (`policy::planned::widen`).
     pub(crate) fn listers(&self, key: &str) -> Vec<&Manager> {
-        use crate::policy::planned;
         if self.planned.is_empty() {
             return Vec::new();
         }
@@ -403,17 +398,41 @@ impl Sources {
         self.listers(key).into_iter().next()
     }
 
-    /// Every listing, with each of its listers.
-    pub(crate) fn listings(&self) -> impl Iterator<Item = (&str, &Manager)> {
-        let more = self.more_listers.iter();
-        let first = self.planned.iter().map(|(k, m)| (&**k, &**m));
-        first.chain(more.flat_map(|(k, ms)| ms.iter().map(move |m| (&**k, m))))
+    /// The listings that name `namespace` or may cover it (every
+    /// namespace's, a project's), each with each of its listers: from the
+    /// index by namespace, never a scan of every listing.
+    pub(crate) fn listings_in(&self, namespace: &str) -> impl Iterator<Item = (&str, &Manager)> {
+        let projects = self.scopes.iter();
+        let projects = projects.filter_map(|s| self.planned.get_key_value(s.key.as_str()));
+        let keys = self.planned.in_namespace(namespace);
+        let keys = keys.chain(self.planned.in_namespace(planned::ANY_NAMESPACE));
+        keys.chain(projects.map(|(k, _)| k))
+            .flat_map(|k| self.listers_at(k))
+    }
+
+    /// The listings a CRD serving `group_kinds` takes: of those kinds, and
+    /// every wide listing.
+    pub(crate) fn listings_of<'s>(
+        &'s self,
+        group_kinds: &'s [String],
+    ) -> impl Iterator<Item = (&'s str, &'s Manager)> {
+        let kinds = group_kinds.iter().map(String::as_str);
+        kinds
+            .chain([planned::ANY_KIND])
+            .flat_map(|gk| self.planned.of_kind(gk))
+            .flat_map(|k| self.listers_at(k))
+    }
+
+    /// `key` with each of its listers.
+    fn listers_at<'s>(&'s self, key: &'s Arc<str>) -> impl Iterator<Item = (&'s str, &'s Manager)> {
+        let first = self.planned.get(key).map(|m| &**m);
+        let more = self.more_listers.get(key).into_iter().flatten();
+        first.into_iter().chain(more).map(move |m| (&**key, m))
     }
 
     /// Whether the whole-namespace listing `wide` covers `namespace`
     /// (`policy::planned::covers`, and project listings).
     pub(crate) fn covers(&self, wide: &str, namespace: &str) -> bool {
-        use crate::policy::planned;
         planned::covers(wide, namespace)
             || self
                 .scopes

@@ -120,7 +120,7 @@ pub struct SourceCache {
     /// Every listed object and its first lister, updated by the keys of the
     /// listing that changed ([`listed`]); persistent, so that a snapshot
     /// shares it.
-    planned_index: Arc<Listed<Arc<Manager>>>,
+    planned_index: Arc<crate::drift::Index>,
     /// Listers of a key beyond `planned_index`'s.
     more_listers: Arc<Listed<Vec<Manager>>>,
     /// The projects `planned_index`'s project listings name.

@@ -172,15 +172,15 @@ fn crd_kinds(old: &Value) -> Option<Vec<String>> {
         .into_iter()
         .filter_map(|p| old.pointer(p)?.as_str())
         .map(|kind| format!("{group}/{kind}"))
-        .collect::<Vec<_>>();
-    (!kinds.is_empty()).then_some(kinds)
+        .collect::<std::collections::BTreeSet<_>>();
+    (!kinds.is_empty()).then(|| kinds.into_iter().collect())
 }
 
 /// The managed objects a DELETE of a Namespace or a CRD would take with it,
 /// per the records of the tools whose detector the policy enables (the
 /// registration sends these deletes only then); `None` for any other
-/// request, or when none would be. A scan of the records: these deletes are
-/// rare, and only they get here.
+/// request, or when none would be. Read from the index by namespace or by
+/// kind: what the delete takes, never every listing.
 pub fn lost(policy: &Policy, req: &Request, sources: &Sources) -> Option<Cascade> {
     let (namespace, group_kinds) = taken(req)?;
     let matches = |gk: &str, ns: &str| {
@@ -189,8 +189,12 @@ pub fn lost(policy: &Policy, req: &Request, sources: &Sources) -> Option<Cascade
                 .as_ref()
                 .is_none_or(|kinds| kinds.iter().any(|k| k == gk))
     };
-    let objects: Vec<(&str, &Manager)> = sources
-        .listings()
+    let listings: Box<dyn Iterator<Item = (&str, &Manager)>> = match (namespace, &group_kinds) {
+        (Some(namespace), _) => Box::new(sources.listings_in(namespace)),
+        (None, Some(kinds)) => Box::new(sources.listings_of(kinds)),
+        (None, None) => return None,
+    };
+    let objects: Vec<(&str, &Manager)> = listings
         .filter(|(_, by)| detects(policy, by))
         .filter(|(key, _)| {
             // A refused source's whole-namespace listing takes any kind.

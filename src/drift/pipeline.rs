@@ -429,7 +429,7 @@ fn listed_parent<'s>(ctx: &Context<'s>, req: &Request) -> Vec<(Option<&'s str>, 
         return Vec::new();
     };
     sources
-        .listings()
+        .listings_in(req.namespace)
         .filter_map(|(key, by)| {
             let kind = key
                 .strip_prefix(&prefix)

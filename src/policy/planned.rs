@@ -25,6 +25,10 @@ fn one_object(group: &str, kind: &str, namespace: &str, name: &str) -> bool {
 /// every object of a namespace it names, or of every namespace.
 pub(crate) const EVERYWHERE: &str = "*/*:*/*";
 
+/// The namespace and the `group/Kind` a wide listing's key names.
+pub(crate) const ANY_NAMESPACE: &str = "*";
+pub(crate) const ANY_KIND: &str = "*/*";
+
 /// Every object of `namespace` (`""`: every cluster-scoped one).
 pub(crate) fn everything_in(namespace: &str) -> String {
     key("*", "*", namespace, "*")

@@ -258,7 +258,7 @@ impl SourceCache {
 /// Records `by` as a lister of `key`: in `index` if it is the first, in
 /// `more` if it is another.
 pub(crate) fn add_lister(
-    index: &mut Listed<Arc<Manager>>,
+    index: &mut crate::drift::Index,
     more: &mut Listed<Vec<Manager>>,
     key: &Arc<str>,
     by: &Arc<Manager>,

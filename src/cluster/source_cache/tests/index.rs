@@ -10,8 +10,8 @@ use proptest::prelude::*;
 use super::*;
 
 /// The index as the full scan built it before it was incremental.
-fn rebuilt(cache: &SourceCache) -> (Listed<Arc<Manager>>, Listed<Vec<Manager>>) {
-    let (mut index, mut more) = (Listed::new(), Listed::new());
+fn rebuilt(cache: &SourceCache) -> (crate::drift::Index, Listed<Vec<Manager>>) {
+    let (mut index, mut more) = (crate::drift::Index::default(), Listed::new());
     let counts = |uid: &str| cache.applications.get(uid).is_none_or(|e| e.counts);
     for (uid, p) in cache.planned.iter().filter(|(uid, _)| counts(uid)) {
         let project = cache
@@ -38,7 +38,7 @@ fn scopes(sources: &Sources) -> Vec<(String, String)> {
     scopes
 }
 
-fn expected_scopes(cache: &SourceCache, index: &Listed<Arc<Manager>>) -> Vec<(String, String)> {
+fn expected_scopes(cache: &SourceCache, index: &crate::drift::Index) -> Vec<(String, String)> {
     let mut scopes: Vec<_> = index
         .keys()
         .filter_map(|key| {
