@@ -1,6 +1,6 @@
 //! A Namespace DELETE judged against the tools' records (`Sources::planned`)
 //! of 1k, 10k and 100k objects, most in other namespaces: the cascade guard
-//! scans them once per Namespace or CRD DELETE. Side by side with the
+//! reads the index's keys of that namespace, never every listing. Side by side with the
 //! Deployment UPDATE of benches/decision.rs, a normal review, for the ratio.
 
 use std::hint::black_box;
