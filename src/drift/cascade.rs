@@ -313,6 +313,85 @@ mod tests {
         }
     }
 
+    /// What a delete takes, as the scan of every listing found it before
+    /// the index kept keys by namespace and by kind.
+    fn scanned(policy: &Policy, req: &Request, sources: &Sources) -> Vec<(String, Manager)> {
+        let Some((namespace, kinds)) = taken(req) else {
+            return Vec::new();
+        };
+        let first = sources.planned.iter().map(|(k, m)| (&**k, &**m));
+        let more = sources.more_listers.iter();
+        let more = more.flat_map(|(k, ms)| ms.iter().map(move |m| (&**k, m)));
+        let mut out: Vec<(String, Manager)> = first
+            .chain(more)
+            .filter(|(_, by)| detects(policy, by))
+            .filter(|(key, _)| {
+                let wide =
+                    planned::is_wide(key) && namespace.is_none_or(|n| sources.covers(key, n));
+                wide || key.split_once(':').is_some_and(|(gk, _)| {
+                    namespace.is_none_or(|n| n == namespace_of(key))
+                        && kinds.as_ref().is_none_or(|ks| ks.iter().any(|k| k == gk))
+                })
+            })
+            .map(|(k, m)| (k.to_owned(), m.clone()))
+            .collect();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
+    }
+
+    proptest::proptest! {
+        /// Whatever the tools list (objects, whole namespaces, every
+        /// namespace, a project's), by one tool or several, a Namespace or
+        /// CRD DELETE takes what a scan of every listing finds.
+        #[test]
+        fn what_a_delete_takes_is_what_a_scan_finds(
+            listed in proptest::collection::vec((0..9usize, 0..3usize, proptest::bool::ANY), 0..40),
+            deleted in 0..6usize,
+        ) {
+            let keys = ["apps/Deployment:team/web", "/ConfigMap:other/x", "/Namespace:/team",
+                "example.com/Widget:team/w", "example.com/Gadget:/g", "*/*:team/*", planned::EVERYWHERE,
+                "*/*:@proj/*", "example.com/Widget:other/v"];
+            let managers = [flux("apps"), flux("infra"), Manager::ArgoCd {
+                application: "shop".into(), application_namespace: Some("argocd".into()) }];
+            let mut first = crate::drift::Index::default();
+            let mut more: crate::drift::Listed<Vec<Manager>> = Default::default();
+            for (k, m, again) in listed {
+                let (key, by): (Arc<str>, Arc<Manager>) = (keys[k].into(), managers[m].clone().into());
+                match first.get(&key) {
+                    None => { first.insert(key, by); }
+                    Some(f) if **f == *by || !again => {}
+                    Some(_) => {
+                        let others = more.entry(key).or_default();
+                        if !others.contains(&by) { others.push((*by).clone()); }
+                    }
+                }
+            }
+            let scopes = vec![crate::drift::Scope {
+                key: planned::within_project("proj"),
+                project: None,
+                here: Default::default(),
+            }];
+            let s = Sources { planned: Arc::new(first), more_listers: Arc::new(more),
+                scopes: Arc::new(scopes), ..Default::default() };
+            // A CRD's group has a dot (the apiserver refuses one without); a
+            // renamed kind not yet accepted serves the old one too.
+            let crd = |group: &str, kind: &str, served: &str| json!({"spec": {"group": group,
+                "names": {"kind": kind}}, "status": {"acceptedNames": {"kind": served}}});
+            let old = [json!({}), json!({}), json!({}), crd("example.com", "Widget", "Widget"),
+                crd("example.com", "Gadget", "Gadget"), crd("example.com", "Gadget", "Widget")][deleted].clone();
+            let req = match deleted {
+                0 => delete("", "namespaces", "team", &old),
+                1 => delete("", "namespaces", "other", &old),
+                2 => delete("", "namespaces", "elsewhere", &old),
+                _ => delete("apiextensions.k8s.io", "customresourcedefinitions", "c", &old),
+            };
+            let policy = Policy::embedded();
+            let found = lost(&policy, &req, &s).map(|c| c.objects).unwrap_or_default();
+            let expected: Vec<String> = scanned(&policy, &req, &s).into_iter().map(|(k, _)| k).collect();
+            proptest::prop_assert_eq!(found, expected);
+        }
+    }
+
     #[test]
     fn a_namespace_loses_the_objects_in_it_and_a_crd_those_of_its_kind() {
         let s = sources(&[
