@@ -3,6 +3,7 @@
 
 pub(crate) mod annotated;
 pub mod applicable_rules;
+pub mod applications;
 pub(crate) mod atomic_maps;
 pub(crate) mod breakglass_state;
 pub(crate) mod cascade;
@@ -26,6 +27,7 @@ use std::sync::Arc;
 use jiff::{SignedDuration, Timestamp};
 use serde_json::Value;
 
+pub use applications::Applications;
 pub use breakglass_state::BreakGlassUse;
 pub(crate) use change::{Change, OutOfScope};
 pub(crate) use inputs::{Inputs, MODE_ANNOTATION};
@@ -316,7 +318,7 @@ impl Scope {
 #[derive(Debug, Default)]
 pub struct ArgoCdSources {
     /// Shared with the watch cache: a new snapshot copies pointers, not rules.
-    pub applications: Vec<Arc<Application>>,
+    pub applications: Applications,
     /// `resource.customizations.ignoreDifferences.*` of `argocd-cm`: for every
     /// object this installation tracks.
     pub overrides: Arc<RuleSet>,
@@ -402,12 +404,15 @@ impl Sources {
     /// namespace's, a project's), each with each of its listers: from the
     /// index by namespace, never a scan of every listing.
     pub(crate) fn listings_in(&self, namespace: &str) -> impl Iterator<Item = (&str, &Manager)> {
-        let projects = self.scopes.iter();
-        let projects = projects.filter_map(|s| self.planned.get_key_value(s.key.as_str()));
+        // Two installations' refused Applications may share a project name.
+        let mut projects: Vec<&Arc<str>> = (self.scopes.iter())
+            .filter_map(|s| self.planned.get_key_value(s.key.as_str()).map(|(k, _)| k))
+            .collect();
+        projects.sort_unstable();
+        projects.dedup();
         let keys = self.planned.in_namespace(namespace);
         let keys = keys.chain(self.planned.in_namespace(planned::ANY_NAMESPACE));
-        keys.chain(projects.map(|(k, _)| k))
-            .flat_map(|k| self.listers_at(k))
+        keys.chain(projects).flat_map(|k| self.listers_at(k))
     }
 
     /// The listings a CRD serving `group_kinds` takes: of those kinds, and

@@ -862,7 +862,7 @@ fn an_unreadable_but_listed_scale_parent_is_not_allowed() {
         planned: std::sync::Arc::new(vec![(key.clone(), myapp().into())].into()),
         more_listers: std::sync::Arc::new(vec![(key.clone(), more)].into()),
         ..driftguard::sources::Sources::of_argocd(driftguard::drift::ArgoCdSources {
-            applications: vec![application("myapp", true), application("other", false)],
+            applications: vec![application("myapp", true), application("other", false)].into(),
             ..Default::default()
         })
     };
@@ -885,7 +885,8 @@ fn an_unreadable_but_listed_scale_parent_is_not_allowed() {
         ..driftguard::sources::Sources::of_argocd(driftguard::drift::ArgoCdSources {
             applications: vec![std::sync::Arc::new(
                 driftguard::policy::argocd::from_value(&tenant_app).unwrap(),
-            )],
+            )]
+            .into(),
             ..Default::default()
         })
     };

@@ -173,7 +173,7 @@ fn two_installations_sharing_an_id_lend_neither_their_rules() {
 #[test]
 fn an_installation_not_read_yet_may_track_every_object() {
     let mut sources = both(None, Some("team"));
-    sources.argocd[0].applications.clear();
+    sources.argocd[0].applications = Default::default();
     sources.unread = vec!["argocd-cm", "Application"];
     let old = tracked_by(Some("team"));
     let d = judged(&changed(&old, IMAGE, json!("web:2")), &sources);

@@ -35,7 +35,7 @@ use crate::policy::ignore::RuleSet;
 use crate::policy::impersonation::AppProject;
 use crate::policy::planned;
 use crate::sources::{self, FluxKind, FluxSource, SourceError, Sources};
-use argocd::{AppEntry, project_of};
+use argocd::{AppEntry, counted, project_of};
 pub(crate) use content::content_hash;
 pub use content::strip;
 pub(crate) use content::strip_foreign;
@@ -95,6 +95,8 @@ pub struct SourceCache {
     /// own namespace.
     flux_default_account: Option<String>,
     applications: BTreeMap<String, AppEntry>,
+    /// The counted Applications by name and destination, kept as they change.
+    app_views: crate::drift::applications::Views,
     /// Applications of another cluster, uids alone.
     foreign: foreign::Foreign,
     projects: BTreeMap<String, Entry<AppProject>>,
@@ -343,7 +345,7 @@ impl SourceCache {
                 }
                 let entry = self.compile_app(object, hash, refused);
                 let now = (entry.counts, entry.project.clone());
-                let before = self.applications.insert(uid.to_owned(), entry);
+                let before = self.hold_app(uid, entry);
                 // What it lists is indexed only while it counts, where its
                 // project deploys.
                 if before.is_some_and(|e| (e.counts, e.project) != now) {
@@ -401,7 +403,7 @@ impl SourceCache {
         let removed = match kind {
             Kind::Application => {
                 self.foreign.uids.remove(uid);
-                self.applications.remove(uid).is_some()
+                self.drop_app(uid)
             }
             Kind::AppProject => {
                 let removed = self.projects.remove(uid).is_some();
@@ -479,7 +481,7 @@ impl SourceCache {
             self.budget.release(&uid);
             self.refused.remove(&uid);
             changed |= match kind {
-                Kind::Application => self.applications.remove(&uid).is_some(),
+                Kind::Application => self.drop_app(&uid),
                 Kind::AppProject => self.projects.remove(&uid).is_some_and(|e| {
                     projects.extend(e.value.map(|p| p.metadata.name.clone()));
                     true
@@ -505,12 +507,13 @@ impl SourceCache {
         let mut all_flux = flux(&self.kustomizations);
         all_flux.extend(flux(&self.helmreleases));
         let argocd = self.argocd_watched.then(|| ArgoCdSources {
-            applications: self
-                .applications
-                .values()
-                .filter(|e| e.counts)
-                .filter_map(|e| e.app.clone())
-                .collect(),
+            applications: crate::drift::Applications::with_views(
+                self.applications
+                    .values()
+                    .filter_map(|e| counted(e).cloned())
+                    .collect(),
+                &self.app_views,
+            ),
             overrides: self.overrides.clone(),
             sync_accounts: self
                 .applications

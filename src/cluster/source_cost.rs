@@ -210,10 +210,24 @@ pub(crate) fn listed(keys: &[String], lister: usize) -> usize {
     keys.iter().map(|k| LISTED + 3 * k.len() + lister).sum()
 }
 
+/// What the index's views (`drift::listed`) hold per namespace and per
+/// custom kind a listing names: an entry of the view's map, the first node
+/// of its set of keys and the name, charged for each distinct one a listing
+/// names (a listing that spreads its objects over namespaces and kinds of
+/// their own costs this per object).
+const VIEWED: usize = 512;
+
 /// The estimate for indexing `keys` listed by a source named `lister` bytes
 /// long: charged with [`listed`], before the index holds them.
 pub(crate) fn indexed(keys: &[String], lister: usize) -> usize {
-    keys.iter().map(|k| INDEXED + 2 * k.len() + lister).sum()
+    let mut views: std::collections::HashSet<(bool, &str)> = std::collections::HashSet::new();
+    for key in keys {
+        let (namespace, kind) = crate::drift::listed::places(key);
+        views.insert((false, namespace));
+        views.extend(kind.map(|k| (true, k)));
+    }
+    let keyed: usize = keys.iter().map(|k| INDEXED + 2 * k.len() + lister).sum();
+    keyed + VIEWED * views.len()
 }
 
 /// What each source is charged, by uid, and the sums.

@@ -25,12 +25,7 @@ pub(crate) fn find_application<'p>(
             .flatten()
             .find(|a| a.tracks(name, namespace, control_plane))
     };
-    let in_watched = |w: &'p ArgoCdSources| {
-        w.applications
-            .iter()
-            .map(|a| &**a)
-            .find(|a| a.tracks(name, namespace, w.namespace()))
-    };
+    let in_watched = |w: &'p ArgoCdSources| w.applications.named(name, namespace, w.namespace());
     match ctx.installation {
         Installation::Other => None,
         Installation::Known { watched, .. } => {

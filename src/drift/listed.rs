@@ -79,7 +79,7 @@ impl Index {
 
 /// The namespace `key` is kept under, and its `group/Kind` when a CRD can
 /// serve it (or `*/*`, a wide listing).
-fn places(key: &str) -> (&str, Option<&str>) {
+pub(crate) fn places(key: &str) -> (&str, Option<&str>) {
     let (group_kind, rest) = key.split_once(':').unwrap_or((key, ""));
     let namespace = rest.split_once('/').map_or("", |(ns, _)| ns);
     let custom = planned::is_wide(key)

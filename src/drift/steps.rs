@@ -261,12 +261,16 @@ fn destination_application<'p>(
         return None;
     }
     // Every installation's: a namespace any of them deploys into is guarded.
-    let watched = ctx.sources.into_iter().flat_map(Sources::applications);
+    let watched = ctx.sources.into_iter().flat_map(|s| &s.argocd);
     policy
         .applications
         .iter()
-        .chain(watched)
         .find(|a| a.destination_namespace.as_deref() == Some(req.name))
+        .or_else(|| {
+            watched
+                .into_iter()
+                .find_map(|w| w.applications.deploying_into(req.name))
+        })
 }
 
 // === mode ===

@@ -33,6 +33,11 @@ pub(super) struct AppEntry {
     pub(super) account: Option<Arc<SyncAccount>>,
 }
 
+/// The Application an entry lends, while it counts.
+pub(super) fn counted(entry: &AppEntry) -> Option<&Arc<Application>> {
+    entry.app.as_ref().filter(|_| entry.counts)
+}
+
 /// An Application's `spec.project`, `default` when empty.
 pub(super) fn project_of(application: &Value) -> &str {
     application
@@ -114,6 +119,30 @@ impl SourceCache {
         entry
     }
 
+    /// Holds `entry` as `uid`'s, and the views of what counts; the one it
+    /// replaces.
+    pub(super) fn hold_app(&mut self, uid: &str, entry: AppEntry) -> Option<AppEntry> {
+        let before = self.applications.insert(uid.to_owned(), entry);
+        if let Some(app) = before.as_ref().and_then(counted) {
+            self.app_views.remove(uid, app);
+        }
+        if let Some(app) = self.applications.get(uid).and_then(counted) {
+            self.app_views.add(&uid.into(), app);
+        }
+        before
+    }
+
+    /// Forgets `uid`'s Application; whether one was held.
+    pub(super) fn drop_app(&mut self, uid: &str) -> bool {
+        let Some(before) = self.applications.remove(uid) else {
+            return false;
+        };
+        if let Some(app) = counted(&before) {
+            self.app_views.remove(uid, app);
+        }
+        true
+    }
+
     /// Whether Argo CD reconciles the Application, and its sync account if so.
     pub(super) fn count_in(&self, entry: &mut AppEntry) {
         let project = self.project(&entry.project);
@@ -159,10 +188,15 @@ impl SourceCache {
         let mut applications = std::mem::take(&mut self.applications);
         let mut moved = Vec::new();
         for (uid, entry) in applications.iter_mut() {
-            let counted = entry.counts;
+            let was = entry.counts;
             self.count_in(entry);
-            if entry.counts != counted {
+            if entry.counts != was {
                 moved.push(uid.clone());
+                match (counted(entry), &entry.app) {
+                    (Some(app), _) => self.app_views.add(&uid.as_str().into(), app),
+                    (None, Some(app)) => self.app_views.remove(uid, app),
+                    (None, None) => {}
+                }
             }
         }
         self.applications = applications;

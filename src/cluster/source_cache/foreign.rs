@@ -49,7 +49,7 @@ impl SourceCache {
         }
         // New here, or moved away: what it held goes.
         let listed = self.forget_planned(uid);
-        let held = self.applications.remove(uid).is_some();
+        let held = self.drop_app(uid);
         self.refused.remove(uid);
         let namespace = object.metadata.namespace.as_deref().unwrap_or_default();
         let capped = self.capped(namespace);

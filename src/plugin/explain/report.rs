@@ -396,7 +396,8 @@ ignoreDifferences:
             "spec": {"ignore": [{"paths": ["/data/LOG_LEVEL"], "target": {"kind": "ConfigMap"}}]}});
         let known = Sources {
             argocd: vec![ArgoCdSources {
-                applications: vec![Arc::new(crate::policy::argocd::from_value(&app).unwrap())],
+                applications: vec![Arc::new(crate::policy::argocd::from_value(&app).unwrap())]
+                    .into(),
                 overrides: Arc::new(crate::sources::argocd_overrides(cm.as_object().unwrap()).0),
                 ..ArgoCdSources::default()
             }],

@@ -1,0 +1,159 @@
+//! An Argo CD installation's watched Applications: in order (by uid, as the
+//! source cache holds them), which every "the first that matches" reads, and
+//! by namespace and name (what a tracking id names) and by destination
+//! namespace (what a Namespace DELETE takes), so that a decision finds its
+//! Application with a lookup, not a scan of ten thousand. The source cache
+//! keeps both views as Applications change; a snapshot shares them.
+
+use std::ops::Deref;
+use std::sync::Arc;
+
+use super::Listed;
+use crate::policy::Application;
+
+/// Applications by an order key (the uid), sorted: the few of one name or
+/// one destination namespace.
+type Ordered = Arc<[(Arc<str>, Arc<Application>)]>;
+
+/// One installation's Applications, in order and by the views above.
+#[derive(Clone, Debug, Default)]
+pub struct Applications {
+    list: Vec<Arc<Application>>,
+    /// By `namespace/name` (`/name` for one that names no namespace).
+    by_name: Listed<Ordered>,
+    /// By the namespace they deploy into on this cluster.
+    by_destination: Listed<Ordered>,
+}
+
+impl Deref for Applications {
+    type Target = [Arc<Application>];
+
+    fn deref(&self) -> &Self::Target {
+        &self.list
+    }
+}
+
+/// The views of the source cache, kept by [`Views::add`] and
+/// [`Views::remove`] as its Applications change.
+#[derive(Clone, Debug, Default)]
+pub struct Views {
+    by_name: Listed<Ordered>,
+    by_destination: Listed<Ordered>,
+}
+
+impl Views {
+    /// Records `app`, ordered by `key` among those of its name and destination.
+    pub fn add(&mut self, key: &Arc<str>, app: &Arc<Application>) {
+        let entry = (key.clone(), app.clone());
+        insert(&mut self.by_name, &name_key(app), entry.clone());
+        if let Some(ns) = &app.destination_namespace {
+            insert(&mut self.by_destination, ns, entry);
+        }
+    }
+
+    /// Forgets what [`Self::add`] recorded for `app` under `key`.
+    pub fn remove(&mut self, key: &str, app: &Application) {
+        take(&mut self.by_name, &name_key(app), key);
+        if let Some(ns) = &app.destination_namespace {
+            take(&mut self.by_destination, ns, key);
+        }
+    }
+}
+
+impl Applications {
+    /// `list` (in uid order) with the views the cache kept of it.
+    pub(crate) fn with_views(list: Vec<Arc<Application>>, views: &Views) -> Self {
+        Self {
+            list,
+            by_name: views.by_name.clone(),
+            by_destination: views.by_destination.clone(),
+        }
+    }
+
+    /// Adds `app` after the others.
+    pub fn push(&mut self, app: Arc<Application>) {
+        let key: Arc<str> = format!("{:012}", self.list.len()).into();
+        let mut views = Views {
+            by_name: std::mem::take(&mut self.by_name),
+            by_destination: std::mem::take(&mut self.by_destination),
+        };
+        views.add(&key, &app);
+        (self.by_name, self.by_destination) = (views.by_name, views.by_destination);
+        self.list.push(app);
+    }
+
+    /// The first Application named `name` in `namespace` (`None`: Argo CD's
+    /// `control_plane`), as a scan in order finds it.
+    pub fn named(
+        &self,
+        name: &str,
+        namespace: Option<&str>,
+        control_plane: &str,
+    ) -> Option<&Application> {
+        let namespace = namespace.unwrap_or(control_plane);
+        let first = |key: String| self.by_name.get(key.as_str()).and_then(|apps| apps.first());
+        let exact = first(format!("{namespace}/{name}"));
+        // One that names no namespace lives in the control plane.
+        let bare = (namespace == control_plane)
+            .then(|| first(format!("/{name}")))
+            .flatten();
+        let found = match (exact, bare) {
+            (Some(a), Some(b)) => Some(if a.0 <= b.0 { a } else { b }),
+            (a, b) => a.or(b),
+        };
+        found.map(|(_, app)| &**app)
+    }
+
+    /// The first Application that deploys into `namespace` on this cluster.
+    pub fn deploying_into(&self, namespace: &str) -> Option<&Application> {
+        let (_, app) = self.by_destination.get(namespace)?.first()?;
+        Some(app)
+    }
+}
+
+impl FromIterator<Arc<Application>> for Applications {
+    fn from_iter<I: IntoIterator<Item = Arc<Application>>>(apps: I) -> Self {
+        let mut all = Self::default();
+        for app in apps {
+            all.push(app);
+        }
+        all
+    }
+}
+
+impl From<Vec<Arc<Application>>> for Applications {
+    fn from(apps: Vec<Arc<Application>>) -> Self {
+        apps.into_iter().collect()
+    }
+}
+
+fn name_key(app: &Application) -> String {
+    format!(
+        "{}/{}",
+        app.namespace.as_deref().unwrap_or_default(),
+        app.name
+    )
+}
+
+/// Adds `entry` to the ones under `at`, in key order (a copy of those few).
+fn insert(map: &mut Listed<Ordered>, at: &str, entry: (Arc<str>, Arc<Application>)) {
+    let mut all: Vec<_> = map.get(at).map(|a| a.to_vec()).unwrap_or_default();
+    match all.binary_search_by(|(k, _)| k.cmp(&entry.0)) {
+        Ok(i) => all[i] = entry,
+        Err(i) => all.insert(i, entry),
+    }
+    map.insert(at.into(), all.into());
+}
+
+/// Removes the entry of key `key` under `at`.
+fn take(map: &mut Listed<Ordered>, at: &str, key: &str) {
+    let Some(apps) = map.get(at) else {
+        return;
+    };
+    let rest: Vec<_> = apps.iter().filter(|(k, _)| &**k != key).cloned().collect();
+    if rest.is_empty() {
+        map.remove(at);
+    } else {
+        map.insert(at.into(), rest.into());
+    }
+}
