@@ -70,7 +70,8 @@ impl Cap {
     }
 }
 
-/// Any compiled entry, before its rules.
+/// Any compiled entry, before its rules (an Application's place in its
+/// installation's views by name and by destination included).
 const BASE: usize = 4096;
 /// One rule, plus 4 bytes per byte of its text and its origin's.
 const RULE: usize = 640;

@@ -132,12 +132,14 @@ fn application(
         resources.extend((0..20).map(|i| json!({"group": "apps", "kind": "Deployment", "namespace": format!("team-x{i}"), "name": "web"})));
     }
     let (name, ns) = (["web", "api"][name], ["argocd", "team-a", "team-b"][ns]);
+    let destination = ["shop", "shop2"][uid % 2];
     serde_json::from_value(json!({
         "apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
         "metadata": {"name": name, "namespace": ns,
                      "uid": format!("a{uid}")},
         "spec": {"project": if team { "team" } else { "default" },
-                 "destination": {"server": "https://kubernetes.default.svc", "namespace": "shop"}},
+                 "destination": {"server": "https://kubernetes.default.svc",
+                                 "namespace": destination}},
         "status": {"resources": resources}
     }))
     .unwrap()
@@ -226,6 +228,31 @@ fn check(cache: &SourceCache) -> Result<(), TestCaseError> {
     prop_assert_eq!(scopes(&s), expected_scopes(cache, &index));
     // Nothing held for a key no longer listed.
     prop_assert!(cache.by_key.keys().all(|k| index.contains_key(k)));
+    // The Applications' views answer as a scan of the list, in order, would.
+    let at = |a: Option<&crate::policy::Application>| a.map(|a| a as *const _);
+    for w in &s.argocd {
+        let names = w
+            .applications
+            .iter()
+            .map(|a| (a.name.as_str(), a.namespace.as_deref()));
+        for (name, namespace) in names.chain([("absent", None)]) {
+            let scan = w.applications.iter().map(|a| &**a);
+            let scan = scan
+                .clone()
+                .find(|a| a.tracks(name, namespace, w.namespace()));
+            prop_assert_eq!(
+                at(w.applications.named(name, namespace, w.namespace())),
+                at(scan)
+            );
+        }
+        for destination in ["shop", "shop2", "absent"] {
+            let scan = w.applications.iter().map(|a| &**a);
+            let scan = scan
+                .clone()
+                .find(|a| a.destination_namespace.as_deref() == Some(destination));
+            prop_assert_eq!(at(w.applications.deploying_into(destination)), at(scan));
+        }
+    }
     Ok(())
 }
 
