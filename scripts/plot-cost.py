@@ -24,6 +24,7 @@ def series(path, x, y, scale=1.0):
     return out
 
 
+COLORS = {"before": "tab:orange", "after": "tab:blue", "after-scan": "tab:gray"}
 index, fleet, png = sys.argv[1:4]
 panels = [
     (index, "apps", "rss_bytes", 1 / 2**20, "in one cluster: RSS (MiB)", False),
@@ -36,7 +37,7 @@ panels = [
 fig, axes = plt.subplots(2, 3, figsize=(15, 8))
 for ax, (path, x, y, scale, title, log) in zip(axes.flat, panels):
     for label, (xs, ys) in sorted(series(path, x, y, scale).items()):
-        ax.plot(xs, ys, marker="o", label=label)
+        ax.plot(xs, ys, marker="o", label=label, color=COLORS.get(label))
     ax.set_title(title, fontsize=10)
     ax.set_xlabel("Applications" if path == index else "hub Applications")
     if log:
