@@ -19,7 +19,7 @@ type Ordered = Arc<[(Arc<str>, Arc<Application>)]>;
 #[derive(Clone, Debug, Default)]
 pub struct Applications {
     list: Vec<Arc<Application>>,
-    /// By `namespace/name` (`/name` for one that names no namespace).
+    /// By [`name_key`].
     by_name: Listed<Ordered>,
     /// By the namespace they deploy into on this cluster.
     by_destination: Listed<Ordered>,
@@ -95,7 +95,7 @@ impl Applications {
         let exact = first(format!("{namespace}/{name}"));
         // One that names no namespace lives in the control plane.
         let bare = (namespace == control_plane)
-            .then(|| first(format!("/{name}")))
+            .then(|| first(format!("{NO_NAMESPACE}/{name}")))
             .flatten();
         let found = match (exact, bare) {
             (Some(a), Some(b)) => Some(if a.0 <= b.0 { a } else { b }),
@@ -127,13 +127,14 @@ impl From<Vec<Arc<Application>>> for Applications {
     }
 }
 
+/// `namespace/name`; `@/name` for one that names no namespace (`@` is in no
+/// namespace's name, so it is told apart from an empty one).
 fn name_key(app: &Application) -> String {
-    format!(
-        "{}/{}",
-        app.namespace.as_deref().unwrap_or_default(),
-        app.name
-    )
+    let namespace = app.namespace.as_deref().unwrap_or(NO_NAMESPACE);
+    format!("{namespace}/{}", app.name)
 }
+
+const NO_NAMESPACE: &str = "@";
 
 /// Adds `entry` to the ones under `at`, in key order (a copy of those few).
 fn insert(map: &mut Listed<Ordered>, at: &str, entry: (Arc<str>, Arc<Application>)) {
@@ -155,5 +156,53 @@ fn take(map: &mut Listed<Ordered>, at: &str, key: &str) {
         map.remove(at);
     } else {
         map.insert(at.into(), rest.into());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    use super::*;
+
+    fn app(name: &str, namespace: Option<&str>, destination: &str) -> Arc<Application> {
+        let mut metadata = json!({"name": name});
+        if let Some(ns) = namespace {
+            metadata["namespace"] = json!(ns);
+        }
+        let spec = json!({"destination": {"server": "https://kubernetes.default.svc", "namespace": destination}});
+        Arc::new(
+            crate::policy::argocd::from_value(&json!({"metadata": metadata, "spec": spec}))
+                .unwrap(),
+        )
+    }
+
+    proptest! {
+        /// Whatever the names, namespaces (none, empty, any) and order, a
+        /// lookup finds what a scan of the list in order finds.
+        #[test]
+        fn a_lookup_finds_what_a_scan_finds(
+            apps in prop::collection::vec((0..2usize, 0..4usize, 0..2usize), 0..12),
+        ) {
+            let namespaces = [None, Some(""), Some("argocd"), Some("team")];
+            let list: Applications = apps
+                .iter()
+                .map(|&(n, ns, d)| app(["a", "b"][n], namespaces[ns], ["shop", "web"][d]))
+                .collect();
+            let at = |a: Option<&Application>| a.map(|a| a as *const _);
+            for name in ["a", "b", "c"] {
+                for namespace in namespaces {
+                    for control_plane in ["argocd", "team"] {
+                        let scan = list.iter().map(|a| &**a).find(|a| a.tracks(name, namespace, control_plane));
+                        prop_assert_eq!(at(list.named(name, namespace, control_plane)), at(scan));
+                    }
+                }
+            }
+            for ns in ["shop", "web", "other"] {
+                let scan = list.iter().map(|a| &**a).find(|a| a.destination_namespace.as_deref() == Some(ns));
+                prop_assert_eq!(at(list.deploying_into(ns)), at(scan));
+            }
+        }
     }
 }
