@@ -19,10 +19,7 @@ type Ordered = Arc<[(Arc<str>, Arc<Application>)]>;
 #[derive(Clone, Debug, Default)]
 pub struct Applications {
     list: Vec<Arc<Application>>,
-    /// By [`name_key`].
-    by_name: Listed<Ordered>,
-    /// By the namespace they deploy into on this cluster.
-    by_destination: Listed<Ordered>,
+    views: Views,
 }
 
 impl Deref for Applications {
@@ -37,7 +34,9 @@ impl Deref for Applications {
 /// [`Views::remove`] as its Applications change.
 #[derive(Clone, Debug, Default)]
 pub struct Views {
+    /// By [`name_key`].
     by_name: Listed<Ordered>,
+    /// By the namespace they deploy into on this cluster.
     by_destination: Listed<Ordered>,
 }
 
@@ -63,22 +62,14 @@ impl Views {
 impl Applications {
     /// `list` (in uid order) with the views the cache kept of it.
     pub(crate) fn with_views(list: Vec<Arc<Application>>, views: &Views) -> Self {
-        Self {
-            list,
-            by_name: views.by_name.clone(),
-            by_destination: views.by_destination.clone(),
-        }
+        let views = views.clone();
+        Self { list, views }
     }
 
     /// Adds `app` after the others.
     pub fn push(&mut self, app: Arc<Application>) {
         let key: Arc<str> = format!("{:012}", self.list.len()).into();
-        let mut views = Views {
-            by_name: std::mem::take(&mut self.by_name),
-            by_destination: std::mem::take(&mut self.by_destination),
-        };
-        views.add(&key, &app);
-        (self.by_name, self.by_destination) = (views.by_name, views.by_destination);
+        self.views.add(&key, &app);
         self.list.push(app);
     }
 
@@ -91,7 +82,8 @@ impl Applications {
         control_plane: &str,
     ) -> Option<&Application> {
         let namespace = namespace.unwrap_or(control_plane);
-        let first = |key: String| self.by_name.get(key.as_str()).and_then(|apps| apps.first());
+        let by_name = &self.views.by_name;
+        let first = |key: String| by_name.get(key.as_str()).and_then(|apps| apps.first());
         let exact = first(format!("{namespace}/{name}"));
         // One that names no namespace lives in the control plane.
         let bare = (namespace == control_plane)
@@ -106,7 +98,7 @@ impl Applications {
 
     /// The first Application that deploys into `namespace` on this cluster.
     pub fn deploying_into(&self, namespace: &str) -> Option<&Application> {
-        let (_, app) = self.by_destination.get(namespace)?.first()?;
+        let (_, app) = self.views.by_destination.get(namespace)?.first()?;
         Some(app)
     }
 }
