@@ -199,18 +199,23 @@ pub fn owned_pointers(
     }
     let mut declared = Vec::new();
     leaves(&applied, &mut String::new(), &mut declared, deadline)?;
-    // A list Git declares that the apiserver keeps whole (atomic: a
-    // container's args, a Role's rules, a custom resource's lists) is one
-    // value to Argo CD's client-side diff, which patches it whole: an entry
-    // added by hand is a change to it. managedFields show such a list as one
+    // A list or map Git declares that the apiserver keeps whole (atomic: a
+    // container's args, a Role's rules, a LabelSelector, a custom resource's
+    // lists) is one value to Argo CD's client-side diff: an entry or key
+    // added by hand is a change to it. managedFields show such a value as one
     // leaf, in whichever entry holds it (Argo CD writes RBAC objects under
-    // another manager than `argocd-controller`); a keyed list's entries stay
-    // apart (what the apiserver defaulted in them is not Git's).
+    // another manager than `argocd-controller`); a keyed list's entries and a
+    // granular map's keys stay apart (what the apiserver defaulted in them is
+    // not Git's).
     let every_leaf = leaves_where(stored, |_| true, deadline)?;
     let atomic: Vec<String> = locate_leaves(&every_leaf, stored, deadline)?
         .iter()
         .map(Path::to_pointer)
-        .filter(|p| stored.pointer(p).is_some_and(Value::is_array))
+        .filter(|p| {
+            stored
+                .pointer(p)
+                .is_some_and(|v| v.is_array() || v.is_object())
+        })
         .filter(|p| {
             let under = format!("{p}/");
             declared.iter().any(|d| d.starts_with(&under))
@@ -411,6 +416,35 @@ mod tests {
             vec!["/spec/containers/0/imagePullPolicy", "/spec/size"],
             "what the apiserver defaulted stays unowned"
         );
+    }
+
+    #[test]
+    fn a_declared_atomic_map_is_owned_whole_under_client_side_apply() {
+        // e2e_oracle ORACLE_SEED=1796443343: Argo CD's client-side diff
+        // reports a matchLabels key added by hand to a PDB's selector.
+        let stored = json!({
+            "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+            "metadata": {
+                "annotations": {"kubectl.kubernetes.io/last-applied-configuration":
+                    "{\"spec\":{\"selector\":{\"matchLabels\":{\"app\":\"o\"}}}}"},
+                "labels": {"app": "o", "team": "x"},
+                "managedFields": [
+                  {"manager": "argocd-controller", "operation": "Update", "fieldsV1": {
+                    "f:metadata": {"f:labels": {".": {}, "f:app": {}}},
+                    "f:spec": {"f:selector": {}}}}
+                ]
+            },
+            "spec": {"selector": {"matchLabels": {"app": "o", "by-hand": "1"}}}
+        });
+        let owned = owned_pointers(&stored, true, &Deadline::none()).unwrap();
+        let paths = vec![
+            "/spec/selector/matchLabels/by-hand".to_owned(),
+            "/metadata/labels/team".to_owned(),
+        ];
+        let (drift, other) =
+            partition(paths, &owned, &[], (&stored, &stored), &Deadline::none()).unwrap();
+        assert_eq!(drift, vec!["/spec/selector/matchLabels/by-hand"]);
+        assert_eq!(other, vec!["/metadata/labels/team"], "a granular map's keys stay apart");
     }
 
     #[test]
