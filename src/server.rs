@@ -238,6 +238,9 @@ async fn start_cluster_tasks(
         }
         None => ToolSources::default(),
     };
+    if let (Some(client), Some(selector)) = (client, &config.argocd_application_selector) {
+        crate::cluster::watch::check_application_selector(argocd.client(client), selector).await?;
+    }
     let sources = match (client, config.watch_argocd || config.watch_flux) {
         (Some(client), true) => {
             let kubeconfig = config.flux_kubeconfig.as_deref();
@@ -246,6 +249,7 @@ async fn start_cluster_tasks(
                 argocd: config.watch_argocd,
                 argocd_namespace: config.argocd_namespace.clone(),
                 argocd_sources: argocd.clone(),
+                argocd_application_selector: config.argocd_application_selector.clone(),
                 flux: config.watch_flux,
                 flux_sources: ToolSources::connect(
                     kubeconfig,

@@ -10,7 +10,8 @@
 //! runs the real Argo CD and Flux in the hub.
 //!
 //! At the end, the spoke's own Flux beside the hub's Argo CD: local
-//! Kustomizations and hub Applications at once.
+//! Kustomizations and hub Applications at once; then a label selector on the
+//! hub's Applications (`--argocd-application-selector`).
 //!
 //! Break-glass in the spoke: `kubectl driftguard break-glass` with the
 //! on-call engineer's hub kubeconfig pauses the hub's Application, and the
@@ -22,7 +23,7 @@ use driftguard_testkit::fleet;
 use driftguard_testkit::rbac_audit;
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use control_plane::*;
@@ -333,6 +334,66 @@ fn a_spoke_is_judged_by_its_hubs_applications() {
 
     break_glass_in_the_spoke(&hub, &spoke, &dg);
     local_flux_beside_the_hubs_argocd(&spoke, &mut dg);
+    a_selector_reads_only_the_applications_it_matches(&hub, &spoke, &mut dg);
+}
+
+/// `--argocd-application-selector`: the hub sends only the Applications it
+/// matches, so the two that deploy elsewhere are no longer held even as
+/// uids, and `web`, labelled, still judges its object. A selector the hub
+/// cannot parse stops driftguard at start, naming the flag.
+fn a_selector_reads_only_the_applications_it_matches(
+    hub: &ControlPlane,
+    spoke: &ControlPlane,
+    dg: &mut Driftguard,
+) {
+    const SELECTOR: &str = "--argocd-application-selector=driftguard.io/cluster=spoke-1";
+    let foreign = r#"driftguard_sources_foreign{source="Application"}"#;
+    let held = r#"driftguard_sources_objects{source="Application"}"#;
+    assert_eq!(metric(dg, foreign), 2.0, "hub-web and spoke-2-web, as uids");
+    let label = [
+        "-n",
+        "argocd",
+        "label",
+        "application/web",
+        "driftguard.io/cluster=spoke-1",
+    ];
+    let out = hub.kubectl("admin", &label);
+    assert!(out.ok, "{out}");
+    dg.restart_with(&[], &[SELECTOR]);
+    eventually("scale allowed by the labelled Application's rule", || {
+        allowed(&spoke.kubectl(
+            "alice",
+            &[
+                "-n",
+                "production",
+                "scale",
+                "deployment/web",
+                "--replicas=5",
+            ],
+        ))
+    });
+    assert_eq!(metric(dg, foreign), 0.0, "nothing of another cluster sent");
+    assert_eq!(metric(dg, held), 1.0);
+
+    let bad = "--argocd-application-selector=driftguard.io/cluster in (";
+    let mut args = vec!["serve".to_owned(), "--listen=127.0.0.1:0".to_owned()];
+    args.push("--probe-listen=127.0.0.1:0".to_owned());
+    args.extend(dg.args().iter().filter(|a| *a != SELECTOR).cloned());
+    args.push(bad.to_owned());
+    let mut proc = Proc::spawn("driftguard", Command::new(Driftguard::binary()).args(&args));
+    wait_for(
+        "driftguard to refuse the selector",
+        Duration::from_secs(30),
+        || match proc.alive() {
+            true => Err(proc.stderr_tail(5)),
+            false => Ok(()),
+        },
+    );
+    let err = proc.stderr_tail(5);
+    assert!(
+        err.contains("--argocd-application-selector") && err.contains("the hub refused it"),
+        "{err}"
+    );
 }
 
 /// The spoke's own Flux beside the hub's Argo CD: driftguard restarted with

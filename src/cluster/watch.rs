@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Instant;
 
 mod kinds;
+pub use kinds::check_application_selector;
 mod snapshot;
 mod task;
 
@@ -143,6 +144,9 @@ pub struct WatchOptions {
     pub argocd_namespace: String,
     /// Where Argo CD is read (a hub's, this cluster's own in a namespace, or both).
     pub argocd_sources: ToolSources<String>,
+    /// The label selector of the hub's Applications
+    /// (`--argocd-application-selector`).
+    pub argocd_application_selector: Option<String>,
     pub flux: bool,
     /// Where Flux is read (a hub's, this cluster's own, or both).
     pub flux_sources: ToolSources,
@@ -196,7 +200,8 @@ pub fn spawn(client: kube::Client, options: &WatchOptions, metrics: Arc<Metrics>
             "argocd-cmd-params-cm",
         ];
         let namespace = (options.argocd_namespace.as_str(), argocd.this_cluster());
-        watch_argocd(&watches, first, namespace, (0, labels), &metrics);
+        let selector = options.argocd_application_selector.as_deref();
+        watch_argocd(&watches, first, namespace, selector, (0, labels), &metrics);
     }
     if let Some(namespace) = local_argocd {
         let labels = [
@@ -206,7 +211,7 @@ pub fn spawn(client: kube::Client, options: &WatchOptions, metrics: Arc<Metrics>
             "local argocd-cmd-params-cm",
         ];
         let namespace = (namespace.as_str(), Default::default());
-        watch_argocd(&watches, &client, namespace, (1, labels), &metrics);
+        watch_argocd(&watches, &client, namespace, None, (1, labels), &metrics);
     }
     if options.flux {
         let first = flux.client(&client);

@@ -444,7 +444,11 @@ mod tests {
         let (drift, other) =
             partition(paths, &owned, &[], (&stored, &stored), &Deadline::none()).unwrap();
         assert_eq!(drift, vec!["/spec/selector/matchLabels/by-hand"]);
-        assert_eq!(other, vec!["/metadata/labels/team"], "a granular map's keys stay apart");
+        assert_eq!(
+            other,
+            vec!["/metadata/labels/team"],
+            "a granular map's keys stay apart"
+        );
     }
 
     #[test]

@@ -139,6 +139,18 @@ pub struct Config {
     #[arg(long, env = "DRIFTGUARD_ARGOCD_KUBECONFIG", requires_all = ["watch_argocd", "cluster_names"])]
     #[arg(help_heading = "Cluster and GitOps sources")]
     pub argocd_kubeconfig: Option<PathBuf>,
+    /// With --argocd-kubeconfig, list and watch only the hub's Applications
+    /// this label selector matches (`driftguard.io/cluster=spoke-1`), so that
+    /// the hub sends this cluster theirs alone. One it leaves out is unknown
+    /// here: its ignore rules do not apply and the objects it plans are not
+    /// guarded (docs/fleets.md).
+    #[arg(
+        long,
+        env = "DRIFTGUARD_ARGOCD_APPLICATION_SELECTOR",
+        requires = "argocd_kubeconfig"
+    )]
+    #[arg(help_heading = "Cluster and GitOps sources")]
+    pub argocd_application_selector: Option<String>,
     /// Read Flux (Kustomizations, HelmReleases) from the cluster this
     /// kubeconfig reaches, a hub whose Flux applies here through
     /// `spec.kubeConfig`, instead of from this cluster. Needs --cluster-name.

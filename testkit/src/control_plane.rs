@@ -774,6 +774,11 @@ impl Driftguard {
         );
     }
 
+    /// The arguments it was started with (after any restart).
+    pub fn args(&self) -> &[String] {
+        &self.args
+    }
+
     pub fn binary() -> PathBuf {
         cargo_bin("driftguard")
             .unwrap_or_else(|| PathBuf::from(ROOT).join("target/release/driftguard"))

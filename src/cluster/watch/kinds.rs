@@ -42,26 +42,27 @@ pub(super) fn watch_flux(
     for ((kind, ar), label) in kinds.into_iter().zip(labels) {
         let api = Api::<DynamicObject>::all_with(client.clone(), &ar);
         let served = Served::new(client, &ar);
-        let watched = (kind, None);
+        let watched = (kind, None, None);
         watch_dynamic(watches, api, served, watched, (at, label), metrics.clone());
     }
 }
 
 /// The watches over one Argo CD installation, in `namespace` of the cluster
 /// `client` reaches (which calls this cluster `here`), into cache `at`;
-/// `labels` name its Applications, AppProjects, argocd-cm and
-/// argocd-cmd-params-cm in metrics and logs.
+/// `selector` chooses the Applications read; `labels` name its Applications,
+/// AppProjects, argocd-cm and argocd-cmd-params-cm in metrics and logs.
 pub(super) fn watch_argocd(
     watches: &Arc<Watches>,
     client: &kube::Client,
     (namespace, here): (&str, ThisCluster),
+    selector: Option<&str>,
     (at, labels): (usize, [&'static str; 4]),
     metrics: &Arc<Metrics>,
 ) {
     let ar = crate::breakglass::application::application_resource();
     let api = Api::<DynamicObject>::all_with(client.clone(), &ar);
     let served = Served::new(client, &ar);
-    let watched = (Kind::Application, Some(here));
+    let watched = (Kind::Application, Some(here), selector);
     watch_dynamic(
         watches,
         api,
@@ -78,7 +79,7 @@ pub(super) fn watch_argocd(
     ));
     let api = Api::<DynamicObject>::namespaced_with(client.clone(), namespace, &ar);
     let served = Served::new(client, &ar);
-    let watched = (Kind::AppProject, None);
+    let watched = (Kind::AppProject, None, None);
     watch_dynamic(
         watches,
         api,
@@ -124,20 +125,25 @@ pub(super) fn watch_argocd(
 const LIST_PAGE: u32 = 50;
 
 /// A watch over one dynamic kind (Applications with what Argo CD calls this
-/// cluster, whose others are held as foreign). kube's `predicate_filter` is
+/// cluster, whose others are held as foreign), of the objects a label
+/// selector matches if one is given. kube's `predicate_filter` is
 /// not used: it sees applied objects only, and a source cache needs deletes
 /// and relist boundaries too; [`SourceCache`] keeps the same per-uid hash itself.
 fn watch_dynamic(
     watches: &Arc<Watches>,
     api: Api<DynamicObject>,
     served: Served,
-    (kind, here): (Kind, Option<ThisCluster>),
+    (kind, here, selector): (Kind, Option<ThisCluster>, Option<&str>),
     (at, label): (usize, &'static str),
     metrics: Arc<Metrics>,
 ) {
     // Small pages: a page of tenants' objects (up to 1.5 MiB each in etcd)
     // is held whole before `strip` and the cost caps see it.
-    let stream = watcher(api, watcher::Config::default().page_size(LIST_PAGE))
+    let mut config = watcher::Config::default().page_size(LIST_PAGE);
+    if let Some(selector) = selector {
+        config = config.labels(selector);
+    }
+    let stream = watcher(api, config)
         .modify(move |o| match &here {
             Some(here) if here.deploys_elsewhere(&o.data) => strip_foreign(o),
             _ => strip(o),
@@ -196,4 +202,24 @@ fn watch_dynamic(
             }
         },
     );
+}
+
+/// Refuses to start on an Application label selector the apiserver that
+/// `client` reaches cannot parse: the watch would fail on every retry, and
+/// the spoke would judge without its Applications. An unreachable hub is left
+/// to the watch and `--sources-wait`, as without a selector.
+pub async fn check_application_selector(
+    client: &kube::Client,
+    selector: &str,
+) -> anyhow::Result<()> {
+    let ar = crate::breakglass::application::application_resource();
+    let api = Api::<DynamicObject>::all_with(client.clone(), &ar);
+    let params = kube::api::ListParams::default().labels(selector).limit(1);
+    match api.list_metadata(&params).await {
+        Err(kube::Error::Api(s)) if s.code == 400 => anyhow::bail!(
+            "--argocd-application-selector {selector:?}: the hub refused it: {}",
+            s.message
+        ),
+        _ => Ok(()),
+    }
 }
