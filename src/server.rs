@@ -239,7 +239,9 @@ async fn start_cluster_tasks(
         None => ToolSources::default(),
     };
     if let (Some(client), Some(selector)) = (client, &config.argocd_application_selector) {
-        crate::cluster::watch::check_application_selector(argocd.client(client), selector).await?;
+        let hub = argocd.client(client);
+        crate::cluster::watch::check_application_selector(hub, selector, config.sources_wait)
+            .await?;
     }
     let sources = match (client, config.watch_argocd || config.watch_flux) {
         (Some(client), true) => {

@@ -405,14 +405,7 @@ impl Sweeper {
             .collect();
         let (mut orphans, mut unlisted) = (BTreeMap::new(), BTreeSet::new());
         for at in self.installations() {
-            let Some(apps) = list_applications(at.client).await else {
-                // Not listed now: what was seen there waits, untouched.
-                let kept = self.orphans.iter().filter(|(key, _)| key.0 == at.hub);
-                orphans.extend(kept.map(|(key, since)| (key.clone(), *since)));
-                unlisted.insert(at.hub);
-                continue;
-            };
-            for app in apps {
+            let found = |app: PartialObjectMeta<DynamicObject>| {
                 let meta = serde_json::to_value(&app.metadata).unwrap_or_default();
                 let (namespace, name) = (
                     app.metadata.namespace.unwrap_or_default(),
@@ -423,6 +416,12 @@ impl Sweeper {
                     let since = self.orphans.get(&key).copied().unwrap_or_else(Instant::now);
                     orphans.insert(key, since);
                 }
+            };
+            if !list_applications(at.client, found).await {
+                // Not listed now: what was seen there waits, untouched.
+                let kept = self.orphans.iter().filter(|(key, _)| key.0 == at.hub);
+                orphans.extend(kept.map(|(key, since)| (key.clone(), *since)));
+                unlisted.insert(at.hub);
             }
         }
         // Each Application and group read once a pass, and at most
@@ -597,16 +596,35 @@ impl Sweeper {
     }
 }
 
-/// Every Application's metadata in the cluster of `client`; `None` (logged)
-/// when they cannot be listed. No Application type: none.
-async fn list_applications(client: &kube::Client) -> Option<Vec<PartialObjectMeta<DynamicObject>>> {
+/// Applications' metadata per list page: what a pass holds at once, as a
+/// source watch's pages (a hub's tenants may fill each Application's
+/// annotations and managedFields).
+const APPLICATION_PAGE: u32 = 50;
+
+/// Hands every Application's metadata in the cluster of `client` to `each`,
+/// a page at a time; `false` (logged) when they cannot all be listed. No
+/// Application type: none.
+async fn list_applications(
+    client: &kube::Client,
+    mut each: impl FnMut(PartialObjectMeta<DynamicObject>),
+) -> bool {
     let api = Api::<DynamicObject>::all_with(client.clone(), &application::application_resource());
-    match api.list_metadata(&ListParams::default()).await {
-        Ok(apps) => Some(apps.items),
-        Err(kube::Error::Api(s)) if s.code == 404 => Some(Vec::new()),
-        Err(e) => {
-            tracing::warn!(error = %e, "break-glass sweeper: cannot list Applications to find pauses left behind");
-            None
+    let mut params = ListParams::default().limit(APPLICATION_PAGE);
+    loop {
+        match api.list_metadata(&params).await {
+            Ok(page) => {
+                let next = page.metadata.continue_.filter(|c| !c.is_empty());
+                page.items.into_iter().for_each(&mut each);
+                match next {
+                    Some(token) => params = params.continue_token(&token),
+                    None => return true,
+                }
+            }
+            Err(kube::Error::Api(s)) if s.code == 404 => return true,
+            Err(e) => {
+                tracing::warn!(error = %e, "break-glass sweeper: cannot list Applications to find pauses left behind");
+                return false;
+            }
         }
     }
 }

@@ -39,17 +39,25 @@ fn table() -> &'static Table {
 /// unknown (a custom resource): the map is then read as owned whole, the
 /// stricter reading.
 pub fn is_granular(api_version: &str, kind: &str, pointer: &str) -> bool {
-    let Some(atomic) = table().get(&format!("{api_version}/{kind}")) else {
-        return false;
-    };
+    atomic_in_schema(api_version, kind, pointer) == Some(false)
+}
+
+/// Whether the schema of a built-in kind keeps the map at `pointer` whole;
+/// `false` where the schema is unknown.
+pub fn is_atomic(api_version: &str, kind: &str, pointer: &str) -> bool {
+    atomic_in_schema(api_version, kind, pointer) == Some(true)
+}
+
+fn atomic_in_schema(api_version: &str, kind: &str, pointer: &str) -> Option<bool> {
+    let atomic = table().get(&format!("{api_version}/{kind}"))?;
     let segments: Vec<&str> = pointer.split('/').skip(1).collect();
-    !atomic.iter().any(|pattern| {
+    Some(atomic.iter().any(|pattern| {
         pattern.len() == segments.len()
             && pattern
                 .iter()
                 .zip(&segments)
                 .all(|(p, s)| p == "*" || p == s)
-    })
+    }))
 }
 
 #[cfg(test)]
@@ -78,5 +86,20 @@ mod tests {
             !is_granular("example.com/v1", "Widget", "/spec/anything"),
             "an unknown kind's maps are owned whole"
         );
+        assert!(super::is_atomic(
+            "policy/v1",
+            "PodDisruptionBudget",
+            "/spec/selector"
+        ));
+        assert!(!super::is_atomic(
+            "apps/v1",
+            "StatefulSet",
+            "/spec/updateStrategy"
+        ));
+        assert!(!super::is_atomic(
+            "example.com/v1",
+            "Widget",
+            "/spec/anything"
+        ));
     }
 }

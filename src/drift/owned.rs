@@ -6,7 +6,7 @@
 
 use serde_json::Value;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 use super::atomic_maps;
 use crate::deadline::{Deadline, Stopped};
@@ -202,13 +202,19 @@ pub fn owned_pointers(
     // A list or map Git declares that the apiserver keeps whole (atomic: a
     // container's args, a Role's rules, a LabelSelector, a custom resource's
     // lists) is one value to Argo CD's client-side diff: an entry or key
-    // added by hand is a change to it. managedFields show such a value as one
-    // leaf, in whichever entry holds it (Argo CD writes RBAC objects under
-    // another manager than `argocd-controller`); a keyed list's entries and a
-    // granular map's keys stay apart (what the apiserver defaulted in them is
-    // not Git's).
+    // added by hand is a change to it. A built-in kind's atomic maps are read
+    // from its schema, which no write moves; lists, and a custom resource's
+    // maps, from managedFields, which show such a value as one leaf, in
+    // whichever entry holds it (Argo CD writes RBAC objects under another
+    // manager than `argocd-controller`). A keyed list's entries and a granular
+    // map's keys stay apart (what the apiserver defaulted in them is not Git's).
+    let declared: BTreeSet<String> = declared.into_iter().collect();
+    let declares_below = |p: &str| {
+        let under = format!("{p}/");
+        (declared.range(under.clone()..).next()).is_some_and(|d| d.starts_with(&under))
+    };
     let every_leaf = leaves_where(stored, |_| true, deadline)?;
-    let atomic: Vec<String> = locate_leaves(&every_leaf, stored, deadline)?
+    let mut atomic: Vec<String> = locate_leaves(&every_leaf, stored, deadline)?
         .iter()
         .map(Path::to_pointer)
         .filter(|p| {
@@ -216,13 +222,22 @@ pub fn owned_pointers(
                 .pointer(p)
                 .is_some_and(|v| v.is_array() || v.is_object())
         })
-        .filter(|p| {
-            let under = format!("{p}/");
-            declared.iter().any(|d| d.starts_with(&under))
-                || owned.whole.has_below(p)
-                || owned.presence.has_below(p)
-        })
+        .filter(|p| declares_below(p) || owned.whole.has_below(p) || owned.presence.has_below(p))
         .collect();
+    let (api_version, kind) = (
+        stored["apiVersion"].as_str().unwrap_or_default(),
+        stored["kind"].as_str().unwrap_or_default(),
+    );
+    for d in &declared {
+        deadline.checkpoint()?;
+        let ancestors = d.match_indices('/').skip(1).map(|(at, _)| &d[..at]);
+        atomic.extend(
+            ancestors
+                .filter(|p| atomic_maps::is_atomic(api_version, kind, p))
+                .filter(|p| stored.pointer(p).is_some_and(Value::is_object))
+                .map(str::to_owned),
+        );
+    }
     for p in declared.into_iter().chain(atomic) {
         owned.insert(stored, p);
     }
@@ -449,6 +464,15 @@ mod tests {
             vec!["/metadata/labels/team"],
             "a granular map's keys stay apart"
         );
+        // Read from the schema, not from managedFields: with the entry that
+        // held the selector dropped by a write, it is still owned whole.
+        let mut dropped = stored.clone();
+        dropped["metadata"]["managedFields"] = json!([]);
+        let owned = owned_pointers(&dropped, true, &Deadline::none()).unwrap();
+        let paths = vec!["/spec/selector/matchLabels/by-hand".to_owned()];
+        let (drift, _) =
+            partition(paths, &owned, &[], (&dropped, &dropped), &Deadline::none()).unwrap();
+        assert_eq!(drift, vec!["/spec/selector/matchLabels/by-hand"]);
     }
 
     #[test]

@@ -48,14 +48,31 @@ fn cluster_with(apps: Vec<Value>, deployments: Vec<Value>, log: Log) -> kube::Cl
                 request.method().to_string(),
                 request.uri().path().to_owned(),
             );
+            let query = request.uri().query().unwrap_or_default().to_owned();
             let _ = request.into_body().collect().await;
-            log.lock().unwrap().push(format!("{method} {path}"));
+            let list = path == format!("{APPS}/applications");
+            let logged = match list {
+                true => format!("{method} {path}?{query}"),
+                false => format!("{method} {path}"),
+            };
+            log.lock().unwrap().push(logged);
             let path_ = &path;
             let at = |prefix, plural| move |a: &&Value| at_path(path_, prefix, plural, a);
-            let (code, body) = if path == format!("{APPS}/applications") {
+            let (code, body) = if list {
+                // Pages as the apiserver serves them: `limit`, and an
+                // opaque `continue` (here the offset) while more remain.
+                let param = |name: &str| {
+                    (query.split('&'))
+                        .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+                        .and_then(|v| v.parse::<usize>().ok())
+                };
+                let from = param("continue").unwrap_or(0).min(apps.len());
+                let to = param("limit").map_or(apps.len(), |n| (from + n).min(apps.len()));
+                let more = (to < apps.len()).then(|| to.to_string());
                 (
                     200,
-                    json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "ApplicationList", "metadata": {}, "items": apps}),
+                    json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "ApplicationList",
+                        "metadata": {"continue": more}, "items": apps[from..to]}),
                 )
             } else if let Some(app) = apps.iter().find(at(APPS, "applications")) {
                 (200, app.clone())
@@ -156,6 +173,35 @@ async fn pauses_left_behind_are_lifted_in_both_clusters_never_another_clusters()
             "local {local}"
         );
     }
+}
+
+/// Applications are listed a page at a time, however many the hub holds:
+/// a pause left behind on the third page is lifted, and no list asks for
+/// more than a page.
+#[tokio::test]
+async fn applications_are_listed_a_page_at_a_time() {
+    let entry = "apps/Deployment:prod/web";
+    let log = Log::default();
+    let mut apps: Vec<Value> = (0..120)
+        .map(|i| {
+            let mut a = app("argocd", &format!("a{i:03}"), entry, SPOKE);
+            a["metadata"]["annotations"] = json!({});
+            a
+        })
+        .collect();
+    apps[110] = app("argocd", "a110", entry, "https://kubernetes.default.svc");
+    let patched = patched_by_two_looks(cluster(apps, log.clone()), &log).await;
+    assert_eq!(
+        patched,
+        [format!("PATCH {APPS}/namespaces/argocd/applications/a110")]
+    );
+    let lists: Vec<String> = (log.lock().unwrap().iter())
+        .filter(|r| r.starts_with(&format!("GET {APPS}/applications?")))
+        .cloned()
+        .collect();
+    assert_eq!(lists.len(), 6, "three pages, two looks: {lists:?}");
+    let page = format!("limit={APPLICATION_PAGE}");
+    assert!(lists.iter().all(|r| r.contains(&page)), "{lists:?}");
 }
 
 /// Two looks at pauses left behind, the second past the grace.

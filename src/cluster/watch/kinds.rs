@@ -206,20 +206,43 @@ fn watch_dynamic(
 
 /// Refuses to start on an Application label selector the apiserver that
 /// `client` reaches cannot parse: the watch would fail on every retry, and
-/// the spoke would judge without its Applications. An unreachable hub is left
-/// to the watch and `--sources-wait`, as without a selector.
+/// the spoke would judge without its Applications. Only a list refused with
+/// the selector and served without it blames the selector; a hub that does not
+/// answer within `wait` (at most 10 s) is left to the watch and
+/// `--sources-wait`, as without a selector.
 pub async fn check_application_selector(
     client: &kube::Client,
     selector: &str,
+    wait: std::time::Duration,
 ) -> anyhow::Result<()> {
     let ar = crate::breakglass::application::application_resource();
     let api = Api::<DynamicObject>::all_with(client.clone(), &ar);
-    let params = kube::api::ListParams::default().labels(selector).limit(1);
-    match api.list_metadata(&params).await {
-        Err(kube::Error::Api(s)) if s.code == 400 => anyhow::bail!(
-            "--argocd-application-selector {selector:?}: the hub refused it: {}",
-            s.message
-        ),
-        _ => Ok(()),
+    let list = |labels: Option<&str>| {
+        let mut params = kube::api::ListParams::default().limit(1);
+        params.label_selector = labels.map(str::to_owned);
+        let api = api.clone();
+        async move { api.list_metadata(&params).await }
+    };
+    let check = async {
+        match list(Some(selector)).await {
+            Err(kube::Error::Api(s)) if s.code == 400 && list(None).await.is_ok() => Err(s.message),
+            _ => Ok(()),
+        }
+    };
+    let wait = wait.min(std::time::Duration::from_secs(10));
+    match tokio::time::timeout(wait, check).await {
+        Ok(Err(message)) => {
+            anyhow::bail!(
+                "--argocd-application-selector {selector:?}: the hub refused it: {message}"
+            )
+        }
+        Ok(Ok(())) => Ok(()),
+        Err(_) => {
+            tracing::warn!(
+                selector,
+                "--argocd-application-selector: the hub did not answer its check; the watch will tell"
+            );
+            Ok(())
+        }
     }
 }
