@@ -282,6 +282,7 @@ async fn start_cluster_tasks(
                 argocd_namespace: config.argocd_namespace.clone(),
                 lease: config.break_glass_sweeper_lease.clone(),
                 argocd,
+                application_selector: config.argocd_application_selector.clone(),
                 records,
             },
         );

@@ -59,6 +59,10 @@ pub struct Options {
     /// pauses of Applications that deploy here (`--cluster-name` in the
     /// hub) are this sweeper's to find left behind.
     pub argocd: ToolSources<String>,
+    /// `--argocd-application-selector`: the hub's Applications read for
+    /// pauses left behind, as the watch reads them. Without it, every one
+    /// of the hub's, a page at a time, every sweep.
+    pub application_selector: Option<String>,
     /// Where the armed set's records are (`--break-glass-namespace`).
     pub records: Recorder,
 }
@@ -417,7 +421,8 @@ impl Sweeper {
                     orphans.insert(key, since);
                 }
             };
-            if !list_applications(at.client, found).await {
+            let selector = self.options.application_selector.as_deref();
+            if !list_applications(at.client, selector.filter(|_| at.hub), found).await {
                 // Not listed now: what was seen there waits, untouched.
                 let kept = self.orphans.iter().filter(|(key, _)| key.0 == at.hub);
                 orphans.extend(kept.map(|(key, since)| (key.clone(), *since)));
@@ -601,15 +606,17 @@ impl Sweeper {
 /// annotations and managedFields).
 const APPLICATION_PAGE: u32 = 50;
 
-/// Hands every Application's metadata in the cluster of `client` to `each`,
-/// a page at a time; `false` (logged) when they cannot all be listed. No
-/// Application type: none.
+/// Hands every Application's metadata in the cluster of `client` (those
+/// `selector` matches, if given) to `each`, a page at a time; `false`
+/// (logged) when they cannot all be listed. No Application type: none.
 async fn list_applications(
     client: &kube::Client,
+    selector: Option<&str>,
     mut each: impl FnMut(PartialObjectMeta<DynamicObject>),
 ) -> bool {
     let api = Api::<DynamicObject>::all_with(client.clone(), &application::application_resource());
     let mut params = ListParams::default().limit(APPLICATION_PAGE);
+    params.label_selector = selector.map(str::to_owned);
     loop {
         match api.list_metadata(&params).await {
             Ok(page) => {

@@ -204,6 +204,40 @@ async fn applications_are_listed_a_page_at_a_time() {
     assert!(lists.iter().all(|r| r.contains(&page)), "{lists:?}");
 }
 
+/// With --argocd-application-selector the hub's Applications are listed as
+/// the watch lists them, by the selector; this cluster's own, all.
+#[tokio::test]
+async fn the_hub_is_listed_by_the_application_selector() {
+    let (here_log, hub_log) = (Log::default(), Log::default());
+    let here = cluster(Vec::new(), here_log.clone());
+    let argocd = ToolSources {
+        hub: Some(cluster(Vec::new(), hub_log.clone())),
+        local: Some("gitops".into()),
+        cluster_names: vec![SPOKE.into()],
+    };
+    let mut options = options(argocd, &here);
+    options.application_selector = Some("driftguard.io/cluster=spoke-1".into());
+    let policy = PolicyHandle::new(crate::policy::Policy::embedded());
+    let mut sweeper = Sweeper::new(here, policy, Arc::new(Metrics::default()), options);
+    sweeper.lift_orphaned_pauses().await;
+    let lists = |log: &Log| -> Vec<String> {
+        (log.lock().unwrap().iter())
+            .filter(|r| r.starts_with(&format!("GET {APPS}/applications?")))
+            .cloned()
+            .collect()
+    };
+    let selected = "labelSelector=driftguard.io%2Fcluster%3Dspoke-1";
+    let (hub, here) = (lists(&hub_log), lists(&here_log));
+    assert!(
+        !hub.is_empty() && hub.iter().all(|r| r.contains(selected)),
+        "{hub:?}"
+    );
+    assert!(
+        !here.is_empty() && !here.iter().any(|r| r.contains("labelSelector")),
+        "{here:?}"
+    );
+}
+
 /// Two looks at pauses left behind, the second past the grace.
 async fn look_twice(sweeper: &mut Sweeper) {
     sweeper.lift_orphaned_pauses().await;
@@ -249,6 +283,7 @@ fn options(argocd: ToolSources<String>, here: &kube::Client) -> Options {
         argocd_namespace: "argocd".into(),
         lease: None,
         argocd,
+        application_selector: None,
         records: Recorder::new(here.clone(), "driftguard"),
     }
 }
