@@ -24,7 +24,7 @@ def series(path, x, y, scale=1.0):
     return out
 
 
-COLORS = {"before": "tab:orange", "after": "tab:blue", "after-scan": "tab:gray"}
+COLORS = {"before": "tab:orange", "after": "tab:blue", "after-scan": "tab:gray", "selector": "tab:green"}
 index, fleet, png = sys.argv[1:4]
 panels = [
     (index, "apps", "rss_bytes", 1 / 2**20, "in one cluster: RSS (MiB)", False),
