@@ -93,6 +93,18 @@ fn allowed(out: &Kubectl) -> Result<(), String> {
 }
 
 /// `kubectl driftguard ARGS` as `user` of the spoke, the plugin found on PATH.
+/// alice scales `production/deployment/name` in the spoke.
+fn scale(spoke: &ControlPlane, name: &str, replicas: u32) -> Kubectl {
+    let (deployment, replicas) = (
+        format!("deployment/{name}"),
+        format!("--replicas={replicas}"),
+    );
+    spoke.kubectl(
+        "alice",
+        &["-n", "production", "scale", &deployment, &replicas],
+    )
+}
+
 fn plugin(spoke: &ControlPlane, bin: &Path, user: &str, args: &[&str]) -> Kubectl {
     let path = format!(
         "{}:{}",
@@ -220,16 +232,7 @@ fn a_spoke_is_judged_by_its_hubs_applications() {
 
     // The hub Application's ignore rule: alice may scale.
     eventually("scale allowed by the hub Application's rule", || {
-        allowed(&spoke.kubectl(
-            "alice",
-            &[
-                "-n",
-                "production",
-                "scale",
-                "deployment/web",
-                "--replicas=3",
-            ],
-        ))
+        allowed(&scale(&spoke, "web", 3))
     });
     // Anything else is denied, naming the hub's Application and repository.
     let set_image = |spoke: &ControlPlane| {
@@ -361,16 +364,7 @@ fn a_selector_reads_only_the_applications_it_matches(
     assert!(out.ok, "{out}");
     dg.restart_with(&[], &[SELECTOR]);
     eventually("scale allowed by the labelled Application's rule", || {
-        allowed(&spoke.kubectl(
-            "alice",
-            &[
-                "-n",
-                "production",
-                "scale",
-                "deployment/web",
-                "--replicas=5",
-            ],
-        ))
+        allowed(&scale(spoke, "web", 5))
     });
     assert_eq!(metric(dg, foreign), 0.0, "nothing of another cluster sent");
     assert_eq!(metric(dg, held), 1.0);
