@@ -39,30 +39,40 @@ fn table() -> &'static Table {
 /// unknown (a custom resource): the map is then read as owned whole, the
 /// stricter reading.
 pub fn is_granular(api_version: &str, kind: &str, pointer: &str) -> bool {
-    atomic_in_schema(api_version, kind, pointer) == Some(false)
+    AtomicMaps::of(api_version, kind).is_some_and(|maps| !maps.contains(pointer))
 }
 
-/// Whether the schema of a built-in kind keeps the map at `pointer` whole;
-/// `false` where the schema is unknown.
-pub fn is_atomic(api_version: &str, kind: &str, pointer: &str) -> bool {
-    atomic_in_schema(api_version, kind, pointer) == Some(true)
-}
+/// The atomic maps of a built-in kind's schema.
+pub struct AtomicMaps(&'static [Vec<String>]);
 
-fn atomic_in_schema(api_version: &str, kind: &str, pointer: &str) -> Option<bool> {
-    let atomic = table().get(&format!("{api_version}/{kind}"))?;
-    let segments: Vec<&str> = pointer.split('/').skip(1).collect();
-    Some(atomic.iter().any(|pattern| {
-        pattern.len() == segments.len()
-            && pattern
-                .iter()
-                .zip(&segments)
-                .all(|(p, s)| p == "*" || p == s)
-    }))
+impl AtomicMaps {
+    /// `None` where the schema is unknown (a custom resource).
+    pub fn of(api_version: &str, kind: &str) -> Option<Self> {
+        table()
+            .get(&format!("{api_version}/{kind}"))
+            .map(|patterns| Self(patterns))
+    }
+
+    /// Whether the schema keeps the map at `pointer` whole.
+    pub fn contains(&self, pointer: &str) -> bool {
+        let segments: Vec<&str> = pointer.split('/').skip(1).collect();
+        self.0.iter().any(|pattern| {
+            pattern.len() == segments.len()
+                && pattern
+                    .iter()
+                    .zip(&segments)
+                    .all(|(p, s)| p == "*" || p == s)
+        })
+    }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::is_granular;
+    use super::{AtomicMaps, is_granular};
+
+    fn is_atomic(api_version: &str, kind: &str, pointer: &str) -> bool {
+        AtomicMaps::of(api_version, kind).is_some_and(|maps| maps.contains(pointer))
+    }
 
     #[test]
     fn a_selector_is_atomic_and_an_update_strategy_is_not() {
@@ -86,20 +96,12 @@ mod tests {
             !is_granular("example.com/v1", "Widget", "/spec/anything"),
             "an unknown kind's maps are owned whole"
         );
-        assert!(super::is_atomic(
+        assert!(is_atomic(
             "policy/v1",
             "PodDisruptionBudget",
             "/spec/selector"
         ));
-        assert!(!super::is_atomic(
-            "apps/v1",
-            "StatefulSet",
-            "/spec/updateStrategy"
-        ));
-        assert!(!super::is_atomic(
-            "example.com/v1",
-            "Widget",
-            "/spec/anything"
-        ));
+        assert!(!is_atomic("apps/v1", "StatefulSet", "/spec/updateStrategy"));
+        assert!(!is_atomic("example.com/v1", "Widget", "/spec/anything"));
     }
 }

@@ -224,16 +224,17 @@ pub fn owned_pointers(
         })
         .filter(|p| declares_below(p) || owned.whole.has_below(p) || owned.presence.has_below(p))
         .collect();
-    let (api_version, kind) = (
+    // The kind's schema looked up once, not per declared field.
+    let schema = atomic_maps::AtomicMaps::of(
         stored["apiVersion"].as_str().unwrap_or_default(),
         stored["kind"].as_str().unwrap_or_default(),
     );
-    for d in &declared {
+    for (d, maps) in declared.iter().filter_map(|d| Some((d, schema.as_ref()?))) {
         deadline.checkpoint()?;
         let ancestors = d.match_indices('/').skip(1).map(|(at, _)| &d[..at]);
         atomic.extend(
             ancestors
-                .filter(|p| atomic_maps::is_atomic(api_version, kind, p))
+                .filter(|p| maps.contains(p))
                 .filter(|p| stored.pointer(p).is_some_and(Value::is_object))
                 .map(str::to_owned),
         );
