@@ -25,6 +25,7 @@ pub mod logging;
 pub mod metrics;
 pub mod plugin;
 pub mod policy;
+pub mod registration;
 pub mod request;
 pub mod response;
 pub mod server;

@@ -10,7 +10,7 @@
 //! A dev-dependency of driftguard only; `publish = false`.
 
 pub mod agreement;
-pub mod apiserver;
+pub use driftguard::registration::apiserver;
 pub mod armed;
 pub mod atomic_maps;
 pub mod big_reviews;

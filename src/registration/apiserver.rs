@@ -56,6 +56,7 @@ use k8s_openapi::api::admissionregistration::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde_json::{Map, Value, json};
 
+/// Labels by key.
 pub type Labels = BTreeMap<String, String>;
 
 /// The Namespaces the apiserver's lister holds (name → labels), as stored
@@ -69,17 +70,24 @@ pub struct Attributes {
     pub operation: String,
     /// `request.resource`: group, version, resource.
     pub resource: (String, String, String),
+    /// `request.subResource`, empty for the object itself.
     pub sub_resource: String,
     /// `request.kind`: group, version, kind (`autoscaling/v1 Scale` for scale).
     pub kind: (String, String, String),
+    /// The object's name.
     pub name: String,
     /// Empty for cluster-scoped objects and a Namespace's CREATE; the
     /// Namespace's own name for its other requests.
     pub namespace: String,
+    /// `userInfo.username`.
     pub username: String,
+    /// `userInfo.groups`.
     pub groups: Vec<String>,
+    /// The incoming object (none on DELETE).
     pub object: Option<Value>,
+    /// The stored object (none on CREATE).
     pub old_object: Option<Value>,
+    /// `--dry-run=server`.
     pub dry_run: bool,
 }
 
@@ -114,7 +122,6 @@ impl Attributes {
             "dryRun": self.dry_run,
             "options": options,
         });
-        let r = request.as_object_mut().expect("an object");
         for (key, value) in [
             ("subResource", &self.sub_resource),
             ("requestSubResource", &self.sub_resource),
@@ -122,7 +129,7 @@ impl Attributes {
             ("namespace", &self.namespace),
         ] {
             if !value.is_empty() {
-                r.insert(key.into(), json!(value));
+                request[key] = json!(value);
             }
         }
         json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request})
@@ -169,10 +176,14 @@ pub enum Skip {
     /// The namespaceSelector did not match these labels, read from the
     /// incoming Namespace (`from_object`) or the stored one.
     NamespaceSelector {
+        /// The Namespace's labels.
         labels: Labels,
+        /// Read from the incoming Namespace.
         from_object: bool,
     },
+    /// The objectSelector matched neither object.
     ObjectSelector,
+    /// No rule matches the write.
     Rules,
     /// This matchCondition was false.
     MatchCondition(String),
@@ -200,8 +211,11 @@ impl fmt::Display for Skip {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
+/// What the apiserver does with one webhook.
 pub enum Call {
+    /// It calls the webhook.
     Called,
+    /// It skips it, and why.
     Skipped(Skip),
     /// The write fails without a call (a selector or matchCondition error
     /// under `failurePolicy: Fail`).
@@ -211,6 +225,7 @@ pub enum Call {
 /// What the apiserver does with one webhook for one write.
 #[derive(Clone, Debug)]
 pub struct Outcome {
+    /// Called, skipped or rejected.
     pub call: Call,
     /// Every matchCondition that failed to evaluate, even where a false one
     /// made the apiserver skip the webhook anyway.
@@ -219,6 +234,7 @@ pub struct Outcome {
 
 /// One webhook as the apiserver holds it, its matchConditions compiled.
 pub struct Hook {
+    /// The webhook's name.
     pub name: String,
     rules: Vec<RuleWithOperations>,
     namespace_selector: Option<LabelSelector>,
@@ -229,6 +245,7 @@ pub struct Hook {
 }
 
 impl Hook {
+    /// A webhook of a ValidatingWebhookConfiguration.
     pub fn validating(w: &ValidatingWebhook) -> Self {
         Self::new(
             &w.name,
@@ -240,6 +257,7 @@ impl Hook {
         )
     }
 
+    /// A webhook of a MutatingWebhookConfiguration.
     pub fn mutating(w: &MutatingWebhook) -> Self {
         Self::new(
             &w.name,
@@ -364,17 +382,22 @@ impl Hook {
 
     fn match_conditions(&self, attr: &Attributes) -> Outcome {
         let mut context = Context::with_env(self.env.clone());
-        let bind = |v: &Value| cel::to_value(v).expect("JSON converts to CEL");
-        context
-            .add_variable("request", bind(&attr.cel_request()))
-            .expect("binds");
         let null = Value::Null;
-        context
-            .add_variable("object", bind(attr.object.as_ref().unwrap_or(&null)))
-            .expect("binds");
-        context
-            .add_variable("oldObject", bind(attr.old_object.as_ref().unwrap_or(&null)))
-            .expect("binds");
+        for (name, value) in [
+            ("request", &attr.cel_request()),
+            ("object", attr.object.as_ref().unwrap_or(&null)),
+            ("oldObject", attr.old_object.as_ref().unwrap_or(&null)),
+        ] {
+            let bound = cel::to_value(value)
+                .map_err(|e| e.to_string())
+                .and_then(|v| context.add_variable(name, v).map_err(|e| e.to_string()));
+            if let Err(e) = bound {
+                return Outcome {
+                    call: Call::Rejected(format!("cannot bind `{name}`: {e}")),
+                    condition_errors: vec![e],
+                };
+            }
+        }
         let mut first_false = None;
         let mut errors = Vec::new();
         for (name, program) in &self.conditions {

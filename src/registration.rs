@@ -1,0 +1,365 @@
+//! The registration checked against the policy in force. The apiserver
+//! skips writes by the webhooks' rules and matchConditions, rendered once,
+//! from the policy and chart values of that day; the policy ConfigMap is
+//! reloaded, and the tools' settings (argocd-cm's instance label) change,
+//! without it. So the live registration can skip a write the policy in force
+//! judges (a bypass nobody sees) or send writes it never judges (an outage's
+//! blast radius).
+//!
+//! The check asks the apiserver's own dispatch ([`apiserver`], with a CEL
+//! interpreter) about generated writes ([`probes`]), once with the live
+//! webhooks and once with the same webhooks carrying the rules and
+//! conditions that `driftguard register` and the chart render from the
+//! policy in force, and judges each write with that policy and the sources:
+//! - a write the live registration skips and the policy judges (deny, warn,
+//!   audit; on the mutating path, a patch) is [`Direction::Skips`];
+//! - a write it sends that the needed registration skips is
+//!   [`Direction::Sends`] (judged by nothing, refused while driftguard is down);
+//! - a condition that fails to evaluate is [`Direction::Fails`].
+//!
+//! The server runs it when the policy, the sources' instance labels or the
+//! webhooks change (`cluster::registration`); `driftguard register --check`
+//! and `kubectl driftguard status` run it too.
+
+pub mod apiserver;
+mod probes;
+
+use std::collections::BTreeSet;
+
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhook, MutatingWebhookConfiguration, ValidatingWebhook,
+    ValidatingWebhookConfiguration,
+};
+
+use apiserver::{Call, Hook, Namespaces};
+use probes::Probe;
+
+use crate::cluster::register::{Options, WebhookAddress, configurations};
+use crate::drift::Verdict;
+use crate::policy::Policy;
+use crate::sources::Sources;
+use crate::{Endpoint, judge_request};
+
+/// Which way a registration differs from what the policy needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Direction {
+    /// It skips writes the policy judges: they are never checked.
+    Skips,
+    /// It sends writes the policy never judges: refused while driftguard is
+    /// down, and each one costs a call.
+    Sends,
+    /// A condition or selector fails: under `failurePolicy: Fail` the write
+    /// is refused without a call.
+    Fails,
+}
+
+impl Direction {
+    /// As the metric's label and the report name it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Direction::Skips => "skips",
+            Direction::Sends => "sends",
+            Direction::Fails => "fails",
+        }
+    }
+}
+
+/// One way the live registration differs, in words.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Difference {
+    /// Which way.
+    pub direction: Direction,
+    /// The write probed, what each side does with it.
+    pub text: String,
+}
+
+/// What to do about any difference.
+pub const FIX: &str = "render the webhooks from the policy in force: `helm upgrade` with the policy values the ConfigMap was rendered from (or `driftguard register --policy <file>`); `driftguard register --check` shows what still differs";
+
+/// Differences reported at most; the rest are counted.
+const MAX_REPORTED: usize = 8;
+
+/// The live configurations (`None`: not found) against what `policy` and
+/// `sources` need. Empty when they agree.
+pub fn check(
+    policy: &Policy,
+    sources: Option<&Sources>,
+    validating: Option<&ValidatingWebhookConfiguration>,
+    mutating: Option<&MutatingWebhookConfiguration>,
+) -> Vec<Difference> {
+    let (Some(validating), Some(mutating)) = (validating, mutating) else {
+        return vec![Difference {
+            direction: Direction::Skips,
+            text: "the Validating- or MutatingWebhookConfiguration is missing: the apiserver sends driftguard nothing".into(),
+        }];
+    };
+    let name = validating.metadata.name.clone().unwrap_or_default();
+    let (need_v, need_m) = configurations(&options(name), policy);
+    let mut differences = Vec::new();
+    let live_v = validating.list().iter().map(Hook::validating).collect();
+    let live_m = mutating.list().iter().map(Hook::mutating).collect();
+    let needed_v = needed(
+        validating.list(),
+        need_v.list(),
+        &mut differences,
+        |w| &w.name,
+        |live, need| ValidatingWebhook {
+            rules: need.rules.clone(),
+            match_conditions: need.match_conditions.clone(),
+            ..live.clone()
+        },
+        Hook::validating,
+    );
+    let needed_m = needed(
+        mutating.list(),
+        need_m.list(),
+        &mut differences,
+        |w| &w.name,
+        |live, need| MutatingWebhook {
+            rules: need.rules.clone(),
+            match_conditions: need.match_conditions.clone(),
+            ..live.clone()
+        },
+        Hook::mutating,
+    );
+    let mut literals = BTreeSet::new();
+    for expression in conditions(validating, mutating).chain(conditions(&need_v, &need_m)) {
+        probes::literals(expression, &mut literals);
+    }
+    let (probes, namespaces) = probes::probes(policy, sources, &literals);
+    let sides = Sides {
+        live_v,
+        live_m,
+        needed_v,
+        needed_m,
+        namespaces,
+    };
+    for probe in &probes {
+        compare(&sides, policy, sources, probe, &mut differences);
+    }
+    summarize(differences)
+}
+
+/// What `register` was told, for the parts the check compares: rules and
+/// conditions do not depend on where the webhook is.
+fn options(name: String) -> Options {
+    Options {
+        name,
+        endpoint: WebhookAddress::Url("https://driftguard.invalid".into()),
+        ca_bundle: Vec::new(),
+        failure_policy: "Fail".into(),
+        timeout_seconds: 5,
+        exclude_namespaces: Vec::new(),
+    }
+}
+
+/// Both sides' webhooks as the apiserver holds them.
+struct Sides {
+    live_v: Vec<Hook>,
+    live_m: Vec<Hook>,
+    needed_v: Vec<Hook>,
+    needed_m: Vec<Hook>,
+    namespaces: Namespaces,
+}
+
+trait Webhooks {
+    type Hook;
+    fn list(&self) -> &[Self::Hook];
+}
+
+impl Webhooks for ValidatingWebhookConfiguration {
+    type Hook = ValidatingWebhook;
+    fn list(&self) -> &[ValidatingWebhook] {
+        self.webhooks.as_deref().unwrap_or_default()
+    }
+}
+
+impl Webhooks for MutatingWebhookConfiguration {
+    type Hook = MutatingWebhook;
+    fn list(&self) -> &[MutatingWebhook] {
+        self.webhooks.as_deref().unwrap_or_default()
+    }
+}
+
+fn conditions<'a>(
+    v: &'a ValidatingWebhookConfiguration,
+    m: &'a MutatingWebhookConfiguration,
+) -> impl Iterator<Item = &'a str> {
+    let of_v = v
+        .list()
+        .iter()
+        .flat_map(|w| w.match_conditions.iter().flatten());
+    let of_m = m
+        .list()
+        .iter()
+        .flat_map(|w| w.match_conditions.iter().flatten());
+    of_v.chain(of_m).map(|c| c.expression.as_str())
+}
+
+/// A webhook's role: `validate`, `validate-namespaces`, `mutate`, ... (its
+/// name up to the first `.`).
+fn role(name: &str) -> &str {
+    name.split('.').next().unwrap_or(name)
+}
+
+/// The needed webhooks: each live one with the needed rules and conditions
+/// of its role, so selectors and failure policies (the operator's) compare
+/// equal; a role the live registration lacks, or has in excess, is a
+/// difference in itself.
+fn needed<W: Clone>(
+    live: &[W],
+    need: &[W],
+    differences: &mut Vec<Difference>,
+    name: impl Fn(&W) -> &String,
+    merge: impl Fn(&W, &W) -> W,
+    hook: impl Fn(&W) -> Hook,
+) -> Vec<Hook> {
+    let mut hooks = Vec::new();
+    for n in need {
+        match live.iter().find(|l| role(name(l)) == role(name(n))) {
+            Some(l) => hooks.push(hook(&merge(l, n))),
+            None => {
+                differences.push(Difference {
+                    direction: Direction::Skips,
+                    text: format!("the webhook `{}` is missing", name(n)),
+                });
+                hooks.push(hook(n));
+            }
+        }
+    }
+    for l in live {
+        if !need.iter().any(|n| role(name(n)) == role(name(l))) {
+            differences.push(Difference {
+                direction: Direction::Sends,
+                text: format!(
+                    "the webhook `{}` is not one the policy in force needs",
+                    name(l)
+                ),
+            });
+        }
+    }
+    hooks
+}
+
+/// Called by any of `hooks`, else why not.
+fn dispatch(hooks: &[Hook], probe: &Probe, namespaces: &Namespaces) -> Call {
+    let mut first = None;
+    for hook in hooks {
+        let outcome = hook.decide(&probe.attributes, namespaces);
+        match outcome.call {
+            Call::Called => return Call::Called,
+            Call::Rejected(e) => return Call::Rejected(format!("{}: {e}", hook.name)),
+            skipped => {
+                first.get_or_insert(skipped);
+            }
+        }
+    }
+    first.unwrap_or(Call::Skipped(apiserver::Skip::Rules))
+}
+
+fn compare(
+    sides: &Sides,
+    policy: &Policy,
+    sources: Option<&Sources>,
+    probe: &Probe,
+    differences: &mut Vec<Difference>,
+) {
+    let judged = |endpoint| judged(policy, sources, probe, endpoint);
+    for (path, live, needed, endpoint) in [
+        (
+            "validating",
+            &sides.live_v,
+            &sides.needed_v,
+            Endpoint::Validate,
+        ),
+        ("mutating", &sides.live_m, &sides.needed_m, Endpoint::Mutate),
+    ] {
+        let what = &probe.what;
+        let text = match dispatch(live, probe, &sides.namespaces) {
+            Call::Rejected(e) => Some((
+                Direction::Fails,
+                format!("{what}: refused without a call ({e})"),
+            )),
+            // The selector is the operator's opt-out, the same on both sides.
+            Call::Skipped(apiserver::Skip::NamespaceSelector { .. }) => None,
+            Call::Skipped(skip) => judged(endpoint).map(|verdict| {
+                (
+                    Direction::Skips,
+                    format!("{what}: the {path} registration skips it ({skip}); the policy in force {verdict}"),
+                )
+            }),
+            Call::Called => (dispatch(needed, probe, &sides.namespaces) != Call::Called).then(|| {
+                (
+                    Direction::Sends,
+                    format!("{what}: the {path} registration sends it; the policy in force never judges it"),
+                )
+            }),
+        };
+        if let Some((direction, text)) = text {
+            differences.push(Difference { direction, text });
+        }
+    }
+}
+
+/// What the policy does with the probe, when it is more than a plain allow.
+fn judged(
+    policy: &Policy,
+    sources: Option<&Sources>,
+    probe: &Probe,
+    endpoint: Endpoint,
+) -> Option<String> {
+    let body = serde_json::to_vec(&probe.attributes.admission_review()).ok()?;
+    let request = crate::request::parse(&body).ok()?;
+    let judged = judge_request(
+        policy,
+        &request,
+        endpoint,
+        probe.parent.as_ref(),
+        sources,
+        jiff::Timestamp::now(),
+        &crate::deadline::Deadline::none(),
+    )
+    .ok()?;
+    match endpoint {
+        Endpoint::Mutate => {
+            let patched = judged.response.response.as_ref()?.patch.is_some();
+            patched.then(|| "writes its drift record".to_owned())
+        }
+        _ => match judged.decision.verdict {
+            Verdict::Allow => None,
+            verdict => Some(format!("judges it: {}", verdict.as_str())),
+        },
+    }
+}
+
+/// Sorted, each once.
+fn summarize(mut differences: Vec<Difference>) -> Vec<Difference> {
+    differences.sort();
+    differences.dedup();
+    differences
+}
+
+/// The differences as lines for a person: at most [`MAX_REPORTED`], then
+/// how many more.
+pub fn lines(differences: &[Difference]) -> Vec<String> {
+    let mut lines: Vec<String> = differences
+        .iter()
+        .take(MAX_REPORTED)
+        .map(|d| format!("{}: {}", d.direction.as_str(), d.text))
+        .collect();
+    if differences.len() > MAX_REPORTED {
+        lines.push(format!("and {} more", differences.len() - MAX_REPORTED));
+    }
+    lines
+}
+
+/// How many differences go which way.
+pub fn count(differences: &[Difference], direction: Direction) -> usize {
+    differences
+        .iter()
+        .filter(|d| d.direction == direction)
+        .count()
+}
+
+#[cfg(test)]
+mod tests;
