@@ -88,7 +88,7 @@ struct RegisterArgs {
     #[arg(
         long,
         env = "DRIFTGUARD_SERVICE",
-        required_unless_present = "url",
+        required_unless_present_any = ["url", "check"],
         conflicts_with = "url"
     )]
     service: Option<String>,
@@ -96,8 +96,8 @@ struct RegisterArgs {
     #[arg(long, env = "DRIFTGUARD_URL")]
     url: Option<String>,
     /// PEM of the CA that signed driftguard's serving certificate.
-    #[arg(long, env = "DRIFTGUARD_CA_BUNDLE")]
-    ca_bundle: PathBuf,
+    #[arg(long, env = "DRIFTGUARD_CA_BUNDLE", required_unless_present = "check")]
+    ca_bundle: Option<PathBuf>,
     /// Fail (no unchecked writes while driftguard is down) or Ignore.
     #[arg(long, default_value = "Fail", value_parser = ["Fail", "Ignore"])]
     failure_policy: String,
@@ -119,6 +119,14 @@ struct RegisterArgs {
     /// Print the YAML instead of applying it.
     #[arg(long)]
     dry_run: bool,
+    /// Compare the registered webhooks (`--name`, or those in `--from`) with
+    /// what the policy needs; exit 1 when they differ. Writes nothing.
+    #[arg(long, conflicts_with = "dry_run")]
+    check: bool,
+    /// With `--check`: a YAML file (`-`: stdin) holding both configurations,
+    /// e.g. `helm template`'s output, instead of the cluster's.
+    #[arg(long, requires = "check")]
+    from: Option<PathBuf>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -228,6 +236,9 @@ fn register(args: RegisterArgs) -> Result<ExitCode, Failure> {
     // (which webhook answers), hence qualified.
     use crate::cluster::register;
     let policy = args.source.load()?;
+    if args.check {
+        return check_registration(&args, &policy);
+    }
     let endpoint = match (&args.service, &args.url) {
         (Some(service), _) => {
             register::WebhookAddress::parse_service(service).map_err(|e| Failure(e.to_string()))?
@@ -242,8 +253,12 @@ fn register(args: RegisterArgs) -> Result<ExitCode, Failure> {
         }
         (None, None) => return Err(Failure("give --service or --url".into())),
     };
-    let ca_bundle = std::fs::read(&args.ca_bundle)
-        .map_err(|e| Failure(format!("{}: cannot read: {e}", args.ca_bundle.display())))?;
+    let ca_path = args
+        .ca_bundle
+        .as_deref()
+        .unwrap_or(std::path::Path::new(""));
+    let ca_bundle = std::fs::read(ca_path)
+        .map_err(|e| Failure(format!("{}: cannot read: {e}", ca_path.display())))?;
     let options = register::Options {
         name: args.name,
         endpoint,
@@ -280,6 +295,45 @@ fn register(args: RegisterArgs) -> Result<ExitCode, Failure> {
         options.name
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// `register --check`: the registration against what `policy` needs.
+fn check_registration(args: &RegisterArgs, policy: &Policy) -> Result<ExitCode, Failure> {
+    use crate::registration;
+    let (validating, mutating) = match &args.from {
+        Some(path) => {
+            registration::read_rendered(&String::from_utf8_lossy(&read_input(path)?), &args.name)
+                .map_err(|e| Failure(format!("{}: {e}", path.display())))?
+        }
+        None => {
+            crate::server::tls::install_process_default();
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| Failure(format!("cannot start the runtime: {e}")))?;
+            runtime.block_on(async {
+                let client = crate::cluster::client(args.kubeconfig.as_deref())
+                    .await
+                    .map_err(|e| Failure(e.to_string()))?;
+                crate::cluster::register::read(client, &args.name)
+                    .await
+                    .map_err(|e| Failure(format!("cannot read the webhooks {}: {e}", args.name)))
+            })?
+        }
+    };
+    let differences = registration::check(policy, None, validating.as_ref(), mutating.as_ref());
+    if differences.is_empty() {
+        println!(
+            "the webhooks {} send driftguard exactly what the policy {} judges",
+            args.name, policy.source
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    for line in registration::lines(&differences) {
+        println!("{line}");
+    }
+    println!("fix: {}", registration::FIX);
+    Ok(ExitCode::from(1))
 }
 
 fn certs(args: CertsArgs) -> Result<ExitCode, Failure> {

@@ -291,7 +291,7 @@ fn compare(
             Call::Called => (dispatch(needed, probe, &sides.namespaces) != Call::Called).then(|| {
                 (
                     Direction::Sends,
-                    format!("{what}: the {path} registration sends it; the policy in force never judges it"),
+                    format!("{what}: the {path} registration sends it, and the policy in force allows it whatever it changes"),
                 )
             }),
         };
@@ -330,6 +330,44 @@ fn judged(
             verdict => Some(format!("judges it: {}", verdict.as_str())),
         },
     }
+}
+
+/// The two configurations in a YAML stream (`helm template`'s output, or
+/// `register --dry-run`'s): those named `name`, or the only one of each kind.
+pub fn read_rendered(
+    text: &str,
+    name: &str,
+) -> Result<
+    (
+        Option<ValidatingWebhookConfiguration>,
+        Option<MutatingWebhookConfiguration>,
+    ),
+    String,
+> {
+    let documents: Vec<serde_json::Value> =
+        serde_saphyr::from_multiple(text).map_err(|e| format!("not a YAML stream: {e}"))?;
+    fn pick<T: serde::de::DeserializeOwned>(
+        documents: &[serde_json::Value],
+        kind: &str,
+        name: &str,
+    ) -> Result<Option<T>, String> {
+        let of_kind: Vec<_> = documents
+            .iter()
+            .filter(|d| d.get("kind").and_then(|k| k.as_str()) == Some(kind))
+            .collect();
+        let named = |d: &&&serde_json::Value| d.pointer("/metadata/name") == Some(&name.into());
+        let chosen = match &of_kind[..] {
+            [one] => Some(*one),
+            many => many.iter().find(named).copied(),
+        };
+        chosen
+            .map(|d| serde_json::from_value(d.clone()).map_err(|e| format!("{kind}: {e}")))
+            .transpose()
+    }
+    Ok((
+        pick(&documents, "ValidatingWebhookConfiguration", name)?,
+        pick(&documents, "MutatingWebhookConfiguration", name)?,
+    ))
 }
 
 /// Sorted, each once.

@@ -607,3 +607,64 @@ fn text_and_yaml_say_what_json_says() {
     let parsed: Value = serde_saphyr::from_str(&String::from_utf8_lossy(&yaml.stdout)).unwrap();
     assert_eq!(parsed, json);
 }
+
+/// `register --check --from -`, as a CI pipeline runs it on `helm template`'s
+/// or `register --dry-run`'s output: 0 when the webhooks match the policy,
+/// 1 with the difference and the fix when a ConfigMap stopped trusting what
+/// the webhooks still skip.
+#[test]
+fn register_check_exits_1_when_the_webhooks_skip_what_the_policy_judges() {
+    let dir = tempdir();
+    let narrower = dir.join("policy.yaml");
+    std::fs::write(&narrower, "trusted:\n  users: [alice]\n").unwrap();
+    let rendered = driftguard(&[
+        "register",
+        "--url",
+        "https://127.0.0.1:8443",
+        "--ca-bundle",
+        "/dev/null",
+        "--dry-run",
+    ]);
+    assert!(rendered.status.success());
+    let check = |extra: &[&str]| {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_driftguard"))
+            .args(["register", "--check", "--from", "-"])
+            .args(extra)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(&rendered.stdout)
+            .unwrap();
+        child.wait_with_output().unwrap()
+    };
+    let same = check(&[]);
+    assert_eq!(
+        same.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&same.stdout)
+    );
+    let differs = check(&["--policy", narrower.to_str().unwrap()]);
+    let out = String::from_utf8_lossy(&differs.stdout);
+    assert_eq!(differs.status.code(), Some(1), "{out}");
+    assert!(
+        out.contains("skips: UPDATE by `system:serviceaccount:kube-system:x`"),
+        "{out}"
+    );
+    assert!(
+        out.contains("fix: render the webhooks from the policy in force"),
+        "{out}"
+    );
+}
+
+fn tempdir() -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("driftguard-check-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}

@@ -286,6 +286,27 @@ pub(crate) async fn apply(
     Ok(())
 }
 
+/// Both configurations named `name`, `None` where absent.
+pub(crate) async fn read(
+    client: kube::Client,
+    name: &str,
+) -> Result<
+    (
+        Option<ValidatingWebhookConfiguration>,
+        Option<MutatingWebhookConfiguration>,
+    ),
+    kube::Error,
+> {
+    use kube::api::Api;
+    let validating = Api::<ValidatingWebhookConfiguration>::all(client.clone())
+        .get_opt(name)
+        .await?;
+    let mutating = Api::<MutatingWebhookConfiguration>::all(client)
+        .get_opt(name)
+        .await?;
+    Ok((validating, mutating))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
