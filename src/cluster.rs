@@ -8,6 +8,7 @@ pub mod guard;
 pub mod hub;
 pub mod parents;
 pub mod register;
+pub(crate) mod registration;
 pub(crate) mod rules;
 pub mod source_cache;
 pub mod source_cost;

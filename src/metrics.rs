@@ -148,6 +148,8 @@ metrics! {
         "Changes of driftguard's own policy ConfigMap, Deployment and webhook configurations (--guard-*), by kind and change";
     guarded_present: Family<GuardKindLabels, Gauge> => "guarded_present",
         "1 while a guarded object (--guard-*) exists, 0 once it is gone; absent until its first list";
+    registration_differences: Family<DirectionLabels, Gauge> => "registration_differences",
+        "Differences between the webhooks and what the policy in force needs: `skips` writes it judges (never checked), `sends` writes it never judges, `fails` (a condition that cannot evaluate)";
 }
 
 /// The counters kept in statics, counted where no [`Metrics`] is at hand
@@ -199,6 +201,13 @@ pub struct GuardLabels {
     pub kind: &'static str,
     /// `created`, `changed` or `deleted`.
     pub change: &'static str,
+}
+
+/// Which way the webhooks differ from the policy (src/registration.rs).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DirectionLabels {
+    /// `skips`, `sends` or `fails`.
+    pub direction: &'static str,
 }
 
 /// A watched Argo CD / Flux source.

@@ -288,12 +288,32 @@ async fn start_cluster_tasks(
         );
     }
     match client {
-        Some(client) => crate::cluster::guard::spawn(
-            client.clone(),
-            &config.guarded,
-            events.clone(),
-            metrics.clone(),
-        ),
+        Some(client) => {
+            let webhooks = config
+                .guarded
+                .guard_webhook_configuration
+                .as_ref()
+                .map(|_| {
+                    let (send, receive) = tokio::sync::watch::channel(Default::default());
+                    crate::cluster::registration::Checker {
+                        policy: policy.clone(),
+                        sources: sources.clone(),
+                        webhooks: receive,
+                        health: health.clone(),
+                        metrics: metrics.clone(),
+                        events: events.clone(),
+                    }
+                    .spawn();
+                    send
+                });
+            crate::cluster::guard::spawn(
+                client.clone(),
+                &config.guarded,
+                events.clone(),
+                metrics.clone(),
+                webhooks,
+            );
+        }
         None if config.guarded.guard_namespace.is_some()
             || config.guarded.guard_webhook_configuration.is_some() =>
         {

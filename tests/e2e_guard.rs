@@ -420,3 +420,129 @@ fn changes_of_driftguards_own_objects_are_audited_and_raise_one_event() {
     assert_eq!(changes(&dg, "ConfigMap", "changed"), 1.0);
     assert_eq!(changes(&dg, "Deployment", "changed"), 1.0);
 }
+
+/// Issue 48, item 1: the server compares its webhooks with the policy in
+/// force. The chart is installed; then the policy ConfigMap (here its file)
+/// stops trusting kube-system's service accounts, which the webhooks still
+/// skip inside the apiserver. The server says so (a metric, `/readyz`
+/// degraded, a Warning Event naming the account and the fix), and so does
+/// `driftguard register --check`; re-rendering the webhooks from the same
+/// values clears it.
+#[test]
+fn webhooks_that_skip_what_the_reloaded_policy_judges_are_reported() {
+    let mut plane = ControlPlane::start("registration");
+    plane.create_namespaces(&["driftguard", "production"]);
+    plane.add_user(SA, &[]);
+    let rbac = render_chart(&plane, 1, &[]);
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&rbac.yaml).unwrap();
+    let rbac_only: String = docs
+        .iter()
+        .filter(|d| {
+            d["apiVersion"]
+                .as_str()
+                .is_some_and(|v| v.starts_with("rbac.authorization.k8s.io"))
+        })
+        .map(|d| format!("---\n{}", serde_saphyr::to_string(d).unwrap()))
+        .collect();
+    let out = plane.kubectl_stdin("admin", &["apply", "-f", "-"], Some(&rbac_only));
+    assert!(out.ok, "{out}");
+    let policy = plane.dir.join("registration-policy.yaml");
+    std::fs::write(&policy, &rbac.policy).unwrap();
+    let dg = Driftguard::start(
+        &plane,
+        &[
+            &format!("--policy={}", policy.display()),
+            &format!("--kubeconfig={}", plane.kubeconfig(SA).display()),
+            "--break-glass-sweep-interval=0",
+            "--guard-webhook-configuration=dg-driftguard",
+        ],
+    );
+    let chart = render_chart(&plane, dg.port, &[]);
+    admin_apply(&plane, &in_release_namespace(&chart.webhooks));
+    let differences = |direction: &str| {
+        sample(
+            &dg,
+            "driftguard_registration_differences",
+            &format!("direction=\"{direction}\""),
+        )
+    };
+    let wait_skips = |want: fn(f64) -> bool, what: &str| {
+        wait_for(what, Duration::from_secs(30), || {
+            match differences("skips") {
+                Some(n) if want(n) => Ok(()),
+                other => Err(format!("{other:?}; {}", dg.proc.stderr_tail(5))),
+            }
+        })
+    };
+    wait_skips(|n| n == 0.0, "the chart's webhooks checked and matching");
+    assert_eq!(probe_get(dg.probe, "/readyz"), (200, "ready\n".to_owned()));
+
+    // The ConfigMap alone stops trusting kube-system's accounts.
+    let narrow_users =
+        "policy.trusted.users={system:kube-controller-manager,system:kube-scheduler,system:node:*}";
+    let narrow = render_chart(&plane, dg.port, &[narrow_users]);
+    std::fs::write(&policy, &narrow.policy).unwrap();
+    wait_skips(|n| n > 0.0, "the reloaded policy's difference reported");
+    let (code, body) = probe_get(dg.probe, "/readyz");
+    assert_eq!(code, 200, "still judging what it is sent: {body}");
+    assert!(
+        body.contains("degraded: the webhooks differ from the policy in force"),
+        "{body}"
+    );
+    let note = wait_for(
+        "the RegistrationDiffers Event",
+        Duration::from_secs(20),
+        || {
+            let out = plane.kubectl("admin", &["-n", "default", "get", "events", "-o", "json"]);
+            let events: Value = serde_json::from_str(&out.stdout).map_err(|e| e.to_string())?;
+            events["items"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|e| e["reason"] == "RegistrationDiffers")
+                .and_then(|e| {
+                    e["message"]
+                        .as_str()
+                        .or(e["note"].as_str())
+                        .map(str::to_owned)
+                })
+                .ok_or_else(|| format!("none yet: {}", dg.proc.stderr_tail(5)))
+        },
+    );
+    assert!(
+        note.contains("system:serviceaccount:kube-system:") && note.contains("helm upgrade"),
+        "{note}"
+    );
+
+    // The pipeline's check of the cluster says the same.
+    let narrow_file = plane.dir.join("narrow-policy.yaml");
+    std::fs::write(&narrow_file, &narrow.policy).unwrap();
+    let check = std::process::Command::new(Driftguard::binary())
+        .args(["register", "--check", "--name", "dg-driftguard", "--policy"])
+        .arg(&narrow_file)
+        .arg("--kubeconfig")
+        .arg(plane.kubeconfig("admin"))
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&check.stdout);
+    assert_eq!(
+        check.status.code(),
+        Some(1),
+        "{said}{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+    assert!(
+        said.contains("skips: UPDATE by `system:serviceaccount:kube-system:"),
+        "{said}"
+    );
+
+    // The webhooks rendered from the same values: agreement again.
+    admin_apply(&plane, &in_release_namespace(&narrow.webhooks));
+    wait_skips(|n| n == 0.0, "the re-rendered webhooks matching");
+    assert_eq!(probe_get(dg.probe, "/readyz"), (200, "ready\n".to_owned()));
+}
+
+fn admin_apply(plane: &ControlPlane, yaml: &str) {
+    let out = plane.kubectl_stdin("admin", &["apply", "-f", "-"], Some(yaml));
+    assert!(out.ok, "{out}");
+}

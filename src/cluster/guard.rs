@@ -29,6 +29,7 @@ use kube::runtime::{WatchStreamExt, watcher as watch};
 use serde_json::Value;
 
 use super::events::{EventRecorder, Report};
+use super::registration::Webhooks;
 use crate::audit::GuardedChangeRecord;
 use crate::metrics::{GuardKindLabels, GuardLabels, Metrics};
 
@@ -199,12 +200,14 @@ impl Tracker {
     }
 }
 
-/// Starts one watch per guarded object.
+/// Starts one watch per guarded object; the webhook configurations' latest
+/// states go to `webhooks` (the registration check).
 pub(crate) fn spawn(
     client: kube::Client,
     guarded: &Guarded,
     events: Option<Arc<EventRecorder>>,
     metrics: Arc<Metrics>,
+    webhooks: Option<tokio::sync::watch::Sender<Webhooks>>,
 ) {
     for target in guarded.targets() {
         let api = match &target.namespace {
@@ -213,9 +216,12 @@ pub(crate) fn spawn(
         };
         let config = watcher::Config::default().fields(&format!("metadata.name={}", target.name));
         let (events, metrics) = (events.clone(), metrics.clone());
+        let webhooks = webhooks.clone();
         tokio::spawn(async move {
             let mut stream = watch(api, config).default_backoff().boxed();
             let mut tracker = Tracker::default();
+            // The object as last seen, and as the relist in progress finds it.
+            let (mut latest, mut listing) = (None, None);
             while let Some(event) = stream.next().await {
                 let event = match event {
                     Ok(event) => event,
@@ -228,16 +234,30 @@ pub(crate) fn spawn(
                 let (change, object) = match event {
                     Event::Init => {
                         tracker.init();
+                        listing = None;
                         (None, None)
                     }
                     Event::InitApply(o) => {
                         tracker.listed(digest_of(target.kind, &o));
+                        listing = Some(o.clone());
                         (None, Some(o))
                     }
-                    Event::InitDone => (tracker.listed_all(), None),
-                    Event::Apply(o) => (tracker.applied(digest_of(target.kind, &o)), Some(o)),
-                    Event::Delete(o) => (tracker.deleted(), Some(o)),
+                    Event::InitDone => {
+                        latest = listing.take();
+                        (tracker.listed_all(), None)
+                    }
+                    Event::Apply(o) => {
+                        latest = Some(o.clone());
+                        (tracker.applied(digest_of(target.kind, &o)), Some(o))
+                    }
+                    Event::Delete(o) => {
+                        latest = None;
+                        (tracker.deleted(), Some(o))
+                    }
                 };
+                if let (Some(webhooks), Some(_)) = (&webhooks, tracker.present()) {
+                    webhooks.send_modify(|w| w.set(target.kind, latest.clone()));
+                }
                 if let Some(present) = tracker.present() {
                     metrics
                         .guarded_present

@@ -69,6 +69,9 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
         scan::break_glass_scan(api, &loaded.policy).await?;
     // A warning, not a failure: the exit code stays what the webhooks decide.
     let reach = super::trusted_reach::report(api, &loaded.policy, &args.argocd_namespace).await?;
+    let registration = report::registration(api, &name, &loaded.policy).await?;
+    let unsound = matches!(&registration, Listing::Found(r) if r.iter().any(|r| r.unsound));
+    let healthy = healthy && !unsound;
     let report = Report {
         healthy,
         configurations,
@@ -85,6 +88,7 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
         break_glass_scan: scan,
         trusted_identity_reach: reach,
         who_may_post_reviews,
+        registration,
     };
     let out = &mut Out::stdout();
     if args.output != Output::Text {

@@ -35,6 +35,9 @@ pub struct Health {
     /// Watched kinds the apiserver serves at another version only: each
     /// named, since "not listed yet" would hide that it never will be.
     pub(crate) sources_mismatched: Mutex<Vec<String>>,
+    /// How the webhooks differ from the policy in force, when they do
+    /// (`cluster::registration`).
+    pub(crate) registration: Mutex<Option<String>>,
 }
 
 impl Default for Health {
@@ -46,6 +49,7 @@ impl Default for Health {
             sources_unread: Mutex::new(Vec::new()),
             sources_wait_over: AtomicBool::new(false),
             sources_mismatched: Mutex::new(Vec::new()),
+            registration: Mutex::new(None),
         }
     }
 }
@@ -76,12 +80,19 @@ impl Health {
     /// Why a ready server judges by less than it was told to read, if it does.
     pub(crate) fn degraded(&self) -> Option<String> {
         let unread = self.unread();
-        (!unread.is_empty()).then(|| {
+        let sources = (!unread.is_empty()).then(|| {
             format!(
                 "Argo CD / Flux sources not listed: {}; judging by the strictest reading without them",
                 unread.join(", ")
             )
-        })
+        });
+        let registration = self
+            .registration
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let all: Vec<String> = sources.into_iter().chain(registration).collect();
+        (!all.is_empty()).then(|| all.join("; "))
     }
 
     fn unread(&self) -> Vec<&'static str> {

@@ -41,6 +41,7 @@ pub(super) fn print_text(out: &mut Out, report: &Report) {
             ));
         }
     }
+    print_registration(out, &report.registration);
     if let Some(unread) = report
         .metrics
         .counts
@@ -162,5 +163,36 @@ fn print_events(out: &mut Out, report: &Report) {
     }
     for f in scan.failed.as_deref().unwrap_or_default() {
         outln!(out, "  (not listed: {f})");
+    }
+}
+
+/// The webhooks against the policy `status` read.
+fn print_registration(out: &mut Out, registration: &Listing<super::report::RegistrationReport>) {
+    out.text("Registration against the policy: ");
+    let report = match registration {
+        Listing::NotReadable(why) => {
+            outln!(out, "not checked ({why})");
+            return;
+        }
+        Listing::Found(found) => match found.first() {
+            Some(r) => r,
+            None => return,
+        },
+    };
+    if report.differences.is_empty() {
+        outln!(out, "the webhooks send exactly what it judges");
+        return;
+    }
+    if report.unsound {
+        out.paint("DIFFERS", Color::Red)
+            .line(format_args!(": it skips writes the policy judges"));
+    } else {
+        outln!(out, "differs: it sends writes the policy never judges");
+    }
+    for line in &report.differences {
+        outln!(out, "  {line}");
+    }
+    if let Some(fix) = report.fix {
+        outln!(out, "  fix: {fix}");
     }
 }

@@ -77,6 +77,61 @@ pub(super) struct Report {
     pub(super) break_glass_scan: Scan,
     pub(super) trusted_identity_reach: crate::plugin::trusted_reach::ReachReport,
     pub(super) who_may_post_reviews: posting::Posting,
+    pub(super) registration: Listing<RegistrationReport>,
+}
+
+/// The webhooks against what the policy needs (`crate::registration`).
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct RegistrationReport {
+    /// Each difference, `skips: …`, `sends: …` or `fails: …`.
+    pub(super) differences: Vec<String>,
+    /// Whether the webhooks skip (or fail) a write the policy judges.
+    pub(super) unsound: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) fix: Option<&'static str>,
+}
+
+/// Both configurations named `name`, checked against `policy`; `Err` when
+/// one cannot be read.
+pub(super) async fn registration(
+    api: &Api,
+    name: &str,
+    policy: &crate::policy::Policy,
+) -> Result<Listing<RegistrationReport>, PluginError> {
+    use crate::registration::{self, Direction};
+    let validating = api
+        .all::<ValidatingWebhookConfiguration>()
+        .get_opt(name)
+        .await;
+    let mutating = api
+        .all::<MutatingWebhookConfiguration>()
+        .get_opt(name)
+        .await;
+    let (validating, mutating) = match (
+        answer(
+            validating,
+            format_args!("get ValidatingWebhookConfiguration {name}"),
+        )?,
+        answer(
+            mutating,
+            format_args!("get MutatingWebhookConfiguration {name}"),
+        )?,
+    ) {
+        (Ok(v), Ok(m)) => (v, m),
+        (Err(r), _) | (_, Err(r)) => {
+            return Ok(Listing::NotReadable(format!("{} {}", r.code, r.message)));
+        }
+    };
+    let differences = registration::check(policy, None, validating.as_ref(), mutating.as_ref());
+    let unsound = registration::count(&differences, Direction::Skips)
+        + registration::count(&differences, Direction::Fails)
+        > 0;
+    Ok(Listing::Found(vec![RegistrationReport {
+        differences: registration::lines(&differences),
+        unsound,
+        fix: (!differences.is_empty()).then_some(registration::FIX),
+    }]))
 }
 
 /// One webhook configuration.
@@ -347,6 +402,11 @@ mod tests {
                 open: false,
                 text: "ok".into(),
             },
+            registration: Listing::Found(vec![RegistrationReport {
+                differences: vec!["skips: …".into()],
+                unsound: true,
+                fix: Some(crate::registration::FIX),
+            }]),
         };
         let v = serde_json::to_value(&report).unwrap();
         assert_eq!(
@@ -360,6 +420,7 @@ mod tests {
                 "metrics",
                 "policy",
                 "recentDriftBlocked",
+                "registration",
                 "trustedIdentityReach",
                 "whoMayPostReviews"
             ]
