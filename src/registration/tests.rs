@@ -104,3 +104,26 @@ fn a_condition_that_cannot_evaluate_is_reported() {
         "{found:#?}"
     );
 }
+
+/// argocd-cm's label tracking under a key the policy does not name: the
+/// decision claims such objects, the rendered webhooks never send them.
+#[test]
+fn an_instance_label_argocd_cm_tracks_by_is_a_skip_until_the_policy_names_it() {
+    let sources = Sources::of_argocd(crate::drift::ArgoCdSources {
+        instance_label: Some("team.io/app".into()),
+        ..Default::default()
+    });
+    let p = policy("{}");
+    let (v, m) = rendered(&p);
+    let found = check(&p, Some(&sources), Some(&v), Some(&m));
+    assert!(
+        found
+            .iter()
+            .any(|d| d.direction == Direction::Skips && d.text.contains("labelled `team.io/app`")),
+        "{found:#?}"
+    );
+    let named = policy("gitops:\n  argocd:\n    instanceLabel: team.io/app\n");
+    let (v, m) = rendered(&named);
+    let found = check(&named, Some(&sources), Some(&v), Some(&m));
+    assert_eq!(found, vec![], "{found:#?}");
+}
