@@ -164,7 +164,10 @@ fn the_certificate_alerts_use_the_servers_threshold() {
             .find(&format!("- alert: {alert}\n"))
             .unwrap_or_else(|| panic!("no alert {alert} in monitoring.yaml"));
         let expr = monitoring[at..].lines().nth(1).unwrap_or_default();
-        expr.trim().strip_prefix("expr: ").unwrap_or_default().to_owned()
+        expr.trim()
+            .strip_prefix("expr: ")
+            .unwrap_or_default()
+            .to_owned()
     };
     let gauge = "min by (certificate) (driftguard_certificate_expiry_timestamp_seconds) - time()";
     let days = WARN_WITHIN_SECONDS / 86_400;
@@ -172,7 +175,10 @@ fn the_certificate_alerts_use_the_servers_threshold() {
         rule("DriftguardCertificateExpiringSoon"),
         format!("{gauge} < {days} * 86400 > 0")
     );
-    assert_eq!(rule("DriftguardCertificateExpired"), format!("{gauge} <= 0"));
+    assert_eq!(
+        rule("DriftguardCertificateExpired"),
+        format!("{gauge} <= 0")
+    );
 }
 
 /// Every YAML block in the docs that is a policy (its keys are policy keys),
