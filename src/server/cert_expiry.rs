@@ -69,10 +69,19 @@ fn record(
     for cert in certs {
         log(role, cert, now);
     }
+    // One line for the lot: a bundle of many CAs logs only those to act on.
+    tracing::info!(
+        certificate = role,
+        count = certs.len(),
+        not_after = %window.not_after_text(),
+        "the {role} certificate in force {}",
+        window.standing(now).text()
+    );
     Some(window)
 }
 
-/// One line for one certificate: dates and subject only, never key material.
+/// A line for a certificate to act on (expired, not yet valid, expiring):
+/// dates and subject only, never key material.
 fn log(role: &'static str, cert: &Certificate, now: i64) {
     let v = cert.validity;
     let standing = v.standing(now);
@@ -92,9 +101,7 @@ fn log(role: &'static str, cert: &Certificate, now: i64) {
             "the {role} certificate {what}, under {} days: renew it (docs/troubleshooting.md)",
             WARN_WITHIN_SECONDS / 86_400
         ),
-        (Standing::Valid { .. }, _) => tracing::info!(
-            certificate = role, %subject, %not_after, "the {role} certificate {what}"
-        ),
+        (Standing::Valid { .. }, _) => {}
     }
 }
 
