@@ -1,7 +1,8 @@
 //! What `status` prints as text.
 
 use super::Listing;
-use super::report::{Configuration, Report};
+use super::expiry::Expiry;
+use super::report::{Configuration, HookReport, Report};
 use crate::plugin::out::{Color, Out, outln};
 
 pub(super) fn print_text(out: &mut Out, report: &Report) {
@@ -99,12 +100,7 @@ fn print_configurations(out: &mut Out, configurations: &[Configuration]) {
             if let Some(serving) = &h.serving_certificate {
                 outln!(out, "    {}", serving.text);
             }
-            let serving = (h
-                .serving_certificate
-                .as_ref()
-                .and_then(|s| s.expiry.as_ref()))
-            .or(h.tls_from_here.as_ref().and_then(|t| t.expiry.as_ref()));
-            if let Some(serving) = serving {
+            if let Some(serving) = serving_expiry(h) {
                 serving.print(out, "serving certificate");
             }
             for ca in &h.ca_bundle_expiry {
@@ -112,6 +108,16 @@ fn print_configurations(out: &mut Out, configurations: &[Configuration]) {
             }
         }
     }
+}
+
+/// The serving certificate's dates: the Secret's for a Service, what the
+/// handshake presented for a URL.
+fn serving_expiry(h: &HookReport) -> Option<&Expiry> {
+    let secret = h
+        .serving_certificate
+        .as_ref()
+        .and_then(|s| s.expiry.as_ref());
+    secret.or_else(|| h.tls_from_here.as_ref()?.expiry.as_ref())
 }
 
 fn print_events(out: &mut Out, report: &Report) {
@@ -182,7 +188,6 @@ mod tests {
     use crate::certs::Authority;
     use crate::certs::expiry::{Validity, now};
     use crate::plugin::status::expiry::{leaf_of_pem, of_pem};
-    use crate::plugin::status::report::HookReport;
     use crate::plugin::status::tls::ServingCheck;
 
     /// Each webhook's lines say how long the serving certificate and the
