@@ -1,8 +1,12 @@
 //! Development certificates: a CA and a serving certificate signed by it,
 //! generated with rcgen. Nothing here is ever written into the repository.
+//! When certificates expire, for the server and the plugin: [`expiry`].
+
+pub mod expiry;
 
 use std::path::Path;
 
+use expiry::Validity;
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
     KeyUsagePurpose,
@@ -26,8 +30,18 @@ pub struct Authority {
 impl Authority {
     /// A new self-signed CA whose common name is `name`.
     pub fn new(name: &str) -> Result<Self, rcgen::Error> {
+        Self::build(name, None)
+    }
+
+    /// A CA valid only within `validity` (an expired one, for tests).
+    pub fn new_valid(name: &str, validity: Validity) -> Result<Self, rcgen::Error> {
+        Self::build(name, Some(validity))
+    }
+
+    fn build(name: &str, validity: Option<Validity>) -> Result<Self, rcgen::Error> {
         let key = KeyPair::generate()?;
         let mut params = CertificateParams::new(Vec::<String>::new())?;
+        set_validity(&mut params, validity);
         params.distinguished_name.push(DnType::CommonName, name);
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
         params.key_usages = vec![
@@ -52,8 +66,38 @@ impl Authority {
         names: &[String],
         organizations: &[&str],
     ) -> Result<(String, String), rcgen::Error> {
-        leaf(&self.issuer, common_name, names, organizations)
+        leaf(&self.issuer, common_name, names, organizations, None)
     }
+
+    /// [`Authority::leaf`], valid only within `validity`: an expired or
+    /// nearly expired certificate, for tests of what expiry does.
+    pub fn leaf_valid(
+        &self,
+        common_name: &str,
+        names: &[String],
+        organizations: &[&str],
+        validity: Validity,
+    ) -> Result<(String, String), rcgen::Error> {
+        leaf(
+            &self.issuer,
+            common_name,
+            names,
+            organizations,
+            Some(validity),
+        )
+    }
+}
+
+/// Sets `params`' notBefore and notAfter (Unix seconds, none before 1970);
+/// rcgen's defaults without `validity`.
+fn set_validity(params: &mut CertificateParams, validity: Option<Validity>) {
+    let Some(v) = validity else { return };
+    let at = |seconds: i64| {
+        let since = std::time::Duration::from_secs(u64::try_from(seconds).unwrap_or(0));
+        rcgen::date_time_ymd(1970, 1, 1) + since
+    };
+    params.not_before = at(v.not_before);
+    params.not_after = at(v.not_after);
 }
 
 /// A CA and a leaf for `names` signed by it, named `common_name`.
@@ -72,9 +116,11 @@ fn leaf(
     common_name: &str,
     names: &[String],
     organizations: &[&str],
+    validity: Option<Validity>,
 ) -> Result<(String, String), rcgen::Error> {
     let key = KeyPair::generate()?;
     let mut params = CertificateParams::new(names.to_vec())?;
+    set_validity(&mut params, validity);
     params
         .distinguished_name
         .push(DnType::CommonName, common_name);

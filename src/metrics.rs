@@ -45,6 +45,13 @@ pub struct ResultLabels {
     pub result: &'static str,
 }
 
+/// Which certificate: `serving` (the webhook's chain) or `client-ca`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CertificateLabels {
+    /// `serving` or `client-ca`.
+    pub certificate: &'static str,
+}
+
 /// Declares [`Metrics`] from its table: each field, its type (made by
 /// `Default` unless `= INIT` follows), and its name under the `driftguard_`
 /// prefix and help text (also the field's doc), registered in this order.
@@ -110,6 +117,8 @@ metrics! {
         "Policy reloads, by result";
     certificate_reloads: Family<ResultLabels, Counter> => "certificate_reloads",
         "Serving certificate reloads, by result";
+    certificate_expiry: Family<CertificateLabels, Gauge> => "certificate_expiry_timestamp_seconds",
+        "notAfter of the certificate in force, as Unix seconds: the serving chain's earliest, and the earliest of the --client-ca bundle (set at start and at each serving reload)";
     watch_errors: Family<SourceLabels, Counter> => "watch_errors",
         "Failed Argo CD / Flux watches, by source";
     source_age: Gauge<f64, AtomicU64> => "sources_age_seconds",

@@ -4,6 +4,7 @@
 
 pub mod app;
 pub mod budget;
+mod cert_expiry;
 pub mod client_auth;
 mod config;
 pub mod connections;
@@ -52,7 +53,11 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let metrics = Arc::new(Metrics::default());
     let health = Arc::new(Health::default());
     let policy = load_policy(&config, &metrics, &health)?;
-    let certs = Arc::new(CertStore::new(initial_pair(&tls_source)?));
+    let pair = initial_pair(&tls_source)?;
+    if let Some(chain) = cert_expiry::serving_chain(&pair.cert) {
+        cert_expiry::serving_in_force(&chain, &metrics, &health);
+    }
+    let certs = Arc::new(CertStore::new(pair));
     let acceptor = tls_acceptor(&config, &certs, &metrics)?;
 
     let probe_listener = std::net::TcpListener::bind(config.probe_listen)
@@ -70,7 +75,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         .with_context(|| format!("cannot bind {}", config.listen))?;
     tracing::info!(listen = %listener.local_addr()?, probes = %config.probe_listen, "driftguard is serving");
 
-    spawn_reloaders(&config, &tls_source, &policy, &certs, &metrics)?;
+    spawn_reloaders(&config, &tls_source, &policy, &certs, &health, &metrics)?;
 
     let client = cluster_client(&config).await;
     let parents = client.clone().map(|client| {
@@ -161,6 +166,7 @@ fn spawn_reloaders(
     tls_source: &TlsSource,
     policy: &PolicyHandle,
     certs: &Arc<CertStore>,
+    health: &Arc<Health>,
     metrics: &Arc<Metrics>,
 ) -> anyhow::Result<()> {
     if let Some(path) = config.source.policy.clone() {
@@ -177,6 +183,7 @@ fn spawn_reloaders(
             cert.clone(),
             key.clone(),
             certs.clone(),
+            health.clone(),
             metrics.clone(),
             config.reload_interval,
         )?;
@@ -200,6 +207,9 @@ fn tls_acceptor(
     metrics
         .client_auth_required
         .set(i64::from(client_ca.is_some()));
+    if let Some(pem) = &client_ca {
+        cert_expiry::client_ca_in_force(pem, metrics);
+    }
     if client_ca.is_some() && config.client_names.is_empty() {
         tracing::warn!(
             "--client-ca without --client-name: every certificate the CA signed is let in, not only the apiserver's"

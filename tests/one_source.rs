@@ -150,6 +150,37 @@ fn the_charts_alerts_and_dashboard_read_metrics_that_exist() {
     assert!(queried >= 10, "only {queried} metric names found");
 }
 
+/// The chart's certificate alerts read the expiry gauge, and the expiring one
+/// fires at the very threshold the server warns at: one number, two copies.
+#[test]
+fn the_certificate_alerts_use_the_servers_threshold() {
+    use driftguard::certs::expiry::WARN_WITHIN_SECONDS;
+    let monitoring = std::fs::read_to_string(format!(
+        "{ROOT}/charts/driftguard/templates/monitoring.yaml"
+    ))
+    .unwrap();
+    let rule = |alert: &str| {
+        let at = monitoring
+            .find(&format!("- alert: {alert}\n"))
+            .unwrap_or_else(|| panic!("no alert {alert} in monitoring.yaml"));
+        let expr = monitoring[at..].lines().nth(1).unwrap_or_default();
+        expr.trim()
+            .strip_prefix("expr: ")
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let gauge = "min by (certificate) (driftguard_certificate_expiry_timestamp_seconds) - time()";
+    let days = WARN_WITHIN_SECONDS / 86_400;
+    assert_eq!(
+        rule("DriftguardCertificateExpiringSoon"),
+        format!("{gauge} < {days} * 86400 > 0")
+    );
+    assert_eq!(
+        rule("DriftguardCertificateExpired"),
+        format!("{gauge} <= 0")
+    );
+}
+
 /// Every YAML block in the docs that is a policy (its keys are policy keys),
 /// or the chart's `policy:` value, loads as policy.
 #[test]

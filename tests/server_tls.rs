@@ -1,6 +1,7 @@
 //! The real server binary over real TLS on 127.0.0.1, with real clients:
 //! HTTP/1.1 keep-alive and HTTP/2, client certificates, certificate rotation
-//! mid-traffic, policy reload, SIGTERM with a review in flight, a slow client,
+//! mid-traffic, an expired certificate (unready, measured, logged), policy
+//! reload, SIGTERM with a review in flight, a slow client,
 //! kept-alive connections that outlive the header timeout, and one audit line
 //! per decided review.
 
@@ -66,6 +67,17 @@ impl DerefMut for Server {
 
 impl Server {
     fn start(dir: &Path, extra: &[&str]) -> Server {
+        let binary = Path::new(env!("CARGO_BIN_EXE_driftguard"));
+        Server(serve_driftguard(binary, 0, &Self::args(dir, extra)))
+    }
+
+    /// Started without waiting for `/readyz` to say ready.
+    fn start_unready(dir: &Path, extra: &[&str]) -> Server {
+        let binary = Path::new(env!("CARGO_BIN_EXE_driftguard"));
+        Server(serve_driftguard_unready(binary, 0, &Self::args(dir, extra)))
+    }
+
+    fn args(dir: &Path, extra: &[&str]) -> Vec<String> {
         let mut args: Vec<String> = vec![
             format!("--tls-cert={}", dir.join("tls.crt").display()),
             format!("--tls-key={}", dir.join("tls.key").display()),
@@ -76,11 +88,7 @@ impl Server {
             args.push("--shutdown-delay=300ms".into());
         }
         args.extend(extra.iter().map(|a| a.to_string()));
-        Server(serve_driftguard(
-            Path::new(env!("CARGO_BIN_EXE_driftguard")),
-            0,
-            &args,
-        ))
+        args
     }
 
     /// Waits for /readyz to say 503, as it does at once after SIGTERM.
@@ -440,6 +448,80 @@ async fn certificate_rotation_mid_traffic_fails_no_request() {
         first_cert
     );
     assert!(server.stderr().contains("new certificate pair refused"));
+}
+
+/// The finding of issue 48: a serving certificate that expired in 2021 made
+/// /readyz say 200, with nothing logged and no metric. Now the replica is
+/// unready and says why, the gauge holds each notAfter, the log has an error
+/// for the serving certificate and a warning for a client CA with 5 days
+/// left; a renewed pair, read without a restart, makes it ready.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_expired_serving_certificate_is_measured_logged_and_unready() {
+    use driftguard::certs::expiry::{Validity, now};
+    let dir = scratch("expired");
+    let ca = Authority::new("test CA").unwrap();
+    // 2020-01-01 to 2021-06-01.
+    let expired = Validity {
+        not_before: 1_577_836_800,
+        not_after: 1_622_505_600,
+    };
+    let (cert, key) = ca
+        .leaf_valid("server", &["127.0.0.1".into()], &[], expired)
+        .unwrap();
+    std::fs::write(dir.join("tls.crt"), cert).unwrap();
+    std::fs::write(dir.join("tls.key"), key).unwrap();
+    let client_ca_expiry = now() + 5 * 86_400 + 3600;
+    let client_ca = Authority::new_valid(
+        "apiserver client CA",
+        Validity {
+            not_before: now() - 86_400,
+            not_after: client_ca_expiry,
+        },
+    )
+    .unwrap();
+    std::fs::write(dir.join("client-ca.crt"), &client_ca.cert_pem).unwrap();
+    let client_ca_flag = format!("--client-ca={}", dir.join("client-ca.crt").display());
+    let server = Server::start_unready(&dir, &[&client_ca_flag]);
+
+    let server_ref = &server;
+    let why = wait_for_async("/readyz 503", Duration::from_secs(10), move || async move {
+        match server_ref.probe_get("/readyz") {
+            (503, body) if body.contains("serving certificate") => Ok(body),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    assert!(
+        why.starts_with("not ready: the serving certificate expired ")
+            && why.contains("to 2021-06-01T00:00:00Z): the apiserver refuses it"),
+        "{why}"
+    );
+    assert_eq!(
+        server.probe_get("/healthz").0,
+        200,
+        "alive: a restart renews nothing"
+    );
+    let gauge = "driftguard_certificate_expiry_timestamp_seconds";
+    assert_eq!(
+        server.metric(&format!("{gauge}{{certificate=\"serving\"}}")),
+        expired.not_after as f64
+    );
+    assert_eq!(
+        server.metric(&format!("{gauge}{{certificate=\"client-ca\"}}")),
+        client_ca_expiry as f64
+    );
+    let log = server.stderr();
+    let line = |needle: &str| log.lines().find(|l| l.contains(needle)).map(str::to_owned);
+    let serving = line("the serving certificate expired").unwrap_or_else(|| panic!("{log}"));
+    assert!(serving.contains("ERROR"), "{serving}");
+    let soon =
+        line("the client-ca certificate expires in 5 days").unwrap_or_else(|| panic!("{log}"));
+    assert!(soon.contains("WARN"), "{soon}");
+    assert!(!log.contains("PRIVATE KEY"), "{log}");
+
+    write_pair(&ca, &dir, "renewed");
+    server.wait_ready();
+    assert!(server.metric(&format!("{gauge}{{certificate=\"serving\"}}")) > now() as f64);
 }
 
 #[tokio::test(flavor = "multi_thread")]

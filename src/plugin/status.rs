@@ -1,8 +1,10 @@
-//! `kubectl driftguard status`: both webhook configurations, their caBundle,
+//! `kubectl driftguard status`: both webhook configurations, their caBundle
+//! (and how long its CAs and the serving certificate stay valid),
 //! failurePolicy and where they call, whether a Service's endpoints are
 //! ready, and the policy in force. `report` and its siblings read the
 //! cluster, `render` prints.
 
+mod expiry;
 mod metrics;
 mod posting;
 mod render;

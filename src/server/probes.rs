@@ -1,11 +1,19 @@
 //! The plain-HTTP probe port: `/healthz` (alive), `/readyz` (policy loaded,
-//! TLS listener bound, not shutting down) and `/metrics`.
+//! TLS listener bound, serving certificate within its dates, not shutting
+//! down) and `/metrics`.
 //!
 //! Ready means able to judge: a watched source that cannot be listed (a hub
 //! out of reach) delays readiness only for `--sources-wait`, then the server
 //! is ready, degraded, and judges by the strictest reading without it
 //! ([`crate::drift::Sources::unread`]). An unready replica judges nothing:
 //! human writes fail closed on its webhook and creates fail open.
+//!
+//! An expired (or not yet valid) serving certificate makes the replica
+//! unready, not degraded: the apiserver refuses the handshake, so every call
+//! routed here fails. Unready takes it out of the Service, so the apiserver
+//! calls replicas that still serve a valid pair; with none, the calls fail as
+//! they would have anyway. `/healthz` stays alive: a restart does not renew a
+//! certificate, and the reloader takes a renewed one without it.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -16,6 +24,7 @@ use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
 
+use crate::certs::expiry::{self, Validity};
 use crate::metrics::Metrics;
 
 /// What `/readyz` reports, set by the server as it starts and stops.
@@ -38,6 +47,9 @@ pub struct Health {
     /// How the webhooks differ from the policy in force, when they do
     /// (`cluster::registration`).
     pub(crate) registration: Mutex<Option<String>>,
+    /// The serving chain's validity, checked against the clock at each probe
+    /// (a certificate expires while the server runs); `None`: not known.
+    serving_validity: Mutex<Option<Validity>>,
 }
 
 impl Default for Health {
@@ -50,6 +62,7 @@ impl Default for Health {
             sources_wait_over: AtomicBool::new(false),
             sources_mismatched: Mutex::new(Vec::new()),
             registration: Mutex::new(None),
+            serving_validity: Mutex::new(None),
         }
     }
 }
@@ -68,6 +81,8 @@ impl Health {
             Some("policy not loaded".into())
         } else if !self.tls_bound.load(Ordering::SeqCst) {
             Some("TLS listener not bound".into())
+        } else if let Some(why) = self.serving_unusable(expiry::now()) {
+            Some(why)
         } else if !mismatched.is_empty() {
             Some(format!("served at another API version: {mismatched}"))
         } else if !self.sources_wait_over.load(Ordering::SeqCst) && !self.unread().is_empty() {
@@ -93,6 +108,35 @@ impl Health {
             .clone();
         let all: Vec<String> = sources.into_iter().chain(registration).collect();
         (!all.is_empty()).then(|| all.join("; "))
+    }
+
+    /// The serving chain now in force (see [`super::cert_expiry`]).
+    pub(crate) fn set_serving_validity(&self, validity: Option<Validity>) {
+        *self
+            .serving_validity
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = validity;
+    }
+
+    pub(crate) fn serving_validity(&self) -> Option<Validity> {
+        *self
+            .serving_validity
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Why the serving certificate is refused at `now`, if it is.
+    fn serving_unusable(&self, now: i64) -> Option<String> {
+        let validity = self.serving_validity()?;
+        let standing = validity.standing(now);
+        (!standing.usable()).then(|| {
+            format!(
+                "the serving certificate {} (valid {} to {}): the apiserver refuses it",
+                standing.text(),
+                validity.not_before_text(),
+                validity.not_after_text()
+            )
+        })
     }
 
     fn unread(&self) -> Vec<&'static str> {
@@ -251,6 +295,39 @@ mod tests {
 
         health.sources_unread.lock().unwrap().clear();
         assert_eq!(readyz(&health).await, (StatusCode::OK, "ready\n".into()));
+    }
+
+    /// A serving certificate past its dates makes the replica unready, saying
+    /// why; a valid one does not, nor does one expiring soon.
+    #[tokio::test]
+    async fn an_expired_serving_certificate_makes_the_server_unready() {
+        let health = Arc::new(Health::default());
+        health.policy_loaded.store(true, Ordering::SeqCst);
+        health.tls_bound.store(true, Ordering::SeqCst);
+        let now = expiry::now();
+        let day = 86_400;
+        let window = |not_before, not_after| {
+            Some(Validity {
+                not_before,
+                not_after,
+            })
+        };
+        health.set_serving_validity(window(0, now + 3 * day));
+        assert_eq!(readyz(&health).await, (StatusCode::OK, "ready\n".into()));
+
+        health.set_serving_validity(window(0, now - 1500 * day));
+        let (status, body) = readyz(&health).await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+        assert!(
+            body.starts_with("not ready: the serving certificate expired 1500 days ago (valid 1970-01-01T00:00:00Z to "),
+            "{body}"
+        );
+        assert!(body.ends_with("): the apiserver refuses it\n"), "{body}");
+
+        health.set_serving_validity(window(now + 2 * day + 600, now + 90 * day));
+        let (status, body) = readyz(&health).await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+        assert!(body.contains("becomes valid in 2 days"), "{body}");
     }
 
     /// Every webhook worker blocked (a long parse, a stuck decision): the

@@ -12,7 +12,10 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 
+use super::cert_expiry;
+use super::probes::Health;
 use super::tls::{CertStore, TlsError, certified_key};
+use crate::certs::expiry;
 use crate::metrics::Metrics;
 use crate::policy;
 use crate::service::PolicyHandle;
@@ -111,27 +114,53 @@ pub(crate) fn spawn_certificate_reloader(
     cert: PathBuf,
     key: PathBuf,
     store: Arc<CertStore>,
+    health: Arc<Health>,
     metrics: Arc<Metrics>,
     interval: Duration,
 ) -> anyhow::Result<()> {
     let files = vec![cert.clone(), key.clone()];
     spawn_poller("cert-reload", files, interval, move || {
-        let pair = std::fs::read(&cert)
-            .and_then(|c| std::fs::read(&key).map(|k| (c, k)))
-            .map_err(TlsError::from)
-            .and_then(|(c, k)| certified_key(&c, &k));
-        match pair {
-            Ok(pair) => {
-                store.replace(pair);
-                Metrics::reloaded(&metrics.certificate_reloads, true);
-                tracing::info!(cert = %cert.display(), "serving certificate reloaded");
-            }
-            Err(e) => {
-                Metrics::reloaded(&metrics.certificate_reloads, false);
-                tracing::error!(error = %e, "new certificate pair refused; the old pair keeps serving");
-            }
-        }
+        reload_certificate(&cert, &key, &store, &health, &metrics);
     })
+}
+
+/// Loads the serving pair again; a pair that does not load, or that has
+/// expired while the one serving has not, is refused and the old pair keeps
+/// serving. Returns whether the new pair was taken.
+fn reload_certificate(
+    cert: &std::path::Path,
+    key: &std::path::Path,
+    store: &CertStore,
+    health: &Health,
+    metrics: &Metrics,
+) -> bool {
+    let pair = std::fs::read(cert)
+        .and_then(|c| std::fs::read(key).map(|k| (c, k)))
+        .map_err(TlsError::from)
+        .and_then(|(c, k)| certified_key(&c, &k))
+        .map_err(|e| e.to_string())
+        .and_then(|pair| {
+            let chain = cert_expiry::serving_chain(&pair.cert);
+            let window = chain.as_deref().and_then(expiry::window);
+            match cert_expiry::refuse_new_serving(window, health, expiry::now()) {
+                Some(why) => Err(why),
+                None => Ok((pair, chain)),
+            }
+        });
+    match pair {
+        Ok((pair, chain)) => {
+            store.replace(pair);
+            Metrics::reloaded(&metrics.certificate_reloads, true);
+            tracing::info!(cert = %cert.display(), "serving certificate reloaded");
+            cert_expiry::serving_in_force(chain.as_deref().unwrap_or_default(), metrics, health);
+            true
+        }
+        Err(e) => {
+            Metrics::reloaded(&metrics.certificate_reloads, false);
+            tracing::error!(error = %e, "new certificate pair refused; the old pair keeps serving");
+            false
+        }
+    }
 }
 
 #[cfg(test)]
@@ -211,6 +240,58 @@ mod tests {
         std::fs::write(&path, "{}\n").unwrap();
         assert!(reload_policy(&path, &[], &handle, &metrics));
         assert_eq!(handle.current().mode, policy::Policy::embedded().mode);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A reload puts the new chain's notAfter in the gauge and `/readyz`'s
+    /// check, and refuses an expired pair while the one serving is valid.
+    #[test]
+    fn a_reload_updates_the_expiry_and_refuses_an_expired_pair() {
+        use crate::certs::{Authority, expiry::Validity};
+        let dir =
+            std::env::temp_dir().join(format!("driftguard-reload-cert-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (cert, key) = (dir.join("tls.crt"), dir.join("tls.key"));
+        let ca = Authority::new("ca").unwrap();
+        let now = expiry::now();
+        let write = |not_after: i64| {
+            let validity = Validity {
+                not_before: now - 86_400,
+                not_after,
+            };
+            let (c, k) = ca.leaf_valid("driftguard", &[], &[], validity).unwrap();
+            std::fs::write(&cert, c).unwrap();
+            std::fs::write(&key, k).unwrap();
+        };
+        let gauge = |metrics: &Metrics| {
+            let text = metrics.encode();
+            text.lines()
+                .find_map(|l| {
+                    l.strip_prefix(
+                        "driftguard_certificate_expiry_timestamp_seconds{certificate=\"serving\"} ",
+                    )
+                })
+                .map(|v| v.parse::<i64>().unwrap())
+        };
+        let soon = now + 10 * 86_400;
+        write(soon);
+        let pair = std::fs::read(&cert).unwrap();
+        let first = certified_key(&pair, &std::fs::read(&key).unwrap()).unwrap();
+        let store = CertStore::new(first);
+        let (health, metrics) = (Health::default(), Metrics::default());
+        assert!(reload_certificate(&cert, &key, &store, &health, &metrics));
+        assert_eq!(gauge(&metrics), Some(soon));
+        assert_eq!(health.serving_validity().map(|v| v.not_after), Some(soon));
+
+        write(now - 30 * 86_400);
+        assert!(!reload_certificate(&cert, &key, &store, &health, &metrics));
+        assert_eq!(gauge(&metrics), Some(soon), "the pair serving is shown");
+        assert_eq!(health.serving_validity().map(|v| v.not_after), Some(soon));
+
+        let far = now + 400 * 86_400;
+        write(far);
+        assert!(reload_certificate(&cert, &key, &store, &health, &metrics));
+        assert_eq!(gauge(&metrics), Some(far));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -1,7 +1,8 @@
 //! What `status` prints as text.
 
 use super::Listing;
-use super::report::{Configuration, Report};
+use super::expiry::Expiry;
+use super::report::{Configuration, HookReport, Report};
 use crate::plugin::out::{Color, Out, outln};
 
 pub(super) fn print_text(out: &mut Out, report: &Report) {
@@ -100,8 +101,24 @@ fn print_configurations(out: &mut Out, configurations: &[Configuration]) {
             if let Some(serving) = &h.serving_certificate {
                 outln!(out, "    {}", serving.text);
             }
+            if let Some(serving) = serving_expiry(h) {
+                serving.print(out, "serving certificate");
+            }
+            for ca in &h.ca_bundle_expiry {
+                ca.print(out, "caBundle CA");
+            }
         }
     }
+}
+
+/// The serving certificate's dates: the Secret's for a Service, what the
+/// handshake presented for a URL.
+fn serving_expiry(h: &HookReport) -> Option<&Expiry> {
+    let secret = h
+        .serving_certificate
+        .as_ref()
+        .and_then(|s| s.expiry.as_ref());
+    secret.or_else(|| h.tls_from_here.as_ref()?.expiry.as_ref())
 }
 
 fn print_events(out: &mut Out, report: &Report) {
@@ -194,5 +211,75 @@ fn print_registration(out: &mut Out, registration: &Listing<super::report::Regis
     }
     if let Some(fix) = report.fix {
         outln!(out, "  fix: {fix}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::certs::Authority;
+    use crate::certs::expiry::{Validity, now};
+    use crate::plugin::status::expiry::{leaf_of_pem, of_pem};
+    use crate::plugin::status::tls::ServingCheck;
+
+    /// Each webhook's lines say how long the serving certificate and the
+    /// caBundle's CA have left, the days red when they call for a renewal.
+    #[test]
+    fn status_says_when_the_serving_certificate_and_the_ca_expire() {
+        let day = 86_400;
+        let now = now();
+        let ca = Authority::new_valid(
+            "driftguard CA",
+            Validity {
+                not_before: now - 400 * day,
+                not_after: now - 2 * day - 60,
+            },
+        )
+        .unwrap();
+        let soon = Validity {
+            not_before: now - day,
+            not_after: now + 9 * day + 60,
+        };
+        let (leaf, _) = ca.leaf_valid("driftguard", &[], &[], soon).unwrap();
+        let hook = HookReport {
+            name: "validate.driftguard.io".into(),
+            failure_policy: Some("Fail".into()),
+            ca_bundle: true,
+            ca_bundle_expiry: of_pem(ca.cert_pem.as_bytes(), now),
+            calls: "service driftguard/driftguard".into(),
+            ready_endpoints: Some(1),
+            tls_from_here: None,
+            serving_certificate: Some(ServingCheck {
+                secret: "driftguard/driftguard-tls".into(),
+                verifies: Some(true),
+                text: "caBundle verifies tls.crt".into(),
+                expiry: leaf_of_pem(leaf.as_bytes(), now),
+            }),
+        };
+        let configurations = [Configuration {
+            kind: "ValidatingWebhookConfiguration",
+            name: "driftguard".into(),
+            present: true,
+            webhooks: Some(vec![hook]),
+        }];
+        let mut out = Out::buffer();
+        print_configurations(&mut out, &configurations);
+        let lines: Vec<&str> = out.written().lines().collect();
+        let red = |text: &str| format!("\x1b[31m{text}");
+        assert!(
+            lines[3].starts_with(&format!(
+                "    serving certificate CN=driftguard: {}",
+                red("expires in 9 days (")
+            )),
+            "{lines:#?}"
+        );
+        assert!(
+            lines[4].starts_with(&format!(
+                "    caBundle CA CN=driftguard CA: {}",
+                red("expired 2 days ago (")
+            )),
+            "{lines:#?}"
+        );
+        assert_eq!(lines.len(), 5, "{lines:#?}");
     }
 }

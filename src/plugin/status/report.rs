@@ -12,6 +12,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::Listing;
+use super::expiry::{self, Expiry};
 use super::metrics::MetricsReport;
 use super::posting;
 use super::scan::{BreakGlassEntry, Scan};
@@ -152,6 +153,8 @@ pub(super) struct HookReport {
     pub(super) failure_policy: Option<String>,
     /// Whether the caBundle is set.
     pub(super) ca_bundle: bool,
+    /// The dates of each CA in the caBundle.
+    pub(super) ca_bundle_expiry: Vec<Expiry>,
     /// The URL, or `service NS/NAME`.
     pub(super) calls: String,
     /// A Service's ready endpoints; null for a URL, or when not readable.
@@ -228,11 +231,15 @@ async fn hook_report(
     let cc = &hook.client;
     let ca_bundle = cc.ca_bundle.as_ref().map(|b| b.0.as_slice());
     let ca = ca_bundle.is_some_and(|b| !b.is_empty());
-    let mut healthy = ca;
+    let ca_bundle_expiry =
+        expiry::of_pem(ca_bundle.unwrap_or_default(), crate::certs::expiry::now());
+    // rustls does not check a CA's own dates; the apiserver does.
+    let mut healthy = ca && expiry::some_ca_usable(&ca_bundle_expiry);
     let mut report = HookReport {
         name: hook.name,
         failure_policy: hook.failure_policy,
         ca_bundle: ca,
+        ca_bundle_expiry,
         calls: String::new(),
         ready_endpoints: None,
         tls_from_here: None,
@@ -357,6 +364,7 @@ mod tests {
             name: "validate.driftguard.io".into(),
             failure_policy: Some("Fail".into()),
             ca_bundle: true,
+            ca_bundle_expiry: vec![],
             calls: "service driftguard/driftguard".into(),
             ready_endpoints: Some(2),
             tls_from_here: None,
@@ -364,6 +372,7 @@ mod tests {
                 secret: "driftguard/driftguard-tls".into(),
                 verifies: Some(true),
                 text: "ok".into(),
+                expiry: None,
             }),
         };
         let report = Report {
@@ -434,6 +443,7 @@ mod tests {
             keys(&v["configurations"][0]["webhooks"][0]),
             [
                 "caBundle",
+                "caBundleExpiry",
                 "calls",
                 "failurePolicy",
                 "name",
@@ -444,7 +454,7 @@ mod tests {
         );
         assert_eq!(
             keys(&v["configurations"][0]["webhooks"][0]["servingCertificate"]),
-            ["caBundleVerifies", "secret", "text"]
+            ["caBundleVerifies", "expiry", "secret", "text"]
         );
         assert_eq!(
             keys(&v["policy"]),
