@@ -819,6 +819,7 @@ fn the_chart_lints_renders_and_is_accepted_by_the_apiserver() {
         !out.ok && out.stderr.contains("failed calling webhook"),
         "no driftguard pod answers, so this fails closed: {out}"
     );
+    helm_releases_work_while_driftguard_is_down(&helm, &plane);
     let out = plane.kubectl(
         "admin",
         &[
@@ -836,6 +837,93 @@ fn the_chart_lints_renders_and_is_accepted_by_the_apiserver() {
 
     generated_certificates_without_lookup(&helm);
     generated_certificates_across_upgrades(&plane);
+}
+
+/// Another team's chart, with the labels `helm create` gives every object.
+const TINY_CHART: [(&str, &str); 3] = [
+    ("Chart.yaml", "apiVersion: v2\nname: tiny\nversion: 0.1.0\n"),
+    ("values.yaml", "greeting: hello\nverb: get\n"),
+    (
+        "templates/objects.yaml",
+        r#"{{- define "labels" }}
+  labels:
+    app.kubernetes.io/instance: {{ .Release.Name }}
+    app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: {{ .Release.Name }}{{ template "labels" . }}
+data: {greeting: {{ .Values.greeting }}}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: {{ .Release.Name }}{{ template "labels" . }}
+rules: [{apiGroups: [""], resources: [configmaps], verbs: [{{ .Values.verb }}]}]
+"#,
+    ),
+];
+
+/// While no driftguard pod answers and the chart's webhooks fail closed,
+/// Helm releases still work: their objects carry `app.kubernetes.io/instance`
+/// beside `meta.helm.sh/release-name`, which is no Argo CD claim, so the
+/// apiserver never calls driftguard for them. driftguard's own release
+/// upgrades and rolls back (both change its ClusterRole, which is
+/// cluster-scoped: the namespaceSelector that spares its namespace does not
+/// spare it), and another team's release installs and upgrades.
+fn helm_releases_work_while_driftguard_is_down(helm: &PathBuf, plane: &ControlPlane) {
+    let started = std::time::Instant::now();
+    let kubeconfig = plane.kubeconfig("admin").display().to_string();
+    let run = |args: &[&str]| {
+        let out = Command::new(helm)
+            .args(args)
+            .args(["--kubeconfig", &kubeconfig])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success(),
+            "helm {args:?} with driftguard down: {err}"
+        );
+    };
+    let get = |what: &[&str], jsonpath: &str| {
+        let jsonpath = format!("jsonpath={jsonpath}");
+        let out = plane.kubectl("admin", &[&["get"], what, &["-o", &jsonpath]].concat());
+        assert!(out.ok, "{out}");
+        out.stdout
+    };
+    // A change to the cluster-scoped ClusterRole, then back.
+    let chart = format!("{ROOT}/charts/driftguard");
+    let sets = "certificates.certManager.enabled=true,watch.flux=true";
+    run(&[
+        "upgrade",
+        "driftguard",
+        &chart,
+        "-n=driftguard",
+        "--set",
+        sets,
+    ]);
+    let resources = || get(&["clusterrole/driftguard"], "{.rules[*].resources}");
+    assert!(resources().contains("kustomizations"), "{}", resources());
+    run(&["rollback", "driftguard", "1", "-n=driftguard"]);
+    assert!(!resources().contains("kustomizations"), "{}", resources());
+    let tiny = plane.dir.join("tiny");
+    for (file, text) in TINY_CHART {
+        std::fs::create_dir_all(tiny.join(file).parent().unwrap()).unwrap();
+        std::fs::write(tiny.join(file), text).unwrap();
+    }
+    let tiny = tiny.display().to_string();
+    run(&["install", "tiny", &tiny, "-n=production"]);
+    let sets = "greeting=bonjour,verb=list";
+    run(&["upgrade", "tiny", &tiny, "-n=production", "--set", sets]);
+    let greeting = get(&["-n", "production", "configmap/tiny"], "{.data.greeting}");
+    assert_eq!(greeting, "bonjour");
+    assert_eq!(get(&["clusterrole/tiny"], "{.rules[0].verbs[0]}"), "list");
+    eprintln!(
+        "helm releases with driftguard down: {:?}",
+        started.elapsed()
+    );
 }
 
 /// What one rendering holds for the generated certificates.

@@ -44,7 +44,8 @@
 //! `judge` runs with the tools' records as the source cache builds them
 //! ([`listed`]): objects in `production` and `dev-team` and Rollouts that
 //! Argo CD and Flux list, so a Namespace or CRD delete that would take them
-//! with it is judged (and must be sent).
+//! with it is judged (and must be sent); and with no argocd-cm watched, or one
+//! tracking by annotation or by label ([`Tracking`]).
 //!
 //! On failure the test prints the review, the stored namespaces, the filter
 //! that skipped it and driftguard's decision. `census` (ignored; run it with
@@ -59,7 +60,7 @@ use std::collections::BTreeMap;
 
 use apiserver::{Attributes, Call, Hook, Labels, Namespaces, Skip};
 use driftguard::cluster::register::{Options, WebhookAddress, configurations};
-use driftguard::drift::Manager;
+use driftguard::drift::{ArgoCdSources, Manager};
 use driftguard::sources::Sources;
 use driftguard::{Endpoint, Judged, Policy, judge_request};
 use proptest::prelude::*;
@@ -339,7 +340,7 @@ const OWN_TRACKING_ID: &str = "<own tracking id>";
 
 /// Labels and annotations an object may carry, with their values.
 const LABELS: &[(&str, &[&str])] = &[
-    ("app.kubernetes.io/instance", &["myapp"]),
+    ("app.kubernetes.io/instance", &["myapp", "web"]),
     ("kustomize.toolkit.fluxcd.io/name", &["apps"]),
     ("kustomize.toolkit.fluxcd.io/namespace", &["flux-system"]),
     ("helm.toolkit.fluxcd.io/name", &["web"]),
@@ -357,7 +358,8 @@ const ANNOTATIONS: &[(&str, &[&str])] = &[
             "",
         ],
     ),
-    ("meta.helm.sh/release-name", &["web"]),
+    // Empty: no release, as the decision reads it.
+    ("meta.helm.sh/release-name", &["web", ""]),
     ("driftguard.io/mode", &["warn", "audit", "enforce"]),
     ("helm.toolkit.fluxcd.io/driftDetection", &["disabled"]),
     ("team", &["a", "b"]),
@@ -370,6 +372,46 @@ struct Meta {
     /// An ownerReference, with `controller: true` or `false`.
     owner: Option<bool>,
 }
+
+/// What `helm install` sets on every object of release `web` (the chart's
+/// `app.kubernetes.io/instance` label among them).
+const HELM_RELEASE_LABELS: &[(&str, &str)] = &[
+    ("app.kubernetes.io/instance", "web"),
+    ("app.kubernetes.io/managed-by", "Helm"),
+];
+
+impl Meta {
+    /// Installed by Helm as release `release` (empty: a release annotation
+    /// emptied by hand), under what `self` has.
+    fn helm_release(mut self, release: &'static str) -> Self {
+        self.labels
+            .splice(0..0, HELM_RELEASE_LABELS.iter().copied());
+        self.annotations.splice(
+            0..0,
+            [
+                ("meta.helm.sh/release-name", release),
+                ("meta.helm.sh/release-namespace", "production"),
+            ],
+        );
+        self
+    }
+}
+
+/// How a watched argocd-cm makes Argo CD track objects
+/// (`application.resourceTrackingMethod`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Tracking {
+    /// No argocd-cm is watched.
+    Unwatched,
+    /// By annotation (Argo CD's default): its instance label claims nothing.
+    Annotation,
+    /// By label: the policy's instance label, which docs/gitops.md asks
+    /// operators to set to argocd-cm's key (the registration knows only the
+    /// policy's); by annotation where the policy reads no instance label.
+    Label,
+}
+
+const TRACKINGS: [Tracking; 3] = [Tracking::Unwatched, Tracking::Annotation, Tracking::Label];
 
 /// A change from the stored object to the incoming one.
 #[derive(Clone, Debug)]
@@ -403,6 +445,7 @@ struct Scenario {
     /// Scale: driftguard could read the parent.
     parent: bool,
     dry_run: bool,
+    tracking: Tracking,
 }
 
 impl Scenario {
@@ -425,7 +468,16 @@ impl Scenario {
             replicas: (3, 3),
             parent: true,
             dry_run: false,
+            tracking: Tracking::Unwatched,
         }
+    }
+    fn helm_release(mut self) -> Self {
+        self.old = self.old.helm_release("web");
+        self
+    }
+    fn tracking(mut self, tracking: Tracking) -> Self {
+        self.tracking = tracking;
+        self
     }
     fn sub(mut self, sub: &'static str) -> Self {
         self.sub = sub;
@@ -439,6 +491,10 @@ impl Scenario {
     }
     fn label(mut self, key: &'static str, value: &'static str) -> Self {
         self.old.labels.push((key, value));
+        self
+    }
+    fn annotation(mut self, key: &'static str, value: &'static str) -> Self {
+        self.old.annotations.push((key, value));
         self
     }
     fn edit(mut self, edit: Edit) -> Self {
@@ -456,6 +512,8 @@ impl Scenario {
 struct Setup {
     name: &'static str,
     policy: Policy,
+    /// The policy's `gitops.argocd.instanceLabel`, where it reads one.
+    instance_label: Option<String>,
     validating: Vec<Hook>,
     mutating: Vec<Hook>,
 }
@@ -494,12 +552,28 @@ fn setups() -> Vec<Setup> {
             let (v, m) = configurations(&options(), &policy);
             Setup {
                 name,
+                instance_label: instance_label(yaml),
                 validating: v.webhooks.iter().flatten().map(Hook::validating).collect(),
                 mutating: m.webhooks.iter().flatten().map(Hook::mutating).collect(),
                 policy,
             }
         })
         .collect()
+}
+
+/// The instance label `yaml` reads, with the schema's defaults: none where
+/// Argo CD's detector is off or the key is empty.
+fn instance_label(yaml: &str) -> Option<String> {
+    let policy: Value = serde_saphyr::from_str(yaml).unwrap_or(Value::Null);
+    let argo = policy.pointer("/gitops/argocd");
+    let on = argo
+        .and_then(|a| a.get("enabled"))
+        .and_then(Value::as_bool)
+        .unwrap_or(true);
+    let key = argo
+        .and_then(|a| a.get("instanceLabel"))
+        .map_or(Some("app.kubernetes.io/instance"), Value::as_str);
+    key.filter(|k| on && !k.is_empty()).map(str::to_owned)
 }
 
 /// The kind's body, without metadata.
@@ -976,7 +1050,7 @@ fn evaluate(setups: &[Setup], s: &Scenario) -> Evaluation {
     };
     let body = serde_json::to_vec(&case.attributes.admission_review()).expect("serializes");
     let now = NOW.parse().expect("a time");
-    let sources = listed();
+    let sources = listed(s.tracking, setup.instance_label.as_deref());
     let run = |endpoint| {
         let req = driftguard::request::parse(&body)
             .unwrap_or_else(|e| panic!("judge refused the review: {e}\n{s:?}"));
@@ -1003,8 +1077,10 @@ fn evaluate(setups: &[Setup], s: &Scenario) -> Evaluation {
 
 /// The tools' records (Application `status.resources`, Kustomization
 /// `status.inventory`) the decision reads: objects of both tools in the two
-/// namespaces that are not opted out by name, Rollouts among them.
-fn listed() -> Sources {
+/// namespaces that are not opted out by name, Rollouts among them; and a
+/// watched argocd-cm, unless `Unwatched`, tracking by label with
+/// `instance_label` (the policy's) under `Label`.
+fn listed(tracking: Tracking, instance_label: Option<&str>) -> Sources {
     let argo = Manager::ArgoCd {
         application: "myapp".into(),
         application_namespace: Some("argocd".into()),
@@ -1024,6 +1100,15 @@ fn listed() -> Sources {
             .map(|(k, m)| (k.into(), m.into()))
             .collect(),
         ),
+        argocd: (tracking != Tracking::Unwatched)
+            .then(|| ArgoCdSources {
+                instance_label: instance_label
+                    .filter(|_| tracking == Tracking::Label)
+                    .map(str::to_owned),
+                ..Default::default()
+            })
+            .into_iter()
+            .collect(),
         ..Default::default()
     }
 }
@@ -1121,27 +1206,37 @@ fn check(setups: &[Setup], s: &Scenario) -> Result<(), Failure> {
     Ok(())
 }
 
+/// An object's metadata; a third of them a Helm release's (with its release
+/// annotation emptied in one of four), which the generated keys may override
+/// or add tracking to.
 fn meta() -> impl Strategy<Value = Meta> {
     (
         prop::collection::btree_map(0..LABELS.len(), 0..3usize, 0..4),
         prop::collection::btree_map(0..ANNOTATIONS.len(), 0..3usize, 0..3),
         prop::option::of(any::<bool>()),
+        prop_oneof![8 => Just(None), 3 => Just(Some("web")), 1 => Just(Some(""))],
     )
-        .prop_map(|(labels, annotations, owner)| Meta {
-            labels: labels
-                .into_iter()
-                .map(|(k, v)| (LABELS[k].0, LABELS[k].1[v % LABELS[k].1.len()]))
-                .collect(),
-            annotations: annotations
-                .into_iter()
-                .map(|(k, v)| {
-                    (
-                        ANNOTATIONS[k].0,
-                        ANNOTATIONS[k].1[v % ANNOTATIONS[k].1.len()],
-                    )
-                })
-                .collect(),
-            owner,
+        .prop_map(|(labels, annotations, owner, helm)| {
+            let meta = Meta {
+                labels: labels
+                    .into_iter()
+                    .map(|(k, v)| (LABELS[k].0, LABELS[k].1[v % LABELS[k].1.len()]))
+                    .collect(),
+                annotations: annotations
+                    .into_iter()
+                    .map(|(k, v)| {
+                        (
+                            ANNOTATIONS[k].0,
+                            ANNOTATIONS[k].1[v % ANNOTATIONS[k].1.len()],
+                        )
+                    })
+                    .collect(),
+                owner,
+            };
+            match helm {
+                Some(release) => meta.helm_release(release),
+                None => meta,
+            }
         })
 }
 
@@ -1195,13 +1290,14 @@ fn scenario() -> impl Strategy<Value = Scenario> {
             prop::sample::select(vec![0i64, 1, 3, 5]),
             any::<bool>(),
             prop::bool::weighted(0.1),
+            prop::sample::select(TRACKINGS.to_vec()),
         ),
     )
         .prop_map(
             |(
                 (policy, r, sub_pick, op_pick, user),
                 (namespace, namespace_ignore, old, edits),
-                (from, to, parent, dry_run),
+                (from, to, parent, dry_run, tracking),
             )| {
                 let res = &RESOURCES[r];
                 // The object itself half of the time, else a subresource it has.
@@ -1228,6 +1324,7 @@ fn scenario() -> impl Strategy<Value = Scenario> {
                     replicas: (from, to),
                     parent,
                     dry_run,
+                    tracking,
                 }
             },
         )
@@ -1546,6 +1643,77 @@ fn a_create_with_tracking_metadata_is_sent_and_denied() {
     let e = evaluate(&setups, &s);
     assert_eq!(e.validating_call(), Call::Called);
     assert!(!e.allowed());
+}
+
+/// Helm sets `app.kubernetes.io/instance` and `meta.helm.sh/release-name` on
+/// every object of a release, and the decision never claims such an object
+/// for Argo CD (`ownership::claims`), however argocd-cm tracks: a person's
+/// write to it is not sent, so `helm upgrade` and `helm rollback` work while
+/// driftguard is down, driftguard's own ClusterRole (cluster-scoped, so no
+/// namespaceSelector spares it) included. Its CREATE reaches only the
+/// creates webhook, which fails open.
+#[test]
+fn a_helm_release_object_is_skipped_and_allowed() {
+    let setups = setups();
+    let clusterroles = "rbac.authorization.k8s.io/clusterroles";
+    for tracking in TRACKINGS {
+        for (resource, operation) in [
+            (clusterroles, "UPDATE"),
+            (clusterroles, "DELETE"),
+            ("/configmaps", "UPDATE"),
+            ("apps/deployments", "UPDATE"),
+        ] {
+            let s = Scenario::new("embedded", resource, operation, "alice")
+                .helm_release()
+                .tracking(tracking)
+                .edit(Edit::Body);
+            let e = evaluate(&setups, &s);
+            assert!(
+                skipped_by(&e.validating_call(), "only-gitops-managed-objects"),
+                "{s:?}: {:?}",
+                e.validating_call()
+            );
+            assert!(e.allowed(), "{s:?}: {:?}", e.validated.decision);
+            check(&setups, &s).unwrap_or_else(|f| panic!("{}", f.report));
+        }
+        let create = Scenario::new("embedded", clusterroles, "CREATE", "alice")
+            .helm_release()
+            .tracking(tracking);
+        let e = evaluate(&setups, &create);
+        for (hook, outcome) in &e.validating {
+            let creates = hook.starts_with("validate-creates.");
+            assert_eq!(outcome.call == Call::Called, creates, "{hook}: {outcome:?}");
+        }
+        assert!(e.allowed(), "{create:?}: {:?}", e.validated.decision);
+    }
+}
+
+/// A Helm release's object that another detector claims is sent and judged:
+/// with Argo CD's tracking id, with Flux's helm-controller labels (it
+/// installs with Helm, so its objects carry both), or with an empty release
+/// annotation, which the decision reads as none.
+#[test]
+fn a_helm_release_object_with_another_claim_is_sent_and_denied() {
+    let setups = setups();
+    let update = || {
+        Scenario::new("embedded", "/configmaps", "UPDATE", "alice")
+            .helm_release()
+            .edit(Edit::Body)
+    };
+    for tracking in TRACKINGS {
+        for s in [
+            update().tracked(),
+            update()
+                .label("helm.toolkit.fluxcd.io/name", "web")
+                .label("helm.toolkit.fluxcd.io/namespace", "flux-system"),
+            update().annotation("meta.helm.sh/release-name", ""),
+        ] {
+            let s = s.tracking(tracking);
+            let e = evaluate(&setups, &s);
+            assert_eq!(e.validating_call(), Call::Called, "{s:?}");
+            assert!(!e.allowed(), "{s:?}: {:?}", e.validated.decision);
+        }
+    }
 }
 
 /// Under the embedded policy the mutating webhook is called only where warn

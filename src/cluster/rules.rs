@@ -10,6 +10,7 @@
 use k8s_openapi::api::admissionregistration::v1::MatchCondition;
 
 use crate::drift::MODE_ANNOTATION;
+use crate::drift::inputs::HELM_RELEASE_ANNOTATION;
 use crate::drift::ownership::{FLUX_HELM_NAME, FLUX_KUSTOMIZE_NAME};
 use crate::policy::{Mode, PlannedCreates, Policy, Precision};
 
@@ -203,9 +204,11 @@ pub(crate) fn identity_condition(policy: &Policy) -> (Option<MatchCondition>, Ve
 /// or holding managed objects) and of CRDs (their custom resources), and
 /// objects whose stored (`oldObject`: also a write that removes the
 /// metadata) or incoming (`object`: a CREATE that adds it) version carries
-/// tracking metadata of an enabled detector. The decision judges ownership on
-/// the stored object, so this is a superset of what it can find managed.
-/// Untracked CREATEs go to the creates webhook ([`creates_expression`]).
+/// tracking metadata an enabled detector could claim it by
+/// ([`carries_tracking`]). The decision judges ownership on the stored
+/// object, so this is a superset of what it can find managed. Untracked
+/// CREATEs, a Helm release's among them, go to the creates webhook
+/// ([`creates_expression`]).
 fn managed_expression(policy: &Policy) -> String {
     let mut terms = vec![
         "(has(request.subResource) && request.subResource == 'scale')".to_owned(),
@@ -225,18 +228,21 @@ fn managed_expression(policy: &Policy) -> String {
     terms.join(" || ")
 }
 
-/// CEL: `object` (`oldObject` or `object`) carries tracking metadata of an
-/// enabled detector; `None` with every detector off.
+/// CEL: `object` (`oldObject` or `object`) carries tracking metadata that an
+/// enabled detector could claim it by; `None` with every detector off. The
+/// policy's instance label counts only without Helm's release annotation
+/// beside it, as in [`crate::drift::ownership::claims`]: Helm sets both on
+/// every object of a release, and the decision never claims those for Argo CD.
 fn carries_tracking(policy: &Policy, object: &str) -> Option<String> {
     let mut annotations = Vec::new();
     let mut labels = Vec::new();
+    let mut instance = None;
     if let Some(argo) = &policy.argocd {
-        annotations.push(argo.tracking_annotation.clone());
-        labels.extend(argo.instance_label.clone());
+        annotations.push(argo.tracking_annotation.as_str());
+        instance = argo.instance_label.as_deref();
     }
     if policy.flux {
-        labels.push(FLUX_KUSTOMIZE_NAME.to_owned());
-        labels.push(FLUX_HELM_NAME.to_owned());
+        labels.extend([FLUX_KUSTOMIZE_NAME, FLUX_HELM_NAME]);
     }
     let mut carries = Vec::new();
     for (section, keys) in [("annotations", &annotations), ("labels", &labels)] {
@@ -250,7 +256,24 @@ fn carries_tracking(policy: &Policy, object: &str) -> Option<String> {
             .join(" || ");
         carries.push(format!("(has({object}.metadata.{section}) && ({any}))"));
     }
+    if let Some(key) = instance {
+        carries.push(format!(
+            "(has({object}.metadata.labels) && {} in {object}.metadata.labels && !{})",
+            cel_string(key),
+            helm_release(object)
+        ));
+    }
     (!carries.is_empty()).then(|| format!("({object} != null && ({}))", carries.join(" || ")))
+}
+
+/// CEL: `object` carries Helm's release annotation, not empty (the
+/// decision reads an empty one as none).
+fn helm_release(object: &str) -> String {
+    let key = cel_string(HELM_RELEASE_ANNOTATION);
+    format!(
+        "(has({object}.metadata.annotations) && {key} in {object}.metadata.annotations \
+         && {object}.metadata.annotations[{key}] != '')"
+    )
 }
 
 /// The creates webhook's own condition (`plannedCreates: guard`): a CREATE
@@ -413,12 +436,23 @@ mod tests {
              || {SCALER_WRITE} || {EXEMPTS_A_NAMESPACE} \
              || {DELETE_NAMESPACE} || {DELETE_CRD} \
              || (oldObject != null && ((has(oldObject.metadata.annotations) && ('argocd.argoproj.io/tracking-id' in oldObject.metadata.annotations)) \
-             || (has(oldObject.metadata.labels) && ('app.kubernetes.io/instance' in oldObject.metadata.labels \
-             || 'kustomize.toolkit.fluxcd.io/name' in oldObject.metadata.labels || 'helm.toolkit.fluxcd.io/name' in oldObject.metadata.labels)))) \
+             || (has(oldObject.metadata.labels) && ('kustomize.toolkit.fluxcd.io/name' in oldObject.metadata.labels \
+             || 'helm.toolkit.fluxcd.io/name' in oldObject.metadata.labels)) \
+             || (has(oldObject.metadata.labels) && 'app.kubernetes.io/instance' in oldObject.metadata.labels \
+             && !{old_helm}))) \
              || (object != null && ((has(object.metadata.annotations) && ('argocd.argoproj.io/tracking-id' in object.metadata.annotations)) \
-             || (has(object.metadata.labels) && ('app.kubernetes.io/instance' in object.metadata.labels \
-             || 'kustomize.toolkit.fluxcd.io/name' in object.metadata.labels || 'helm.toolkit.fluxcd.io/name' in object.metadata.labels))))"
+             || (has(object.metadata.labels) && ('kustomize.toolkit.fluxcd.io/name' in object.metadata.labels \
+             || 'helm.toolkit.fluxcd.io/name' in object.metadata.labels)) \
+             || (has(object.metadata.labels) && 'app.kubernetes.io/instance' in object.metadata.labels \
+             && !{new_helm})))",
+                old_helm = helm_release("oldObject"),
+                new_helm = helm_release("object"),
             )
+        );
+        assert_eq!(
+            helm_release("object"),
+            "(has(object.metadata.annotations) && 'meta.helm.sh/release-name' in object.metadata.annotations \
+             && object.metadata.annotations['meta.helm.sh/release-name'] != '')"
         );
         let c = conditions(&policy(
             "gitops: {argocd: {trackingAnnotation: example.com/owner, instanceLabel: ''}, flux: {enabled: false}}\n",

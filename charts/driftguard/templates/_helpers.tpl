@@ -106,18 +106,17 @@ Mutating adds one condition to the validating ones.
 {{- join " || " $terms -}}
 {{- end -}}
 
-{{/* CEL: the object ("oldObject" or "object") carries tracking metadata of an enabled detector; empty with every detector off. */}}
+{{/* CEL: the object ("oldObject" or "object") carries tracking metadata an enabled detector could claim it by; empty with every detector off. The instance label counts only without Helm's release annotation (not empty) beside it: the decision never claims a Helm release's objects for Argo CD. */}}
 {{- define "driftguard.carries" -}}
 {{- $o := .object -}}
 {{- $gitops := .root.Values.policy.gitops | default dict -}}
 {{- $argo := $gitops.argocd | default dict -}}
 {{- $flux := $gitops.flux | default dict -}}
-{{- $annotations := list -}}{{- $labels := list -}}
+{{- $annotations := list -}}{{- $labels := list -}}{{- $instance := "" -}}
 {{- $argoOn := true -}}{{- if hasKey $argo "enabled" }}{{ $argoOn = $argo.enabled }}{{ end -}}
 {{- if $argoOn -}}
 {{- $annotations = append $annotations ($argo.trackingAnnotation | default "argocd.argoproj.io/tracking-id") -}}
-{{- $instance := "app.kubernetes.io/instance" -}}{{- if hasKey $argo "instanceLabel" }}{{ $instance = $argo.instanceLabel }}{{ end -}}
-{{- if $instance }}{{ $labels = append $labels $instance }}{{ end -}}
+{{- $instance = "app.kubernetes.io/instance" -}}{{- if hasKey $argo "instanceLabel" }}{{ $instance = $argo.instanceLabel }}{{ end -}}
 {{- end -}}
 {{- $fluxOn := true -}}{{- if hasKey $flux "enabled" }}{{ $fluxOn = $flux.enabled }}{{ end -}}
 {{- if $fluxOn }}{{ $labels = concat $labels (list "kustomize.toolkit.fluxcd.io/name" "helm.toolkit.fluxcd.io/name") }}{{ end -}}
@@ -129,6 +128,10 @@ Mutating adds one condition to the validating ones.
 {{- range $k := $keys }}{{ $any = append $any (printf "%s in %s.metadata.%s" (include "driftguard.celString" $k) $o $section) }}{{ end -}}
 {{- $carries = append $carries (printf "(has(%s.metadata.%s) && (%s))" $o $section (join " || " $any)) -}}
 {{- end -}}
+{{- end -}}
+{{- if $instance -}}
+{{- $helm := printf "(has(%s.metadata.annotations) && 'meta.helm.sh/release-name' in %s.metadata.annotations && %s.metadata.annotations['meta.helm.sh/release-name'] != '')" $o $o $o -}}
+{{- $carries = append $carries (printf "(has(%s.metadata.labels) && %s in %s.metadata.labels && !%s)" $o (include "driftguard.celString" $instance) $o $helm) -}}
 {{- end -}}
 {{- if $carries }}{{ printf "(%s != null && (%s))" $o (join " || " $carries) }}{{ end -}}
 {{- end -}}
