@@ -431,7 +431,7 @@ fn changes_of_driftguards_own_objects_are_audited_and_raise_one_event() {
 #[test]
 fn webhooks_that_skip_what_the_reloaded_policy_judges_are_reported() {
     let mut plane = ControlPlane::start("registration");
-    plane.create_namespaces(&["driftguard", "production"]);
+    plane.create_namespaces(&["driftguard", "argocd", "production"]);
     plane.add_user(SA, &[]);
     let rbac = render_chart(&plane, 1, &[]);
     let docs: Vec<Value> = serde_saphyr::from_multiple(&rbac.yaml).unwrap();
