@@ -370,11 +370,16 @@ pub fn read_rendered(
     ))
 }
 
-/// Sorted, each once.
-fn summarize(mut differences: Vec<Difference>) -> Vec<Difference> {
-    differences.sort();
-    differences.dedup();
-    differences
+/// Each once, sorted by direction; within one, a missing or extra webhook
+/// (found before any probe) comes first.
+fn summarize(differences: Vec<Difference>) -> Vec<Difference> {
+    let mut ordered: Vec<(usize, Difference)> = differences.into_iter().enumerate().collect();
+    ordered.sort_by(|(i, a), (j, b)| {
+        let structural = |d: &Difference| !d.text.starts_with("the webhook `");
+        (a.direction, structural(a), &a.text, i).cmp(&(b.direction, structural(b), &b.text, j))
+    });
+    ordered.dedup_by(|(_, a), (_, b)| a == b);
+    ordered.into_iter().map(|(_, d)| d).collect()
 }
 
 /// The differences as lines for a person: at most [`MAX_REPORTED`], then

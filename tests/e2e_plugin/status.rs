@@ -466,14 +466,18 @@ fn status_of_a_service_webhook() {
             "status of a Service webhook without pods, metrics: {r}"
         );
         // sam may read webhook configurations but not Secrets (nor EndpointSlices):
-        // the caBundle is not checked, which is said, and the exit code stays 0.
+        // the caBundle is not checked, which is said and fails nothing. The
+        // exit code is the registration check's: this one webhook is none of
+        // those the policy needs, so it skips what the policy judges.
         with_sam_reading_webhooks(e, || {
             let out = e.plugin("sam", &["status", "--name", "svcprobe"]);
             ensure!(
-            out.code == 0
+            out.code == 1
                 && out.stdout.contains(
                     "caBundle not checked: cannot read Secret dgsvc/svcprobe-tls (needs get on secrets in namespace dgsvc)"
-                ),
+                )
+                && out.stdout.contains("Registration against the policy: DIFFERS")
+                && out.stdout.contains("skips: the webhook `validate.svcprobe.driftguard.io` is missing"),
             "status as sam, who may not read the Secret: {out}"
         );
             Ok(())
