@@ -87,31 +87,31 @@ pub(crate) enum DurationError {
 }
 
 impl Identities {
-    fn new(users: &[String], groups: &[String], what: &str) -> Result<Self, FieldError> {
-        let checks: [(&[String], &str, identity_traps::Check); 2] = [
-            (users, "users", identity_traps::user),
-            (groups, "groups", identity_traps::group),
-        ];
-        for (patterns, part, check) in checks {
-            for p in patterns {
-                if let Some(identity_traps::Trap::Refused(why)) = check(p) {
-                    return Err(FieldError::IdentityTrap {
-                        field: format!("{what}.{part}"),
-                        why,
-                    });
-                }
-            }
-        }
-        let set = |patterns, part: &str| {
+    /// `section`'s users and groups, refused when a pattern covers an
+    /// identity the section must never cover ([`identity_traps`]).
+    fn new(
+        users: &[String],
+        groups: &[String],
+        section: identity_traps::Section,
+    ) -> Result<Self, FieldError> {
+        use identity_traps::Kind;
+        let set = |patterns, kind| {
             PatternSet::new(patterns).map_err(|source| FieldError::Pattern {
-                field: format!("{what}.{part}"),
+                field: section.field(kind).to_owned(),
                 source,
             })
         };
-        Ok(Self {
-            users: set(users, "users")?,
-            groups: set(groups, "groups")?,
-        })
+        let identities = Self {
+            users: set(users, Kind::Users)?,
+            groups: set(groups, Kind::Groups)?,
+        };
+        match identity_traps::refusal(section, &identities) {
+            Some((kind, why)) => Err(FieldError::IdentityTrap {
+                field: section.field(kind).to_owned(),
+                why,
+            }),
+            None => Ok(identities),
+        }
     }
 
     /// Whether `username`, or one of `groups`, matches.
@@ -253,18 +253,18 @@ impl Policy {
             controllers: Identities::new(
                 &file.controllers.users_or(schema::default_controller_users),
                 &file.controllers.groups,
-                "controllers",
+                identity_traps::Section::Controllers,
             )?,
             trusted: Identities::new(
                 &file.trusted.users_or(schema::default_trusted_users),
                 &file.trusted.groups,
-                "trusted",
+                identity_traps::Section::Trusted,
             )?,
             break_glass: BreakGlassPolicy {
                 allowed: Identities::new(
                     &file.break_glass.allowed_users,
                     &file.break_glass.allowed_groups,
-                    "breakGlass.allowed",
+                    identity_traps::Section::BreakGlass,
                 )?,
                 max_duration,
             },
