@@ -3,6 +3,7 @@
 pub(crate) mod app_namespaces;
 pub(crate) mod app_project;
 pub mod argocd;
+pub(crate) mod detector;
 pub(crate) mod flux;
 pub(crate) mod identity_traps;
 pub mod ignore;
@@ -27,6 +28,7 @@ pub use argocd::Application;
 pub use ignore::{IgnoreRule, RuleFailure, RuleSet, Target};
 pub use schema::{Mode, PlannedCreates, Precision, UnknownParent};
 
+pub(crate) use detector::ArgoDetector;
 use pattern::PatternSet;
 use schema::PolicyFile;
 
@@ -63,6 +65,14 @@ pub(crate) enum FieldError {
         /// The field, such as `trusted.users`.
         field: String,
         /// What it would trust.
+        why: String,
+    },
+    /// A detector's key that no object could carry.
+    #[error("{field}: {why}")]
+    DetectorKey {
+        /// The field, such as `gitops.argocd.trackingAnnotation`.
+        field: &'static str,
+        /// What it would do, and what to write.
         why: String,
     },
     /// `breakGlass.maxDuration` that is not a positive duration.
@@ -141,18 +151,6 @@ pub(crate) struct BreakGlassPolicy {
     pub(crate) allowed: Identities,
     /// The longest break-glass.
     pub(crate) max_duration: SignedDuration,
-}
-
-/// How Argo CD's ownership marks are read (`gitops.argocd`).
-#[derive(Debug)]
-pub(crate) struct ArgoDetector {
-    /// The tracking annotation's key.
-    pub(crate) tracking_annotation: String,
-    /// The instance label's key; `None`: the label detector is off.
-    pub(crate) instance_label: Option<String>,
-    /// Argo CD's `installationID` (argocd-cm), when it has one: only objects
-    /// carrying it are tracked by the Applications driftguard reads.
-    pub(crate) installation_id: Option<String>,
 }
 
 /// A policy, checked and compiled: what every decision reads.
@@ -268,11 +266,7 @@ impl Policy {
                 )?,
                 max_duration,
             },
-            argocd: argo.enabled.then(|| ArgoDetector {
-                tracking_annotation: argo.tracking_annotation.clone(),
-                instance_label: Some(argo.instance_label.clone()).filter(|l| !l.is_empty()),
-                installation_id: Some(argo.installation_id.clone()).filter(|i| !i.is_empty()),
-            }),
+            argocd: ArgoDetector::compile(argo)?,
             flux: file.gitops.flux.enabled,
             unknown_scale_parent: file.unknown_scale_parent,
             precision: file.precision,
