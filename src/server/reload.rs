@@ -183,6 +183,45 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
+    /// Issue 48: read as "another manifest", a policy with a `kind:` put the
+    /// embedded default in force (dev-payments back to warn) and counted a
+    /// success.
+    #[test]
+    fn a_policy_file_that_is_no_policy_keeps_the_last_good_one() {
+        let dir =
+            std::env::temp_dir().join(format!("driftguard-reload-kind-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("policy.yaml");
+        let good = "namespaces: [{names: [dev-payments], mode: enforce}]\n";
+        std::fs::write(&path, good).unwrap();
+        let handle = PolicyHandle::new(policy::Policy::embedded());
+        let metrics = Metrics::default();
+        assert!(reload_policy(&path, &[], &handle, &metrics));
+        for bad in [
+            format!("kind: DriftguardPolicy\n{good}"),
+            format!("apiVersion: v1\nkind: ConfigMap\ndata: {{policy: x}}\n{good}"),
+            format!("{good}unknownKey: 1\n"),
+        ] {
+            std::fs::write(&path, &bad).unwrap();
+            assert!(!reload_policy(&path, &[], &handle, &metrics), "{bad}");
+            let kept = handle.current();
+            assert_eq!(
+                kept.mode_for_namespace("dev-payments"),
+                policy::Mode::Enforce,
+                "{bad}"
+            );
+            assert_eq!(kept.digest, policy::digest(good), "{bad}");
+        }
+        assert!(
+            metrics
+                .encode()
+                .contains("driftguard_policy_reloads_total{result=\"failure\"} 3"),
+            "{}",
+            metrics.encode()
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     #[test]
     fn a_truncated_policy_file_keeps_the_last_good_one() {
         let dir =
