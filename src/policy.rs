@@ -19,6 +19,7 @@ pub mod pattern;
 pub(crate) mod planned;
 pub(crate) mod reach;
 pub mod schema;
+pub(crate) mod serving;
 pub(crate) mod yaml;
 
 use jiff::SignedDuration;

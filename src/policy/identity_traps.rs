@@ -307,6 +307,32 @@ fn fix(section: Section, kind: Kind, pattern: &str, probe: Probe) -> String {
     }
 }
 
+/// Whether `identities` cover some service account of `namespace` (its
+/// name chosen to suit each user pattern), as decisions match it.
+pub(crate) fn covers_an_account_of(identities: &Identities, namespace: &str) -> bool {
+    let groups = [
+        "system:serviceaccounts".to_owned(),
+        format!("system:serviceaccounts:{namespace}"),
+        "system:authenticated".to_owned(),
+    ];
+    let shape = [
+        Part::Text(SA_PREFIX),
+        Part::Text(namespace),
+        Part::Text(":"),
+        Part::Run(NAME_CHARS),
+    ];
+    let names = identities
+        .users
+        .iter()
+        .filter_map(|p| match p.witness(&shape, &FRESH) {
+            Witness::Found(mut texts) => texts.pop(),
+            Witness::None | Witness::Unreadable => None,
+        });
+    std::iter::once(FRESH.clone())
+        .chain(names)
+        .any(|name| identities.contains(&format!("{SA_PREFIX}{namespace}:{name}"), &groups))
+}
+
 /// A glob before a later `:`: it matches any number of `:`-separated parts
 /// (`policy lint` reports it).
 pub(crate) fn warning(pattern: &str) -> Option<String> {
