@@ -356,7 +356,7 @@ fn a_policy_the_flags_cannot_carry_is_refused_at_startup() {
     let serve = |policy: &str, extra: &[&str]| {
         let path = dir.join("policy.yaml");
         std::fs::write(&path, policy).unwrap();
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_driftguard"))
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_driftguard"))
             .args([
                 "serve",
                 "--listen=127.0.0.1:0",
@@ -366,8 +366,20 @@ fn a_policy_the_flags_cannot_carry_is_refused_at_startup() {
             .arg(format!("--tls-key={}", dir.join("tls.key").display()))
             .arg(format!("--policy={}", path.display()))
             .args(extra)
-            .output()
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
             .unwrap();
+        // A server that starts never exits by itself: stop it and fail.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while child.try_wait().unwrap().is_none() {
+            if Instant::now() > deadline {
+                child.kill().unwrap();
+                panic!("serve started with {policy:?} {extra:?}");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let out = child.wait_with_output().unwrap();
         assert_eq!(out.status.code(), Some(2), "{policy} {extra:?}");
         String::from_utf8_lossy(&out.stderr).into_owned()
     };
