@@ -262,8 +262,10 @@ impl PolicySource {
             return fallback(format!("it has no key {}", self.key));
         };
         let origin = format!("ConfigMap {ns}/{name}");
-        let policy = Policy::from_yaml(text, &format!("{origin} key {}", self.key))
-            .map_err(|e| PluginError::Usage(format!("the policy does not load: {e}")))?;
+        let (policy, notes) = policy_in(text, &format!("{origin} key {}", self.key))?;
+        for note in notes {
+            errln!("note: {note}");
+        }
         Ok(LoadedPolicy { policy, origin })
     }
 
@@ -293,6 +295,14 @@ impl PolicySource {
             .collect();
         Ok(if found.len() == 1 { found.pop() } else { None })
     }
+}
+
+/// The policy a ConfigMap key holds, read as the server reads its file
+/// (`--policy` is that key, mounted): one parser, so the plugin never takes a
+/// policy the server refuses, or the reverse.
+fn policy_in(text: &str, origin: &str) -> Result<(Policy, Vec<String>), PluginError> {
+    Policy::from_any_yaml(text, origin)
+        .map_err(|e| PluginError::Usage(format!("the policy does not load: {e}")))
 }
 
 /// Characters a Kubernetes object name may hold (RBAC names allow `:` and `@`),
@@ -365,6 +375,25 @@ mod tests {
             refused.contains("-n/--namespace does not apply"),
             "{refused}"
         );
+    }
+
+    /// The ConfigMap's policy is read by the server's parser: a `kind:`
+    /// file is refused (the server refuses it too), an Application file is
+    /// the server's embedded policy with its rules.
+    #[test]
+    fn the_configmaps_policy_is_read_as_the_server_reads_it() {
+        let err = policy_in("kind: DriftguardPolicy\nmode: enforce\n", "cm")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("kind `DriftguardPolicy` is not a driftguard policy"),
+            "{err}"
+        );
+        let app =
+            "apiVersion: argoproj.io/v1alpha1\nkind: Application\nmetadata: {name: a}\nspec: {}\n";
+        let (policy, notes) = policy_in(app, "cm").unwrap();
+        assert_eq!(policy.applications.len(), 1);
+        assert!(notes[0].contains("embedded default policy"), "{notes:?}");
     }
 
     /// `-o json` read as JSON, `-o yaml` as YAML.

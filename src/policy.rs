@@ -3,6 +3,8 @@
 pub(crate) mod app_namespaces;
 pub(crate) mod app_project;
 pub mod argocd;
+pub(crate) mod detector;
+mod file;
 pub(crate) mod flux;
 pub(crate) mod identity_traps;
 pub mod ignore;
@@ -17,9 +19,8 @@ pub mod pattern;
 pub(crate) mod planned;
 pub(crate) mod reach;
 pub mod schema;
+pub(crate) mod serving;
 pub(crate) mod yaml;
-
-use std::path::Path as FsPath;
 
 use jiff::SignedDuration;
 
@@ -27,6 +28,8 @@ pub use argocd::Application;
 pub use ignore::{IgnoreRule, RuleFailure, RuleSet, Target};
 pub use schema::{Mode, PlannedCreates, Precision, UnknownParent};
 
+pub(crate) use detector::ArgoDetector;
+pub(crate) use file::load_sources;
 use pattern::PatternSet;
 use schema::PolicyFile;
 
@@ -65,6 +68,14 @@ pub(crate) enum FieldError {
         /// What it would trust.
         why: String,
     },
+    /// A detector's key that no object could carry.
+    #[error("{field}: {why}")]
+    DetectorKey {
+        /// The field, such as `gitops.argocd.trackingAnnotation`.
+        field: &'static str,
+        /// What it would do, and what to write.
+        why: String,
+    },
     /// `breakGlass.maxDuration` that is not a positive duration.
     #[error("breakGlass.maxDuration: {0}")]
     MaxDuration(#[from] DurationError),
@@ -87,31 +98,31 @@ pub(crate) enum DurationError {
 }
 
 impl Identities {
-    fn new(users: &[String], groups: &[String], what: &str) -> Result<Self, FieldError> {
-        let checks: [(&[String], &str, identity_traps::Check); 2] = [
-            (users, "users", identity_traps::user),
-            (groups, "groups", identity_traps::group),
-        ];
-        for (patterns, part, check) in checks {
-            for p in patterns {
-                if let Some(identity_traps::Trap::Refused(why)) = check(p) {
-                    return Err(FieldError::IdentityTrap {
-                        field: format!("{what}.{part}"),
-                        why,
-                    });
-                }
-            }
-        }
-        let set = |patterns, part: &str| {
+    /// `section`'s users and groups, refused when a pattern covers an
+    /// identity the section must never cover ([`identity_traps`]).
+    fn new(
+        users: &[String],
+        groups: &[String],
+        section: identity_traps::Section,
+    ) -> Result<Self, FieldError> {
+        use identity_traps::Kind;
+        let set = |patterns, kind| {
             PatternSet::new(patterns).map_err(|source| FieldError::Pattern {
-                field: format!("{what}.{part}"),
+                field: section.field(kind).to_owned(),
                 source,
             })
         };
-        Ok(Self {
-            users: set(users, "users")?,
-            groups: set(groups, "groups")?,
-        })
+        let identities = Self {
+            users: set(users, Kind::Users)?,
+            groups: set(groups, Kind::Groups)?,
+        };
+        match identity_traps::refusal(section, &identities) {
+            Some((kind, why)) => Err(FieldError::IdentityTrap {
+                field: section.field(kind).to_owned(),
+                why,
+            }),
+            None => Ok(identities),
+        }
     }
 
     /// Whether `username`, or one of `groups`, matches.
@@ -141,18 +152,6 @@ pub(crate) struct BreakGlassPolicy {
     pub(crate) allowed: Identities,
     /// The longest break-glass.
     pub(crate) max_duration: SignedDuration,
-}
-
-/// How Argo CD's ownership marks are read (`gitops.argocd`).
-#[derive(Debug)]
-pub(crate) struct ArgoDetector {
-    /// The tracking annotation's key.
-    pub(crate) tracking_annotation: String,
-    /// The instance label's key; `None`: the label detector is off.
-    pub(crate) instance_label: Option<String>,
-    /// Argo CD's `installationID` (argocd-cm), when it has one: only objects
-    /// carrying it are tracked by the Applications driftguard reads.
-    pub(crate) installation_id: Option<String>,
 }
 
 /// A policy, checked and compiled: what every decision reads.
@@ -205,8 +204,8 @@ impl Policy {
 
     /// The policy file at `path`.
     #[cfg(test)]
-    pub(crate) fn load(path: &FsPath) -> Result<Self, PolicyError> {
-        Self::from_yaml(&read_policy_file(path)?, &path.display().to_string())
+    pub(crate) fn load(path: &std::path::Path) -> Result<Self, PolicyError> {
+        Self::from_yaml(&file::read_policy_file(path)?, &path.display().to_string())
     }
 
     /// A policy file's text; `file` names it in errors.
@@ -253,26 +252,22 @@ impl Policy {
             controllers: Identities::new(
                 &file.controllers.users_or(schema::default_controller_users),
                 &file.controllers.groups,
-                "controllers",
+                identity_traps::Section::Controllers,
             )?,
             trusted: Identities::new(
                 &file.trusted.users_or(schema::default_trusted_users),
                 &file.trusted.groups,
-                "trusted",
+                identity_traps::Section::Trusted,
             )?,
             break_glass: BreakGlassPolicy {
                 allowed: Identities::new(
                     &file.break_glass.allowed_users,
                     &file.break_glass.allowed_groups,
-                    "breakGlass.allowed",
+                    identity_traps::Section::BreakGlass,
                 )?,
                 max_duration,
             },
-            argocd: argo.enabled.then(|| ArgoDetector {
-                tracking_annotation: argo.tracking_annotation.clone(),
-                instance_label: Some(argo.instance_label.clone()).filter(|l| !l.is_empty()),
-                installation_id: Some(argo.installation_id.clone()).filter(|i| !i.is_empty()),
-            }),
+            argocd: ArgoDetector::compile(argo)?,
             flux: file.gitops.flux.enabled,
             unknown_scale_parent: file.unknown_scale_parent,
             precision: file.precision,
@@ -282,40 +277,6 @@ impl Policy {
             digest: String::new(),
             source: String::new(),
         })
-    }
-
-    /// Loads any YAML a platform engineer may hand us as policy: a driftguard
-    /// policy; Argo CD Applications (the embedded default policy plus their
-    /// ignoreDifferences); or another Kubernetes manifest, which contributes
-    /// nothing and says so in the returned notes.
-    pub fn from_any_yaml(text: &str, file: &str) -> Result<(Self, Vec<String>), PolicyError> {
-        let Ok(headers) = serde_saphyr::from_multiple::<ManifestHeader>(text) else {
-            return Self::from_yaml(text, file).map(|p| (p, Vec::new()));
-        };
-        if headers.iter().any(ManifestHeader::is_application) {
-            let imported = argocd::parse(text, file)?;
-            let mut notes = imported.skipped;
-            notes.push(format!(
-                "{file}: Argo CD Application(s) {}: the embedded default policy applies, with their ignoreDifferences",
-                imported.applications.iter().map(|a| a.name.as_str()).collect::<Vec<_>>().join(", ")
-            ));
-            return Ok((
-                Self::embedded().with_applications(imported.applications),
-                notes,
-            ));
-        }
-        if let [h] = headers.as_slice()
-            && !h.kind.is_empty()
-        {
-            let note = format!(
-                "{file}: {} {} is not a driftguard policy ({}); the embedded default policy applies",
-                h.api_version,
-                h.kind,
-                h.advice()
-            );
-            return Ok((Self::embedded(), vec![note]));
-        }
-        Self::from_yaml(text, file).map(|p| (p, Vec::new()))
     }
 
     /// Adds the Applications read from `--argocd-application` files.
@@ -415,83 +376,6 @@ pub(crate) fn compile_rules<'a>(
         }
     }
     Ok(RuleSet::new(rules))
-}
-
-/// The policy from `--policy` (or the embedded default) plus the Applications
-/// of `--argocd-application` files, with notes for the operator.
-pub(crate) fn load_sources(
-    policy: Option<&FsPath>,
-    applications: &[std::path::PathBuf],
-) -> Result<(Policy, Vec<String>), PolicyError> {
-    let read = |path: &FsPath| {
-        std::fs::read_to_string(path)
-            .map_err(|e| PolicyError(format!("{}: cannot read: {e}", path.display())))
-    };
-    let (policy, mut notes) = match policy {
-        Some(path) => Policy::from_any_yaml(&read_policy_file(path)?, &path.display().to_string())?,
-        None => (Policy::embedded(), Vec::new()),
-    };
-    let mut apps = Vec::new();
-    for path in applications {
-        let imported = argocd::parse(&read(path)?, &path.display().to_string())?;
-        notes.extend(imported.skipped);
-        apps.extend(imported.applications);
-    }
-    Ok((policy.with_applications(apps), notes))
-}
-
-/// A policy file's text. A file with no YAML in it is refused rather than
-/// read as the defaults: a reload that catches a file between its truncation
-/// and its new content sees exactly that, and must keep the last good policy
-/// instead of switching every namespace to the defaults for a moment. `{}`
-/// asks for the defaults explicitly.
-fn read_policy_file(path: &FsPath) -> Result<String, PolicyError> {
-    let name = path.display();
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| PolicyError(format!("{name}: cannot read: {e}")))?;
-    let has_yaml = text.lines().any(|line| {
-        let line = line.trim();
-        !line.is_empty() && !line.starts_with('#') && line != "---"
-    });
-    if has_yaml {
-        Ok(text)
-    } else {
-        Err(PolicyError(format!(
-            "{name}: the policy file is empty (write `{{}}` to use the defaults)"
-        )))
-    }
-}
-
-/// `apiVersion` and `kind` of a YAML document, to tell manifests from policy files.
-#[derive(Debug, serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct ManifestHeader {
-    #[serde(default)]
-    pub(crate) api_version: String,
-    #[serde(default)]
-    pub(crate) kind: String,
-}
-
-impl ManifestHeader {
-    pub(crate) fn is_application(&self) -> bool {
-        self.kind == "Application" && self.api_version.starts_with("argoproj.io/")
-    }
-
-    pub(crate) fn advice(&self) -> &'static str {
-        match (
-            self.api_version.split('/').next().unwrap_or_default(),
-            self.kind.as_str(),
-        ) {
-            ("audit.k8s.io", "Policy") => {
-                "a kube-apiserver audit policy: driftguard's decisions appear in its records as auditAnnotations at level Metadata or above"
-            }
-            ("kustomize.toolkit.fluxcd.io", "Kustomization")
-            | ("helm.toolkit.fluxcd.io", "HelmRelease") => {
-                "objects Flux applies are detected as Flux-managed by their toolkit labels"
-            }
-            _ => "nothing to load from it",
-        }
-    }
 }
 
 /// A positive duration as the policy writes `maxDuration` (`4h`, `30m`, `1h30m`).

@@ -375,8 +375,8 @@ pub fn read_rendered(
 fn summarize(differences: Vec<Difference>) -> Vec<Difference> {
     let mut ordered: Vec<(usize, Difference)> = differences.into_iter().enumerate().collect();
     ordered.sort_by(|(i, a), (j, b)| {
-        let structural = |d: &Difference| !d.text.starts_with("the webhook `");
-        (a.direction, structural(a), &a.text, i).cmp(&(b.direction, structural(b), &b.text, j))
+        let probed = |d: &Difference| !d.text.starts_with("the webhook `");
+        (a.direction, probed(a), &a.text, i).cmp(&(b.direction, probed(b), &b.text, j))
     });
     ordered.dedup_by(|(_, a), (_, b)| a == b);
     ordered.into_iter().map(|(_, d)| d).collect()

@@ -149,9 +149,10 @@ fn load_policy(
     metrics: &Metrics,
     health: &Health,
 ) -> anyhow::Result<PolicyHandle> {
-    let (policy, notes) = crate::policy::load_sources(
+    let (policy, notes) = reload::load(
         config.source.policy.as_deref(),
         &config.source.argocd_applications,
+        &config.serving(),
     )?;
     notes.iter().for_each(|n| tracing::info!("{n}"));
     tracing::info!(digest = %policy.digest, source = %policy.source, mode = policy.mode.as_str(), "policy in force");
@@ -173,6 +174,7 @@ fn spawn_reloaders(
         reload::spawn_policy_reloader(
             path,
             config.source.argocd_applications.clone(),
+            config.serving(),
             policy.clone(),
             metrics.clone(),
             config.reload_interval,

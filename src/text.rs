@@ -1,7 +1,7 @@
 //! Cutting text to a byte budget without splitting a UTF-8 character (the
 //! apiserver's annotation and Event limits, and our own are in bytes), and
 //! making text from the cluster safe to print on a terminal; and the
-//! Kubernetes name rules (DNS labels and subdomains).
+//! Kubernetes name rules (DNS labels and subdomains, label and annotation keys).
 
 use std::borrow::Cow;
 
@@ -90,6 +90,27 @@ pub(crate) fn is_dns_label(s: &str) -> bool {
 /// [`is_dns_label`]s joined by `.`.
 pub(crate) fn is_dns_subdomain(s: &str) -> bool {
     s.len() <= 253 && s.split('.').all(is_dns_label)
+}
+
+/// A label name or value: at most 63 characters, alphanumeric at both ends,
+/// `-`, `_` and `.` between (apimachinery's `IsQualifiedName` name part and
+/// `IsValidLabelValue`).
+pub(crate) fn is_label_name(s: &str) -> bool {
+    let alnum = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
+    s.len() <= 63
+        && alnum(s.chars().next())
+        && alnum(s.chars().last())
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
+/// A label or annotation key: `name` or `prefix/name`, the prefix a DNS
+/// subdomain (apimachinery's `IsQualifiedName`).
+pub(crate) fn is_qualified_name(s: &str) -> bool {
+    match s.split_once('/') {
+        None => is_label_name(s),
+        Some((prefix, name)) => is_label_name(name) && is_dns_subdomain(prefix),
+    }
 }
 
 #[cfg(test)]

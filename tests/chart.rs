@@ -341,10 +341,7 @@ fn the_chart_lints_renders_and_is_accepted_by_the_apiserver() {
         ),
         (
             "no break-glass sweeper",
-            vec![
-                "policy.breakGlass.allowedGroups={sre-oncall}",
-                "breakGlass.restoreAtExpiry=false",
-            ],
+            vec!["breakGlass.restoreAtExpiry=false"],
         ),
         (
             "client auth",
@@ -742,6 +739,14 @@ fn the_chart_lints_renders_and_is_accepted_by_the_apiserver() {
         (
             vec!["networkPolicy.enabled=true"],
             "networkPolicy.enabled needs networkPolicy.webhookFrom",
+        ),
+        // driftguard refuses break-glass without its sweeper (issue 48).
+        (
+            vec![
+                "policy.breakGlass.allowedGroups={sre-oncall}",
+                "breakGlass.restoreAtExpiry=false",
+            ],
+            "breakGlass.restoreAtExpiry: false with policy.breakGlass allowing someone",
         ),
     ] {
         let rendered = template(&helm, &sets, &[]);

@@ -406,6 +406,41 @@ fn policy_lint_flags_the_seed_jq_and_prints_the_rewrite() {
     }
 }
 
+/// Issue 48: `policy lint` printed `ok` for a policy with a top-level `kind:`
+/// (the server then put the embedded default in force) and for an empty
+/// tracking annotation (every annotation-tracked object unmanaged).
+#[test]
+fn policy_lint_fails_on_a_kind_and_on_an_empty_tracking_annotation() {
+    for (name, text, problem) in [
+        (
+            "kind-policy.yaml",
+            "kind: DriftguardPolicy\nmode: enforce\nnamespaces: [{names: [dev-payments], mode: enforce}]\n",
+            "kind `DriftguardPolicy` is not a driftguard policy",
+        ),
+        (
+            "empty-annotation.yaml",
+            "gitops:\n  argocd:\n    trackingAnnotation: \"\"\n",
+            "gitops.argocd.trackingAnnotation: is empty",
+        ),
+        (
+            "every-account.yaml",
+            "trusted:\n  groups: [system:serviceaccounts]\n",
+            "trusted.groups: `system:serviceaccounts` matches group",
+        ),
+    ] {
+        let path = format!("{}/{name}", env!("CARGO_TARGET_TMPDIR"));
+        std::fs::write(&path, text).unwrap();
+        let out = driftguard(&["policy", "lint", &path]);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(1), "{name}: {stdout}");
+        assert!(
+            stdout.starts_with(&format!("problem: {path}: ")) && stdout.contains(problem),
+            "{name}: {stdout}"
+        );
+        assert!(!stdout.contains("ok:"), "{name}: {stdout}");
+    }
+}
+
 #[test]
 fn a_runaway_jq_rule_exits_2_at_the_decision_deadline() {
     // Only `.`, `,`, `|` and `select`, yet 2^30 paths: minutes without a deadline.

@@ -51,7 +51,14 @@ const VARIANTS: &[Variant] = &[
     },
     Variant {
         release: "dgw",
-        sets: &["breakGlass.restoreAtExpiry=false"],
+        // No sweeper needs no break-glass (driftguard refuses one without
+        // the other), so sam's arming is dg's alone to judge: this release
+        // skips the on-call group's writes.
+        sets: &[
+            "breakGlass.restoreAtExpiry=false",
+            "policy.breakGlass.allowedUsers={}",
+            "policy.trusted.groups={sre-oncall}",
+        ],
     },
 ];
 

@@ -354,6 +354,72 @@ fn a_client_name_without_a_client_ca_is_refused_at_startup() {
     assert!(stderr.contains("--client-ca"), "{stderr}");
 }
 
+/// Issue 48: a policy the server's flags cannot carry out is refused at
+/// startup, naming the flag (a reload is refused alike: `server::reload`).
+#[test]
+fn a_policy_the_flags_cannot_carry_is_refused_at_startup() {
+    let dir = scratch("policy-flags");
+    let ca = Authority::new("test CA").unwrap();
+    write_pair(&ca, &dir, "server");
+    let serve = |policy: &str, extra: &[&str]| {
+        let path = dir.join("policy.yaml");
+        std::fs::write(&path, policy).unwrap();
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_driftguard"))
+            .args([
+                "serve",
+                "--listen=127.0.0.1:0",
+                "--probe-listen=127.0.0.1:0",
+            ])
+            .arg(format!("--tls-cert={}", dir.join("tls.crt").display()))
+            .arg(format!("--tls-key={}", dir.join("tls.key").display()))
+            .arg(format!("--policy={}", path.display()))
+            .args(extra)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // A server that starts never exits by itself: stop it and fail.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while child.try_wait().unwrap().is_none() {
+            if Instant::now() > deadline {
+                child.kill().unwrap();
+                panic!("serve started with {policy:?} {extra:?}");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{policy} {extra:?}");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let stderr = serve(
+        "{}\n",
+        &["--no-cluster", "--argocd-namespace=openshift-gitops"],
+    );
+    assert!(
+        stderr.contains("namespace `openshift-gitops`, where Argo CD runs (--argocd-namespace)"),
+        "{stderr}"
+    );
+    let glass = "breakGlass: {allowedGroups: [sre-oncall]}\n";
+    let stderr = serve(glass, &["--no-cluster"]);
+    assert!(
+        stderr.contains("no expiry sweeper runs (--no-cluster)"),
+        "{stderr}"
+    );
+    let stderr = serve(
+        glass,
+        &[
+            "--kubeconfig=/nonexistent",
+            "--break-glass-sweep-interval=0",
+        ],
+    );
+    assert!(
+        stderr.contains("no expiry sweeper runs (--break-glass-sweep-interval=0)"),
+        "{stderr}"
+    );
+    let stderr = serve("kind: DriftguardPolicy\nmode: enforce\n", &["--no-cluster"]);
+    assert!(stderr.contains("is not a driftguard policy"), "{stderr}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn certificate_rotation_mid_traffic_fails_no_request() {
     let dir = scratch("rotation");

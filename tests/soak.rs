@@ -110,7 +110,9 @@ async fn run(total: Duration, out: &Path) {
             &format!("--policy={}", policy.display()),
             "--watch-argocd",
             &plane.driftguard_kubeconfig_flag(),
-            "--break-glass-sweep-interval=0",
+            // The policy allows break-glass, which needs the sweeper: one
+            // that never comes due, its records in `default` (left out below).
+            "--break-glass-sweep-interval=1h",
             "--reload-interval=1s",
         ],
     );
@@ -120,7 +122,7 @@ async fn run(total: Duration, out: &Path) {
         &plane,
         &policy.display().to_string(),
         &format!("https://127.0.0.1:{}", dg.port),
-        &["--exclude-namespace=argocd"],
+        &["--exclude-namespace=argocd", "--exclude-namespace=default"],
     );
     let started = Instant::now();
     let created = futures_util::stream::iter(0..APPLICATIONS)

@@ -124,14 +124,16 @@ async fn run(total: Duration, shape: AttackShape, tenant_rules: Option<usize>, o
             &format!("--policy={}", policy.display()),
             "--watch-argocd",
             &plane.driftguard_kubeconfig_flag(),
-            "--break-glass-sweep-interval=0",
+            // The policy allows break-glass, which needs the sweeper: one
+            // that never comes due, its records in `default` (left out below).
+            "--break-glass-sweep-interval=1h",
         ],
     );
     Driftguard::register_with(
         &plane,
         &policy.display().to_string(),
         &format!("https://127.0.0.1:{}", dg.port),
-        &["--exclude-namespace=argocd"],
+        &["--exclude-namespace=argocd", "--exclude-namespace=default"],
     );
     let argo = client(&plane, "admin", Some(ARGO)).await;
     for target in TARGETS {

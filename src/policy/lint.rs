@@ -7,7 +7,7 @@ use std::time::Instant;
 use serde_json::{Map, Value, json};
 
 use super::Policy;
-use super::identity_traps::{self, Trap};
+use super::identity_traps::{self, Kind, Section};
 use super::ignore::RuleSet;
 use super::jq::{JqInput, JqPath, RunError};
 use super::path::{Path, Segment};
@@ -57,28 +57,25 @@ pub fn lint_with(text: &str, file: &str, probe: &dyn Fn(&str) -> Probed) -> Repo
     report
 }
 
-/// Identity patterns whose glob spans `:`-separated parts (the ones that
-/// trust a service account name in every namespace do not even load).
+/// Identity patterns whose glob spans `:`-separated parts (those that cover
+/// an identity their section must never cover do not even load).
 fn check_identities(policy: &Policy, text: &str, file: &str, report: &mut Report) {
-    for (what, identities) in [
-        ("controllers", &policy.controllers),
-        ("trusted", &policy.trusted),
-        ("breakGlass.allowed", &policy.break_glass.allowed),
+    for (section, identities) in [
+        (Section::Controllers, &policy.controllers),
+        (Section::Trusted, &policy.trusted),
+        (Section::BreakGlass, &policy.break_glass.allowed),
     ] {
         let (users, groups) = identities.patterns();
-        let checks: [(Vec<&str>, &str, identity_traps::Check); 2] = [
-            (users, "users", identity_traps::user),
-            (groups, "groups", identity_traps::group),
-        ];
-        for (patterns, part, check) in checks {
+        for (patterns, kind) in [(users, Kind::Users), (groups, Kind::Groups)] {
             for p in patterns {
-                if let Some(Trap::Warning(why) | Trap::Refused(why)) = check(p) {
+                if let Some(why) = identity_traps::warning(p) {
                     let line = line_of(text, p)
                         .map(|l| format!(":{l}"))
                         .unwrap_or_default();
+                    let field = section.field(kind);
                     report
                         .problems
-                        .push(format!("{file}{line}: {what}.{part}: {why}"));
+                        .push(format!("{file}{line}: {field}: {why}"));
                 }
             }
         }
@@ -439,7 +436,7 @@ mod tests {
             report
                 .problems
                 .iter()
-                .any(|p| p.contains("every namespace")),
+                .any(|p| p.contains("a namespace it does not name")),
             "{report:?}"
         );
 
@@ -449,7 +446,7 @@ mod tests {
             report
                 .problems
                 .iter()
-                .any(|p| p.starts_with("p.yaml:2: breakGlass.allowed.users: `oidc:*:admin`")),
+                .any(|p| p.starts_with("p.yaml:2: breakGlass.allowedUsers: `oidc:*:admin`")),
             "{report:?}"
         );
         assert!(

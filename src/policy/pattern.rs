@@ -1,5 +1,8 @@
 //! `*` globs, as Argo CD uses for group/kind and we use for identities and namespaces.
 
+use std::collections::hash_map::Entry;
+use std::collections::{HashMap, VecDeque};
+
 use globset::{Glob, GlobMatcher};
 
 /// A pattern globset refuses.
@@ -52,25 +55,53 @@ impl Pattern {
     }
 
     /// Whether some string made of `parts` matches: literal text, and runs of
-    /// one or more characters from a set, such as a service account name
-    /// whose namespace is known (`system:serviceaccount:kube-system:` and
-    /// then any name). Globset's syntax (`*`, `?`, `[...]`, `{a,b}`, `\`)
-    /// read again as a small automaton; a pattern it cannot read is assumed
-    /// to match (the caller reports, so a doubt is a finding).
+    /// characters from a set, such as a service account name whose namespace
+    /// is known (`system:serviceaccount:kube-system:` and then any name). A
+    /// pattern [`Pattern::witness`] cannot read is assumed to match (the
+    /// caller reports, so a doubt is a finding).
     pub(crate) fn may_match(&self, parts: &[Part]) -> bool {
+        !matches!(self.witness(parts, ""), Witness::None)
+    }
+
+    /// A string made of `parts` that the pattern matches, as the text each
+    /// part stands for: the shortest, except that a `*` matching a run stands
+    /// for `fill` where the run's set holds its characters. Globset's syntax
+    /// (`*`, `?`, `[...]`, `{a,b}`, `\`) read again as a small automaton.
+    pub(crate) fn witness(&self, parts: &[Part], fill: &str) -> Witness {
         match glob_tokens(&self.source) {
-            Some(alternatives) => alternatives.iter().any(|t| automaton_matches(t, parts)),
-            None => true,
+            Some(alternatives) => alternatives
+                .iter()
+                .find_map(|tokens| search(tokens, parts, fill))
+                .map_or(Witness::None, Witness::Found),
+            None => Witness::Unreadable,
         }
     }
 }
 
-/// A piece of a string known only in part (see [`Pattern::may_match`]).
+/// What [`Pattern::witness`] found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Witness {
+    /// The text each part stands for.
+    Found(Vec<String>),
+    /// No string of the parts matches.
+    None,
+    /// Syntax this reader does not know (`[[:digit:]]`, nested `{}`).
+    Unreadable,
+}
+
+/// A piece of a string known only in part (see [`Pattern::witness`]).
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Part<'a> {
+    /// Exactly this text.
     Text(&'a str),
     /// One or more characters, each one of these.
     Run(&'a str),
+    /// A [`Part::Run`] with a character the pattern does not spell (a `*`,
+    /// `?` or class matches it): a name the pattern does not name.
+    Unnamed(&'a str),
+    /// A [`Part::Run`] none of whose characters the pattern spells: a name
+    /// the pattern says nothing about.
+    Unspelled(&'a str),
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -186,66 +217,132 @@ fn one_token(c: char, chars: &mut std::iter::Peekable<std::str::Chars>) -> Optio
     })
 }
 
-/// Runs the tokens as an automaton (state: tokens matched so far) over `parts`.
-fn automaton_matches(tokens: &[Token], parts: &[Part]) -> bool {
-    let n = tokens.len();
-    // A star also matches nothing: the state after it is reached too.
-    let close = |mut set: Vec<bool>| {
-        for i in 0..n {
-            if set[i] && tokens[i] == Token::Star {
-                set[i + 1] = true;
-            }
-        }
-        set
+/// Where a search for a witness is: the part reached and how far into it
+/// (a text's bytes; for a run, whether it has a character yet), the token
+/// reached, and whether a wildcard matched a character of this part.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct At {
+    part: usize,
+    offset: usize,
+    token: usize,
+    wild: bool,
+}
+
+/// The shortest string of `parts` that `tokens` match, part by part: a
+/// breadth-first search of the automaton (state: the token reached) run
+/// along the parts. A wildcard's next state does not depend on which of its
+/// characters it takes, so one per token is enough.
+fn search(tokens: &[Token], parts: &[Part], fill: &str) -> Option<Vec<String>> {
+    let start = At {
+        part: 0,
+        offset: 0,
+        token: 0,
+        wild: false,
     };
-    let step = |set: &[bool], c: char| {
-        let mut next = vec![false; n + 1];
-        for i in (0..n).filter(|i| set[*i]) {
-            if tokens[i].takes(c) {
-                next[if tokens[i] == Token::Star { i } else { i + 1 }] = true;
-            }
+    let mut came: HashMap<At, (At, Option<String>)> = HashMap::new();
+    let mut queue = VecDeque::from([start]);
+    came.insert(start, (start, None));
+    while let Some(at) = queue.pop_front() {
+        if at.part == parts.len() && at.token == tokens.len() {
+            return Some(spelled(&came, at, parts.len()));
         }
-        close(next)
-    };
-    let union = |a: &mut Vec<bool>, b: Vec<bool>| {
-        for (x, y) in a.iter_mut().zip(b) {
-            *x |= y;
-        }
-    };
-    let mut set = vec![false; n + 1];
-    set[0] = true;
-    set = close(set);
-    for part in parts {
-        match part {
-            Part::Text(text) => {
-                for c in text.chars() {
-                    set = step(&set, c);
-                }
+        for (next, text) in steps(tokens, parts, at, fill) {
+            if let Entry::Vacant(e) = came.entry(next) {
+                e.insert((at, text));
+                queue.push_back(next);
             }
-            Part::Run(alphabet) => {
-                // After one character, then after any number more, to a fixpoint.
-                let mut reached = vec![false; n + 1];
-                for c in alphabet.chars() {
-                    union(&mut reached, step(&set, c));
-                }
-                loop {
-                    let mut grown = reached.clone();
-                    for c in alphabet.chars() {
-                        union(&mut grown, step(&reached, c));
-                    }
-                    if grown == reached {
-                        break;
-                    }
-                    reached = grown;
-                }
-                set = reached;
-            }
-        }
-        if !set.iter().any(|s| *s) {
-            return false;
         }
     }
-    set[n]
+    None
+}
+
+/// The moves from `at`: a `*` matching nothing, a part finished, or one
+/// character (a `*` in a run: `fill`) taken by the token reached.
+fn steps(tokens: &[Token], parts: &[Part], at: At, fill: &str) -> Vec<(At, Option<String>)> {
+    let mut out = Vec::new();
+    let token = tokens.get(at.token);
+    if token == Some(&Token::Star) {
+        out.push((
+            At {
+                token: at.token + 1,
+                ..at
+            },
+            None,
+        ));
+    }
+    let Some(part) = parts.get(at.part) else {
+        return out;
+    };
+    let next_part = At {
+        part: at.part + 1,
+        offset: 0,
+        wild: false,
+        ..at
+    };
+    let after = |t: &Token| {
+        if *t == Token::Star {
+            at.token
+        } else {
+            at.token + 1
+        }
+    };
+    let (set, unnamed, unspelled) = match *part {
+        Part::Text(text) => {
+            let Some(c) = text[at.offset..].chars().next() else {
+                out.push((next_part, None));
+                return out;
+            };
+            if let Some(t) = token.filter(|t| t.takes(c)) {
+                let moved = At {
+                    offset: at.offset + c.len_utf8(),
+                    token: after(t),
+                    ..at
+                };
+                out.push((moved, Some(c.to_string())));
+            }
+            return out;
+        }
+        Part::Run(set) => (set, false, false),
+        Part::Unnamed(set) => (set, true, false),
+        Part::Unspelled(set) => (set, false, true),
+    };
+    if at.offset == 1 && (at.wild || !unnamed) {
+        out.push((next_part, None));
+    }
+    let Some(t) = token else {
+        return out;
+    };
+    let wildcard = !matches!(t, Token::Char(_));
+    let text = match t {
+        Token::Star if !fill.is_empty() && fill.chars().all(|c| set.contains(c)) => {
+            Some(fill.to_owned())
+        }
+        _ if unspelled && !wildcard => None,
+        t => set.chars().find(|c| t.takes(*c)).map(String::from),
+    };
+    if let Some(text) = text {
+        let moved = At {
+            offset: 1,
+            token: after(t),
+            wild: at.wild || wildcard,
+            ..at
+        };
+        out.push((moved, Some(text)));
+    }
+    out
+}
+
+/// The text each of `parts` parts took on the way to `end`.
+fn spelled(came: &HashMap<At, (At, Option<String>)>, end: At, parts: usize) -> Vec<String> {
+    let mut texts = vec![String::new(); parts];
+    let mut at = end;
+    while let Some((before, text)) = came.get(&at).filter(|(before, _)| *before != at) {
+        if let Some(text) = text {
+            texts[before.part].insert_str(0, text);
+        }
+        at = *before;
+    }
+    texts
 }
 
 /// A list of patterns; matches when any does.

@@ -31,9 +31,9 @@ pub(crate) const SA_PREFIX: &str = "system:serviceaccount:";
 /// `system:serviceaccounts:<namespace>`.
 const SA_GROUPS: [&str; 2] = ["system:serviceaccounts", "system:authenticated"];
 /// Namespace names are DNS labels.
-const NAMESPACE_CHARS: &str = "abcdefghijklmnopqrstuvwxyz0123456789-";
+pub(crate) const NAMESPACE_CHARS: &str = "abcdefghijklmnopqrstuvwxyz0123456789-";
 /// Service account names are DNS subdomains.
-const NAME_CHARS: &str = "abcdefghijklmnopqrstuvwxyz0123456789-.";
+pub(crate) const NAME_CHARS: &str = "abcdefghijklmnopqrstuvwxyz0123456789-.";
 
 /// A service account a GitOps source makes driftguard trust for its own
 /// objects (a Flux Kustomization's `spec.serviceAccountName`, Argo CD's sync

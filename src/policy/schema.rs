@@ -50,6 +50,45 @@ pub(crate) fn default_trusted_users() -> Vec<String> {
     default_at("/trusted/users")
 }
 
+/// The top-level keys of a policy file, as serde reads them ([`PolicyFile`]
+/// is their one list): asked of its derived `Deserialize`, which names them
+/// when it reads a struct.
+pub(crate) fn policy_keys() -> &'static [&'static str] {
+    static KEYS: LazyLock<&'static [&'static str]> = LazyLock::new(|| {
+        let mut keys: &'static [&'static str] = &[];
+        let _ = PolicyFile::deserialize(StructKeys(&mut keys));
+        keys
+    });
+    &KEYS
+}
+
+/// A deserializer that only records the fields of the struct asked of it.
+struct StructKeys<'a>(&'a mut &'static [&'static str]);
+
+impl<'de> serde::Deserializer<'de> for StructKeys<'_> {
+    type Error = serde::de::value::Error;
+
+    fn deserialize_any<V: serde::de::Visitor<'de>>(self, _: V) -> Result<V::Value, Self::Error> {
+        Err(serde::de::Error::custom("not a struct"))
+    }
+
+    fn deserialize_struct<V: serde::de::Visitor<'de>>(
+        self,
+        _: &'static str,
+        fields: &'static [&'static str],
+        _: V,
+    ) -> Result<V::Value, Self::Error> {
+        *self.0 = fields;
+        Err(serde::de::Error::custom("fields recorded"))
+    }
+
+    serde::forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes
+        byte_buf option unit unit_struct newtype_struct seq tuple tuple_struct map
+        enum identifier ignored_any
+    }
+}
+
 /// What happens to drift: recorded, warned about, or denied.
 #[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
 #[serde(rename_all = "lowercase")]

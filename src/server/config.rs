@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crate::args::{DecisionTimeout, PolicySource, duration};
 use crate::logging::LogFormat;
+use crate::policy::serving::Serving;
 use crate::service::OnError;
 use crate::text::{is_dns_label, is_dns_subdomain};
 
@@ -306,6 +307,31 @@ pub struct ConnectionLimits {
 }
 
 impl Config {
+    /// What these flags provide that a policy relies on
+    /// ([`crate::policy::serving`]): where Argo CD runs in this cluster (not
+    /// a hub's: that one writes here as the credential the hub holds), and
+    /// whether the break-glass expiry sweeper runs.
+    pub(crate) fn serving(&self) -> Serving {
+        let mut argocd_namespaces = Vec::new();
+        if self.argocd_kubeconfig.is_none() {
+            argocd_namespaces.push((self.argocd_namespace.clone(), "--argocd-namespace"));
+        }
+        if let Some(local) = &self.local_argocd_namespace {
+            argocd_namespaces.push((local.clone(), "--local-argocd-namespace"));
+        }
+        let no_sweeper = if self.no_cluster {
+            Some("--no-cluster")
+        } else if self.break_glass_sweep_interval.is_zero() {
+            Some("--break-glass-sweep-interval=0")
+        } else {
+            None
+        };
+        Serving {
+            argocd_namespaces,
+            no_sweeper,
+        }
+    }
+
     /// Where the serving pair comes from; clap already requires one of the two.
     pub(super) fn tls_source(&self) -> anyhow::Result<TlsSource> {
         match (self.self_signed, &self.tls_cert, &self.tls_key) {

@@ -18,6 +18,7 @@ use super::tls::{CertStore, TlsError, certified_key};
 use crate::certs::expiry;
 use crate::metrics::Metrics;
 use crate::policy;
+use crate::policy::serving::Serving;
 use crate::service::PolicyHandle;
 
 /// The contents of a set of files, to notice a change however it was made.
@@ -67,11 +68,24 @@ fn spawn_poller(
     Ok(())
 }
 
+/// The policy and Applications files, read and checked against what the
+/// server provides ([`Serving`]): at start and at every reload alike.
+pub(crate) fn load(
+    policy_path: Option<&std::path::Path>,
+    app_paths: &[PathBuf],
+    serving: &Serving,
+) -> Result<(policy::Policy, Vec<String>), policy::PolicyError> {
+    let (policy, notes) = policy::load_sources(policy_path, app_paths)?;
+    policy.check_serving(serving)?;
+    Ok((policy, notes))
+}
+
 /// Every `interval`, reloads the policy into `handle` when the policy file
 /// or an Argo CD Application file changed.
 pub(crate) fn spawn_policy_reloader(
     policy_path: PathBuf,
     app_paths: Vec<PathBuf>,
+    serving: Serving,
     handle: PolicyHandle,
     metrics: Arc<Metrics>,
     interval: Duration,
@@ -79,7 +93,7 @@ pub(crate) fn spawn_policy_reloader(
     let mut files = vec![policy_path.clone()];
     files.extend(app_paths.iter().cloned());
     spawn_poller("policy-reload", files, interval, move || {
-        reload_policy(&policy_path, &app_paths, &handle, &metrics);
+        reload_policy(&policy_path, &app_paths, &serving, &handle, &metrics);
     })
 }
 
@@ -88,10 +102,11 @@ pub(crate) fn spawn_policy_reloader(
 fn reload_policy(
     policy_path: &std::path::Path,
     app_paths: &[PathBuf],
+    serving: &Serving,
     handle: &PolicyHandle,
     metrics: &Metrics,
 ) -> bool {
-    match policy::load_sources(Some(policy_path), app_paths) {
+    match load(Some(policy_path), app_paths, serving) {
         Ok((policy, notes)) => {
             notes.iter().for_each(|n| tracing::info!("{n}"));
             metrics.policy_in_force(&policy);
@@ -176,7 +191,13 @@ mod tests {
         std::fs::write(&path, good).unwrap();
         let handle = PolicyHandle::new(policy::Policy::embedded());
         let metrics = Metrics::default();
-        assert!(reload_policy(&path, &[], &handle, &metrics));
+        assert!(reload_policy(
+            &path,
+            &[],
+            &Serving::default(),
+            &handle,
+            &metrics
+        ));
         assert_eq!(handle.current().mode, policy::Mode::Warn);
         let in_force = format!(
             "driftguard_policy_info{{digest=\"{}\",source=\"{}\",mode=\"warn\"}} 1",
@@ -187,7 +208,13 @@ mod tests {
 
         let bad = "mode: audit\nignoreDifferences:\n  - kind: Service\n    jqPathExpressions: ['last(range(1e12)) as $x | .spec']\n";
         std::fs::write(&path, bad).unwrap();
-        assert!(!reload_policy(&path, &[], &handle, &metrics));
+        assert!(!reload_policy(
+            &path,
+            &[],
+            &Serving::default(),
+            &handle,
+            &metrics
+        ));
         let kept = handle.current();
         assert_eq!(kept.mode, policy::Mode::Warn, "the last good policy stays");
         assert!(
@@ -212,6 +239,92 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
+    /// Issue 48: read as "another manifest", a policy with a `kind:` put the
+    /// embedded default in force (dev-payments back to warn) and counted a
+    /// success.
+    #[test]
+    fn a_policy_file_that_is_no_policy_keeps_the_last_good_one() {
+        let dir =
+            std::env::temp_dir().join(format!("driftguard-reload-kind-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("policy.yaml");
+        let good = "namespaces: [{names: [dev-payments], mode: enforce}]\n";
+        std::fs::write(&path, good).unwrap();
+        let handle = PolicyHandle::new(policy::Policy::embedded());
+        let metrics = Metrics::default();
+        assert!(reload_policy(
+            &path,
+            &[],
+            &Serving::default(),
+            &handle,
+            &metrics
+        ));
+        for bad in [
+            format!("kind: DriftguardPolicy\n{good}"),
+            format!("apiVersion: v1\nkind: ConfigMap\ndata: {{policy: x}}\n{good}"),
+            format!("{good}unknownKey: 1\n"),
+        ] {
+            std::fs::write(&path, &bad).unwrap();
+            assert!(
+                !reload_policy(&path, &[], &Serving::default(), &handle, &metrics),
+                "{bad}"
+            );
+            let kept = handle.current();
+            assert_eq!(
+                kept.mode_for_namespace("dev-payments"),
+                policy::Mode::Enforce,
+                "{bad}"
+            );
+            assert_eq!(kept.digest, policy::digest(good), "{bad}");
+        }
+        assert!(
+            metrics
+                .encode()
+                .contains("driftguard_policy_reloads_total{result=\"failure\"} 3"),
+            "{}",
+            metrics.encode()
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A reload is checked against the server's flags as the start is: the
+    /// chart turns the sweeper off when its values allow no break-glass, and a
+    /// later ConfigMap edit allowing it must not arm what nothing ends.
+    #[test]
+    fn a_reload_the_servers_flags_cannot_carry_keeps_the_last_good_one() {
+        let dir =
+            std::env::temp_dir().join(format!("driftguard-reload-flags-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("policy.yaml");
+        let serving = Serving {
+            argocd_namespaces: vec![("argocd".into(), "--argocd-namespace")],
+            no_sweeper: Some("--break-glass-sweep-interval=0"),
+        };
+        std::fs::write(&path, "mode: warn\n").unwrap();
+        let handle = PolicyHandle::new(policy::Policy::embedded());
+        let metrics = Metrics::default();
+        assert!(reload_policy(&path, &[], &serving, &handle, &metrics));
+        for bad in [
+            "mode: audit\nbreakGlass: {allowedGroups: [sre-oncall]}\n",
+            "mode: audit\ncontrollers: {users: ['system:serviceaccount:flux-system:kustomize-controller']}\n",
+        ] {
+            std::fs::write(&path, bad).unwrap();
+            assert!(
+                !reload_policy(&path, &[], &serving, &handle, &metrics),
+                "{bad}"
+            );
+            assert_eq!(handle.current().mode, policy::Mode::Warn, "{bad}");
+        }
+        assert!(
+            metrics
+                .encode()
+                .contains("driftguard_policy_reloads_total{result=\"failure\"} 2"),
+            "{}",
+            metrics.encode()
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     #[test]
     fn a_truncated_policy_file_keeps_the_last_good_one() {
         let dir =
@@ -226,19 +339,34 @@ mod tests {
         .unwrap();
         let handle = PolicyHandle::new(policy::Policy::embedded());
         let metrics = Metrics::default();
-        assert!(reload_policy(&path, &[], &handle, &metrics));
+        assert!(reload_policy(
+            &path,
+            &[],
+            &Serving::default(),
+            &handle,
+            &metrics
+        ));
         // What a reload sees between a writer's truncation and its data, or a
         // file left with comments only.
         for text in ["", "\n  \n", "# policy\n---\n"] {
             std::fs::write(&path, text).unwrap();
-            assert!(!reload_policy(&path, &[], &handle, &metrics), "{text:?}");
+            assert!(
+                !reload_policy(&path, &[], &Serving::default(), &handle, &metrics),
+                "{text:?}"
+            );
             assert_eq!(handle.current().mode, policy::Mode::Warn, "{text:?}");
         }
         let err = policy::Policy::load(&path).unwrap_err().to_string();
         assert!(err.contains("the policy file is empty"), "{err}");
         // The defaults, asked for explicitly.
         std::fs::write(&path, "{}\n").unwrap();
-        assert!(reload_policy(&path, &[], &handle, &metrics));
+        assert!(reload_policy(
+            &path,
+            &[],
+            &Serving::default(),
+            &handle,
+            &metrics
+        ));
         assert_eq!(handle.current().mode, policy::Policy::embedded().mode);
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -5,6 +5,7 @@
 
 use std::collections::BTreeSet;
 
+use crate::text::{is_label_name, is_qualified_name};
 use kube::core::Expression;
 
 /// A `labelSelector` or `annotationSelector` that `labels.Parse` (k8s.io/apimachinery,
@@ -153,7 +154,7 @@ impl<'a> Parser<'a> {
     }
 
     fn value(&self, v: &str) -> Result<String, SelectorError> {
-        if v.is_empty() || is_name(v) {
+        if v.is_empty() || is_label_name(v) {
             Ok(v.to_owned())
         } else {
             Err(SelectorError::Value {
@@ -253,25 +254,5 @@ impl<'a> Parser<'a> {
                 _ => return Err(self.syntax(c, "`,` or `)` in a value list")),
             }
         }
-    }
-}
-
-/// A label name or value: at most 63 characters, alphanumeric at both ends,
-/// `-`, `_` and `.` between (apimachinery's `IsQualifiedName` name part and
-/// `IsValidLabelValue`).
-fn is_name(s: &str) -> bool {
-    let alnum = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
-    s.len() <= 63
-        && alnum(s.chars().next())
-        && alnum(s.chars().last())
-        && s.chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-}
-
-/// `name` or `prefix/name`, the prefix a DNS subdomain.
-fn is_qualified_name(s: &str) -> bool {
-    match s.split_once('/') {
-        None => is_name(s),
-        Some((prefix, name)) => is_name(name) && crate::text::is_dns_subdomain(prefix),
     }
 }
