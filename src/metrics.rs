@@ -158,7 +158,7 @@ metrics! {
     guarded_present: Family<GuardKindLabels, Gauge> => "guarded_present",
         "1 while a guarded object (--guard-*) exists, 0 once it is gone; absent until its first list";
     registration_differences: Family<DirectionLabels, Gauge> => "registration_differences",
-        "Differences between the webhooks and what the policy in force needs: `skips` writes it judges (never checked), `sends` writes it never judges, `fails` (a condition that cannot evaluate)";
+        "Differences between the webhooks and what the policy in force needs: `skips` writes it judges (never checked), `sends` writes it never judges, `fails` (a condition that cannot evaluate), `edited` (not the rendering of the policy, though no probed write differs)";
 }
 
 /// The counters kept in statics, counted where no [`Metrics`] is at hand

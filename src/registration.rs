@@ -23,6 +23,7 @@
 
 pub mod apiserver;
 mod probes;
+mod structure;
 
 use std::collections::BTreeSet;
 
@@ -51,6 +52,10 @@ pub enum Direction {
     /// A condition or selector fails: under `failurePolicy: Fail` the write
     /// is refused without a call.
     Fails,
+    /// Not what the policy in force renders, though no probed write is
+    /// treated differently: edited by hand, or rendered from an equivalent
+    /// policy written otherwise.
+    Edited,
 }
 
 impl Direction {
@@ -60,6 +65,7 @@ impl Direction {
             Direction::Skips => "skips",
             Direction::Sends => "sends",
             Direction::Fails => "fails",
+            Direction::Edited => "edited",
         }
     }
 }
@@ -94,33 +100,27 @@ pub fn check(
         }];
     };
     let name = validating.metadata.name.clone().unwrap_or_default();
-    let (need_v, need_m) = configurations(&options(name), policy);
+    let main = validating
+        .list()
+        .iter()
+        .find(|w| role(&w.name) == "validate");
+    let excluded = structure::excluded_by_name(main.and_then(|w| w.namespace_selector.as_ref()));
+    let (need_v, need_m) = configurations(&options(name, excluded), policy);
     let mut differences = Vec::new();
-    let live_v = validating.list().iter().map(Hook::validating).collect();
-    let live_m = mutating.list().iter().map(Hook::mutating).collect();
-    let needed_v = needed(
+    let mut changed = Vec::new();
+    pair(
         validating.list(),
         need_v.list(),
+        "/validate",
         &mut differences,
-        |w| &w.name,
-        |live, need| ValidatingWebhook {
-            rules: need.rules.clone(),
-            match_conditions: need.match_conditions.clone(),
-            ..live.clone()
-        },
-        Hook::validating,
+        &mut changed,
     );
-    let needed_m = needed(
+    pair(
         mutating.list(),
         need_m.list(),
+        "/mutate",
         &mut differences,
-        |w| &w.name,
-        |live, need| MutatingWebhook {
-            rules: need.rules.clone(),
-            match_conditions: need.match_conditions.clone(),
-            ..live.clone()
-        },
-        Hook::mutating,
+        &mut changed,
     );
     let mut literals = BTreeSet::new();
     for expression in conditions(validating, mutating).chain(conditions(&need_v, &need_m)) {
@@ -128,28 +128,48 @@ pub fn check(
     }
     let (probes, namespaces) = probes::probes(policy, sources, &literals);
     let sides = Sides {
-        live_v,
-        live_m,
-        needed_v,
-        needed_m,
+        live_v: validating.list().iter().map(Hook::validating).collect(),
+        live_m: mutating.list().iter().map(Hook::mutating).collect(),
+        needed_v: need_v.list().iter().map(Hook::validating).collect(),
+        needed_m: need_m.list().iter().map(Hook::mutating).collect(),
         namespaces,
     };
+    let mut probed = Vec::new();
     for probe in &probes {
-        compare(&sides, policy, sources, probe, &mut differences);
+        compare(&sides, policy, sources, probe, &mut probed);
     }
+    // A condition changed both ways goes the way the probes found; with
+    // nothing found, it is only known not to be the rendered one.
+    let found = |d: Direction| probed.iter().any(|p: &Difference| p.direction == d);
+    let direction = match (found(Direction::Skips), found(Direction::Sends)) {
+        (true, _) => Direction::Skips,
+        (false, true) => Direction::Sends,
+        (false, false) => Direction::Edited,
+    };
+    for c in changed {
+        differences.push(Difference {
+            direction,
+            text: format!(
+                "the webhook `{}`: its conditions {} are not those rendered from the policy in force",
+                c.webhook,
+                c.conditions.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ")
+            ),
+        });
+    }
+    differences.extend(probed);
     summarize(differences)
 }
 
 /// What `register` was told, for the parts the check compares: rules and
 /// conditions do not depend on where the webhook is.
-fn options(name: String) -> Options {
+fn options(name: String, exclude_namespaces: Vec<String>) -> Options {
     Options {
         name,
         endpoint: WebhookAddress::Url("https://driftguard.invalid".into()),
         ca_bundle: Vec::new(),
         failure_policy: "Fail".into(),
         timeout_seconds: 5,
-        exclude_namespaces: Vec::new(),
+        exclude_namespaces,
     }
 }
 
@@ -202,43 +222,43 @@ fn role(name: &str) -> &str {
     name.split('.').next().unwrap_or(name)
 }
 
-/// The needed webhooks: each live one with the needed rules and conditions
-/// of its role, so selectors and failure policies (the operator's) compare
-/// equal; a role the live registration lacks, or has in excess, is a
-/// difference in itself.
-fn needed<W: Clone>(
-    live: &[W],
-    need: &[W],
+/// Each needed webhook against the live one of its role
+/// ([`structure::compare`]); a role missing or in excess is a difference in
+/// itself.
+fn pair<'a, W>(
+    live: &'a [W],
+    need: &'a [W],
+    path: &str,
     differences: &mut Vec<Difference>,
-    name: impl Fn(&W) -> &String,
-    merge: impl Fn(&W, &W) -> W,
-    hook: impl Fn(&W) -> Hook,
-) -> Vec<Hook> {
-    let mut hooks = Vec::new();
-    for n in need {
-        match live.iter().find(|l| role(name(l)) == role(name(n))) {
-            Some(l) => hooks.push(hook(&merge(l, n))),
-            None => {
-                differences.push(Difference {
-                    direction: Direction::Skips,
-                    text: format!("the webhook `{}` is missing", name(n)),
-                });
-                hooks.push(hook(n));
-            }
+    changed: &mut Vec<structure::Changed>,
+) where
+    structure::Shape<'a>: From<&'a W>,
+{
+    let live: Vec<structure::Shape> = live.iter().map(Into::into).collect();
+    for n in need.iter().map(structure::Shape::from) {
+        match live.iter().find(|l| role(l.name) == role(n.name)) {
+            Some(l) => changed.extend(structure::compare(l, &n, path, differences)),
+            None => differences.push(Difference {
+                direction: Direction::Skips,
+                text: format!("the webhook `{}` is missing", n.name),
+            }),
         }
     }
-    for l in live {
-        if !need.iter().any(|n| role(name(n)) == role(name(l))) {
+    for l in &live {
+        if !need
+            .iter()
+            .map(structure::Shape::from)
+            .any(|n| role(n.name) == role(l.name))
+        {
             differences.push(Difference {
                 direction: Direction::Sends,
                 text: format!(
                     "the webhook `{}` is not one the policy in force needs",
-                    name(l)
+                    l.name
                 ),
             });
         }
     }
-    hooks
 }
 
 /// Called by any of `hooks`, else why not.
@@ -308,9 +328,16 @@ fn judged(
     probe: &Probe,
     endpoint: Endpoint,
 ) -> Option<String> {
-    let body = serde_json::to_vec(&probe.attributes.admission_review()).ok()?;
-    let request = crate::request::parse(&body).ok()?;
-    let judged = judge_request(
+    let cannot = |e: String| Some(format!("cannot judge it ({e}), so it must be sent"));
+    let body = match serde_json::to_vec(&probe.attributes.admission_review()) {
+        Ok(body) => body,
+        Err(e) => return cannot(e.to_string()),
+    };
+    let request = match crate::request::parse(&body) {
+        Ok(request) => request,
+        Err(e) => return cannot(e.to_string()),
+    };
+    let judged = match judge_request(
         policy,
         &request,
         endpoint,
@@ -318,8 +345,10 @@ fn judged(
         sources,
         jiff::Timestamp::now(),
         &crate::deadline::Deadline::none(),
-    )
-    .ok()?;
+    ) {
+        Ok(judged) => judged,
+        Err(e) => return cannot(e.to_string()),
+    };
     match endpoint {
         Endpoint::Mutate => {
             let patched = judged.response.response.as_ref()?.patch.is_some();
@@ -382,19 +411,29 @@ fn summarize(differences: Vec<Difference>) -> Vec<Difference> {
     ordered.into_iter().map(|(_, d)| d).collect()
 }
 
-/// The differences as lines for a person: at most [`MAX_REPORTED`], then
-/// how many more.
+/// The differences as lines for a person: every webhook-level one (a few
+/// per webhook at most), then at most [`MAX_REPORTED`] probed writes and how
+/// many more.
 pub fn lines(differences: &[Difference]) -> Vec<String> {
-    let mut lines: Vec<String> = differences
+    let line = |d: &Difference| format!("{}: {}", d.direction.as_str(), d.text);
+    let (fields, writes): (Vec<_>, Vec<_>) = differences
         .iter()
-        .take(MAX_REPORTED)
-        .map(|d| format!("{}: {}", d.direction.as_str(), d.text))
-        .collect();
-    if differences.len() > MAX_REPORTED {
-        lines.push(format!("and {} more", differences.len() - MAX_REPORTED));
+        .partition(|d| d.text.starts_with("the webhook `"));
+    let mut lines: Vec<String> = fields.into_iter().map(line).collect();
+    lines.extend(writes.iter().take(MAX_REPORTED).map(|d| line(d)));
+    if writes.len() > MAX_REPORTED {
+        lines.push(format!("and {} more", writes.len() - MAX_REPORTED));
     }
     lines
 }
+
+/// Every direction, in the order reports list them.
+pub const DIRECTIONS: [Direction; 4] = [
+    Direction::Skips,
+    Direction::Sends,
+    Direction::Fails,
+    Direction::Edited,
+];
 
 /// How many differences go which way.
 pub fn count(differences: &[Difference], direction: Direction) -> usize {

@@ -25,6 +25,13 @@ const USERS: &[&str] = &[
     "system:serviceaccount:flux-system:kustomize-controller",
     "ci-*",
 ];
+/// What `controllers` may name (a node is never a GitOps tool).
+const CONTROLLERS: &[&str] = &[
+    "alice",
+    "system:serviceaccount:argocd:argocd-application-controller",
+    "system:serviceaccount:flux-system:kustomize-controller",
+    "ci-*",
+];
 const GROUPS: &[&str] = &["platform", "system:masters", "ops-*"];
 const ANNOTATIONS: &[&str] = &["argocd.argoproj.io/tracking-id", "example.com/tracking-id"];
 const LABELS: &[&str] = &["", "app.kubernetes.io/instance", "example.com/instance"];
@@ -36,7 +43,7 @@ fn policy() -> impl Strategy<Value = String> {
     (
         proptest::sample::subsequence(USERS, 0..=4),
         proptest::sample::subsequence(GROUPS, 0..=2),
-        proptest::sample::subsequence(USERS, 1..=3),
+        proptest::sample::subsequence(CONTROLLERS, 1..=3),
         (0..ANNOTATIONS.len(), 0..LABELS.len(), any::<bool>(), any::<bool>()),
         (0..MODES.len(), proptest::option::of((0..NAMESPACES.len(), 0..MODES.len()))),
         any::<bool>(),
@@ -66,6 +73,7 @@ fn policy() -> impl Strategy<Value = String> {
 fn writers() -> Vec<(String, Vec<String>)> {
     let mut names: Vec<String> = USERS
         .iter()
+        .chain(CONTROLLERS)
         .chain(GROUPS)
         .flat_map(|p| [p.replace('*', "x"), p.replace('*', "a:b").replace('?', "1")])
         .collect();

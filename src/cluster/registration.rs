@@ -24,7 +24,7 @@ use tokio::sync::watch;
 use super::events::{EventRecorder, Report};
 use super::watch::SourcesHandle;
 use crate::metrics::{DirectionLabels, Metrics};
-use crate::registration::{self, Difference, Direction};
+use crate::registration::{self, Difference};
 use crate::server::probes::Health;
 use crate::service::PolicyHandle;
 
@@ -116,16 +116,27 @@ impl Checker {
                 })
                 .await;
                 match checked {
-                    Ok(differences) => self.report(&differences, uid),
-                    Err(e) => tracing::error!(error = %e, "the registration check failed"),
+                    Ok(differences) => {
+                        self.report(&differences, uid);
+                        last = Some(inputs);
+                    }
+                    // Tried again at the next look, and degraded meanwhile.
+                    Err(e) => {
+                        tracing::error!(error = %e, "the registration check failed");
+                        *self
+                            .health
+                            .registration
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner()) =
+                            Some(format!("the registration check failed ({e})"));
+                    }
                 }
-                last = Some(inputs);
             }
         });
     }
 
     fn report(&self, differences: &[Difference], uid: Option<String>) {
-        for direction in [Direction::Skips, Direction::Sends, Direction::Fails] {
+        for direction in registration::DIRECTIONS {
             let count = registration::count(differences, direction);
             self.metrics
                 .registration_differences
@@ -189,7 +200,7 @@ fn summary(differences: &[Difference]) -> Option<String> {
     if differences.is_empty() {
         return None;
     }
-    let parts: Vec<String> = [Direction::Skips, Direction::Sends, Direction::Fails]
+    let parts: Vec<String> = registration::DIRECTIONS
         .into_iter()
         .filter_map(|d| {
             let n = registration::count(differences, d);

@@ -26,6 +26,9 @@ pub(crate) struct Probe {
 /// The namespace probes are written in; never one a registration opts out.
 pub(crate) const NAMESPACE: &str = "driftguard-probe";
 const NAME: &str = "driftguard-probe";
+/// Stands for the namespace a probe is written in, in its tracking id, so
+/// that the id names the object wherever it is.
+const IN_NAMESPACE: &str = "@namespace@";
 /// A person: no policy trusts it (a policy that did would be refused).
 const PERSON: &str = "driftguard-probe:person";
 /// Literals and keys probed at most: a registration's conditions are at most
@@ -47,8 +50,12 @@ pub(crate) fn probes(
             probes.push(write(operation, NAMESPACE, PERSON, &[], meta));
         }
     }
-    // Who writes, on an object the policy's own detector claims.
+    // Who writes, on an object the policy's own detector claims; and each
+    // key beside that claim (a condition may skip on one).
     if let Some(claimed) = keys.first() {
+        for meta in keys.iter().skip(1) {
+            probes.push(write("UPDATE", NAMESPACE, PERSON, &[], &claimed.and(meta)));
+        }
         for identity in identities(policy, literals) {
             probes.push(write("UPDATE", NAMESPACE, &identity, &[], claimed));
             probes.push(write("UPDATE", NAMESPACE, PERSON, &[identity], claimed));
@@ -78,7 +85,7 @@ fn tracking_keys(
     sources: Option<&Sources>,
     literals: &BTreeSet<String>,
 ) -> Vec<Metadata> {
-    let tracking_id = format!("{NAME}:apps/Deployment:{NAMESPACE}/{NAME}");
+    let tracking_id = format!("{NAME}:apps/Deployment:{IN_NAMESPACE}/{NAME}");
     let mut keys = Vec::new();
     if let Some(argo) = &policy.argocd {
         keys.push(Metadata::annotation(
@@ -183,6 +190,20 @@ impl Metadata {
         }
     }
 
+    /// Both claims at once.
+    fn and(&self, other: &Metadata) -> Self {
+        let merge = |a: &Value, b: &Value| {
+            let mut m = a.as_object().cloned().unwrap_or_default();
+            m.extend(b.as_object().cloned().unwrap_or_default());
+            Value::Object(m)
+        };
+        Self {
+            what: format!("{} and {}", self.what, other.what),
+            annotations: merge(&self.annotations, &other.annotations),
+            labels: merge(&self.labels, &other.labels),
+        }
+    }
+
     fn flux(tool: &str) -> Self {
         let (name, namespace) = (
             format!("{tool}.toolkit.fluxcd.io/name"),
@@ -197,16 +218,22 @@ impl Metadata {
 }
 
 fn deployment(namespace: &str, meta: &Metadata, image: &str) -> Value {
+    let mut metadata = json!({
+        "name": NAME,
+        "namespace": namespace,
+        "uid": "00000000-0000-4000-8000-0000000000d9",
+    });
+    // As the apiserver stores them: an empty map is no map.
+    for (key, map) in [("annotations", &meta.annotations), ("labels", &meta.labels)] {
+        if map.as_object().is_some_and(|m| !m.is_empty()) {
+            let text = map.to_string().replace(IN_NAMESPACE, namespace);
+            metadata[key] = serde_json::from_str(&text).unwrap_or_default();
+        }
+    }
     json!({
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": {
-            "name": NAME,
-            "namespace": namespace,
-            "uid": "00000000-0000-4000-8000-0000000000d9",
-            "annotations": meta.annotations,
-            "labels": meta.labels,
-        },
+        "metadata": metadata,
         "spec": {
             "replicas": 1,
             "selector": {"matchLabels": {"app": NAME}},

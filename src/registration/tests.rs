@@ -1,11 +1,15 @@
 use super::*;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 fn policy(yaml: &str) -> Policy {
     Policy::from_yaml(yaml, "test").expect("a valid policy")
 }
 
 fn rendered(policy: &Policy) -> (ValidatingWebhookConfiguration, MutatingWebhookConfiguration) {
-    configurations(&options("driftguard".into()), policy)
+    configurations(
+        &options("driftguard".into(), vec!["monitoring".into()]),
+        policy,
+    )
 }
 
 fn differences(in_force: &Policy, rendered_from: &Policy) -> Vec<Difference> {
@@ -126,4 +130,96 @@ fn an_instance_label_argocd_cm_tracks_by_is_a_skip_until_the_policy_names_it() {
     let (v, m) = rendered(&named);
     let found = check(&named, Some(&sources), Some(&v), Some(&m));
     assert_eq!(found, vec![], "{found:#?}");
+}
+
+fn skips(found: &[Difference], needle: &str) -> bool {
+    found
+        .iter()
+        .any(|d| d.direction == Direction::Skips && d.text.contains(needle))
+}
+
+/// Hand edits the probes alone would not see (the attacker review of issue
+/// 48): each is a skip, named by the field it edited.
+#[test]
+fn a_hand_edit_of_any_field_that_decides_what_is_sent_is_a_skip() {
+    let p = policy("{}");
+    let (v, m) = rendered(&p);
+    type Edit = Box<dyn Fn(&mut ValidatingWebhook)>;
+    let edits: Vec<(&str, Edit)> = vec![
+        (
+            "condition `hotfix`",
+            Box::new(|w| {
+                w.match_conditions.as_mut().unwrap().push(
+                k8s_openapi::api::admissionregistration::v1::MatchCondition {
+                    name: "hotfix".into(),
+                    expression: "object == null || !has(object.metadata.labels) || !('example.com/hotfix' in object.metadata.labels)".into(),
+                },
+            )
+            }),
+        ),
+        (
+            "no rule sends",
+            Box::new(|w| w.rules.as_mut().unwrap()[0].resources = Some(vec!["deployments".into()])),
+        ),
+        (
+            "an objectSelector",
+            Box::new(|w| {
+                w.object_selector = Some(LabelSelector {
+                    match_labels: Some([("team".to_owned(), "a".to_owned())].into()),
+                    ..Default::default()
+                })
+            }),
+        ),
+        (
+            "namespaceSelector",
+            Box::new(|w| {
+                w.namespace_selector = Some(LabelSelector {
+                    match_labels: Some(
+                        [("nonexistent.example.com/x".to_owned(), "y".to_owned())].into(),
+                    ),
+                    ..Default::default()
+                })
+            }),
+        ),
+        (
+            "matchPolicy",
+            Box::new(|w| w.match_policy = Some("Exact".into())),
+        ),
+        (
+            "another path",
+            Box::new(|w| w.client_config.url = Some("https://driftguard.invalid/mutate".into())),
+        ),
+    ];
+    for (needle, edit) in edits {
+        let mut edited = v.clone();
+        edit(&mut edited.webhooks.as_mut().unwrap()[0]);
+        let found = check(&p, None, Some(&edited), Some(&m));
+        assert!(skips(&found, needle), "{needle}: {found:#?}");
+    }
+    // Excluding one more namespace by name is the operator's choice.
+    let mut excluded = v.clone();
+    for w in excluded.webhooks.as_mut().unwrap() {
+        if let Some(s) = &mut w.namespace_selector
+            && let Some(e) = s.match_expressions.as_mut()
+        {
+            e[0].values.as_mut().unwrap().push("legacy".into());
+        }
+    }
+    let found = check(&p, None, Some(&excluded), Some(&m));
+    assert_eq!(found, vec![], "{found:#?}");
+}
+
+/// A warn namespace added to the ConfigMap alone: the mutating webhook
+/// skips the drift record's patch there, under the default detectors.
+#[test]
+fn a_warn_namespace_added_to_the_policy_only_is_a_skip() {
+    let rendered_from = policy("mode: enforce\nnamespaces: []\n");
+    let in_force = policy("mode: enforce\nnamespaces:\n  - names: [team-a]\n    mode: warn\n");
+    let found = differences(&in_force, &rendered_from);
+    assert!(
+        found.iter().any(|d| d.direction == Direction::Skips
+            && d.text.contains("in `team-a`")
+            && d.text.contains("mutating")),
+        "{found:#?}"
+    );
 }

@@ -411,11 +411,7 @@ mod tests {
                 open: false,
                 text: "ok".into(),
             },
-            registration: Listing::Found(vec![RegistrationReport {
-                differences: vec!["skips: …".into()],
-                unsound: true,
-                fix: Some(crate::registration::FIX),
-            }]),
+            registration: Listing::NotReadable("forbidden".into()),
         };
         let v = serde_json::to_value(&report).unwrap();
         assert_eq!(
