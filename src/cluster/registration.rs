@@ -165,10 +165,19 @@ impl Checker {
             tracing::warn!(difference = %line, fix = registration::FIX, "the webhooks differ from the policy in force");
         }
         let Some(events) = &self.events else { return };
+        // An Event's note is cut at 1 kB: the fix, then a write it concerns
+        // (what a reader acts on), before the webhook-level lines.
+        let (writes, fields): (Vec<&String>, Vec<&String>) =
+            lines.iter().partition(|l| !l.contains(": the webhook `"));
+        let first: Vec<&String> = writes.into_iter().chain(fields).collect();
         let note = format!(
-            "{summary}: {}. Fix: {}",
-            lines.join("; "),
-            registration::FIX
+            "{summary}. Fix: {}. {}",
+            registration::FIX,
+            first
+                .iter()
+                .map(|l| l.as_str())
+                .collect::<Vec<_>>()
+                .join("; ")
         );
         let suffix = &crate::policy::digest(&note)["sha256:".len()..][..16];
         events.report_once(
