@@ -277,15 +277,7 @@ fn register(args: RegisterArgs) -> Result<ExitCode, Failure> {
         print!("{}", register::to_yaml(&validating, &mutating));
         return Ok(ExitCode::SUCCESS);
     }
-    crate::server::tls::install_process_default();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| Failure(format!("cannot start the runtime: {e}")))?;
-    runtime.block_on(async {
-        let client = crate::cluster::client(args.kubeconfig.as_deref())
-            .await
-            .map_err(|e| Failure(e.to_string()))?;
+    with_cluster(args.kubeconfig.as_deref(), async |client| {
         register::apply(client, &validating, &mutating)
             .await
             .map_err(|e| Failure(format!("server-side apply failed: {e}")))
@@ -297,6 +289,25 @@ fn register(args: RegisterArgs) -> Result<ExitCode, Failure> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Runs `work` with a client of the cluster `kubeconfig` names (default:
+/// in-cluster or $KUBECONFIG), on a runtime of its own.
+fn with_cluster<T>(
+    kubeconfig: Option<&Path>,
+    work: impl AsyncFnOnce(kube::Client) -> Result<T, Failure>,
+) -> Result<T, Failure> {
+    crate::server::tls::install_process_default();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Failure(format!("cannot start the runtime: {e}")))?;
+    runtime.block_on(async {
+        let client = crate::cluster::client(kubeconfig)
+            .await
+            .map_err(|e| Failure(e.to_string()))?;
+        work(client).await
+    })
+}
+
 /// `register --check`: the registration against what `policy` needs.
 fn check_registration(args: &RegisterArgs, policy: &Policy) -> Result<ExitCode, Failure> {
     use crate::registration;
@@ -305,21 +316,11 @@ fn check_registration(args: &RegisterArgs, policy: &Policy) -> Result<ExitCode, 
             registration::read_rendered(&String::from_utf8_lossy(&read_input(path)?), &args.name)
                 .map_err(|e| Failure(format!("{}: {e}", path.display())))?
         }
-        None => {
-            crate::server::tls::install_process_default();
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .map_err(|e| Failure(format!("cannot start the runtime: {e}")))?;
-            runtime.block_on(async {
-                let client = crate::cluster::client(args.kubeconfig.as_deref())
-                    .await
-                    .map_err(|e| Failure(e.to_string()))?;
-                crate::cluster::register::read(client, &args.name)
-                    .await
-                    .map_err(|e| Failure(format!("cannot read the webhooks {}: {e}", args.name)))
-            })?
-        }
+        None => with_cluster(args.kubeconfig.as_deref(), async |client| {
+            crate::cluster::register::read(client, &args.name)
+                .await
+                .map_err(|e| Failure(format!("cannot read the webhooks {}: {e}", args.name)))
+        })?,
     };
     let differences = registration::check(policy, None, validating.as_ref(), mutating.as_ref());
     if differences.is_empty() {

@@ -115,6 +115,8 @@ metrics! {
         "Reviews answered by --on-error unparsed: the memory budget stayed spent until their deadline";
     policy_reloads: Family<ResultLabels, Counter> => "policy_reloads",
         "Policy reloads, by result";
+    policy_file_refused: Gauge => "policy_file_refused",
+        "1 while the policy file on disk is refused (the last good policy serves; the next restart would not start), 0 once one loads";
     certificate_reloads: Family<ResultLabels, Counter> => "certificate_reloads",
         "Serving certificate reloads, by result";
     certificate_expiry: Family<CertificateLabels, Gauge> => "certificate_expiry_timestamp_seconds",

@@ -145,19 +145,7 @@ fn changes_of_driftguards_own_objects_are_audited_and_raise_one_event() {
     plane.add_user(SA, &[]);
 
     // The chart's RBAC first, so the guard's first list already succeeds.
-    let rbac = render_chart(&plane, 1, &[]);
-    let docs: Vec<Value> = serde_saphyr::from_multiple(&rbac.yaml).unwrap();
-    let rbac_only: String = docs
-        .iter()
-        .filter(|d| {
-            d["apiVersion"]
-                .as_str()
-                .is_some_and(|v| v.starts_with("rbac.authorization.k8s.io"))
-        })
-        .map(|d| format!("---\n{}", serde_saphyr::to_string(d).unwrap()))
-        .collect();
-    let out = plane.kubectl_stdin("admin", &["apply", "-f", "-"], Some(&rbac_only));
-    assert!(out.ok, "{out}");
+    let rbac = apply_chart_rbac(&plane);
 
     let policy = plane.dir.join("guard-policy.yaml");
     std::fs::write(&policy, &rbac.policy).unwrap();
@@ -433,19 +421,7 @@ fn webhooks_that_skip_what_the_reloaded_policy_judges_are_reported() {
     let mut plane = ControlPlane::start("registration");
     plane.create_namespaces(&["driftguard", "argocd", "production"]);
     plane.add_user(SA, &[]);
-    let rbac = render_chart(&plane, 1, &[]);
-    let docs: Vec<Value> = serde_saphyr::from_multiple(&rbac.yaml).unwrap();
-    let rbac_only: String = docs
-        .iter()
-        .filter(|d| {
-            d["apiVersion"]
-                .as_str()
-                .is_some_and(|v| v.starts_with("rbac.authorization.k8s.io"))
-        })
-        .map(|d| format!("---\n{}", serde_saphyr::to_string(d).unwrap()))
-        .collect();
-    let out = plane.kubectl_stdin("admin", &["apply", "-f", "-"], Some(&rbac_only));
-    assert!(out.ok, "{out}");
+    let rbac = apply_chart_rbac(&plane);
     let policy = plane.dir.join("registration-policy.yaml");
     std::fs::write(&policy, &rbac.policy).unwrap();
     let dg = Driftguard::start(
@@ -540,6 +516,23 @@ fn webhooks_that_skip_what_the_reloaded_policy_judges_are_reported() {
     admin_apply(&plane, &in_release_namespace(&narrow.webhooks));
     wait_skips(|n| n == 0.0, "the re-rendered webhooks matching");
     assert_eq!(probe_get(dg.probe, "/readyz"), (200, "ready\n".to_owned()));
+}
+
+/// The chart's RBAC objects, applied; the chart as rendered for them.
+fn apply_chart_rbac(plane: &ControlPlane) -> ChartInstall {
+    let chart = render_chart(plane, 1, &[]);
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&chart.yaml).unwrap();
+    let rbac_only: String = docs
+        .iter()
+        .filter(|d| {
+            d["apiVersion"]
+                .as_str()
+                .is_some_and(|v| v.starts_with("rbac.authorization.k8s.io"))
+        })
+        .map(|d| format!("---\n{}", serde_saphyr::to_string(d).unwrap()))
+        .collect();
+    admin_apply(plane, &rbac_only);
+    chart
 }
 
 fn admin_apply(plane: &ControlPlane, yaml: &str) {

@@ -56,7 +56,7 @@ const VARIANTS: &[Variant] = &[
         // skips the on-call group's writes.
         sets: &[
             "breakGlass.restoreAtExpiry=false",
-            "policy.breakGlass.allowedUsers={}",
+            "policy.breakGlass.allowedUsers=null",
             "policy.trusted.groups={sre-oncall}",
         ],
     },

@@ -31,6 +31,22 @@ impl Policy {
                 let exempt = [&self.controllers, &self.trusted]
                     .iter()
                     .any(|ids| covers_an_account_of(ids, namespace));
+                // argocd-server writes for every Argo CD UI and API user: a
+                // glob over the namespace's accounts must not exempt it.
+                let server = format!("system:serviceaccount:{namespace}:argocd-server");
+                let groups = [
+                    "system:serviceaccounts".to_owned(),
+                    format!("system:serviceaccounts:{namespace}"),
+                    "system:authenticated".to_owned(),
+                ];
+                if [&self.controllers, &self.trusted]
+                    .iter()
+                    .any(|ids| ids.contains(&server, &groups))
+                {
+                    return Err(PolicyError(format!(
+                        "{file}: controllers or trusted cover `{server}`, Argo CD's API server ({flag}): it writes on behalf of every Argo CD UI and API user (a live-manifest edit, a resource action), which are manual changes. Name the application controller alone: `system:serviceaccount:{namespace}:argocd-application-controller`"
+                    )));
+                }
                 if !exempt {
                     return Err(PolicyError(format!(
                         "{file}: controllers (and trusted) cover no service account of namespace `{namespace}`, where Argo CD runs ({flag}): its application controller's syncs would be denied as manual changes. Add its account to controllers.users (in a standard install `system:serviceaccount:{namespace}:argocd-application-controller`), give {flag} the namespace Argo CD runs in, or set gitops.argocd.enabled: false"
@@ -86,8 +102,6 @@ mod tests {
         );
         for covered in [
             "controllers: {users: ['system:serviceaccount:openshift-gitops:openshift-gitops-argocd-application-controller']}\n",
-            "controllers: {users: ['system:serviceaccount:{argocd,openshift-gitops}:*']}\n",
-            "controllers: {groups: ['system:serviceaccounts:openshift-gitops']}\n",
             "trusted: {users: ['system:serviceaccount:openshift-gitops:team-controller']}\n",
             "gitops: {argocd: {enabled: false}}\n",
         ] {
@@ -106,6 +120,27 @@ mod tests {
             flux_only.check_serving(&Serving::default()).is_ok(),
             "no Argo CD here"
         );
+    }
+
+    /// The careless operator's review of issue 48: a glob over Argo CD's
+    /// accounts, copied from the docs, exempted argocd-server's writes.
+    #[test]
+    fn a_pattern_covering_argocd_server_is_refused() {
+        for wide in [
+            "controllers: {users: ['system:serviceaccount:argocd:*']}\n",
+            "controllers: {users: ['system:serviceaccount:{argocd,flux-system}:*']}\n",
+            "controllers: {groups: ['system:serviceaccounts:argocd']}\n",
+            "trusted: {users: ['system:serviceaccount:argocd:argocd-server']}\n",
+        ] {
+            let err = policy(wide)
+                .check_serving(&argocd_in("argocd", "--argocd-namespace"))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains("cover `system:serviceaccount:argocd:argocd-server`"),
+                "{wide}: {err}"
+            );
+        }
     }
 
     /// Issue 48: break-glass allowed where the chart turned the sweeper off

@@ -65,6 +65,9 @@ pub(crate) fn probes(
             namespaces.push(namespace);
         }
         probes.push(scale(claimed));
+        for (group, resource) in kinds(literals) {
+            probes.push(kind_write(&group, &resource, claimed));
+        }
     }
     probes.extend(deletes_of_containers());
     let namespaces = namespaces
@@ -217,7 +220,9 @@ impl Metadata {
     }
 }
 
-fn deployment(namespace: &str, meta: &Metadata, image: &str) -> Value {
+/// A probe object's metadata: `meta`'s claim, its tracking id naming the
+/// object (`group/Kind`, namespace) wherever it is written.
+fn metadata(namespace: &str, meta: &Metadata, group_kind: &str) -> Value {
     let mut metadata = json!({
         "name": NAME,
         "namespace": namespace,
@@ -226,14 +231,21 @@ fn deployment(namespace: &str, meta: &Metadata, image: &str) -> Value {
     // As the apiserver stores them: an empty map is no map.
     for (key, map) in [("annotations", &meta.annotations), ("labels", &meta.labels)] {
         if map.as_object().is_some_and(|m| !m.is_empty()) {
-            let text = map.to_string().replace(IN_NAMESPACE, namespace);
+            let text = map
+                .to_string()
+                .replace(IN_NAMESPACE, namespace)
+                .replace("apps/Deployment", group_kind);
             metadata[key] = serde_json::from_str(&text).unwrap_or_default();
         }
     }
+    metadata
+}
+
+fn deployment(namespace: &str, meta: &Metadata, image: &str) -> Value {
     json!({
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": metadata,
+        "metadata": metadata(namespace, meta, "apps/Deployment"),
         "spec": {
             "replicas": 1,
             "selector": {"matchLabels": {"app": NAME}},
@@ -243,6 +255,66 @@ fn deployment(namespace: &str, meta: &Metadata, image: &str) -> Value {
             },
         },
     })
+}
+
+/// A person's UPDATE of a claimed object of `group`/`resource`: each kind
+/// either side names (the excluded kinds' condition lists them), so a kind
+/// the live webhooks exclude and the policy judges is found.
+fn kind_write(group: &str, resource: &str, meta: &Metadata) -> Probe {
+    let kind = {
+        let singular = resource.strip_suffix('s').unwrap_or(resource);
+        let mut chars = singular.chars();
+        chars
+            .next()
+            .map(|c| c.to_ascii_uppercase().to_string() + chars.as_str())
+            .unwrap_or_default()
+    };
+    let api_version = if group.is_empty() {
+        "v1".to_owned()
+    } else {
+        format!("{group}/v1")
+    };
+    let group_kind = format!("{group}/{kind}");
+    let object = |value: &str| {
+        json!({
+            "apiVersion": api_version,
+            "kind": kind,
+            "metadata": metadata(NAMESPACE, meta, &group_kind),
+            "spec": {"probe": value},
+            "data": {"probe": value},
+        })
+    };
+    let mut attributes = attributes("UPDATE", NAMESPACE, PERSON, &[]);
+    attributes.resource = (group.into(), "v1".into(), resource.into());
+    attributes.kind = (group.into(), "v1".into(), kind.clone());
+    attributes.old_object = Some(object("1"));
+    attributes.object = Some(object("2"));
+    Probe {
+        what: format!("UPDATE by a person of a {group_kind} {}", meta.what),
+        attributes,
+        parent: None,
+    }
+}
+
+/// `group/resource` (the excluded kinds' form), or a bare API group, named
+/// by a literal.
+fn kinds(literals: &BTreeSet<String>) -> Vec<(String, String)> {
+    let name = |s: &str| {
+        !s.is_empty()
+            && s.chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
+    };
+    literals
+        .iter()
+        .filter_map(|l| match l.split_once('/') {
+            Some((group, resource)) if (group.is_empty() || name(group)) && name(resource) => {
+                Some((group.to_owned(), resource.to_owned()))
+            }
+            None if l.contains('.') && name(l) => Some((l.clone(), "driftguardprobes".into())),
+            _ => None,
+        })
+        .take(MAX_VALUES)
+        .collect()
 }
 
 fn attributes(operation: &str, namespace: &str, user: &str, groups: &[String]) -> Attributes {

@@ -223,3 +223,22 @@ fn a_warn_namespace_added_to_the_policy_only_is_a_skip() {
         "{found:#?}"
     );
 }
+
+/// The careless operator's review of issue 48: `webhook.excludedResources`
+/// extended with a kind the policy judges was only `edited`; the probes now
+/// write every kind either side names, so it is a skip.
+#[test]
+fn a_judged_kind_added_to_the_excluded_ones_is_a_skip() {
+    let p = policy("{}");
+    let (mut v, m) = rendered(&p);
+    for w in v.webhooks.as_mut().unwrap() {
+        for c in w.match_conditions.as_mut().unwrap() {
+            if c.name == "exclude-unmanaged-kinds" {
+                c.expression = c.expression.replacen(") in [", ") in ['/configmaps', ", 1);
+            }
+        }
+    }
+    let found = check(&p, None, Some(&v), Some(&m));
+    assert!(skips(&found, "exclude-unmanaged-kinds"), "{found:#?}");
+    assert!(skips(&found, "a /Configmap"), "{found:#?}");
+}

@@ -113,10 +113,12 @@ fn reload_policy(
             tracing::info!(path = %policy_path.display(), digest = %policy.digest, mode = policy.mode.as_str(), "policy reloaded");
             handle.replace(policy);
             Metrics::reloaded(&metrics.policy_reloads, true);
+            metrics.policy_file_refused.set(0);
             true
         }
         Err(e) => {
             Metrics::reloaded(&metrics.policy_reloads, false);
+            metrics.policy_file_refused.set(1);
             tracing::error!(error = %e, "new policy refused; the last good policy stays in force");
             false
         }
@@ -321,6 +323,19 @@ mod tests {
                 .contains("driftguard_policy_reloads_total{result=\"failure\"} 2"),
             "{}",
             metrics.encode()
+        );
+        // Refused for as long as the file stays so, not for an alert window.
+        assert!(
+            metrics
+                .encode()
+                .contains("driftguard_policy_file_refused 1")
+        );
+        std::fs::write(&path, "mode: enforce\n").unwrap();
+        assert!(reload_policy(&path, &[], &serving, &handle, &metrics));
+        assert!(
+            metrics
+                .encode()
+                .contains("driftguard_policy_file_refused 0")
         );
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -44,12 +44,34 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- if regexMatch "[*?\\[\\]{}\\\\]" (trimSuffix "*" $g) }}{{ else if hasSuffix "*" $g }}{{ $gprefixes = append $gprefixes (trimSuffix "*" $g) }}{{ else }}{{ $gexact = append $gexact $g }}{{ end -}}
 {{- end -}}
 {{- end -}}
+{{- include "driftguard.refuseSkipAll" (list $exact $prefixes $gexact $gprefixes) -}}
 {{- $terms := list -}}
 {{- if $exact }}{{ $terms = append $terms (printf "request.userInfo.username in [%s]" (include "driftguard.celList" $exact)) }}{{ end -}}
 {{- range $p := $prefixes }}{{ $terms = append $terms (printf "request.userInfo.username.startsWith(%s)" (include "driftguard.celString" $p)) }}{{ end -}}
 {{- if $gexact }}{{ $terms = append $terms (printf "(has(request.userInfo.groups) && request.userInfo.groups.exists(g, g in [%s]))" (include "driftguard.celList" $gexact)) }}{{ end -}}
 {{- range $p := $gprefixes }}{{ $terms = append $terms (printf "(has(request.userInfo.groups) && request.userInfo.groups.exists(g, g.startsWith(%s)))" (include "driftguard.celString" $p)) }}{{ end -}}
 {{- if $terms }}!({{ join " || " $terms }}){{ end -}}
+{{- end -}}
+
+{{/* driftguard refuses, at load, a controllers or trusted pattern that covers
+any user, the unauthenticated user or a service account of a namespace it does
+not name (src/policy/identity_traps.rs); its pods would then not start while
+these conditions skip those writes inside the apiserver. So the chart refuses
+the ones it renders into CEL (exact names and prefix* globs) against the same
+probe identities; tests/chart.rs checks no rendered condition skips one. */}}
+{{- define "driftguard.refuseSkipAll" -}}
+{{- $exact := index . 0 -}}{{- $prefixes := index . 1 -}}{{- $gexact := index . 2 -}}{{- $gprefixes := index . 3 -}}
+{{- $sa := "system:serviceaccount:" -}}{{- $sas := "system:serviceaccounts:" -}}
+{{- $why := "policy.controllers / policy.trusted: `%s` would make the webhooks skip %s; driftguard refuses such a policy at load (name the identities, and the namespaces of service accounts)" -}}
+{{- if has "system:anonymous" $exact }}{{ fail (printf $why "system:anonymous" "the unauthenticated user") }}{{ end -}}
+{{- range $p := $prefixes -}}
+{{- if or (hasPrefix $p $sa) (hasPrefix $p "system:anonymous") }}{{ fail (printf $why (printf "%s*" $p) "every user or every service account") }}{{ end -}}
+{{- if and (hasPrefix $sa $p) (not (contains ":" (trimPrefix $sa $p))) }}{{ fail (printf $why (printf "%s*" $p) "that service account in every namespace the glob matches") }}{{ end -}}
+{{- end -}}
+{{- range $g := list "system:authenticated" "system:unauthenticated" "system:serviceaccounts" -}}
+{{- if has $g $gexact }}{{ fail (printf $why $g "every member of that group") }}{{ end -}}
+{{- range $p := $gprefixes }}{{ if or (hasPrefix $p $g) (hasPrefix $sas $p) }}{{ fail (printf $why (printf "%s*" $p) "every member of a built-in group") }}{{ end }}{{ end -}}
+{{- end -}}
 {{- end -}}
 
 {{- define "driftguard.celString" -}}
