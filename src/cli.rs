@@ -149,6 +149,8 @@ enum PolicyCommand {
         #[arg(required = true)]
         files: Vec<PathBuf>,
     },
+    /// Print the JSON Schema of a policy file (the chart's values.schema.json `policy`).
+    Schema,
 }
 
 /// A failure with a one-line message, reported on stderr with exit code 2.
@@ -168,6 +170,12 @@ impl Cli {
             Command::Policy {
                 command: PolicyCommand::Lint { files },
             } => Ok(lint_files(&files)),
+            Command::Policy {
+                command: PolicyCommand::Schema,
+            } => {
+                println!("{:#}", crate::policy::json_schema());
+                Ok(ExitCode::SUCCESS)
+            }
         };
         result.unwrap_or_else(|Failure(msg)| {
             eprintln!("driftguard: {msg}");

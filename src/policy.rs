@@ -26,7 +26,7 @@ use jiff::SignedDuration;
 
 pub use argocd::Application;
 pub use ignore::{IgnoreRule, RuleFailure, RuleSet, Target};
-pub use schema::{Mode, PlannedCreates, Precision, UnknownParent};
+pub use schema::{Mode, PlannedCreates, Precision, UnknownParent, json_schema};
 
 pub(crate) use detector::ArgoDetector;
 pub(crate) use file::load_sources;

@@ -1,4 +1,6 @@
-//! The chart never renders webhooks that skip the identities driftguard
+//! Values the chart must refuse before anything changes. Unknown keys under
+//! `policy` at any level (its schema is the policy's own, generated:
+//! tests/one_source.rs). And the chart never renders webhooks that skip the identities driftguard
 //! refuses to exempt: for generated `controllers`/`trusted` patterns, either
 //! `helm template` fails naming the refusal, or no rendered webhook's
 //! conditions skip a write by any user, a service account of a namespace no
@@ -80,21 +82,63 @@ fn list(items: &[&str]) -> String {
     format!("{{{}}}", items.join(","))
 }
 
+fn template(sets: &[String]) -> std::process::Output {
+    let mut cmd = std::process::Command::new(helm());
+    cmd.args([
+        "template",
+        "dg",
+        &format!("{ROOT}/charts/driftguard"),
+        "-n",
+        "driftguard",
+    ])
+    .args(["--set", "webhook.url=https://127.0.0.1:8443"])
+    .args([
+        "--set-string",
+        "certificates.provided.ca=x",
+        "--set-string",
+        "certificates.provided.cert=x",
+        "--set-string",
+        "certificates.provided.key=x",
+    ]);
+    for s in sets {
+        cmd.args(["--set", s]);
+    }
+    cmd.output().unwrap()
+}
+
+/// Every object of a policy file, where a key can be misspelt.
+const OBJECTS: &[&str] = &[
+    "policy",
+    "policy.controllers",
+    "policy.trusted",
+    "policy.breakGlass",
+    "policy.gitops",
+    "policy.gitops.argocd",
+    "policy.gitops.flux",
+];
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 32, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn an_unknown_policy_key_at_any_level_fails_the_render(
+        object in proptest::sample::select(OBJECTS),
+        key in "[a-z]{3,8}x",
+    ) {
+        let out = template(&[format!("{object}.{key}=false")]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        prop_assert!(!out.status.success() && stderr.contains(&format!("additional properties '{key}' not allowed")), "{object}.{key}: {stderr}");
+    }
 
     #[test]
     fn the_chart_never_renders_a_skip_of_an_identity_no_section_may_exempt(
         users in proptest::sample::subsequence(PATTERNS, 0..=2),
         groups in proptest::sample::subsequence(GROUPS, 0..=2),
     ) {
-        let mut cmd = std::process::Command::new(helm());
-        cmd.args(["template", "dg", &format!("{ROOT}/charts/driftguard"), "-n", "driftguard"])
-            .args(["--set", "webhook.url=https://127.0.0.1:8443"])
-            .args(["--set-string", "certificates.provided.ca=x", "--set-string", "certificates.provided.cert=x", "--set-string", "certificates.provided.key=x"])
-            .args(["--set", &format!("policy.trusted.users={}", list(&users))])
-            .args(["--set", &format!("policy.trusted.groups={}", list(&groups))]);
-        let out = cmd.output().unwrap();
+        let out = template(&[
+            format!("policy.trusted.users={}", list(&users)),
+            format!("policy.trusted.groups={}", list(&groups)),
+        ]);
         let stderr = String::from_utf8_lossy(&out.stderr);
         if !out.status.success() {
             prop_assert!(stderr.contains("driftguard refuses such a policy"), "{users:?} {groups:?}: {stderr}");

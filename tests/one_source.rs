@@ -373,3 +373,20 @@ fn the_chart_readme_is_generated_from_the_values_comments() {
     }
     rows("", &yaml(&values), &fresh);
 }
+
+/// The chart's schema for `policy` is the policy's own (issue 48: a typo in
+/// `policy.gitops` rendered, and the pods then refused the policy). Refresh it
+/// with `driftguard policy schema` when the policy's schema changes:
+/// `jq --argjson p "$(driftguard policy schema)" '.properties.policy = $p'`.
+#[test]
+fn the_charts_policy_schema_is_generated_from_the_policys() {
+    let chart: Value = serde_json::from_str(
+        &std::fs::read_to_string(format!("{ROOT}/charts/driftguard/values.schema.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        chart["properties"]["policy"],
+        driftguard::policy::json_schema(),
+        "charts/driftguard/values.schema.json's properties.policy is not `driftguard policy schema`"
+    );
+}

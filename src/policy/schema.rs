@@ -90,7 +90,18 @@ impl<'de> serde::Deserializer<'de> for StructKeys<'_> {
 }
 
 /// What happens to drift: recorded, warned about, or denied.
-#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Deserialize,
+    schemars::JsonSchema,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    serde::Serialize,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
     /// Drift is allowed and only recorded.
@@ -129,7 +140,7 @@ impl Mode {
 }
 
 /// A whole policy file.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub(crate) struct PolicyFile {
     /// The default mode.
@@ -167,7 +178,7 @@ pub(crate) struct PolicyFile {
 
 /// `plannedCreates`: whether a manual CREATE of an object the GitOps tool
 /// plans to create is judged.
-#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Deserialize, schemars::JsonSchema, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum PlannedCreates {
     /// Refused: the tool would adopt what the person put in it. Untracked
@@ -178,7 +189,7 @@ pub enum PlannedCreates {
 }
 
 /// `precision`: which changes count as drift.
-#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Deserialize, schemars::JsonSchema, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub enum Precision {
     /// Every change outside the ignore rules.
@@ -188,7 +199,7 @@ pub enum Precision {
     OwnedFields,
 }
 
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 /// A `namespaces` entry: a mode for the namespaces matching `names`.
 pub(crate) struct NamespaceOverride {
@@ -201,7 +212,7 @@ pub(crate) struct NamespaceOverride {
 /// `controllers` and `trusted`: users and groups, globs allowed. Users left
 /// out take the list's own default ([`default_controller_users`],
 /// [`default_trusted_users`]); groups default to none.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub(crate) struct IdentityList {
     /// Usernames; `None` when the key is left out.
@@ -229,7 +240,7 @@ impl IdentityList {
 }
 
 /// `breakGlass`: who may break glass, and for how long at most.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub(crate) struct BreakGlassFile {
     /// Groups allowed, globs allowed.
@@ -254,7 +265,7 @@ impl Default for BreakGlassFile {
 }
 
 /// `gitops`: the ownership detectors.
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub(crate) struct GitopsFile {
     /// Argo CD's.
@@ -266,7 +277,7 @@ pub(crate) struct GitopsFile {
 }
 
 /// `gitops.argocd`: how Argo CD marks what it manages.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub(crate) struct ArgoDetectorFile {
     /// Whether Argo CD's marks are read.
@@ -295,7 +306,7 @@ impl Default for ArgoDetectorFile {
 }
 
 /// `gitops.flux`.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub(crate) struct FluxDetectorFile {
     /// Whether Flux's ownership labels are read.
@@ -313,7 +324,7 @@ impl Default for FluxDetectorFile {
 
 /// `unknownScaleParent`: the verdict on a `…/scale` write whose parent
 /// cannot be read.
-#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Deserialize, schemars::JsonSchema, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum UnknownParent {
     /// Allow with a warning that ownership could not be checked (no lock-out).
@@ -323,7 +334,7 @@ pub enum UnknownParent {
 }
 
 /// One entry of Argo CD's `ignoreDifferences`, field for field.
-#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, Deserialize, schemars::JsonSchema, PartialEq, Eq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct IgnoreDifference {
     /// The API group; empty: the core group.
@@ -346,4 +357,23 @@ pub struct IgnoreDifference {
     /// Field managers whose fields are ignored.
     #[serde(default)]
     pub managed_fields_managers: Vec<String>,
+}
+
+/// The JSON Schema of a policy file: draft-07 (Helm's), every subschema
+/// inline (a `$ref` would resolve against values.schema.json's root), unknown
+/// keys refused at every level as the parser refuses them. The chart's
+/// `values.schema.json` holds it as `properties.policy` (tests/one_source.rs),
+/// so `helm install` refuses what `serve` would not parse.
+pub fn json_schema() -> serde_json::Value {
+    let mut settings = schemars::generate::SchemaSettings::draft07();
+    settings.inline_subschemas = true;
+    let mut schema = settings
+        .into_generator()
+        .into_root_schema_for::<PolicyFile>()
+        .to_value();
+    if let Some(root) = schema.as_object_mut() {
+        root.remove("$schema");
+        root.remove("title");
+    }
+    schema
 }
