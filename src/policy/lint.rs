@@ -42,6 +42,7 @@ pub fn lint_with(text: &str, file: &str, probe: &dyn Fn(&str) -> Probed) -> Repo
                 ));
                 check_rules(&policy.rules, text, file, probe, &mut report);
                 check_identities(&policy, text, file, &mut report);
+                check_settings(&policy, file, &mut report);
             }
             for app in &policy.applications {
                 report.notes.push(format!(
@@ -55,6 +56,63 @@ pub fn lint_with(text: &str, file: &str, probe: &dyn Fn(&str) -> Probed) -> Repo
         Err(e) => report.problems.push(e.to_string()),
     }
     report
+}
+
+/// Settings that load but are almost surely a mistake (the careless
+/// operator's review of issue 48): each flagged with what it does.
+fn check_settings(policy: &Policy, file: &str, report: &mut Report) {
+    const ARGO_TRACKING: &str = "argocd.argoproj.io/tracking-id";
+    if let Some(argo) = &policy.argocd
+        && argo.tracking_annotation != ARGO_TRACKING
+    {
+        report.problems.push(format!(
+            "{file}: gitops.argocd.trackingAnnotation `{}`: Argo CD writes `{ARGO_TRACKING}` and no other key, so the objects it tracks by annotation are unmanaged under this policy",
+            argo.tracking_annotation
+        ));
+    }
+    let exempt = |user: &str, groups: &[&str]| {
+        let groups: Vec<String> = groups.iter().map(|g| (*g).to_owned()).collect();
+        [&policy.controllers, &policy.trusted]
+            .iter()
+            .any(|ids| ids.contains(user, &groups))
+    };
+    let sa = |name: &str| format!("system:serviceaccount:kube-system:{name}");
+    let kube = [
+        "system:serviceaccounts",
+        "system:serviceaccounts:kube-system",
+        "system:authenticated",
+    ];
+    for (user, groups, what) in [
+        (
+            sa("horizontal-pod-autoscaler"),
+            &kube[..],
+            "the HorizontalPodAutoscaler's scale writes",
+        ),
+        (
+            sa("deployment-controller"),
+            &kube[..],
+            "the Deployment controller's writes",
+        ),
+        (
+            "system:node:driftguard-probe".to_owned(),
+            &["system:nodes", "system:authenticated"][..],
+            "the kubelets' writes",
+        ),
+    ] {
+        if !exempt(&user, groups) {
+            report.problems.push(format!(
+                "{file}: `{user}` is neither a controller nor trusted: {what} to managed objects are judged as manual changes (Helm replaces a whole list: keep the defaults' `system:serviceaccount:kube-system:*` and `system:node:*` in trusted.users)"
+            ));
+        }
+    }
+    if exempt(
+        "kubernetes-admin",
+        &["system:masters", "system:authenticated"],
+    ) {
+        report.problems.push(format!(
+            "{file}: `system:masters` is exempt: every cluster admin's write (kubeadm's and kind's `kubernetes-admin`) passes unjudged"
+        ));
+    }
 }
 
 /// Identity patterns whose glob spans `:`-separated parts (those that cover
@@ -360,6 +418,31 @@ mod tests {
     use super::*;
 
     const SEED_LABELS: &str = r#".metadata.labels | select(. != null) | to_entries[] | select(.key | startswith("service.istio.io"))"#;
+
+    /// The careless operator's review of issue 48: each loads, each is
+    /// flagged with what it does; the defaults are not.
+    #[test]
+    fn settings_that_load_but_lock_out_or_open_are_flagged() {
+        let problems = |yaml: &str| lint(yaml, "p.yaml").problems;
+        assert_eq!(problems("{}"), Vec::<String>::new());
+        for (yaml, says) in [
+            (
+                "gitops: {argocd: {trackingAnnotation: argocd.argoproj.io/tracking_id}}\n",
+                "Argo CD writes `argocd.argoproj.io/tracking-id` and no other key",
+            ),
+            (
+                "trusted: {users: [alice]}\n",
+                "horizontal-pod-autoscaler` is neither a controller nor trusted",
+            ),
+            (
+                "trusted: {users: ['system:serviceaccount:kube-system:*'], groups: [system:masters]}\n",
+                "`system:masters` is exempt",
+            ),
+        ] {
+            let found = problems(yaml);
+            assert!(found.iter().any(|p| p.contains(says)), "{yaml}: {found:?}");
+        }
+    }
 
     #[test]
     fn expressions_that_select_the_whole_object_are_found() {
