@@ -1427,13 +1427,42 @@ fn the_usual_values_render_and_a_typo_is_refused() {
 #[test]
 fn the_helm_test_probes_the_webhook_with_the_serving_secrets_ca() {
     let helm = helm();
+    // The port is picked free, then released for the server: a parallel
+    // test's process may take it meanwhile, so a server that exits is
+    // started again on another.
+    let probed = (0..3)
+        .map(|_| helm_test_probe(&helm))
+        .find(Result::is_ok)
+        .unwrap_or_else(|| helm_test_probe(&helm));
+    assert!(probed.unwrap().starts_with("ok: "));
+    for closed in [
+        &["networkPolicy.webhookFrom[0].ipBlock.cidr=10.0.0.0/24"][..],
+        &[
+            "clientAuth.enabled=true",
+            "clientAuth.ca.pem=x",
+            "clientAuth.allowedNames[0]=kube-apiserver",
+        ],
+    ] {
+        let rendered = template(&helm, closed, &[]);
+        assert!(rendered.ok, "{closed:?}: {}", rendered.stderr);
+        let docs = documents(&rendered.yaml);
+        assert!(
+            !docs.iter().any(|d| d["kind"] == "Pod"),
+            "{closed:?}: a test pod where only the apiserver may call"
+        );
+    }
+}
+
+/// One run of the chart's helm test pod's command against a server serving
+/// the rendered Secret's certificate: its output, or why the server exited.
+fn helm_test_probe(helm: &PathBuf) -> Result<String, String> {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap()
         .port();
     let url = format!("https://127.0.0.1:{port}");
-    let rendered = template(&helm, &[&format!("webhook.url={url}")], &[]);
+    let rendered = template(helm, &[&format!("webhook.url={url}")], &[]);
     assert!(rendered.ok, "{}", rendered.stderr);
     let docs = documents(&rendered.yaml);
     let pod = docs
@@ -1486,36 +1515,25 @@ fn the_helm_test_probes_the_webhook_with_the_serving_secrets_ca() {
         "the probe to pass",
         std::time::Duration::from_secs(30),
         || {
+            if let Ok(Some(status)) = server.try_wait() {
+                return Ok(Err(format!(
+                    "the server exited ({status}): port {port} taken?"
+                )));
+            }
             let out = Command::new(env!("CARGO_BIN_EXE_driftguard"))
                 .args(&args)
                 .output()
                 .unwrap();
             let said = String::from_utf8_lossy(&out.stdout).into_owned();
             if out.status.success() {
-                Ok(said)
+                Ok(Ok(said))
             } else {
                 Err(String::from_utf8_lossy(&out.stderr).into_owned())
             }
         },
     );
-    server.kill().unwrap();
+    let _ = server.kill();
     server.wait().unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
-    assert!(probed.unwrap().starts_with("ok: "));
-    for closed in [
-        &["networkPolicy.webhookFrom[0].ipBlock.cidr=10.0.0.0/24"][..],
-        &[
-            "clientAuth.enabled=true",
-            "clientAuth.ca.pem=x",
-            "clientAuth.allowedNames[0]=kube-apiserver",
-        ],
-    ] {
-        let rendered = template(&helm, closed, &[]);
-        assert!(rendered.ok, "{closed:?}: {}", rendered.stderr);
-        let docs = documents(&rendered.yaml);
-        assert!(
-            !docs.iter().any(|d| d["kind"] == "Pod"),
-            "{closed:?}: a test pod where only the apiserver may call"
-        );
-    }
+    probed.unwrap()
 }
