@@ -78,7 +78,11 @@ impl Checker {
         tokio::spawn(async move {
             let mut last: Option<Inputs> = None;
             loop {
-                let _ = tokio::time::timeout(INTERVAL, self.webhooks.changed()).await;
+                // Woken by a webhook change, else every INTERVAL; a closed
+                // channel (the guard's watches gone) must not spin.
+                if let Ok(Err(_)) = tokio::time::timeout(INTERVAL, self.webhooks.changed()).await {
+                    tokio::time::sleep(INTERVAL).await;
+                }
                 let webhooks = self.webhooks.borrow_and_update().clone();
                 let (Some(validating), Some(mutating)) = (webhooks.validating, webhooks.mutating)
                 else {
