@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 use super::apiserver::{Attributes, Labels, Namespaces};
 use crate::policy::{Mode, Policy};
 use crate::sources::Sources;
+use crate::text::{is_dns_label, is_dns_subdomain, is_qualified_name};
 
 /// One probe write, and what it varies, for the report.
 #[derive(Clone, Debug)]
@@ -119,16 +120,9 @@ fn tracking_keys(
 /// A qualified key with a prefix (`example.com/name`): the shape of every
 /// tracking key.
 fn looks_like_a_key(s: &str) -> bool {
-    let Some((prefix, name)) = s.split_once('/') else {
-        return false;
-    };
-    let part = |p: &str, extra: &[char]| {
-        !p.is_empty()
-            && p.len() <= 253
-            && p.chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.' || extra.contains(&c))
-    };
-    prefix.contains('.') && part(prefix, &[]) && part(name, &['_'])
+    s.split_once('/')
+        .is_some_and(|(prefix, _)| prefix.contains('.'))
+        && is_qualified_name(s)
 }
 
 /// Every user or group name either side could skip: each literal and each
@@ -299,18 +293,17 @@ fn kind_write(group: &str, resource: &str, meta: &Metadata) -> Probe {
 /// `group/resource` (the excluded kinds' form), or a bare API group, named
 /// by a literal.
 fn kinds(literals: &BTreeSet<String>) -> Vec<(String, String)> {
-    let name = |s: &str| {
-        !s.is_empty()
-            && s.chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
-    };
     literals
         .iter()
         .filter_map(|l| match l.split_once('/') {
-            Some((group, resource)) if (group.is_empty() || name(group)) && name(resource) => {
+            Some((group, resource))
+                if (group.is_empty() || is_dns_subdomain(group)) && is_dns_label(resource) =>
+            {
                 Some((group.to_owned(), resource.to_owned()))
             }
-            None if l.contains('.') && name(l) => Some((l.clone(), "driftguardprobes".into())),
+            None if l.contains('.') && is_dns_subdomain(l) => {
+                Some((l.clone(), "driftguardprobes".into()))
+            }
             _ => None,
         })
         .take(MAX_VALUES)

@@ -184,11 +184,18 @@ fn reload_certificate(
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_policy_with_a_runaway_jq_expression_keeps_the_last_good_one() {
-        let dir = std::env::temp_dir().join(format!("driftguard-reload-{}", std::process::id()));
+    /// A fresh directory for one test, and where its policy file goes.
+    fn policy_file(test: &str) -> (PathBuf, PathBuf) {
+        let dir =
+            std::env::temp_dir().join(format!("driftguard-reload-{test}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("policy.yaml");
+        (dir, path)
+    }
+
+    #[test]
+    fn a_policy_with_a_runaway_jq_expression_keeps_the_last_good_one() {
+        let (dir, path) = policy_file("jq");
         let good = "mode: warn\nignoreDifferences:\n  - kind: Service\n    jqPathExpressions: [.spec.clusterIP]\n";
         std::fs::write(&path, good).unwrap();
         let handle = PolicyHandle::new(policy::Policy::embedded());
@@ -246,10 +253,7 @@ mod tests {
     /// success.
     #[test]
     fn a_policy_file_that_is_no_policy_keeps_the_last_good_one() {
-        let dir =
-            std::env::temp_dir().join(format!("driftguard-reload-kind-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("policy.yaml");
+        let (dir, path) = policy_file("kind");
         let good = "namespaces: [{names: [dev-payments], mode: enforce}]\n";
         std::fs::write(&path, good).unwrap();
         let handle = PolicyHandle::new(policy::Policy::embedded());
@@ -294,10 +298,7 @@ mod tests {
     /// later ConfigMap edit allowing it must not arm what nothing ends.
     #[test]
     fn a_reload_the_servers_flags_cannot_carry_keeps_the_last_good_one() {
-        let dir =
-            std::env::temp_dir().join(format!("driftguard-reload-flags-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("policy.yaml");
+        let (dir, path) = policy_file("flags");
         let serving = Serving {
             argocd_namespaces: vec![("argocd".into(), "--argocd-namespace")],
             no_sweeper: Some("--break-glass-sweep-interval=0"),
@@ -342,10 +343,7 @@ mod tests {
 
     #[test]
     fn a_truncated_policy_file_keeps_the_last_good_one() {
-        let dir =
-            std::env::temp_dir().join(format!("driftguard-reload-empty-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("policy.yaml");
+        let (dir, path) = policy_file("empty");
         std::fs::write(
             &path,
             "mode: warn
