@@ -579,10 +579,10 @@ fn break_glass_in_the_spoke(hub: &ControlPlane, spoke: &ControlPlane, dg: &Drift
     assert_eq!(app[SKIP], "true", "{app}");
     assert_eq!(app[PAUSED_FOR], "apps/Deployment:production/web", "{app}");
     // The pass over pauses left behind tries again once past its grace
-    // (20 s), refused and counted again.
+    // (70 s: longer than a write may be in flight), refused and counted again.
     wait_for(
         "the pause left behind retried in the hub",
-        Duration::from_secs(45),
+        Duration::from_secs(110),
         || match metric(dg, failures) {
             n if n >= 2.0 => Ok(()),
             n => Err(format!("{failures} {n}")),

@@ -232,20 +232,6 @@ fn one_replica_sweeps_and_another_takes_over_when_it_is_killed() {
     assert!(refused.is_empty(), "refused requests: {refused:?}");
 }
 
-/// The sweeper's grant on the type it ends, for driftguard's own user.
-const SWEEPS_CONFIGMAPS: &str = r#"
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {name: driftguard-sweeps-configmaps}
-rules: [{apiGroups: [""], resources: [configmaps], verbs: [get, list, patch]}]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: driftguard-sweeps-configmaps}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: driftguard-sweeps-configmaps}
-subjects: [{kind: User, name: driftguard, apiGroup: rbac.authorization.k8s.io}]
-"#;
-
 /// A Flux-managed ConfigMap armed, or ended: whether it carries an expiry.
 fn armed(plane: &ControlPlane, name: &str) -> bool {
     !break_glass_of(plane, name).is_null()
@@ -334,4 +320,109 @@ fn a_kill_at_any_moment_of_an_arming_leaves_nothing_armed_unswept() {
             }
         },
     );
+}
+
+/// What an earlier release (or an outage with the webhook failing open)
+/// left armed has no record: the sweeper's scan finds it on start, records
+/// it and ends it at expiry (issue 50, item 1). A record deleted while its
+/// object is armed is written again.
+#[test]
+fn an_arming_no_record_names_is_found_and_ended_and_a_deleted_record_comes_back() {
+    let mut plane = ControlPlane::start("sweeper-scan");
+    plane.prepare(&["production", "argocd"]);
+    plane.add_user("sam", &[]);
+    plane.apply_admin(SAM_EDITS_PRODUCTION);
+    plane.apply_admin(SWEEPS_CONFIGMAPS);
+    plane.apply_admin(&flux_configmap("kept"));
+    // Armed as `kubectl driftguard break-glass` arms, written by an admin
+    // before driftguard runs: no webhook saw it, so no record names it.
+    let expires = (jiff::Timestamp::now() + jiff::SignedDuration::from_secs(75))
+        .round(jiff::Unit::Second)
+        .unwrap();
+    let left = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "left", "namespace": "production",
+            "labels": {"kustomize.toolkit.fluxcd.io/name": "apps",
+                "kustomize.toolkit.fluxcd.io/namespace": "flux-system",
+                "driftguard.io/break-glass": "true"},
+            "annotations": {"driftguard.io/break-glass": "INC-3 before the upgrade",
+                "driftguard.io/break-glass-expires": expires.to_string(),
+                "driftguard.io/break-glass-paused": "kustomize.toolkit.fluxcd.io/reconcile",
+                "kustomize.toolkit.fluxcd.io/reconcile": "disabled"}},
+        "data": {"LOG_LEVEL": "debug"}})
+    .to_string();
+    plane.apply_admin(&left);
+    assert!(armed(&plane, "left") && recorded(&plane, "default").is_empty());
+
+    let policy = plane.dir.join("scan-policy.yaml");
+    std::fs::write(
+        &policy,
+        "breakGlass:\n  allowedUsers: [sam]\n  maxDuration: 1h\n",
+    )
+    .unwrap();
+    let dg = Driftguard::start(
+        &plane,
+        &[
+            &format!("--policy={}", policy.display()),
+            &plane.driftguard_kubeconfig_flag(),
+            "--break-glass-sweep-interval=1s",
+        ],
+    );
+    dg.register(&plane, &policy.display().to_string());
+    wait_for(
+        "the scan to record what no webhook saw armed",
+        Duration::from_secs(60),
+        || {
+            let records = recorded(&plane, "default");
+            match records.contains(&"production/left".to_owned()) {
+                true => Ok(()),
+                false => Err(format!("{records:?}")),
+            }
+        },
+    );
+
+    arm(&plane, "kept", 3600, "default");
+    let out = plane.kubectl(
+        "admin",
+        &[
+            "-n",
+            "default",
+            "delete",
+            "configmaps",
+            "-l",
+            "driftguard.io/break-glass-record",
+        ],
+    );
+    assert!(out.ok, "{out}");
+    wait_for(
+        "both records to be written again",
+        Duration::from_secs(30),
+        || {
+            let records = recorded(&plane, "default");
+            match ["production/kept", "production/left"].map(|r| records.contains(&r.to_owned())) {
+                [true, true] => Ok(()),
+                _ => Err(format!("{records:?}")),
+            }
+        },
+    );
+
+    let left_at =
+        Duration::try_from(expires.duration_since(jiff::Timestamp::now())).unwrap_or_default();
+    wait_for(
+        "the unseen arming to end at its expiry",
+        left_at + Duration::from_secs(30),
+        || match armed(&plane, "left") {
+            false => Ok(()),
+            true => Err(format!("still armed, expiry {expires}")),
+        },
+    );
+    let ended = plane.kubectl(
+        "admin",
+        &["-n", "production", "get", "configmap", "left", "-o", "json"],
+    );
+    let ended: Value = serde_json::from_str(&ended.stdout).unwrap();
+    assert!(
+        ended["metadata"]["annotations"]["kustomize.toolkit.fluxcd.io/reconcile"].is_null(),
+        "Flux's opt-out is removed with the break-glass: {ended}"
+    );
+    assert!(armed(&plane, "kept"), "an hour to go");
 }

@@ -33,9 +33,14 @@ const KEYS: [(&str, &str); 4] = [
 
 /// The label every record carries; the sweeper's watch selects on it.
 pub(crate) const RECORD_LABEL: &str = "driftguard.io/break-glass-record";
-/// How long a record whose object is not armed is kept: longer than any
-/// admission webhook may hold a write (30 s).
-pub(crate) const GRACE: Duration = Duration::from_secs(60);
+/// The longest a write may still land after the apiserver received it, so
+/// how long a record whose object is not armed is kept, and a pause no armed
+/// object holds is left: kube-apiserver's `--request-timeout` (default 60 s)
+/// is the deadline of the whole request, every webhook and the storage
+/// write included (a client's `?timeout=` only shortens it), plus 10 s for
+/// clocks. An apiserver run with a longer `--request-timeout` outlasts it
+/// (docs/break-glass.md); the plugin pauses again after its arming lands.
+pub(crate) const GRACE: Duration = Duration::from_secs(70);
 const FIELD_MANAGER: &str = "driftguard-break-glass";
 
 /// One armed object, as its record names it.
@@ -102,6 +107,18 @@ impl Armed {
             look: None,
         })
         .filter(|a| !a.name.is_empty() && !a.ar.version.is_empty())
+    }
+
+    /// An object found armed without a record (by the sweeper's scan).
+    pub(crate) fn found(ar: ApiResource, namespace: String, name: String) -> Armed {
+        Armed {
+            ar,
+            namespace,
+            name,
+            expires: None,
+            recorded: None,
+            look: None,
+        }
     }
 
     /// The record's name: one per object, the same from every replica.

@@ -32,17 +32,16 @@ use crate::metrics::Metrics;
 use crate::policy::argocd::ThisCluster;
 use crate::service::PolicyHandle;
 use records::Records;
+use scan::Scan;
 
 /// How long an Application's pause must have been held by no armed object
-/// before the sweeper lifts it as left behind.
-const ORPHAN_GRACE: Duration = Duration::from_secs(20);
+/// before the sweeper lifts it as left behind: the pause is written before
+/// the arming, which may land up to [`record::GRACE`] after it was sent.
+const ORPHAN_GRACE: Duration = super::record::GRACE;
 /// Every recorded object is read at least this often, whatever its
 /// recorded expiry: a break-glass ended or changed by a write the webhook
 /// did not see (an excluded namespace, a webhook failing open) is found.
 const VERIFY: Duration = Duration::from_secs(300);
-/// How often the types the records name are listed for armed objects
-/// without a record (an arming the webhook did not see).
-const FALLBACK: Duration = Duration::from_secs(600);
 
 /// How the sweeper runs (`driftguard serve`'s flags).
 pub struct Options {
@@ -105,6 +104,8 @@ struct Sweeper {
     /// Application and arming the object (the plugin does both, in that
     /// order), and a watch event still on its way, are never mistaken for one.
     orphans: BTreeMap<Orphan, Instant>,
+    /// The paced scan for armed objects without a record.
+    scan: Scan,
 }
 
 /// An Application's pause entry: (in the hub, namespace, name, entry).
@@ -136,23 +137,24 @@ impl Sweeper {
             metrics,
             options,
             orphans: BTreeMap::new(),
+            scan: Scan::default(),
         }
     }
 
     /// Sweeps while this replica leads: one watch of the records, a check
     /// when a record changes or the earliest expiry comes, the Applications'
-    /// pauses read once per interval, and the types the records name listed
-    /// once per [`FALLBACK`]. The watch stops when the lead is lost.
+    /// pauses read once per interval, and the paced [`scan`] of every type
+    /// it may sweep. The watch stops when the lead is lost.
     async fn lead(&mut self, leading: &AtomicBool) {
         let (tx, mut rx) = tokio::sync::mpsc::channel(1024);
         let namespace = self.options.records.namespace().to_owned();
         let mut watch = records::watch(self.client.clone(), &namespace, tx.clone());
         let mut check = Instant::now();
         let mut orphan_check = Instant::now() + self.options.interval;
-        let mut fallback = Instant::now() + self.options.interval;
         let mut relist = Instant::now();
+        self.scan = Scan::default();
         while leading.load(Ordering::SeqCst) {
-            let wake = check.min(Instant::now() + Duration::from_secs(1));
+            let wake = (check.min(self.scan.next)).min(Instant::now() + Duration::from_secs(1));
             tokio::select! {
                 Some(update) = rx.recv() => {
                     if self.records.update(update) {
@@ -164,12 +166,14 @@ impl Sweeper {
             if !self.records.synced {
                 continue;
             }
+            for armed in self.records.take_deleted() {
+                self.record_again(armed).await;
+            }
             if Instant::now() >= check {
                 check = self.check().await;
             }
-            if Instant::now() >= fallback {
-                self.record_unrecorded().await;
-                fallback = Instant::now() + FALLBACK;
+            if Instant::now() >= self.scan.next {
+                self.scan_step().await;
             }
             // Records left out at the bound are read again once there is room.
             if self.records.room_for_more() && Instant::now() >= relist {
@@ -186,6 +190,19 @@ impl Sweeper {
         watch.abort();
         self.records = Records::default();
         self.orphans.clear();
+    }
+
+    /// A record deleted by someone else while its object may be armed:
+    /// written again if the object, read now, is armed.
+    async fn record_again(&mut self, armed: Armed) {
+        let Read::Object(object) = self.read(&armed).await else {
+            return;
+        };
+        let policy = self.policy.current();
+        if pause::not_armable(&object, &armed.ar.group, &policy).is_none() {
+            tracing::warn!(object = %armed.entry(), "break-glass sweeper: the record of an armed object was deleted; recording it again");
+            self.record(&armed).await;
+        }
     }
 
     /// Reads every recorded object that is due ([`Held::due`]), ends each
@@ -284,64 +301,33 @@ impl Sweeper {
         }
     }
 
-    /// The fallback for armings the webhook did not see: lists, 50 at a
-    /// time, as metadata and by the break-glass label (an arming by
-    /// `kubectl driftguard break-glass` carries it), the types the records
-    /// name, and records every armed object found without one. Never every type.
-    async fn record_unrecorded(&mut self) {
-        let types: BTreeMap<String, ApiResource> = (self.records.held.values())
-            .map(|h| {
-                (
-                    format!("{}/{}", h.armed.ar.group, h.armed.ar.plural),
-                    h.armed.ar.clone(),
-                )
-            })
-            .collect();
-        let recorded: BTreeSet<String> = self
-            .records
-            .held
-            .values()
+    /// One request of the scan for armed objects without a record
+    /// ([`scan`]); each found is recorded.
+    async fn scan_step(&mut self) {
+        let mut found = Vec::new();
+        let client = self.client.clone();
+        (self.scan)
+            .step(&client, |ar, meta| found.push((ar.clone(), meta)))
+            .await;
+        if found.is_empty() {
+            return;
+        }
+        let recorded: BTreeSet<String> = (self.records.held.values())
             .map(|h| h.armed.entry())
             .collect();
         let policy = self.policy.current();
-        for ar in types.values() {
-            let api = Api::<DynamicObject>::all_with(self.client.clone(), ar);
-            let mut params = ListParams::default()
-                .labels(breakglass_state::LABEL)
-                .limit(50);
-            loop {
-                let page = match api.list_metadata(&params).await {
-                    Ok(page) => page,
-                    Err(e) => {
-                        tracing::warn!(r#type = %ar.plural, error = %e, "break-glass sweeper: cannot list a recorded type");
-                        break;
-                    }
-                };
-                for meta in &page.items {
-                    let object = json!({"kind": ar.kind, "metadata": meta.metadata});
-                    let namespace = meta.metadata.namespace.clone().unwrap_or_default();
-                    let name = meta.metadata.name.clone().unwrap_or_default();
-                    let entry = pause::entry(&ar.group, &ar.kind, &namespace, &name);
-                    if recorded.contains(&entry)
-                        || pause::not_armable(&object, &ar.group, &policy).is_some()
-                    {
-                        continue;
-                    }
-                    let armed = Armed {
-                        ar: ar.clone(),
-                        namespace,
-                        name,
-                        expires: None,
-                        recorded: None,
-                        look: None,
-                    };
-                    self.record(&armed).await;
-                }
-                match page.metadata.continue_ {
-                    Some(token) if !token.is_empty() => params = params.continue_token(&token),
-                    _ => break,
-                }
+        for (ar, meta) in found {
+            let object = json!({"kind": ar.kind, "metadata": meta.metadata});
+            let namespace = meta.metadata.namespace.unwrap_or_default();
+            let name = meta.metadata.name.unwrap_or_default();
+            let entry = pause::entry(&ar.group, &ar.kind, &namespace, &name);
+            if recorded.contains(&entry)
+                || pause::not_armable(&object, &ar.group, &policy).is_some()
+            {
+                continue;
             }
+            let armed = Armed::found(ar, namespace, name);
+            self.record(&armed).await;
         }
     }
 
@@ -373,14 +359,7 @@ impl Sweeper {
             );
             return true;
         };
-        let armed = Armed {
-            ar,
-            namespace,
-            name,
-            expires: None,
-            recorded: None,
-            look: None,
-        };
+        let armed = Armed::found(ar, namespace, name);
         match self.read(&armed).await {
             Read::Gone => false,
             Read::Failed(e) => {
@@ -711,6 +690,7 @@ type Groups = BTreeMap<String, Option<kube::discovery::ApiGroup>>;
 const MAX_ORPHANS_PER_PASS: usize = 256;
 
 mod records;
+mod scan;
 
 #[cfg(test)]
 mod tests;

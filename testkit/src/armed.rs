@@ -102,6 +102,20 @@ roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: sam-edits}
 subjects: [{kind: User, name: sam, apiGroup: rbac.authorization.k8s.io}]
 "#;
 
+/// The sweeper's grant on the type it ends, for driftguard's own user.
+pub const SWEEPS_CONFIGMAPS: &str = r#"
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: driftguard-sweeps-configmaps}
+rules: [{apiGroups: [""], resources: [configmaps], verbs: [get, list, patch]}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: driftguard-sweeps-configmaps}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: driftguard-sweeps-configmaps}
+subjects: [{kind: User, name: driftguard, apiGroup: rbac.authorization.k8s.io}]
+"#;
+
 /// Creates CRDs `from..to` ([`crds`]), 100 per apply, and waits until every
 /// CRD is established.
 pub fn install_crds(plane: &ControlPlane, from: usize, to: usize) {

@@ -106,6 +106,9 @@ pub(super) struct Records {
     /// `recorded` then: the ending write's own look-again rewrote them, and
     /// they are dropped at once unless a new arming recorded them again.
     ended: BTreeMap<String, Option<jiff::Timestamp>>,
+    /// Records deleted by someone else while their object may be armed:
+    /// read again, and written again if it is.
+    deleted: Vec<Armed>,
 }
 
 /// Starts the watch of the records in `namespace`; its events go to `tx`.
@@ -169,6 +172,11 @@ impl Records {
         }
     }
 
+    /// The records deleted by someone else while their object may be armed.
+    pub(super) fn take_deleted(&mut self) -> Vec<Armed> {
+        std::mem::take(&mut self.deleted)
+    }
+
     /// Whether records were left out at the bound and some room is free.
     pub(super) fn room_for_more(&self) -> bool {
         self.over > 0 && self.held.len() < MAX_RECORDS
@@ -214,8 +222,12 @@ impl Records {
             }
             watcher::Event::Apply(cm) => Self::hold(&mut self.held, &mut self.over, cm),
             watcher::Event::Delete(cm) => {
-                self.held
-                    .remove(cm.metadata.name.as_deref().unwrap_or_default());
+                let name = cm.metadata.name.as_deref().unwrap_or_default();
+                // This sweeper's own deletes are out of `held` before their
+                // event comes ([`Records::remove`]).
+                if let Some(held) = self.held.remove(name).filter(Held::may_be_armed) {
+                    self.deleted.push(held.armed);
+                }
             }
         }
         true
@@ -336,6 +348,32 @@ mod tests {
             h.due(now + jiff::SignedDuration::from_secs(61)),
             "dropped once settled"
         );
+    }
+
+    /// A record deleted by someone else while its object may be armed is
+    /// handed back to be read and written again; one found unarmed is not.
+    #[test]
+    fn a_record_deleted_while_its_object_may_be_armed_is_handed_back() {
+        let mut records = Records::default();
+        for i in 0..3 {
+            records.update(Ok(watcher::Event::Apply(record(i))));
+        }
+        records.read("r0", true, None);
+        records.read("r1", false, None);
+        // r2: not read yet, so it may be armed.
+        for i in 0..3 {
+            records.update(Ok(watcher::Event::Delete(record(i))));
+        }
+        let back: Vec<String> = (records.take_deleted().iter())
+            .map(|a| a.name.clone())
+            .collect();
+        assert_eq!(back, ["web0", "web2"]);
+        assert!(records.held.is_empty() && records.take_deleted().is_empty());
+        // This sweeper's own delete leaves `held` first: nothing comes back.
+        records.update(Ok(watcher::Event::Apply(record(4))));
+        records.remove("r4");
+        records.update(Ok(watcher::Event::Delete(record(4))));
+        assert!(records.take_deleted().is_empty());
     }
 
     impl Held {

@@ -31,6 +31,9 @@ pub struct Cluster {
     pub app_read_only: bool,
     /// The Application's `spec.destination.server`, if any.
     pub destination: Option<&'static str>,
+    /// A sweeper lifts the Application's pause while the arming write is
+    /// on its way: the pause is gone once the write lands.
+    pub lifted_while_arming: bool,
 }
 
 /// `METHOD path?query` and the body of every request, in order.
@@ -45,8 +48,10 @@ fn reply(code: u16, body: Value) -> Response<Body> {
 
 /// The plugin's view of `cluster`, recording into `log`.
 pub fn api(cluster: Cluster, log: Log) -> crate::plugin::api::Api {
+    // The Application's annotations as written so far (`None`: as `cluster` says).
+    let written: Arc<Mutex<Option<Value>>> = Arc::default();
     let service = tower::service_fn(move |request: Request<Body>| {
-        let log = log.clone();
+        let (log, written) = (log.clone(), written.clone());
         async move {
             let method = request.method().to_string();
             // kube's request builder writes `x?` for no query and
@@ -60,7 +65,9 @@ pub fn api(cluster: Cluster, log: Log) -> crate::plugin::api::Api {
                 .map(|c| c.to_bytes())
                 .unwrap_or_default();
             let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-            log.lock().unwrap().push((format!("{method} {uri}"), body));
+            log.lock()
+                .unwrap()
+                .push((format!("{method} {uri}"), body.clone()));
             let mut object = json!({"apiVersion": "v1", "kind": "ConfigMap",
                 "metadata": {"name": "x", "namespace": "p", "resourceVersion": "7",
                     "annotations": {"argocd.argoproj.io/tracking-id": "myapp:/ConfigMap:p/x"}}});
@@ -80,6 +87,22 @@ pub fn api(cluster: Cluster, log: Log) -> crate::plugin::api::Api {
                 }
                 app["metadata"]["annotations"] =
                     json!({SKIP_RECONCILE: "true", PAUSED_FOR: "/ConfigMap:p/x"});
+            }
+            let dry_run = uri.contains("dryRun=All");
+            let to = uri.split('?').next().unwrap_or_default();
+            if method == "PATCH" && to.ends_with("/myapp") && !cluster.app_read_only {
+                let mut merged = app.clone();
+                if let Some(annotations) = written.lock().unwrap().clone() {
+                    merged["metadata"]["annotations"] = annotations;
+                }
+                json_patch::merge(&mut merged, &body);
+                *written.lock().unwrap() = Some(merged["metadata"]["annotations"].clone());
+            }
+            if method == "PATCH" && to == OBJECT && !dry_run && cluster.lifted_while_arming {
+                *written.lock().unwrap() = Some(json!({}));
+            }
+            if let Some(annotations) = written.lock().unwrap().clone() {
+                app["metadata"]["annotations"] = annotations;
             }
             if let Some(server) = cluster.destination {
                 app["spec"] = json!({"destination": {"server": server, "namespace": "p"}});

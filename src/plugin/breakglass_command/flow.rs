@@ -295,8 +295,12 @@ impl<'a> Target<'a> {
                     }
                 }
             };
+            let paused = app.is_some();
             let report = armed_report(&plan, app, &set, failed.as_ref(), self.shown, &expires);
             if let Some(written) = self.write(&body, &plan, added, report).await? {
+                if paused && matches!(written, Written::Done(..)) {
+                    self.pause_again(&plan).await;
+                }
                 return Ok(written);
             }
         }
@@ -362,6 +366,29 @@ impl<'a> Target<'a> {
                     Err(PluginError::from_refusal(refusal))
                 }
             }
+        }
+    }
+
+    /// After the arming landed: the Application is read again and paused
+    /// again if a sweeper lifted the pause while the arming was on its way
+    /// (it saw the pause held by no armed object); said on stderr.
+    async fn pause_again(&self, plan: &Plan) {
+        let mut added = false;
+        match self.pause_application(plan, &mut added).await {
+            Ok(Ok(_)) if added => errln!(
+                "warning: the pause of {}'s Argo CD Application was lifted while the arming was on its way; paused it again",
+                self.shown
+            ),
+            Ok(Ok(_)) => {}
+            Ok(Err(unpaused)) => errln!(
+                "warning: cannot read {}'s Argo CD Application again after arming: {}; check that it is still paused",
+                self.shown,
+                unpaused.why
+            ),
+            Err(e) => errln!(
+                "warning: cannot read {}'s Argo CD Application again after arming: {e}; check that it is still paused (`kubectl driftguard status`)",
+                self.shown
+            ),
         }
     }
 

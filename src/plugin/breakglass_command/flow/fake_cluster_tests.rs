@@ -126,6 +126,8 @@ async fn the_dry_run_comes_first_then_the_pause_then_the_same_write() {
             format!("GET {}", fake::APP),
             format!("PATCH {}", fake::APP),
             format!("PATCH {}", fake::OBJECT),
+            // Read again once armed: still paused, nothing written.
+            format!("GET {}", fake::APP),
         ]
     );
     // The write asked about is the write made.
@@ -133,6 +135,38 @@ async fn the_dry_run_comes_first_then_the_pause_then_the_same_write() {
     assert_eq!(
         bodies[5]["metadata"]["annotations"][crate::drift::breakglass_state::PAUSED],
         crate::breakglass::application::SKIP_RECONCILE
+    );
+}
+
+/// A sweeper that lifted the pause while the arming was on its way (it saw
+/// the pause held by no armed object) loses: the plugin reads the
+/// Application again once the arming landed, and pauses it again.
+#[tokio::test]
+async fn a_pause_lifted_while_the_arming_was_on_its_way_is_paused_again() {
+    let cluster = fake::Cluster {
+        application: true,
+        lifted_while_arming: true,
+        ..Default::default()
+    };
+    let (written, requests, bodies) = arm_on(cluster, false).await;
+    let Written::Done(_, report) = written else {
+        panic!("not armed: {requests:?}");
+    };
+    assert_eq!(report.state, "paused");
+    let last: Vec<&String> = requests.iter().rev().take(3).collect();
+    assert_eq!(
+        last,
+        [
+            &format!("PATCH {}", fake::APP),
+            &format!("GET {}", fake::APP),
+            &format!("PATCH {}", fake::OBJECT),
+        ],
+        "{requests:?}"
+    );
+    let pause = &bodies.last().unwrap()["metadata"]["annotations"];
+    assert_eq!(
+        pause[crate::breakglass::application::PAUSED_FOR],
+        "/ConfigMap:p/x"
     );
 }
 

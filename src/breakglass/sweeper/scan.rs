@@ -1,0 +1,281 @@
+//! The scan for armed objects that no record names: an arming the webhook
+//! never saw (an outage with the webhook failing open, a restore by a
+//! trusted identity) or one an earlier release armed before it wrote
+//! records. Every type this process may list and patch (its RBAC, read in
+//! one SelfSubjectRulesReview: the chart's `breakGlass.sweepRules`) is
+//! listed by the break-glass label, as metadata, one page per request.
+//!
+//! Why paced and not all at once: a cluster may serve thousands of types.
+//! The first round after this replica starts leading goes at [`MIN_PACE`]
+//! (what an earlier release or an outage left armed is recorded within a
+//! second per type: about a minute on a bare cluster). Later rounds start
+//! at most every [`ROUND`] and spread their requests over it, never closer
+//! than [`MIN_PACE`]: at most 60 requests a minute whatever the number of
+//! CRDs, and an arming the webhook never saw is found within two rounds,
+//! `2 × max(ROUND, types × MIN_PACE)`: 20 minutes up to 600 types, 70 at
+//! 2,000 CRDs. One page of one type is held at a time.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::authorization::v1::{
+    ResourceRule, SelfSubjectRulesReview, SelfSubjectRulesReviewSpec,
+};
+use kube::api::{Api, ApiResource, DynamicObject, ListParams, PartialObjectMeta, PostParams};
+use kube::discovery::{Discovery, Scope, verbs};
+
+use crate::drift::breakglass_state;
+
+/// How often a round starts, at most; its requests are spread over it.
+pub(super) const ROUND: Duration = Duration::from_secs(600);
+/// The shortest wait between two of the scan's requests.
+pub(super) const MIN_PACE: Duration = Duration::from_secs(1);
+/// Objects per list page: one page is what the scan holds at once.
+const PAGE: u32 = 50;
+/// The namespace the rules review asks about. The sweeper lists every
+/// namespace at once, which only cluster-wide grants allow; a namespace no
+/// one creates has no RoleBindings, so the review returns those alone.
+const NO_NAMESPACE: &str = "driftguard-cluster-wide-rules";
+
+/// Where the scan is: the types left this round, the one being paged.
+pub(super) struct Scan {
+    left: VecDeque<ApiResource>,
+    page: Option<(ApiResource, String)>,
+    pace: Duration,
+    /// When the next request may go.
+    pub next: Instant,
+    next_round: Instant,
+    round: Round,
+    /// Rounds started since this replica began leading.
+    rounds: u64,
+}
+
+/// What one round did, logged when it ends.
+#[derive(Default, Debug)]
+struct Round {
+    types: usize,
+    refused: usize,
+    found: usize,
+}
+
+impl Default for Scan {
+    fn default() -> Self {
+        let now = Instant::now();
+        Scan {
+            left: VecDeque::new(),
+            page: None,
+            pace: MIN_PACE,
+            next: now,
+            next_round: now,
+            round: Round::default(),
+            rounds: 0,
+        }
+    }
+}
+
+impl Scan {
+    /// Makes one request of the scan (a round's start makes three: the
+    /// rules review and aggregated discovery) and hands each labelled
+    /// object found to `found`, as `(type, metadata)`.
+    pub(super) async fn step(
+        &mut self,
+        client: &kube::Client,
+        mut found: impl FnMut(&ApiResource, PartialObjectMeta<DynamicObject>),
+    ) {
+        let (ar, token) = match self.page.take() {
+            Some(page) => page,
+            None => match self.left.pop_front() {
+                Some(ar) => (ar, String::new()),
+                None => {
+                    self.start_round(client, Instant::now()).await;
+                    return;
+                }
+            },
+        };
+        let api = Api::<DynamicObject>::all_with(client.clone(), &ar);
+        let mut params = ListParams::default()
+            .labels(breakglass_state::LABEL)
+            .limit(PAGE);
+        if !token.is_empty() {
+            params = params.continue_token(&token);
+        }
+        let listed = api.list_metadata(&params).await;
+        // Paced from the answer: a retry inside the client (a 429 while a
+        // new type's cache fills) counts against the same second.
+        self.next = Instant::now() + self.pace;
+        match listed {
+            Ok(page) => {
+                self.round.found += page.items.len();
+                page.items.into_iter().for_each(|meta| found(&ar, meta));
+                if let Some(token) = page.metadata.continue_.filter(|t| !t.is_empty()) {
+                    self.page = Some((ar, token));
+                }
+            }
+            Err(kube::Error::Api(s)) if s.code == 403 || s.code == 404 => {
+                self.round.refused += 1;
+                tracing::debug!(r#type = %ar.plural, group = %ar.group, code = s.code, "break-glass sweeper: the scan cannot list a type");
+            }
+            Err(e) => {
+                self.round.refused += 1;
+                tracing::warn!(r#type = %ar.plural, group = %ar.group, error = %e, "break-glass sweeper: the scan cannot list a type; the next round tries again");
+            }
+        }
+    }
+
+    /// Ends the round done (logged) and, once [`ROUND`] has passed since
+    /// it began, starts the next: the types this process may list and
+    /// patch, paced to spread over [`ROUND`].
+    async fn start_round(&mut self, client: &kube::Client, now: Instant) {
+        if now < self.next_round {
+            self.next = self.next_round;
+            return;
+        }
+        if self.round.types > 0 {
+            tracing::info!(
+                types = self.round.types,
+                refused = self.round.refused,
+                labelled = self.round.found,
+                "break-glass sweeper: scanned every type it may sweep for armed objects"
+            );
+        }
+        self.round = Round::default();
+        self.next_round = now + ROUND;
+        self.next = self.next_round;
+        let types = match sweepable_types(client).await {
+            Ok(types) => types,
+            Err(e) => {
+                tracing::warn!(error = %e, "break-glass sweeper: cannot read the types it may sweep (discovery and a SelfSubjectRulesReview); the scan for armed objects without a record waits a round");
+                return;
+            }
+        };
+        self.round.types = types.len();
+        self.pace = match self.rounds {
+            0 => MIN_PACE,
+            _ => pace(types.len()),
+        };
+        self.rounds += 1;
+        self.left = types.into();
+        self.next = now;
+    }
+}
+
+/// The wait between two requests that spreads `types` over a round.
+pub(super) fn pace(types: usize) -> Duration {
+    let per = ROUND.checked_div(u32::try_from(types).unwrap_or(u32::MAX).max(1));
+    per.unwrap_or(MIN_PACE).max(MIN_PACE)
+}
+
+/// Every served type, at its most stable version, that this process may
+/// list across namespaces and patch, by discovery and its own rules.
+async fn sweepable_types(client: &kube::Client) -> Result<Vec<ApiResource>, kube::Error> {
+    let review = SelfSubjectRulesReview {
+        spec: SelfSubjectRulesReviewSpec {
+            namespace: Some(NO_NAMESPACE.to_owned()),
+        },
+        ..Default::default()
+    };
+    let rules = Api::<SelfSubjectRulesReview>::all(client.clone())
+        .create(&PostParams::default(), &review)
+        .await?
+        .status
+        .unwrap_or_default();
+    let discovery = match Discovery::new(client.clone()).run_aggregated().await {
+        Ok(discovery) => discovery,
+        Err(_) => Discovery::new(client.clone()).run().await?,
+    };
+    let mut types = Vec::new();
+    for group in discovery.groups() {
+        for (ar, caps) in group.resources_by_stability() {
+            let served = caps.supports_operation(verbs::LIST)
+                && caps.supports_operation(verbs::PATCH)
+                && matches!(caps.scope, Scope::Namespaced | Scope::Cluster);
+            // An authorizer that cannot list its rules (incomplete): every
+            // type is tried, and a refusal is counted.
+            if served && (rules.incomplete || allowed(&rules.resource_rules, &ar)) {
+                types.push(ar);
+            }
+        }
+    }
+    Ok(types)
+}
+
+/// Whether `rules` allow both `list` and `patch` on every object of `ar`.
+pub(super) fn allowed(rules: &[ResourceRule], ar: &ApiResource) -> bool {
+    let grants = |verb: &str| {
+        rules.iter().any(|rule| {
+            let any = |list: &Option<Vec<String>>, want: &str| {
+                (list.iter().flatten()).any(|item| item == "*" || item == want)
+            };
+            rule.resource_names.as_ref().is_none_or(Vec::is_empty)
+                && rule.verbs.iter().any(|v| v == "*" || v == verb)
+                && any(&rule.api_groups, &ar.group)
+                && any(&rule.resources, &ar.plural)
+        })
+    };
+    grants(verbs::LIST) && grants(verbs::PATCH)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rule(groups: &[&str], resources: &[&str], verbs: &[&str], names: &[&str]) -> ResourceRule {
+        let strings = |items: &[&str]| Some(items.iter().map(|s| (*s).to_owned()).collect());
+        ResourceRule {
+            api_groups: strings(groups),
+            resources: strings(resources),
+            verbs: verbs.iter().map(|s| (*s).to_owned()).collect(),
+            resource_names: (!names.is_empty()).then(|| strings(names)).flatten(),
+        }
+    }
+
+    fn ar(group: &str, plural: &str) -> ApiResource {
+        ApiResource {
+            group: group.into(),
+            version: "v1".into(),
+            api_version: "v1".into(),
+            kind: "K".into(),
+            plural: plural.into(),
+        }
+    }
+
+    /// The scan lists only what the sweeper may also end: list and patch,
+    /// on every object of the type, as the chart's sweepRules grant them.
+    #[test]
+    fn a_type_is_scanned_when_its_rules_grant_list_and_patch_on_every_object() {
+        let star = [rule(&["*"], &["*"], &["*"], &[])];
+        assert!(allowed(&star, &ar("apps", "deployments")));
+        let narrowed = [rule(&[""], &["configmaps"], &["get", "list", "patch"], &[])];
+        assert!(allowed(&narrowed, &ar("", "configmaps")));
+        assert!(!allowed(&narrowed, &ar("", "secrets")));
+        assert!(!allowed(&narrowed, &ar("apps", "configmaps")));
+        let split = [
+            rule(&["apps"], &["deployments"], &["list"], &[]),
+            rule(&["apps"], &["deployments"], &["patch"], &[]),
+        ];
+        assert!(allowed(&split, &ar("apps", "deployments")));
+        let read_only = [rule(&["*"], &["*"], &["get", "list", "watch"], &[])];
+        assert!(!allowed(&read_only, &ar("apps", "deployments")));
+        let named = [rule(&[""], &["configmaps"], &["*"], &["settings"])];
+        assert!(!allowed(&named, &ar("", "configmaps")));
+    }
+
+    /// Requests a minute stay at most 60 whatever the number of types, and
+    /// a round of a few types still takes [`ROUND`].
+    #[test]
+    fn the_pace_spreads_a_round_and_bounds_requests_a_minute() {
+        for types in [0, 1, 70, 600, 601, 2_070, 100_000] {
+            let pace = pace(types);
+            assert!(pace >= MIN_PACE, "{types}: {pace:?}");
+            let round = pace * u32::try_from(types.max(1)).unwrap();
+            let almost = ROUND - Duration::from_millis(1);
+            assert!(
+                round >= almost || types == 0,
+                "{types}: a round of {round:?}"
+            );
+            if types <= 600 {
+                assert!(round <= ROUND + MIN_PACE, "{types}: {round:?}");
+            }
+        }
+    }
+}
