@@ -225,6 +225,11 @@ fn report(records: &Path, top: usize) -> Result<ExitCode, Failure> {
 }
 
 fn serve(config: server::Config) -> Result<ExitCode, Failure> {
+    if config.check_config {
+        let said = server::check_config(&config).map_err(|e| Failure(format!("{e:#}")))?;
+        println!("{said}");
+        return Ok(ExitCode::SUCCESS);
+    }
     crate::logging::init(config.log_format);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

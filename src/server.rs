@@ -143,6 +143,33 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// What `serve --check-config` says: the policy and flags `run` would
+/// start with, checked as it checks them, and the policy file linted (what
+/// loads but does nothing, or locks out, is refused here too), with nothing
+/// read but the policy.
+pub fn check_config(config: &Config) -> anyhow::Result<String> {
+    config.tls_source()?;
+    let (policy, _) = reload::load(
+        config.source.policy.as_deref(),
+        &config.source.argocd_applications,
+        &config.serving(),
+    )?;
+    if let Some(path) = &config.source.policy {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        let report = crate::policy::lint::lint(&text, &path.display().to_string());
+        if !report.problems.is_empty() {
+            anyhow::bail!("the policy does not lint:\n{}", report.problems.join("\n"));
+        }
+    }
+    Ok(format!(
+        "ok: serve starts with policy {} ({}, mode {})",
+        policy.source,
+        policy.digest,
+        policy.mode.as_str()
+    ))
+}
+
 /// Loads the policy and marks it in force (logs, metrics, health).
 fn load_policy(
     config: &Config,

@@ -792,6 +792,9 @@ fn the_chart_lints_renders_and_is_accepted_by_the_apiserver() {
             "-n",
             "driftguard",
             "--create-namespace",
+            // The config-check hook's Job needs a node (none here); its
+            // command is tested below, in the_config_check_hook_…
+            "--no-hooks",
         ])
         .args([
             "--set",
@@ -883,7 +886,7 @@ fn helm_releases_work_while_driftguard_is_down(helm: &PathBuf, plane: &ControlPl
     let run = |args: &[&str]| {
         let out = Command::new(helm)
             .args(args)
-            .args(["--kubeconfig", &kubeconfig])
+            .args(["--kubeconfig", &kubeconfig, "--no-hooks"])
             .output()
             .unwrap();
         let err = String::from_utf8_lossy(&out.stderr);

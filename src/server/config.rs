@@ -118,6 +118,12 @@ pub struct Config {
     #[arg(long, env = "DRIFTGUARD_KUBECONFIG")]
     #[arg(help_heading = "Cluster and GitOps sources")]
     pub kubeconfig: Option<PathBuf>,
+    /// Check that these flags and the policy would start, then exit: 0, or 1
+    /// with what `serve` would refuse (the chart's pre-install and
+    /// pre-upgrade hook). Neither the serving pair nor the cluster is read.
+    #[arg(long)]
+    #[arg(help_heading = "Cluster and GitOps sources")]
+    pub check_config: bool,
     /// Never talk to the cluster (scale writes then follow unknownScaleParent).
     #[arg(long, env = "DRIFTGUARD_NO_CLUSTER", conflicts_with = "kubeconfig")]
     #[arg(help_heading = "Cluster and GitOps sources")]

@@ -288,3 +288,99 @@ one render sees the same material.
 {{- if kindIs "invalid" $on -}}{{- $on = not (empty .Values.networkPolicy.webhookFrom) -}}{{- end -}}
 {{- if $on -}}true{{- end -}}
 {{- end -}}
+
+{{/*
+`driftguard serve`'s arguments: the Deployment's, and the pre-install and
+pre-upgrade hook's (templates/config-check.yaml), which adds --check-config,
+so that a policy or flags serve would refuse fail the release before
+anything changes.
+*/}}
+{{- define "driftguard.serveArgs" -}}
+- serve
+- --listen=0.0.0.0:{{ .Values.server.port }}
+- --probe-listen=0.0.0.0:{{ .Values.server.probePort }}
+- --tls-cert=/tls/tls.crt
+- --tls-key=/tls/tls.key
+- --policy=/policy/policy.yaml
+- --log-format={{ .Values.server.logFormat }}
+- --on-error={{ .Values.server.onError }}
+- --decision-timeout={{ .Values.server.decisionTimeout }}
+- --memory-budget-bytes={{ int64 .Values.server.memoryBudgetBytes }}
+- --shutdown-delay={{ .Values.server.shutdownDelay }}
+- --shutdown-timeout={{ .Values.server.shutdownTimeout }}
+- --max-connections={{ .Values.server.maxConnections }}
+- --argocd-namespace={{ .Values.watch.argocdNamespace }}
+- --sources-wait={{ .Values.watch.sourcesWait }}
+{{- if .Values.watch.argocd }}
+- --watch-argocd
+{{- end }}
+{{- if and (not .Values.breakGlass.restoreAtExpiry) (or .Values.policy.breakGlass.allowedGroups .Values.policy.breakGlass.allowedUsers) }}
+{{- fail "breakGlass.restoreAtExpiry: false with policy.breakGlass allowing someone: driftguard refuses to start with break-glass allowed and no expiry sweeper (nothing would end a break-glass or lift its GitOps pause). Keep restoreAtExpiry: true, or allow no one" }}
+{{- end }}
+- --break-glass-sweep-interval={{ if include "driftguard.sweeps" . }}{{ .Values.breakGlass.sweepInterval }}{{ else }}0{{ end }}
+{{- if include "driftguard.sweeps" . }}
+# One replica sweeps: the holder of this Lease (templates/rbac.yaml).
+- --break-glass-sweeper-lease={{ .Release.Namespace }}/{{ include "driftguard.fullname" . }}-sweeper
+{{- end }}
+{{- if .Values.watch.flux }}
+- --watch-flux
+{{- with .Values.watch.fluxDefaultServiceAccount }}
+- --flux-default-service-account={{ . }}
+{{- end }}
+{{- else if .Values.watch.fluxDefaultServiceAccount }}
+{{- fail "watch.fluxDefaultServiceAccount needs watch.flux" }}
+{{- end }}
+{{- with .Values.watch.hub }}
+{{- if and (or .argocdKubeconfigSecret .fluxKubeconfigSecret) (not .clusterNames) }}
+{{- fail "watch.hub: a hub kubeconfig needs watch.hub.clusterNames, what the hub calls this cluster" }}
+{{- end }}
+{{- if and .argocdKubeconfigSecret (not $.Values.watch.argocd) }}
+{{- fail "watch.hub.argocdKubeconfigSecret needs watch.argocd" }}
+{{- end }}
+{{- if and .fluxKubeconfigSecret (not $.Values.watch.flux) }}
+{{- fail "watch.hub.fluxKubeconfigSecret needs watch.flux" }}
+{{- end }}
+{{- if .argocdKubeconfigSecret }}
+- --argocd-kubeconfig=/hub/argocd/kubeconfig
+{{- end }}
+{{- if and .argocdApplicationSelector (not .argocdKubeconfigSecret) }}
+{{- fail "watch.hub.argocdApplicationSelector needs watch.hub.argocdKubeconfigSecret" }}
+{{- end }}
+{{- with .argocdApplicationSelector }}
+- --argocd-application-selector={{ . }}
+{{- end }}
+{{- if and .localArgocdNamespace (not .argocdKubeconfigSecret) }}
+{{- fail "watch.hub.localArgocdNamespace needs watch.hub.argocdKubeconfigSecret (without a hub, watch.argocdNamespace is this cluster's Argo CD)" }}
+{{- end }}
+{{- if .localArgocdNamespace }}
+- --local-argocd-namespace={{ .localArgocdNamespace }}
+{{- end }}
+{{- if .fluxKubeconfigSecret }}
+- --flux-kubeconfig=/hub/flux/kubeconfig
+{{- end }}
+{{- if and .localFlux (not .fluxKubeconfigSecret) }}
+{{- fail "watch.hub.localFlux needs watch.hub.fluxKubeconfigSecret (without a hub, watch.flux is this cluster's Flux)" }}
+{{- end }}
+{{- if .localFlux }}
+- --local-flux
+{{- end }}
+{{- range .clusterNames }}
+- --cluster-name={{ . }}
+{{- end }}
+{{- end }}
+{{- if .Values.guard.enabled }}
+- --guard-namespace={{ .Release.Namespace }}
+- --guard-configmap={{ include "driftguard.fullname" . }}-policy
+- --guard-deployment={{ include "driftguard.fullname" . }}
+- --guard-webhook-configuration={{ include "driftguard.fullname" . }}
+{{- end }}
+{{- if .Values.clientAuth.enabled }}
+- --client-ca=/client-ca/ca.crt
+{{- range .Values.clientAuth.allowedNames }}
+- --client-name={{ . }}
+{{- end }}
+{{- end }}
+{{- range .Values.extraArgs }}
+- {{ . | quote }}
+{{- end }}
+{{- end }}
