@@ -295,7 +295,7 @@ mod tests {
         records.read("r1", true, Some(now + jiff::SignedDuration::from_mins(5)));
         assert_eq!(held(&records), (false, false, true));
         let h = records.held.values().next().unwrap();
-        let settled = now + jiff::SignedDuration::from_secs(61);
+        let settled = now + jiff::SignedDuration::from_secs(71);
         assert!(!h.due(settled), "armed and settled: read at its expiry");
         assert!(
             h.due(now + jiff::SignedDuration::from_mins(6)),
@@ -308,7 +308,7 @@ mod tests {
             "not armed: no pause, kept"
         );
         let h = records.held.values().next().unwrap();
-        let later = now + jiff::SignedDuration::from_secs(61);
+        let later = now + jiff::SignedDuration::from_secs(71);
         assert!(h.settled(later) && h.due(later), "settled after the grace");
         // Recorded as armed but read unarmed: read again soon, the arming may land yet.
         let recheck = h.next_look(now).unwrap();
@@ -345,7 +345,7 @@ mod tests {
         assert_eq!(h.next_look(now), None);
         assert!(!h.may_be_armed() && !h.due(now));
         assert!(
-            h.due(now + jiff::SignedDuration::from_secs(61)),
+            h.due(now + jiff::SignedDuration::from_secs(71)),
             "dropped once settled"
         );
     }
