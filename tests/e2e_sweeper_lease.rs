@@ -336,7 +336,7 @@ fn an_arming_no_record_names_is_found_and_ended_and_a_deleted_record_comes_back(
     plane.apply_admin(&flux_configmap("kept"));
     // Armed as `kubectl driftguard break-glass` arms, written by an admin
     // before driftguard runs: no webhook saw it, so no record names it.
-    let expires = (jiff::Timestamp::now() + jiff::SignedDuration::from_secs(75))
+    let expires = (jiff::Timestamp::now() + jiff::SignedDuration::from_secs(180))
         .round(jiff::Unit::Second)
         .unwrap();
     let left = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
@@ -352,6 +352,18 @@ fn an_arming_no_record_names_is_found_and_ended_and_a_deleted_record_comes_back(
     .to_string();
     plane.apply_admin(&left);
     assert!(armed(&plane, "left") && recorded(&plane, "default").is_empty());
+    // Decoys: a tenant's unmanaged ConfigMaps carrying the label, more than
+    // one listing reads, in a namespace that lists first.
+    plane.create_namespaces(&["aaa-decoys"]);
+    let decoys: Vec<Value> = (0..250)
+        .map(|i| {
+            serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": format!("decoy-{i}"), "namespace": "aaa-decoys",
+                    "labels": {"driftguard.io/break-glass": "true"}}})
+        })
+        .collect();
+    let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": decoys});
+    plane.apply_admin(&list.to_string());
 
     let policy = plane.dir.join("scan-policy.yaml");
     std::fs::write(
@@ -369,8 +381,8 @@ fn an_arming_no_record_names_is_found_and_ended_and_a_deleted_record_comes_back(
     );
     dg.register(&plane, &policy.display().to_string());
     wait_for(
-        "the scan to record what no webhook saw armed",
-        Duration::from_secs(60),
+        "the scan to record what no webhook saw armed, past the decoys",
+        Duration::from_secs(150),
         || {
             let records = recorded(&plane, "default");
             match records.contains(&"production/left".to_owned()) {

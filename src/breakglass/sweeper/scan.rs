@@ -30,17 +30,34 @@ use crate::drift::breakglass_state;
 pub(super) const ROUND: Duration = Duration::from_secs(600);
 /// The shortest wait between two of the scan's requests.
 pub(super) const MIN_PACE: Duration = Duration::from_secs(1);
-/// Objects per list page: one page is what the scan holds at once.
-const PAGE: u32 = 50;
+/// Objects per list page, one page held at a time: a tenant can make each
+/// object's metadata up to etcd's 1.5 MiB, so a page holds at most ~6 MiB.
+const PAGE: u32 = 4;
+/// Pages one listing reads per round (200 labelled objects): a type where a
+/// tenant labels more is listed again namespace by namespace, each
+/// namespace with this cap of its own, so decoys in one namespace cannot
+/// hide another's armed objects.
+const MAX_PAGES: usize = 50;
 /// The namespace the rules review asks about. The sweeper lists every
 /// namespace at once, which only cluster-wide grants allow; a namespace no
 /// one creates has no RoleBindings, so the review returns those alone.
 const NO_NAMESPACE: &str = "driftguard-cluster-wide-rules";
 
-/// Where the scan is: the types left this round, the one being paged.
+/// One listing: a type, across namespaces or in one.
+#[derive(Clone, Debug)]
+struct Listing {
+    ar: ApiResource,
+    namespaced: bool,
+    namespace: Option<String>,
+    /// The continue token of the next page, and the pages read so far.
+    token: String,
+    pages: usize,
+}
+
+/// Where the scan is: the listings left this round, the one being paged.
 pub(super) struct Scan {
-    left: VecDeque<ApiResource>,
-    page: Option<(ApiResource, String)>,
+    left: VecDeque<Listing>,
+    paging: Option<Listing>,
     pace: Duration,
     /// When the next request may go.
     pub next: Instant,
@@ -48,6 +65,9 @@ pub(super) struct Scan {
     round: Round,
     /// Rounds started since this replica began leading.
     rounds: u64,
+    /// A type whose listing across namespaces reached [`MAX_PAGES`]: listed
+    /// namespace by namespace, later this round.
+    crowded: Option<ApiResource>,
 }
 
 /// What one round did, logged when it ends.
@@ -63,52 +83,80 @@ impl Default for Scan {
         let now = Instant::now();
         Scan {
             left: VecDeque::new(),
-            page: None,
+            paging: None,
             pace: MIN_PACE,
             next: now,
             next_round: now,
             round: Round::default(),
             rounds: 0,
+            crowded: None,
         }
     }
 }
 
 impl Scan {
-    /// Makes one request of the scan (a round's start makes three: the
-    /// rules review and aggregated discovery) and hands each labelled
-    /// object found to `found`, as `(type, metadata)`.
+    /// Makes one request of the scan (a round's start makes a few more:
+    /// the rules review, aggregated discovery, and the namespaces when a
+    /// type was crowded) and hands each labelled object found to `found`,
+    /// as `(type, metadata)`.
     pub(super) async fn step(
         &mut self,
         client: &kube::Client,
         mut found: impl FnMut(&ApiResource, PartialObjectMeta<DynamicObject>),
     ) {
-        let (ar, token) = match self.page.take() {
-            Some(page) => page,
-            None => match self.left.pop_front() {
-                Some(ar) => (ar, String::new()),
-                None => {
-                    self.start_round(client, Instant::now()).await;
-                    return;
-                }
-            },
+        if let Some(ar) = self.crowded.take() {
+            let namespaces = namespaces(client).await;
+            let each = namespaces.into_iter().map(|ns| Listing {
+                ar: ar.clone(),
+                namespaced: true,
+                namespace: Some(ns),
+                token: String::new(),
+                pages: 0,
+            });
+            // Next, before the other types: the crowded type is still being read.
+            for listing in each.rev() {
+                self.left.push_front(listing);
+            }
+            self.next = Instant::now() + MIN_PACE;
+            return;
+        }
+        let mut listing = match self.paging.take().or_else(|| self.left.pop_front()) {
+            Some(listing) => listing,
+            None => {
+                self.start_round(client, Instant::now()).await;
+                return;
+            }
         };
-        let api = Api::<DynamicObject>::all_with(client.clone(), &ar);
+        let api = match &listing.namespace {
+            Some(ns) => Api::<DynamicObject>::namespaced_with(client.clone(), ns, &listing.ar),
+            None => Api::<DynamicObject>::all_with(client.clone(), &listing.ar),
+        };
         let mut params = ListParams::default()
             .labels(breakglass_state::LABEL)
             .limit(PAGE);
-        if !token.is_empty() {
-            params = params.continue_token(&token);
+        if !listing.token.is_empty() {
+            params = params.continue_token(&listing.token);
         }
         let listed = api.list_metadata(&params).await;
         // Paced from the answer: a retry inside the client (a 429 while a
-        // new type's cache fills) counts against the same second.
-        self.next = Instant::now() + self.pace;
+        // new type's cache fills) counts against the same second. A type's
+        // later pages come at once, the next type at the round's pace.
+        let ar = listing.ar.clone();
         match listed {
             Ok(page) => {
                 self.round.found += page.items.len();
                 page.items.into_iter().for_each(|meta| found(&ar, meta));
-                if let Some(token) = page.metadata.continue_.filter(|t| !t.is_empty()) {
-                    self.page = Some((ar, token));
+                listing.pages += 1;
+                match page.metadata.continue_.filter(|t| !t.is_empty()) {
+                    Some(_) if listing.pages >= MAX_PAGES => {
+                        let namespaced = listing.namespaced;
+                        self.crowded(&listing, namespaced)
+                    }
+                    Some(token) => {
+                        listing.token = token;
+                        self.paging = Some(listing);
+                    }
+                    None => {}
                 }
             }
             Err(kube::Error::Api(s)) if s.code == 403 || s.code == 404 => {
@@ -118,6 +166,32 @@ impl Scan {
             Err(e) => {
                 self.round.refused += 1;
                 tracing::warn!(r#type = %ar.plural, group = %ar.group, error = %e, "break-glass sweeper: the scan cannot list a type; the next round tries again");
+            }
+        }
+        let pace = if self.paging.is_some() {
+            MIN_PACE
+        } else {
+            self.pace
+        };
+        self.next = Instant::now() + pace;
+    }
+
+    /// A listing that reached [`MAX_PAGES`]: across namespaces (of a
+    /// namespaced type), its type is listed again namespace by namespace
+    /// later this round; in one namespace, the rest of that namespace waits
+    /// (logged).
+    fn crowded(&mut self, listing: &Listing, namespaced: bool) {
+        let ar = &listing.ar;
+        match &listing.namespace {
+            None if namespaced => {
+                tracing::warn!(r#type = %ar.plural, group = %ar.group, "break-glass sweeper: more objects carry the break-glass label than one listing reads; listing this type namespace by namespace");
+                self.crowded = Some(ar.clone());
+            }
+            None => {
+                tracing::warn!(r#type = %ar.plural, group = %ar.group, "break-glass sweeper: more objects of this cluster-scoped type carry the break-glass label than one listing reads; the rest wait for a later round")
+            }
+            Some(ns) => {
+                tracing::warn!(r#type = %ar.plural, group = %ar.group, namespace = %ns, "break-glass sweeper: more objects in this namespace carry the break-glass label than one listing reads; the rest wait for a later round")
             }
         }
     }
@@ -149,13 +223,45 @@ impl Scan {
             }
         };
         self.round.types = types.len();
+        let left: VecDeque<Listing> = (types.into_iter())
+            .map(|(ar, namespaced)| Listing {
+                ar,
+                namespaced,
+                namespace: None,
+                token: String::new(),
+                pages: 0,
+            })
+            .collect();
         self.pace = match self.rounds {
             0 => MIN_PACE,
-            _ => pace(types.len()),
+            _ => pace(left.len()),
         };
         self.rounds += 1;
-        self.left = types.into();
+        self.left = left;
         self.next = now;
+    }
+}
+
+/// Every namespace's name, a page of 500 at a time (only cluster admins
+/// write Namespaces); none when they cannot be listed.
+async fn namespaces(client: &kube::Client) -> Vec<String> {
+    let api = Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone());
+    let mut params = ListParams::default().limit(500);
+    let mut out = Vec::new();
+    loop {
+        match api.list_metadata(&params).await {
+            Ok(page) => {
+                out.extend(page.items.into_iter().filter_map(|n| n.metadata.name));
+                match page.metadata.continue_.filter(|t| !t.is_empty()) {
+                    Some(token) => params = params.continue_token(&token),
+                    None => return out,
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "break-glass sweeper: cannot list namespaces to list a crowded type namespace by namespace");
+                return Vec::new();
+            }
+        }
     }
 }
 
@@ -166,8 +272,9 @@ pub(super) fn pace(types: usize) -> Duration {
 }
 
 /// Every served type, at its most stable version, that this process may
-/// list across namespaces and patch, by discovery and its own rules.
-async fn sweepable_types(client: &kube::Client) -> Result<Vec<ApiResource>, kube::Error> {
+/// list across namespaces, get and patch, by discovery and its own rules;
+/// with whether it is namespaced.
+async fn sweepable_types(client: &kube::Client) -> Result<Vec<(ApiResource, bool)>, kube::Error> {
     let review = SelfSubjectRulesReview {
         spec: SelfSubjectRulesReviewSpec {
             namespace: Some(NO_NAMESPACE.to_owned()),
@@ -192,14 +299,15 @@ async fn sweepable_types(client: &kube::Client) -> Result<Vec<ApiResource>, kube
             // An authorizer that cannot list its rules (incomplete): every
             // type is tried, and a refusal is counted.
             if served && (rules.incomplete || allowed(&rules.resource_rules, &ar)) {
-                types.push(ar);
+                types.push((ar, caps.scope == Scope::Namespaced));
             }
         }
     }
     Ok(types)
 }
 
-/// Whether `rules` allow both `list` and `patch` on every object of `ar`.
+/// Whether `rules` allow `list`, `get` and `patch` on every object of `ar`:
+/// what finding, reading again and ending an armed object take.
 pub(super) fn allowed(rules: &[ResourceRule], ar: &ApiResource) -> bool {
     let grants = |verb: &str| {
         rules.iter().any(|rule| {
@@ -212,7 +320,7 @@ pub(super) fn allowed(rules: &[ResourceRule], ar: &ApiResource) -> bool {
                 && any(&rule.resources, &ar.plural)
         })
     };
-    grants(verbs::LIST) && grants(verbs::PATCH)
+    grants(verbs::LIST) && grants(verbs::GET) && grants(verbs::PATCH)
 }
 
 #[cfg(test)]
@@ -246,11 +354,13 @@ mod tests {
         let star = [rule(&["*"], &["*"], &["*"], &[])];
         assert!(allowed(&star, &ar("apps", "deployments")));
         let narrowed = [rule(&[""], &["configmaps"], &["get", "list", "patch"], &[])];
+        let no_get = [rule(&[""], &["configmaps"], &["list", "patch"], &[])];
+        assert!(!allowed(&no_get, &ar("", "configmaps")));
         assert!(allowed(&narrowed, &ar("", "configmaps")));
         assert!(!allowed(&narrowed, &ar("", "secrets")));
         assert!(!allowed(&narrowed, &ar("apps", "configmaps")));
         let split = [
-            rule(&["apps"], &["deployments"], &["list"], &[]),
+            rule(&["apps"], &["deployments"], &["get", "list"], &[]),
             rule(&["apps"], &["deployments"], &["patch"], &[]),
         ];
         assert!(allowed(&split, &ar("apps", "deployments")));
