@@ -143,3 +143,37 @@ proptest! {
         }
     }
 }
+
+/// `helm upgrade --reuse-values` from the release before the hook (its
+/// values have no `configCheck`) renders, with the hook on.
+#[test]
+fn values_from_the_release_before_the_hook_render_with_the_hook_on() {
+    let earlier = format!("{ROOT}/tests/data/releases/driftguard-chart-f3fc83a.tgz");
+    let out = std::process::Command::new(helm())
+        .args(["show", "values", &earlier])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dir = std::path::PathBuf::from(ROOT).join("target/config-check");
+    std::fs::create_dir_all(&dir).unwrap();
+    let values = dir.join("earlier-values.yaml");
+    std::fs::write(&values, &out.stdout).unwrap();
+    let out = std::process::Command::new(helm())
+        .args(["template", "dg", &format!("{ROOT}/charts/driftguard")])
+        .args(["--namespace", "driftguard", "-f"])
+        .arg(&values)
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stderr}");
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&stdout).unwrap();
+    let (ok, said) = run_hook(&docs, &dir);
+    assert!(ok, "{said}");
+}
