@@ -12,6 +12,7 @@
 
 use serde_json::Value;
 
+use super::key_spaces;
 use crate::policy::Policy;
 use crate::policy::path::escape;
 
@@ -364,6 +365,8 @@ pub(crate) struct Inputs<'a> {
     /// The object's labels, for a claim by a label key the policy does not
     /// name (argocd-cm's `application.instanceLabelKey`).
     labels: Option<&'a Value>,
+    /// The object's annotations, for the keys under a tool's key space.
+    annotations: Option<&'a Value>,
     /// It has a `deletionTimestamp`: taking a finalizer off only lets a
     /// deletion already under way finish.
     deleting: bool,
@@ -396,6 +399,7 @@ impl<'a> Inputs<'a> {
             name: text(meta.and_then(|m| m.get("name"))),
             namespace: text(meta.and_then(|m| m.get("namespace"))),
             labels,
+            annotations,
             deleting: meta.is_some_and(|m| !m["deletionTimestamp"].is_null()),
         }
     }
@@ -449,6 +453,41 @@ pub(crate) fn changes(old: &Inputs, new: &Inputs, policy: &Policy) -> Vec<String
             && !out.contains(&pointer)
         {
             out.push(pointer);
+        }
+    }
+    out.extend(key_space_changes(old, new, policy));
+    out
+}
+
+/// Pointers of the labels and annotations under a tool's key space
+/// ([`key_spaces`]) that no named input covers and that differ.
+fn key_space_changes<'a>(old: &Inputs<'a>, new: &Inputs<'a>, policy: &Policy) -> Vec<String> {
+    let named: Vec<Location> = (Input::ALL.into_iter())
+        .filter_map(|i| i.location(policy))
+        .collect();
+    let mut out = Vec::new();
+    for (old_map, new_map, label) in [
+        (old.labels, new.labels, true),
+        (old.annotations, new.annotations, false),
+    ] {
+        let keys = |m: Option<&'a Value>| {
+            m.and_then(Value::as_object)
+                .into_iter()
+                .flat_map(|o| o.keys())
+        };
+        let all: std::collections::BTreeSet<&String> = keys(old_map).chain(keys(new_map)).collect();
+        for key in all {
+            let here = match label {
+                true => Location::Label(key),
+                false => Location::Annotation(key),
+            };
+            let value = |m: Option<&'a Value>| m.and_then(|m| m.get(key.as_str()));
+            if key_spaces::is_input(key)
+                && !named.contains(&here)
+                && value(old_map) != value(new_map)
+            {
+                out.push(here.pointer());
+            }
         }
     }
     out
