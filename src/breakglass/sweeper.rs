@@ -404,35 +404,16 @@ impl Sweeper {
             .map(|h| h.armed.entry())
             .collect();
         let now = Instant::now();
-        let (mut found, mut unlisted, mut argocd) =
-            (BTreeSet::new(), BTreeSet::new(), BTreeMap::new());
-        for at in self.installations() {
-            let mut listed: Vec<Orphan> = Vec::new();
-            let each = |app: PartialObjectMeta<DynamicObject>| {
-                let meta = serde_json::to_value(&app.metadata).unwrap_or_default();
-                let (namespace, name) = (
-                    app.metadata.namespace.unwrap_or_default(),
-                    app.metadata.name.unwrap_or_default(),
-                );
-                for entry in application::orphaned(&meta["annotations"], &armed) {
-                    listed.push((at.hub, namespace.clone(), name.clone(), entry));
-                }
-            };
-            let selector = self.options.application_selector.as_deref();
-            if !list_applications(at.client, selector.filter(|_| at.hub), each).await {
-                // Not listed now: what was seen there waits, untouched.
-                unlisted.insert(at.hub);
-                continue;
+        let Listed {
+            found,
+            unlisted,
+            mut argocd,
+            unread,
+        } = self.list_orphans(&armed).await;
+        for (hub, e) in unread {
+            if self.orphans.warn_settings(hub, now) {
+                tracing::warn!(error = %e, hub, "break-glass sweeper: cannot list argocd-cmd-params-cm in Argo CD's namespace; until it can, only pauses left behind in that namespace are lifted (said again in an hour at most)");
             }
-            // A namespace Argo CD does not take holds no pause of ours.
-            let mut settings = Reconciled::new(at.namespace);
-            if listed.iter().any(|key| key.1 != at.namespace)
-                && let Err(e) = settings.read_namespaces(at.client).await
-            {
-                tracing::warn!(error = %e, hub = at.hub, "break-glass sweeper: cannot read argocd-cmd-params-cm; only pauses left behind in Argo CD's own namespace are lifted this pass");
-            }
-            found.extend(listed.into_iter().filter(|key| settings.admits(&key.1)));
-            argocd.insert(at.hub, settings);
         }
         self.orphans.found(now, found, unlisted);
         // Each Application and group read once a pass, and at most
@@ -495,6 +476,42 @@ impl Sweeper {
                 }
             }
         }
+    }
+
+    /// Every cluster's Applications listed: the entries of their pauses that
+    /// no armed object (`armed`) holds, in namespaces Argo CD takes.
+    async fn list_orphans(&self, armed: &BTreeSet<String>) -> Listed {
+        let mut out = Listed::default();
+        for at in self.installations() {
+            let mut listed: Vec<Orphan> = Vec::new();
+            let each = |app: PartialObjectMeta<DynamicObject>| {
+                let meta = serde_json::to_value(&app.metadata).unwrap_or_default();
+                let (namespace, name) = (
+                    app.metadata.namespace.unwrap_or_default(),
+                    app.metadata.name.unwrap_or_default(),
+                );
+                for entry in application::orphaned(&meta["annotations"], armed) {
+                    listed.push((at.hub, namespace.clone(), name.clone(), entry));
+                }
+            };
+            let selector = self.options.application_selector.as_deref();
+            if !list_applications(at.client, selector.filter(|_| at.hub), each).await {
+                // Not listed now: what was seen there waits, untouched.
+                out.unlisted.insert(at.hub);
+                continue;
+            }
+            // A namespace Argo CD does not take holds no pause of ours.
+            let mut settings = Reconciled::new(at.namespace);
+            if listed.iter().any(|key| key.1 != at.namespace)
+                && let Err(e) = settings.read_namespaces(at.client).await
+            {
+                out.unread.push((at.hub, e));
+            }
+            out.found
+                .extend(listed.into_iter().filter(|key| settings.admits(&key.1)));
+            out.argocd.insert(at.hub, settings);
+        }
+        out
     }
 
     /// Whether Application `namespace/name`, of the hub (`hub`) or this
@@ -643,6 +660,19 @@ impl Sweeper {
             }
         }
     }
+}
+
+/// What one listing of the Applications found ([`Sweeper::list_orphans`]).
+#[derive(Default)]
+struct Listed {
+    /// The entries no armed object holds, in namespaces Argo CD takes.
+    found: BTreeSet<Orphan>,
+    /// The clusters whose Applications could not be listed.
+    unlisted: BTreeSet<bool>,
+    /// Each listed cluster's Argo CD settings, as read.
+    argocd: BTreeMap<bool, Reconciled>,
+    /// The clusters whose `application.namespaces` could not be read.
+    unread: Vec<(bool, kube::Error)>,
 }
 
 /// Applications' metadata per list page: what a pass holds at once, as a

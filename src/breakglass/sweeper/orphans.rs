@@ -56,6 +56,8 @@ pub(super) struct Orphans {
     /// The clusters whose Applications could not be listed this pass: what
     /// was seen there waits, untouched.
     unlisted: BTreeSet<bool>,
+    /// When each cluster's Argo CD settings were last warned unreadable.
+    settings_warned: BTreeMap<bool, Instant>,
     pass: u64,
 }
 
@@ -186,6 +188,17 @@ impl Orphans {
             s.not_before = Some(now + backoff(base, s.failed));
             s.failed = s.failed.saturating_add(1);
         }
+    }
+
+    /// Whether to warn now that cluster `hub`'s Argo CD settings cannot be
+    /// read: at most once per [`WARN_EVERY`].
+    pub(super) fn warn_settings(&mut self, hub: bool, now: Instant) -> bool {
+        let last = self.settings_warned.get(&hub);
+        let warn = last.is_none_or(|at| now.saturating_duration_since(*at) >= WARN_EVERY);
+        if warn {
+            self.settings_warned.insert(hub, now);
+        }
+        warn
     }
 
     /// How many entries are held.
