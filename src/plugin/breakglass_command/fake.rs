@@ -31,6 +31,9 @@ pub struct Cluster {
     pub app_read_only: bool,
     /// The Application's `spec.destination.server`, if any.
     pub destination: Option<&'static str>,
+    /// What driftguard's answer to a dry run of the object's write says the
+    /// hub calls this cluster, if anything.
+    pub told: Option<&'static str>,
 }
 
 /// `METHOD path?query` and the body of every request, in order.
@@ -113,7 +116,17 @@ pub fn api(cluster: Cluster, log: Log) -> crate::plugin::api::Api {
                 },
                 ("GET", OBJECT) => reply(200, object),
                 ("PATCH", OBJECT) if cluster.deny => reply(403, denied),
-                ("PATCH", OBJECT) => reply(200, object),
+                ("PATCH", OBJECT) => {
+                    let mut r = reply(200, object);
+                    let names = cluster.told.map(|n| vec![n.to_owned()]);
+                    let told = names.and_then(|n| crate::cluster::hub::names_warning(&n));
+                    if let Some(text) = told.filter(|_| uri.contains("dryRun=All")) {
+                        let quoted = text.replace('\\', "\\\\").replace('"', "\\\"");
+                        let header = format!("299 - \"{quoted}\"").parse().unwrap();
+                        r.headers_mut().append("warning", header);
+                    }
+                    r
+                }
                 (_, APP) if !cluster.application => reply(
                     404,
                     json!({"kind": "Status", "code": 404, "message": "not found"}),
