@@ -179,12 +179,11 @@ impl Orphans {
     /// no pause of ours: it deploys elsewhere, or Argo CD does not
     /// reconcile it). Whether to warn: never, as that is no fault.
     pub(super) fn wait_app(&mut self, app: &App, now: Instant, base: Duration) {
-        let keys: Vec<Orphan> = (self.seen.keys())
-            .filter(|(h, ns, n, _)| (*h, ns, n) == (app.0, &app.1, &app.2))
-            .cloned()
-            .collect();
-        for key in &keys {
-            let s = self.seen.get_mut(key).expect("listed just now");
+        // Its entries are adjacent in the map's order: only they are visited.
+        let from = (app.0, app.1.clone(), app.2.clone(), String::new());
+        let of_app = self.seen.range_mut(from..);
+        for (_, s) in of_app.take_while(|((h, ns, n, _), _)| (*h, ns, n) == (app.0, &app.1, &app.2))
+        {
             s.not_before = Some(now + backoff(base, s.failed));
             s.failed = s.failed.saturating_add(1);
         }

@@ -125,16 +125,25 @@ fn a_refused_entry_waits_doubling_up_to_the_bound() {
 fn an_application_not_ours_waits_whole() {
     let mut orphans = Orphans::default();
     let now = Instant::now();
-    let found: BTreeSet<Orphan> = (0..3)
+    let mut found: BTreeSet<Orphan> = (0..3)
         .map(|i| key(true, "argocd", "other", &format!("x/K:a/{i}")))
         .collect();
+    // Its neighbours in the map's order are not its entries.
+    let neighbours = [
+        key(true, "argocd", "othe", REAL),
+        key(true, "argocd", "other2", REAL),
+        key(false, "argocd", "other", REAL),
+    ];
+    found.extend(neighbours.clone());
     orphans.found(now, found, BTreeSet::new());
     orphans.age(GRACE);
-    let due = orphans.due(now, GRACE, 1);
-    assert_eq!(due.len(), 1);
     orphans.wait_app(&(true, "argocd".into(), "other".into()), now, INTERVAL);
-    assert!(orphans.due(now, GRACE, 256).is_empty());
-    assert_eq!(orphans.due(now + INTERVAL, GRACE, 256).len(), 3);
+    let others: BTreeSet<Orphan> = orphans.due(now, GRACE, 256).into_iter().collect();
+    assert_eq!(others, neighbours.into());
+    // Past its wait, its entries come due again (beside the neighbours, never told to wait).
+    let later = orphans.due(now + INTERVAL, GRACE, 256);
+    let of_other = later.iter().filter(|k| k.0 && k.2 == "other").count();
+    assert_eq!((of_other, later.len()), (3, 6));
 }
 
 /// A cluster that could not be listed keeps what was seen there, untried.
