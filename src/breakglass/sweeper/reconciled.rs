@@ -99,9 +99,16 @@ impl Reconciled {
             &self.namespace,
             &project_resource(),
         );
+        // The name is the tenant's text: one that is not a Kubernetes name
+        // could widen the field selector (`x,metadata.name!=y`), so none
+        // such is asked, and only the item of that very name is read.
+        if !crate::text::is_dns_subdomain(name) {
+            return Ok(None);
+        }
         let params = ListParams::default().fields(&format!("metadata.name={name}"));
         let list = api.list(&params).await?;
-        let value = list.items.first().map(serde_json::to_value).transpose();
+        let item = (list.items.iter()).find(|p| p.metadata.name.as_deref() == Some(name));
+        let value = item.map(serde_json::to_value).transpose();
         let value = value.map_err(kube::Error::SerdeError)?;
         // One that does not read as an AppProject admits nothing.
         Ok(value.map(|v| AppProject::from_value(&v).unwrap_or_default()))

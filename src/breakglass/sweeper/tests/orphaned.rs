@@ -82,7 +82,7 @@ fn requests(log: &Log, prefix: &str) -> Vec<String> {
 /// `application.namespaces`), sorting before argocd, with 4 Applications of
 /// 64 forged entries each: never read past the list, and argocd/web's pause
 /// lifted. In a namespace it does take, only an Application whose project
-/// admits that namespace is lifted.
+/// admits that namespace is lifted, its project read by its own name only.
 #[tokio::test]
 async fn only_applications_argo_cd_reconciles_are_read() {
     let log = Log::default();
@@ -108,6 +108,14 @@ async fn only_applications_argo_cd_reconciles_are_read() {
         "bad",
         "default",
         &["apps/Deployment:prod/bad".into()],
+    ));
+    // A project name that would widen the field selector to another project.
+    let sly = "team,metadata.name!=nothing";
+    apps.push(paused(
+        "team-a",
+        "sly",
+        sly,
+        &["apps/Deployment:prod/sly".into()],
     ));
     let here = cluster_answering(
         apps,
