@@ -12,7 +12,9 @@
 //! - an entry tried and not lifted (refused, not ours, its object armed or
 //!   unreadable) waits a backoff that doubles up to [`MAX_BACKOFF`], and
 //!   takes no place in a pass meanwhile;
-//! - each entry is warned about at most once per [`WARN_EVERY`].
+//! - each entry is warned about at most once per [`WARN_EVERY`], and a pass
+//!   warns at most [`WARNINGS_PER_PASS`] times (the rest said in one line),
+//!   so that entries forged afresh at every pass cannot flood the log.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -30,6 +32,8 @@ type Ready<'a> = (&'a Orphan, u64);
 pub(super) const MAX_BACKOFF: Duration = Duration::from_secs(15 * 60);
 /// The least time between two warnings about the same entry.
 pub(super) const WARN_EVERY: Duration = Duration::from_secs(60 * 60);
+/// The most entries one pass warns about one by one.
+pub(super) const WARNINGS_PER_PASS: usize = 16;
 
 /// What is known of one entry.
 #[derive(Clone, Debug)]
@@ -59,6 +63,9 @@ pub(super) struct Orphans {
     /// When each cluster's Argo CD settings were last warned unreadable.
     settings_warned: BTreeMap<bool, Instant>,
     pass: u64,
+    /// Warnings this pass: said one by one, and held back past the bound.
+    said: usize,
+    held_back: usize,
 }
 
 impl Orphans {
@@ -105,6 +112,7 @@ impl Orphans {
     /// doc), and counted as tried.
     pub(super) fn due(&mut self, now: Instant, grace: Duration, budget: usize) -> Vec<Orphan> {
         self.pass += 1;
+        (self.said, self.held_back) = (0, 0);
         let mut by_group: BTreeMap<Group, BTreeMap<App, Vec<Ready>>> = BTreeMap::new();
         let ready = (self.seen.iter())
             .filter(|(k, _)| !self.unlisted.contains(&k.0))
@@ -159,20 +167,31 @@ impl Orphans {
 
     /// `key` was tried at `now` and not lifted: it waits `base` doubled for
     /// each try in a row that failed, at most [`MAX_BACKOFF`]. Whether to
-    /// warn about it now (at most once per [`WARN_EVERY`]).
+    /// warn about it now: at most once per [`WARN_EVERY`], and while this
+    /// pass has warned fewer than [`WARNINGS_PER_PASS`] times (one held
+    /// back is counted, [`Self::held_back`], and warned about at a later try).
     pub(super) fn wait(&mut self, key: &Orphan, now: Instant, base: Duration) -> bool {
         let Some(s) = self.seen.get_mut(key) else {
             return false;
         };
         s.not_before = Some(now + backoff(base, s.failed));
         s.failed = s.failed.saturating_add(1);
-        let warn = s
-            .warned
-            .is_none_or(|at| now.saturating_duration_since(at) >= WARN_EVERY);
-        if warn {
-            s.warned = Some(now);
+        let due = (s.warned).is_none_or(|at| now.saturating_duration_since(at) >= WARN_EVERY);
+        if !due {
+            return false;
         }
-        warn
+        if self.said >= WARNINGS_PER_PASS {
+            self.held_back += 1;
+            return false;
+        }
+        self.said += 1;
+        s.warned = Some(now);
+        true
+    }
+
+    /// How many warnings this pass held back past [`WARNINGS_PER_PASS`].
+    pub(super) fn held_back(&self) -> usize {
+        self.held_back
     }
 
     /// Every entry of Application `app` waits, as [`Self::wait`] (it holds
