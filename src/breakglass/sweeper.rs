@@ -31,8 +31,8 @@ use crate::drift::inputs::Inputs;
 use crate::metrics::Metrics;
 use crate::policy::argocd::ThisCluster;
 use crate::service::PolicyHandle;
+use applications::{Listed, Reconciled, list_applications};
 use orphans::{App, Orphan, Orphans};
-use reconciled::Reconciled;
 use records::Records;
 
 /// How long an Application's pause must have been held by no armed object
@@ -396,7 +396,7 @@ impl Sweeper {
     /// deleted, a restart in between), the Application pause it held is
     /// lifted: found from the Applications' own `PAUSED_FOR` lists, not from
     /// the armed objects alone, in every cluster holding Applications. Only
-    /// Applications Argo CD reconciles are read ([`reconciled`]); a pass
+    /// Applications Argo CD reconciles are read ([`applications`]); a pass
     /// takes its entries fairly, and one not lifted waits ([`orphans`]).
     async fn lift_orphaned_pauses(&mut self) {
         let armed: BTreeSet<String> = (self.records.held.values())
@@ -522,7 +522,7 @@ impl Sweeper {
 
     /// Whether Application `namespace/name`, of the hub (`hub`) or this
     /// cluster, may hold a pause of ours: Argo CD reconciles it (`argocd`:
-    /// that cluster's settings, [`reconciled`]) and it deploys here. Not
+    /// that cluster's settings, [`applications`]) and it deploys here. Not
     /// when it cannot be read to tell. In this cluster too: if it is
     /// another cluster's hub, that cluster's break-glasses pause its
     /// Applications that deploy there.
@@ -668,54 +668,6 @@ impl Sweeper {
     }
 }
 
-/// What one listing of the Applications found ([`Sweeper::list_orphans`]).
-#[derive(Default)]
-struct Listed {
-    /// The entries no armed object holds, in namespaces Argo CD takes.
-    found: BTreeSet<Orphan>,
-    /// The clusters whose Applications could not be listed.
-    unlisted: BTreeSet<bool>,
-    /// Each listed cluster's Argo CD settings, as read.
-    argocd: BTreeMap<bool, Reconciled>,
-    /// The clusters whose `application.namespaces` could not be read.
-    unread: Vec<(bool, kube::Error)>,
-}
-
-/// Applications' metadata per list page: what a pass holds at once, as a
-/// source watch's pages (a hub's tenants may fill each Application's
-/// annotations and managedFields).
-const APPLICATION_PAGE: u32 = 50;
-
-/// Hands every Application's metadata in the cluster of `client` (those
-/// `selector` matches, if given) to `each`, a page at a time; `false`
-/// (logged) when they cannot all be listed. No Application type: none.
-async fn list_applications(
-    client: &kube::Client,
-    selector: Option<&str>,
-    mut each: impl FnMut(PartialObjectMeta<DynamicObject>),
-) -> bool {
-    let api = Api::<DynamicObject>::all_with(client.clone(), &application::application_resource());
-    let mut params = ListParams::default().limit(APPLICATION_PAGE);
-    params.label_selector = selector.map(str::to_owned);
-    loop {
-        match api.list_metadata(&params).await {
-            Ok(page) => {
-                let next = page.metadata.continue_.filter(|c| !c.is_empty());
-                page.items.into_iter().for_each(&mut each);
-                match next {
-                    Some(token) => params = params.continue_token(&token),
-                    None => return true,
-                }
-            }
-            Err(kube::Error::Api(s)) if s.code == 404 => return true,
-            Err(e) => {
-                tracing::warn!(error = %e, "break-glass sweeper: cannot list Applications to find pauses left behind");
-                return false;
-            }
-        }
-    }
-}
-
 /// What the sweeper says when it cannot lift Application `application`'s
 /// pause for `entry` (its break-glass ended): it stays paused, the sweeper
 /// tries again at each sweep as a pause left behind, and what mends it now.
@@ -790,8 +742,8 @@ type Groups = BTreeMap<String, Option<kube::discovery::ApiGroup>>;
 /// The most pauses left behind one pass reads objects for; the rest wait.
 const MAX_ORPHANS_PER_PASS: usize = 256;
 
+mod applications;
 mod orphans;
-mod reconciled;
 mod records;
 
 #[cfg(test)]

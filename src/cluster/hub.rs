@@ -93,7 +93,7 @@ const NAMES_TOLD: &str =
 /// one is not JSON, so never read.
 const MAX_NAMES_TOLD: usize = 200;
 
-/// The warning that tells `names`, as a JSON array after [`NAMES_TOLD`];
+/// The warning that tells `names`, as a JSON array after `NAMES_TOLD`;
 /// `None` when there are none or they are too long to tell whole.
 pub fn names_warning(names: &[String]) -> Option<String> {
     let json = serde_json::to_string(names).ok()?;

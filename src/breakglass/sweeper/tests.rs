@@ -5,6 +5,7 @@ use http::{Request, Response};
 use http_body_util::BodyExt;
 use kube::client::Body;
 
+use super::applications::APPLICATION_PAGE;
 use super::*;
 use crate::breakglass::application::{PAUSED_FOR, SKIP_RECONCILE};
 use serde_json::json;

@@ -1,19 +1,70 @@
-//! Which Applications Argo CD reconciles, read for one pass over pauses left
-//! behind: only those hold a pause of ours (the plugin pauses no other), so
+//! The Applications a pass over pauses left behind reads: listed a page at a
+//! time ([`list_applications`]), and which of them Argo CD reconciles
+//! ([`Reconciled`]): only those hold a pause of ours (the plugin pauses no other), so
 //! a tenant's Application in a namespace Argo CD does not take costs the
 //! pass nothing (issue 50, item 4). The checks are the sources' own
 //! ([`app_project::reconciles`]: `application.namespaces` of
 //! argocd-cmd-params-cm, then the AppProject's `sourceNamespaces`), read
 //! with the verbs the watches already have (list by name).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, DynamicObject, ListParams};
+use kube::api::{Api, DynamicObject, ListParams, PartialObjectMeta};
 use serde_json::Value;
 
+use super::Orphan;
+use crate::breakglass::application;
 use crate::policy::app_namespaces::{self, NamespaceList};
 use crate::policy::app_project::{self, AppProject};
+
+/// What one listing of the Applications found ([`super::Sweeper::list_orphans`]).
+#[derive(Default)]
+pub(super) struct Listed {
+    /// The entries no armed object holds, in namespaces Argo CD takes.
+    pub(super) found: BTreeSet<Orphan>,
+    /// The clusters whose Applications could not be listed.
+    pub(super) unlisted: BTreeSet<bool>,
+    /// Each listed cluster's Argo CD settings, as read.
+    pub(super) argocd: BTreeMap<bool, Reconciled>,
+    /// The clusters whose `application.namespaces` could not be read.
+    pub(super) unread: Vec<(bool, kube::Error)>,
+}
+
+/// Applications' metadata per list page: what a pass holds at once, as a
+/// source watch's pages (a hub's tenants may fill each Application's
+/// annotations and managedFields).
+pub(super) const APPLICATION_PAGE: u32 = 50;
+
+/// Hands every Application's metadata in the cluster of `client` (those
+/// `selector` matches, if given) to `each`, a page at a time; `false`
+/// (logged) when they cannot all be listed. No Application type: none.
+pub(super) async fn list_applications(
+    client: &kube::Client,
+    selector: Option<&str>,
+    mut each: impl FnMut(PartialObjectMeta<DynamicObject>),
+) -> bool {
+    let api = Api::<DynamicObject>::all_with(client.clone(), &application::application_resource());
+    let mut params = ListParams::default().limit(APPLICATION_PAGE);
+    params.label_selector = selector.map(str::to_owned);
+    loop {
+        match api.list_metadata(&params).await {
+            Ok(page) => {
+                let next = page.metadata.continue_.filter(|c| !c.is_empty());
+                page.items.into_iter().for_each(&mut each);
+                match next {
+                    Some(token) => params = params.continue_token(&token),
+                    None => return true,
+                }
+            }
+            Err(kube::Error::Api(s)) if s.code == 404 => return true,
+            Err(e) => {
+                tracing::warn!(error = %e, "break-glass sweeper: cannot list Applications to find pauses left behind");
+                return false;
+            }
+        }
+    }
+}
 
 /// One cluster's Argo CD settings, as read in this pass.
 pub(super) struct Reconciled {
