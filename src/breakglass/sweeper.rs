@@ -429,7 +429,15 @@ impl Sweeper {
                 Some(holds) => *holds,
                 None => {
                     let settings = argocd.get_mut(hub).expect("listed this pass");
-                    let holds = self.holds_ours(*hub, namespace, name, settings).await;
+                    let holds = match self.holds_ours(*hub, namespace, name, settings).await {
+                        Ok(holds) => holds,
+                        Err(e) => {
+                            if self.orphans.warn_settings(*hub, now) {
+                                tracing::warn!(error = %e, hub, "break-glass sweeper: cannot list the AppProject of an Application outside Argo CD's namespace; until it can, its pauses left behind stay (said again in an hour at most)");
+                            }
+                            false
+                        }
+                    };
                     *ours.entry(app.clone()).or_insert(holds)
                 }
             };
@@ -523,7 +531,7 @@ impl Sweeper {
     /// Whether Application `namespace/name`, of the hub (`hub`) or this
     /// cluster, may hold a pause of ours: Argo CD reconciles it (`argocd`:
     /// that cluster's settings, [`applications`]) and it deploys here. Not
-    /// when it cannot be read to tell. In this cluster too: if it is
+    /// when it cannot be read to tell; `Err` when its AppProject cannot. In this cluster too: if it is
     /// another cluster's hub, that cluster's break-glasses pause its
     /// Applications that deploy there.
     async fn holds_ours(
@@ -532,7 +540,7 @@ impl Sweeper {
         namespace: &str,
         name: &str,
         argocd: &mut Reconciled,
-    ) -> bool {
+    ) -> Result<bool, kube::Error> {
         let client = self.argocd(hub);
         let api = Api::<DynamicObject>::namespaced_with(
             client.clone(),
@@ -541,18 +549,12 @@ impl Sweeper {
         );
         let app = match api.get(name).await {
             Ok(app) => serde_json::to_value(app).unwrap_or_default(),
-            Err(_) => return false,
+            Err(_) => return Ok(false),
         };
         if self.here(hub).deploys_elsewhere(&app) {
-            return false;
+            return Ok(false);
         }
-        match argocd.reconciles(client, &app).await {
-            Ok(reconciled) => reconciled,
-            Err(e) => {
-                tracing::debug!(application = %format!("{namespace}/{name}"), error = %e, hub, "break-glass sweeper: cannot read the AppProject of an Application with a pause left behind; it waits");
-                false
-            }
-        }
+        argocd.reconciles(client, &app).await
     }
 
     /// What the cluster holding the Applications (the hub, `hub`, or this
