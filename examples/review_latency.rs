@@ -124,6 +124,7 @@ async fn main() {
         on_error: OnError::Allow,
         decision_timeout: Duration::from_secs(10),
         decide_here_max_bytes,
+        hub_names: Vec::new(),
     };
     // The server as configured (small reviews decided here first), and with
     // every decision handed to the pool (`--decide-here-max-bytes 0`).

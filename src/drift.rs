@@ -12,6 +12,7 @@ mod compare;
 pub mod deputy;
 pub mod excluded;
 pub mod inputs;
+pub mod key_spaces;
 pub(crate) mod listed;
 pub mod normalize;
 pub(crate) mod owned;

@@ -111,6 +111,10 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         on_error: config.on_error,
         decision_timeout: config.deadline.decision_timeout,
         decide_here_max_bytes: config.decide_here_max_bytes,
+        hub_names: match config.argocd_kubeconfig {
+            Some(_) => config.cluster_names.clone(),
+            None => Vec::new(),
+        },
     };
     let budget = budget::MemoryBudget::new(
         usize::try_from(config.memory_budget_bytes).unwrap_or(usize::MAX),

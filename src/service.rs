@@ -91,6 +91,11 @@ pub struct Reviewer {
     /// Bodies up to this size are decided on the async worker that read
     /// them, unless a jq program would run (`--decide-here-max-bytes`).
     pub decide_here_max_bytes: usize,
+    /// What the hub calls this cluster (`--cluster-name` with
+    /// `--argocd-kubeconfig`; empty without a hub): told to whoever may
+    /// break glass in the answer to a dry run of a break-glass write
+    /// ([`crate::cluster::hub::names_warning`]).
+    pub hub_names: Vec<String>,
 }
 
 impl Reviewer {
@@ -185,6 +190,7 @@ impl Reviewer {
         let view = request::view(&parsed);
         let why = match outcome {
             Ok(Ok(mut judged)) => {
+                self.tell_hub_names(endpoint, &policy_then, &parsed, &mut judged);
                 let armed = (endpoint == Endpoint::Validate && !parsed.dry_run).then_some(&*parsed);
                 self.record_arming(&policy_then, armed, &mut judged, deadline)
                     .await;
@@ -202,9 +208,7 @@ impl Reviewer {
                 );
                 record.parse_micros = parse_micros;
                 record.emit();
-                self.metrics
-                    .decision_seconds
-                    .observe(started.elapsed().as_secs_f64());
+                self.observe(started);
                 return judged.to_json();
             }
             // The request parsed but lacks what its operation needs: still a
@@ -243,10 +247,46 @@ impl Reviewer {
             micros,
         )
         .emit();
-        self.metrics
-            .decision_seconds
-            .observe(started.elapsed().as_secs_f64());
+        self.observe(started);
         response::to_bytes(&response.into_review())
+    }
+
+    /// How long a review took, from `started`, counted.
+    fn observe(&self, started: Instant) {
+        let seconds = started.elapsed().as_secs_f64();
+        self.metrics.decision_seconds.observe(seconds);
+    }
+
+    /// On an allowed dry run of a break-glass write (arming or ending) by
+    /// someone the policy lets break glass, what the hub calls this cluster,
+    /// so that `kubectl driftguard break-glass` in a spoke pauses the hub's
+    /// Application that deploys here without `--cluster-name`. Only to them:
+    /// a tenant who may not break glass learns nothing of the hub.
+    fn tell_hub_names(
+        &self,
+        endpoint: Endpoint,
+        policy: &Policy,
+        req: &AdmissionRequest<RawObject>,
+        judged: &mut Judged,
+    ) {
+        let break_glass = matches!(
+            judged.decision.finding,
+            drift::Finding::BreakGlass | drift::Finding::BreakGlassEnded
+        );
+        if endpoint != Endpoint::Validate || !req.dry_run || !break_glass {
+            return;
+        }
+        let user = req.user_info.username.as_deref().unwrap_or_default();
+        let groups = req.user_info.groups.as_deref().unwrap_or_default();
+        if !policy.break_glass.allowed.contains(user, groups) {
+            return;
+        }
+        let Some(warning) = crate::cluster::hub::names_warning(&self.hub_names) else {
+            return;
+        };
+        if let Some(response) = judged.response.response.as_mut().filter(|r| r.allowed) {
+            response.warnings.get_or_insert_default().push(warning);
+        }
     }
 
     /// Keeps the armed set true for an allowed write (`req`: validated, not
@@ -685,6 +725,7 @@ mod record_tests {
                 on_error: OnError::Deny,
                 decision_timeout: Duration::from_secs(5),
                 decide_here_max_bytes: 64 * 1024,
+                hub_names: Vec::new(),
             };
             let expires = (Timestamp::now() + jiff::SignedDuration::from_mins(30)).to_string();
             let old = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
@@ -725,6 +766,86 @@ mod record_tests {
             } else {
                 assert_eq!(response["allowed"], true, "{answer}");
             }
+        }
+    }
+
+    /// What the hub calls this cluster is told in the answer to a dry run
+    /// of a break-glass arming or ending by someone the policy lets break
+    /// glass, and only there: not to a real write, not to someone else
+    /// ending one, not without a hub.
+    #[tokio::test]
+    async fn hub_names_are_told_only_to_break_glass_dry_runs_of_those_allowed() {
+        let policy = || {
+            Policy::from_yaml(
+                "breakGlass:\n  allowedUsers: [sam]\n  maxDuration: 1h\n",
+                "p",
+            )
+            .unwrap()
+        };
+        let spoke = "https://spoke-1.example.com:6443".to_owned();
+        let reviewer = |hub_names: Vec<String>| Reviewer {
+            policy: PolicyHandle::new(policy()),
+            sources: None,
+            parents: None,
+            events: None,
+            records: None,
+            metrics: Arc::new(Metrics::default()),
+            decider: Decider::new(1, 4).unwrap(),
+            on_error: OnError::Deny,
+            decision_timeout: Duration::from_secs(5),
+            decide_here_max_bytes: 64 * 1024,
+            hub_names,
+        };
+        let expires = (Timestamp::now() + jiff::SignedDuration::from_mins(30)).to_string();
+        let plain = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "cm", "namespace": "prod",
+                "annotations": {"argocd.argoproj.io/tracking-id": "app:/ConfigMap:prod/cm"}}});
+        let mut armed = plain.clone();
+        armed["metadata"]["annotations"]["driftguard.io/break-glass"] = "INC-1".into();
+        armed["metadata"]["annotations"]["driftguard.io/break-glass-expires"] = expires.into();
+        let told = |warnings: &Value| -> Option<Vec<String>> {
+            let warnings: Vec<String> = (warnings.as_array().into_iter().flatten())
+                .filter_map(|w| w.as_str().map(str::to_owned))
+                .collect();
+            crate::cluster::hub::names_told(&warnings).unwrap()
+        };
+        // (user, old, new, dry run, hub names, told)
+        // Ended once it has expired: allowed whoever sends it.
+        let mut expired = armed.clone();
+        expired["metadata"]["annotations"]["driftguard.io/break-glass-expires"] =
+            "2020-01-01T00:00:00Z".into();
+        let (arm, end, end_expired) = ((&plain, &armed), (&armed, &plain), (&expired, &plain));
+        let cases = [
+            ("sam", arm, true, true, true),
+            ("sam", end, true, true, true),
+            ("sam", end_expired, true, true, true),
+            ("sam", arm, false, true, false),
+            ("sam", arm, true, false, false),
+            ("alex", end_expired, true, true, false),
+        ];
+        for (user, (old, new), dry_run, hub, want) in cases {
+            let names = if hub { vec![spoke.clone()] } else { Vec::new() };
+            let body = serde_json::json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                "request": {"uid": "u-1", "operation": "UPDATE", "name": "cm", "namespace": "prod",
+                    "kind": {"group": "", "version": "v1", "kind": "ConfigMap"},
+                    "resource": {"group": "", "version": "v1", "resource": "configmaps"},
+                    "userInfo": {"username": user}, "dryRun": dry_run,
+                    "object": new, "oldObject": old}});
+            let deadline = Instant::now() + Duration::from_secs(5);
+            let answer = reviewer(names)
+                .answer(
+                    Endpoint::Validate,
+                    serde_json::to_vec(&body).unwrap(),
+                    Box::new(()),
+                    deadline,
+                )
+                .await
+                .unwrap();
+            let answer: Value = serde_json::from_slice(&answer).unwrap();
+            let case = format!("{user} dry run {dry_run} hub {hub}: {answer}");
+            assert_eq!(answer["response"]["allowed"], true, "{case}");
+            let got = told(&answer["response"]["warnings"]);
+            assert_eq!(got, want.then(|| vec![spoke.clone()]), "{case}");
         }
     }
 }

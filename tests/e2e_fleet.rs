@@ -13,10 +13,12 @@
 //! Kustomizations and hub Applications at once; then a label selector on the
 //! hub's Applications (`--argocd-application-selector`).
 //!
-//! Break-glass in the spoke: `kubectl driftguard break-glass` with the
-//! on-call engineer's hub kubeconfig pauses the hub's Application, and the
+//! Break-glass in the spoke: `kubectl driftguard break-glass` with only the
+//! on-call engineer's kubeconfig and hub kubeconfig (what the hub calls this
+//! cluster told by driftguard itself) pauses the hub's Application, and the
 //! sweeper lifts it there at expiry once driftguard's hub identity may patch
-//! Applications (until then it counts the refusal and leaves both as they are).
+//! Applications (until then it counts the refusal and leaves both as they
+//! are), whatever a hub tenant forges in Applications' pause lists.
 
 use driftguard_testkit::control_plane;
 use driftguard_testkit::fleet;
@@ -531,13 +533,12 @@ fn break_glass_in_the_spoke(hub: &ControlPlane, spoke: &ControlPlane, dg: &Drift
         "{r}"
     );
 
-    // With oncall's hub kubeconfig and what the hub calls this cluster: the
+    // With oncall's hub kubeconfig alone (issue 50, item 5): driftguard's
+    // answer to the dry run says what the hub calls this cluster, and the
     // hub's Application, which deploys here, is paused for it.
-    let out = arm(
-        &["--argocd-kubeconfig", &oncall_hub, "--cluster-name", SPOKE],
-        "6s",
-    );
+    let out = arm(&["--argocd-kubeconfig", &oncall_hub], "6s");
     assert!(out.ok, "{out}");
+    assert!(!out.stderr.contains("--cluster-name"), "{out}");
     assert!(
         out.stdout
             .contains("Argo CD Application argocd/web is paused"),
@@ -578,14 +579,18 @@ fn break_glass_in_the_spoke(hub: &ControlPlane, spoke: &ControlPlane, dg: &Drift
     let app = hub_application(hub, "web");
     assert_eq!(app[SKIP], "true", "{app}");
     assert_eq!(app[PAUSED_FOR], "apps/Deployment:production/web", "{app}");
+    // A hub tenant forges pauses, now, so that they come due with web's.
+    forge_pauses(hub);
     // The pass over pauses left behind tries again once past its grace
-    // (70 s: longer than a write may be in flight), refused and counted again.
+    // (70 s: longer than a write may be in flight), refused, counted and
+    // warned about.
+    let left_behind = "a pause left behind: cannot lift Argo CD Application argocd/web";
     wait_for(
         "the pause left behind retried in the hub",
         Duration::from_secs(110),
-        || match metric(dg, failures) {
-            n if n >= 2.0 => Ok(()),
-            n => Err(format!("{failures} {n}")),
+        || match dg.proc.stderr_text().contains(left_behind) {
+            true => Ok(()),
+            false => Err(format!("{failures} {}", metric(dg, failures))),
         },
     );
     let app = hub_application(hub, "web");
@@ -602,6 +607,7 @@ fn break_glass_in_the_spoke(hub: &ControlPlane, spoke: &ControlPlane, dg: &Drift
         }
     });
     assert!(metric(dg, "driftguard_break_glass_expired_total") >= 1.0);
+    forged_pauses_cost_little(hub, dg);
 
     // Past the sweeper's grace for pauses left behind (20 s, counted from its
     // first orphan check), each sweep reads the Application whose pause it
@@ -639,4 +645,84 @@ fn break_glass_in_the_spoke(hub: &ControlPlane, spoke: &ControlPlane, dg: &Drift
     let app = hub_application(hub, "spoke-2-web");
     assert_eq!(app[PAUSED_FOR], "apps/Deployment:production/shop", "{app}");
     assert_eq!(app[SKIP], "true", "{app}");
+}
+
+/// A hub tenant (issue 50, item 4, live): in `a-tenant`, a namespace that
+/// sorts before argocd and that Argo CD reconciles (argocd-cmd-params-cm,
+/// AppProject `tenants`), 4 Applications that deploy here, each paused for
+/// 64 objects that do not exist (as many as a list is read for: 256, a
+/// whole pass of the sweeper before), which driftguard's lifter Role in
+/// argocd cannot lift; and in `a-other`, which Argo CD does not reconcile,
+/// one more.
+fn forge_pauses(hub: &ControlPlane) {
+    hub.create_namespaces(&["a-tenant", "a-other"]);
+    hub.apply_admin(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: argocd-cmd-params-cm, namespace: argocd}\n\
+         data: {application.namespaces: a-tenant}\n---\n\
+         apiVersion: argoproj.io/v1alpha1\nkind: AppProject\nmetadata: {name: tenants, namespace: argocd}\n\
+         spec:\n  sourceNamespaces: [a-tenant]\n  destinations: [{server: '*', namespace: tenant}]\n",
+    );
+    let forged = |app: &str| -> String {
+        let entries: Vec<String> = (0..64)
+            .map(|i| format!("apps/Deployment:tenant/{app}-{i}"))
+            .collect();
+        entries.join(",")
+    };
+    for (namespace, name) in [
+        ("a-tenant", "t0"),
+        ("a-tenant", "t1"),
+        ("a-tenant", "t2"),
+        ("a-tenant", "t3"),
+        ("a-other", "o0"),
+    ] {
+        hub.apply_admin(&format!(
+            "apiVersion: argoproj.io/v1alpha1\nkind: Application\n\
+             metadata:\n  name: {name}\n  namespace: {namespace}\n  annotations:\n    {SKIP}: 'true'\n    {PAUSED_FOR}: '{}'\n\
+             spec:\n  project: tenants\n  source: {{repoURL: 'https://git.example.com/t.git', path: t, targetRevision: main}}\n\
+             \x20 destination: {{server: '{SPOKE}', namespace: tenant}}\n",
+            forged(name)
+        ));
+    }
+}
+
+/// After web's pause was lifted beside [`forge_pauses`]'s: the tenant's
+/// Application that Argo CD does not reconcile was never read past the
+/// list, and each forged entry was warned about at most once (the sweeper
+/// before warned about all 256 at every sweep).
+fn forged_pauses_cost_little(hub: &ControlPlane, dg: &Driftguard) {
+    let read: Vec<_> = rbac_audit::requests_of(&hub.audit_events(), HUB_USER)
+        .into_iter()
+        .filter(|r| r.namespace == "a-other")
+        .collect();
+    assert!(read.is_empty(), "a-other read: {read:?}");
+    // The tenant's entries came due and were tried (refused: warned).
+    let tenant_warnings = || -> Vec<String> {
+        (dg.proc.stderr_text().lines())
+            .filter(|l| l.contains("a pause left behind") && l.contains("a-tenant/"))
+            .map(str::to_owned)
+            .collect()
+    };
+    wait_for(
+        "the tenant's forged entries tried",
+        Duration::from_secs(45),
+        || match tenant_warnings().len() {
+            0 => Err("none tried yet".to_owned()),
+            _ => Ok(()),
+        },
+    );
+    let warned = tenant_warnings();
+    // Measured (docs/break-glass.md): before, every refusal was warned and
+    // counted at every sweep (1,537 lift failures in these 45 s); now at
+    // most once an hour per entry and 16 a pass.
+    eprintln!(
+        "forged pauses: {} warnings about the tenant's entries, {} lift failures in all",
+        warned.len(),
+        metric(dg, "driftguard_break_glass_lift_failures_total")
+    );
+    assert!(
+        warned.len() <= 4 * 64,
+        "{} warnings about the tenant's entries, e.g. {:?}",
+        warned.len(),
+        warned.first()
+    );
 }

@@ -39,6 +39,7 @@ fn app_with(policy: Policy, on_error: OnError, decider: Decider) -> App {
             decision_timeout: Duration::from_secs(5),
             // The server's default: small reviews are decided here first.
             decide_here_max_bytes: 64 * 1024,
+            hub_names: Vec::new(),
         },
         max_body_bytes: 64 * 1024,
         body_timeout: Duration::from_millis(300),

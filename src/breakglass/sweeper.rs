@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use kube::api::{Api, ApiResource, DynamicObject, ListParams, PartialObjectMeta};
+use kube::api::{Api, ApiResource, DynamicObject, PartialObjectMeta};
 use serde_json::{Value, json};
 
 use super::application::{self, AppChange, AppState};
@@ -31,6 +31,8 @@ use crate::drift::inputs::Inputs;
 use crate::metrics::Metrics;
 use crate::policy::argocd::ThisCluster;
 use crate::service::PolicyHandle;
+use applications::{Listed, Reconciled, list_applications};
+use orphans::{App, Orphan, Orphans};
 use records::Records;
 use scan::Scan;
 
@@ -98,18 +100,15 @@ struct Sweeper {
     options: Options,
     /// The armed set's records, kept by one watch.
     records: Records,
-    /// Application pauses no armed object holds, as (in the hub, namespace,
-    /// name, entry), with when they were first seen so: lifted once they have been
-    /// orphaned for [`ORPHAN_GRACE`], so that the moment between pausing an
-    /// Application and arming the object (the plugin does both, in that
-    /// order), and a watch event still on its way, are never mistaken for one.
-    orphans: BTreeMap<Orphan, Instant>,
+    /// Application pauses no armed object holds, with when they were first
+    /// seen so: lifted once they have been orphaned for [`ORPHAN_GRACE`], so
+    /// that the moment between pausing an Application and arming the object
+    /// (the plugin does both, in that order), and a watch event still on its
+    /// way, are never mistaken for one; and whose turn it is ([`orphans`]).
+    orphans: Orphans,
     /// The paced scan for armed objects without a record.
     scan: Scan,
 }
-
-/// An Application's pause entry: (in the hub, namespace, name, entry).
-type Orphan = (bool, String, String, String);
 
 /// What reading a recorded object found.
 enum Read {
@@ -136,7 +135,7 @@ impl Sweeper {
             policy,
             metrics,
             options,
-            orphans: BTreeMap::new(),
+            orphans: Orphans::default(),
             scan: Scan::default(),
         }
     }
@@ -349,30 +348,25 @@ impl Sweeper {
     }
 
     /// Whether the object a pause entry (`group/Kind:namespace/name`) names
-    /// is armed, read now; recorded if it is. Unreadable counts as armed:
-    /// a pause is lifted only when its object is known to hold none.
-    async fn entry_armed(&self, entry: &str, groups: &mut Groups) -> bool {
+    /// is armed, read now; recorded if it is. `Err(why)` when it cannot be
+    /// told (its type not found, the object unreadable), which keeps the
+    /// pause as armed does: one is lifted only when its object is known to
+    /// hold none. The caller says why, at most once an hour per entry.
+    async fn entry_armed(&self, entry: &str, groups: &mut Groups) -> Result<bool, String> {
         let Some((ar, namespace, name)) = resolve_entry(&self.client, entry, groups).await else {
-            tracing::warn!(
-                object = entry,
-                "break-glass sweeper: a pause entry names a type it cannot find; the pause stays"
-            );
-            return true;
+            return Err("a pause entry names a type it cannot find".into());
         };
         let armed = Armed::found(ar, namespace, name);
         match self.read(&armed).await {
-            Read::Gone => false,
-            Read::Failed(e) => {
-                tracing::warn!(object = entry, error = %e, "break-glass sweeper: cannot read the object a pause entry names; the pause stays");
-                true
-            }
+            Read::Gone => Ok(false),
+            Read::Failed(e) => Err(format!("cannot read the object a pause entry names ({e})")),
             Read::Object(object) => {
                 let policy = self.policy.current();
                 let is_armed = pause::not_armable(&object, &armed.ar.group, &policy).is_none();
                 if is_armed {
                     self.record(&armed).await;
                 }
-                is_armed
+                Ok(is_armed)
             }
         }
     }
@@ -380,91 +374,166 @@ impl Sweeper {
     /// However a break-glass ended (its keys removed by hand, its object
     /// deleted, a restart in between), the Application pause it held is
     /// lifted: found from the Applications' own `PAUSED_FOR` lists, not from
-    /// the armed objects alone, in every cluster holding Applications.
+    /// the armed objects alone, in every cluster holding Applications. Only
+    /// Applications Argo CD reconciles are read ([`applications`]); a pass
+    /// takes its entries fairly, and one not lifted waits ([`orphans`]).
     async fn lift_orphaned_pauses(&mut self) {
         let armed: BTreeSet<String> = (self.records.held.values())
             .filter(|h| h.may_be_armed())
             .map(|h| h.armed.entry())
             .collect();
-        let (mut orphans, mut unlisted) = (BTreeMap::new(), BTreeSet::new());
-        for at in self.installations() {
-            let found = |app: PartialObjectMeta<DynamicObject>| {
-                let meta = serde_json::to_value(&app.metadata).unwrap_or_default();
-                let (namespace, name) = (
-                    app.metadata.namespace.unwrap_or_default(),
-                    app.metadata.name.unwrap_or_default(),
-                );
-                for entry in application::orphaned(&meta["annotations"], &armed) {
-                    let key = (at.hub, namespace.clone(), name.clone(), entry);
-                    let since = self.orphans.get(&key).copied().unwrap_or_else(Instant::now);
-                    orphans.insert(key, since);
-                }
-            };
-            let selector = self.options.application_selector.as_deref();
-            if !list_applications(at.client, selector.filter(|_| at.hub), found).await {
-                // Not listed now: what was seen there waits, untouched.
-                let kept = self.orphans.iter().filter(|(key, _)| key.0 == at.hub);
-                orphans.extend(kept.map(|(key, since)| (key.clone(), *since)));
-                unlisted.insert(at.hub);
+        let now = Instant::now();
+        let Listed {
+            found,
+            unlisted,
+            mut argocd,
+            unread,
+        } = self.list_orphans(&armed).await;
+        for (hub, e) in unread {
+            if self.orphans.warn_settings(hub, now) {
+                tracing::warn!(error = %e, hub, "break-glass sweeper: cannot list argocd-cmd-params-cm in Argo CD's namespace; until it can, only pauses left behind in that namespace are lifted (said again in an hour at most)");
             }
         }
+        self.orphans.found(now, found, unlisted);
         // Each Application and group read once a pass, and at most
-        // MAX_ORPHANS_PER_PASS objects: forged lists cost a bounded pass.
-        let (mut elsewhere, mut groups) = (BTreeMap::new(), Groups::new());
-        let due = (orphans.iter())
-            .filter(|(key, since)| since.elapsed() >= ORPHAN_GRACE && !unlisted.contains(&key.0));
-        for ((hub, namespace, name, entry), _) in due.take(MAX_ORPHANS_PER_PASS) {
-            // An Application that deploys to another cluster lists that
-            // cluster's armed objects, not ours: never lifted from here.
-            let app = (*hub, namespace.clone(), name.clone());
-            let away = match elsewhere.get(&app) {
-                Some(away) => *away,
-                None => self.deploys_elsewhere(*hub, namespace, name).await,
+        // MAX_ORPHANS_PER_PASS entries, taken fairly: forged lists cost a
+        // bounded pass and never take a real entry's place.
+        let due = self.orphans.due(now, ORPHAN_GRACE, MAX_ORPHANS_PER_PASS);
+        let (mut ours, mut groups) = (BTreeMap::<App, bool>::new(), Groups::new());
+        let wait = self.options.interval;
+        for key in due {
+            let (hub, namespace, name, entry) = &key;
+            let app: App = (*hub, namespace.clone(), name.clone());
+            let holds = match ours.get(&app) {
+                Some(holds) => *holds,
+                None => {
+                    let settings = argocd.get_mut(hub).expect("listed this pass");
+                    let holds = match self.holds_ours(*hub, namespace, name, settings).await {
+                        Ok(holds) => holds,
+                        Err(e) => {
+                            if self.orphans.warn_settings(*hub, now) {
+                                tracing::warn!(error = %e, hub, "break-glass sweeper: cannot list the AppProject of an Application outside Argo CD's namespace; until it can, its pauses left behind stay (said again in an hour at most)");
+                            }
+                            false
+                        }
+                    };
+                    *ours.entry(app.clone()).or_insert(holds)
+                }
             };
-            elsewhere.insert(app, away);
-            if away {
+            if !holds {
+                self.orphans.wait_app(&app, now, wait);
                 continue;
             }
             // Its object read now: one armed without a record (an arming the
             // webhook did not see) keeps its pause, and is recorded.
-            if self.entry_armed(entry, &mut groups).await {
-                continue;
+            match self.entry_armed(entry, &mut groups).await {
+                Ok(false) => {}
+                Ok(true) => {
+                    self.orphans.wait(&key, now, wait);
+                    continue;
+                }
+                Err(why) => {
+                    if self.orphans.wait(&key, now, wait) {
+                        tracing::warn!(object = %entry, "break-glass sweeper: {why}; the pause stays (said again in an hour at most)");
+                    }
+                    continue;
+                }
             }
             // Judged again on the read the lift writes from.
             let here = Some(self.here(*hub));
             let resume = AppChange::Resume(entry);
             match application::change(self.argocd(*hub), namespace, name, resume, here).await {
                 Ok(changed) => {
+                    self.orphans.settled(&key);
                     let state = changed.map_or(AppState::NotListed, |c| c.state);
                     tracing::info!(application = %format!("{namespace}/{name}"), object = %entry, ?state, hub, "break-glass ended without lifting its pause: lifted")
                 }
                 Err(e) => {
                     self.metrics.break_glass_lift_failures.inc();
                     let application = format!("{namespace}/{name}");
-                    let what = lift_failed(&application, entry, *hub);
-                    tracing::warn!(%application, object = %entry, error = %e, hub, "break-glass sweeper: a pause left behind: {what}")
+                    match self.orphans.wait(&key, now, wait) {
+                        true => {
+                            let what = lift_failed(&application, entry, *hub);
+                            tracing::warn!(%application, object = %entry, error = %e, hub, "break-glass sweeper: a pause left behind: {what} (said again in an hour at most)")
+                        }
+                        false => {
+                            tracing::debug!(%application, object = %entry, error = %e, hub, "break-glass sweeper: a pause left behind, still refused")
+                        }
+                    }
                 }
             }
         }
-        self.orphans = orphans;
+        if let n @ 1.. = self.orphans.held_back() {
+            tracing::warn!(
+                held_back = n,
+                "break-glass sweeper: {n} more pauses left behind could not be lifted this pass (each warned about at a later try; all counted in driftguard_break_glass_lift_failures_total)"
+            );
+        }
+    }
+
+    /// Every cluster's Applications listed: the entries of their pauses that
+    /// no armed object (`armed`) holds, in namespaces Argo CD takes.
+    async fn list_orphans(&self, armed: &BTreeSet<String>) -> Listed {
+        let mut out = Listed::default();
+        for at in self.installations() {
+            let mut listed: Vec<Orphan> = Vec::new();
+            let each = |app: PartialObjectMeta<DynamicObject>| {
+                let meta = serde_json::to_value(&app.metadata).unwrap_or_default();
+                let (namespace, name) = (
+                    app.metadata.namespace.unwrap_or_default(),
+                    app.metadata.name.unwrap_or_default(),
+                );
+                for entry in application::orphaned(&meta["annotations"], armed) {
+                    listed.push((at.hub, namespace.clone(), name.clone(), entry));
+                }
+            };
+            let selector = self.options.application_selector.as_deref();
+            if !list_applications(at.client, selector.filter(|_| at.hub), each).await {
+                // Not listed now: what was seen there waits, untouched.
+                out.unlisted.insert(at.hub);
+                continue;
+            }
+            // A namespace Argo CD does not take holds no pause of ours.
+            let mut settings = Reconciled::new(at.namespace);
+            if listed.iter().any(|key| key.1 != at.namespace)
+                && let Err(e) = settings.read_namespaces(at.client).await
+            {
+                out.unread.push((at.hub, e));
+            }
+            out.found
+                .extend(listed.into_iter().filter(|key| settings.admits(&key.1)));
+            out.argocd.insert(at.hub, settings);
+        }
+        out
     }
 
     /// Whether Application `namespace/name`, of the hub (`hub`) or this
-    /// cluster, deploys to a cluster other than this one, or cannot be read
-    /// to tell. In this cluster too: if it is another cluster's hub, that
-    /// cluster's break-glasses pause its Applications that deploy there.
-    async fn deploys_elsewhere(&self, hub: bool, namespace: &str, name: &str) -> bool {
+    /// cluster, may hold a pause of ours: Argo CD reconciles it (`argocd`:
+    /// that cluster's settings, [`applications`]) and it deploys here. Not
+    /// when it cannot be read to tell; `Err` when its AppProject cannot. In this cluster too: if it is
+    /// another cluster's hub, that cluster's break-glasses pause its
+    /// Applications that deploy there.
+    async fn holds_ours(
+        &self,
+        hub: bool,
+        namespace: &str,
+        name: &str,
+        argocd: &mut Reconciled,
+    ) -> Result<bool, kube::Error> {
+        let client = self.argocd(hub);
         let api = Api::<DynamicObject>::namespaced_with(
-            self.argocd(hub).clone(),
+            client.clone(),
             namespace,
             &application::application_resource(),
         );
-        match api.get(name).await {
-            Ok(app) => self
-                .here(hub)
-                .deploys_elsewhere(&serde_json::to_value(app).unwrap_or_default()),
-            Err(_) => true,
+        let app = match api.get(name).await {
+            Ok(app) => serde_json::to_value(app).unwrap_or_default(),
+            Err(_) => return Ok(false),
+        };
+        if self.here(hub).deploys_elsewhere(&app) {
+            return Ok(false);
         }
+        argocd.reconciles(client, &app).await
     }
 
     /// What the cluster holding the Applications (the hub, `hub`, or this
@@ -580,41 +649,6 @@ impl Sweeper {
     }
 }
 
-/// Applications' metadata per list page: what a pass holds at once, as a
-/// source watch's pages (a hub's tenants may fill each Application's
-/// annotations and managedFields).
-const APPLICATION_PAGE: u32 = 50;
-
-/// Hands every Application's metadata in the cluster of `client` (those
-/// `selector` matches, if given) to `each`, a page at a time; `false`
-/// (logged) when they cannot all be listed. No Application type: none.
-async fn list_applications(
-    client: &kube::Client,
-    selector: Option<&str>,
-    mut each: impl FnMut(PartialObjectMeta<DynamicObject>),
-) -> bool {
-    let api = Api::<DynamicObject>::all_with(client.clone(), &application::application_resource());
-    let mut params = ListParams::default().limit(APPLICATION_PAGE);
-    params.label_selector = selector.map(str::to_owned);
-    loop {
-        match api.list_metadata(&params).await {
-            Ok(page) => {
-                let next = page.metadata.continue_.filter(|c| !c.is_empty());
-                page.items.into_iter().for_each(&mut each);
-                match next {
-                    Some(token) => params = params.continue_token(&token),
-                    None => return true,
-                }
-            }
-            Err(kube::Error::Api(s)) if s.code == 404 => return true,
-            Err(e) => {
-                tracing::warn!(error = %e, "break-glass sweeper: cannot list Applications to find pauses left behind");
-                return false;
-            }
-        }
-    }
-}
-
 /// What the sweeper says when it cannot lift Application `application`'s
 /// pause for `entry` (its break-glass ended): it stays paused, the sweeper
 /// tries again at each sweep as a pause left behind, and what mends it now.
@@ -689,6 +723,8 @@ type Groups = BTreeMap<String, Option<kube::discovery::ApiGroup>>;
 /// The most pauses left behind one pass reads objects for; the rest wait.
 const MAX_ORPHANS_PER_PASS: usize = 256;
 
+mod applications;
+mod orphans;
 mod records;
 mod scan;
 

@@ -52,10 +52,11 @@ pub struct Args {
     #[command(flatten)]
     argocd: ArgoCdArgs,
     /// What the hub (--argocd-kubeconfig, --argocd-context) calls this
-    /// cluster, as driftguard serve's --cluster-name (repeatable, or
-    /// comma-separated): an Argo CD destination `server` URL (with `://`) or
-    /// `name`. A hub's Application is paused, and its pause lifted, only when
-    /// its spec.destination is one of these.
+    /// cluster (repeatable, or comma-separated): an Argo CD destination
+    /// `server` URL (with `://`) or `name`. A hub's Application is paused,
+    /// and its pause lifted, only when its spec.destination is one of these.
+    /// Default: what driftguard serve (its --cluster-name) says in its answer
+    /// to the dry run, to those who may break glass; this overrides it.
     #[arg(
         long = "cluster-name",
         env = "DRIFTGUARD_CLUSTER_NAMES",
@@ -102,6 +103,7 @@ pub async fn run(api: &Api, source: &PolicySource, args: Args) -> Result<ExitCod
         cluster_names: &args.cluster_names,
         require_pause: args.require_pause,
         no_pause: None,
+        told: Default::default(),
     }
     .at(chosen);
     let (written, expires) = match (args.end, reason, duration) {

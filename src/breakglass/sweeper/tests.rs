@@ -5,6 +5,7 @@ use http::{Request, Response};
 use http_body_util::BodyExt;
 use kube::client::Body;
 
+use super::applications::APPLICATION_PAGE;
 use super::*;
 use crate::breakglass::application::{PAUSED_FOR, SKIP_RECONCILE};
 use serde_json::json;
@@ -41,8 +42,28 @@ fn at_path(path: &str, prefix: &str, plural: &str, a: &Value) -> bool {
 /// [`cluster`], also serving the apps/v1 Deployments `deployments` (the
 /// objects pause entries name) and taking record writes.
 fn cluster_with(apps: Vec<Value>, deployments: Vec<Value>, log: Log) -> kube::Client {
+    cluster_answering(
+        apps,
+        deployments,
+        log,
+        Arc::new(|_: &str, _: &str, _: &str| None),
+    )
+}
+
+/// An answer a test gives before [`cluster_with`]'s own, from the method,
+/// path and query: `(code, body)`.
+type Answer = Arc<dyn Fn(&str, &str, &str) -> Option<(u16, Value)> + Send + Sync>;
+
+/// [`cluster_with`], asking `answer` first.
+fn cluster_answering(
+    apps: Vec<Value>,
+    deployments: Vec<Value>,
+    log: Log,
+    answer: Answer,
+) -> kube::Client {
     let service = tower::service_fn(move |request: Request<Body>| {
         let (apps, deployments, log) = (apps.clone(), deployments.clone(), log.clone());
+        let answer = answer.clone();
         async move {
             let (method, path) = (
                 request.method().to_string(),
@@ -58,7 +79,9 @@ fn cluster_with(apps: Vec<Value>, deployments: Vec<Value>, log: Log) -> kube::Cl
             log.lock().unwrap().push(logged);
             let path_ = &path;
             let at = |prefix, plural| move |a: &&Value| at_path(path_, prefix, plural, a);
-            let (code, body) = if list {
+            let (code, body) = if let Some(answered) = answer(&method, &path, &query) {
+                answered
+            } else if list {
                 // Pages as the apiserver serves them: `limit`, and an
                 // opaque `continue` (here the offset) while more remain.
                 let param = |name: &str| {
@@ -241,9 +264,7 @@ async fn the_hub_is_listed_by_the_application_selector() {
 /// Two looks at pauses left behind, the second past the grace.
 async fn look_twice(sweeper: &mut Sweeper) {
     sweeper.lift_orphaned_pauses().await;
-    for since in sweeper.orphans.values_mut() {
-        *since -= ORPHAN_GRACE * 2;
-    }
+    sweeper.orphans.age(ORPHAN_GRACE * 2);
     sweeper.lift_orphaned_pauses().await;
 }
 
@@ -440,3 +461,5 @@ async fn patched_by_two_looks(here: kube::Client, log: &Log) -> Vec<String> {
         .cloned()
         .collect()
 }
+
+mod orphaned;

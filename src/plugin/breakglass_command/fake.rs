@@ -34,6 +34,9 @@ pub struct Cluster {
     /// A sweeper lifts the Application's pause while the arming write is
     /// on its way: the pause is gone once the write lands.
     pub lifted_while_arming: bool,
+    /// What driftguard's answer to a dry run of the object's write says the
+    /// hub calls this cluster, if anything.
+    pub told: Option<&'static str>,
 }
 
 /// `METHOD path?query` and the body of every request, in order.
@@ -44,6 +47,33 @@ fn reply(code: u16, body: Value) -> Response<Body> {
         .status(code)
         .body(Body::from(body.to_string().into_bytes()))
         .unwrap()
+}
+
+/// The Application as written so far: a patch to it lands in `written`;
+/// an arming write lands with its pause lifted when the cluster says a
+/// sweeper lifts it meanwhile.
+fn keep_application(
+    cluster: &Cluster,
+    written: &Mutex<Option<Value>>,
+    (method, uri, body): (&str, &str, &Value),
+    app: &mut Value,
+) {
+    let dry_run = uri.contains("dryRun=All");
+    let to = uri.split('?').next().unwrap_or_default();
+    if method == "PATCH" && to.ends_with("/myapp") && !cluster.app_read_only {
+        let mut merged = app.clone();
+        if let Some(annotations) = written.lock().unwrap().clone() {
+            merged["metadata"]["annotations"] = annotations;
+        }
+        json_patch::merge(&mut merged, body);
+        *written.lock().unwrap() = Some(merged["metadata"]["annotations"].clone());
+    }
+    if method == "PATCH" && to == OBJECT && !dry_run && cluster.lifted_while_arming {
+        *written.lock().unwrap() = Some(json!({}));
+    }
+    if let Some(annotations) = written.lock().unwrap().clone() {
+        app["metadata"]["annotations"] = annotations;
+    }
 }
 
 /// The plugin's view of `cluster`, recording into `log`.
@@ -88,22 +118,7 @@ pub fn api(cluster: Cluster, log: Log) -> crate::plugin::api::Api {
                 app["metadata"]["annotations"] =
                     json!({SKIP_RECONCILE: "true", PAUSED_FOR: "/ConfigMap:p/x"});
             }
-            let dry_run = uri.contains("dryRun=All");
-            let to = uri.split('?').next().unwrap_or_default();
-            if method == "PATCH" && to.ends_with("/myapp") && !cluster.app_read_only {
-                let mut merged = app.clone();
-                if let Some(annotations) = written.lock().unwrap().clone() {
-                    merged["metadata"]["annotations"] = annotations;
-                }
-                json_patch::merge(&mut merged, &body);
-                *written.lock().unwrap() = Some(merged["metadata"]["annotations"].clone());
-            }
-            if method == "PATCH" && to == OBJECT && !dry_run && cluster.lifted_while_arming {
-                *written.lock().unwrap() = Some(json!({}));
-            }
-            if let Some(annotations) = written.lock().unwrap().clone() {
-                app["metadata"]["annotations"] = annotations;
-            }
+            keep_application(&cluster, &written, (&method, &uri, &body), &mut app);
             if let Some(server) = cluster.destination {
                 app["spec"] = json!({"destination": {"server": server, "namespace": "p"}});
             }
@@ -136,7 +151,17 @@ pub fn api(cluster: Cluster, log: Log) -> crate::plugin::api::Api {
                 },
                 ("GET", OBJECT) => reply(200, object),
                 ("PATCH", OBJECT) if cluster.deny => reply(403, denied),
-                ("PATCH", OBJECT) => reply(200, object),
+                ("PATCH", OBJECT) => {
+                    let mut r = reply(200, object);
+                    let names = cluster.told.map(|n| vec![n.to_owned()]);
+                    let told = names.and_then(|n| crate::cluster::hub::names_warning(&n));
+                    if let Some(text) = told.filter(|_| uri.contains("dryRun=All")) {
+                        let quoted = text.replace('\\', "\\\\").replace('"', "\\\"");
+                        let header = format!("299 - \"{quoted}\"").parse().unwrap();
+                        r.headers_mut().append("warning", header);
+                    }
+                    r
+                }
                 (_, APP) if !cluster.application => reply(
                     404,
                     json!({"kind": "Status", "code": 404, "message": "not found"}),

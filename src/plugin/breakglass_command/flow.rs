@@ -8,6 +8,8 @@
 //! command that pauses it by hand, unless `--require-pause` asks for a
 //! refusal instead.
 
+use std::cell::OnceCell;
+
 use jiff::Timestamp;
 use kube::Resource as _;
 use kube::api::{Patch, PatchParams};
@@ -56,11 +58,28 @@ pub(super) struct Target<'a> {
     pub argocd_namespace: &'a str,
     /// `--cluster-name`: what a hub calls this cluster.
     pub cluster_names: &'a [String],
+    /// Without `--cluster-name`, in a spoke: what driftguard's answer to a
+    /// dry run says the hub calls this cluster, or why it says nothing
+    /// ([`crate::cluster::hub::names_told`]). Learned once.
+    pub told: OnceCell<Result<Vec<String>, String>>,
     pub require_pause: bool,
     /// Why no Argo CD Application may be paused for the object (neither
     /// Argo CD is known to track it), if so.
     pub no_pause: Option<String>,
 }
+
+/// The server's answer to a dry run.
+enum Asked {
+    /// Allowed (its warnings learned from: [`Target::learn`]).
+    Allowed,
+    /// Refused by a webhook.
+    Refused(Refusal),
+    /// The object changed since it was read: read again.
+    Conflict,
+}
+
+/// Why driftguard told no names: its answer carried none.
+const NOT_TOLD: &str = "driftguard's answer did not say what the hub calls this cluster (driftguard serve without --argocd-kubeconfig or of an older release, or you may not break glass)";
 
 /// Whether the Argo CD Application of an object can be paused, read before
 /// anything is written.
@@ -130,14 +149,54 @@ impl<'a> Target<'a> {
         })
     }
 
-    /// The server's answer to `body` as a dry run: `Ok(None)` allowed,
-    /// `Ok(Some(_))` refused by a webhook, `Err(())` a conflict (read again).
-    async fn ask(&self, body: &Value) -> Result<Result<Option<Refusal>, ()>, PluginError> {
+    /// The server's answer to `body` as a dry run; what it tells of the
+    /// hub's names for this cluster is learned ([`Self::learn`]).
+    async fn ask(&self, body: &Value) -> Result<Asked, PluginError> {
         match self.patch(body, true).await? {
-            None => Ok(Err(())),
-            Some(Ok(_)) => Ok(Ok(None)),
-            Some(Err(refusal)) if refusal.by_webhook() => Ok(Ok(Some(refusal))),
+            None => Ok(Asked::Conflict),
+            Some(Ok(reply)) => {
+                self.learn(&reply.warnings);
+                Ok(Asked::Allowed)
+            }
+            Some(Err(refusal)) if refusal.by_webhook() => Ok(Asked::Refused(refusal)),
             Some(Err(refusal)) => Err(PluginError::from_refusal(refusal)),
+        }
+    }
+
+    /// Whether what the hub calls this cluster must be learned from
+    /// driftguard before `plan` can be judged: in a spoke, for Argo CD,
+    /// without `--cluster-name`, not learned yet.
+    fn names_wanted(&self, plan: &Plan) -> bool {
+        matches!(plan, Plan::ArgoCd { .. })
+            && self.hub.is_some()
+            && self.cluster_names.is_empty()
+            && self.told.get().is_none()
+    }
+
+    /// Keeps what an allowed dry run's `warnings` tell of the hub's names
+    /// for this cluster (the first answer only): driftguard serve, which
+    /// reads the hub, says it to those who may break glass.
+    fn learn(&self, warnings: &[String]) {
+        if self.hub.is_none() || !self.cluster_names.is_empty() {
+            return;
+        }
+        let told = match crate::cluster::hub::names_told(warnings) {
+            Ok(Some(names)) => Ok(names),
+            Ok(None) => Err(NOT_TOLD.to_owned()),
+            Err(why) => Err(why),
+        };
+        let _ = self.told.set(told);
+    }
+
+    /// The names a hub calls this cluster by: `--cluster-name`, else what
+    /// driftguard told; with how they were learned, for messages.
+    fn names(&self) -> Option<(&[String], &'static str)> {
+        if !self.cluster_names.is_empty() {
+            return Some((self.cluster_names, "--cluster-name"));
+        }
+        match self.told.get() {
+            Some(Ok(names)) => Some((names, "as driftguard serve says the hub calls it")),
+            _ => None,
         }
     }
 
@@ -183,11 +242,22 @@ impl<'a> Target<'a> {
     /// --cluster-name says (`None`: not given, so unknown); this cluster's
     /// own Argo CD, in-cluster.
     fn here(&self) -> Option<ThisCluster> {
-        match &self.hub {
-            Some(_) if self.cluster_names.is_empty() => None,
-            Some(_) => Some(ThisCluster::named(self.cluster_names)),
-            None => Some(ThisCluster::default()),
+        match (&self.hub, self.names()) {
+            (Some(_), None) => None,
+            (Some(_), Some((names, _))) => Some(ThisCluster::named(names)),
+            (None, _) => Some(ThisCluster::default()),
         }
+    }
+
+    /// Why what the hub calls this cluster is not known.
+    fn names_unknown(&self) -> String {
+        let why = match self.told.get() {
+            Some(Err(why)) => why.as_str(),
+            _ => NOT_TOLD,
+        };
+        format!(
+            "{why}; give --cluster-name with what the hub calls this cluster (its Applications' spec.destination server or name, as driftguard serve's --cluster-name)"
+        )
     }
 
     /// Why Application `app` must not be paused for the object: it deploys
@@ -209,16 +279,17 @@ impl<'a> Target<'a> {
         );
         let Some(here) = self.here() else {
             return Some(format!(
-                "cannot tell whether {shown} deploys to this cluster: give --cluster-name with what the hub calls it (its Applications' spec.destination server or name, as driftguard serve's --cluster-name), and break-glass pauses it if it does"
+                "cannot tell whether {shown} deploys to this cluster: {}, and break-glass pauses it if it does",
+                self.names_unknown()
             ));
         };
         if !here.deploys_elsewhere(app) {
             return None;
         }
-        let this = if self.hub.is_some() {
-            format!("--cluster-name {}", self.cluster_names.join(","))
-        } else {
-            format!("{IN_CLUSTER_SERVER} or {IN_CLUSTER_NAME}")
+        let this = match self.names() {
+            Some((names, "--cluster-name")) => format!("--cluster-name {}", names.join(",")),
+            Some((names, how)) => format!("{}, {how}", names.join(",")),
+            None => format!("{IN_CLUSTER_SERVER} or {IN_CLUSTER_NAME}"),
         };
         Some(format!(
             "{shown} deploys to another cluster (spec.destination {}), not this one ({this}), so its pause would stop that cluster's sync",
@@ -258,6 +329,14 @@ impl<'a> Target<'a> {
                 )));
             }
             let plan = self.plan(&object);
+            // In a spoke, driftguard says what the hub calls this cluster in
+            // its answer to a dry run of this arming (not yet paused).
+            if self.names_wanted(&plan) {
+                let unpaused = pause::arm_patch_unpaused(reason, &expires, rv);
+                if let Asked::Conflict = self.ask(&unpaused).await? {
+                    continue;
+                }
+            }
             let pausable = self.pausable(&plan).await?;
             let pauses = match &pausable {
                 Pausable::NotArgoCd => true,
@@ -271,14 +350,14 @@ impl<'a> Target<'a> {
             };
             // The server decides, before anything is written.
             match self.ask(&body).await? {
-                Err(()) => continue,
-                Ok(Some(refusal)) => {
+                Asked::Conflict => continue,
+                Asked::Refused(refusal) => {
                     if added {
                         self.undo_pause(&plan).await;
                     }
                     return Ok(Written::Denied(refusal));
                 }
-                Ok(None) => {}
+                Asked::Allowed => {}
             }
             let (app, set, failed) = match pausable {
                 Pausable::Unreadable(unpaused) => (None, SetCheck::NotGenerated, Some(unpaused)),
@@ -425,13 +504,14 @@ impl<'a> Target<'a> {
             let rv = meta["resourceVersion"].as_str().unwrap_or_default();
             let annotations = &meta["annotations"];
             let marker = annotations[PAUSED].as_str();
-            let here = self.where_to_lift(marker).await?;
             let body = pause::end_patch(annotations, rv);
+            // Asked first: its answer may say what the hub calls this cluster.
             match self.ask(&body).await? {
-                Err(()) => continue,
-                Ok(Some(refusal)) => return Ok(Written::Denied(refusal)),
-                Ok(None) => {}
+                Asked::Conflict => continue,
+                Asked::Refused(refusal) => return Ok(Written::Denied(refusal)),
+                Asked::Allowed => {}
             }
+            let here = self.where_to_lift(marker).await?;
             let at = ending::Installation {
                 client: self.apps.client(),
                 namespace: self.argocd_namespace,
@@ -468,8 +548,9 @@ impl<'a> Target<'a> {
         let here = self.here();
         if marker == Some(SKIP_RECONCILE) && here.is_none() {
             return Err(PluginError::Usage(format!(
-                "{} paused its Argo CD Application; give --cluster-name with what the hub calls this cluster, so that --end lifts the pause only from an Application that deploys here (nothing was written)",
-                self.shown
+                "{} paused its Argo CD Application, and {}, so that --end lifts the pause only from an Application that deploys here (nothing was written)",
+                self.shown,
+                self.names_unknown()
             )));
         }
         Ok(here)

@@ -57,6 +57,7 @@ async fn run_on(
         cluster_names: &[],
         require_pause,
         no_pause: None,
+        told: Default::default(),
     };
     let written = if arm {
         let at = Timestamp::now() + SignedDuration::from_mins(30);
@@ -344,6 +345,7 @@ async fn in_a_spoke_the_hubs_application_is_paused_and_resumed_there() {
             cluster_names: &[SPOKE.to_owned()],
             require_pause: true,
             no_pause: None,
+            told: Default::default(),
         };
         let written = if arm {
             let at = Timestamp::now() + SignedDuration::from_mins(30);
@@ -383,7 +385,9 @@ async fn in_a_spoke_the_hubs_application_is_paused_and_resumed_there() {
 /// paused for an object here, though the object's tracking id names it
 /// (a hub's, or this cluster's own): the object is armed unpaused with
 /// why, and `--require-pause` refuses; `--end` lifts no pause there. In
-/// a hub without --cluster-name, where it deploys cannot be told: not
+/// a hub without --cluster-name, what the hub calls this cluster is what
+/// driftguard's answer to the dry run tells (issue 50, item 5), the flag
+/// winning over it; told nothing, where it deploys cannot be told: not
 /// paused, and `--end` refuses to guess.
 #[tokio::test]
 async fn an_application_that_deploys_to_another_cluster_is_never_paused() {
@@ -391,15 +395,49 @@ async fn an_application_that_deploys_to_another_cluster_is_never_paused() {
     let resource = config_maps();
     let policy = crate::policy::Policy::embedded();
     let spoke = [SPOKE.to_owned()];
-    // (in the hub, --cluster-name, where the Application deploys): what
-    // the report says when it is not paused.
-    type Case<'a> = (bool, &'a [String], &'static str, Option<&'static str>);
-    let cases: [Case; 5] = [
-        (true, &spoke, SPOKE, None),
-        (true, &spoke, OTHER, Some("deploys to another cluster")),
-        (true, &[], SPOKE, Some("give --cluster-name")),
-        (false, &[], IN_CLUSTER_SERVER, None),
-        (false, &spoke, OTHER, Some("deploys to another cluster")),
+    // (in the hub, --cluster-name, what driftguard tells, where the
+    // Application deploys): what the report says when it is not paused.
+    type Case<'a> = (
+        bool,
+        &'a [String],
+        Option<&'static str>,
+        &'static str,
+        Option<&'static str>,
+    );
+    let cases: [Case; 9] = [
+        (true, &spoke, None, SPOKE, None),
+        (
+            true,
+            &spoke,
+            None,
+            OTHER,
+            Some("deploys to another cluster"),
+        ),
+        (true, &[], None, SPOKE, Some("give --cluster-name")),
+        (true, &[], Some(SPOKE), SPOKE, None),
+        (
+            true,
+            &[],
+            Some(SPOKE),
+            OTHER,
+            Some("deploys to another cluster"),
+        ),
+        (true, &spoke, Some(OTHER), SPOKE, None),
+        (
+            true,
+            &spoke,
+            Some(OTHER),
+            OTHER,
+            Some("deploys to another cluster"),
+        ),
+        (false, &[], None, IN_CLUSTER_SERVER, None),
+        (
+            false,
+            &spoke,
+            None,
+            OTHER,
+            Some("deploys to another cluster"),
+        ),
     ];
     let requests = |log: &fake::Log, request: &str| -> Vec<Value> {
         let log = log.lock().unwrap();
@@ -411,13 +449,14 @@ async fn an_application_that_deploys_to_another_cluster_is_never_paused() {
         format!("PATCH {}", fake::APP),
     );
     for (arm, require_pause) in [(true, false), (true, true), (false, false)] {
-        for (hub, names, destination, unpaused) in cases {
-            let case = format!("hub {hub}, {names:?}, to {destination}, arm {arm}");
+        for (hub, names, told, destination, unpaused) in cases {
+            let case = format!("hub {hub}, {names:?}, told {told:?}, to {destination}, arm {arm}");
             let (here_log, hub_log) = (fake::Log::default(), fake::Log::default());
             let cluster = fake::Cluster {
                 application: true,
                 armed: !arm,
                 destination: Some(destination),
+                told,
                 ..Default::default()
             };
             let (here, there) = (
@@ -436,6 +475,7 @@ async fn an_application_that_deploys_to_another_cluster_is_never_paused() {
                 cluster_names: names,
                 require_pause,
                 no_pause: None,
+                told: Default::default(),
             };
             let apps_log = if hub { &hub_log } else { &here_log };
             if !arm {
@@ -638,6 +678,7 @@ async fn with_two_argo_cds_the_application_of_the_objects_installation_is_paused
             cluster_names: &spoke_names,
             require_pause: false,
             no_pause: None,
+            told: Default::default(),
         }
         .at(chosen);
         let written = if arm {
