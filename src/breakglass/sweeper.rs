@@ -325,6 +325,14 @@ impl Sweeper {
             {
                 continue;
             }
+            // Bounded: armed objects nobody recorded may be a tenant's own
+            // (applied from their Git, or in a namespace the webhook
+            // excludes); they never take a place at the bound, and cost at
+            // most SCAN_RECORDS writes a round.
+            let full = self.records.over > 0 || self.records.held.len() >= records::MAX_RECORDS;
+            if full || !self.scan.may_record() {
+                continue;
+            }
             let armed = Armed::found(ar, namespace, name);
             self.record(&armed).await;
         }

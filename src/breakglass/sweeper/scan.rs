@@ -15,7 +15,7 @@
 //! `2 × max(ROUND, types × MIN_PACE)`: 20 minutes up to 600 types, 70 at
 //! 2,000 CRDs. One page of one type is held at a time.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::authorization::v1::{
@@ -38,6 +38,9 @@ const PAGE: u32 = 4;
 /// namespace with this cap of its own, so decoys in one namespace cannot
 /// hide another's armed objects.
 const MAX_PAGES: usize = 50;
+/// Records the scan writes a round, at most: what it finds armed without a
+/// record may be a tenant's own doing, so its writes are bounded.
+const SCAN_RECORDS: usize = 50;
 /// The namespace the rules review asks about. The sweeper lists every
 /// namespace at once, which only cluster-wide grants allow; a namespace no
 /// one creates has no RoleBindings, so the review returns those alone.
@@ -52,6 +55,9 @@ struct Listing {
     /// The continue token of the next page, and the pages read so far.
     token: String,
     pages: usize,
+    /// Across namespaces: the namespaces its pages showed (at most
+    /// `PAGE × MAX_PAGES`), listed last if it is crowded.
+    seen: BTreeSet<String>,
 }
 
 /// Where the scan is: the listings left this round, the one being paged.
@@ -67,7 +73,7 @@ pub(super) struct Scan {
     rounds: u64,
     /// A type whose listing across namespaces reached [`MAX_PAGES`]: listed
     /// namespace by namespace, later this round.
-    crowded: Option<ApiResource>,
+    crowded: Option<(ApiResource, BTreeSet<String>)>,
 }
 
 /// What one round did, logged when it ends.
@@ -76,6 +82,7 @@ struct Round {
     types: usize,
     refused: usize,
     found: usize,
+    recorded: usize,
 }
 
 impl Default for Scan {
@@ -95,6 +102,18 @@ impl Default for Scan {
 }
 
 impl Scan {
+    /// Whether the scan may write one more record this round (counted).
+    pub(super) fn may_record(&mut self) -> bool {
+        if self.round.recorded == SCAN_RECORDS {
+            tracing::warn!(
+                max = SCAN_RECORDS,
+                "break-glass sweeper: the scan found more armed objects without a record than it records a round; the rest wait for the next round"
+            );
+        }
+        self.round.recorded += 1;
+        self.round.recorded <= SCAN_RECORDS
+    }
+
     /// Makes one request of the scan (a round's start makes a few more:
     /// the rules review, aggregated discovery, and the namespaces when a
     /// type was crowded) and hands each labelled object found to `found`,
@@ -104,14 +123,19 @@ impl Scan {
         client: &kube::Client,
         mut found: impl FnMut(&ApiResource, PartialObjectMeta<DynamicObject>),
     ) {
-        if let Some(ar) = self.crowded.take() {
-            let namespaces = namespaces(client).await;
-            let each = namespaces.into_iter().map(|ns| Listing {
+        if let Some((ar, seen)) = self.crowded.take() {
+            // The namespaces its pages did not reach first: those it showed
+            // are where the crowd is.
+            let (crowd, quiet): (Vec<String>, Vec<String>) = (namespaces(client).await)
+                .into_iter()
+                .partition(|ns| seen.contains(ns));
+            let each = quiet.into_iter().chain(crowd).map(|ns| Listing {
                 ar: ar.clone(),
                 namespaced: true,
                 namespace: Some(ns),
                 token: String::new(),
                 pages: 0,
+                seen: BTreeSet::new(),
             });
             // Next, before the other types: the crowded type is still being read.
             for listing in each.rev() {
@@ -145,6 +169,13 @@ impl Scan {
         match listed {
             Ok(page) => {
                 self.round.found += page.items.len();
+                if listing.namespace.is_none() {
+                    let namespaces = page
+                        .items
+                        .iter()
+                        .filter_map(|m| m.metadata.namespace.clone());
+                    listing.seen.extend(namespaces);
+                }
                 page.items.into_iter().for_each(|meta| found(&ar, meta));
                 listing.pages += 1;
                 match page.metadata.continue_.filter(|t| !t.is_empty()) {
@@ -185,7 +216,7 @@ impl Scan {
         match &listing.namespace {
             None if namespaced => {
                 tracing::warn!(r#type = %ar.plural, group = %ar.group, "break-glass sweeper: more objects carry the break-glass label than one listing reads; listing this type namespace by namespace");
-                self.crowded = Some(ar.clone());
+                self.crowded = Some((ar.clone(), listing.seen.clone()));
             }
             None => {
                 tracing::warn!(r#type = %ar.plural, group = %ar.group, "break-glass sweeper: more objects of this cluster-scoped type carry the break-glass label than one listing reads; the rest wait for a later round")
@@ -209,6 +240,7 @@ impl Scan {
                 types = self.round.types,
                 refused = self.round.refused,
                 labelled = self.round.found,
+                recorded = self.round.recorded.min(SCAN_RECORDS),
                 "break-glass sweeper: scanned every type it may sweep for armed objects"
             );
         }
@@ -230,6 +262,7 @@ impl Scan {
                 namespace: None,
                 token: String::new(),
                 pages: 0,
+                seen: BTreeSet::new(),
             })
             .collect();
         self.pace = match self.rounds {
