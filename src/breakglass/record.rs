@@ -133,8 +133,32 @@ impl Armed {
         })
     }
 
-    /// Reads a record back; `None` for a ConfigMap that is not one.
-    pub(crate) fn from_config_map(cm: &ConfigMap) -> Option<Armed> {
+    /// Reads a record back, checked against what the apiserver says of it:
+    /// `None` for a ConfigMap that is not one, or whose name is not the
+    /// digest of the object it names (driftguard never wrote it). Its times
+    /// are anyone's to write: they are clamped to after its creation and
+    /// `since` (when an earlier version of it was seen), and to no later
+    /// than `seen` (when this version was first seen), so that a record
+    /// dated 2099 settles like any other.
+    pub(crate) fn checked(
+        cm: &ConfigMap,
+        since: Option<jiff::Timestamp>,
+        seen: jiff::Timestamp,
+    ) -> Option<Armed> {
+        let mut armed = Self::from_config_map(cm)?;
+        if cm.metadata.name.as_deref() != Some(armed.record_name().as_str()) {
+            return None;
+        }
+        let created = cm.metadata.creation_timestamp.as_ref().map(|t| t.0);
+        let floor = created.max(since).map(|f| f.min(seen));
+        let clamp =
+            |t: Option<jiff::Timestamp>| t.map(|t| floor.map_or(t.min(seen), |f| t.clamp(f, seen)));
+        (armed.recorded, armed.look) = (clamp(armed.recorded), clamp(armed.look));
+        Some(armed)
+    }
+
+    /// Reads a record back as written; `None` for a ConfigMap that is not one.
+    fn from_config_map(cm: &ConfigMap) -> Option<Armed> {
         let data = cm.data.as_ref()?;
         let get = |k: &str| data.get(k).map(String::as_str).unwrap_or_default();
         let (api_version, kind, plural, name) =
