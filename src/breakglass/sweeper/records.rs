@@ -51,10 +51,15 @@ pub(super) struct Held {
 enum Worth {
     /// Its object was read armed: a break-glass to end.
     Armed,
-    /// Not read yet: it may name one.
-    Unread,
-    /// Read not armed, or not readable: read again when listed again.
+    /// Read not armed: an arming on its way, or a record to delete once
+    /// settled. Let go, it would come back unread at the next list, and a
+    /// flood of records nobody armed would never be deleted.
     NotArmed,
+    /// Not read yet: it may name an armed object.
+    Unread,
+    /// Its object could not be read (a type not served, no RBAC): read
+    /// again when listed again.
+    Unreadable,
 }
 
 impl Held {
@@ -113,7 +118,7 @@ impl Held {
 
     fn worth(&self) -> Worth {
         match self.read {
-            _ if self.failed.is_some() => Worth::NotArmed,
+            _ if self.failed.is_some() => Worth::Unreadable,
             None => Worth::Unread,
             Some((_, true)) => Worth::Armed,
             Some((_, false)) => Worth::NotArmed,
@@ -245,7 +250,7 @@ impl Records {
     pub(super) fn room_for_more(&self) -> bool {
         self.over > 0
             && (self.held.len() < self.max
-                || self.held.values().any(|h| h.worth() == Worth::NotArmed))
+                || self.held.values().any(|h| h.worth() == Worth::Unreadable))
     }
 
     /// Makes record `name` due again.
@@ -303,12 +308,14 @@ impl Records {
     /// Holds `cm` (into the list being read, when `listing`) if it is a
     /// record driftguard wrote ([`Armed::checked`]) and there is room,
     /// counted before it is held. At the bound it takes the place of one
-    /// worth less ([`Worth`]: found armed, unread, found not armed), or,
+    /// worth less ([`Worth`]: found armed, found not armed, unread, not
+    /// readable), or,
     /// unread, of an unread one from the namespace holding the most unread
     /// when that holds more than `cm`'s would, the newest first at a tie:
-    /// never of one found armed. A flood of records nobody armed is read,
-    /// found not armed, and deleted once settled, and a real record, older
-    /// than those written after it, is held once the older ones are read.
+    /// never of one found armed or not armed. A flood of records nobody
+    /// armed is read, found not armed, and deleted once settled, and a real
+    /// record, older than those written after it, is held once the older
+    /// ones are read.
     /// A version seen before keeps what was read of it.
     fn hold(&mut self, cm: ConfigMap, listing: bool) {
         let (Some(name), Some(rv)) = (
@@ -365,7 +372,7 @@ fn victim(held: &BTreeMap<String, Held>, new: &Held) -> Option<String> {
     // Among unread: the namespace holding the most, and in it the newest.
     let key = |h: &Held| (h.worth(), count(h), written_at(h));
     let (name, out) = (held.iter())
-        .filter(|(_, h)| h.worth() != Worth::Armed)
+        .filter(|(_, h)| h.worth() > Worth::NotArmed)
         .max_by_key(|(_, h)| key(h))?;
     let fairer = match (out.worth(), new.worth()) {
         (Worth::Unread, Worth::Unread) => {
@@ -597,8 +604,8 @@ mod tests {
         /// a real one), as the sweeper runs (a check, a relist when some
         /// were left out, a check; a record found not armed is deleted at
         /// the next round, settled): a real record is held and found armed
-        /// once the records older than it have had their turn, and never
-        /// let go while armed.
+        /// once the records older than it have had their turn (the bound
+        /// less the real ones, a round), and never let go once armed.
         #[test]
         fn forged_records_never_keep_a_real_one_out(
             rounds in proptest::collection::vec((0usize..48, 1usize..24, 0usize..48), 1..8),
