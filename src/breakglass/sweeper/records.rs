@@ -330,7 +330,10 @@ impl Records {
         let since = prior.filter(|_| same.is_none()).map(|p| p.seen);
         let Some(mut armed) = Armed::checked(&cm, since, seen) else {
             self.forged += 1;
-            tracing::debug!(record = %crate::text::quote(&name), "break-glass sweeper: not a record driftguard wrote; left alone");
+            // Once between two lists, and counted at the next one.
+            if self.forged == 1 && !listing {
+                tracing::warn!(record = %crate::text::quote(&name), "break-glass sweeper: a ConfigMap labelled as a record that driftguard did not write (its name is not the digest of the object it names); left alone");
+            }
             return;
         };
         if let Some(p) = same {
