@@ -342,3 +342,67 @@ fn an_object_whose_version_stops_being_served_is_ended_through_the_served_one() 
         .count();
     assert_eq!(rbac, 0, "reported as RBAC: {logs}");
 }
+
+/// 10,000 records nobody armed, dated 2099, fill the sweeper's bound before
+/// a real arming is recorded. They are read, found not armed, settle (their
+/// dates clamped to when they were seen) and are deleted; the real record
+/// then takes its place and its break-glass is ended. Unclamped, they never
+/// settle, and the real one is never held.
+#[test]
+fn ten_thousand_forged_records_do_not_keep_a_real_one_out() {
+    const FORGED: usize = 10_000;
+    let mut plane = ControlPlane::start("records-flood");
+    let far = json!({"recorded": "2099-01-01T00:00:00Z", "expires": "2099-01-01T00:00:00Z"});
+    let items: Vec<Value> = (0..FORGED)
+        .map(|i| {
+            let ns = format!("tenant-{i}");
+            record("v1", "ConfigMap", "configmaps", &ns, "x", far.clone(), None)
+        })
+        .collect();
+    // Created before the webhook is registered, 4 kubectl at a time.
+    let lists: Vec<String> = items
+        .chunks(FORGED / 4)
+        .map(|c| json!({"apiVersion": "v1", "kind": "List", "items": c}).to_string())
+        .collect();
+    let created = Instant::now();
+    std::thread::scope(|s| {
+        let plane = &plane;
+        let runs: Vec<_> = (lists.iter())
+            .map(|l| s.spawn(move || plane.kubectl_stdin("admin", &["create", "-f", "-"], Some(l))))
+            .collect();
+        for run in runs {
+            let out = run.join().unwrap();
+            assert!(out.ok, "{}", &out.stderr[..out.stderr.len().min(2000)]);
+        }
+    });
+    eprintln!("{FORGED} forged records created in {:?}", created.elapsed());
+    let dg = start(&mut plane, "flood", &[&flux_configmap("real")]);
+    let armed_at = Instant::now();
+    arm(&plane, "real", 20, "default");
+    wait_for(
+        "the real arming to be ended",
+        Duration::from_secs(400),
+        || {
+            let out = plane.kubectl(
+                "admin",
+                &[
+                    "-n",
+                    "production",
+                    "get",
+                    "configmap",
+                    "real",
+                    "-o",
+                    "jsonpath={.metadata.annotations.driftguard\\.io/break-glass-expires}",
+                ],
+            );
+            match out.stdout.trim().is_empty() {
+                true => Ok(()),
+                false => Err(format!("still armed; {}", dg.proc.stderr_tail(5))),
+            }
+        },
+    );
+    eprintln!(
+        "the real break-glass was ended {:?} after it was armed (20 s break-glass)",
+        armed_at.elapsed()
+    );
+}
