@@ -38,6 +38,12 @@ pub(crate) fn quote(s: &str) -> Quoted<'_> {
     Quoted(s)
 }
 
+/// `s` cut to [`QUOTE_BYTES`], for a structured field (an audit record's,
+/// JSON-escaped there) that quotes user input.
+pub(crate) fn clip(s: &str) -> &str {
+    prefix(s, QUOTE_BYTES)
+}
+
 /// What [`quote`] shows.
 #[derive(Clone, Copy)]
 pub(crate) struct Quoted<'a>(&'a str);
