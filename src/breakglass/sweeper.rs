@@ -402,7 +402,7 @@ impl Sweeper {
     async fn entry_armed(&self, entry: &str, groups: &mut Groups) -> bool {
         let Some((ar, namespace, name)) = resolve_entry(&self.client, entry, groups).await else {
             tracing::warn!(
-                object = entry,
+                object = %crate::text::quote(entry),
                 "break-glass sweeper: a pause entry names a type it cannot find; the pause stays"
             );
             return true;
@@ -419,13 +419,13 @@ impl Sweeper {
             Read::Gone => false,
             Read::Unserved => {
                 tracing::warn!(
-                    object = entry,
+                    object = %crate::text::quote(entry),
                     "break-glass sweeper: the type a pause entry names is served by no version now; the pause stays"
                 );
                 true
             }
             Read::Failed(e) => {
-                tracing::warn!(object = entry, error = %e, "break-glass sweeper: cannot read the object a pause entry names; the pause stays");
+                tracing::warn!(object = %crate::text::quote(entry), error = %e, "break-glass sweeper: cannot read the object a pause entry names; the pause stays");
                 true
             }
             Read::Object(object) => {

@@ -160,7 +160,10 @@ pub(super) fn watch(
     tx: tokio::sync::mpsc::Sender<Update>,
 ) -> tokio::task::AbortHandle {
     let api = Api::<ConfigMap>::namespaced(client, namespace);
-    let config = watcher::Config::default().labels(record::RECORD_LABEL);
+    // Pages of 50: a ConfigMap may be 1 MiB, and a page is held whole.
+    let config = watcher::Config::default()
+        .labels(record::RECORD_LABEL)
+        .page_size(50);
     let stream = watcher::watcher(api, config).default_backoff();
     tokio::spawn(async move {
         futures_util::pin_mut!(stream);
