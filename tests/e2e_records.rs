@@ -8,6 +8,7 @@
 
 use driftguard_testkit::armed::*;
 use driftguard_testkit::control_plane;
+use driftguard_testkit::measure::status_kib;
 use driftguard_testkit::process::wait_for;
 
 use std::time::{Duration, Instant};
@@ -401,8 +402,11 @@ fn ten_thousand_forged_records_do_not_keep_a_real_one_out() {
             }
         },
     );
+    let pid = dg.proc.child.id();
     eprintln!(
-        "the real break-glass was ended {:?} after it was armed (20 s break-glass)",
-        armed_at.elapsed()
+        "the real break-glass was ended {:?} after it was armed (20 s break-glass); driftguard's RSS {} MiB, peak {} MiB",
+        armed_at.elapsed(),
+        status_kib(pid, "VmRSS") / 1024,
+        status_kib(pid, "VmHWM") / 1024
     );
 }
