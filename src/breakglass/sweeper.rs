@@ -216,7 +216,13 @@ impl Sweeper {
                 Read::Failed(e) => {
                     let times = self.records.failed(&name);
                     if times.is_power_of_two() {
-                        tracing::warn!(object = %armed.entry(), error = %e, times, "break-glass sweeper: cannot read an armed object (it needs get and patch on its type); tried again later, less often");
+                        let forbidden = matches!(&e, kube::Error::Api(s) if s.code == 403);
+                        let rbac = if forbidden {
+                            " (it needs get and patch on its type)"
+                        } else {
+                            ""
+                        };
+                        tracing::warn!(object = %armed.entry(), error = %e, times, "break-glass sweeper: cannot read an armed object{rbac}; tried again later, less often");
                     }
                     continue;
                 }
