@@ -160,6 +160,8 @@ pub(super) struct Records {
     generation: u64,
     /// The last scan at the bound, while still true.
     crowd: Option<Crowd>,
+    /// When the last list completed.
+    listed: Option<Instant>,
 }
 
 /// What a scan of a full map found ([`Records::hold`]), kept while nothing
@@ -251,6 +253,7 @@ impl Records {
             ended: BTreeMap::new(),
             generation: 0,
             crowd: None,
+            listed: None,
         }
     }
 
@@ -310,11 +313,16 @@ impl Records {
     }
 
     /// Whether records were left out at the bound and some room is free,
-    /// or held by one that a record left out would take the place of.
+    /// or held by one that cannot be read, which a record left out would
+    /// take the place of: then at most once per [`FAILED_WAIT`], since
+    /// records of a type nothing serves are never deleted, and each list
+    /// reads them all again.
     pub(super) fn room_for_more(&self) -> bool {
-        self.over > 0
-            && (self.held.len() < self.max
-                || self.held.values().any(|h| h.worth() == Worth::Unreadable))
+        let unreadable = || {
+            self.listed.is_none_or(|at| at.elapsed() >= FAILED_WAIT)
+                && self.held.values().any(|h| h.worth() == Worth::Unreadable)
+        };
+        self.over > 0 && (self.held.len() < self.max || unreadable())
     }
 
     /// Makes record `name` due again.
@@ -352,6 +360,7 @@ impl Records {
                 return false;
             }
             watcher::Event::InitDone => {
+                self.listed = Some(Instant::now());
                 self.held = self.relist.take().unwrap_or_default();
                 self.ended.retain(|name, _| self.held.contains_key(name));
                 self.synced = true;
@@ -644,6 +653,28 @@ mod tests {
         records.update(Ok(watcher::Event::Apply(record(4))));
         assert_eq!((records.failed(&r(4)), records.failed(&r(4))), (1, 2));
         assert!(!records.held[&r(4)].due(jiff::Timestamp::now()));
+    }
+
+    /// A record that cannot be read gives way to one left out, but lists
+    /// made for that come at most once per FAILED_WAIT: records of a type
+    /// nothing serves are never deleted, and a list reads them all.
+    #[test]
+    fn unreadable_records_make_a_list_at_most_once_a_wait() {
+        let mut records = Records::with_bound(1);
+        records.update(Ok(watcher::Event::Init));
+        records.update(Ok(watcher::Event::InitApply(record(1))));
+        records.update(Ok(watcher::Event::InitDone));
+        records.failed(&r(1));
+        records.update(Ok(watcher::Event::Apply(record(2))));
+        assert!(
+            records.held.contains_key(&r(2)),
+            "an unreadable one gives way"
+        );
+        assert_eq!(records.over, 1);
+        records.failed(&r(2));
+        assert!(!records.room_for_more(), "listed a moment ago");
+        records.listed = Instant::now().checked_sub(FAILED_WAIT);
+        assert!(records.room_for_more());
     }
 
     proptest::proptest! {
