@@ -17,17 +17,17 @@ pub(crate) const LISTED_PATH_BYTES: usize = 16 * 1024;
 /// Bytes of rule failures one record carries.
 const ERROR_BYTES: usize = 4 * 1024;
 
-/// The leading paths that fit in [`LISTED_PATH_BYTES`].
-fn listed(paths: &[String]) -> &[String] {
+/// The leading paths that fit in [`LISTED_PATH_BYTES`], each cut as any
+/// quoted input is ([`crate::text::clip`]).
+fn listed(paths: &[String]) -> Vec<&str> {
     let mut bytes = 0usize;
-    let fit = paths
-        .iter()
+    (paths.iter())
+        .map(|p| crate::text::clip(p))
         .take_while(|p| {
             bytes += p.len() + 3;
             bytes <= LISTED_PATH_BYTES
         })
-        .count();
-    &paths[..fit]
+        .collect()
 }
 
 /// One decided (or failed) review, as its audit line shows it.
@@ -54,7 +54,7 @@ pub(crate) struct AuditRecord<'a> {
     pub(crate) reason: &'static str,
     /// The first drifted paths, at most [`LISTED_PATH_BYTES`] of them: a
     /// review with 90,000 drifted paths would otherwise queue a 1.7 MiB line.
-    pub(crate) drifted_paths: &'a [String],
+    pub(crate) drifted_paths: Vec<&'a str>,
     /// How many paths drifted, listed or not.
     pub(crate) drifted_path_count: usize,
     pub(crate) break_glass: Option<BreakGlassRecord<'a>>,
@@ -113,10 +113,12 @@ pub(crate) struct BreakGlassRecord<'a> {
 
 impl<'a> From<&'a BreakGlassUse> for BreakGlassRecord<'a> {
     fn from(used: &'a BreakGlassUse) -> Self {
+        // Each cut as any quoted input is: a reason may be 200 KiB.
+        use crate::text::clip;
         Self {
-            user: &used.user,
-            reason: &used.reason,
-            expires: &used.expires,
+            user: clip(&used.user),
+            reason: clip(&used.reason),
+            expires: clip(&used.expires),
         }
     }
 }
@@ -132,7 +134,7 @@ impl<'a> AuditRecord<'a> {
         latency_micros: u64,
     ) -> Self {
         let mut record = Self::base(endpoint, uid, version, view, latency_micros);
-        record.manager = d.manager.as_ref().map(ToString::to_string);
+        record.manager = (d.manager.as_ref()).map(|m| crate::text::clip(&m.to_string()).to_owned());
         record.mode = Some(d.mode.as_str());
         record.verdict = d.verdict.as_str();
         record.reason = d.finding.code();
@@ -187,16 +189,17 @@ impl<'a> AuditRecord<'a> {
         view: &Request<'a>,
         latency_micros: u64,
     ) -> Self {
+        use crate::text::clip;
         Self {
-            user: view.username,
+            user: clip(view.username),
             groups: view.groups,
             operation: view.operation.as_str(),
-            group: view.group,
-            kind: view.kind,
-            resource: view.resource,
-            sub_resource: view.sub_resource,
-            namespace: view.namespace,
-            name: view.name,
+            group: clip(view.group),
+            kind: clip(view.kind),
+            resource: clip(view.resource),
+            sub_resource: clip(view.sub_resource),
+            namespace: clip(view.namespace),
+            name: clip(view.name),
             dry_run: view.dry_run,
             ..Self::empty(endpoint, uid, version, latency_micros)
         }
@@ -221,7 +224,7 @@ impl<'a> AuditRecord<'a> {
             mode: None,
             verdict: "allow",
             reason: "",
-            drifted_paths: &[],
+            drifted_paths: Vec::new(),
             drifted_path_count: 0,
             break_glass: None,
             dry_run: false,

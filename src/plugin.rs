@@ -222,7 +222,7 @@ impl PolicySource {
         if self.namespace.is_empty() || !self.namespace.chars().all(label) {
             return Err(PluginError::Usage(format!(
                 "--driftguard-namespace {:?}: not a namespace name",
-                self.namespace
+                crate::text::quote(&self.namespace)
             )));
         }
         let (ns, name) = match &self.configmap {

@@ -2,6 +2,7 @@
 //! The objects stay as `serde_json::Value`: the engine diffs them as JSON, and
 //! parsing them once as plain values is the cheapest faithful representation.
 
+use crate::text::quote;
 use std::borrow::Cow;
 
 use kube::core::admission::{AdmissionRequest, AdmissionReview, Operation as KubeOperation};
@@ -121,16 +122,16 @@ impl Resource for RawObject {
 #[derive(Debug, thiserror::Error)]
 pub enum ReviewError {
     /// The body is not JSON at all.
-    #[error("body is not JSON: {0}")]
+    #[error("body is not JSON: {}", quote(.0))]
     NotJson(String),
     /// JSON, but not shaped like an AdmissionReview.
-    #[error("body is not an AdmissionReview: {0}")]
+    #[error("body is not an AdmissionReview: {}", quote(.0))]
     NotAdmissionReview(String),
     /// Only `admission.k8s.io/v1` is served.
-    #[error("apiVersion is {0:?}, expected \"admission.k8s.io/v1\"")]
+    #[error("apiVersion is {:?}, expected \"admission.k8s.io/v1\"", quote(.0))]
     WrongApiVersion(String),
     /// Not an `AdmissionReview`.
-    #[error("kind is {0:?}, expected \"AdmissionReview\"")]
+    #[error("kind is {:?}, expected \"AdmissionReview\"", quote(.0))]
     WrongKind(String),
     /// A review without `request` (a response, perhaps).
     #[error("AdmissionReview has no request")]
@@ -145,7 +146,11 @@ pub enum ReviewError {
     /// whose request does not: the server still answers it as a review (by
     /// `--on-error`), since the apiserver shows an HTTP error only as "failed
     /// calling webhook".
-    #[error("AdmissionReview request {uid} cannot be read: {reason}")]
+    #[error(
+        "AdmissionReview request {} cannot be read: {}",
+        quote(uid),
+        quote(reason)
+    )]
     UnreadableRequest {
         /// The request's uid, for the answer.
         uid: String,

@@ -13,9 +13,12 @@ use crate::drift::breakglass_state::{EXPIRES, REASON};
 use crate::drift::normalize::DRIFT_ANNOTATION;
 use crate::drift::{Decision, Finding, Operation, Request, Verdict};
 use crate::request::RawObject;
-use crate::text::ellipsize;
+use crate::text::{clip, ellipsize, quote};
 
 pub(crate) mod drifted;
+
+#[cfg(test)]
+mod bounded;
 
 /// Which webhook is answering. The validating webhook decides; the mutating one
 /// never denies and only records drift in warn mode, so `kubectl` shows each
@@ -109,8 +112,8 @@ fn describe_object(view: &Request) -> String {
         view.kind.to_owned()
     };
     match (view.namespace, view.name) {
-        ("", name) => format!("{kind} {name}"),
-        (ns, name) => format!("{kind} {ns}/{name}"),
+        ("", name) => format!("{} {}", quote(&kind), quote(name)),
+        (ns, name) => format!("{} {}/{}", quote(&kind), quote(ns), quote(name)),
     }
 }
 
@@ -119,10 +122,10 @@ fn show_path(p: &str) -> &str {
 }
 
 fn path_list(paths: &[String]) -> String {
-    let shown: Vec<&str> = paths
+    let shown: Vec<String> = paths
         .iter()
         .take(MAX_PATHS_SHOWN)
-        .map(|p| show_path(p))
+        .map(|p| quote(show_path(p)).to_string())
         .collect();
     let mut out = shown.join(", ");
     if paths.len() > MAX_PATHS_SHOWN {
@@ -136,8 +139,8 @@ fn manager_text(d: &Decision) -> String {
         return "its GitOps tool".into();
     };
     match &d.source {
-        Some(src) => format!("{m} ({src})"),
-        None => m.to_string(),
+        Some(src) => format!("{} ({})", quote(&m.to_string()), quote(&src.to_string())),
+        None => quote(&m.to_string()).to_string(),
     }
 }
 
@@ -155,14 +158,17 @@ fn denial(view: &Request, d: &Decision) -> String {
             "{obj} is the destination namespace of {manager}, whose objects live there; only {tool} may delete (prune) it."
         ),
         Finding::DeleteCascade(lost) => {
-            format!("deleting {obj} deletes {lost} with it, and those deletes are never judged.")
+            format!(
+                "deleting {obj} deletes {} with it, and those deletes are never judged.",
+                quote(lost)
+            )
         }
         Finding::CreateWithTracking => format!(
             "{obj} carries {tool} tracking metadata of {manager}; only {tool} may create it."
         ),
         Finding::BreakGlassUnauthorized => format!(
             "{} is not authorized to break glass on {obj} (managed by {manager}); drifted: {paths}.",
-            view.username
+            quote(view.username)
         ),
         Finding::BreakGlassInvalid(why) => {
             format!("break-glass on {obj} rejected: {why}; drifted: {paths}.")
@@ -171,6 +177,7 @@ fn denial(view: &Request, d: &Decision) -> String {
             "{obj}: the parent could not be read to check GitOps ownership; drifted: {paths}."
         ),
         Finding::ScalerTarget(target) => {
+            let target = quote(target);
             let glass = match d.break_glass_max {
                 Some(max) => format!(
                     " In an emergency, if you are authorized, break glass on {target} itself \
@@ -187,6 +194,7 @@ fn denial(view: &Request, d: &Decision) -> String {
             );
         }
         Finding::CreatePlanned(by) => {
+            let by = quote(by);
             return format!(
                 "driftguard: {obj} is listed by {by}, which creates it from Git; created by hand first, \
                  {tool} would adopt whatever it carries. Let {tool} create it (sync), or change Git."
@@ -332,7 +340,9 @@ fn warnings(view: &Request, d: &Decision) -> Vec<String> {
             if let Some(bg) = &d.break_glass {
                 out.push(format!(
                     "driftguard: BREAK-GLASS by {} on {obj} until {}: {}",
-                    bg.user, bg.expires, bg.reason
+                    quote(&bg.user),
+                    quote(&bg.expires),
+                    quote(&bg.reason)
                 ));
                 out.extend(drifted::warnings(&d.drifted_paths));
                 out.push(if d.drifted_paths.is_empty() {
@@ -413,16 +423,16 @@ pub(crate) fn audit_annotations(d: &Decision) -> Vec<(String, String)> {
         ("mode".to_owned(), d.mode.as_str().to_owned()),
     ];
     if let Some(m) = &d.manager {
-        out.push(("manager".into(), m.to_string()));
+        out.push(("manager".into(), quote(&m.to_string()).to_string()));
     }
     if !d.drifted_paths.is_empty() {
-        let paths: Vec<&str> = d.drifted_paths.iter().map(|p| show_path(p)).collect();
+        let paths: Vec<&str> = d.drifted_paths.iter().map(|p| clip(show_path(p))).collect();
         out.push(("drifted-paths".into(), ellipsize(&paths.join(","), 1024)));
     }
     if let Some(bg) = &d.break_glass {
-        out.push(("break-glass-user".into(), bg.user.clone()));
-        out.push(("break-glass-reason".into(), ellipsize(&bg.reason, 256)));
-        out.push(("break-glass-expires".into(), bg.expires.clone()));
+        out.push(("break-glass-user".into(), quote(&bg.user).to_string()));
+        out.push(("break-glass-reason".into(), quote(&bg.reason).to_string()));
+        out.push(("break-glass-expires".into(), quote(&bg.expires).to_string()));
     }
     if !d.rule_failures.is_empty() {
         let text: Vec<String> = d.rule_failures.iter().map(|f| f.describe()).collect();

@@ -5,6 +5,7 @@
 //! (metrics, an Event, the audit record). The server only reads the body and
 //! maps [`ServiceError`] to HTTP.
 
+use crate::text::quote;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
@@ -319,6 +320,7 @@ impl Reviewer {
         let Err((object, why)) = kept.await else {
             return;
         };
+        let (object, why) = (quote(&object).to_string(), quote(&why).to_string());
         tracing::warn!(object = %object, error = %why, "cannot record an armed break-glass");
         // Refused only where it arms or changes the break-glass: a hotfix
         // under one already recorded is only warned.
@@ -352,7 +354,7 @@ impl Reviewer {
     /// `--on-error` with that uid, never an HTTP error the apiserver would show
     /// only as "failed calling webhook".
     fn unreadable(&self, endpoint: Endpoint, uid: &str, reason: &str, started: Instant) -> Vec<u8> {
-        let why = format!("cannot read this request: {reason}");
+        let why = format!("cannot read this request: {}", quote(reason));
         tracing::warn!(%uid, error = %why, "unreadable request; answering with --on-error");
         self.answer_on_error(endpoint, uid, why, started)
     }
@@ -360,7 +362,7 @@ impl Reviewer {
     /// A review refused before it was parsed (the server's memory budget),
     /// answered by `--on-error` with the uid read from its first bytes.
     pub(crate) fn refuse(&self, endpoint: Endpoint, uid: &str, reason: &str) -> Vec<u8> {
-        let why = format!("not judged: {reason}");
+        let why = format!("not judged: {}", quote(reason));
         tracing::warn!(%uid, error = %why, "review refused unread; answering with --on-error");
         self.answer_on_error(endpoint, uid, why, Instant::now())
     }
@@ -514,7 +516,7 @@ fn event_report(
                 format!(
                     "{} by {}",
                     message,
-                    req.user_info.username.as_deref().unwrap_or("?")
+                    quote(req.user_info.username.as_deref().unwrap_or("?"))
                 ),
             )
         }
@@ -523,14 +525,22 @@ fn event_report(
             let paths = if d.drifted_paths.is_empty() {
                 "armed".to_owned()
             } else {
-                d.drifted_paths.join(", ")
+                let shown = d.drifted_paths.iter().take(5).map(|p| quote(p).to_string());
+                let more = d.drifted_paths.len().saturating_sub(5);
+                let mut paths = shown.collect::<Vec<_>>().join(", ");
+                if more > 0 {
+                    paths.push_str(&format!(" and {more} more"));
+                }
+                paths
             };
             (
                 "BreakGlassUsed",
                 "Allow",
                 format!(
                     "break-glass by {} until {}: {}; {paths}",
-                    bg.user, bg.expires, bg.reason
+                    quote(&bg.user),
+                    quote(&bg.expires),
+                    quote(&bg.reason)
                 ),
             )
         }

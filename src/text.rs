@@ -27,6 +27,44 @@ pub(crate) fn ellipsize(s: &str, max: usize) -> String {
     }
 }
 
+/// The most bytes of one piece of user input (an annotation, a name, a
+/// value) that a message quotes: a denial, a warning, an audit record or a
+/// log line stays short whatever the input's size.
+pub(crate) const QUOTE_BYTES: usize = 200;
+
+/// `s` as every message quotes user input: at most [`QUOTE_BYTES`] of it,
+/// [`printable`], and how many bytes were left out when some were.
+pub(crate) fn quote(s: &str) -> Quoted<'_> {
+    Quoted(s)
+}
+
+/// `s` cut to [`QUOTE_BYTES`], for a structured field (an audit record's,
+/// JSON-escaped there) that quotes user input.
+pub(crate) fn clip(s: &str) -> &str {
+    prefix(s, QUOTE_BYTES)
+}
+
+/// What [`quote`] shows.
+#[derive(Clone, Copy)]
+pub(crate) struct Quoted<'a>(&'a str);
+
+impl std::fmt::Display for Quoted<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let shown = prefix(self.0, QUOTE_BYTES);
+        f.write_str(&printable(shown))?;
+        match self.0.len() - shown.len() {
+            0 => Ok(()),
+            left => write!(f, "... ({left} more bytes)"),
+        }
+    }
+}
+
+impl std::fmt::Debug for Quoted<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "\"{self}\"")
+    }
+}
+
 /// A character a terminal may act on instead of showing: C0 and C1
 /// controls, DEL, and the bidirectional overrides and isolates.
 fn unsafe_char(c: char) -> bool {

@@ -20,7 +20,9 @@ const REVIEW: &str = concat!(
 /// Well past what fills a pipe and the writer's queue (`CAPACITY_BYTES`) with
 /// records of at least [`USER_BYTES`].
 const REVIEWS: usize = 2000;
-/// The reviewing user's name, so long that each record is at least this.
+/// The reviewing user's groups, so many that each record is at least this
+/// (a long name is cut to a few hundred bytes, as any quoted input is; the
+/// groups are listed whole).
 const USER_BYTES: usize = 4000;
 const CONCURRENCY: usize = 16;
 
@@ -110,7 +112,8 @@ async fn a_stdout_nobody_reads_drops_audit_records_not_decisions() {
         .unwrap();
     let mut review: serde_json::Value =
         serde_json::from_slice(&std::fs::read(REVIEW).unwrap()).unwrap();
-    review["request"]["userInfo"]["username"] = "u".repeat(USER_BYTES).into();
+    let groups: Vec<String> = (0..USER_BYTES / 40).map(|i| format!("{i:040}")).collect();
+    review["request"]["userInfo"]["groups"] = groups.into();
     let body = serde_json::to_vec(&review).unwrap();
     let url = format!("https://127.0.0.1:{port}/validate");
 

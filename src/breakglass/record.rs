@@ -150,8 +150,48 @@ impl Armed {
         })
     }
 
-    /// Reads a record back; `None` for a ConfigMap that is not one.
-    pub(crate) fn from_config_map(cm: &ConfigMap) -> Option<Armed> {
+    /// Reads a record back, checked against what the apiserver says of it:
+    /// `None` for a ConfigMap that is not one, or whose name is not the
+    /// digest of the object it names (driftguard never wrote it). Its times
+    /// are anyone's to write: they are clamped to after its creation and
+    /// `since` (when an earlier version of it was seen), and to no later
+    /// than `seen` (when this version was first seen), so that a record
+    /// dated 2099 settles like any other.
+    pub(crate) fn checked(
+        cm: &ConfigMap,
+        since: Option<jiff::Timestamp>,
+        seen: jiff::Timestamp,
+    ) -> Option<Armed> {
+        let mut armed = Self::from_config_map(cm).filter(Armed::fits)?;
+        if cm.metadata.name.as_deref() != Some(armed.record_name().as_str()) {
+            return None;
+        }
+        let created = cm.metadata.creation_timestamp.as_ref().map(|t| t.0);
+        let floor = created.max(since).map(|f| f.min(seen));
+        let clamp =
+            |t: Option<jiff::Timestamp>| t.map(|t| floor.map_or(t.min(seen), |f| t.clamp(f, seen)));
+        (armed.recorded, armed.look) = (clamp(armed.recorded), clamp(armed.look));
+        Some(armed)
+    }
+
+    /// Whether what it names is shaped as Kubernetes names are (a group and
+    /// an object name are at most 253 bytes, a namespace, a resource, a
+    /// version and a kind at most 63), so that a record of 1 MiB is never
+    /// held, and a name no object can have is never read.
+    fn fits(&self) -> bool {
+        use crate::text::{is_dns_label, is_dns_subdomain};
+        let name = &self.name;
+        (self.ar.group.is_empty() || is_dns_subdomain(&self.ar.group))
+            && is_dns_label(&self.ar.version)
+            && is_dns_label(&self.ar.plural)
+            && (self.ar.kind.len() <= 63 && self.ar.kind.chars().all(|c| c.is_ascii_alphanumeric()))
+            && (self.namespace.is_empty() || is_dns_label(&self.namespace))
+            // Names are path segments: some types allow more than DNS names.
+            && (!name.is_empty() && name.len() <= 253 && !name.contains('/') && name != "." && name != "..")
+    }
+
+    /// Reads a record back as written; `None` for a ConfigMap that is not one.
+    fn from_config_map(cm: &ConfigMap) -> Option<Armed> {
         let data = cm.data.as_ref()?;
         let get = |k: &str| data.get(k).map(String::as_str).unwrap_or_default();
         let (api_version, kind, plural, name) =
@@ -452,5 +492,54 @@ mod tests {
         c.ar.plural = "statefulsets".into();
         assert_ne!(a.record_name(), b.record_name());
         assert_ne!(a.record_name(), c.record_name());
+    }
+
+    /// A record is held only as written for the object it names: any other
+    /// name, or a field changed under the same name, is not driftguard's;
+    /// and its times are never later than when it was seen, nor earlier
+    /// than its creation.
+    #[test]
+    fn a_record_is_checked_against_its_name_and_its_times_clamped() {
+        let policy = Policy::embedded();
+        let object = armed_deployment();
+        let armed = Armed::by_write(&write(&object), &policy).unwrap();
+        let created: jiff::Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
+        let seen = created + jiff::SignedDuration::from_mins(5);
+        let at = |recorded: &str| {
+            let mut v = armed.to_config_map("driftguard", created);
+            v["metadata"]["creationTimestamp"] = json!(created.to_string());
+            v["data"]["recorded"] = json!(recorded);
+            serde_json::from_value::<ConfigMap>(v).unwrap()
+        };
+        let far = Armed::checked(&at("2099-01-01T00:00:00Z"), None, seen).unwrap();
+        assert_eq!(far.recorded, Some(seen), "no later than seen");
+        let early = Armed::checked(&at("1970-01-01T00:00:00Z"), None, seen).unwrap();
+        assert_eq!(early.recorded, Some(created), "no earlier than created");
+        let since = created + jiff::SignedDuration::from_mins(1);
+        let rewritten = Armed::checked(&at("1970-01-01T00:00:00Z"), Some(since), seen).unwrap();
+        assert_eq!(
+            rewritten.recorded,
+            Some(since),
+            "no earlier than a version seen before"
+        );
+        for (field, value) in [
+            ("name", json!("api")),
+            ("namespace", json!("prod2")),
+            ("resource", json!("statefulsets")),
+            ("apiVersion", json!("batch/v1")),
+        ] {
+            let mut v = armed.to_config_map("driftguard", created);
+            v["data"][field] = value;
+            let cm = serde_json::from_value::<ConfigMap>(v).unwrap();
+            assert_eq!(Armed::checked(&cm, None, seen), None, "{field} changed");
+        }
+        let mut long = armed.clone();
+        long.name = "w".repeat(300);
+        let cm = serde_json::from_value::<ConfigMap>(long.to_config_map("driftguard", created));
+        assert_eq!(
+            Armed::checked(&cm.unwrap(), None, seen),
+            None,
+            "no such name"
+        );
     }
 }

@@ -35,6 +35,7 @@ use applications::{Listed, Reconciled, list_applications};
 use orphans::{App, Orphan, Orphans};
 use records::Records;
 use scan::Scan;
+use served::{Found, Served};
 
 /// How long an Application's pause must have been held by no armed object
 /// before the sweeper lifts it as left behind: the pause is written before
@@ -100,6 +101,8 @@ struct Sweeper {
     options: Options,
     /// The armed set's records, kept by one watch.
     records: Records,
+    /// Where the records' types are served now.
+    served: Served,
     /// Application pauses no armed object holds, with when they were first
     /// seen so: lifted once they have been orphaned for [`ORPHAN_GRACE`], so
     /// that the moment between pausing an Application and arming the object
@@ -118,6 +121,9 @@ enum Read {
     Gone,
     /// It could not be read now.
     Failed(kube::Error),
+    /// Its type is served by no version now (the record names its group
+    /// and resource).
+    Unserved,
 }
 
 impl Sweeper {
@@ -131,6 +137,7 @@ impl Sweeper {
             this_cluster: options.argocd.this_cluster(),
             in_cluster: ThisCluster::default(),
             records: Records::default(),
+            served: Served::new(client.clone()),
             client,
             policy,
             metrics,
@@ -193,8 +200,8 @@ impl Sweeper {
 
     /// A record deleted by someone else while its object may be armed:
     /// written again if the object, read now, is armed.
-    async fn record_again(&mut self, armed: Armed) {
-        let Read::Object(object) = self.read(&armed).await else {
+    async fn record_again(&mut self, mut armed: Armed) {
+        let Read::Object(object) = self.read(&mut armed).await else {
             return;
         };
         let policy = self.policy.current();
@@ -216,18 +223,35 @@ impl Sweeper {
             .map(|(name, _)| name.clone())
             .collect();
         for name in due {
-            let Some(armed) = self.records.held.get(&name).map(|h| h.armed.clone()) else {
+            let Some(mut armed) = self.records.held.get(&name).map(|h| h.armed.clone()) else {
                 continue;
             };
-            let object = match self.read(&armed).await {
+            let object = match self.read(&mut armed).await {
                 Read::Object(object) => Some(object),
                 Read::Gone => None,
                 Read::Failed(e) => {
-                    tracing::warn!(object = %armed.entry(), error = %e, "break-glass sweeper: cannot read an armed object (it needs get and patch on its type); tried again later");
-                    self.records.failed(&name);
+                    let times = self.records.failed(&name);
+                    if times.is_power_of_two() {
+                        let forbidden = matches!(&e, kube::Error::Api(s) if s.code == 403);
+                        let rbac = if forbidden {
+                            " (it needs get and patch on its type)"
+                        } else {
+                            ""
+                        };
+                        tracing::warn!(object = %armed.entry(), error = %e, times, "break-glass sweeper: cannot read an armed object{rbac}; tried again later, less often");
+                    }
+                    continue;
+                }
+                Read::Unserved => {
+                    let times = self.records.failed(&name);
+                    if times.is_power_of_two() {
+                        let r#type = format!("{}/{}", armed.ar.group, armed.ar.plural);
+                        tracing::warn!(object = %armed.entry(), r#type = %r#type, times, "break-glass sweeper: a recorded object's type is served by no version now (its CRD removed, or its versions no longer served): it cannot be read or ended until it is served again; tried again later, less often");
+                    }
                     continue;
                 }
             };
+            self.records.served_as(&name, armed.ar.clone());
             match object
                 .as_ref()
                 .map(|o| (o, sweep(o, &armed.ar.group, &policy, now)))
@@ -265,8 +289,18 @@ impl Sweeper {
         next.map_or(every, |at| at.min(every))
     }
 
-    /// The recorded object's metadata, as `{kind, metadata}`.
-    async fn read(&self, armed: &Armed) -> Read {
+    /// The recorded object's metadata, as `{kind, metadata}`, read by its
+    /// group and resource at the version served now, which `armed` takes.
+    async fn read(&self, armed: &mut Armed) -> Read {
+        match self
+            .served
+            .resource(&armed.ar.group, &armed.ar.plural)
+            .await
+        {
+            Found::At(ar) => armed.ar = ar,
+            Found::Unserved => return Read::Unserved,
+            Found::Failed(e) => return Read::Failed(e),
+        }
         let api = match armed.namespace.as_str() {
             "" => Api::<DynamicObject>::all_with(self.client.clone(), &armed.ar),
             ns => Api::<DynamicObject>::namespaced_with(self.client.clone(), ns, &armed.ar),
@@ -276,7 +310,13 @@ impl Sweeper {
                 Read::Object(json!({"kind": armed.ar.kind, "metadata": meta.metadata}))
             }
             Ok(None) => Read::Gone,
-            Err(e) => Read::Failed(e),
+            Err(e) => {
+                // A plain-text 404: the version discovery gave stopped being served.
+                if matches!(&e, kube::Error::Api(s) if s.code == 404) {
+                    self.served.forget(&armed.ar.api_version);
+                }
+                Read::Failed(e)
+            }
         }
     }
 
@@ -364,9 +404,12 @@ impl Sweeper {
         let Some((ar, namespace, name)) = resolve_entry(&self.client, entry, groups).await else {
             return Err("a pause entry names a type it cannot find".into());
         };
-        let armed = Armed::found(ar, namespace, name);
-        match self.read(&armed).await {
+        let mut armed = Armed::found(ar, namespace, name);
+        match self.read(&mut armed).await {
             Read::Gone => Ok(false),
+            Read::Unserved => {
+                Err("the type a pause entry names is served by no version now".into())
+            }
             Read::Failed(e) => Err(format!("cannot read the object a pause entry names ({e})")),
             Read::Object(object) => {
                 let policy = self.policy.current();
@@ -735,6 +778,7 @@ mod applications;
 mod orphans;
 mod records;
 mod scan;
+mod served;
 
 #[cfg(test)]
 mod tests;

@@ -14,6 +14,7 @@
 //! object in scope, so no opt-out is left behind without the marker that
 //! neutralised it, and nothing a later write is judged by changes.
 
+use crate::text::quote;
 use jiff::Timestamp;
 use serde_json::Value;
 
@@ -86,7 +87,7 @@ pub fn evaluate(
             changed,
         },
         State::Expired { expires } => BreakGlass::Invalid {
-            why: format!("break-glass expired at {expires}"),
+            why: format!("break-glass expired at {}", quote(&expires)),
             changed,
         },
         State::Invalid { why } => BreakGlass::Invalid { why, changed },
@@ -132,7 +133,9 @@ impl State {
     /// Why it grants nothing, for the states that carry annotations.
     pub fn why_not(&self) -> Option<String> {
         match self {
-            State::Expired { expires } => Some(format!("break-glass expired at {expires}")),
+            State::Expired { expires } => {
+                Some(format!("break-glass expired at {}", quote(expires)))
+            }
             State::Invalid { why } => Some(why.clone()),
             _ => None,
         }
@@ -174,7 +177,7 @@ pub fn state(carrier: &Inputs, policy: &Policy, now: Timestamp) -> State {
     };
     let Ok(at) = expires.parse::<Timestamp>() else {
         return State::Invalid {
-            why: format!("{EXPIRES} `{expires}` is not an RFC 3339 time"),
+            why: format!("{EXPIRES} `{}` is not an RFC 3339 time", quote(expires)),
         };
     };
     if at <= now {
@@ -185,7 +188,7 @@ pub fn state(carrier: &Inputs, policy: &Policy, now: Timestamp) -> State {
     let max = policy.break_glass.max_duration;
     if at.duration_since(now) > max {
         return State::Invalid {
-            why: format!("{EXPIRES} `{expires}` is more than {max:#} ahead"),
+            why: format!("{EXPIRES} `{}` is more than {max:#} ahead", quote(expires)),
         };
     }
     State::Active {

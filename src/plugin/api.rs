@@ -265,7 +265,8 @@ impl Api {
             .unwrap_or_else(|| config.default_namespace.clone());
         if !crate::text::is_dns_label(&namespace) {
             return Err(PluginError::Usage(format!(
-                "namespace {namespace:?} is not a valid namespace name"
+                "namespace {:?} is not a valid namespace name",
+                crate::text::quote(&namespace)
             )));
         }
         let client = kube::Client::try_from(config)

@@ -1,9 +1,13 @@
 //! The sweeper's view of the armed set: one watch, of the record
 //! ConfigMaps in driftguard's namespace ([`record`]), whatever the number of
-//! types in the cluster. At most [`MAX_RECORDS`] are held; more are counted
-//! and logged, and wait for a relist once some are gone.
+//! types in the cluster. Records are hints, checked before they are held: a
+//! record's name must be the digest of the object it names, and its times
+//! are clamped to when the apiserver showed it ([`Armed::checked`]). At most
+//! [`MAX_RECORDS`] are held, shared so that records nobody armed cannot keep
+//! out the ones that name an armed object ([`Records::hold`]); the rest are
+//! counted and logged, and wait for a relist.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
@@ -19,8 +23,10 @@ use crate::breakglass::record::{self, Armed};
 /// write is stored).
 const RECHECK: Duration = Duration::from_secs(3);
 
-/// How long a record whose object could not be read waits to be read again.
+/// How long a record whose object could not be read waits to be read
+/// again, doubled at each failure in a row up to [`MAX_FAILED_WAIT`].
 const FAILED_WAIT: Duration = Duration::from_secs(60);
+const MAX_FAILED_WAIT: Duration = Duration::from_secs(3600);
 
 /// The most records held: each is a few hundred bytes, and only an identity
 /// allowed to break glass (or a write allowed in warn mode) makes one.
@@ -30,11 +36,34 @@ pub(crate) const MAX_RECORDS: usize = 10_000;
 pub(super) struct Held {
     pub armed: Armed,
     pub resource_version: String,
+    /// When this version of the record was first seen: its times are no later.
+    seen: jiff::Timestamp,
+    /// Where its version falls in the apiserver's order of writes (etcd's
+    /// revision, which resourceVersions are); one that does not read as one
+    /// counts as the newest.
+    written_at: u64,
     /// When its object was last read, and whether it was armed then;
     /// `None`: not read since the record was (re)written.
     read: Option<(Instant, bool)>,
-    /// When reading its object last failed (403, a type not served).
-    failed: Option<Instant>,
+    /// When reading its object last failed (403, a type not served), and
+    /// how many times in a row.
+    failed: Option<(Instant, u32)>,
+}
+
+/// What holding a record is worth at the bound, best first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Worth {
+    /// Its object was read armed: a break-glass to end.
+    Armed,
+    /// Read not armed: an arming on its way, or a record to delete once
+    /// settled. Let go, it would come back unread at the next list, and a
+    /// flood of records nobody armed would never be deleted.
+    NotArmed,
+    /// Not read yet: it may name an armed object.
+    Unread,
+    /// Its object could not be read (a type not served, no RBAC): read
+    /// again when listed again.
+    Unreadable,
 }
 
 impl Held {
@@ -43,7 +72,9 @@ impl Held {
     /// it was last written for may still land ([`Held::landing`]), its
     /// recorded expiry passed, or found not armed and now settled.
     pub fn due(&self, now: jiff::Timestamp) -> bool {
-        if self.failed.is_some_and(|at| at.elapsed() < FAILED_WAIT) {
+        if let Some((at, times)) = self.failed
+            && at.elapsed() < failed_wait(times)
+        {
             return false;
         }
         match self.read {
@@ -88,20 +119,38 @@ impl Held {
     pub fn may_be_armed(&self) -> bool {
         self.read.is_none_or(|(_, armed)| armed)
     }
+
+    fn worth(&self) -> Worth {
+        match self.read {
+            _ if self.failed.is_some() => Worth::Unreadable,
+            None => Worth::Unread,
+            Some((_, true)) => Worth::Armed,
+            Some((_, false)) => Worth::NotArmed,
+        }
+    }
+}
+
+/// How long a read that failed `times` in a row waits.
+fn failed_wait(times: u32) -> Duration {
+    (FAILED_WAIT.saturating_mul(1 << times.saturating_sub(1).min(6))).min(MAX_FAILED_WAIT)
 }
 
 /// One watch event (or error).
 pub(super) type Update = Result<watcher::Event<ConfigMap>, watcher::Error>;
 
 /// The records, by ConfigMap name.
-#[derive(Default)]
 pub(super) struct Records {
     pub held: BTreeMap<String, Held>,
     relist: Option<BTreeMap<String, Held>>,
     /// Whether the first list is complete: until then no pause is lifted.
     pub synced: bool,
-    /// Records left out over [`MAX_RECORDS`] since the last list.
+    /// The most held: [`MAX_RECORDS`].
+    max: usize,
+    /// Records left out over the bound since the last list.
     pub over: usize,
+    /// ConfigMaps with the record label that driftguard did not write (a
+    /// name that is not their object's digest), since the last list.
+    pub forged: usize,
     /// Records whose break-glass this sweeper ended, with the arming's
     /// `recorded` then: the ending write's own look-again rewrote them, and
     /// they are dropped at once unless a new arming recorded them again.
@@ -109,6 +158,60 @@ pub(super) struct Records {
     /// Records deleted by someone else while their object may be armed:
     /// read again, and written again if it is.
     deleted: Vec<Armed>,
+    /// Counts every change to what is held (or being listed) that could
+    /// change [`Crowd`]: `held` is changed through these methods only.
+    generation: u64,
+    /// The last scan at the bound, while still true.
+    crowd: Option<Crowd>,
+    /// When the last list completed.
+    listed: Option<Instant>,
+}
+
+/// What a scan of a full map found ([`Records::hold`]), kept while nothing
+/// in it changes: a flood of records turned away costs one scan, not one
+/// each (10,000 held took 23 ms a scan in a debug build).
+struct Crowd {
+    generation: u64,
+    listing: bool,
+    /// Unread records held, by the namespace of the object they name.
+    per_namespace: HashMap<String, usize>,
+    /// The record worth least: (name, worth, its namespace's unread, written at).
+    worst: Option<(String, Worth, usize, u64)>,
+}
+
+impl Crowd {
+    fn of(held: &BTreeMap<String, Held>, generation: u64, listing: bool) -> Crowd {
+        let mut per_namespace: HashMap<String, usize> = HashMap::new();
+        for h in held.values().filter(|h| h.worth() == Worth::Unread) {
+            *per_namespace.entry(h.armed.namespace.clone()).or_default() += 1;
+        }
+        let count = |h: &Held| per_namespace.get(&h.armed.namespace).map_or(0, |n| *n);
+        // Among unread: the namespace holding the most, and in it the newest.
+        let worst = (held.iter())
+            .filter(|(_, h)| h.worth() > Worth::NotArmed)
+            .map(|(name, h)| (name, h.worth(), count(h), h.written_at))
+            .max_by_key(|(_, worth, count, at)| (*worth, *count, *at))
+            .map(|(name, worth, count, at)| (name.clone(), worth, count, at));
+        Crowd {
+            generation,
+            listing,
+            per_namespace,
+            worst,
+        }
+    }
+
+    /// The record `new` takes the place of: see [`Records::hold`].
+    fn victim(&self, new: &Held) -> Option<String> {
+        let (name, worth, count, at) = self.worst.as_ref()?;
+        let fairer = match (*worth, new.worth()) {
+            (Worth::Unread, Worth::Unread) => {
+                let theirs = self.per_namespace.get(&new.armed.namespace);
+                (*count, *at) > (theirs.map_or(0, |n| *n) + 1, new.written_at)
+            }
+            (out, new) => out > new,
+        };
+        fairer.then(|| name.clone())
+    }
 }
 
 /// Starts the watch of the records in `namespace`; its events go to `tx`.
@@ -118,7 +221,10 @@ pub(super) fn watch(
     tx: tokio::sync::mpsc::Sender<Update>,
 ) -> tokio::task::AbortHandle {
     let api = Api::<ConfigMap>::namespaced(client, namespace);
-    let config = watcher::Config::default().labels(record::RECORD_LABEL);
+    // Pages of 50: a ConfigMap may be 1 MiB, and a page is held whole.
+    let config = watcher::Config::default()
+        .labels(record::RECORD_LABEL)
+        .page_size(50);
     let stream = watcher::watcher(api, config).default_backoff();
     tokio::spawn(async move {
         futures_util::pin_mut!(stream);
@@ -131,10 +237,42 @@ pub(super) fn watch(
     .abort_handle()
 }
 
+impl Default for Records {
+    fn default() -> Self {
+        Records::with_bound(MAX_RECORDS)
+    }
+}
+
 impl Records {
+    /// Holding at most `max` records.
+    fn with_bound(max: usize) -> Self {
+        Records {
+            held: BTreeMap::new(),
+            relist: None,
+            synced: false,
+            max,
+            over: 0,
+            forged: 0,
+            ended: BTreeMap::new(),
+            deleted: Vec::new(),
+            generation: 0,
+            crowd: None,
+            listed: None,
+        }
+    }
+
+    /// Notes that record `name`'s object is read as `ar` (its type, at the
+    /// version served now): its record's own version and kind are hints.
+    pub(super) fn served_as(&mut self, name: &str, ar: kube::api::ApiResource) {
+        if let Some(held) = self.held.get_mut(name) {
+            held.armed.ar = ar;
+        }
+    }
+
     /// Notes what reading record `name`'s object found: armed or not, and
     /// the expiry it carries.
     pub(super) fn read(&mut self, name: &str, armed: bool, expires: Option<jiff::Timestamp>) {
+        self.generation += 1;
         if let Some(held) = self.held.get_mut(name) {
             held.read = Some((Instant::now(), armed));
             held.failed = None;
@@ -160,16 +298,22 @@ impl Records {
 
     /// Forgets record `name`, deleted.
     pub(super) fn remove(&mut self, name: &str) {
+        self.generation += 1;
         self.held.remove(name);
         self.ended.remove(name);
     }
 
     /// Notes that record `name`'s object could not be read: asked again
-    /// after [`FAILED_WAIT`], not at every check.
-    pub(super) fn failed(&mut self, name: &str) {
-        if let Some(held) = self.held.get_mut(name) {
-            held.failed = Some(Instant::now());
-        }
+    /// after [`FAILED_WAIT`], doubled at each failure in a row; returns how
+    /// many in a row (a warning at the first, and then less often).
+    pub(super) fn failed(&mut self, name: &str) -> u32 {
+        let Some(held) = self.held.get_mut(name) else {
+            return 0;
+        };
+        let times = held.failed.map_or(1, |(_, n)| n.saturating_add(1));
+        held.failed = Some((Instant::now(), times));
+        self.generation += 1;
+        times
     }
 
     /// The records deleted by someone else while their object may be armed.
@@ -177,13 +321,22 @@ impl Records {
         std::mem::take(&mut self.deleted)
     }
 
-    /// Whether records were left out at the bound and some room is free.
+    /// Whether records were left out at the bound and some room is free,
+    /// or held by one that cannot be read, which a record left out would
+    /// take the place of: then at most once per [`FAILED_WAIT`], since
+    /// records of a type nothing serves are never deleted, and each list
+    /// reads them all again.
     pub(super) fn room_for_more(&self) -> bool {
-        self.over > 0 && self.held.len() < MAX_RECORDS
+        let unreadable = || {
+            self.listed.is_none_or(|at| at.elapsed() >= FAILED_WAIT)
+                && self.held.values().any(|h| h.worth() == Worth::Unreadable)
+        };
+        self.over > 0 && (self.held.len() < self.max || unreadable())
     }
 
     /// Makes record `name` due again.
     pub(super) fn unread(&mut self, name: &str) {
+        self.generation += 1;
         if let Some(held) = self.held.get_mut(name) {
             held.read = None;
         }
@@ -198,29 +351,43 @@ impl Records {
                 return false;
             }
         };
+        // What is held may change: a scan at the bound is redone ([`Crowd`]),
+        // but for a record turned away ([`Records::hold`]).
+        if !matches!(
+            event,
+            watcher::Event::Apply(_) | watcher::Event::InitApply(_)
+        ) {
+            self.generation += 1;
+        }
         match event {
             watcher::Event::Init => {
                 self.relist = Some(BTreeMap::new());
-                self.over = 0;
+                (self.over, self.forged) = (0, 0);
             }
             watcher::Event::InitApply(cm) => {
-                let into = self.relist.get_or_insert_default();
-                Self::hold(into, &mut self.over, cm);
+                self.hold(cm, true);
                 return false;
             }
             watcher::Event::InitDone => {
+                self.listed = Some(Instant::now());
                 self.held = self.relist.take().unwrap_or_default();
                 self.ended.retain(|name, _| self.held.contains_key(name));
                 self.synced = true;
                 if self.over > 0 {
                     tracing::warn!(
                         over = self.over,
-                        max = MAX_RECORDS,
+                        max = self.max,
                         "break-glass sweeper: more armed objects than it holds; the rest wait until some end"
                     );
                 }
+                if self.forged > 0 {
+                    tracing::warn!(
+                        forged = self.forged,
+                        "break-glass sweeper: ConfigMaps labelled as records that driftguard did not write (a name that is not the digest of the object named); left alone"
+                    );
+                }
             }
-            watcher::Event::Apply(cm) => Self::hold(&mut self.held, &mut self.over, cm),
+            watcher::Event::Apply(cm) => self.hold(cm, false),
             watcher::Event::Delete(cm) => {
                 let name = cm.metadata.name.as_deref().unwrap_or_default();
                 // This sweeper's own deletes are out of `held` before their
@@ -233,28 +400,64 @@ impl Records {
         true
     }
 
-    /// Holds `cm` if it is a record and there is room (counted before it is held).
-    fn hold(into: &mut BTreeMap<String, Held>, over: &mut usize, cm: ConfigMap) {
+    /// Holds `cm` (into the list being read, when `listing`) if it is a
+    /// record driftguard wrote ([`Armed::checked`]) and there is room,
+    /// counted before it is held. At the bound it takes the place of one
+    /// worth less ([`Worth`]: found armed, found not armed, unread, not
+    /// readable), or,
+    /// unread, of an unread one from the namespace holding the most unread
+    /// when that holds more than `cm`'s would, the newest first at a tie:
+    /// never of one found armed or not armed. A flood of records nobody
+    /// armed is read, found not armed, and deleted once settled, and a real
+    /// record, older than those written after it, is held once the older
+    /// ones are read.
+    /// A version seen before keeps what was read of it.
+    fn hold(&mut self, cm: ConfigMap, listing: bool) {
         let (Some(name), Some(rv)) = (
             cm.metadata.name.clone(),
             cm.metadata.resource_version.clone(),
         ) else {
             return;
         };
-        let Some(armed) = Armed::from_config_map(&cm) else {
-            tracing::debug!(record = %name, "break-glass sweeper: not a record it can read; left alone");
+        let prior = self.held.get(&name);
+        let same = prior.filter(|p| p.resource_version == rv);
+        let seen = same.map_or_else(jiff::Timestamp::now, |p| p.seen);
+        let since = prior.filter(|_| same.is_none()).map(|p| p.seen);
+        let Some(mut armed) = Armed::checked(&cm, since, seen) else {
+            self.forged += 1;
+            // Once between two lists, and counted at the next one.
+            if self.forged == 1 && !listing {
+                tracing::warn!(record = %crate::text::quote(&name), "break-glass sweeper: a ConfigMap labelled as a record that driftguard did not write (its name is not the digest of the object it names); left alone");
+            }
             return;
         };
-        if !into.contains_key(&name) && into.len() >= MAX_RECORDS {
-            *over += 1;
-            return;
+        if let Some(p) = same {
+            armed.ar = p.armed.ar.clone();
         }
         let held = Held {
             armed,
+            written_at: rv.parse().unwrap_or(u64::MAX),
             resource_version: rv,
-            read: None,
-            failed: None,
+            seen,
+            read: same.and_then(|p| p.read),
+            failed: same.and_then(|p| p.failed),
         };
+        let into = match listing {
+            true => self.relist.get_or_insert_default(),
+            false => &mut self.held,
+        };
+        if !into.contains_key(&name) && into.len() >= self.max {
+            self.over += 1;
+            let fresh = |c: &&Crowd| c.generation == self.generation && c.listing == listing;
+            if self.crowd.as_ref().filter(fresh).is_none() {
+                self.crowd = Some(Crowd::of(into, self.generation, listing));
+            }
+            match self.crowd.as_ref().and_then(|c| c.victim(&held)) {
+                Some(out) => into.remove(&out),
+                None => return,
+            };
+        }
+        self.generation += 1;
         into.insert(name, held);
     }
 }
@@ -264,12 +467,42 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn record(i: usize) -> ConfigMap {
+    /// The record of Deployment `namespace/web<i>`, at resourceVersion `rv`.
+    fn record_in(namespace: &str, i: usize, rv: u64) -> ConfigMap {
+        let name = name_in(namespace, i);
         serde_json::from_value(json!({
-            "metadata": {"name": format!("r{i}"), "resourceVersion": "1"},
+            "metadata": {"name": name, "resourceVersion": rv.to_string()},
             "data": {"apiVersion": "apps/v1", "kind": "Deployment", "resource": "deployments",
-                "namespace": "prod", "name": format!("web{i}")}}))
+                "namespace": namespace, "name": format!("web{i}")}}))
         .unwrap()
+    }
+
+    fn record(i: usize) -> ConfigMap {
+        record_in("prod", i, 1)
+    }
+
+    /// The name of [`record_in`]'s record: its object's digest.
+    fn name_in(namespace: &str, i: usize) -> String {
+        let ar = kube::api::ApiResource {
+            group: "apps".into(),
+            version: "v1".into(),
+            api_version: "apps/v1".into(),
+            kind: "Deployment".into(),
+            plural: "deployments".into(),
+        };
+        let armed = Armed {
+            ar,
+            namespace: namespace.into(),
+            name: format!("web{i}"),
+            expires: None,
+            recorded: None,
+            look: None,
+        };
+        armed.record_name()
+    }
+
+    fn r(i: usize) -> String {
+        name_in("prod", i)
     }
 
     /// A record found not armed is dropped only once settled, and lends
@@ -292,7 +525,7 @@ mod tests {
             (true, false, true),
             "unread: due, not settled, may be armed"
         );
-        records.read("r1", true, Some(now + jiff::SignedDuration::from_mins(5)));
+        records.read(&r(1), true, Some(now + jiff::SignedDuration::from_mins(5)));
         assert_eq!(held(&records), (false, false, true));
         let h = records.held.values().next().unwrap();
         let settled = now + jiff::SignedDuration::from_secs(71);
@@ -301,7 +534,7 @@ mod tests {
             h.due(now + jiff::SignedDuration::from_mins(6)),
             "due at its expiry"
         );
-        records.read("r1", false, None);
+        records.read(&r(1), false, None);
         assert_eq!(
             held(&records),
             (false, false, false),
@@ -337,10 +570,10 @@ mod tests {
         data.insert("look".into(), now.to_string());
         let mut records = Records::default();
         records.update(Ok(watcher::Event::Apply(cm)));
-        records.read("r2", true, Some(now + jiff::SignedDuration::from_mins(30)));
+        records.read(&r(2), true, Some(now + jiff::SignedDuration::from_mins(30)));
         let h = records.held.values().next().unwrap();
         assert!(h.next_look(now).unwrap() <= now + jiff::SignedDuration::from_secs(3));
-        records.read("r2", false, None);
+        records.read(&r(2), false, None);
         let h = records.held.values().next().unwrap();
         assert_eq!(h.next_look(now), None);
         assert!(!h.may_be_armed() && !h.due(now));
@@ -358,8 +591,8 @@ mod tests {
         for i in 0..3 {
             records.update(Ok(watcher::Event::Apply(record(i))));
         }
-        records.read("r0", true, None);
-        records.read("r1", false, None);
+        records.read(&r(0), true, None);
+        records.read(&r(1), false, None);
         // r2: not read yet, so it may be armed.
         for i in 0..3 {
             records.update(Ok(watcher::Event::Delete(record(i))));
@@ -371,7 +604,7 @@ mod tests {
         assert!(records.held.is_empty() && records.take_deleted().is_empty());
         // This sweeper's own delete leaves `held` first: nothing comes back.
         records.update(Ok(watcher::Event::Apply(record(4))));
-        records.remove("r4");
+        records.remove(&r(4));
         records.update(Ok(watcher::Event::Delete(record(4))));
         assert!(records.take_deleted().is_empty());
     }
@@ -398,12 +631,175 @@ mod tests {
         assert_eq!(records.held.len(), MAX_RECORDS);
         records.update(Ok(watcher::Event::Delete(record(0))));
         records.update(Ok(watcher::Event::Apply(record(MAX_RECORDS))));
-        assert!(records.held.contains_key(&format!("r{MAX_RECORDS}")));
+        assert!(records.held.contains_key(&r(MAX_RECORDS)));
         // A ConfigMap that names no object is not held.
         let mut other = record(1);
         other.data = None;
         other.metadata.name = Some("other".into());
         records.update(Ok(watcher::Event::Apply(other)));
         assert!(!records.held.contains_key("other"));
+    }
+
+    /// A record whose name is not the digest of the object it names was
+    /// not written by driftguard: counted, never held.
+    #[test]
+    fn a_record_not_named_by_its_objects_digest_is_not_held() {
+        let mut records = Records::default();
+        let mut forged = record(1);
+        forged.metadata.name = Some(r(2));
+        records.update(Ok(watcher::Event::Apply(forged)));
+        assert!(records.held.is_empty());
+        assert_eq!(records.forged, 1);
+        records.update(Ok(watcher::Event::Apply(record(1))));
+        assert!(records.held.contains_key(&r(1)));
+    }
+
+    /// A record dated far ahead is dated when it was seen: found not
+    /// armed, it settles after the grace like any other, and is not read
+    /// again every few seconds until then is past.
+    #[test]
+    fn a_record_dated_2099_is_settled_like_any_other() {
+        let now = jiff::Timestamp::now();
+        let mut cm = record(3);
+        let far: jiff::Timestamp = "2099-01-01T00:00:00Z".parse().unwrap();
+        let data = cm.data.as_mut().unwrap();
+        data.insert("recorded".into(), far.to_string());
+        data.insert("look".into(), far.to_string());
+        let mut records = Records::default();
+        records.update(Ok(watcher::Event::Apply(cm.clone())));
+        records.read(&r(3), false, None);
+        let h = &records.held[&r(3)];
+        assert!(h.armed.written().unwrap() <= jiff::Timestamp::now());
+        let later = now + jiff::SignedDuration::from_secs(71);
+        assert!(h.settled(later) && h.due(later), "settled after the grace");
+        assert_eq!(h.next_look(later), None, "not read again every 3 s");
+        // The same version seen again (a relist) keeps when it was seen.
+        let seen = h.seen;
+        records.update(Ok(watcher::Event::Init));
+        records.update(Ok(watcher::Event::InitApply(cm)));
+        records.update(Ok(watcher::Event::InitDone));
+        assert_eq!(records.held[&r(3)].seen, seen);
+    }
+
+    /// A type that cannot be read is asked again less and less often.
+    #[test]
+    fn a_failing_read_backs_off() {
+        let waits: Vec<Duration> = (1..10).map(failed_wait).collect();
+        assert!(waits.windows(2).all(|w| w[0] <= w[1]), "{waits:?}");
+        assert_eq!(waits[0], FAILED_WAIT);
+        assert_eq!(*waits.last().unwrap(), MAX_FAILED_WAIT);
+        let mut records = Records::default();
+        records.update(Ok(watcher::Event::Apply(record(4))));
+        assert_eq!((records.failed(&r(4)), records.failed(&r(4))), (1, 2));
+        assert!(!records.held[&r(4)].due(jiff::Timestamp::now()));
+    }
+
+    /// A record that cannot be read gives way to one left out, but lists
+    /// made for that come at most once per FAILED_WAIT: records of a type
+    /// nothing serves are never deleted, and a list reads them all.
+    #[test]
+    fn unreadable_records_make_a_list_at_most_once_a_wait() {
+        let mut records = Records::with_bound(1);
+        records.update(Ok(watcher::Event::Init));
+        records.update(Ok(watcher::Event::InitApply(record(1))));
+        records.update(Ok(watcher::Event::InitDone));
+        records.failed(&r(1));
+        records.update(Ok(watcher::Event::Apply(record(2))));
+        assert!(
+            records.held.contains_key(&r(2)),
+            "an unreadable one gives way"
+        );
+        assert_eq!(records.over, 1);
+        records.failed(&r(2));
+        assert!(!records.room_for_more(), "listed a moment ago");
+        records.listed = Instant::now().checked_sub(FAILED_WAIT);
+        assert!(records.room_for_more());
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+
+        /// Whatever records nobody armed arrive (each round up to three
+        /// times the bound, over any number of namespaces, before and after
+        /// a real one), as the sweeper runs (a check, a relist when some
+        /// were left out, a check; a record found not armed is deleted at
+        /// the next round, settled): a real record is held and found armed
+        /// once the records older than it have had their turn (the bound
+        /// less the real ones, a round), and never let go once armed.
+        #[test]
+        fn forged_records_never_keep_a_real_one_out(
+            rounds in proptest::collection::vec((0usize..48, 1usize..24, 0usize..48), 1..8),
+        ) {
+            const MAX: usize = 16;
+            let total = rounds.len();
+            let mut records = Records::with_bound(MAX);
+            let mut cluster: BTreeMap<String, ConfigMap> = BTreeMap::new();
+            let (mut rv, mut forged_n) = (0u64, 0usize);
+            // Each real record, and the round by which it must be armed.
+            let mut real: Vec<(String, usize)> = Vec::new();
+            let mut was_armed: Vec<String> = Vec::new();
+            // Quiet rounds at the end: a flood's backlog is read through.
+            let quiet = std::iter::repeat_n((0, 1, 0), 4);
+            for (round, (forged, namespaces, real_at)) in rounds.into_iter().chain(quiet).enumerate() {
+                let write = |records: &mut Records, cluster: &mut BTreeMap<String, ConfigMap>, cm: ConfigMap| {
+                    cluster.insert(cm.metadata.name.clone().unwrap(), cm.clone());
+                    records.update(Ok(watcher::Event::Apply(cm)));
+                };
+                for k in 0..=forged {
+                    if k == real_at.min(forged) && round < total {
+                        rv += 1;
+                        // Its turn comes once the records already there are
+                        // read through: at least MAX - 8 (reals) a round.
+                        let by = round + cluster.len().div_ceil(MAX - 8) + 2;
+                        real.push((name_in("prod", round), by));
+                        write(&mut records, &mut cluster, record_in("prod", round, rv));
+                    }
+                    if k < forged {
+                        rv += 1;
+                        forged_n += 1;
+                        let ns = format!("ns{}", forged_n % namespaces);
+                        write(&mut records, &mut cluster, record_in(&ns, forged_n, rv));
+                    }
+                }
+                let is_real = |name: &String| real.iter().any(|(n, _)| n == name);
+                // Settled and found not armed: deleted, as the sweeper forgets it.
+                let settled: Vec<String> = (records.held.iter())
+                    .filter(|(_, h)| h.worth() == Worth::NotArmed)
+                    .map(|(n, _)| n.clone())
+                    .collect();
+                for name in settled {
+                    cluster.remove(&name);
+                    records.remove(&name);
+                }
+                let check = |records: &mut Records| {
+                    let unread: Vec<String> = (records.held.iter())
+                        .filter(|(_, h)| h.read.is_none())
+                        .map(|(n, _)| n.clone())
+                        .collect();
+                    for name in unread {
+                        let armed = is_real(&name);
+                        records.read(&name, armed, None);
+                    }
+                };
+                check(&mut records);
+                if records.room_for_more() {
+                    records.update(Ok(watcher::Event::Init));
+                    for cm in cluster.values() {
+                        records.update(Ok(watcher::Event::InitApply(cm.clone())));
+                    }
+                    records.update(Ok(watcher::Event::InitDone));
+                }
+                check(&mut records);
+                for (name, by) in &real {
+                    let held = records.held.get(name).map(Held::worth);
+                    if round >= *by || was_armed.contains(name) {
+                        proptest::prop_assert_eq!(held, Some(Worth::Armed), "round {} (due by {})", round, by);
+                    }
+                    if held == Some(Worth::Armed) && !was_armed.contains(name) {
+                        was_armed.push(name.clone());
+                    }
+                }
+            }
+        }
     }
 }

@@ -409,6 +409,11 @@ async fn an_ending_that_conflicts_keeps_the_record() {
                 log.lock().unwrap().push(format!("{method} {path}"));
                 let (code, body) = match (method.as_str(), path.as_str()) {
                     ("GET", "/api/v1/namespaces/prod/configmaps/cm") => (200, object),
+                    ("GET", "/api/v1") => (
+                        200,
+                        json!({"kind": "APIResourceList", "groupVersion": "v1", "resources": [
+                            {"name": "configmaps", "namespaced": true, "kind": "ConfigMap", "verbs": ["get", "patch"]}]}),
+                    ),
                     ("PATCH", "/api/v1/namespaces/prod/configmaps/cm") => (
                         409,
                         json!({"kind": "Status", "code": 409, "reason": "Conflict", "message": "changed"}),
@@ -427,8 +432,17 @@ async fn an_ending_that_conflicts_keeps_the_record() {
     let policy = PolicyHandle::new(crate::policy::Policy::embedded());
     let options = options(ToolSources::default(), &here);
     let mut sweeper = Sweeper::new(here, policy, Arc::new(Metrics::default()), options);
+    let name = Armed {
+        ar: ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&()),
+        namespace: "prod".into(),
+        name: "cm".into(),
+        expires: None,
+        recorded: None,
+        look: None,
+    }
+    .record_name();
     let record: k8s_openapi::api::core::v1::ConfigMap = serde_json::from_value(json!({
-        "metadata": {"name": "driftguard-armed-x", "resourceVersion": "3"},
+        "metadata": {"name": name, "resourceVersion": "3"},
         "data": {"apiVersion": "v1", "kind": "ConfigMap", "resource": "configmaps",
             "namespace": "prod", "name": "cm", "expires": "2020-01-01T00:00:00Z",
             "recorded": "2020-01-01T00:00:00Z"}}))
@@ -446,7 +460,7 @@ async fn an_ending_that_conflicts_keeps_the_record() {
         !asked.iter().any(|r| r.starts_with("DELETE")),
         "the record was deleted: {asked:?}"
     );
-    assert!(sweeper.records.held.contains_key("driftguard-armed-x"));
+    assert!(sweeper.records.held.contains_key(&name));
 }
 
 /// The PATCHes a sweeper without a hub sends over [`look_twice`].
