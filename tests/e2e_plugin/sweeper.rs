@@ -47,7 +47,7 @@ fn the_sweeper_ends_expired_break_glass() {
         );
         poll(
             "the sweeper to end both break-glasses",
-            Duration::from_secs(60),
+            Duration::from_secs(150),
             || {
                 let flux = e.metadata("cm/flux-hotfix");
                 let argo = e.metadata("cm/argo-hotfix");
@@ -104,7 +104,8 @@ fn the_sweeper_ends_expired_break_glass() {
 
 /// A break-glass ended by hand (an authorized user removes its keys; the
 /// Application's pause is not theirs to lift): the sweeper finds the pause
-/// from the Application's own list and lifts it.
+/// from the Application's own list and lifts it, once it has been held by
+/// no armed object for longer than a write may be in flight (70 s).
 #[test]
 fn a_pause_left_behind_is_lifted() {
     run(|e| {
@@ -143,7 +144,7 @@ fn a_pause_left_behind_is_lifted() {
         ensure!(out.ok, "sam ends the break-glass by hand: {out}");
         poll(
             "the sweeper to lift the pause left behind",
-            Duration::from_secs(60),
+            Duration::from_secs(150),
             || {
                 let app = e.application();
                 if app.get("argocd.argoproj.io/skip-reconcile").is_none()
@@ -240,7 +241,7 @@ fn the_sweeper_touches_only_what_driftguard_armed() {
         ensure!(out.code == 0, "arming configmap/flux-hotfix for 4s: {out}");
         poll(
             "the sweeper to end the real break-glass and drop its record",
-            Duration::from_secs(60),
+            Duration::from_secs(150),
             || {
                 let meta = e.metadata("cm/flux-hotfix");
                 let records = e.records();
