@@ -102,6 +102,14 @@ impl Default for Scan {
 }
 
 impl Scan {
+    /// Lets the next round start at the next step (tests: a round's time passed).
+    #[cfg(test)]
+    pub(super) fn round_now(&mut self) {
+        self.next_round = Instant::now();
+        self.left.clear();
+        self.paging = None;
+    }
+
     /// Whether the scan may write one more record this round (counted).
     pub(super) fn may_record(&mut self) -> bool {
         if self.round.recorded == SCAN_RECORDS {
