@@ -1392,3 +1392,44 @@ fn argo_cds_per_resource_annotation_ignores_its_pointers_for_that_object() {
         out.decision.notes
     );
 }
+
+/// The decision, the record and the sweeper share one predicate for armed
+/// (issue 49, item 4): an arming with the other tool's pause marker, or a
+/// marker without both annotations, would outlive `maxDuration` (the
+/// sweeper could not end it) and is refused; the marker driftguard's plan
+/// gives the object's tool is allowed.
+#[test]
+fn an_arming_its_sweeper_could_not_end_is_refused() {
+    let policy = break_glass_policy();
+    let base = deployment();
+    let expires = "2026-11-29T11:00:00Z";
+    let by_sam = |new: Value| {
+        run(
+            &policy,
+            &Review::update(base.clone(), new).by("sam", &["sre-oncall"]),
+        )
+    };
+    let good = paused(&base, expires);
+    let out = by_sam(good.clone());
+    assert!(out.allowed(), "{}", out.message());
+    // Flux's marker and opt-out on an object Argo CD tracks.
+    let mut other = good.clone();
+    other["metadata"]["annotations"][PAUSED_KEY] = json!(RECONCILE);
+    other["metadata"]["annotations"][RECONCILE] = json!("disabled");
+    // The marker, but the expiry left out.
+    let mut half = good.clone();
+    half["metadata"]["annotations"]
+        .as_object_mut()
+        .unwrap()
+        .remove(EXPIRES_KEY);
+    half["metadata"]["annotations"][REASON_KEY] = json!("INC-9");
+    for bad in [other, half] {
+        let out = by_sam(bad.clone());
+        assert!(!out.allowed(), "{bad}");
+        assert!(
+            out.message().contains("sweeper could not end it") || out.message().contains("expires"),
+            "{}",
+            out.message()
+        );
+    }
+}

@@ -194,6 +194,12 @@ fn judge_as(
     let (user, groups) = (req.username, req.groups);
     let bg = breakglass_state::evaluate(carrier, previous, user, groups, policy, ctx.now);
     steps::apply_break_glass(policy, &mut d, bg, (previous, carrier));
+    if d.finding == Finding::BreakGlass
+        && let Change::Create { new } | Change::Update { new, .. } = change
+        && let Some(why) = steps::unendable(new, req.group, policy)
+    {
+        d.finding = Finding::BreakGlassInvalid(why);
+    }
     if d.finding == Finding::BreakGlass {
         breakglass_state::warn_unpaused(carrier, d.manager.as_ref(), &mut d.notes);
     }

@@ -471,6 +471,30 @@ pub(super) fn apply_break_glass(
     }
 }
 
+/// Why a break-glass write leaves `new` armed in a way its sweeper could
+/// not end: the decision, the record and the sweeper share one predicate
+/// for armed ([`crate::breakglass::pause::not_armable`]), so an arming with
+/// another tool's pause marker, or a marker but not both annotations, is
+/// refused rather than left paused past `maxDuration`. `None` when `new`
+/// carries no break-glass key, or is armed as the sweeper ends it.
+pub(super) fn unendable(new: &Value, group: &str, policy: &Policy) -> Option<String> {
+    let keys = [
+        ("annotations", breakglass_state::REASON),
+        ("annotations", breakglass_state::EXPIRES),
+        ("annotations", breakglass_state::PAUSED),
+        ("labels", breakglass_state::LABEL),
+    ];
+    keys.iter()
+        .any(|(section, key)| new["metadata"][*section].get(*key).is_some())
+        .then(|| crate::breakglass::pause::not_armable(new, group, policy))
+        .flatten()
+        .map(|why| {
+            format!(
+                "its sweeper could not end it ({why}); arm it with `kubectl driftguard break-glass`, which writes the pause marker driftguard gives this object's GitOps tool"
+            )
+        })
+}
+
 /// The inputs a break-glass write changes (a CREATE: carries) that its
 /// ending does not put back. The bookkeeping the ending removes (the pause
 /// marker, the label, the Flux opt-out the marker names) is covered only when

@@ -477,3 +477,4 @@ async fn patched_by_two_looks(here: kube::Client, log: &Log) -> Vec<String> {
 }
 
 mod orphaned;
+mod sequences;
