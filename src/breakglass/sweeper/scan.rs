@@ -15,7 +15,6 @@
 //! `2 × max(ROUND, types × MIN_PACE)`: 20 minutes up to 600 types, 70 at
 //! 2,000 CRDs. One page of one type is held at a time.
 
-use std::borrow::Cow;
 use std::collections::{BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
 
@@ -328,137 +327,19 @@ async fn sweepable_types(client: &kube::Client) -> Result<Vec<(ApiResource, bool
         .await?
         .status
         .unwrap_or_default();
-    let allows = |ar: &ApiResource| rules.incomplete || allowed(&rules.resource_rules, ar);
-    let mut types = Vec::new();
-    for path in ["/api", "/apis"] {
-        let text = aggregated(client, path).await?;
-        let groups: Groups = serde_json::from_str(&text).map_err(kube::Error::SerdeError)?;
-        if groups.kind != "APIGroupDiscoveryList" {
-            // Not served aggregated (before Kubernetes 1.30): kube's discovery.
-            return legacy_types(client, &allows).await;
-        }
-        for group in &groups.items {
-            types.extend(sweepable_in(group).filter(|(ar, _)| allows(ar)));
-        }
-    }
-    Ok(types)
-}
-
-/// The aggregated discovery document, read for what the scan needs only,
-/// borrowed from the response text: a round start holds about the text
-/// (some 400 bytes a CRD), not a parsed model of every type.
-#[derive(serde::Deserialize)]
-struct Groups<'a> {
-    #[serde(borrow, default)]
-    kind: Cow<'a, str>,
-    #[serde(borrow, default)]
-    items: Vec<Group<'a>>,
-}
-
-#[derive(serde::Deserialize)]
-struct Group<'a> {
-    #[serde(borrow, default)]
-    metadata: Named<'a>,
-    /// Most preferred first.
-    #[serde(borrow, default)]
-    versions: Vec<Version<'a>>,
-}
-
-#[derive(serde::Deserialize, Default)]
-struct Named<'a> {
-    #[serde(borrow, default)]
-    name: Cow<'a, str>,
-}
-
-#[derive(serde::Deserialize)]
-struct Version<'a> {
-    #[serde(borrow)]
-    version: Cow<'a, str>,
-    #[serde(borrow, default)]
-    resources: Vec<Resource<'a>>,
-}
-
-#[derive(serde::Deserialize)]
-struct Resource<'a> {
-    #[serde(borrow)]
-    resource: Cow<'a, str>,
-    #[serde(borrow, rename = "responseKind")]
-    response_kind: Option<Named2<'a>>,
-    #[serde(borrow, default)]
-    scope: Cow<'a, str>,
-    #[serde(borrow, default)]
-    verbs: Vec<Cow<'a, str>>,
-}
-
-#[derive(serde::Deserialize)]
-struct Named2<'a> {
-    #[serde(borrow, default)]
-    kind: Cow<'a, str>,
-}
-
-/// `path`'s aggregated discovery document (`/api` or `/apis`), as text.
-async fn aggregated(client: &kube::Client, path: &str) -> Result<String, kube::Error> {
-    let accept =
-        "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json";
-    let request = http::Request::get(path)
-        .header(http::header::ACCEPT, accept)
-        .body(Vec::new())
-        .map_err(kube::Error::HttpError)?;
-    client.request_text(request).await
-}
-
-/// The types of `group` the sweeper may end, each at the most preferred
-/// version serving it, with whether it is namespaced.
-fn sweepable_in<'g>(group: &'g Group<'_>) -> impl Iterator<Item = (ApiResource, bool)> + 'g {
-    let mut taken = BTreeSet::new();
-    let name = group.metadata.name.as_ref();
-    group.versions.iter().flat_map(move |v| {
-        let version = v.version.as_ref();
-        let mut out = Vec::new();
-        for r in &v.resources {
-            let can = |verb: &str| r.verbs.iter().any(|x| x == verb);
-            let kind = r
-                .response_kind
-                .as_ref()
-                .map(|k| k.kind.as_ref())
-                .unwrap_or_default();
-            if kind.is_empty() || !taken.insert(r.resource.to_string()) {
-                continue;
-            }
-            if can(verbs::LIST) && can(verbs::GET) && can(verbs::PATCH) {
-                let api_version = match name {
-                    "" => version.to_owned(),
-                    g => format!("{g}/{version}"),
-                };
-                let ar = ApiResource {
-                    group: name.to_owned(),
-                    version: version.to_owned(),
-                    api_version,
-                    kind: kind.to_owned(),
-                    plural: r.resource.to_string(),
-                };
-                out.push((ar, r.scope == "Namespaced"));
-            }
-        }
-        out
-    })
-}
-
-/// [`sweepable_types`] through kube's discovery, where aggregated discovery
-/// is not served.
-async fn legacy_types(
-    client: &kube::Client,
-    allows: &(dyn Fn(&ApiResource) -> bool + Sync),
-) -> Result<Vec<(ApiResource, bool)>, kube::Error> {
-    let discovery = Discovery::new(client.clone()).run().await?;
+    let discovery = match Discovery::new(client.clone()).run_aggregated().await {
+        Ok(discovery) => discovery,
+        Err(_) => Discovery::new(client.clone()).run().await?,
+    };
     let mut types = Vec::new();
     for group in discovery.groups() {
         for (ar, caps) in group.resources_by_stability() {
             let served = caps.supports_operation(verbs::LIST)
-                && caps.supports_operation(verbs::GET)
                 && caps.supports_operation(verbs::PATCH)
                 && matches!(caps.scope, Scope::Namespaced | Scope::Cluster);
-            if served && allows(&ar) {
+            // An authorizer that cannot list its rules (incomplete): every
+            // type is tried, and a refusal is counted.
+            if served && (rules.incomplete || allowed(&rules.resource_rules, &ar)) {
                 types.push((ar, caps.scope == Scope::Namespaced));
             }
         }
@@ -528,31 +409,6 @@ mod tests {
         assert!(!allowed(&read_only, &ar("apps", "deployments")));
         let named = [rule(&[""], &["configmaps"], &["*"], &["settings"])];
         assert!(!allowed(&named, &ar("", "configmaps")));
-    }
-
-    /// Each type once, at the most preferred version serving it, and only
-    /// where it may be listed, read and patched.
-    #[test]
-    fn a_group_gives_each_type_once_at_its_most_preferred_version() {
-        let text = r#"{"kind": "APIGroupDiscoveryList", "items": [{"metadata": {"name": "example.com"},
-            "versions": [
-              {"version": "v2", "resources": [
-                {"resource": "widgets", "responseKind": {"kind": "Widget"}, "scope": "Namespaced", "verbs": ["get", "list", "patch"]}]},
-              {"version": "v1", "resources": [
-                {"resource": "widgets", "responseKind": {"kind": "Widget"}, "scope": "Namespaced", "verbs": ["get", "list", "patch"]},
-                {"resource": "gadgets", "responseKind": {"kind": "Gadget"}, "scope": "Cluster", "verbs": ["get", "list", "patch", "watch"]},
-                {"resource": "reviews", "responseKind": {"kind": "Review"}, "scope": "Cluster", "verbs": ["create"]}]}]}]}"#;
-        let groups: Groups = serde_json::from_str(text).unwrap();
-        let types: Vec<(String, bool)> = sweepable_in(&groups.items[0])
-            .map(|(ar, namespaced)| (format!("{}/{}", ar.api_version, ar.plural), namespaced))
-            .collect();
-        assert_eq!(
-            types,
-            [
-                ("example.com/v2/widgets".to_owned(), true),
-                ("example.com/v1/gadgets".to_owned(), false)
-            ]
-        );
     }
 
     /// Requests a minute stay at most 60 whatever the number of types, and
