@@ -387,7 +387,7 @@ fn an_arming_no_record_names_is_found_and_ended_and_a_deleted_record_comes_back(
             let records = recorded(&plane, "default");
             match records.contains(&"production/left".to_owned()) {
                 true => Ok(()),
-                false => Err(format!("{records:?}")),
+                false => Err(format!("{records:?}; {}", dg.proc.stderr_tail(12))),
             }
         },
     );

@@ -56,9 +56,17 @@ struct Listing {
     token: String,
     pages: usize,
     /// Across namespaces: the namespaces its pages showed (at most
-    /// `PAGE × MAX_PAGES`), listed last if it is crowded.
+    /// `PAGE × MAX_PAGES`), where a crowd is if it reaches the cap.
     seen: BTreeSet<String>,
+    /// Across namespaces: namespaces left out (listed on their own).
+    excluded: Vec<String>,
+    /// Whether it stops at [`MAX_PAGES`].
+    capped: bool,
 }
+
+/// The most namespaces one listing leaves out by field selector: more, and
+/// the crowd is no one namespace's; the listing then goes on uncapped.
+const MAX_EXCLUDED: usize = 16;
 
 /// Where the scan is: the listings left this round, the one being paged.
 pub(super) struct Scan {
@@ -71,9 +79,9 @@ pub(super) struct Scan {
     round: Round,
     /// Rounds started since this replica began leading.
     rounds: u64,
-    /// A type whose listing across namespaces reached [`MAX_PAGES`]: listed
-    /// namespace by namespace, later this round.
-    crowded: Option<(ApiResource, BTreeSet<String>)>,
+    /// A listing across namespaces that reached [`MAX_PAGES`]: listed again
+    /// without the namespaces its pages showed, and each of those on its own.
+    crowded: Option<Listing>,
 }
 
 /// What one round did, logged when it ends.
@@ -123,34 +131,19 @@ impl Scan {
     }
 
     /// Makes one request of the scan (a round's start makes a few more:
-    /// the rules review, aggregated discovery, and the namespaces when a
-    /// type was crowded) and hands each labelled object found to `found`,
+    /// the rules review and aggregated discovery) and hands each labelled
+    /// object found to `found`,
     /// as `(type, metadata)`.
     pub(super) async fn step(
         &mut self,
         client: &kube::Client,
         mut found: impl FnMut(&ApiResource, PartialObjectMeta<DynamicObject>),
     ) {
-        if let Some((ar, seen)) = self.crowded.take() {
-            // The namespaces its pages did not reach first: those it showed
-            // are where the crowd is.
-            let (crowd, quiet): (Vec<String>, Vec<String>) = (namespaces(client).await)
-                .into_iter()
-                .partition(|ns| seen.contains(ns));
-            let each = quiet.into_iter().chain(crowd).map(|ns| Listing {
-                ar: ar.clone(),
-                namespaced: true,
-                namespace: Some(ns),
-                token: String::new(),
-                pages: 0,
-                seen: BTreeSet::new(),
-            });
+        if let Some(crowded) = self.crowded.take() {
             // Next, before the other types: the crowded type is still being read.
-            for listing in each.rev() {
+            for listing in split(crowded).into_iter().rev() {
                 self.left.push_front(listing);
             }
-            self.next = Instant::now() + MIN_PACE;
-            return;
         }
         let mut listing = match self.paging.take().or_else(|| self.left.pop_front()) {
             Some(listing) => listing,
@@ -166,6 +159,12 @@ impl Scan {
         let mut params = ListParams::default()
             .labels(breakglass_state::LABEL)
             .limit(PAGE);
+        if !listing.excluded.is_empty() {
+            let not: Vec<String> = (listing.excluded.iter())
+                .map(|ns| format!("metadata.namespace!={ns}"))
+                .collect();
+            params = params.fields(&not.join(","));
+        }
         if !listing.token.is_empty() {
             params = params.continue_token(&listing.token);
         }
@@ -187,9 +186,9 @@ impl Scan {
                 page.items.into_iter().for_each(|meta| found(&ar, meta));
                 listing.pages += 1;
                 match page.metadata.continue_.filter(|t| !t.is_empty()) {
-                    Some(_) if listing.pages >= MAX_PAGES => {
-                        let namespaced = listing.namespaced;
-                        self.crowded(&listing, namespaced)
+                    Some(token) if listing.capped && listing.pages >= MAX_PAGES => {
+                        listing.token = token;
+                        self.crowded(listing);
                     }
                     Some(token) => {
                         listing.token = token;
@@ -216,15 +215,14 @@ impl Scan {
     }
 
     /// A listing that reached [`MAX_PAGES`]: across namespaces (of a
-    /// namespaced type), its type is listed again namespace by namespace
-    /// later this round; in one namespace, the rest of that namespace waits
-    /// (logged).
-    fn crowded(&mut self, listing: &Listing, namespaced: bool) {
+    /// namespaced type), it is split ([`split`]) at the next step; in one
+    /// namespace, or of a cluster-scoped type, the rest waits (logged).
+    fn crowded(&mut self, listing: Listing) {
         let ar = &listing.ar;
         match &listing.namespace {
-            None if namespaced => {
-                tracing::warn!(r#type = %ar.plural, group = %ar.group, "break-glass sweeper: more objects carry the break-glass label than one listing reads; listing this type namespace by namespace");
-                self.crowded = Some((ar.clone(), listing.seen.clone()));
+            None if listing.namespaced => {
+                tracing::warn!(r#type = %ar.plural, group = %ar.group, namespaces = ?listing.seen, "break-glass sweeper: more objects carry the break-glass label than one listing reads; listing the namespaces they are in apart");
+                self.crowded = Some(listing);
             }
             None => {
                 tracing::warn!(r#type = %ar.plural, group = %ar.group, "break-glass sweeper: more objects of this cluster-scoped type carry the break-glass label than one listing reads; the rest wait for a later round")
@@ -271,6 +269,8 @@ impl Scan {
                 token: String::new(),
                 pages: 0,
                 seen: BTreeSet::new(),
+                excluded: Vec::new(),
+                capped: true,
             })
             .collect();
         self.pace = match self.rounds {
@@ -283,27 +283,34 @@ impl Scan {
     }
 }
 
-/// Every namespace's name, a page of 500 at a time (only cluster admins
-/// write Namespaces); none when they cannot be listed.
-async fn namespaces(client: &kube::Client) -> Vec<String> {
-    let api = Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone());
-    let mut params = ListParams::default().limit(500);
-    let mut out = Vec::new();
-    loop {
-        match api.list_metadata(&params).await {
-            Ok(page) => {
-                out.extend(page.items.into_iter().filter_map(|n| n.metadata.name));
-                match page.metadata.continue_.filter(|t| !t.is_empty()) {
-                    Some(token) => params = params.continue_token(&token),
-                    None => return out,
-                }
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "break-glass sweeper: cannot list namespaces to list a crowded type namespace by namespace");
-                return Vec::new();
-            }
-        }
+/// A crowded listing across namespaces, split so that decoys in one
+/// namespace hide nothing of another's: the type again without the
+/// namespaces its pages showed (by field selector, which needs no grant on
+/// Namespaces), then each of those on its own, capped. Showing more than
+/// [`MAX_EXCLUDED`] namespaces, the crowd is no one's: it goes on uncapped.
+fn split(crowded: Listing) -> Vec<Listing> {
+    let mut excluded = crowded.excluded.clone();
+    excluded.extend(crowded.seen.iter().cloned());
+    if excluded.len() > MAX_EXCLUDED {
+        tracing::warn!(r#type = %crowded.ar.plural, "break-glass sweeper: objects carrying the break-glass label are spread over many namespaces; listing them all");
+        return vec![Listing {
+            capped: false,
+            ..crowded
+        }];
     }
+    let fresh = |namespace: Option<String>, excluded: Vec<String>| Listing {
+        ar: crowded.ar.clone(),
+        namespaced: true,
+        namespace,
+        token: String::new(),
+        pages: 0,
+        seen: BTreeSet::new(),
+        excluded,
+        capped: true,
+    };
+    let mut out = vec![fresh(None, excluded)];
+    out.extend((crowded.seen.iter()).map(|ns| fresh(Some(ns.clone()), Vec::new())));
+    out
 }
 
 /// The wait between two requests that spreads `types` over a round.
@@ -409,6 +416,45 @@ mod tests {
         assert!(!allowed(&read_only, &ar("apps", "deployments")));
         let named = [rule(&[""], &["configmaps"], &["*"], &["settings"])];
         assert!(!allowed(&named, &ar("", "configmaps")));
+    }
+
+    /// A crowded listing is listed again without the namespaces its pages
+    /// showed, each of those apart; spread over too many, it goes on whole.
+    #[test]
+    fn a_crowded_listing_leaves_its_crowds_namespaces_to_listings_of_their_own() {
+        let crowded = |seen: &[&str]| Listing {
+            ar: ar("", "configmaps"),
+            namespaced: true,
+            namespace: None,
+            token: "t".into(),
+            pages: MAX_PAGES,
+            seen: seen.iter().map(|s| (*s).to_owned()).collect(),
+            excluded: vec!["earlier".into()],
+            capped: true,
+        };
+        let parts = split(crowded(&["aaa-decoys"]));
+        let shown: Vec<(Option<String>, Vec<String>, bool)> = (parts.iter())
+            .map(|l| (l.namespace.clone(), l.excluded.clone(), l.token.is_empty()))
+            .collect();
+        assert_eq!(
+            shown,
+            [
+                (
+                    None,
+                    vec!["earlier".to_owned(), "aaa-decoys".to_owned()],
+                    true
+                ),
+                (Some("aaa-decoys".to_owned()), vec![], true)
+            ]
+        );
+        let many: Vec<String> = (0..MAX_EXCLUDED).map(|i| format!("ns-{i}")).collect();
+        let many: Vec<&str> = many.iter().map(String::as_str).collect();
+        let parts = split(crowded(&many));
+        assert_eq!(parts.len(), 1);
+        assert!(
+            !parts[0].capped && parts[0].token == "t",
+            "goes on from where it was"
+        );
     }
 
     /// Requests a minute stay at most 60 whatever the number of types, and
