@@ -92,7 +92,8 @@ fn literal_keys(source: &str) -> Vec<String> {
         let ok = piece
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || "./-_".contains(c));
-        if ok && tool_key(piece) {
+        // A key is `prefix/name`, one slash: not an import path.
+        if ok && piece.matches('/').count() == 1 && tool_key(piece) {
             out.push(piece.to_owned());
         }
     }
@@ -248,6 +249,21 @@ fn every_key_the_tools_name_is_an_input_or_reviewed() {
         stale.is_empty(),
         "reviewed keys the tools no longer name: {stale:?}"
     );
+    // What the key spaces add to the inputs the decision names.
+    let policy = driftguard::policy::Policy::embedded();
+    let named: BTreeSet<String> = (driftguard::drift::inputs::locations(&policy).into_iter())
+        .map(|(_, at)| at.pointer())
+        .collect();
+    let beyond: Vec<&String> = (keys.keys())
+        .filter(|k| key_spaces::is_input(k))
+        .filter(|k| {
+            let escaped = k.replace('~', "~0").replace('/', "~1");
+            !["labels", "annotations"]
+                .iter()
+                .any(|s| named.contains(&format!("/metadata/{s}/{escaped}")))
+        })
+        .collect();
+    eprintln!("inputs by key space beyond the named ones: {beyond:?}");
     eprintln!(
         "{} keys the tools name: {} inputs, {} reviewed",
         keys.len(),
