@@ -336,7 +336,7 @@ fn an_arming_no_record_names_is_found_and_ended_and_a_deleted_record_comes_back(
     plane.apply_admin(&flux_configmap("kept"));
     // Armed as `kubectl driftguard break-glass` arms, written by an admin
     // before driftguard runs: no webhook saw it, so no record names it.
-    let expires = (jiff::Timestamp::now() + jiff::SignedDuration::from_secs(180))
+    let expires = (jiff::Timestamp::now() + jiff::SignedDuration::from_secs(120))
         .round(jiff::Unit::Second)
         .unwrap();
     let left = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
@@ -393,6 +393,9 @@ fn an_arming_no_record_names_is_found_and_ended_and_a_deleted_record_comes_back(
     );
 
     arm(&plane, "kept", 3600, "default");
+    // The sweeper's watch takes a moment to bring it the new record: one
+    // deleted before that is found by the next scan round instead (10 min).
+    std::thread::sleep(Duration::from_secs(5));
     let out = plane.kubectl(
         "admin",
         &[
