@@ -102,6 +102,21 @@ fn exists(plane: &ControlPlane, name: &str) -> bool {
 
 /// driftguard serving and sweeping, once `objects` (GitOps-managed, which
 /// only Flux may create once the webhook is registered) are there.
+/// Waits until ConfigMap production/real carries no break-glass expiry.
+fn wait_ended(plane: &ControlPlane, dg: &Driftguard, timeout: Duration) {
+    wait_for("the real arming to be ended", timeout, || {
+        let expiry = "jsonpath={.metadata.annotations.driftguard\\.io/break-glass-expires}";
+        let out = plane.kubectl(
+            "admin",
+            &["-n", "production", "get", "configmap", "real", "-o", expiry],
+        );
+        match out.stdout.trim().is_empty() {
+            true => Ok(()),
+            false => Err(format!("still armed; {}", dg.proc.stderr_tail(5))),
+        }
+    });
+}
+
 fn start(plane: &mut ControlPlane, name: &str, objects: &[&str]) -> Driftguard {
     plane.prepare(&["production", "argocd"]);
     plane.add_user("sam", &[]);
@@ -186,28 +201,7 @@ fn a_forged_record_dated_2099_is_settled_and_one_misnamed_is_never_held() {
         "the misnamed record is reported: {}",
         dg.proc.stderr_tail(20)
     );
-    wait_for(
-        "the real arming to be ended",
-        Duration::from_secs(30),
-        || {
-            let out = plane.kubectl(
-                "admin",
-                &[
-                    "-n",
-                    "production",
-                    "get",
-                    "configmap",
-                    "real",
-                    "-o",
-                    "jsonpath={.metadata.annotations.driftguard\\.io/break-glass-expires}",
-                ],
-            );
-            match out.stdout.trim().is_empty() {
-                true => Ok(()),
-                false => Err(format!("still armed; {}", dg.proc.stderr_tail(5))),
-            }
-        },
-    );
+    wait_ended(&plane, &dg, Duration::from_secs(30));
 }
 
 /// Widget `production/w`, managed by Flux.
@@ -380,28 +374,7 @@ fn ten_thousand_forged_records_do_not_keep_a_real_one_out() {
     let dg = start(&mut plane, "flood", &[&flux_configmap("real")]);
     let armed_at = Instant::now();
     arm(&plane, "real", 20, "default");
-    wait_for(
-        "the real arming to be ended",
-        Duration::from_secs(400),
-        || {
-            let out = plane.kubectl(
-                "admin",
-                &[
-                    "-n",
-                    "production",
-                    "get",
-                    "configmap",
-                    "real",
-                    "-o",
-                    "jsonpath={.metadata.annotations.driftguard\\.io/break-glass-expires}",
-                ],
-            );
-            match out.stdout.trim().is_empty() {
-                true => Ok(()),
-                false => Err(format!("still armed; {}", dg.proc.stderr_tail(5))),
-            }
-        },
-    );
+    wait_ended(&plane, &dg, Duration::from_secs(400));
     let pid = dg.proc.child.id();
     eprintln!(
         "the real break-glass was ended {:?} after it was armed (20 s break-glass); driftguard's RSS {} MiB, peak {} MiB",
